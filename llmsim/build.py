@@ -1,0 +1,179 @@
+"""Scenario -> the objects a simulation runs on: workload, model, devices, cost models, KV capacity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from llmsim.costmodel import CostConfig, CostModel
+from llmsim.errors import UserError
+from llmsim.hardware import HardwareProfile, load_profile
+from llmsim.models import DTYPE_BYTES, ModelSpec, get_model
+from llmsim.scenario import PoolConfig, Scenario
+from llmsim.schedulers import SchedulerConfig
+from llmsim.workload import generators as gen
+from llmsim.workload.base import Workload, slice_and_scale
+from llmsim.workload.traces import load_trace
+
+
+def build_model(sc: Scenario) -> ModelSpec:
+    m = get_model(sc.model.name) if sc.model.name else get_model(str(sc.path(sc.model.hf_config or "")))
+    if sc.model.weight_dtype:
+        m = m.with_(weight_dtype=sc.model.weight_dtype)
+    return m
+
+
+def build_workload(sc: Scenario) -> Workload:
+    w = sc.workload
+    rng = np.random.default_rng(sc.seed)
+    if w.kind == "trace":
+        assert w.trace is not None
+        t = w.trace
+        wl = load_trace(sc.path(t.path), t.format)
+        wl = slice_and_scale(wl, t.start_s, t.duration_s, t.max_requests, t.speedup)
+    else:
+        n = w.num_requests or max(1, int(round((w.rate_rps or 0) * (w.duration_s or 0))))
+        if w.kind == "poisson":
+            arrivals = gen.poisson_arrivals(rng, w.rate_rps, n)  # type: ignore[arg-type]
+        elif w.kind == "gamma":
+            arrivals = gen.gamma_arrivals(rng, w.rate_rps, w.cv, n)  # type: ignore[arg-type]
+        else:
+            arrivals = gen.batch_arrivals(n, w.batch_size, w.batch_interval_s)
+        prompts = _lengths(sc, "prompt_tokens", rng, n)
+        outputs = _lengths(sc, "output_tokens", rng, n)
+        wl = gen.synthetic(arrivals, prompts, outputs, source=f"{w.kind} (seed {sc.seed})")
+    wl.validate(f"workload of {sc.name}")
+    return wl
+
+
+def _lengths(sc: Scenario, key: str, rng: np.random.Generator, n: int) -> np.ndarray:
+    spec = getattr(sc.workload, key)
+    empirical = None
+    if spec.dist == "empirical":
+        trace = load_trace(sc.path(spec.trace), spec.format)
+        empirical = trace.prompt_tokens if key == "prompt_tokens" else trace.output_tokens
+    return gen.sample_lengths(rng, spec.model_dump(), n, empirical)
+
+
+@dataclass
+class PoolSpec:
+    """Everything one pool of identical replicas needs."""
+
+    name: str
+    hw: HardwareProfile
+    replicas: int
+    tp: int
+    pp: int
+    cost: CostModel
+    kv_blocks: int
+    sched: SchedulerConfig
+    memory: dict  # the memory budget per device, for reports and errors
+
+
+def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
+    """One pool when colocated; a prefill and a decode pool when disaggregated."""
+    c = sc.cluster
+    if sc.policy.kind == "disaggregated":
+        assert c.prefill_pool is not None and c.decode_pool is not None
+        return [_pool(sc, model, "prefill", c.prefill_pool), _pool(sc, model, "decode", c.decode_pool)]
+    return [_pool(sc, model, "main", PoolConfig(replicas=c.replicas, tp=c.tp, pp=c.pp))]
+
+
+def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
+    hw = load_profile(p.hardware or sc.hardware, Path(sc.base_dir))
+    key = "cluster" if name == "main" else f"cluster.{name}_pool"
+    check_parallelism(model, p.tp, p.pp, key)
+    weight_dtype = sc.model.weight_dtype or model.weight_dtype
+    act = sc.model.act_dtype
+    if act == "fp8" and not hw.supports("fp8"):
+        raise UserError(f"{key}: model.act_dtype fp8 needs FP8 tensor cores; {hw.name} has none")
+    cfg = CostConfig(
+        tp=p.tp,
+        pp=p.pp,
+        weight_dtype=weight_dtype,
+        kv_dtype=sc.kv_cache.dtype,
+        act_dtype=act,
+        attention_kernel=sc.model.attention_kernel,
+        cuda_graphs=sc.cluster.cuda_graphs,
+        numa_aware=sc.cluster.numa_aware,
+    )
+    sched = SchedulerConfig(
+        max_num_seqs=p.max_num_seqs or sc.policy.max_num_seqs,
+        max_batch_tokens=p.max_batch_tokens or sc.policy.max_batch_tokens,
+        chunk_tokens=sc.policy.chunk_tokens,
+        preemption=sc.kv_cache.preemption,
+    )
+    step_tokens = sched.chunk_tokens if sc.policy.kind == "chunked" else sched.max_batch_tokens
+    blocks, memory = kv_blocks(sc, model, hw, p.tp, p.pp, weight_dtype, step_tokens, sched.max_num_seqs, key)
+    return PoolSpec(name, hw, p.replicas, p.tp, p.pp, CostModel(model, hw, cfg), blocks, sched, memory)
+
+
+def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
+    if model.num_heads % tp:
+        raise UserError(
+            f"{key}.tp: tensor parallelism {tp} does not divide the {model.num_heads} attention heads of {model.name}"
+        )
+    if model.num_kv_heads % tp and tp % model.num_kv_heads:
+        raise UserError(
+            f"{key}.tp: tensor parallelism {tp} and the {model.num_kv_heads} KV heads of "
+            f"{model.name} do not divide one another"
+        )
+    if model.num_layers % pp:
+        raise UserError(f"{key}.pp: {pp} pipeline stages do not divide the {model.num_layers} layers of {model.name}")
+
+
+def activation_bytes(model: ModelSpec, step_tokens: int, max_seqs: int, tp: int, act_dtype: str) -> float:
+    """Peak activation memory of one step on one device: one layer's live buffers (residual,
+    normed input, QKV, MLP intermediate) plus fp32 logits of the sampled rows. Grows with the
+    tokens in a step, which is why chunking bounds it."""
+    a = DTYPE_BYTES[act_dtype]
+    per_token = (
+        3 * model.hidden_size + (model.q_size + 2 * model.kv_size) // tp + 3 * model.intermediate_size // tp
+    ) * a
+    logits = min(max_seqs, step_tokens) * model.vocab_size // tp * 4
+    return step_tokens * per_token + logits
+
+
+def kv_blocks(
+    sc: Scenario,
+    model: ModelSpec,
+    hw: HardwareProfile,
+    tp: int,
+    pp: int,
+    weight_dtype: str,
+    step_tokens: int,
+    max_seqs: int,
+    key: str,
+) -> tuple[int, dict]:
+    """KV capacity in blocks = (usable memory − weights − activations − reserve) / block bytes."""
+    devices = tp * pp
+    usable = hw.memory_bytes * sc.kv_cache.memory_fraction
+    weights = model.weight_bytes(weight_dtype) / devices
+    act = activation_bytes(model, step_tokens, max_seqs, tp, sc.model.act_dtype)
+    reserve = sc.kv_cache.reserve_gb * 1e9
+    kv_heads_per_dev = max(1, model.num_kv_heads // tp)
+    per_token = 2 * kv_heads_per_dev * model.head_dim * DTYPE_BYTES[sc.kv_cache.dtype] * (model.num_layers // pp)
+    free = usable - weights - act - reserve
+    memory = {
+        "device_memory_bytes": hw.memory_bytes,
+        "usable_bytes": usable,
+        "weights_bytes": weights,
+        "activation_bytes": act,
+        "reserve_bytes": reserve,
+        "kv_bytes": max(free, 0.0),
+        "kv_bytes_per_token": per_token,
+    }
+    block_bytes = per_token * sc.kv_cache.block_tokens
+    blocks = int(free // block_bytes) if free > 0 else 0
+    if blocks < 1:
+        raise UserError(
+            f"{key}: {model.name} does not fit on {hw.name} x{devices} (tp={tp}, pp={pp}): weights need "
+            f"{weights / 1e9:.1f} GB and activations {act / 1e9:.1f} GB per device, but only "
+            f"{usable / 1e9:.1f} GB is usable ({sc.kv_cache.memory_fraction:.0%} of {hw.memory_bytes / 1e9:.0f} GB)"
+            f"{' minus a ' + format(reserve / 1e9, '.1f') + ' GB reserve' if reserve else ''}; "
+            "raise tp/pp, quantise the weights, or pick a larger device"
+        )
+    memory["kv_blocks"] = blocks
+    return blocks, memory

@@ -1,0 +1,116 @@
+"""``llmsim run SCENARIO``: simulate, print a summary, write results (and a report if available)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from llmsim.errors import UserError
+from llmsim.tables import fmt, table
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="simulate a scenario YAML and write results")
+    p.add_argument("scenario", help="path to a scenario YAML")
+    p.add_argument("--out", help="output directory (default: the scenario's output.dir)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario key, e.g. --set policy.chunk_tokens=256 (repeatable)",
+    )
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.set_defaults(func=cmd_run)
+
+
+def parse_overrides(items: list[str]) -> dict[str, object]:
+    import yaml
+
+    out: dict[str, object] = {}
+    for item in items:
+        if "=" not in item:
+            raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. policy.chunk_tokens=256")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def output_dir(scenario_path: Path, out_arg: str | None, sc_dir: str) -> Path:
+    if out_arg:
+        return Path(out_arg)
+    return Path(sc_dir)
+
+
+def prepare_output(out: Path) -> None:
+    """Fail before simulating if the output folder can't be written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".llmsim_write_test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"output directory {out}: not writable ({exc.strerror})") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from llmsim.api import run
+    from llmsim.scenario import load_scenario
+
+    path = Path(args.scenario)
+    sc = load_scenario(path, parse_overrides(args.set))
+    out = output_dir(path, args.out, sc.output.dir)
+    prepare_output(out)
+    res = run(sc)
+    written = res.write(out)
+    if not args.quiet:
+        print(summary_text(res.summary))
+        print("\nwrote: " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def summary_text(s: dict) -> str:
+    """The human summary printed after a run."""
+    lat = s["latency_s"]
+    req = s["requests"]
+    thr = s["throughput"]
+    sat = s["saturation"]
+    pools = ", ".join(f"{p['name']}: {p['replicas']}x {p['hardware']} tp{p['tp']} pp{p['pp']}" for p in s["pools"])
+    head = [
+        f"scenario {s['scenario']}  (model {s['model']}, policy {s['policy']}, seed {s['seed']})",
+        f"cluster  {pools}",
+        f"requests {req['total']} total, {req['finished']} finished, {req['rejected']} rejected, "
+        f"{req['unfinished']} unfinished, {req['preemptions']} preemptions",
+        f"throughput {fmt(thr['requests_per_s'])} req/s, {fmt(thr['input_tokens_per_s'])} input tok/s, "
+        f"{fmt(thr['output_tokens_per_s'])} output tok/s over {fmt(thr['makespan_s'])} s",
+    ]
+    rows = []
+    for label, key in (
+        ("TTFT", "ttft"),
+        ("TBT (per token)", "tbt_token"),
+        ("TBT (request max)", "tbt_request_max"),
+        ("TPOT", "tpot"),
+        ("E2E", "e2e"),
+    ):
+        d = lat.get(key, {})
+        rows.append([label, d.get("mean"), d.get("p50"), d.get("p90"), d.get("p99")])
+    rows = [[r[0], *[None if v is None else v * 1e3 for v in r[1:]]] for r in rows]
+    body = table(rows, ["latency (ms)", "mean", "p50", "p90", "p99"])
+    slo = s["slo"]
+    targets = ", ".join(f"{k}<={v}" for k, v in slo.items() if k in ("ttft_s", "tbt_s", "tpot_s", "e2e_s"))
+    tail = [
+        "",
+        f"SLO      {targets or '(none set)'}: attainment {slo['attainment']:.1%} "
+        f"(target {slo.get('attainment_target', 0.9):.0%}), goodput {fmt(slo['goodput_rps'])} req/s",
+    ]
+    if "kv_cache" in s:
+        kv = s["kv_cache"]
+        tail.append(f"KV cache utilisation mean {kv['utilization_mean']:.1%}, peak {kv['utilization_peak']:.1%}")
+    if "cost" in s and s["cost"]["usd_per_million_output_tokens"] is not None:
+        c = s["cost"]
+        tail.append(
+            f"cost     ${fmt(c['cluster_usd_per_hour'])}/h, ${fmt(c['usd_per_million_output_tokens'])} "
+            "per million output tokens (prices are editable assumptions)"
+        )
+    tail.append(f"verdict  {sat['verdict'].upper()}: {sat['explanation']}")
+    return "\n".join(head) + "\n\n" + body + "\n".join(tail)

@@ -1,0 +1,33 @@
+"""Collectives and point-to-point transfers: the α–β (latency + size/bandwidth) model.
+
+Ring all-reduce moves 2·(p−1)/p of the message per rank in 2·(p−1) latency hops; a
+point-to-point send moves it once. Bandwidths are per direction (unidirectional) and derated
+by the measured NCCL bus-bandwidth fraction of the profile.
+"""
+
+from __future__ import annotations
+
+from llmsim.hardware import HardwareProfile, Link
+
+
+def tp_link(hw: HardwareProfile, tp: int) -> Link:
+    """The link tensor-parallel ranks talk over: scale-up if the device has one, else the host link."""
+    if tp > 1 and hw.scale_up is not None:
+        return hw.scale_up
+    return hw.host_link
+
+
+def all_reduce_s(message_bytes: float, ranks: int, link: Link, bus_fraction: float) -> float:
+    """Ring all-reduce of ``message_bytes`` per rank over ``ranks`` ranks."""
+    if ranks <= 1 or message_bytes <= 0:
+        return 0.0
+    bw = link.bandwidth_bytes_per_s.value * bus_fraction
+    hops = 2 * (ranks - 1)
+    return hops * link.latency_s.value + (hops / ranks) * message_bytes / bw
+
+
+def send_s(message_bytes: float, link: Link, efficiency: float = 1.0) -> float:
+    """One point-to-point transfer (pipeline-stage send, KV-cache transfer)."""
+    if message_bytes <= 0:
+        return 0.0
+    return link.latency_s.value + message_bytes / (link.bandwidth_bytes_per_s.value * efficiency)

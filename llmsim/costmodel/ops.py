@@ -1,0 +1,306 @@
+"""Op lists: the FLOPs and bytes of every kernel of one batch step, as plain data.
+
+A step is described by a ``BatchShape`` (a few aggregates over its prefill chunks and decode
+sequences), never by request objects, so pricing a step is O(1) and can be cached. The same op
+list feeds the roofline pricing, ``llmsim roofline`` tables, and the NumPy reference model's
+op-count checks.
+
+Conventions: FLOPs count a multiply-add as 2. Bytes are HBM (device-memory) traffic:
+weights and activations read, activations and KV written. Sizes are per device (sharded by
+tensor parallelism ``tp``); counts are per step over the layers of one pipeline stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from llmsim.models import DTYPE_BYTES, ModelSpec
+
+OpKind = Literal["gemm", "attention", "elementwise", "comm"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """Aggregates of one step's batch.
+
+    ``prefill_attn_pairs`` is Σ over chunks of causal (query, key) pairs: a chunk of ``c`` new
+    tokens after ``p`` cached ones attends to ``c·p + c·(c+1)/2`` pairs (clipped by a sliding
+    window). ``prefill_kv_tokens`` is Σ (p + c): the K/V rows a FlashAttention kernel streams.
+    ``decode_ctx_tokens`` is Σ context over decoding sequences: every cached K/V byte is read.
+    ``decode_tokens`` can exceed ``decode_seqs`` when each sequence verifies several tokens
+    (speculative decoding).
+    """
+
+    prefill_tokens: int = 0
+    prefill_seqs: int = 0
+    prefill_attn_pairs: int = 0
+    prefill_kv_tokens: int = 0
+    prefill_score_elems: int = 0  # Σ c·(p + c): score matrix a naive kernel writes to HBM
+    decode_seqs: int = 0
+    decode_tokens: int = 0
+    decode_ctx_tokens: int = 0
+    logits_rows: int = -1  # rows that go through the LM head; -1 = prefill_seqs + decode_tokens
+
+    @property
+    def tokens(self) -> int:
+        return self.prefill_tokens + self.decode_tokens
+
+    @property
+    def lm_rows(self) -> int:
+        return self.logits_rows if self.logits_rows >= 0 else self.prefill_seqs + self.decode_tokens
+
+    @property
+    def is_empty(self) -> bool:
+        return self.tokens == 0
+
+
+def chunk_pairs(chunk: int, past: int, window: int | None = None) -> int:
+    """Causal (query, key) pairs of a chunk of ``chunk`` tokens after ``past`` cached tokens."""
+    if window is None or past + chunk <= window:
+        return chunk * past + chunk * (chunk + 1) // 2
+    # each query i (absolute position past+i) sees min(window, past+i+1) keys
+    total = 0
+    first_full = max(0, window - past - 1)  # queries before this see fewer than `window` keys
+    n_partial = min(chunk, first_full)
+    total += n_partial * past + n_partial * (n_partial + 1) // 2
+    total += (chunk - n_partial) * window
+    return total
+
+
+def batch_shape(
+    prefill_chunks: list[tuple[int, int]],
+    decode_contexts: list[int],
+    window: int | None = None,
+    tokens_per_decode: int = 1,
+) -> BatchShape:
+    """Build a BatchShape from (chunk_tokens, past_tokens) prefill chunks and decode contexts.
+
+    A decode sequence's context is the number of tokens already in its KV cache; the new
+    token(s) attend to those plus themselves.
+    """
+    pairs = kv = score = 0
+    for c, p in prefill_chunks:
+        pairs += chunk_pairs(c, p, window)
+        seen = p + c if window is None else min(p + c, window + c)
+        kv += seen
+        score += c * seen
+    d_ctx = 0
+    for ctx in decode_contexts:
+        d_ctx += (ctx + tokens_per_decode) if window is None else min(ctx + tokens_per_decode, window)
+    return BatchShape(
+        prefill_tokens=sum(c for c, _ in prefill_chunks),
+        prefill_seqs=len(prefill_chunks),
+        prefill_attn_pairs=pairs,
+        prefill_kv_tokens=kv,
+        prefill_score_elems=score,
+        decode_seqs=len(decode_contexts),
+        decode_tokens=len(decode_contexts) * tokens_per_decode,
+        decode_ctx_tokens=d_ctx,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One kernel (or collective), repeated ``count`` times per step (e.g. once per layer)."""
+
+    name: str
+    kind: OpKind
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    dtype: str  # compute dtype (the peak it runs against)
+    count: int = 1
+    m: int = 0  # GEMM shape [m, k] @ [k, n]; attention: m = query rows
+    n: int = 0
+    k: int = 0
+    weight_bytes: float = 0.0  # part of bytes_read that is weights (for quantisation studies)
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity, FLOPs per byte."""
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+
+@dataclass(frozen=True)
+class OpConfig:
+    """How the model is laid out and run: parallelism, dtypes, kernels."""
+
+    tp: int = 1
+    pp: int = 1
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    act_dtype: str = "bf16"  # activations and the GEMM compute dtype (fp8 for W8A8)
+    attention_kernel: Literal["flash", "naive"] = "flash"
+
+
+def gemm(name: str, m: int, n: int, k: int, cfg: OpConfig, count: int, weights: bool = True) -> Op:
+    """[m, k] @ [k, n] with a weight matrix [k, n] (read once per kernel)."""
+    a = DTYPE_BYTES[cfg.act_dtype]
+    w = DTYPE_BYTES[cfg.weight_dtype] * k * n if weights else a * k * n
+    return Op(
+        name=name,
+        kind="gemm",
+        flops=2.0 * m * n * k,
+        bytes_read=m * k * a + w,
+        bytes_written=m * n * a,
+        dtype=_compute_dtype(cfg),
+        count=count,
+        m=m,
+        n=n,
+        k=k,
+        weight_bytes=w if weights else 0.0,
+    )
+
+
+def _compute_dtype(cfg: OpConfig) -> str:
+    # Weight-only quantisation (int4/int8 weights, bf16 activations) dequantises to the
+    # activation dtype, so the tensor-core rate is the activation dtype's.
+    return cfg.act_dtype
+
+
+def elementwise(name: str, elems: int, flops_per_elem: float, reads: int, cfg: OpConfig, count: int) -> Op:
+    """A pass over ``elems`` activations reading ``reads`` tensors of that size, writing one."""
+    a = DTYPE_BYTES[cfg.act_dtype]
+    return Op(name, "elementwise", flops_per_elem * elems, reads * elems * a, elems * a, cfg.act_dtype, count)
+
+
+def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
+    """Ops of the decoder layers on one pipeline stage (count = layers per stage)."""
+    tp, L = cfg.tp, model.num_layers // cfg.pp
+    T = s.tokens
+    H = model.hidden_size
+    q, kv = model.q_size // tp, model.kv_size // tp
+    heads = model.num_heads // tp
+    a, kvb = DTYPE_BYTES[cfg.act_dtype], DTYPE_BYTES[cfg.kv_dtype]
+    ops: list[Op] = []
+    if T == 0:
+        return ops
+    norm_flops = 4.0 if model.norm == "rmsnorm" else 7.0
+    ops.append(elementwise("input_layernorm", T * H, norm_flops, 1, cfg, L))
+    ops.append(gemm("attn_pre_proj", T, q + 2 * kv, H, cfg, L))
+    if not model.learned_positions:
+        ops.append(elementwise("attn_rope", T * (q + kv), 3.0, 1, cfg, L))
+    # Writing the new tokens' K and V into the (paged) cache.
+    ops.append(Op("kv_cache_write", "elementwise", 0.0, T * 2 * kv * a, T * 2 * kv * kvb, cfg.act_dtype, L))
+    hd = model.head_dim
+    if s.prefill_tokens:
+        flops = 4.0 * s.prefill_attn_pairs * hd * heads  # QK^T and PV, 2 FLOPs per MAC
+        read = s.prefill_tokens * q * a + s.prefill_kv_tokens * 2 * kv * kvb
+        written = s.prefill_tokens * q * a
+        if cfg.attention_kernel == "naive":
+            # scores S and probabilities P are materialised in HBM: written once, read back once
+            score_bytes = s.prefill_score_elems * heads * a
+            read += 2 * score_bytes
+            written += 2 * score_bytes
+        ops.append(
+            Op("attention_prefill", "attention", flops, read, written, cfg.act_dtype, L, m=s.prefill_tokens, n=hd, k=hd)
+        )
+    if s.decode_tokens:
+        q_per_seq = s.decode_tokens // max(1, s.decode_seqs)
+        flops = 4.0 * s.decode_ctx_tokens * q_per_seq * hd * heads
+        read = s.decode_tokens * q * a + s.decode_ctx_tokens * 2 * kv * kvb
+        ops.append(
+            Op(
+                "attention_decode",
+                "attention",
+                flops,
+                read,
+                s.decode_tokens * q * a,
+                cfg.act_dtype,
+                L,
+                m=s.decode_tokens,
+                n=hd,
+                k=hd,
+            )
+        )
+    ops.append(gemm("attn_post_proj", T, H, q, cfg, L))
+    if tp > 1:
+        ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, cfg.act_dtype, L))
+    ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
+    ops.append(elementwise("post_attention_layernorm", T * H, norm_flops, 1, cfg, L))
+    ops.extend(_mlp_ops(model, T, cfg, L))
+    if tp > 1:
+        ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, cfg.act_dtype, L))
+    ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
+    return ops
+
+
+def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
+    H, tp = model.hidden_size, cfg.tp
+    inter = model.intermediate_size // tp
+    up_n = 2 * inter if model.gated_mlp else inter
+    act_flops = 5.0 if model.gated_mlp else 8.0  # SiLU(x)*y vs tanh-GELU
+    act_reads = 2 if model.gated_mlp else 1
+    if not model.is_moe:
+        return [
+            gemm("mlp_up_proj", T, up_n, H, cfg, L),
+            elementwise("mlp_act", T * inter, act_flops, act_reads, cfg, L),
+            gemm("mlp_down_proj", T, H, inter, cfg, L),
+        ]
+    # MoE: every token visits `experts_per_token` experts. FLOPs follow routed tokens; weight
+    # bytes follow the experts actually touched (expected distinct experts for T tokens with
+    # uniform routing), which is what makes small-batch MoE decode memory-bound.
+    E, k = model.num_experts, model.experts_per_token
+    routed = T * k
+    touched = E * (1.0 - (1.0 - k / E) ** T)
+    wb = DTYPE_BYTES[cfg.weight_dtype]
+    a = DTYPE_BYTES[cfg.act_dtype]
+    up = gemm("mlp_up_proj", routed, up_n, H, cfg, L)
+    down = gemm("mlp_down_proj", routed, H, inter, cfg, L)
+    up_w, down_w = touched * up_n * H * wb, touched * inter * H * wb
+    return [
+        gemm("moe_router", T, E, H, cfg, L),
+        Op(
+            up.name,
+            "gemm",
+            up.flops,
+            routed * H * a + up_w,
+            routed * up_n * a,
+            up.dtype,
+            L,
+            m=routed,
+            n=up_n,
+            k=H,
+            weight_bytes=up_w,
+        ),
+        elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
+        Op(
+            down.name,
+            "gemm",
+            down.flops,
+            routed * inter * a + down_w,
+            routed * H * a,
+            down.dtype,
+            L,
+            m=routed,
+            n=H,
+            k=inter,
+            weight_bytes=down_w,
+        ),
+    ]
+
+
+def step_ops(
+    model: ModelSpec, s: BatchShape, cfg: OpConfig, first_stage: bool = True, last_stage: bool = True
+) -> list[Op]:
+    """All ops of one step on one device of one pipeline stage."""
+    ops: list[Op] = []
+    T, H = s.tokens, model.hidden_size
+    if T == 0:
+        return ops
+    a = DTYPE_BYTES[cfg.act_dtype]
+    if first_stage:
+        ops.append(Op("emb", "elementwise", 0.0, T * H * a, T * H * a, cfg.act_dtype, 1))
+    ops.extend(layer_ops(model, s, cfg))
+    if last_stage:
+        rows = s.lm_rows
+        norm_flops = 4.0 if model.norm == "rmsnorm" else 7.0
+        ops.append(elementwise("final_norm", rows * H, norm_flops, 1, cfg, 1))
+        ops.append(gemm("lm_head", rows, model.vocab_size // cfg.tp, H, cfg, 1))
+        ops.append(elementwise("sampling", rows * model.vocab_size // cfg.tp, 5.0, 1, cfg, 1))
+    return ops

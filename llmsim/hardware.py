@@ -1,0 +1,192 @@
+"""Device profiles: datasheet peaks, memory, links, efficiencies and overheads, each with a source.
+
+A profile is a YAML file in ``hardware_profiles/``. Every number is a ``Figure``: a value in SI
+units (FLOP/s, bytes, bytes/s, seconds, watts, USD/hour) plus the ``source`` it came from. A
+calibrated profile written by ``llmsim calibrate`` has the same format.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from llmsim.errors import UserError, load_yaml_file, pydantic_message
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles"
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
+
+
+class Figure(BaseModel):
+    """One sourced number."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: float
+    source: str = Field(min_length=3)
+
+    @field_validator("value")
+    @classmethod
+    def _finite_non_negative(cls, v: float) -> float:
+        if not (v >= 0 and v < float("inf")):
+            raise ValueError("must be a finite number >= 0")
+        return v
+
+
+class Link(BaseModel):
+    """A point-to-point or switched link, per device and per direction (unidirectional)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    bandwidth_bytes_per_s: Figure
+    latency_s: Figure
+
+
+class Efficiency(BaseModel):
+    """Achievable fractions of the datasheet peaks and the shape of the GEMM efficiency curve.
+
+    GEMM efficiency for an (m, n, k) matmul is ``gemm_max_fraction * f(m)`` where
+    ``f(m) = m / (m + gemm_half_m)`` models under-filled tiles and waves at small m; the
+    roofline then takes the max of compute and memory time, so small-m (decode) GEMMs end
+    up bandwidth-bound as they are on real hardware.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    gemm_max_fraction: Figure  # best-shape dense GEMM / dense peak (MAMF-style)
+    gemm_half_m: Figure  # tokens at which GEMM efficiency is half its max
+    memory_fraction: Figure  # achievable / datasheet memory bandwidth for streaming reads
+    attention_fraction: Figure  # attention kernel FLOP efficiency relative to gemm_max_fraction
+    elementwise_memory_fraction: Figure  # small elementwise kernels vs datasheet bandwidth
+    allreduce_bus_fraction: Figure  # NCCL-style bus bandwidth / link bandwidth
+
+
+class Overheads(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kernel_launch_s: Figure  # per kernel, removed by CUDA graphs in decode
+    step_overhead_s: Figure  # per step CPU/scheduler work (schedule, prepare inputs, sample)
+
+
+class CpuTopology(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    sockets: int = Field(ge=1)
+    cores_per_socket: int = Field(ge=1)
+    numa_remote_bandwidth_fraction: Figure  # cross-socket access bandwidth / local
+
+
+class TpuTopology(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    mxu_dim: int = Field(ge=1)  # systolic array edge: matrix dims pad to a multiple of it
+
+
+class HardwareProfile(BaseModel):
+    """A device (one GPU, one TPU chip, or one CPU server node)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    family: Literal["gpu", "tpu", "cpu"]
+    vendor: str
+    description: str = ""
+    peak_flops: dict[str, Figure]  # dense FLOP/s (or OP/s for int) per dtype
+    memory_capacity_bytes: Figure
+    memory_bandwidth_bytes_per_s: Figure
+    scale_up: Link | None = None  # NVLink / Infinity Fabric / ICI / UPI
+    scale_out: Link | None = None  # InfiniBand / RoCE / DCN
+    host_link: Link  # PCIe to host memory (KV swap)
+    power_w: Figure
+    price_per_hour_usd: Figure  # an editable assumption, not a datasheet figure
+    efficiency: Efficiency
+    overheads: Overheads
+    cpu: CpuTopology | None = None
+    tpu: TpuTopology | None = None
+    calibration: dict | None = None  # provenance written by `llmsim calibrate`
+
+    @field_validator("peak_flops")
+    @classmethod
+    def _known_dtypes(cls, v: dict[str, Figure]) -> dict[str, Figure]:
+        unknown = sorted(set(v) - set(DTYPES))
+        if unknown:
+            raise ValueError(f"unknown dtype(s) {unknown}; expected some of {list(DTYPES)}")
+        if "bf16" not in v and "fp16" not in v and "fp32" not in v:
+            raise ValueError("needs at least one of bf16, fp16, fp32")
+        return v
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for a compute dtype, falling back to the nearest wider type."""
+        for d in _fallback_chain(dtype):
+            if d in self.peak_flops:
+                return self.peak_flops[d].value
+        raise UserError(f"hardware {self.name!r} has no peak for dtype {dtype!r}")
+
+    def supports(self, dtype: str) -> bool:
+        return dtype in self.peak_flops
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_capacity_bytes.value
+
+    @property
+    def bandwidth(self) -> float:
+        return self.memory_bandwidth_bytes_per_s.value
+
+
+def _fallback_chain(dtype: str) -> list[str]:
+    chains = {
+        "fp4": ["fp4", "fp8", "bf16", "fp16", "fp32"],
+        "int4": ["int4", "int8", "fp8", "bf16", "fp16", "fp32"],
+        "int8": ["int8", "fp8", "bf16", "fp16", "fp32"],
+        "fp8": ["fp8", "bf16", "fp16", "fp32"],
+        "fp16": ["fp16", "bf16", "fp32"],
+        "bf16": ["bf16", "fp16", "fp32"],
+        "tf32": ["tf32", "fp32"],
+        "fp32": ["fp32", "tf32", "bf16"],
+    }
+    return chains.get(dtype, [dtype])
+
+
+def available_profiles() -> dict[str, Path]:
+    """Name -> path of every shipped profile (file stem and `name:` both work)."""
+    out: dict[str, Path] = {}
+    for path in sorted(PROFILES_DIR.glob("*.yaml")):
+        out[path.stem] = path
+    return out
+
+
+def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> HardwareProfile:
+    """Load a profile by shipped name (e.g. ``H100-SXM``) or by a path to a YAML file."""
+    text = str(name_or_path)
+    path = Path(text)
+    if not path.is_absolute() and base_dir is not None and (base_dir / path).suffix in (".yaml", ".yml"):
+        path = base_dir / path
+    if path.suffix not in (".yaml", ".yml"):
+        profiles = available_profiles()
+        key = _match_name(text, list(profiles))
+        path = profiles[key]
+    data = load_yaml_file(path)
+    return profile_from_dict(data, str(path))
+
+
+def profile_from_dict(data: object, origin: str) -> HardwareProfile:
+    from pydantic import ValidationError
+
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(pydantic_message(exc, origin)) from None
+
+
+def _match_name(name: str, names: list[str]) -> str:
+    lowered = {n.lower(): n for n in names}
+    if name.lower() in lowered:
+        return lowered[name.lower()]
+    from llmsim.errors import did_you_mean
+
+    raise UserError(f"unknown hardware {name!r}{did_you_mean(name, names)}; `llmsim hardware` lists them")
+
+
+def dump_profile(profile: HardwareProfile, path: Path) -> None:
+    """Write a profile YAML (used by calibration); written atomically."""
+    from llmsim.errors import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(profile.model_dump(exclude_none=True), sort_keys=False))

@@ -1,0 +1,355 @@
+"""Model architectures: a catalog of well-known models and any HuggingFace ``config.json``.
+
+Parameter counts and KV-cache bytes are derived from the architecture (GQA, MoE, tied
+embeddings, biases), never typed in; tests check them against published counts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from llmsim.errors import UserError, did_you_mean
+
+DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer. Sizes are for the whole model (not per device)."""
+
+    name: str
+    hidden_size: int
+    intermediate_size: int  # per expert for MoE
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    tie_embeddings: bool = False
+    gated_mlp: bool = True  # SwiGLU: gate and up projections (3 matrices) instead of 2
+    norm: str = "rmsnorm"  # "rmsnorm" (weight only) or "layernorm" (weight + bias)
+    qkv_bias: bool = False  # Qwen2 style
+    linear_bias: bool = False  # GPT-2 style: every linear has a bias
+    learned_positions: int = 0  # GPT-2: size of the learned absolute position table (0 = RoPE)
+    num_experts: int = 0  # 0 = dense MLP
+    experts_per_token: int = 0
+    sliding_window: int | None = None
+    max_position_embeddings: int = 4096
+    weight_dtype: str = "bf16"
+    source: str = ""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    # ---- parameter counts -------------------------------------------------------------
+    def attention_params(self) -> int:
+        h = self.hidden_size
+        n = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
+        if self.qkv_bias or self.linear_bias:
+            n += self.q_size + 2 * self.kv_size
+        if self.linear_bias:
+            n += h
+        return n
+
+    def expert_params(self) -> int:
+        """One MLP (one expert for MoE)."""
+        h, i = self.hidden_size, self.intermediate_size
+        n = (3 if self.gated_mlp else 2) * h * i
+        if self.linear_bias:
+            n += (2 if self.gated_mlp else 1) * i + h
+        return n
+
+    def norm_params(self) -> int:
+        return self.hidden_size * (2 if self.norm == "layernorm" else 1)
+
+    def layer_params(self, active_only: bool = False) -> int:
+        experts = max(1, self.num_experts)
+        if self.is_moe and active_only:
+            experts = self.experts_per_token
+        router = self.hidden_size * self.num_experts if self.is_moe else 0
+        return self.attention_params() + experts * self.expert_params() + router + 2 * self.norm_params()
+
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size + self.learned_positions * self.hidden_size
+
+    def lm_head_params(self) -> int:
+        return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
+
+    def total_params(self) -> int:
+        return (
+            self.embedding_params() + self.num_layers * self.layer_params() + self.norm_params() + self.lm_head_params()
+        )
+
+    def active_params(self) -> int:
+        """Parameters touched per token (MoE: only the routed experts)."""
+        return (
+            self.embedding_params()
+            + self.num_layers * self.layer_params(active_only=True)
+            + self.norm_params()
+            + self.lm_head_params()
+        )
+
+    def weight_bytes(self, dtype: str | None = None) -> float:
+        return self.total_params() * DTYPE_BYTES[dtype or self.weight_dtype]
+
+    # ---- KV cache --------------------------------------------------------------------
+    def kv_bytes_per_token_per_layer(self, kv_dtype: str = "bf16") -> float:
+        return 2 * self.kv_size * DTYPE_BYTES[kv_dtype]
+
+    def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
+        """K and V for every layer: 2 · L · n_kv · head_dim · bytes."""
+        return self.num_layers * self.kv_bytes_per_token_per_layer(kv_dtype)
+
+    def with_(self, **changes: object) -> ModelSpec:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _llama(name: str, h: int, i: int, layers: int, heads: int, kv: int, vocab: int, **kw: object) -> ModelSpec:
+    return ModelSpec(
+        name=name,
+        hidden_size=h,
+        intermediate_size=i,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=h // heads,
+        vocab_size=vocab,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+_REF = "HF config.json, see shared/reference/hardware_models.md B.1-B.3"
+
+CATALOG: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        _llama("llama-2-7b", 4096, 11008, 32, 32, 32, 32000, source=_REF + " [ISIM-L2-7B][OLIVE]"),
+        _llama("llama-2-70b", 8192, 28672, 80, 64, 8, 32000, source=_REF + " [CFG-L2-70B-snippet]"),
+        _llama(
+            "llama-3.1-8b",
+            4096,
+            14336,
+            32,
+            32,
+            8,
+            128256,
+            max_position_embeddings=131072,
+            source=_REF + " [AIC-L31-8B]",
+        ),
+        _llama(
+            "llama-3.1-70b",
+            8192,
+            28672,
+            80,
+            64,
+            8,
+            128256,
+            max_position_embeddings=131072,
+            source=_REF + " [AIC-L31-70B]",
+        ),
+        _llama(
+            "llama-3.1-405b",
+            16384,
+            53248,
+            126,
+            128,
+            8,
+            128256,
+            max_position_embeddings=131072,
+            source=_REF + " [AIC-L31-405B]",
+        ),
+        _llama(
+            "llama-3-8b",
+            4096,
+            14336,
+            32,
+            32,
+            8,
+            128256,
+            max_position_embeddings=8192,
+            source="Meta-Llama-3-8B config.json (same shape as Llama-3.1-8B; Vidur mlp.csv shape)",
+        ),
+        _llama(
+            "llama-3-70b",
+            8192,
+            28672,
+            80,
+            64,
+            8,
+            128256,
+            max_position_embeddings=8192,
+            source="Meta-Llama-3-70B config.json (same shape as Llama-3.1-70B; Vidur mlp.csv shape)",
+        ),
+        _llama(
+            "mistral-7b",
+            4096,
+            14336,
+            32,
+            32,
+            8,
+            32000,
+            sliding_window=4096,
+            max_position_embeddings=32768,
+            source=_REF + " [CFG-MISTRAL-doc]",
+        ),
+        _llama(
+            "mixtral-8x7b",
+            4096,
+            14336,
+            32,
+            32,
+            8,
+            32000,
+            num_experts=8,
+            experts_per_token=2,
+            max_position_embeddings=32768,
+            source=_REF + " [AIC-MIXTRAL]",
+        ),
+        _llama(
+            "qwen2.5-7b",
+            3584,
+            18944,
+            28,
+            28,
+            4,
+            152064,
+            qkv_bias=True,
+            max_position_embeddings=131072,
+            source=_REF + " [QWEN-7B-README]",
+        ),
+        _llama(
+            "qwen2.5-72b",
+            8192,
+            29568,
+            80,
+            64,
+            8,
+            152064,
+            qkv_bias=True,
+            max_position_embeddings=131072,
+            source=_REF + " [QWEN-72B-README]",
+        ),
+        _llama(
+            "codellama-34b",
+            8192,
+            22016,
+            48,
+            64,
+            8,
+            32016,
+            max_position_embeddings=16384,
+            source="CodeLlama-34b-Instruct-hf config.json (Vidur mlp.csv shape columns)",
+        ),
+        ModelSpec(
+            name="gpt2",
+            hidden_size=768,
+            intermediate_size=3072,
+            num_layers=12,
+            num_heads=12,
+            num_kv_heads=12,
+            head_dim=64,
+            vocab_size=50257,
+            tie_embeddings=True,
+            gated_mlp=False,
+            norm="layernorm",
+            linear_bias=True,
+            learned_positions=1024,
+            max_position_embeddings=1024,
+            weight_dtype="fp32",
+            source=_REF + " [HFLOG-GPT2]",
+        ),
+    ]
+}
+
+# Published totals used by tests (parameters), with their sources.
+PUBLISHED_PARAMS = {
+    "llama-2-7b": (6.74e9, "Llama 2 paper / HF model card: 7B (6.74B)"),
+    "llama-2-70b": (68.98e9, "HF model card 70B (68.98B computed in reference B.3)"),
+    "llama-3.1-8b": (8.03e9, "HF model card: 8.03B"),
+    "llama-3.1-70b": (70.55e9, "HF model card: 70.6B"),
+    "llama-3.1-405b": (405.85e9, "HF model card: 405B"),
+    "mistral-7b": (7.24e9, "Mistral 7B: 7.24B (HF model card)"),
+    "mixtral-8x7b": (46.7e9, "Mistral blog: 46.7B total, 12.9B active [MIXTRAL-COUNTS]"),
+    "qwen2.5-7b": (7.61e9, "Qwen2.5-7B model card: 7.61B [QWEN-7B-README]"),
+    "qwen2.5-72b": (72.7e9, "Qwen2.5-72B model card: 72.7B [QWEN-72B-README]"),
+    "gpt2": (124.44e6, "GPT-2 small: 124M (HF printout 124.4M) [HFLOG-GPT2]"),
+}
+
+
+def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
+    """Build a ModelSpec from a HuggingFace ``config.json`` (Llama, Mistral, Mixtral, Qwen2, GPT-2)."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: file not found (model.hf_config)")
+    try:
+        cfg = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"{path}: expected a JSON object")
+
+    def need(*keys: str) -> int:
+        for k in keys:
+            if k in cfg and cfg[k] is not None:
+                v = cfg[k]
+                if not isinstance(v, int) or v <= 0:
+                    raise UserError(f"{path}: {k}: expected a positive integer, got {v!r}")
+                return v
+        raise UserError(f"{path}: missing key {keys[0]!r} (HuggingFace config.json field)")
+
+    is_gpt2 = cfg.get("model_type") == "gpt2" or "n_embd" in cfg
+    hidden = need("hidden_size", "n_embd")
+    heads = need("num_attention_heads", "n_head")
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    inter = cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * hidden
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    torch_dtype = str(cfg.get("torch_dtype") or ("float32" if is_gpt2 else "bfloat16"))
+    dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(torch_dtype, "bf16")
+    return ModelSpec(
+        name=name or cfg.get("_name_or_path") or path.parent.name or path.stem,
+        hidden_size=hidden,
+        intermediate_size=int(inter),
+        num_layers=need("num_hidden_layers", "n_layer"),
+        num_heads=heads,
+        num_kv_heads=int(kv_heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        vocab_size=need("vocab_size"),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", is_gpt2)),
+        gated_mlp=not is_gpt2,
+        norm="layernorm" if is_gpt2 else "rmsnorm",
+        qkv_bias=bool(cfg.get("attention_bias", False)) or cfg.get("model_type") == "qwen2",
+        linear_bias=is_gpt2,
+        learned_positions=int(cfg.get("n_positions", 0)) if is_gpt2 else 0,
+        num_experts=int(experts),
+        experts_per_token=int(cfg.get("num_experts_per_tok", 0)) if experts else 0,
+        sliding_window=int(window) if window else None,
+        max_position_embeddings=int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 4096),
+        weight_dtype=dtype,
+        source=f"HF config {path}",
+    )
+
+
+def get_model(name_or_path: str | Path, base_dir: Path | None = None) -> ModelSpec:
+    """A catalog name (case-insensitive) or a path to a HuggingFace config.json."""
+    text = str(name_or_path)
+    if text.endswith(".json"):
+        path = Path(text)
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        return from_hf_config(path)
+    key = text.lower()
+    if key in CATALOG:
+        return CATALOG[key]
+    raise UserError(f"unknown model {text!r}{did_you_mean(key, list(CATALOG))}; `llmsim models` lists them")

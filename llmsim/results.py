@@ -1,0 +1,274 @@
+"""Results: per-request and per-step DataFrames, and every summary metric as a function of them.
+
+Nothing here knows about schedulers or SimPy: notebooks, reports and the CLI all call these
+functions on the same frames.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from llmsim.errors import atomic_write_text
+
+PERCENTILES = (50, 90, 99)
+
+
+class GapHistogram:
+    """Log-binned histogram of inter-token gaps (TBT) across every token, O(1) memory.
+
+    Bins are 0.5% wide in log space from 1 µs to 1000 s, so percentiles are exact to 0.5%.
+    """
+
+    LO, HI, BINS = 1e-6, 1e3, 4200
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(self.BINS + 2, dtype=np.int64)
+        self._scale = self.BINS / math.log(self.HI / self.LO)
+
+    def add(self, gap_s: float, count: int = 1) -> None:
+        if gap_s <= self.LO:
+            self.counts[0] += count
+        elif gap_s >= self.HI:
+            self.counts[-1] += count
+        else:
+            self.counts[1 + int(math.log(gap_s / self.LO) * self._scale)] += count
+
+    def merge(self, other: GapHistogram) -> None:
+        self.counts += other.counts
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    def percentile(self, q: float) -> float:
+        total = self.total
+        if total == 0:
+            return math.nan
+        idx = int(np.searchsorted(np.cumsum(self.counts), q / 100.0 * total, side="left"))
+        if idx == 0:
+            return self.LO
+        if idx >= self.BINS + 1:
+            return self.HI
+        # geometric middle of the bin
+        return self.LO * math.exp((idx - 0.5) / self._scale)
+
+
+@dataclass
+class Results:
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    summary: dict
+    queue: pd.DataFrame = field(default_factory=pd.DataFrame)  # backlog samples over time
+    extra: dict = field(default_factory=dict)  # pool/replica details, transfers, ...
+
+    def write(self, out_dir: Path) -> list[Path]:
+        """Write requests.csv, steps.csv and summary.json (each atomically)."""
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = [out_dir / "requests.csv", out_dir / "summary.json"]
+        atomic_write_text(paths[0], self.requests.to_csv(index=False, float_format="%.9g"))
+        if not self.steps.empty or "steps_written" not in self.summary:
+            paths.append(out_dir / "steps.csv")
+            atomic_write_text(paths[-1], self.steps.to_csv(index=False, float_format="%.9g"))
+        atomic_write_text(paths[1], json.dumps(self.summary, indent=2, sort_keys=True, default=_json_default) + "\n")
+        return paths
+
+
+def _json_default(o: object) -> object:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    raise TypeError(type(o))
+
+
+REQUEST_COLUMNS = [
+    "id",
+    "class",
+    "replica",
+    "status",
+    "reject_reason",
+    "arrival_s",
+    "queued_s",
+    "first_token_s",
+    "finish_s",
+    "prompt_tokens",
+    "output_tokens",
+    "generated_tokens",
+    "cached_tokens",
+    "ttft_s",
+    "tbt_mean_s",
+    "tbt_max_s",
+    "tpot_s",
+    "e2e_s",
+    "preemptions",
+    "transfer_s",
+]
+
+
+def requests_frame(reqs: list) -> pd.DataFrame:
+    """One row per request, in arrival order."""
+    cols = {
+        "id": [r.id for r in reqs],
+        "class": [r.klass for r in reqs],
+        "replica": [r.replica for r in reqs],
+        "status": [r.status if r.status in ("finished", "rejected") else "unfinished" for r in reqs],
+        "reject_reason": [r.reject_reason for r in reqs],
+        "arrival_s": [r.arrival_s for r in reqs],
+        "queued_s": [r.queued_s for r in reqs],
+        "first_token_s": [r.first_token_s for r in reqs],
+        "finish_s": [r.finish_s for r in reqs],
+        "prompt_tokens": [r.prompt_tokens for r in reqs],
+        "output_tokens": [r.output_tokens for r in reqs],
+        "generated_tokens": [r.generated for r in reqs],
+        "cached_tokens": [r.cached_tokens for r in reqs],
+        "max_gap": [r.max_tbt_s for r in reqs],
+        "last_token_s": [r.last_token_s for r in reqs],
+        "preemptions": [r.preemptions for r in reqs],
+        "transfer_s": [r.transfer_s for r in reqs],
+    }
+    df = pd.DataFrame(cols)
+    df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
+    gaps = df["generated_tokens"] - 1
+    df["tbt_mean_s"] = np.where(gaps > 0, (df["last_token_s"] - df["first_token_s"]) / gaps.clip(lower=1), np.nan)
+    df["tbt_max_s"] = np.where(gaps > 0, df["max_gap"], np.nan)
+    df["tpot_s"] = df["tbt_mean_s"]
+    df["e2e_s"] = df["finish_s"] - df["arrival_s"]
+    return df[REQUEST_COLUMNS]
+
+
+def _dist(s: pd.Series) -> dict:
+    s = s.dropna()
+    if s.empty:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    return {"mean": float(s.mean()), **{f"p{p}": float(np.percentile(s, p)) for p in PERCENTILES}}
+
+
+def slo_mask(req: pd.DataFrame, slo: dict, classes: dict | None = None) -> pd.Series:
+    """True for finished requests meeting every configured SLO (per-class overrides apply)."""
+    ok = req["status"] == "finished"
+
+    def meets(frame: pd.DataFrame, s: dict) -> pd.Series:
+        m = pd.Series(True, index=frame.index)
+        for key, col in (("ttft_s", "ttft_s"), ("tbt_s", "tbt_max_s"), ("tpot_s", "tpot_s"), ("e2e_s", "e2e_s")):
+            if s.get(key) is not None:
+                m &= frame[col].fillna(0.0) <= s[key]
+        return m
+
+    base = meets(req, slo)
+    for name, override in (classes or {}).items():
+        sel = req["class"] == name
+        if sel.any():
+            merged = {**slo, **{k: v for k, v in override.items() if v is not None}}
+            base[sel] = meets(req[sel], merged)
+    return ok & base
+
+
+def saturation_verdict(queue: pd.DataFrame, n_requests: int, unfinished: int, last_arrival_s: float) -> dict:
+    """Stable / backlogged / overloaded, from how the waiting queue grows while requests arrive.
+
+    The least-squares slope of the waiting-queue length over the arrival window, divided by
+    the arrival rate, is the share of offered requests that pile up instead of being served.
+    """
+    out = {"queue_growth_rps": 0.0, "growth_share": 0.0, "unfinished": unfinished, "final_queue": 0}
+    if not queue.empty and last_arrival_s > 0:
+        win = queue[queue["time_s"] <= last_arrival_s]
+        if len(win) >= 3:
+            t, q = win["time_s"].to_numpy(), win["waiting"].to_numpy(dtype=float)
+            slope = float(np.polyfit(t, q, 1)[0]) if np.ptp(t) > 0 else 0.0
+            rate = n_requests / last_arrival_s
+            out["queue_growth_rps"] = slope
+            out["growth_share"] = slope / rate if rate > 0 else 0.0
+            out["final_queue"] = int(q[-1])
+    share = out["growth_share"]
+    if share > 0.05 or unfinished > 0.05 * max(n_requests, 1):
+        verdict = "overloaded"
+    elif share > 0.01 or unfinished > 0:
+        verdict = "backlogged"
+    else:
+        verdict = "stable"
+    out["verdict"] = verdict
+    out["explanation"] = {
+        "stable": "the queue does not grow while requests arrive; latencies describe steady state",
+        "backlogged": "the queue grows slowly or requests were left at the horizon; latencies include a backlog",
+        "overloaded": "offered load exceeds capacity: the queue grows without bound and latencies depend on "
+        "the run length, not the system",
+    }[verdict]
+    return out
+
+
+def summarize(
+    req: pd.DataFrame,
+    steps: pd.DataFrame,
+    queue: pd.DataFrame,
+    slo: dict,
+    slo_classes: dict,
+    kv_capacity_blocks: int,
+    meta: dict,
+) -> dict:
+    fin = req[req["status"] == "finished"]
+    n = len(req)
+    start = float(req["arrival_s"].min()) if n else 0.0
+    end = float(fin["finish_s"].max()) if len(fin) else start
+    span = max(end - start, 1e-12)
+    meets = slo_mask(req, slo, slo_classes)
+    summary = {
+        **meta,
+        "requests": {
+            "total": n,
+            "finished": int(len(fin)),
+            "rejected": int((req["status"] == "rejected").sum()),
+            "unfinished": int((req["status"] == "unfinished").sum()),
+            "preemptions": int(req["preemptions"].sum()),
+        },
+        "throughput": {
+            "makespan_s": span,
+            "requests_per_s": len(fin) / span,
+            "input_tokens_per_s": float(fin["prompt_tokens"].sum()) / span,
+            "output_tokens_per_s": float(fin["generated_tokens"].sum()) / span,
+        },
+        "tokens": {
+            "prompt": int(fin["prompt_tokens"].sum()),
+            "output": int(fin["generated_tokens"].sum()),
+            "cached": int(fin["cached_tokens"].sum()),
+        },
+        "latency_s": {
+            "ttft": _dist(fin["ttft_s"]),
+            "tbt_request_max": _dist(fin["tbt_max_s"]),
+            "tpot": _dist(fin["tpot_s"]),
+            "e2e": _dist(fin["e2e_s"]),
+        },
+        "slo": {
+            **{k: v for k, v in slo.items() if v is not None},
+            "attainment": float(meets.sum() / n) if n else 0.0,
+            "goodput_rps": float(meets.sum()) / span,
+            "met_target": bool(n and meets.sum() / n >= slo.get("attainment_target", 0.9)),
+        },
+    }
+    if "class" in req and req["class"].nunique() > 1:
+        summary["classes"] = {
+            str(k): {
+                "requests": int(len(g)),
+                "attainment": float(meets[g.index].mean()),
+                "ttft_p99_s": _dist(g["ttft_s"])["p99"],
+                "tpot_p50_s": _dist(g["tpot_s"])["p50"],
+            }
+            for k, g in req.groupby("class")
+        }
+    if not steps.empty and kv_capacity_blocks:
+        w = steps["duration_s"].to_numpy()
+        util = steps["kv_blocks_used"].to_numpy() / kv_capacity_blocks
+        summary["kv_cache"] = {
+            "capacity_blocks_per_replica": kv_capacity_blocks,
+            "utilization_mean": float(np.average(util, weights=w)) if w.sum() > 0 else 0.0,
+            "utilization_peak": float(util.max()),
+        }
+    last_arrival = float(req["arrival_s"].max()) if n else 0.0
+    summary["saturation"] = saturation_verdict(queue, n, summary["requests"]["unfinished"], last_arrival)
+    return summary

@@ -1,0 +1,290 @@
+"""Scenario YAML -> validated ``Scenario``. Every key is documented in docs/scenario.md.
+
+Validation names the file and the key path of every problem and suggests the closest valid
+key or name. Relative paths in a scenario resolve against the scenario file's folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from llmsim.errors import UserError, load_yaml_file, pydantic_message
+
+PosInt = Annotated[int, Field(gt=0)]
+PosFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Strict):
+    name: str | None = None  # catalog name
+    hf_config: str | None = None  # path to a HuggingFace config.json
+    weight_dtype: Dtype | None = None  # default: bf16 (fp32 for GPT-2)
+    act_dtype: Literal["fp32", "bf16", "fp16", "fp8"] = "bf16"  # fp8 = W8A8 on FP8 tensor cores
+    attention_kernel: Literal["flash", "naive"] = "flash"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if (self.name is None) == (self.hf_config is None):
+            raise ValueError("give exactly one of `name` (catalog) or `hf_config` (path to config.json)")
+        return self
+
+
+class PoolConfig(_Strict):
+    """A group of identical replicas (the whole cluster when colocated)."""
+
+    hardware: str | None = None  # default: the scenario's `hardware`
+    replicas: PosInt = 1
+    tp: PosInt = 1  # tensor parallelism: devices per pipeline stage
+    pp: PosInt = 1  # pipeline stages
+    max_num_seqs: PosInt | None = None  # default: policy.max_num_seqs
+    max_batch_tokens: PosInt | None = None
+
+
+class LinkConfig(_Strict):
+    """KV-transfer link between prefill and decode pools (per direction)."""
+
+    kind: Literal["nvlink", "pcie", "rdma", "custom"] = "rdma"
+    bandwidth_gbps: PosFloat | None = None  # GB/s per direction; default from the hardware profile
+    latency_us: NonNegFloat | None = None
+    layerwise_overlap: bool = False  # send layer by layer while the prefill computes
+
+
+class ClusterConfig(_Strict):
+    replicas: PosInt = 1
+    tp: PosInt = 1
+    pp: PosInt = 1
+    router: Literal["round_robin", "least_outstanding", "kv_aware", "prefix_affinity"] = "round_robin"
+    cuda_graphs: bool = False  # decode-only steps replay CUDA graphs (no per-kernel launch gaps)
+    numa_aware: bool = True  # CPU devices: keep each socket's reads local
+    prefill_pool: PoolConfig | None = None  # disaggregated policy only
+    decode_pool: PoolConfig | None = None
+    kv_link: LinkConfig = LinkConfig()
+
+
+class PolicyConfig(_Strict):
+    kind: Literal["traditional", "static", "chunked", "disaggregated"] = "traditional"
+    max_num_seqs: PosInt = 256
+    max_batch_tokens: PosInt = 8192
+    chunk_tokens: PosInt = 512  # chunked prefill budget per step (decode tokens count against it)
+    queue_order: Literal["fcfs", "shortest_prompt_first", "length_bucketed"] = "fcfs"
+    max_queue: PosInt | None = None  # per replica; arrivals beyond it are rejected (load shedding)
+
+
+class KVCacheConfig(_Strict):
+    block_tokens: PosInt = 16
+    dtype: Literal["bf16", "fp16", "fp8", "int8", "fp32"] = "bf16"
+    memory_fraction: float = Field(0.9, gt=0, le=1)  # of device memory usable by weights + KV
+    reserve_gb: NonNegFloat = 0.0  # extra reserve (activations, CUDA context) in GB
+    watermark: float = Field(0.01, ge=0, lt=1)
+    preemption: Literal["recompute", "swap"] = "recompute"
+    prefix_caching: bool = False
+
+
+class LengthSpec(_Strict):
+    dist: Literal["fixed", "uniform", "lognormal", "empirical"]
+    value: PosInt | None = None  # fixed
+    min: Annotated[int, Field(ge=0)] | None = None  # uniform (and clip for the others)
+    max: PosInt | None = None
+    median: PosFloat | None = None  # lognormal
+    sigma: PosFloat | None = None
+    trace: str | None = None  # empirical: a trace file whose lengths are resampled
+    format: Literal["azure", "mooncake", "burstgpt", "generic"] = "azure"
+
+    @model_validator(mode="after")
+    def _fields_for_dist(self) -> LengthSpec:
+        need = {
+            "fixed": ["value"],
+            "uniform": ["min", "max"],
+            "lognormal": ["median", "sigma"],
+            "empirical": ["trace"],
+        }[self.dist]
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"dist {self.dist!r} needs {missing}")
+        if self.dist == "uniform" and self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
+        return self
+
+
+class TraceConfig(_Strict):
+    path: str
+    format: Literal["azure", "mooncake", "burstgpt", "generic"] = "azure"
+    speedup: PosFloat = 1.0  # 2.0 replays twice as fast (twice the rate)
+    start_s: NonNegFloat = 0.0
+    duration_s: PosFloat | None = None
+    max_requests: PosInt | None = None
+
+
+class WorkloadConfig(_Strict):
+    kind: Literal["poisson", "gamma", "all_at_once", "trace"]
+    rate_rps: PosFloat | None = None  # poisson / gamma
+    cv: PosFloat = 1.0  # gamma: coefficient of variation of inter-arrival gaps
+    num_requests: PosInt | None = None
+    duration_s: PosFloat | None = None  # alternative to num_requests: rate x duration requests
+    batch_size: PosInt = 1  # all_at_once: requests per batch
+    batch_interval_s: NonNegFloat = 0.0
+    prompt_tokens: LengthSpec | None = None
+    output_tokens: LengthSpec | None = None
+    trace: TraceConfig | None = None
+    horizon_s: PosFloat | None = None  # stop simulating here; default 2 x last arrival + 600 s
+
+    @model_validator(mode="after")
+    def _complete(self) -> WorkloadConfig:
+        if self.kind == "trace":
+            if self.trace is None:
+                raise ValueError("kind 'trace' needs a `trace:` section")
+            return self
+        if self.prompt_tokens is None or self.output_tokens is None:
+            raise ValueError(f"kind {self.kind!r} needs `prompt_tokens` and `output_tokens` length specs")
+        if self.kind in ("poisson", "gamma"):
+            if self.rate_rps is None:
+                raise ValueError(f"kind {self.kind!r} needs `rate_rps`")
+            if self.num_requests is None and self.duration_s is None:
+                raise ValueError("give `num_requests` or `duration_s`")
+        elif self.num_requests is None:
+            raise ValueError("kind 'all_at_once' needs `num_requests`")
+        return self
+
+
+class SLOConfig(_Strict):
+    ttft_s: PosFloat | None = None
+    tbt_s: PosFloat | None = None  # applies to the max gap between tokens of a request
+    tpot_s: PosFloat | None = None  # mean time per output token after the first
+    e2e_s: PosFloat | None = None
+    attainment: float = Field(0.9, gt=0, le=1)  # target fraction of requests meeting every SLO
+    classes: dict[str, SLOConfig] = {}  # per request class overrides
+
+
+class OutputConfig(_Strict):
+    dir: str = "results"
+    steps: Literal["all", "sample", "none"] = "all"
+    sample_every: PosInt = 100  # with steps: sample, keep every n-th step
+
+
+class Scenario(_Strict):
+    name: str
+    seed: int = 0
+    model: ModelConfig
+    hardware: str
+    cluster: ClusterConfig = ClusterConfig()
+    policy: PolicyConfig = PolicyConfig()
+    kv_cache: KVCacheConfig = KVCacheConfig()
+    workload: WorkloadConfig
+    slo: SLOConfig = SLOConfig()
+    output: OutputConfig = OutputConfig()
+    base_dir: str = "."  # folder relative paths resolve against (set by the loader)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_shorthand(cls, data: object) -> object:
+        # `model: llama-3.1-8b` is shorthand for `model: {name: llama-3.1-8b}`
+        if isinstance(data, dict) and isinstance(data.get("model"), str):
+            data = dict(data, model={"name": data["model"]})
+        return data
+
+    def path(self, p: str) -> Path:
+        q = Path(p)
+        return q if q.is_absolute() else Path(self.base_dir) / q
+
+
+def _section_keys() -> dict[str, list[str]]:
+    """Valid keys per section, for 'did you mean' suggestions."""
+    out = {"": list(Scenario.model_fields)}
+    for name, f in Scenario.model_fields.items():
+        ann = f.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out[name] = list(ann.model_fields)
+    out["workload.prompt_tokens"] = out["workload.output_tokens"] = list(LengthSpec.model_fields)
+    out["workload.trace"] = list(TraceConfig.model_fields)
+    out["cluster.prefill_pool"] = out["cluster.decode_pool"] = list(PoolConfig.model_fields)
+    out["cluster.kv_link"] = list(LinkConfig.model_fields)
+    return out
+
+
+def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
+    if not isinstance(data, dict):
+        raise UserError(
+            f"{origin}: expected a mapping of sections (name, model, hardware, ...), got {type(data).__name__}"
+        )
+    try:
+        sc = Scenario.model_validate(dict(data, base_dir=str(base_dir)))
+    except ValidationError as exc:
+        raise UserError(pydantic_message(exc, origin, _section_keys())) from None
+    _check_names(sc, origin)
+    return sc
+
+
+def load_scenario(path: str | Path, overrides: dict[str, object] | None = None) -> Scenario:
+    """Read and validate a scenario file; ``overrides`` maps dotted key paths to values."""
+    path = Path(path)
+    data = load_yaml_file(path)
+    if overrides:
+        if not isinstance(data, dict):
+            raise UserError(f"{path}: expected a mapping of sections")
+        for key, value in overrides.items():
+            set_path(data, key, value)
+    return scenario_from_dict(data, str(path), path.resolve().parent)
+
+
+def set_path(data: dict, dotted: str, value: object) -> None:
+    node = data
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        if not isinstance(node.get(p), dict):
+            node[p] = {} if node.get(p) is None or not isinstance(node.get(p), dict) else node[p]
+        node = node[p]
+    node[parts[-1]] = value
+
+
+def _check_names(sc: Scenario, origin: str) -> None:
+    """Catalog and profile names resolve now, so a typo fails before any work."""
+    from llmsim.hardware import load_profile
+    from llmsim.models import get_model
+
+    base = Path(sc.base_dir)
+    for key, name in [("hardware", sc.hardware), *_pool_hardware(sc)]:
+        try:
+            load_profile(name, base)
+        except UserError as exc:
+            raise UserError(f"{origin}: {key}: {exc}") from None
+    try:
+        if sc.model.hf_config:
+            get_model(str(sc.path(sc.model.hf_config)) if sc.model.hf_config.endswith(".json") else sc.model.hf_config)
+        else:
+            get_model(sc.model.name or "")
+    except UserError as exc:
+        raise UserError(f"{origin}: model: {exc}") from None
+    for key, p in _paths(sc):
+        if not sc.path(p).exists():
+            raise UserError(f"{origin}: {key}: file not found: {sc.path(p)}")
+    if sc.policy.kind == "disaggregated" and (sc.cluster.prefill_pool is None or sc.cluster.decode_pool is None):
+        raise UserError(f"{origin}: cluster: policy 'disaggregated' needs cluster.prefill_pool and cluster.decode_pool")
+
+
+def _pool_hardware(sc: Scenario) -> list[tuple[str, str]]:
+    out = []
+    for key in ("prefill_pool", "decode_pool"):
+        pool = getattr(sc.cluster, key)
+        if pool is not None and pool.hardware:
+            out.append((f"cluster.{key}.hardware", pool.hardware))
+    return out
+
+
+def _paths(sc: Scenario) -> list[tuple[str, str]]:
+    out = []
+    w = sc.workload
+    if w.trace is not None:
+        out.append(("workload.trace.path", w.trace.path))
+    for key in ("prompt_tokens", "output_tokens"):
+        spec = getattr(w, key)
+        if spec is not None and spec.trace:
+            out.append((f"workload.{key}.trace", spec.trace))
+    return out

@@ -1,0 +1,75 @@
+"""Traditional continuous batching (vLLM's original scheduler) and static batching.
+
+Traditional: whenever prompts wait and fit, the step prefills whole prompts only (prefill has
+priority, so running decodes stall for that step); otherwise every running request decodes.
+Static: a batch is admitted only when the previous one has fully finished, and every slot keeps
+being computed until the longest request in the batch is done (HF ``generate`` style padding).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from llmsim.request import Request
+from llmsim.schedulers.base import BatchPlan, Scheduler
+
+
+class TraditionalScheduler(Scheduler):
+    name = "traditional"
+
+    def rejection_reason(self, req: Request) -> str:
+        if req.prompt_tokens > self.cfg.max_batch_tokens:
+            return f"prompt of {req.prompt_tokens} tokens exceeds max_batch_tokens={self.cfg.max_batch_tokens}"
+        return super().rejection_reason(req)
+
+    def schedule(self, waiting: deque[Request], running: list[Request]) -> BatchPlan:
+        plan = BatchPlan()
+        tokens = 0
+        while waiting and len(running) < self.cfg.max_num_seqs:
+            r = waiting[0]
+            need = r.prompt_remaining
+            if tokens + need > self.cfg.max_batch_tokens:
+                break
+            if not self._admit(r, need, waiting, running):
+                break
+            plan.prefill.append((r, need))
+            tokens += need
+        if plan.prefill:
+            return plan
+        self._schedule_decodes(waiting, running, plan)
+        return plan
+
+
+class StaticScheduler(Scheduler):
+    name = "static"
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.batch: list[Request] = []
+
+    def rejection_reason(self, req: Request) -> str:
+        if req.prompt_tokens > self.cfg.max_batch_tokens:
+            return f"prompt of {req.prompt_tokens} tokens exceeds max_batch_tokens={self.cfg.max_batch_tokens}"
+        return super().rejection_reason(req)
+
+    def schedule(self, waiting: deque[Request], running: list[Request]) -> BatchPlan:
+        plan = BatchPlan()
+        if not running:
+            self.batch = []
+            tokens = 0
+            while waiting and len(running) < self.cfg.max_num_seqs:
+                r = waiting[0]
+                # reserve the request's whole lifetime up front: a static batch never preempts
+                total = r.prompt_remaining + max(r.output_tokens - r.generated - 1, 0)
+                if tokens + r.prompt_remaining > self.cfg.max_batch_tokens:
+                    break
+                if not self._admit(r, total, waiting, running):
+                    break
+                plan.prefill.append((r, r.prompt_remaining))
+                tokens += r.prompt_remaining
+                self.batch.append(r)
+            return plan
+        plan.decode = [r for r in running if not r.in_prefill]
+        # finished members still occupy their slot and are computed as padding
+        plan.padding = [r for r in self.batch if r.status != "running"]
+        return plan

@@ -1,0 +1,120 @@
+"""A workload is columns: arrival time, prompt and output tokens, and optional class / prefix hashes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from llmsim.errors import UserError
+
+
+@dataclass
+class Workload:
+    """Requests sorted by arrival. Arrays share one length; optional columns may be None."""
+
+    arrival_s: np.ndarray  # float64, seconds from the start, non-decreasing
+    prompt_tokens: np.ndarray  # int64 >= 1
+    output_tokens: np.ndarray  # int64 >= 0 (0 = prefill only)
+    klass: np.ndarray | None = None  # object array of class names (per-class SLOs)
+    block_hashes: list[list[int]] | None = None  # per request, one id per prefix block
+    hash_block_tokens: int = 0  # tokens per hashed block (Mooncake: 512)
+    source: str = "synthetic"
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64)
+        self.prompt_tokens = np.asarray(self.prompt_tokens, dtype=np.int64)
+        self.output_tokens = np.asarray(self.output_tokens, dtype=np.int64)
+        n = len(self.arrival_s)
+        if len(self.prompt_tokens) != n or len(self.output_tokens) != n:
+            raise ValueError("workload columns differ in length")
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def validate(self, origin: str) -> None:
+        """Raise a UserError naming the first bad row (0-based data row)."""
+        if len(self) == 0:
+            raise UserError(f"{origin}: the workload has no requests")
+        bad = _first(~np.isfinite(self.arrival_s) | (self.arrival_s < 0))
+        if bad is not None:
+            raise UserError(
+                f"{origin}: row {bad}: arrival time must be a finite number >= 0, got {self.arrival_s[bad]}"
+            )
+        bad = _first(np.diff(self.arrival_s) < 0)
+        if bad is not None:
+            raise UserError(
+                f"{origin}: row {bad + 1}: arrival times are not sorted "
+                f"({self.arrival_s[bad + 1]} after {self.arrival_s[bad]})"
+            )
+        bad = _first(self.prompt_tokens < 1)
+        if bad is not None:
+            raise UserError(f"{origin}: row {bad}: prompt tokens must be >= 1, got {self.prompt_tokens[bad]}")
+        bad = _first(self.output_tokens < 0)
+        if bad is not None:
+            raise UserError(f"{origin}: row {bad}: output tokens must be >= 0, got {self.output_tokens[bad]}")
+
+    def to_frame(self) -> pd.DataFrame:
+        df = pd.DataFrame(
+            {"arrival_s": self.arrival_s, "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens}
+        )
+        if self.klass is not None:
+            df["class"] = self.klass
+        return df
+
+    def stats(self) -> dict:
+        """Summary statistics for reports."""
+        span = float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) > 1 else 0.0
+        gaps = np.diff(self.arrival_s)
+        cv = float(gaps.std() / gaps.mean()) if len(gaps) > 1 and gaps.mean() > 0 else 0.0
+        return {
+            "source": self.source,
+            "requests": len(self),
+            "span_s": span,
+            "mean_rate_rps": (len(self) - 1) / span if span > 0 else float("inf"),
+            "interarrival_cv": cv,
+            "prompt_mean": float(self.prompt_tokens.mean()),
+            "prompt_p50": float(np.median(self.prompt_tokens)),
+            "prompt_p99": float(np.percentile(self.prompt_tokens, 99)),
+            "output_mean": float(self.output_tokens.mean()),
+            "output_p50": float(np.median(self.output_tokens)),
+            "output_p99": float(np.percentile(self.output_tokens, 99)),
+        }
+
+
+def _first(mask: np.ndarray) -> int | None:
+    idx = np.flatnonzero(mask)
+    return int(idx[0]) if len(idx) else None
+
+
+def slice_and_scale(
+    w: Workload,
+    start_s: float = 0.0,
+    duration_s: float | None = None,
+    max_requests: int | None = None,
+    speedup: float = 1.0,
+) -> Workload:
+    """Keep arrivals in [start_s, start_s + duration_s) of the trace's own clock, at most
+    ``max_requests``, re-based to start at 0 and compressed by ``speedup`` (2 = twice the rate)."""
+    t = w.arrival_s - (w.arrival_s[0] if len(w) else 0.0)
+    keep = t >= start_s
+    if duration_s is not None:
+        keep &= t < start_s + duration_s
+    idx = np.flatnonzero(keep)
+    if max_requests is not None:
+        idx = idx[:max_requests]
+    if len(idx) == 0:
+        raise UserError(f"{w.source}: no requests left after slicing (start_s={start_s}, duration_s={duration_s})")
+    arr = (t[idx] - t[idx[0]]) / speedup
+    return Workload(
+        arrival_s=arr,
+        prompt_tokens=w.prompt_tokens[idx],
+        output_tokens=w.output_tokens[idx],
+        klass=None if w.klass is None else w.klass[idx],
+        block_hashes=None if w.block_hashes is None else [w.block_hashes[i] for i in idx],
+        hash_block_tokens=w.hash_block_tokens,
+        source=w.source,
+        meta=dict(w.meta, start_s=start_s, duration_s=duration_s, speedup=speedup),
+    )
