@@ -47,10 +47,11 @@ class Link(BaseModel):
 class Efficiency(BaseModel):
     """Achievable fractions of the datasheet peaks and the shape of the GEMM efficiency curve.
 
-    GEMM efficiency for an (m, n, k) matmul is ``gemm_max_fraction * f(m)`` where
-    ``f(m) = m / (m + gemm_half_m)`` models under-filled tiles and waves at small m; the
-    roofline then takes the max of compute and memory time, so small-m (decode) GEMMs end
-    up bandwidth-bound as they are on real hardware.
+    GEMM efficiency for an (m, n, k) matmul is ``gemm_max_fraction * f(m) * w(m, n)`` where
+    ``f(m) = m / (m + gemm_half_m)`` models under-filled tiles at small m and
+    ``w = (tiles / (waves * units)) ** gemm_wave_exponent`` the last, partly empty wave of output
+    tiles over the SMs (see docs/costmodel.md); the roofline then takes the max of compute and
+    memory time, so small-m (decode) GEMMs end up bandwidth-bound as they are on real hardware.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -60,12 +61,18 @@ class Efficiency(BaseModel):
     attention_fraction: Figure  # attention kernel FLOP efficiency relative to gemm_max_fraction
     elementwise_memory_fraction: Figure  # small elementwise kernels vs datasheet bandwidth
     allreduce_bus_fraction: Figure  # NCCL-style bus bandwidth / link bandwidth
+    # Optional shape terms (absent in older profiles: then no wave quantisation is modelled).
+    gemm_wave_units: Figure | None = None  # SMs / CUs that output tiles are spread over, one tile each per wave
+    gemm_tile: Figure | None = None  # output tile edge (rows and cols) of the GEMM kernels; default 128
+    gemm_wave_exponent: Figure | None = None  # 1 = full wave-quantisation loss; <1 = softened by tile heuristics
+    dequant_flops_per_weight: Figure | None = None  # vector FLOPs to unpack one int4/int8 weight (weight-only)
 
 
 class Overheads(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kernel_launch_s: Figure  # per kernel, removed by CUDA graphs in decode
     step_overhead_s: Figure  # per step CPU/scheduler work (schedule, prepare inputs, sample)
+    kernel_fixed_s: Figure | None = None  # device-side minimum per kernel (ramp-up, tail); CUDA graphs keep it
 
 
 class CpuTopology(BaseModel):

@@ -432,7 +432,7 @@ def nvidia_smi(query: str) -> str | None:
 
 def device_info(torch, device: str) -> dict[str, object]:
     info: dict[str, object] = {
-        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host_python": platform.python_version(),
         "torch_version": torch.__version__,
         "torch_cuda_version": torch.version.cuda,
@@ -590,9 +590,17 @@ class Runner:
         torch = self.torch
         a8 = self.randn(64, 256).to(torch.float8_e4m3fn)
         w8 = self.randn(128, 256).to(torch.float8_e4m3fn)
-        out = self._fp8_mm(a8, w8).double()
-        ref = a8.double() @ w8.double().t()
+        out = self._fp8_mm(a8, w8).float()
+        ref = a8.float() @ w8.float().t()  # fp32 reference on the same (fp8-rounded) inputs
         return float((out - ref).norm() / ref.norm())
+
+    def bf16_check(self) -> None:
+        """Relative error of one bf16 GEMM against an fp32 reference (bf16 operands: expect 1e-3..1e-2)."""
+        F = self.torch.nn.functional
+        x, w = self.randn(64, 512), self.randn(256, 512)
+        out = F.linear(x, w).float()
+        ref = x.float() @ w.float().t()
+        self.checks["bf16_gemm_rel_err"] = float((out - ref).norm() / ref.norm())
 
     def gemm_fp8(self, r):
         torch = self.torch
@@ -823,6 +831,7 @@ def main(argv=None) -> int:
     run = Runner(torch, device, int(l2), timer, source)
     shapes = plan(args.tiny)
 
+    run.bf16_check()
     fp8_why = "skipped (--no-fp8)" if args.no_fp8 else run.fp8_supported()
     info["fp8"] = fp8_why or "measured with torch._scaled_mm (e4m3 x e4m3 -> bf16, unit scales)"
 

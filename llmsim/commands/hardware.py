@@ -33,10 +33,10 @@ def cmd_hardware(args: argparse.Namespace) -> int:
                         link.bandwidth_bytes_per_s.source,
                     ]
                 )
-        for name, fig in hw.efficiency:
-            rows.append([f"efficiency.{name}", f"{fig.value:g}", fig.source])
-        for name, fig in hw.overheads:
-            rows.append([f"overheads.{name}", f"{fig.value:g}", fig.source])
+        for section in ("efficiency", "overheads"):
+            for name, fig in getattr(hw, section):
+                if fig is not None:  # optional shape terms may be absent
+                    rows.append([f"{section}.{name}", f"{fig.value:g}", fig.source])
         rows += [
             ["power", f"{hw.power_w.value:.0f} W", hw.power_w.source],
             ["price", f"${hw.price_per_hour_usd.value:.2f}/h", hw.price_per_hour_usd.source],

@@ -11,9 +11,15 @@ import math
 from dataclasses import dataclass, field
 
 from llmsim.costmodel.comm import all_reduce_s, send_s, tp_link
+from llmsim.costmodel.gemm import GemmCurve
 from llmsim.costmodel.ops import BatchShape, Op, OpConfig, step_ops
 from llmsim.hardware import HardwareProfile
 from llmsim.models import DTYPE_BYTES, ModelSpec
+
+# Prior: unpacking an int4/int8 weight costs ~4 vector ops (shift/mask, convert, scale, and a
+# zero-point subtract), as in the Marlin / AWQ GEMM kernels' inner loops (Frantar et al. 2024).
+DEFAULT_DEQUANT_FLOPS = 4.0
+_EXPERT_OPS = ("mlp_up_proj", "mlp_down_proj")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +30,17 @@ class OpTime:
     compute_s: float
     memory_s: float
     launch_s: float
+    fixed_s: float = 0.0  # device-side minimum kernel duration (kept under CUDA graphs)
+    dequant_s: float = 0.0  # part of compute_s spent unpacking quantised weights
+
+    @property
+    def kernel_s(self) -> float:
+        """What a GPU timer around the kernel measures (no host launch gap)."""
+        return max(self.compute_s, self.memory_s) + self.fixed_s
 
     @property
     def per_call_s(self) -> float:
-        return max(self.compute_s, self.memory_s) + self.launch_s
+        return self.kernel_s + self.launch_s
 
     @property
     def total_s(self) -> float:
@@ -46,6 +59,7 @@ class CostConfig(OpConfig):
 
     cuda_graphs: bool = False  # decode-only steps replay a captured graph: no launch gaps
     numa_aware: bool = True  # CPU: each socket reads its own memory (else half the reads cross)
+    moe_imbalance: float = 1.0  # MoE: tokens of the busiest expert / mean tokens per expert (>= 1)
 
 
 @dataclass
@@ -61,8 +75,11 @@ class CostModel:
         eff = self.hw.efficiency
         self._bw = self.hw.bandwidth * eff.memory_fraction.value * self._numa_factor()
         self._elem_bw = self.hw.bandwidth * eff.elementwise_memory_fraction.value * self._numa_factor()
-        self._gemm_frac = eff.gemm_max_fraction.value
-        self._half_m = eff.gemm_half_m.value
+        self._curve = GemmCurve.from_profile(self.hw)
+        self._fixed = self.hw.overheads.kernel_fixed_s.value if self.hw.overheads.kernel_fixed_s else 0.0
+        dq = eff.dequant_flops_per_weight
+        self._dequant_flops = dq.value if dq else DEFAULT_DEQUANT_FLOPS
+        self._vector_peak = self.hw.peak("fp32")  # unpacking runs on the CUDA/vector cores, not tensor cores
         self._attn_frac = eff.gemm_max_fraction.value * eff.attention_fraction.value
         self._launch = self.hw.overheads.kernel_launch_s.value
         self._step_overhead = self.hw.overheads.step_overhead_s.value
@@ -79,24 +96,41 @@ class CostModel:
         return 1.0 / ((1 - remote) + remote / r)
 
     # ---- pricing one op ----------------------------------------------------------------
-    def gemm_efficiency(self, m: int) -> float:
-        """Fraction of dense peak a GEMM with m rows reaches (compute side)."""
-        return self._gemm_frac * m / (m + self._half_m)
+    def gemm_efficiency(self, m: int, n: int = 0) -> float:
+        """Fraction of dense peak a GEMM with m rows (and n output columns) reaches, compute side.
+
+        ``n = 0`` leaves out wave quantisation (kept for callers that only know m)."""
+        scale = min(1.0, DTYPE_BYTES[self.cfg.weight_dtype] / DTYPE_BYTES[self.cfg.act_dtype])
+        if not n:
+            return self._curve.max_fraction * m / (m + self._curve.half_m * scale)
+        return float(self._curve.efficiency(m, n, scale))
+
+    def _dequant_s(self, op: Op) -> float:
+        """Weight-only quantisation: unpack each weight once per 128-row block of activations."""
+        w, a = self.cfg.weight_dtype, self.cfg.act_dtype
+        if not op.weight_bytes or DTYPE_BYTES[w] >= DTYPE_BYTES[a]:
+            return 0.0
+        weights = op.k * op.n
+        return weights * math.ceil(op.m / self._curve.tile) * self._dequant_flops / self._vector_peak
 
     def _pad(self, d: int) -> int:
         return int(math.ceil(d / self._mxu) * self._mxu) if self._mxu and d else d
 
     def price(self, op: Op, decode_only: bool = False) -> OpTime:
+        """Per-call times of one op: compute and memory sides, launch gap, fixed kernel latency."""
         launch = 0.0 if (decode_only and self.cfg.cuda_graphs) else self._launch
         if op.kind == "comm":
             t = all_reduce_s(op.bytes_read, self.cfg.tp, self._link, self.hw.efficiency.allreduce_bus_fraction.value)
             return OpTime(op, 0.0, t, 0.0)
         peak = self.hw.peak(op.dtype)
+        dequant = 0.0
         if op.kind == "gemm":
-            flops = op.flops
-            if self._mxu:
-                flops = 2.0 * self._pad(op.m) * self._pad(op.n) * self._pad(op.k)
-            compute = flops / (peak * self.gemm_efficiency(op.m)) if op.m else 0.0
+            flops = self.padded_flops(op)
+            compute = flops / (peak * self.gemm_efficiency(op.m, op.n)) if op.m else 0.0
+            if self.model.is_moe and op.name in _EXPERT_OPS:
+                compute *= self.cfg.moe_imbalance  # the step waits for the busiest expert
+            dequant = self._dequant_s(op)
+            compute += dequant
             memory = op.bytes / self._bw
         elif op.kind == "attention":
             compute = op.flops / (peak * self._attn_frac)
@@ -104,7 +138,16 @@ class CostModel:
         else:
             compute = op.flops / peak
             memory = op.bytes / self._elem_bw
-        return OpTime(op, compute, memory, launch)
+        # Launches are asynchronous: the host queues the next kernel while this one runs, so only
+        # the part of the launch latency longer than the kernel leaves the device idle.
+        gap = max(0.0, launch - (max(compute, memory) + self._fixed))
+        return OpTime(op, compute, memory, gap, self._fixed, dequant)
+
+    def padded_flops(self, op: Op) -> float:
+        """GEMM FLOPs the device actually executes: a TPU pads m, n, k to its systolic array."""
+        if self._mxu:
+            return 2.0 * self._pad(op.m) * self._pad(op.n) * self._pad(op.k)
+        return op.flops
 
     # ---- pricing a step ----------------------------------------------------------------
     def ops(self, shape: BatchShape) -> list[Op]:
@@ -141,11 +184,13 @@ class CostModel:
     def breakdown(self, shape: BatchShape) -> dict[str, float]:
         """Seconds per named term of a step: each op name, kernel launches, step overhead."""
         out: dict[str, float] = {}
-        launches = 0.0
+        launches = fixed = 0.0
         for t in self.priced(shape):
             out[t.op.name] = out.get(t.op.name, 0.0) + max(t.compute_s, t.memory_s) * t.op.count * self.cfg.pp
             launches += t.launch_s * t.op.count * self.cfg.pp
+            fixed += t.fixed_s * t.op.count * self.cfg.pp
         out["kernel_launch_overhead"] = launches
+        out["kernel_fixed_latency"] = fixed
         out["pp_send"] = self.pp_send_time(shape) * (self.cfg.pp - 1)
         out["step_overhead"] = self._step_overhead if not shape.is_empty else 0.0
         return out

@@ -1,0 +1,153 @@
+"""``llmsim roofline``: the op table of one batch step and a roofline chart of its ops."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from llmsim.errors import UserError
+from llmsim.tables import table
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("roofline", help="op table (FLOPs, bytes, bound, time) and roofline chart of one step")
+    p.add_argument("--model", required=True, help="catalog name or HuggingFace config.json")
+    p.add_argument("--hardware", required=True, help="profile name or YAML path")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--prefill-tokens", type=int, default=0, help="prompt tokens prefilled in the step (one sequence)")
+    p.add_argument("--decode-batch", type=int, default=0, help="sequences decoding one token each")
+    p.add_argument("--context", type=int, default=1024, help="cached tokens of each decoding sequence")
+    p.add_argument("--weight-dtype", default=None, help="weight dtype (default: the model's)")
+    p.add_argument("--kv-dtype", default="bf16")
+    p.add_argument("--act-dtype", default="bf16", help="activation/compute dtype (fp8 for W8A8)")
+    p.add_argument("--attention-kernel", choices=["flash", "naive"], default="flash")
+    p.add_argument("--out", default="roofline.png", help="chart path (PNG); '-' for none")
+    p.set_defaults(func=cmd_roofline)
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    from llmsim.costmodel.ops import batch_shape
+    from llmsim.costmodel.roofline import CostConfig, CostModel
+    from llmsim.hardware import load_profile
+    from llmsim.models import DTYPE_BYTES, get_model
+
+    if args.prefill_tokens < 0 or args.decode_batch < 0 or args.context < 0:
+        raise UserError("--prefill-tokens, --decode-batch and --context must be >= 0")
+    if args.prefill_tokens == 0 and args.decode_batch == 0:
+        raise UserError("nothing to price: give --prefill-tokens and/or --decode-batch")
+    model, hw = get_model(args.model), load_profile(args.hardware)
+    if args.tp < 1 or model.num_heads % args.tp:
+        raise UserError(f"--tp {args.tp} must divide the model's {model.num_heads} attention heads")
+    for flag in ("weight_dtype", "kv_dtype", "act_dtype"):
+        value = getattr(args, flag) or model.weight_dtype
+        if value not in DTYPE_BYTES:
+            raise UserError(f"--{flag.replace('_', '-')} {value!r}: expected one of {sorted(DTYPE_BYTES)}")
+    cfg = CostConfig(
+        tp=args.tp,
+        weight_dtype=args.weight_dtype or model.weight_dtype,
+        kv_dtype=args.kv_dtype,
+        act_dtype=args.act_dtype,
+        attention_kernel=args.attention_kernel,
+    )
+    cm = CostModel(model, hw, cfg)
+    chunks = [(args.prefill_tokens, 0)] if args.prefill_tokens else []
+    shape = batch_shape(chunks, [args.context] * args.decode_batch, model.sliding_window)
+    rows = op_rows(cm, shape)
+    step = cm.step_time(shape)
+    print(
+        f"{model.name} on {hw.name} tp={args.tp}: prefill {args.prefill_tokens} tokens + decode "
+        f"{args.decode_batch} x context {args.context}; step {step * 1e3:.3f} ms"
+    )
+    print(
+        table(
+            [
+                [
+                    r["op"],
+                    r["count"],
+                    f"{r['gflops']:.3g}",
+                    f"{r['mbytes']:.3g}",
+                    f"{r['intensity']:.3g}",
+                    r["bound"],
+                    f"{r['time_s'] * 1e6:.1f}",
+                    f"{r['time_s'] / step:.1%}",
+                ]
+                for r in rows
+            ],
+            ["op", "calls", "GFLOP", "MB", "FLOP/B", "bound", "time us", "share"],
+        )
+    )
+    other = {k: v for k, v in cm.breakdown(shape).items() if k in _OVERHEADS and v}
+    for k, v in other.items():
+        print(f"{k:24s} {v * 1e6:10.1f} us  {v / step:6.1%}")
+    if args.out != "-":
+        path = save_chart(cm, rows, Path(args.out), f"{model.name} on {hw.name} (tp={args.tp})")
+        print(f"wrote {path}")
+    return 0
+
+
+_OVERHEADS = ("kernel_launch_overhead", "kernel_fixed_latency", "pp_send", "step_overhead")
+
+
+def op_rows(cm: object, shape: object) -> list[dict]:
+    """One row per op name (summed over its calls): FLOPs, bytes, intensity, bound and time."""
+    merged: dict[str, dict] = {}
+    for t in cm.priced(shape):  # type: ignore[attr-defined]
+        r = merged.setdefault(
+            t.op.name,
+            {
+                "op": t.op.name,
+                "count": 0,
+                "flops": 0.0,
+                "bytes": 0.0,
+                "time_s": 0.0,
+                "compute_s": 0.0,
+                "memory_s": 0.0,
+                "kind": t.op.kind,
+            },
+        )
+        n = t.op.count
+        r["count"] += n
+        r["flops"] += t.op.flops * n
+        r["bytes"] += t.op.bytes * n
+        r["time_s"] += max(t.compute_s, t.memory_s) * n
+        r["compute_s"] += t.compute_s * n
+        r["memory_s"] += t.memory_s * n
+    for r in merged.values():
+        r["gflops"], r["mbytes"] = r["flops"] / 1e9, r["bytes"] / 1e6
+        r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] else float("inf")
+        r["bound"] = "network" if r["kind"] == "comm" else ("compute" if r["compute_s"] >= r["memory_s"] else "memory")
+    return list(merged.values())
+
+
+def save_chart(cm: object, rows: list[dict], path: Path, title: str) -> Path:
+    """Ops as points (intensity, achieved FLOP/s) under the device's peak and bandwidth ceilings."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    hw = cm.hw  # type: ignore[attr-defined]
+    peak = hw.peak(cm.cfg.act_dtype)  # type: ignore[attr-defined]
+    bw = hw.bandwidth
+    x = np.logspace(-1, 4, 200)
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    ax.loglog(x, np.minimum(peak, x * bw), "k-", label=f"datasheet: {peak / 1e12:.0f} TFLOP/s, {bw / 1e12:.2f} TB/s")
+    achievable = np.minimum(peak * hw.efficiency.gemm_max_fraction.value, x * bw * hw.efficiency.memory_fraction.value)
+    ax.loglog(x, achievable, "k--", label="achievable (profile efficiencies)")
+    for r in rows:
+        if r["kind"] == "comm" or not r["flops"] or not r["time_s"]:
+            continue
+        ax.scatter(r["intensity"], r["flops"] / r["time_s"], s=30)
+        ax.annotate(
+            r["op"], (r["intensity"], r["flops"] / r["time_s"]), fontsize=7, xytext=(3, 3), textcoords="offset points"
+        )
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("achieved FLOP/s (predicted)")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
