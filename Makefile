@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint format bench clean
+.PHONY: demo test test-slow test-props-long lint format bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q -n 2
+
+test-props-long: $(STAMP)
+	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/test_properties.py -q
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

@@ -4,14 +4,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmsim.build import build_model, build_pools, build_workload
+import numpy as np
+
+from llmsim.build import PoolSpec, activation_bytes, build_model, build_pools, build_workload, prewarm_prefixes
+from llmsim.invariants import check_run
+from llmsim.models import ModelSpec
 from llmsim.results import Results, requests_frame, summarize
 from llmsim.scenario import Scenario, load_scenario
-from llmsim.sim import simulate
+from llmsim.sim import LinkSpec, SimOptions, SimOutput, simulate
 
 
-def run(scenario: Scenario | str | Path, overrides: dict[str, object] | None = None) -> Results:
-    """Simulate a scenario (a ``Scenario`` or a path to its YAML) and return its frames and summary."""
+def run(
+    scenario: Scenario | str | Path,
+    overrides: dict[str, object] | None = None,
+    checks: bool = True,
+    exact_steps: bool = False,
+) -> Results:
+    """Simulate a scenario (a ``Scenario`` or a path to its YAML) and return its frames and summary.
+
+    ``exact_steps`` simulates one event per step instead of jumping over runs of identical decode
+    steps in closed form (same results to float rounding; see llmsim/fastpath.py).
+
+    ``checks`` verifies the run's invariants (llmsim/invariants.py) and raises ``InvariantError``."""
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides)
     model = build_model(sc)
     pools = build_pools(sc, model)
@@ -29,6 +43,7 @@ def run(scenario: Scenario | str | Path, overrides: dict[str, object] | None = N
         horizon,
         every,
         sc.policy.max_queue,
+        sim_options(sc, model, pools, exact_steps),
     )
     req = requests_frame(out.requests)
     slo = sc.slo.model_dump(exclude={"classes"})
@@ -62,6 +77,7 @@ def run(scenario: Scenario | str | Path, overrides: dict[str, object] | None = N
         "p99": out.gaps.percentile(99),
     }
     busy = sum(r.busy_s for r in out.replicas)
+    summary["steps_total"] = int(sum(r.steps_taken for r in out.replicas)) if out.replicas else 0
     summary["utilization"] = {"replica_busy_fraction": busy / (len(out.replicas) * max(out.horizon_s, 1e-12))}
     if summary["throughput"]["makespan_s"] > 0:
         span = summary["throughput"]["makespan_s"]
@@ -75,4 +91,110 @@ def run(scenario: Scenario | str | Path, overrides: dict[str, object] | None = N
                 cost_per_s * span / summary["tokens"]["output"] * 1e6 if summary["tokens"]["output"] else None
             ),
         }
+    summary.update(mechanism_summary(sc, model, pools, out))
+    if checks:
+        capacity = {p.name: p.kv_blocks for p in pools}
+        check_run(req, out.steps, summary, len(workload), capacity, out.replicas, out.requests, out.horizon_s)
     return Results(requests=req, steps=out.steps, summary=summary, queue=out.queue)
+
+
+def sim_options(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], exact_steps: bool = False) -> SimOptions:
+    """The scenario's queue, prefix-cache and KV-link settings for the event loop."""
+    prefixes, prefix_block_tokens = prewarm_prefixes(sc)
+    link = None
+    if sc.policy.kind == "disaggregated":
+        lk = sc.cluster.kv_link
+        hw = pools[0].hw
+        default = {"nvlink": hw.scale_up, "rdma": hw.scale_out, "pcie": hw.host_link, "custom": hw.scale_out}[lk.kind]
+        link = LinkSpec(
+            kind=lk.kind,
+            bandwidth_bytes_per_s=lk.bandwidth_gbps * 1e9 if lk.bandwidth_gbps else default.bandwidth_bytes_per_s.value,
+            latency_s=lk.latency_us * 1e-6 if lk.latency_us is not None else default.latency_s.value,
+            layerwise_overlap=lk.layerwise_overlap,
+        )
+    return SimOptions(
+        queue_order=sc.policy.queue_order,
+        max_bypass=sc.policy.max_bypass,
+        prefix_caching=sc.kv_cache.prefix_caching,
+        prewarm=prefixes,
+        hash_block_tokens=prefix_block_tokens,
+        kv_link=link,
+        decode_router=sc.cluster.decode_router,
+        kv_bytes_per_token=model.kv_bytes_per_token(sc.kv_cache.dtype),
+        num_layers=model.num_layers,
+        n_seqs=sc.workload.beam_width or sc.workload.parallel_samples,
+        exact_steps=exact_steps,
+    )
+
+
+def mechanism_summary(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], out: SimOutput) -> dict:
+    """Per-mechanism numbers: memory peaks, preemption/swap, prefix cache, KV transfer, speculation."""
+    reps = out.replicas
+    res: dict = {}
+    steps = out.steps
+    if not steps.empty:
+        res["kv_fragmentation_mean"] = float(steps["kv_fragmentation"].mean())
+    peak_tokens = max((r.max_step_tokens for r in reps), default=0)
+    p0 = pools[0]
+    res["memory"] = {
+        "max_step_tokens": peak_tokens,
+        "activation_peak_bytes": activation_bytes(model, peak_tokens, p0.sched.max_num_seqs, p0.tp, sc.model.act_dtype),
+        "kv_peak_blocks": max(r.kv.peak_used for r in reps),
+    }
+    res["preemption"] = {
+        "mode": sc.kv_cache.preemption,
+        "swap_s": sum(r.swap_s for r in reps),
+        "requests_preempted": int(sum(1 for r in out.requests if r.preemptions)),
+    }
+    if sc.kv_cache.prefix_caching:
+        hit = sum(r.kv.hit_tokens for r in reps)
+        query = sum(r.kv.query_tokens for r in reps)
+        res["prefix_cache"] = {
+            "hit_rate": hit / query if query else 0.0,
+            "saved_prefill_tokens": hit,
+            "queried_prompt_tokens": query,
+            "evictions": sum(r.kv.evictions for r in reps),
+        }
+    if out.transfer is not None:
+        tr = out.transfer
+        ts = np.array([r.transfer_s for r in out.requests if r.transfer_s > 0])
+        finish = [r.finish_s for r in out.requests if r.finish_s == r.finish_s]
+        span = max(finish, default=0.0)
+        links = len([r for r in reps if not r.decode_role])
+        res["kv_transfer"] = {
+            "link": tr.link.kind,
+            "transfers": int(len(ts)),
+            "bytes": tr.bytes,
+            "transfer_s_mean": float(ts.mean()) if len(ts) else 0.0,
+            "transfer_s_p99": float(np.percentile(ts, 99)) if len(ts) else 0.0,
+            "wait_for_decode_blocks_s": tr.waits_s,
+            "link_utilization": tr.busy_s / (links * span) if span > 0 else 0.0,
+        }
+    pp_reps = [r for r in reps if r.stages]
+    if pp_reps:
+        active = sum(max(r.last_end_s - r.first_start_s, 0.0) for r in pp_reps)
+        busy = [sum(r.stage_busy_s[i] for r in pp_reps) for i in range(len(pp_reps[0].stages))]
+        res["pipeline"] = {
+            "stages": len(busy),
+            # share of each stage's active span (first micro-batch start to last landing) spent computing
+            "stage_utilization": [b / active if active > 0 else 0.0 for b in busy],
+            "bubble_s": sum(active - b for b in busy),
+        }
+    spec_reps = [r for r in reps if r.sched.spec_slots]
+    if sc.speculative is not None and spec_reps:
+        slots = sum(r.sched.spec_slots for r in spec_reps)
+        emitted = sum(r.sched.spec_emitted for r in spec_reps)
+        base = sum(r.spec_base_s for r in spec_reps)
+        spent = sum(r.spec_time_s for r in spec_reps)
+        draft = sum(r.draft_s for r in spec_reps)
+        res["speculative"] = {
+            "method": sc.speculative.method,
+            "k": sc.speculative.k,
+            "tokens_per_step": emitted / slots,
+            "accepted_per_step": emitted / slots - 1.0,
+            "draft_s": draft,
+            "verify_s": spent - draft,
+            # decode tokens per second with speculation over the same batches decoded plainly
+            "speedup": (emitted / spent) / (slots / base) if spent > 0 and base > 0 else None,
+        }
+    return res

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +13,7 @@ from llmsim.hardware import HardwareProfile, load_profile
 from llmsim.models import DTYPE_BYTES, ModelSpec, get_model
 from llmsim.scenario import PoolConfig, Scenario
 from llmsim.schedulers import SchedulerConfig
+from llmsim.schedulers.base import SpecConfig
 from llmsim.workload import generators as gen
 from llmsim.workload.base import Workload, slice_and_scale
 from llmsim.workload.traces import load_trace
@@ -41,15 +42,53 @@ def build_workload(sc: Scenario) -> Workload:
             arrivals = gen.gamma_arrivals(rng, w.rate_rps, w.cv, n)  # type: ignore[arg-type]
         else:
             arrivals = gen.batch_arrivals(n, w.batch_size, w.batch_interval_s)
-        prompts = _lengths(sc, "prompt_tokens", rng, n)
-        outputs = _lengths(sc, "output_tokens", rng, n)
-        wl = gen.synthetic(arrivals, prompts, outputs, source=f"{w.kind} (seed {sc.seed})")
+        wl = _synthetic(sc, rng, arrivals)
     wl.validate(f"workload of {sc.name}")
     return wl
 
 
-def _lengths(sc: Scenario, key: str, rng: np.random.Generator, n: int) -> np.ndarray:
-    spec = getattr(sc.workload, key)
+def _synthetic(sc: Scenario, rng: np.random.Generator, arrivals: np.ndarray) -> Workload:
+    """Lengths (per class if the workload mixes classes), then conversations and system prompts."""
+    w = sc.workload
+    n = len(arrivals)
+    klass = None
+    if w.classes:
+        names = sorted(w.classes)
+        shares = np.array([w.classes[k].share for k in names])
+        pick = rng.choice(len(names), size=n, p=shares / shares.sum())
+        klass = np.array(names, dtype=object)[pick]
+        prompts = np.zeros(n, dtype=np.int64)
+        outputs = np.zeros(n, dtype=np.int64)
+        for i, name in enumerate(names):
+            sel = pick == i
+            c = w.classes[name]
+            prompts[sel] = _lengths(sc, "prompt_tokens", rng, int(sel.sum()), c.prompt_tokens)
+            outputs[sel] = _lengths(sc, "output_tokens", rng, int(sel.sum()), c.output_tokens)
+    else:
+        prompts = _lengths(sc, "prompt_tokens", rng, n)
+        outputs = _lengths(sc, "output_tokens", rng, n)
+    wl = gen.synthetic(arrivals, prompts, outputs, source=f"{w.kind} (seed {sc.seed})")
+    wl.klass = klass
+    if w.conversations is not None:
+        c = w.conversations
+        wl = gen.conversations(rng, wl, c.turns, c.think_s)
+    if w.system_prompts is not None:
+        s = w.system_prompts
+        wl = gen.with_system_prompts(rng, wl, s.count, s.tokens, s.share, s.zipf)
+    return wl
+
+
+def prewarm_prefixes(sc: Scenario) -> tuple[list[list[int]], int]:
+    """Prefixes (content ids) to cache before the first arrival, and tokens per id."""
+    prefixes = [list(p) for p in sc.kv_cache.prewarm]
+    s = sc.workload.system_prompts
+    if s is not None and s.prewarm:
+        prefixes += gen.system_prompt_ids(s.count, s.tokens)
+    return prefixes, sc.kv_cache.prewarm_block_tokens or 0
+
+
+def _lengths(sc: Scenario, key: str, rng: np.random.Generator, n: int, override: object | None = None) -> np.ndarray:
+    spec = override or getattr(sc.workload, key)
     empirical = None
     if spec.dist == "empirical":
         trace = load_trace(sc.path(spec.trace), spec.format)
@@ -70,6 +109,7 @@ class PoolSpec:
     kv_blocks: int
     sched: SchedulerConfig
     memory: dict  # the memory budget per device, for reports and errors
+    draft_cost: CostModel | None = None  # speculative decoding with a draft model
 
 
 def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
@@ -104,10 +144,28 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         max_batch_tokens=p.max_batch_tokens or sc.policy.max_batch_tokens,
         chunk_tokens=sc.policy.chunk_tokens,
         preemption=sc.kv_cache.preemption,
+        chunk_budget=sc.policy.chunk_budget,
+        tbt_target_s=sc.policy.tbt_target_s or sc.slo.tbt_s or 0.0,
+        min_chunk_tokens=sc.policy.min_chunk_tokens,
+        prefill_only=name == "prefill",
     )
+    draft = None
+    spec = sc.speculative
+    if spec is not None and name != "prefill":
+        sched.speculative = SpecConfig(k=spec.k, acceptance=spec.rates(), seed=sc.seed)
+        if spec.method == "draft":
+            draft = get_model(spec.draft_model or "").with_(weight_dtype=weight_dtype)
     step_tokens = sched.chunk_tokens if sc.policy.kind == "chunked" else sched.max_batch_tokens
-    blocks, memory = kv_blocks(sc, model, hw, p.tp, p.pp, weight_dtype, step_tokens, sched.max_num_seqs, key)
-    return PoolSpec(name, hw, p.replicas, p.tp, p.pp, CostModel(model, hw, cfg), blocks, sched, memory)
+    blocks, memory = kv_blocks(
+        sc, model, hw, p.tp, p.pp, weight_dtype, step_tokens, sched.max_num_seqs, key, draft=draft
+    )
+    draft_cost = None
+    if draft is not None:
+        # the draft is small: it runs unsharded next to the target's shard
+        draft_cost = CostModel(draft, hw, replace(cfg, tp=1, pp=1))
+    return PoolSpec(
+        name, hw, p.replicas, p.tp, p.pp, CostModel(model, hw, cfg), blocks, sched, memory, draft_cost=draft_cost
+    )
 
 
 def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
@@ -146,8 +204,10 @@ def kv_blocks(
     step_tokens: int,
     max_seqs: int,
     key: str,
+    draft: ModelSpec | None = None,
 ) -> tuple[int, dict]:
-    """KV capacity in blocks = (usable memory − weights − activations − reserve) / block bytes."""
+    """KV capacity in blocks = (usable memory − weights − activations − reserve) / block bytes.
+    A speculative draft model on the same devices adds its weights and its KV per token."""
     devices = tp * pp
     usable = hw.memory_bytes * sc.kv_cache.memory_fraction
     weights = model.weight_bytes(weight_dtype) / devices
@@ -155,6 +215,9 @@ def kv_blocks(
     reserve = sc.kv_cache.reserve_gb * 1e9
     kv_heads_per_dev = max(1, model.num_kv_heads // tp)
     per_token = 2 * kv_heads_per_dev * model.head_dim * DTYPE_BYTES[sc.kv_cache.dtype] * (model.num_layers // pp)
+    if draft is not None:
+        weights += draft.weight_bytes(weight_dtype) / devices
+        per_token += draft.kv_bytes_per_token(sc.kv_cache.dtype) / devices
     free = usable - weights - act - reserve
     memory = {
         "device_memory_bytes": hw.memory_bytes,

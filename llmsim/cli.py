@@ -10,7 +10,7 @@ import sys
 from llmsim.errors import InvariantError, UserError
 
 # Command modules, in the order `llmsim --help` lists them.
-COMMANDS = ["run", "hardware", "models"]
+COMMANDS = ["run", "hardware", "models", "sweep", "roofline", "calibrate", "validate", "plan", "report", "twin"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     except InvariantError as exc:
         print(f"llmsim: INVARIANT VIOLATED (a bug in llmsim, please report it): {exc}", file=sys.stderr)
         return 3
+    except BrokenPipeError:  # `llmsim ... | head`: the reader left; not an error
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("llmsim: interrupted", file=sys.stderr)
         return 130

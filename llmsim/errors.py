@@ -38,11 +38,14 @@ def load_yaml_file(path: Path) -> object:
     if path.is_dir():
         raise UserError(f"{path}: is a directory, expected a YAML file")
     try:
-        return yaml.safe_load(path.read_text())
+        # the safe loader builds only plain data (never Python objects); libyaml's is 8x faster
+        return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, yaml.constructor.ConstructorError):
+            raise UserError(f"{path}{where}: refused YAML tag: {problem}; only plain YAML data is read") from None
         raise UserError(f"{path}: malformed YAML{where}: {problem}") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text file") from None

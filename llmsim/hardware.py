@@ -121,6 +121,12 @@ class HardwareProfile(BaseModel):
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for a compute dtype, falling back to the nearest wider type."""
+        cache = self.__dict__.setdefault("_peak_cache", {})  # profiles are frozen: safe to memoise
+        if dtype not in cache:
+            cache[dtype] = self._peak(dtype)
+        return cache[dtype]
+
+    def _peak(self, dtype: str) -> float:
         for d in _fallback_chain(dtype):
             if d in self.peak_flops:
                 return self.peak_flops[d].value

@@ -1,35 +1,87 @@
-"""Paged KV cache: fixed-size blocks handed to requests as they grow, freed when they finish.
+"""Paged KV cache: fixed-size physical blocks handed to requests as they grow, freed when they finish.
 
-Capacity is counted in blocks of ``block_tokens`` tokens. A request holding ``t`` tokens of KV
-holds ``ceil(t / block_tokens)`` blocks; only its last block can be partly empty, and that
-internal waste is what ``fragmentation`` reports.
+Capacity is counted in blocks of ``block_tokens`` tokens. Each request holds a block table
+(``req.block_ids``, physical ids the NumPy reference engine indexes its paged cache with). A
+request holding ``t`` tokens of KV holds ``ceil(t / block_tokens)`` blocks; only its last block
+can be partly empty, and that internal waste is what ``fragmentation`` reports.
+
+Prefix caching (vLLM's automatic prefix caching): every full prompt block gets a hash chained
+from its parent's hash and its own content (token hashes, or a trace's ``hash_ids``). Once its
+KV has been computed the block is registered under that hash; a later request whose chain starts
+with the same hashes shares those blocks (reference counts) and skips their prefill. A cached
+block nobody references stays in the cache until a new allocation needs it (LRU eviction), so
+unreferenced cached blocks count as free.
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 from llmsim.errors import InvariantError
 from llmsim.request import Request, blocks_for
 
 
+def chain_hashes(hash_ids: list[int], hash_block_tokens: int, block_tokens: int, prompt_tokens: int) -> list[int]:
+    """Chained hashes of a prompt's full KV blocks, from content ids of ``hash_block_tokens``-token
+    blocks (Mooncake: 512). A KV block's key is the ids it overlaps plus its offset in the first,
+    so 512-token ids map onto 16-token KV blocks and the other way round."""
+    out: list[int] = []
+    parent = 0
+    covered = len(hash_ids) * hash_block_tokens
+    for i in range(min(prompt_tokens, covered) // block_tokens):
+        start = i * block_tokens
+        j0, j1 = start // hash_block_tokens, (start + block_tokens - 1) // hash_block_tokens
+        parent = hash((parent, tuple(hash_ids[j0 : j1 + 1]), start - j0 * hash_block_tokens))
+        out.append(parent)
+    return out
+
+
 class BlockManager:
-    def __init__(self, num_blocks: int, block_tokens: int, watermark: float = 0.01) -> None:
+    def __init__(
+        self, num_blocks: int, block_tokens: int, watermark: float = 0.01, prefix_caching: bool = False
+    ) -> None:
         if num_blocks < 1:
             raise ValueError("num_blocks must be >= 1")
         self.num_blocks = num_blocks
         self.block_tokens = block_tokens
+        self.prefix_caching = prefix_caching
         # Blocks kept free when admitting new prompts, so running requests can still grow.
         self.watermark_blocks = int(watermark * num_blocks)
-        self.used = 0
+        self.used = 0  # blocks referenced by at least one request
         self.peak_used = 0
         self.tokens_held = 0  # Σ kv tokens of block holders (for fragmentation)
+        self._free_ids = list(range(num_blocks - 1, -1, -1))  # stack: lowest id handed out first
+        self._ref = [0] * num_blocks
+        self._hash_of: dict[int, int] = {}  # block id -> chain hash (registered blocks)
+        self._block_of: dict[int, int] = {}  # chain hash -> block id
+        self._lru: OrderedDict[int, None] = OrderedDict()  # unreferenced registered blocks, oldest first
+        self._registered: dict[int, int] = {}  # request id -> prompt blocks registered so far
+        # prefix-cache statistics
+        self.hit_tokens = 0
+        self.query_tokens = 0
+        self.evictions = 0
 
     # ---- queries -----------------------------------------------------------------------
     @property
     def free_blocks(self) -> int:
         return self.num_blocks - self.used
 
+    @property
+    def cached_blocks(self) -> int:
+        """Registered blocks nobody references (reusable, evictable)."""
+        return len(self._lru)
+
+    def blocks_for_request(self, req: Request, tokens: int) -> int:
+        """Blocks a request holds at ``tokens`` tokens per sequence: with n sequences the full
+        prompt blocks are shared and each sequence owns the rest (its copy of the partly filled
+        prompt block, then its own generated tokens)."""
+        if req.n_seqs == 1 or tokens <= req.prompt_tokens:
+            return blocks_for(tokens, self.block_tokens)
+        shared = req.prompt_tokens // self.block_tokens
+        return shared + req.n_seqs * blocks_for(tokens - shared * self.block_tokens, self.block_tokens)
+
     def blocks_needed(self, req: Request, new_tokens: int) -> int:
-        return blocks_for(req.kv_tokens + new_tokens, self.block_tokens) - req.blocks
+        return self.blocks_for_request(req, req.kv_tokens + new_tokens) - req.blocks
 
     def can_allocate(self, blocks: int, admission: bool = False) -> bool:
         reserve = self.watermark_blocks if admission else 0
@@ -47,24 +99,161 @@ class BlockManager:
     def fragmentation(self) -> float:
         """Share of allocated token slots that hold no token (internal fragmentation)."""
         slots = self.used * self.block_tokens
-        return 1.0 - self.tokens_held / slots if slots else 0.0
+        return max(0.0, 1.0 - self.tokens_held / slots) if slots else 0.0
+
+    def cached_prefix_blocks(self, chain: list[int] | None) -> int:
+        """How many leading blocks of ``chain`` this cache holds (prefix-affinity routing)."""
+        n = 0
+        for h in chain or ():
+            if h not in self._block_of:
+                break
+            n += 1
+        return n
 
     # ---- updates -----------------------------------------------------------------------
+    def _take(self) -> int:
+        if self._free_ids:
+            return self._free_ids.pop()
+        if not self._lru:
+            raise InvariantError("KV cache has no free or evictable block")
+        bid, _ = self._lru.popitem(last=False)  # evict the least recently used cached block
+        del self._block_of[self._hash_of.pop(bid)]
+        self.evictions += 1
+        return bid
+
     def allocate(self, req: Request, new_tokens: int) -> None:
-        """Grow ``req`` so it can hold ``new_tokens`` more tokens of KV."""
-        n = self.blocks_needed(req, new_tokens)
+        """Grow ``req`` so it can hold ``new_tokens`` more tokens of KV than it holds now."""
+        self.grow(req, new_tokens, new_tokens)
+
+    def grow(self, req: Request, ahead_tokens: int, new_slots: int) -> None:
+        """Hold blocks for ``req.kv_tokens + ahead_tokens`` tokens, of which ``new_slots`` token
+        slots are reserved by this call (a decode run reserves slots ahead of its tokens)."""
+        if req.n_seqs == 1:  # hot path (every decode step): inline blocks_needed
+            n = -(-(req.kv_tokens + ahead_tokens) // self.block_tokens) - req.blocks
+            if n <= 0:
+                self.tokens_held += new_slots
+                return
+        else:
+            n = self.blocks_needed(req, ahead_tokens)
         if n > self.free_blocks:
             raise InvariantError(f"KV cache over capacity: request {req.id} needs {n} blocks, {self.free_blocks} free")
         if n > 0:
+            if req.block_ids is None:
+                req.block_ids = []
+            for _ in range(n):
+                bid = self._take()
+                self._ref[bid] = 1
+                req.block_ids.append(bid)
             self.used += n
             req.blocks += n
             if self.used > self.peak_used:
                 self.peak_used = self.used
-        self.tokens_held += new_tokens
+        self.tokens_held += new_slots
+
+    def reserve(self, blocks: int) -> None:
+        """Hold ``blocks`` for a request still arriving (disaggregated KV transfer)."""
+        if blocks > self.free_blocks:
+            raise InvariantError(f"KV cache over capacity: reserving {blocks} blocks, {self.free_blocks} free")
+        self.used += blocks
+        self.peak_used = max(self.peak_used, self.used)
+
+    def unreserve(self, blocks: int) -> None:
+        self.used -= blocks
+
+    def swap_in(self, req: Request) -> int:
+        """Bring a swapped-out request's KV back into fresh blocks; returns the tokens moved."""
+        tokens = req.kv_tokens
+        req.kv_tokens = 0
+        self.allocate(req, tokens)
+        req.kv_tokens = tokens
+        req.swapped = False
+        return tokens
 
     def free(self, req: Request) -> None:
-        self.used -= req.blocks
-        self.tokens_held -= req.kv_tokens  # call before the request's counters are reset
-        req.blocks = 0
+        """Release the request's blocks (call before its counters are reset)."""
+        for bid in req.block_ids or ():
+            self._ref[bid] -= 1
+            if self._ref[bid] == 0:
+                self.used -= 1
+                if bid in self._hash_of:
+                    self._lru[bid] = None  # stays cached, most recently used last
+                else:
+                    self._free_ids.append(bid)
         if self.used < 0:
             raise InvariantError(f"KV cache block count went negative freeing request {req.id}")
+        self.tokens_held -= req.kv_tokens
+        req.blocks = 0
+        req.block_ids = None
+        self._registered.pop(req.id, None)
+
+    # ---- prefix caching ----------------------------------------------------------------
+    def match_prefix(self, req: Request) -> int:
+        """Share the cached blocks of the longest cached prefix of a request that holds no KV yet.
+        At least one prompt token is always left to prefill (it samples the first token).
+        Returns the tokens served from cache."""
+        if not self.prefix_caching or req.kv_tokens or req.blocks:
+            return 0
+        chain = req.prefix_chain or []
+        self.query_tokens += req.prefill_target
+        limit = (req.prefill_target - 1) // self.block_tokens
+        ids: list[int] = []
+        for h in chain[:limit]:
+            bid = self._block_of.get(h)
+            if bid is None:
+                break
+            ids.append(bid)
+        if not ids:
+            return 0
+        for bid in ids:
+            if self._ref[bid] == 0:
+                del self._lru[bid]
+                self.used += 1
+            self._ref[bid] += 1
+        if self.used > self.peak_used:
+            self.peak_used = self.used
+        tokens = len(ids) * self.block_tokens
+        req.block_ids = ids
+        req.blocks = len(ids)
+        req.kv_tokens = req.prefilled = tokens
+        req.cached_tokens = max(req.cached_tokens, tokens)
+        self.tokens_held += tokens
+        self._registered[req.id] = len(ids)
+        self.hit_tokens += tokens
+        return tokens
+
+    def unmatch(self, req: Request) -> None:
+        """Undo ``match_prefix`` for a request that could not be admitted after all."""
+        if req.blocks:
+            self.hit_tokens -= req.kv_tokens
+            self.query_tokens -= req.prefill_target
+            self.free(req)
+            req.kv_tokens = req.prefilled = 0
+
+    def commit(self, req: Request) -> None:
+        """Register the request's prompt blocks whose KV is now computed, for later requests."""
+        chain = req.prefix_chain
+        if not self.prefix_caching or not chain or req.block_ids is None:
+            return
+        full = min(min(req.kv_tokens, req.prompt_tokens) // self.block_tokens, len(chain), len(req.block_ids))
+        for i in range(self._registered.get(req.id, 0), full):
+            h = chain[i]
+            bid = req.block_ids[i]
+            if h not in self._block_of and bid not in self._hash_of:
+                self._block_of[h] = bid
+                self._hash_of[bid] = h
+        self._registered[req.id] = max(full, self._registered.get(req.id, 0))
+
+    def prewarm(self, chain: list[int]) -> int:
+        """Cache a prefix before any request arrives (its blocks stay evictable). Returns blocks added."""
+        added = 0
+        for h in chain:
+            if h in self._block_of:
+                continue
+            if not self._free_ids:
+                break
+            bid = self._free_ids.pop()
+            self._block_of[h] = bid
+            self._hash_of[bid] = h
+            self._lru[bid] = None
+            added += 1
+        return added

@@ -37,6 +37,11 @@ class Request:
         "queued_s",
         "transfer_s",
         "spec_steps",
+        "spec_accepted",
+        "swapped",
+        "prefix_chain",
+        "prefill_only",
+        "n_seqs",
         "payload",
     )
 
@@ -73,6 +78,13 @@ class Request:
         self.queued_s = math.nan  # first time the request was scheduled
         self.transfer_s = 0.0  # disaggregated: KV transfer time
         self.spec_steps = 0  # speculative decoding: verify steps taken
+        self.spec_accepted = 0  # speculative decoding: draft tokens accepted
+        self.swapped = False  # preempted by swap: KV lives in host memory until swapped back in
+        self.prefix_chain: list[int] | None = None  # chained hashes of the prompt's full KV blocks
+        self.prefill_only = False  # disaggregated: leaves the prefill replica after its prompt
+        # parallel sampling / beam search: sequences decoded together, sharing the prompt's KV
+        # blocks (copy-on-write of the partly filled last one); token counters are per sequence
+        self.n_seqs = 1
         self.payload: object = None  # engine-specific data (token ids in the reference engine)
 
     # ---- derived counters ------------------------------------------------------------
@@ -95,6 +107,11 @@ class Request:
         self.prefill_target = self.prompt_tokens + self.generated
         self.prefilled = 0
         self.kv_tokens = 0
+        self.preemptions += 1
+
+    def preempt_for_swap(self) -> None:
+        """Keep every counter: the KV moves to host memory and comes back intact."""
+        self.swapped = True
         self.preemptions += 1
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid

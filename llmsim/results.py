@@ -30,20 +30,42 @@ class GapHistogram:
     def __init__(self) -> None:
         self.counts = np.zeros(self.BINS + 2, dtype=np.int64)
         self._scale = self.BINS / math.log(self.HI / self.LO)
+        # gaps are buffered and binned in bulk with numpy: a list append per token is cheap
+        self._gaps: list[float] = []
+        self._weighted: list[tuple[float, int]] = []
 
     def add(self, gap_s: float, count: int = 1) -> None:
-        if gap_s <= self.LO:
-            self.counts[0] += count
-        elif gap_s >= self.HI:
-            self.counts[-1] += count
+        if count == 1:
+            self._gaps.append(gap_s)
+            if len(self._gaps) >= 65536:
+                self._flush()
         else:
-            self.counts[1 + int(math.log(gap_s / self.LO) * self._scale)] += count
+            self._weighted.append((gap_s, count))
+
+    def _bin(self, gaps: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            idx = 1 + np.floor(np.log(np.maximum(gaps, 1e-300) / self.LO) * self._scale)
+        idx = np.where(gaps <= self.LO, 0, np.where(gaps >= self.HI, self.BINS + 1, idx))
+        return idx.astype(np.int64)
+
+    def _flush(self) -> None:
+        if self._gaps:
+            self.counts += np.bincount(self._bin(np.asarray(self._gaps)), minlength=self.BINS + 2)
+            self._gaps = []
+        if self._weighted:
+            g = np.asarray([w[0] for w in self._weighted])
+            c = np.asarray([w[1] for w in self._weighted], dtype=np.int64)
+            self.counts += np.bincount(self._bin(g), weights=c, minlength=self.BINS + 2).astype(np.int64)
+            self._weighted = []
 
     def merge(self, other: GapHistogram) -> None:
+        self._flush()
+        other._flush()
         self.counts += other.counts
 
     @property
     def total(self) -> int:
+        self._flush()
         return int(self.counts.sum())
 
     def percentile(self, q: float) -> float:
@@ -170,13 +192,16 @@ def slo_mask(req: pd.DataFrame, slo: dict, classes: dict | None = None) -> pd.Se
     return ok & base
 
 
-def saturation_verdict(queue: pd.DataFrame, n_requests: int, unfinished: int, last_arrival_s: float) -> dict:
+def saturation_verdict(
+    queue: pd.DataFrame, n_requests: int, unfinished: int, last_arrival_s: float, shed: int = 0
+) -> dict:
     """Stable / backlogged / overloaded, from how the waiting queue grows while requests arrive.
 
     The least-squares slope of the waiting-queue length over the arrival window, divided by
     the arrival rate, is the share of offered requests that pile up instead of being served.
+    Requests shed by a full queue (``shed``) count as piled up: a capped queue cannot grow.
     """
-    out = {"queue_growth_rps": 0.0, "growth_share": 0.0, "unfinished": unfinished, "final_queue": 0}
+    out = {"queue_growth_rps": 0.0, "growth_share": 0.0, "unfinished": unfinished, "final_queue": 0, "shed": shed}
     if not queue.empty and last_arrival_s > 0:
         win = queue[queue["time_s"] <= last_arrival_s]
         if len(win) >= 3:
@@ -187,9 +212,9 @@ def saturation_verdict(queue: pd.DataFrame, n_requests: int, unfinished: int, la
             out["growth_share"] = slope / rate if rate > 0 else 0.0
             out["final_queue"] = int(q[-1])
     share = out["growth_share"]
-    if share > 0.05 or unfinished > 0.05 * max(n_requests, 1):
+    if share > 0.05 or unfinished + shed > 0.05 * max(n_requests, 1):
         verdict = "overloaded"
-    elif share > 0.01 or unfinished > 0:
+    elif share > 0.01 or unfinished + shed > 0:
         verdict = "backlogged"
     else:
         verdict = "stable"
@@ -270,5 +295,6 @@ def summarize(
             "utilization_peak": float(util.max()),
         }
     last_arrival = float(req["arrival_s"].max()) if n else 0.0
-    summary["saturation"] = saturation_verdict(queue, n, summary["requests"]["unfinished"], last_arrival)
+    shed = int(req["reject_reason"].fillna("").str.startswith("queue full").sum()) if n else 0
+    summary["saturation"] = saturation_verdict(queue, n, summary["requests"]["unfinished"], last_arrival, shed)
     return summary

@@ -62,6 +62,8 @@ class ClusterConfig(_Strict):
     tp: PosInt = 1
     pp: PosInt = 1
     router: Literal["round_robin", "least_outstanding", "kv_aware", "prefix_affinity"] = "round_robin"
+    # disaggregated: how a finished prompt picks its decode replica
+    decode_router: Literal["round_robin", "least_outstanding", "kv_aware"] = "least_outstanding"
     cuda_graphs: bool = False  # decode-only steps replay CUDA graphs (no per-kernel launch gaps)
     numa_aware: bool = True  # CPU devices: keep each socket's reads local
     prefill_pool: PoolConfig | None = None  # disaggregated policy only
@@ -75,6 +77,10 @@ class PolicyConfig(_Strict):
     max_batch_tokens: PosInt = 8192
     chunk_tokens: PosInt = 512  # chunked prefill budget per step (decode tokens count against it)
     queue_order: Literal["fcfs", "shortest_prompt_first", "length_bucketed"] = "fcfs"
+    max_bypass: PosInt = 16  # starvation protection: times a waiting request may be overtaken
+    chunk_budget: Literal["fixed", "dynamic"] = "fixed"  # dynamic: shrink chunks when TBT is at risk
+    tbt_target_s: PosFloat | None = None  # dynamic budget target (default: slo.tbt_s)
+    min_chunk_tokens: PosInt = 64
     max_queue: PosInt | None = None  # per replica; arrivals beyond it are rejected (load shedding)
 
 
@@ -86,6 +92,8 @@ class KVCacheConfig(_Strict):
     watermark: float = Field(0.01, ge=0, lt=1)
     preemption: Literal["recompute", "swap"] = "recompute"
     prefix_caching: bool = False
+    prewarm: list[list[int]] = []  # prefixes (lists of content ids) cached on every replica at t=0
+    prewarm_block_tokens: PosInt | None = None  # tokens per id in `prewarm` (default: the workload's)
 
 
 class LengthSpec(_Strict):
@@ -114,6 +122,31 @@ class LengthSpec(_Strict):
         return self
 
 
+class SystemPromptConfig(_Strict):
+    """Synthetic shared system prompts: a request starts with one of ``count`` prompts."""
+
+    count: PosInt = 1
+    tokens: PosInt = 512
+    share: float = Field(1.0, ge=0, le=1)  # fraction of requests that carry a system prompt
+    zipf: NonNegFloat = 0.0  # popularity skew across the prompts (0 = uniform)
+    prewarm: bool = False  # cache every system prompt on every replica before the first arrival
+
+
+class ConversationConfig(_Strict):
+    """Synthetic multi-turn chats: each turn's prompt is the whole history plus a new message."""
+
+    turns: PosInt = 4
+    think_s: NonNegFloat = 30.0  # mean pause between a turn's arrival and the next (exponential)
+
+
+class ClassConfig(_Strict):
+    """A request class of a synthetic mix (its own lengths; its SLO goes in slo.classes)."""
+
+    share: PosFloat
+    prompt_tokens: LengthSpec | None = None  # default: the workload's
+    output_tokens: LengthSpec | None = None
+
+
 class TraceConfig(_Strict):
     path: str
     format: Literal["azure", "mooncake", "burstgpt", "generic"] = "azure"
@@ -135,6 +168,11 @@ class WorkloadConfig(_Strict):
     output_tokens: LengthSpec | None = None
     trace: TraceConfig | None = None
     horizon_s: PosFloat | None = None  # stop simulating here; default 2 x last arrival + 600 s
+    system_prompts: SystemPromptConfig | None = None
+    parallel_samples: PosInt = 1  # n sequences per request sharing the prompt's KV blocks
+    beam_width: PosInt | None = None  # beam search: width sequences per request (priced like n samples)
+    conversations: ConversationConfig | None = None
+    classes: dict[str, ClassConfig] = {}
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadConfig:
@@ -163,6 +201,29 @@ class SLOConfig(_Strict):
     classes: dict[str, SLOConfig] = {}  # per request class overrides
 
 
+class SpeculativeConfig(_Strict):
+    """Speculative decoding: a draft proposes ``k`` tokens, the target verifies them in one step."""
+
+    method: Literal["draft", "mtp"] = "draft"  # mtp = self-speculation with extra heads
+    draft_model: str | None = None  # catalog name (method draft), on the same devices
+    k: PosInt = 4
+    acceptance: float | list[float] = 0.7  # per proposal position, given the earlier ones were accepted
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpeculativeConfig:
+        if self.method == "draft" and not self.draft_model:
+            raise ValueError("method 'draft' needs `draft_model` (a catalog model name)")
+        acc = self.acceptance if isinstance(self.acceptance, list) else [self.acceptance]
+        if any(not 0 <= a <= 1 for a in acc):
+            raise ValueError("acceptance rates must lie in [0, 1]")
+        if isinstance(self.acceptance, list) and len(self.acceptance) != self.k:
+            raise ValueError(f"acceptance lists one rate per proposal: expected {self.k}, got {len(self.acceptance)}")
+        return self
+
+    def rates(self) -> list[float]:
+        return list(self.acceptance) if isinstance(self.acceptance, list) else [self.acceptance] * self.k
+
+
 class OutputConfig(_Strict):
     dir: str = "results"
     steps: Literal["all", "sample", "none"] = "all"
@@ -179,7 +240,9 @@ class Scenario(_Strict):
     kv_cache: KVCacheConfig = KVCacheConfig()
     workload: WorkloadConfig
     slo: SLOConfig = SLOConfig()
+    speculative: SpeculativeConfig | None = None
     output: OutputConfig = OutputConfig()
+    plan: dict | None = None  # capacity-plan search space; validated by llmsim.planning.PlanConfig
     base_dir: str = "."  # folder relative paths resolve against (set by the loader)
 
     @model_validator(mode="before")
@@ -206,6 +269,9 @@ def _section_keys() -> dict[str, list[str]]:
     out["workload.trace"] = list(TraceConfig.model_fields)
     out["cluster.prefill_pool"] = out["cluster.decode_pool"] = list(PoolConfig.model_fields)
     out["cluster.kv_link"] = list(LinkConfig.model_fields)
+    out["speculative"] = list(SpeculativeConfig.model_fields)
+    out["workload.system_prompts"] = list(SystemPromptConfig.model_fields)
+    out["workload.conversations"] = list(ConversationConfig.model_fields)
     return out
 
 
@@ -255,6 +321,11 @@ def _check_names(sc: Scenario, origin: str) -> None:
             load_profile(name, base)
         except UserError as exc:
             raise UserError(f"{origin}: {key}: {exc}") from None
+    if sc.speculative is not None and sc.speculative.draft_model:
+        try:
+            get_model(sc.speculative.draft_model)
+        except UserError as exc:
+            raise UserError(f"{origin}: speculative.draft_model: {exc}") from None
     try:
         if sc.model.hf_config:
             get_model(str(sc.path(sc.model.hf_config)) if sc.model.hf_config.endswith(".json") else sc.model.hf_config)
@@ -267,6 +338,11 @@ def _check_names(sc: Scenario, origin: str) -> None:
             raise UserError(f"{origin}: {key}: file not found: {sc.path(p)}")
     if sc.policy.kind == "disaggregated" and (sc.cluster.prefill_pool is None or sc.cluster.decode_pool is None):
         raise UserError(f"{origin}: cluster: policy 'disaggregated' needs cluster.prefill_pool and cluster.decode_pool")
+    link = sc.cluster.kv_link
+    if sc.policy.kind == "disaggregated" and link.kind == "custom" and link.bandwidth_gbps is None:
+        raise UserError(f"{origin}: cluster.kv_link.bandwidth_gbps: a 'custom' link needs its bandwidth in GB/s")
+    if sc.workload.classes and sc.workload.kind == "trace":
+        raise UserError(f"{origin}: workload.classes: classes mix synthetic requests; a trace brings its own")
 
 
 def _pool_hardware(sc: Scenario) -> list[tuple[str, str]]:

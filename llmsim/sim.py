@@ -2,7 +2,8 @@
 
 Each replica process is a plain generator: ask the scheduler for a plan, ask the cost model how
 long it takes, ``yield env.timeout(that)``, apply the outcome. All decisions live in the
-schedulers; all timing lives in the cost model.
+schedulers; all timing lives in the cost model (plus the host link for swaps and the KV link
+between pools when disaggregated, see ``KVTransfer``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ import pandas as pd
 import simpy
 
 from llmsim.build import PoolSpec
-from llmsim.kvcache import BlockManager
-from llmsim.request import REJECTED, Request
+from llmsim.costmodel.ops import batch_shape
+from llmsim.fastpath import MIN_RUN, DecodeRun, decode_run_times, run_length
+from llmsim.kvcache import BlockManager, chain_hashes
+from llmsim.request import REJECTED, RUNNING, Request, blocks_for
 from llmsim.results import GapHistogram
 from llmsim.schedulers import make_scheduler
+from llmsim.schedulers.base import TRANSFERRING
+from llmsim.schedulers.queue import enqueue
 
 
 @dataclass
@@ -36,7 +41,9 @@ class StepLog:
                 self.cols[k].append(v)
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.cols, columns=STEP_COLUMNS)
+        """Rows in time order (decode runs log their steps when the run ends)."""
+        df = pd.DataFrame(self.cols, columns=STEP_COLUMNS)
+        return df.sort_values(["start_s", "replica"], kind="stable").reset_index(drop=True)
 
 
 STEP_COLUMNS = [
@@ -49,8 +56,43 @@ STEP_COLUMNS = [
     "batch_size",
     "preempted",
     "kv_blocks_used",
+    "kv_utilization",
+    "kv_fragmentation",
     "waiting",
+    "swap_s",
+    "draft_s",
+    "spec_tokens",
 ]
+
+
+@dataclass
+class LinkSpec:
+    """The KV-transfer link between pools, per device and direction."""
+
+    kind: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    layerwise_overlap: bool = False
+
+
+@dataclass
+class SimOptions:
+    """Everything beyond the basic loop; defaults reproduce plain colocated serving."""
+
+    queue_order: str = "fcfs"
+    max_bypass: int = 16  # starvation protection for non-FCFS queue orders
+    prefix_caching: bool = False
+    prewarm: list[list[int]] = field(default_factory=list)  # hash-id prefixes cached at t=0
+    hash_block_tokens: int = 0  # tokens per id in ``prewarm`` (default: the workload's)
+    kv_link: LinkSpec | None = None  # disaggregated only
+    decode_router: str = "least_outstanding"
+    kv_bytes_per_token: float = 0.0  # whole model (all layers), for KV transfers
+    num_layers: int = 1
+    n_seqs: int = 1  # parallel samples / beams per request
+    exact_steps: bool = False  # one event per step: no closed-form jumps over decode runs (fastpath.py)
+
+
+MAX_RUN = 1 << 20  # longest decode run priced in one go
 
 
 class Replica:
@@ -66,14 +108,17 @@ class Replica:
         watermark: float,
         steps: StepLog,
         max_queue: int | None,
+        opts: SimOptions | None = None,
     ) -> None:
         self.env = env
         self.index = index
         self.pool = pool
-        self.kv = BlockManager(pool.kv_blocks, block_tokens, watermark)
+        self.opts = opts or SimOptions()
+        self.kv = BlockManager(pool.kv_blocks, block_tokens, watermark, self.opts.prefix_caching)
         self.sched = make_scheduler(policy, pool.sched, self.kv)
         self.sched.gaps = GapHistogram()
         self.cost = pool.cost
+        self.sched.predict_s = self.cost.step_time
         self.window = pool.cost.model.sliding_window
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -81,9 +126,44 @@ class Replica:
         self.max_queue = max_queue
         self.outstanding_tokens = 0  # prompt + output tokens of unfinished requests (for routing)
         self.busy_s = 0.0
+        self.swap_s = 0.0
+        self.draft_s = 0.0
+        self.spec_base_s = 0.0  # what the verify steps would have cost as plain decodes
+        self.spec_time_s = 0.0  # what draft + verify cost
+        self.max_step_tokens = 0
+        self.steps_taken = 0
+        self.handoff = None  # disaggregated prefill replicas: KVTransfer.start
+        self.decode_role = False  # disaggregated decode replicas: requests arrive prefilled
+        self.incoming = 0  # disaggregated decode replicas: transfers in flight to this replica
+        self.link = simpy.Resource(env, capacity=1)  # outbound KV link (disaggregated prefill)
+        self._bypassed: dict[int, int] = {}
         self._idle = True
         self._wake = env.event()
-        env.process(self.loop())
+        self._freed = env.event()
+        host = pool.hw.host_link
+        self._host_bw = host.bandwidth_bytes_per_s.value * pool.tp * pool.pp
+        self._host_lat = host.latency_s.value
+        self._kv_bytes_per_token = self.opts.kv_bytes_per_token
+        for prefix in self.opts.prewarm:
+            self.kv.prewarm(chain_hashes(prefix, self.opts.hash_block_tokens, block_tokens, 1 << 62))
+        # pipeline parallelism: one resource per stage, micro-batches in flight up to the stage count
+        self.stages = [simpy.Resource(env, capacity=1) for _ in range(pool.pp)] if pool.pp > 1 else []
+        self.stage_busy_s = [0.0] * pool.pp
+        self.in_flight = 0
+        self.first_start_s = -1.0
+        self.last_end_s = 0.0
+        self._landed = env.event()
+        self._run: DecodeRun | None = None  # decode run in progress (fastpath.py)
+        self._jumping = False  # the process is waiting out a decode run and may be interrupted
+        self._can_jump = (
+            not self.opts.exact_steps
+            and not self.stages
+            and policy != "static"
+            and pool.sched.speculative is None
+            and pool.sched.chunk_budget == "fixed"
+            and self.opts.n_seqs == 1
+        )
+        self._proc = env.process(self.pipeline_loop() if self.stages else self.loop())
 
     def submit(self, req: Request) -> None:
         req.replica = self.index
@@ -94,11 +174,46 @@ class Replica:
             req.status = REJECTED
             req.reject_reason = reason
             return
-        self.waiting.append(req)
+        enqueue(self.waiting, req, self.opts.queue_order, self._bypassed, self.opts.max_bypass)
         self.outstanding_tokens += req.prompt_tokens + req.output_tokens
+        self.wake()
+
+    def accept_prefilled(self, req: Request, reserved_blocks: int) -> None:
+        """Disaggregated decode replica: a request arrives with its prompt's KV and first token."""
+        self.kv.unreserve(reserved_blocks)
+        self.kv.swap_in(req)
+        req.replica = self.index
+        req.prefill_only = False
+        req.status = RUNNING
+        self.sched._emit(req, self.env.now, [])  # the first token reaches the user now
+        self.running.append(req)
+        self.outstanding_tokens += req.output_tokens
+        self.wake()
+
+    def wake(self) -> None:
+        """Something changed (an arrival, a prefilled request): reconsider at the next step boundary."""
         if self._idle:
             self._idle = False
             self._wake.succeed()
+        elif self._jumping:
+            self._jumping = False
+            self._proc.interrupt()
+
+    def sync(self) -> None:
+        """Bring KV blocks and tokens up to now inside a decode run, for readers from outside
+        (KV-aware routing, disaggregated back-pressure, the end of the run)."""
+        run = self._run
+        if run is not None:
+            done = run.steps_done_by(self.env.now)
+            run.apply_through(done, self.sched.gaps)
+            run.allocate_through(done + 1)
+
+    def slots_full(self) -> bool:
+        return len(self.running) + self.incoming >= self.pool.sched.max_num_seqs
+
+    def blocks_freed(self) -> simpy.Event:
+        """An event that fires after the next step that released KV blocks."""
+        return self._freed
 
     def loop(self):  # simpy process
         env = self.env
@@ -107,30 +222,211 @@ class Replica:
                 yield from self._sleep()
                 continue
             plan = self.sched.schedule(self.waiting, self.running)
-            if plan.empty:  # nothing can run until something arrives
+            if plan.empty:  # nothing can run until something arrives or blocks free up
                 yield from self._sleep()
                 continue
             start = env.now
-            dt = self.cost.step_time(plan.shape(self.window))
+            dt, swap, draft = self._step_time(plan)
+            run = self._decode_run(plan, start, swap + draft)
+            if run is not None:
+                yield from self._wait_run(run)
+                continue
             yield env.timeout(dt)
             self.busy_s += dt
-            finished = self.sched.complete(plan, env.now, self.running)
-            for r in finished:
-                self.outstanding_tokens -= r.prompt_tokens + r.output_tokens
+            used_before = self.kv.used
+            self._settle(self.sched.complete(plan, env.now, self.running), dt)
+            if self.kv.used < used_before or plan.preempted:
+                self._signal_freed()
+            self.max_step_tokens = max(self.max_step_tokens, plan.prefill_tokens + len(plan.decode))
+            self._log(plan, start, dt, swap, draft)
+
+    def _decode_run(self, plan, start: float, extra_s: float) -> DecodeRun | None:  # type: ignore[no-untyped-def]
+        """A closed-form run if this plan starts a run of identical decode-only steps."""
+        if not self._can_jump or plan.prefill or plan.preempted or plan.padding or extra_s or not plan.decode:
+            return None
+        k = run_length(plan.decode, self.kv, self.window, MAX_RUN)
+        if k < MIN_RUN:
+            return None
+        durations = decode_run_times(self.cost, plan.shape(self.window), k)
+        return DecodeRun(list(plan.decode), self.kv, start, durations)
+
+    def _wait_run(self, run: DecodeRun):  # type: ignore[no-untyped-def]
+        """Wait out a decode run; an interrupt ends it after the step in progress."""
+        env = self.env
+        self._run, self._jumping = run, True
+        waiting_before = len(self.waiting)
+        try:
+            yield env.timeout(run.ends[-1] - run.start_s)
+            done = run.steps
+        except simpy.Interrupt:
+            done = run.steps_done_by(env.now)
+            run.allocate_through(done + 1)
+            if done < run.steps:  # the step in progress completes as planned
+                yield env.timeout(run.ends[done] - env.now)
+                done += 1
+        self._jumping = False
+        self._run = None
+        run.apply_through(done, self.sched.gaps)
+        self.busy_s += float(run.durations[:done].sum())
+        self.max_step_tokens = max(self.max_step_tokens, len(run.members))
+        self._log_run(run, done, waiting_before)
+
+    def _log_run(self, run: DecodeRun, steps: int, waiting_before: int) -> None:
+        """steps.csv rows of a decode run, as the step-by-step loop would have written them."""
+        self.steps_taken += steps
+        if not self.steps.every:
+            self.steps.seen += steps
+            return
+        used, held = run.kv_after_steps(0, steps)
+        starts = np.concatenate(([run.start_s], run.ends[: steps - 1]))
+        n, cap, bt = len(run.members), self.kv.num_blocks, self.kv.block_tokens
+        for i in range(steps):
+            if i < steps - 1:
+                u, waiting = int(used[i]), waiting_before
+                frag = max(0.0, 1.0 - held[i] / (u * bt)) if u else 0.0
+            else:  # the run ends now: what the step-by-step loop logs here is the live state
+                u, waiting, frag = self.kv.used, len(self.waiting), self.kv.fragmentation
             self.steps.add(
                 (
                     self.pool.name,
                     self.index,
-                    start,
-                    dt,
-                    plan.prefill_tokens,
-                    len(plan.decode),
-                    plan.size,
-                    len(plan.preempted),
-                    self.kv.used,
-                    len(self.waiting),
+                    float(starts[i]),
+                    float(run.durations[i]),
+                    0,
+                    n,
+                    n,
+                    0,
+                    u,
+                    u / cap,
+                    frag,
+                    waiting,
+                    0.0,
+                    0.0,
+                    0,
                 )
             )
+
+    def pipeline_loop(self):  # simpy process
+        """PP > 1: when stage 0 is free, schedule a micro-batch from the requests not in flight
+        and push it through the stages. Uneven micro-batches (a long prefill chunk next to
+        decodes) leave later stages idle: pipeline bubbles."""
+        env = self.env
+        stage0 = self.stages[0]
+        while True:
+            if not self.waiting and not self.running:
+                yield from self._sleep()
+                continue
+            if self.in_flight >= len(self.stages):
+                yield self._landed
+                continue
+            slot = stage0.request()
+            yield slot
+            plan = self.sched.schedule(self.waiting, self.running)
+            if plan.empty:
+                stage0.release(slot)
+                if self.in_flight:
+                    yield self._landed  # requests come back when a micro-batch lands
+                else:
+                    yield from self._sleep()
+                continue
+            members = [r for r, _ in plan.prefill] + list(plan.decode)
+            ids = {id(r) for r in members}
+            self.running[:] = [r for r in self.running if id(r) not in ids]
+            self.in_flight += 1
+            if self.first_start_s < 0:
+                self.first_start_s = env.now
+            shape = plan.shape(self.window)
+            stage_s = self.cost.stage_time(shape)
+            send_s = self.cost.pp_send_time(shape)
+            swap = 0.0
+            moved = plan.swap_in_tokens + plan.swap_out_tokens
+            if moved:
+                swap = self._host_lat + moved * self._kv_bytes_per_token / self._host_bw
+                self.swap_s += swap
+            first = stage_s + self.cost._step_overhead + swap
+            yield env.timeout(first)
+            self.stage_busy_s[0] += first
+            self.busy_s += first
+            stage0.release(slot)
+            env.process(self._finish_micro_batch(plan, members, env.now - first, stage_s, send_s))
+
+    def _finish_micro_batch(self, plan, members, start, stage_s, send_s):  # type: ignore[no-untyped-def]
+        env = self.env
+        for i in range(1, len(self.stages)):
+            with self.stages[i].request() as slot:
+                yield slot
+                yield env.timeout(send_s + stage_s)
+                self.stage_busy_s[i] += send_s + stage_s
+        self.in_flight -= 1
+        dt = env.now - start
+        self.last_end_s = env.now
+        used_before = self.kv.used
+        self._settle(self.sched.complete(plan, env.now, members), dt)
+        self.running.extend(r for r in members if r.status == RUNNING)
+        if self.kv.used < used_before or plan.preempted:
+            self._signal_freed()
+        self.max_step_tokens = max(self.max_step_tokens, plan.prefill_tokens + len(plan.decode))
+        self._log(plan, start, dt, 0.0, 0.0)
+        ev, self._landed = self._landed, env.event()
+        ev.succeed()
+        self.wake()
+
+    def _log(self, plan, start: float, dt: float, swap: float, draft: float) -> None:  # type: ignore[no-untyped-def]
+        self.steps_taken += 1
+        self.steps.add(
+            (
+                self.pool.name,
+                self.index,
+                start,
+                dt,
+                plan.prefill_tokens,
+                len(plan.decode),
+                plan.size,
+                len(plan.preempted),
+                self.kv.used,
+                self.kv.utilization,
+                self.kv.fragmentation,
+                len(self.waiting),
+                swap,
+                draft,
+                plan.spec_k,
+            )
+        )
+
+    def _settle(self, done: list[Request], step_s: float) -> None:
+        """Finished requests leave the routing load; prompts done in a prefill pool move on."""
+        for r in done:
+            if r.status == TRANSFERRING:
+                self.outstanding_tokens -= r.prompt_tokens + r.output_tokens
+                self.handoff(self, r, step_s)  # type: ignore[misc]
+            else:
+                self.outstanding_tokens -= r.output_tokens if self.decode_role else r.prompt_tokens + r.output_tokens
+
+    def _step_time(self, plan) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
+        """Step seconds = model step + swap copies over the host link + speculative drafting."""
+        dt = self.cost.step_time(plan.shape(self.window))
+        swap = 0.0
+        moved = plan.swap_in_tokens + plan.swap_out_tokens
+        if moved:
+            swap = self._host_lat + moved * self._kv_bytes_per_token / self._host_bw
+            self.swap_s += swap
+        draft = 0.0
+        if plan.spec_k and plan.decode:
+            contexts = [r.kv_tokens for r in plan.decode]
+            plain = self.cost.step_time(batch_shape([], contexts))
+            draft_cost = self.pool.draft_cost
+            if draft_cost is None:  # self-speculation: each MTP head costs about one layer
+                draft = plan.spec_k * plain / self.cost.model.num_layers
+            else:
+                draft = plan.spec_k * draft_cost.step_time(batch_shape([], contexts))
+            self.draft_s += draft
+            self.spec_base_s += plain
+            self.spec_time_s += dt + draft
+        return dt + swap + draft, swap, draft
+
+    def _signal_freed(self) -> None:
+        ev, self._freed = self._freed, self.env.event()
+        ev.succeed()
 
     def _sleep(self):
         self._idle = True
@@ -138,11 +434,91 @@ class Replica:
         yield self._wake
 
 
-def route(replicas: list[Replica], policy: str, counter: int) -> Replica:
+class KVTransfer:
+    """Disaggregated serving: move a prompt's KV from a prefill replica to a decode replica.
+
+    The decode replica must first have blocks for it (back-pressure: until then the KV stays in
+    the prefill replica's memory and keeps its blocks). The transfer then occupies the prefill
+    replica's outbound link: latency + bytes / (per-device bandwidth × devices sending in
+    parallel). With layer-wise overlap all layers but the last are sent while the prompt's step
+    computes, so only what the step did not hide is exposed.
+    """
+
+    def __init__(self, env: simpy.Environment, decode: list[Replica], opts: SimOptions) -> None:
+        assert opts.kv_link is not None
+        self.env = env
+        self.decode = decode
+        self.opts = opts
+        self.link = opts.kv_link
+        self.count = 0
+        self.bytes = 0.0
+        self.busy_s = 0.0
+        self.waits_s = 0.0
+
+    def start(self, src: Replica, req: Request, step_s: float) -> None:
+        self.env.process(self._run(src, req, step_s))
+
+    def kv_bytes(self, tokens: int) -> float:
+        return tokens * self.opts.kv_bytes_per_token
+
+    def wire_s(self, src: Replica, dst: Replica, tokens: int) -> float:
+        """Seconds the link is busy: KV bytes over the devices sending in parallel."""
+        devices = min(src.pool.tp * src.pool.pp, dst.pool.tp * dst.pool.pp)
+        return self.kv_bytes(tokens) / (self.link.bandwidth_bytes_per_s * devices)
+
+    def seconds(self, src: Replica, dst: Replica, tokens: int, step_s: float) -> float:
+        """Exposed transfer time after the prompt's last step (what TTFT pays)."""
+        wire = self.wire_s(src, dst, tokens)
+        if self.link.layerwise_overlap:
+            wire = max(wire / self.opts.num_layers, wire - step_s)
+        return self.link.latency_s + wire
+
+    def _run(self, src: Replica, req: Request, step_s: float):  # simpy process
+        env = self.env
+        t0 = env.now
+        dst = route(self.decode, self.opts.decode_router, self.count, req)
+        self.count += 1
+        blocks = blocks_for(req.kv_tokens + 1, dst.kv.block_tokens)
+        # back-pressure: wait for the decode replica's blocks and a batch slot
+        dst.sync()
+        # the watermark protects running requests' growth; an idle replica admits into it (as the
+        # schedulers do), or a prompt needing more than capacity minus watermark would wait forever
+        while not dst.kv.can_allocate(blocks, admission=bool(dst.running)) or dst.slots_full():
+            yield dst.blocks_freed()
+            dst.sync()
+        dst.kv.reserve(blocks)
+        if dst._run is not None:
+            dst._run.note_external_blocks(env.now, blocks)
+        dst.incoming += 1
+        with src.link.request() as slot:
+            yield slot
+            dt = self.seconds(src, dst, req.kv_tokens, step_s)
+            yield env.timeout(dt)
+        self.busy_s += self.wire_s(src, dst, req.kv_tokens)
+        self.bytes += self.kv_bytes(req.kv_tokens)
+        self.waits_s += env.now - t0 - dt
+        req.transfer_s = env.now - t0
+        src.kv.free(req)
+        src._signal_freed()
+        src.wake()
+        dst.incoming -= 1
+        dst.accept_prefilled(req, blocks)
+
+
+def route(replicas: list[Replica], policy: str, counter: int, req: Request | None = None) -> Replica:
     if policy == "least_outstanding":
         return min(replicas, key=lambda r: (r.outstanding_tokens, r.index))
     if policy == "kv_aware":
+        for r in replicas:
+            r.sync()
         return min(replicas, key=lambda r: (r.kv.utilization + len(r.waiting) / 1e6, r.index))
+    if policy == "prefix_affinity" and req is not None:
+        # least work left once the cached prefix is not prefilled again: affinity without piling
+        # every request that shares a popular first block onto one replica
+        def work(r: Replica) -> tuple[int, int]:
+            return r.outstanding_tokens - r.kv.cached_prefix_blocks(req.prefix_chain) * r.kv.block_tokens, r.index
+
+        return min(replicas, key=work)
     return replicas[counter % len(replicas)]
 
 
@@ -154,6 +530,7 @@ class SimOutput:
     replicas: list[Replica]
     gaps: GapHistogram
     horizon_s: float
+    transfer: KVTransfer | None = None
 
 
 def simulate(
@@ -166,18 +543,44 @@ def simulate(
     horizon_s: float,
     step_sample_every: int = 1,
     max_queue: int | None = None,
+    opts: SimOptions | None = None,
 ) -> SimOutput:
     """Replay ``workload`` through the pools until every request is done or ``horizon_s``."""
+    opts = opts or SimOptions()
+    if not opts.hash_block_tokens:
+        opts.hash_block_tokens = workload.hash_block_tokens or block_tokens
     env = simpy.Environment()
     steps = StepLog(every=step_sample_every)
-    pool = pools[0]
-    replicas = [Replica(env, i, pool, policy, block_tokens, watermark, steps, max_queue) for i in range(pool.replicas)]
+    transfer = None
+    if policy == "disaggregated":
+        pre, dec = pools
+        front = [
+            Replica(env, i, pre, "traditional", block_tokens, watermark, steps, max_queue, opts)
+            for i in range(pre.replicas)
+        ]
+        back = [
+            Replica(env, pre.replicas + i, dec, "traditional", block_tokens, watermark, steps, None, opts)
+            for i in range(dec.replicas)
+        ]
+        for rep in back:
+            rep.decode_role = True
+        transfer = KVTransfer(env, back, opts)
+        for rep in front:
+            rep.handoff = transfer.start
+        replicas = front + back
+    else:
+        front = [
+            Replica(env, i, pools[0], policy, block_tokens, watermark, steps, max_queue, opts)
+            for i in range(pools[0].replicas)
+        ]
+        replicas = front
     n = len(workload)
     reqs: list[Request] = []
     q_time = np.zeros(n)
     q_wait = np.zeros(n, dtype=np.int64)
     klass = workload.klass
     hashes = workload.block_hashes
+    want_chain = hashes is not None and (opts.prefix_caching or router == "prefix_affinity")
 
     def arrivals():
         for i in range(n):
@@ -192,16 +595,33 @@ def simulate(
                 "" if klass is None else str(klass[i]),
                 None if hashes is None else hashes[i],
             )
+            r.n_seqs = opts.n_seqs
+            if want_chain and r.block_hashes:
+                r.prefix_chain = chain_hashes(r.block_hashes, opts.hash_block_tokens, block_tokens, r.prompt_tokens)
             reqs.append(r)
-            route(replicas, router, i).submit(r)
+            if transfer is not None:
+                r.prefill_only = True
+                reason = back[0].sched.rejection_reason(r)
+                if reason:
+                    r.status, r.reject_reason = REJECTED, f"decode pool: {reason}"
+                    continue
+            route(front, router, i, r).submit(r)
             q_time[i] = t
             q_wait[i] = sum(len(rep.waiting) for rep in replicas)
 
     env.process(arrivals())
     env.run(until=horizon_s)
+    for rep in replicas:  # a decode run cut by the horizon: keep the steps that completed
+        rep.sync()
     gaps = GapHistogram()
     for rep in replicas:
         gaps.merge(rep.sched.gaps)
     m = len(reqs)
     queue = pd.DataFrame({"time_s": q_time[:m], "waiting": q_wait[:m]})
-    return SimOutput(reqs, steps.frame(), queue, replicas, gaps, horizon_s)
+    # requests arriving after the horizon are reported as unfinished, never dropped
+    for i in range(m, n):
+        k = "" if klass is None else str(klass[i])
+        h = None if hashes is None else hashes[i]
+        t = float(workload.arrival_s[i])
+        reqs.append(Request(i, t, int(workload.prompt_tokens[i]), int(workload.output_tokens[i]), k, h))
+    return SimOutput(reqs, steps.frame(), queue, replicas, gaps, horizon_s, transfer)

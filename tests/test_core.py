@@ -60,9 +60,14 @@ def test_kv_bytes_per_token_follow_gqa() -> None:
 
 
 def test_single_request_ttft_is_prefill_time() -> None:
-    sc = scenario(workload={"kind": "all_at_once", "num_requests": 1,
-                            "prompt_tokens": {"dist": "fixed", "value": 2000},
-                            "output_tokens": {"dist": "fixed", "value": 50}})
+    sc = scenario(
+        workload={
+            "kind": "all_at_once",
+            "num_requests": 1,
+            "prompt_tokens": {"dist": "fixed", "value": 2000},
+            "output_tokens": {"dist": "fixed", "value": 50},
+        }
+    )
     res = llmsim.run(sc)
     cost = build_pools(sc, build_model(sc))[0].cost
     row = res.requests.iloc[0]
@@ -92,10 +97,17 @@ def test_tokens_conserved_and_kv_within_capacity(policy: str) -> None:
 def test_tight_kv_forces_preemption_but_keeps_tokens() -> None:
     # Llama-2-7B has 512 KiB of KV per token: at 20% of an A100-40GB's memory only a few thousand
     # tokens fit, so long decodes must preempt and recompute.
-    sc = scenario(model="llama-2-7b", hardware="A100-40GB", kv_cache={"memory_fraction": 0.45},
-                  workload={"kind": "all_at_once", "num_requests": 40,
-                            "prompt_tokens": {"dist": "fixed", "value": 512},
-                            "output_tokens": {"dist": "fixed", "value": 400}})
+    sc = scenario(
+        model="llama-2-7b",
+        hardware="A100-40GB",
+        kv_cache={"memory_fraction": 0.45},
+        workload={
+            "kind": "all_at_once",
+            "num_requests": 40,
+            "prompt_tokens": {"dist": "fixed", "value": 512},
+            "output_tokens": {"dist": "fixed", "value": 400},
+        },
+    )
     res = llmsim.run(sc)
     req = res.requests
     assert req["preemptions"].sum() > 0
@@ -154,9 +166,17 @@ def test_empty_batch_costs_nothing() -> None:
 
 
 def test_trace_replay_slices_and_scales() -> None:
-    sc = scenario(workload={"kind": "trace", "trace": {
-        "path": str(__import__("pathlib").Path(__file__).parent / "data" / "azure_sample.csv"),
-        "format": "azure", "speedup": 2.0, "max_requests": 20}})
+    sc = scenario(
+        workload={
+            "kind": "trace",
+            "trace": {
+                "path": str(__import__("pathlib").Path(__file__).parent / "data" / "azure_sample.csv"),
+                "format": "azure",
+                "speedup": 2.0,
+                "max_requests": 20,
+            },
+        }
+    )
     res = llmsim.run(sc)
     arr = res.requests["arrival_s"].to_numpy()
     assert len(arr) == 20
@@ -165,10 +185,15 @@ def test_trace_replay_slices_and_scales() -> None:
 
 
 def test_static_batching_waits_for_whole_batch() -> None:
-    sc = scenario(policy={"kind": "static", "max_num_seqs": 4},
-                  workload={"kind": "all_at_once", "num_requests": 8,
-                            "prompt_tokens": {"dist": "fixed", "value": 128},
-                            "output_tokens": {"dist": "uniform", "min": 5, "max": 60}})
+    sc = scenario(
+        policy={"kind": "static", "max_num_seqs": 4},
+        workload={
+            "kind": "all_at_once",
+            "num_requests": 8,
+            "prompt_tokens": {"dist": "fixed", "value": 128},
+            "output_tokens": {"dist": "uniform", "min": 5, "max": 60},
+        },
+    )
     req = llmsim.run(sc).requests
     first, second = req.iloc[:4], req.iloc[4:]
     # the second batch starts only after the longest request of the first has finished

@@ -21,6 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="override a scenario key, e.g. --set policy.chunk_tokens=256 (repeatable)",
     )
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--no-report", action="store_true", help="skip report.html / report.md / trace.json")
     p.set_defaults(func=cmd_run)
 
 
@@ -63,6 +64,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     prepare_output(out)
     res = run(sc)
     written = res.write(out)
+    if not args.no_report:
+        from llmsim.report import write_report, write_scenario
+
+        written.append(write_scenario(sc, out))
+        written += write_report(out)
     if not args.quiet:
         print(summary_text(res.summary))
         print("\nwrote: " + ", ".join(str(p) for p in written))

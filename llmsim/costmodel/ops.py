@@ -82,7 +82,7 @@ def batch_shape(
     pairs = kv = score = 0
     for c, p in prefill_chunks:
         pairs += chunk_pairs(c, p, window)
-        seen = p + c if window is None else min(p + c, window + c)
+        seen = p + c if window is None else min(p + c, window + c - 1)  # distinct keys the chunk sees
         kv += seen
         score += c * seen
     d_ctx = 0
@@ -174,8 +174,7 @@ def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     tp, L = cfg.tp, model.num_layers // cfg.pp
     T = s.tokens
     H = model.hidden_size
-    q, kv = model.q_size // tp, model.kv_size // tp
-    heads = model.num_heads // tp
+    q, kv = model.q_size // tp, kv_heads_per_device(model, tp) * model.head_dim
     a, kvb = DTYPE_BYTES[cfg.act_dtype], DTYPE_BYTES[cfg.kv_dtype]
     ops: list[Op] = []
     if T == 0:
@@ -187,7 +186,31 @@ def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
         ops.append(elementwise("attn_rope", T * (q + kv), 3.0, 1, cfg, L))
     # Writing the new tokens' K and V into the (paged) cache.
     ops.append(Op("kv_cache_write", "elementwise", 0.0, T * 2 * kv * a, T * 2 * kv * kvb, cfg.act_dtype, L))
-    hd = model.head_dim
+    ops.extend(attention_ops(model, s, cfg))
+    ops.append(gemm("attn_post_proj", T, H, q, cfg, L))
+    if tp > 1:
+        ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, cfg.act_dtype, L))
+    ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
+    ops.append(elementwise("post_attention_layernorm", T * H, norm_flops, 1, cfg, L))
+    ops.extend(_mlp_ops(model, T, cfg, L))
+    if tp > 1:
+        ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, cfg.act_dtype, L))
+    ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
+    return ops
+
+
+def kv_heads_per_device(model: ModelSpec, tp: int) -> int:
+    """KV heads each tensor-parallel rank holds: replicated when tp exceeds the KV heads."""
+    return max(1, model.num_kv_heads // tp)
+
+
+def attention_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
+    """The attention kernels of one step: the only ops that depend on context, not just on tokens."""
+    tp, L = cfg.tp, model.num_layers // cfg.pp
+    q, kv = model.q_size // tp, kv_heads_per_device(model, tp) * model.head_dim
+    heads, hd = model.num_heads // tp, model.head_dim
+    a, kvb = DTYPE_BYTES[cfg.act_dtype], DTYPE_BYTES[cfg.kv_dtype]
+    ops: list[Op] = []
     if s.prefill_tokens:
         flops = 4.0 * s.prefill_attn_pairs * hd * heads  # QK^T and PV, 2 FLOPs per MAC
         read = s.prefill_tokens * q * a + s.prefill_kv_tokens * 2 * kv * kvb
@@ -204,29 +227,10 @@ def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
         q_per_seq = s.decode_tokens // max(1, s.decode_seqs)
         flops = 4.0 * s.decode_ctx_tokens * q_per_seq * hd * heads
         read = s.decode_tokens * q * a + s.decode_ctx_tokens * 2 * kv * kvb
+        written = s.decode_tokens * q * a
         ops.append(
-            Op(
-                "attention_decode",
-                "attention",
-                flops,
-                read,
-                s.decode_tokens * q * a,
-                cfg.act_dtype,
-                L,
-                m=s.decode_tokens,
-                n=hd,
-                k=hd,
-            )
+            Op("attention_decode", "attention", flops, read, written, cfg.act_dtype, L, m=s.decode_tokens, n=hd, k=hd)
         )
-    ops.append(gemm("attn_post_proj", T, H, q, cfg, L))
-    if tp > 1:
-        ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, cfg.act_dtype, L))
-    ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
-    ops.append(elementwise("post_attention_layernorm", T * H, norm_flops, 1, cfg, L))
-    ops.extend(_mlp_ops(model, T, cfg, L))
-    if tp > 1:
-        ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, cfg.act_dtype, L))
-    ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
     return ops
 
 
@@ -297,7 +301,7 @@ def step_ops(
     if first_stage:
         ops.append(Op("emb", "elementwise", 0.0, T * H * a, T * H * a, cfg.act_dtype, 1))
     ops.extend(layer_ops(model, s, cfg))
-    if last_stage:
+    if last_stage and s.lm_rows:  # a step whose chunks all end mid-prompt samples nothing
         rows = s.lm_rows
         norm_flops = 4.0 if model.norm == "rmsnorm" else 7.0
         ops.append(elementwise("final_norm", rows * H, norm_flops, 1, cfg, 1))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from llmsim.costmodel.comm import all_reduce_s, send_s, tp_link
 from llmsim.costmodel.gemm import GemmCurve
-from llmsim.costmodel.ops import BatchShape, Op, OpConfig, step_ops
+from llmsim.costmodel.ops import BatchShape, Op, OpConfig, attention_ops, step_ops
 from llmsim.hardware import HardwareProfile
 from llmsim.models import DTYPE_BYTES, ModelSpec
 
@@ -72,6 +72,7 @@ class CostModel:
 
     def __post_init__(self) -> None:
         self._cache: dict[BatchShape, float] = {}
+        self._dense_cache: dict[tuple[int, int, bool], float] = {}
         eff = self.hw.efficiency
         self._bw = self.hw.bandwidth * eff.memory_fraction.value * self._numa_factor()
         self._elem_bw = self.hw.bandwidth * eff.elementwise_memory_fraction.value * self._numa_factor()
@@ -116,9 +117,13 @@ class CostModel:
     def _pad(self, d: int) -> int:
         return int(math.ceil(d / self._mxu) * self._mxu) if self._mxu and d else d
 
+    def launch_latency(self, decode_only: bool) -> float:
+        """Host launch latency per kernel; CUDA graphs remove it from decode-only steps."""
+        return 0.0 if (decode_only and self.cfg.cuda_graphs) else self._launch
+
     def price(self, op: Op, decode_only: bool = False) -> OpTime:
         """Per-call times of one op: compute and memory sides, launch gap, fixed kernel latency."""
-        launch = 0.0 if (decode_only and self.cfg.cuda_graphs) else self._launch
+        launch = self.launch_latency(decode_only)
         if op.kind == "comm":
             t = all_reduce_s(op.bytes_read, self.cfg.tp, self._link, self.hw.efficiency.allreduce_bus_fraction.value)
             return OpTime(op, 0.0, t, 0.0)
@@ -162,16 +167,39 @@ class CostModel:
         return sum(t.total_s for t in self.priced(shape))
 
     def step_time(self, shape: BatchShape) -> float:
-        """Seconds for one whole step (all stages back to back, plus CPU overhead); cached."""
+        """Seconds for one whole step (all stages back to back, plus CPU overhead); cached.
+
+        Equal to ``stage_time(shape) * pp + sends + overhead`` (a test checks it), computed faster:
+        every op but attention depends only on (tokens, sampled rows), so that part is cached on
+        those two numbers and only the one or two attention kernels are priced per step.
+        """
         t = self._cache.get(shape)
         if t is None:
             if shape.is_empty:
                 return 0.0
-            t = self.stage_time(shape) * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1)
-            t += self._step_overhead
+            decode_only = shape.prefill_tokens == 0
+            stage = self._dense_stage_time(shape.tokens, shape.lm_rows, decode_only)
+            for op in attention_ops(self.model, shape, self.cfg):
+                stage += self.price(op, decode_only).total_s
+            t = stage * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + self._step_overhead
             if len(self._cache) > 200_000:
                 self._cache.clear()
             self._cache[shape] = t
+        return t
+
+    def _dense_stage_time(self, tokens: int, lm_rows: int, decode_only: bool) -> float:
+        """Stage time of every op except attention (GEMMs, norms, collectives, LM head)."""
+        key = (tokens, lm_rows, decode_only)
+        t = self._dense_cache.get(key)
+        if t is None:
+            shape = BatchShape(
+                prefill_tokens=0 if decode_only else tokens,
+                decode_tokens=tokens if decode_only else 0,
+                decode_seqs=tokens if decode_only else 0,
+                logits_rows=lm_rows,
+            )
+            t = sum(self.price(op, decode_only).total_s for op in self.ops(shape) if op.kind != "attention")
+            self._dense_cache[key] = t
         return t
 
     def pp_send_time(self, shape: BatchShape) -> float:

@@ -1,7 +1,7 @@
 """Serving policies as pure decision logic (no time, no SimPy): see base.py for the seam."""
 
 from llmsim.kvcache import BlockManager
-from llmsim.schedulers.base import BatchPlan, Scheduler, SchedulerConfig
+from llmsim.schedulers.base import TRANSFERRING, BatchPlan, Scheduler, SchedulerConfig, SpecConfig
 from llmsim.schedulers.chunked import ChunkedScheduler
 from llmsim.schedulers.traditional import StaticScheduler, TraditionalScheduler
 
@@ -16,4 +16,12 @@ def make_scheduler(policy: str, cfg: SchedulerConfig, kv: BlockManager) -> Sched
     return SCHEDULERS[policy](cfg, kv)
 
 
-__all__ = ["SCHEDULERS", "BatchPlan", "Scheduler", "SchedulerConfig", "make_scheduler"]
+__all__ = [
+    "SCHEDULERS",
+    "TRANSFERRING",
+    "BatchPlan",
+    "Scheduler",
+    "SchedulerConfig",
+    "SpecConfig",
+    "make_scheduler",
+]

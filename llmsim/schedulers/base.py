@@ -9,12 +9,26 @@ the simulator asks the cost model, the NumPy reference engine runs the model and
 
 from __future__ import annotations
 
+import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmsim.costmodel.ops import BatchShape, chunk_pairs
 from llmsim.kvcache import BlockManager
-from llmsim.request import FINISHED, RUNNING, Request
+from llmsim.request import FINISHED, RUNNING, WAITING, Request
+
+TRANSFERRING = "transferring"  # disaggregated: prompt done, KV on its way to a decode replica
+
+
+@dataclass
+class SpecConfig:
+    """Speculative decoding: ``k`` proposals per step, accepted left to right with ``acceptance[i]``
+    the probability that proposal ``i`` is accepted given all earlier ones were."""
+
+    k: int = 4
+    acceptance: list[float] = field(default_factory=lambda: [0.7] * 4)
+    seed: int = 0
 
 
 @dataclass
@@ -23,6 +37,11 @@ class SchedulerConfig:
     max_batch_tokens: int = 8192  # tokens processed in one step
     chunk_tokens: int = 512  # chunked prefill: per-step token budget (decodes count against it)
     preemption: str = "recompute"  # "recompute" | "swap"
+    chunk_budget: str = "fixed"  # "fixed" | "dynamic" (shrink the chunk when a step would exceed tbt_target_s)
+    tbt_target_s: float = 0.0  # dynamic budget: predicted step time to stay under
+    min_chunk_tokens: int = 64  # dynamic budget: never shrink below this
+    prefill_only: bool = False  # disaggregated prefill pool: hand requests off after their prompt
+    speculative: SpecConfig | None = None
 
 
 @dataclass
@@ -31,6 +50,9 @@ class BatchPlan:
     decode: list[Request] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
     padding: list[Request] = field(default_factory=list)  # static batching: finished slots still computed
+    swap_in_tokens: int = 0  # KV tokens copied host -> device before this step
+    swap_out_tokens: int = 0  # KV tokens copied device -> host (swap preemption)
+    spec_k: int = 0  # speculative decoding: each decode verifies spec_k drafts (spec_k + 1 tokens)
 
     @property
     def empty(self) -> bool:
@@ -45,35 +67,38 @@ class BatchPlan:
         return len(self.prefill) + len(self.decode) + len(self.padding)
 
     def shape(self, window: int | None = None) -> BatchShape:
-        """The step's aggregates for the cost model (context = tokens already cached)."""
-        pairs = kv = score = 0
-        p_tokens = 0
-        for r, c in self.prefill:
-            p = r.kv_tokens
+        """The step's aggregates for the cost model (context = tokens already cached). Speculative
+        verification of k drafts is priced as a (k+1)-token chunk per decoding sequence."""
+        chunks = [(c, r.kv_tokens) for r, c in self.prefill]
+        decodes = (*self.decode, *self.padding)
+        if self.spec_k:
+            chunks += [(self.spec_k + 1, r.kv_tokens) for r in self.decode]
+            decodes = tuple(self.padding)
+        pairs = kv = score = p_tokens = 0
+        for c, p in chunks:
             pairs += chunk_pairs(c, p, window)
-            seen = p + c if window is None else min(p + c, window + c)
+            seen = p + c if window is None else min(p + c, window + c - 1)  # distinct keys the chunk sees
             kv += seen
             score += c * seen
             p_tokens += c
-        d_ctx = 0
-        for r in self.decode:
-            d_ctx += r.kv_tokens + 1
-        for r in self.padding:
-            d_ctx += r.kv_tokens + 1
-        if window is not None:
-            d_ctx = sum(min(r.kv_tokens + 1, window) for r in (*self.decode, *self.padding))
-        n_dec = len(self.decode) + len(self.padding)
+        # parallel sampling: every sequence of a request decodes its own row
+        if window is None:
+            d_ctx = sum((r.kv_tokens + 1) * r.n_seqs for r in decodes)
+        else:
+            d_ctx = sum(min(r.kv_tokens + 1, window) * r.n_seqs for r in decodes)
+        n_dec = sum(r.n_seqs for r in decodes)
+        sampled = sum(1 for r, c in self.prefill if r.prefilled + c == r.prefill_target)
         return BatchShape(
             prefill_tokens=p_tokens,
-            prefill_seqs=len(self.prefill),
+            prefill_seqs=len(chunks),
             prefill_attn_pairs=pairs,
             prefill_kv_tokens=kv,
             prefill_score_elems=score,
             decode_seqs=n_dec,
             decode_tokens=n_dec,
             decode_ctx_tokens=d_ctx,
-            # only prompts that finish in this step are sampled
-            logits_rows=sum(1 for r, c in self.prefill if r.prefilled + c == r.prefill_target) + n_dec,
+            # only prompts that finish in this step are sampled; verification samples every position
+            logits_rows=sampled + n_dec + len(self.decode) * (self.spec_k + 1 if self.spec_k else 0),
         )
 
 
@@ -86,32 +111,55 @@ class Scheduler:
         self.cfg = cfg
         self.kv = kv
         self.gaps = None  # optional GapHistogram fed with every inter-token gap
+        self.predict_s: Callable[[BatchShape], float] | None = None  # dynamic chunk budget only
+        spec = cfg.speculative
+        self._rng = random.Random(spec.seed) if spec else None
+        self.spec_emitted = 0  # tokens emitted by verify steps
+        self.spec_slots = 0  # (sequence, verify step) pairs
 
     # ---- admission ---------------------------------------------------------------------
     def rejection_reason(self, req: Request) -> str:
         """Why a request can never be served here ('' if it can)."""
         total = req.prompt_tokens + max(req.output_tokens - 1, 0)
-        if not self.kv.fits_ever(total):
-            return (
-                f"needs {total} tokens of KV cache ({-(-total // self.kv.block_tokens)} blocks), "
-                f"capacity is {self.kv.num_blocks} blocks"
-            )
+        blocks = self.kv.blocks_for_request(req, total)
+        if blocks > self.kv.num_blocks:
+            return f"needs {total} tokens of KV cache ({blocks} blocks), capacity is {self.kv.num_blocks} blocks"
         return ""
 
     def schedule(self, waiting: deque[Request], running: list[Request]) -> BatchPlan:  # pragma: no cover
         raise NotImplementedError
 
     # ---- shared pieces -----------------------------------------------------------------
+    def _lookahead(self) -> int:
+        spec = self.cfg.speculative
+        return spec.k + 1 if spec else 1
+
     def _schedule_decodes(self, waiting: deque[Request], running: list[Request], plan: BatchPlan) -> None:
         """Give every running, fully prefilled request one decode slot, preempting the newest
         running requests (vLLM's policy) when the cache has no block for the next token."""
+        ahead = self._lookahead()
+        kv = self.kv
+        decoding = [r for r in running if r.prefilled >= r.prefill_target]
+        # Fast path: the cache has room for every decode's next token(s), so nobody is preempted.
+        bt = kv.block_tokens
+        need = sum(
+            (-(-(r.kv_tokens + ahead) // bt) - r.blocks) if r.n_seqs == 1 else kv.blocks_needed(r, ahead)
+            for r in decoding
+        )
+        if need <= kv.free_blocks:
+            for r in decoding:
+                kv.allocate(r, ahead)
+            plan.decode.extend(decoding)
+            if plan.decode and self.cfg.speculative:
+                plan.spec_k = self.cfg.speculative.k
+            return
         i = 0
         while i < len(running):
             r = running[i]
             if r.in_prefill:
                 i += 1
                 continue
-            need = self.kv.blocks_needed(r, 1)
+            need = self.kv.blocks_needed(r, ahead)
             while need > 0 and not self.kv.can_allocate(need):
                 victim = running.pop()
                 self._preempt(victim, waiting, plan)
@@ -119,22 +167,64 @@ class Scheduler:
                     break
             if r.status != RUNNING:
                 break
-            self.kv.allocate(r, 1)
+            self.kv.allocate(r, ahead)
             plan.decode.append(r)
             i += 1
+        if plan.decode and self.cfg.speculative:
+            plan.spec_k = self.cfg.speculative.k
 
     def _preempt(self, victim: Request, waiting: deque[Request], plan: BatchPlan) -> None:
-        self.kv.free(victim)
-        victim.preempt_for_recompute()
-        victim.status = "waiting"
+        if self.cfg.preemption == "swap" and victim.kv_tokens:
+            plan.swap_out_tokens += victim.kv_tokens
+            self.kv.free(victim)
+            victim.preempt_for_swap()
+        else:
+            self.kv.free(victim)
+            victim.preempt_for_recompute()
+        victim.status = WAITING
         waiting.appendleft(victim)
         plan.preempted.append(victim)
         # a victim already planned for prefill in this step must not run
         plan.prefill = [(r, c) for r, c in plan.prefill if r is not victim]
 
+    def _swap_in(self, waiting: deque[Request], running: list[Request], plan: BatchPlan) -> None:
+        """Swapped-out requests come back first (vLLM's order), as blocks allow."""
+        while waiting and waiting[0].swapped and len(running) < self.cfg.max_num_seqs:
+            r = waiting[0]
+            need = self.kv.blocks_for_request(r, r.kv_tokens + 1)
+            # the watermark protects running requests' growth; an idle replica admits into it,
+            # or a request needing more than capacity minus watermark would wait forever
+            if not self.kv.can_allocate(need, admission=bool(running)):
+                return
+            waiting.popleft()
+            plan.swap_in_tokens += self.kv.swap_in(r)
+            r.status = RUNNING
+            running.append(r)
+
+    def _try_admit(
+        self, req: Request, budget: int, waiting: deque[Request], running: list[Request], whole: bool
+    ) -> int:
+        """Start prefilling the head of ``waiting`` with up to ``budget`` tokens (all of its prompt
+        if ``whole``), after sharing any cached prefix. Returns the tokens to prefill, 0 if not admitted."""
+        if req.swapped:
+            return 0
+        self.kv.match_prefix(req)
+        c = min(req.prompt_remaining, budget)
+        if c <= 0 or (whole and c < req.prompt_remaining):
+            self.kv.unmatch(req)
+            return 0
+        if not self.kv.can_allocate(self.kv.blocks_needed(req, c), admission=bool(running)):  # see _swap_in
+            self.kv.unmatch(req)
+            return 0
+        waiting.popleft()
+        self.kv.allocate(req, c)
+        req.status = RUNNING
+        running.append(req)
+        return c
+
     def _admit(self, req: Request, tokens: int, waiting: deque[Request], running: list[Request]) -> bool:
         """Try to start prefilling ``tokens`` of the head of ``waiting``; False if KV is short."""
-        if not self.kv.can_allocate(self.kv.blocks_needed(req, tokens), admission=True):
+        if not self.kv.can_allocate(self.kv.blocks_needed(req, tokens), admission=bool(running)):  # see _swap_in
             return False
         waiting.popleft()
         self.kv.allocate(req, tokens)
@@ -143,21 +233,51 @@ class Scheduler:
         return True
 
     def complete(self, plan: BatchPlan, now: float, running: list[Request]) -> list[Request]:
-        """Apply a finished step: advance tokens, stamp times, free finished requests."""
+        """Apply a finished step: advance tokens, stamp times, free finished requests. Requests
+        handed off to a decode pool come back too, with status ``transferring``."""
         finished: list[Request] = []
         for r, c in plan.prefill:
             if r.queued_s != r.queued_s:  # NaN: first time scheduled
                 r.queued_s = now
             r.prefilled += c
             r.kv_tokens += c
+            if self.kv.prefix_caching:
+                self.kv.commit(r)
             if r.prefilled == r.prefill_target:
+                if self.cfg.prefill_only and r.generated == 0 and r.output_tokens > 1:
+                    r.status = TRANSFERRING
+                    finished.append(r)
+                else:
+                    self._emit(r, now, finished)
+        if plan.spec_k:
+            for r in plan.decode:
+                self._emit_speculative(r, plan.spec_k, now, finished)
+        else:
+            for r in plan.decode:
+                r.kv_tokens += 1
                 self._emit(r, now, finished)
-        for r in plan.decode:
-            r.kv_tokens += 1
-            self._emit(r, now, finished)
         if finished:
             running[:] = [r for r in running if r.status == RUNNING]
         return finished
+
+    def _emit_speculative(self, r: Request, k: int, now: float, finished: list[Request]) -> None:
+        acc = self.cfg.speculative.acceptance  # type: ignore[union-attr]
+        accepted = 0
+        while accepted < k and self._rng.random() < acc[accepted]:  # type: ignore[union-attr]
+            accepted += 1
+        n = min(accepted + 1, r.remaining_output)
+        r.spec_steps += 1
+        r.spec_accepted += accepted
+        self.spec_emitted += n
+        self.spec_slots += 1
+        r.kv_tokens += n
+        self.kv.tokens_held -= k + 1 - n  # look-ahead slots that hold rejected drafts
+        # the n tokens of one verify step stream out together; spread the gap over them
+        gap = (now - r.last_token_s) / n if r.generated else 0.0
+        for _ in range(n):
+            t = now if r.generated == 0 else r.last_token_s + gap
+            self._emit(r, t, finished)
+        r.last_token_s = now
 
     def _emit(self, r: Request, now: float, finished: list[Request]) -> None:
         if r.output_tokens > r.generated:
@@ -171,7 +291,7 @@ class Scheduler:
                     self.gaps.add(gap)
             r.generated += 1
             r.last_token_s = now
-        if r.generated >= r.output_tokens:
+        if r.generated >= r.output_tokens and r.status != FINISHED:
             r.finish_s = now
             r.status = FINISHED
             self.kv.free(r)

@@ -4,12 +4,17 @@ Every step first carries all running decodes, then fills the rest of a per-step 
 (``chunk_tokens``) with prompt chunks: first the prompts already partly prefilled, then new
 ones. A prompt's first token is sampled only after its last chunk, and each chunk attends to
 all earlier chunks of its prompt through the cache.
+
+With ``chunk_budget: dynamic`` the budget halves (down to ``min_chunk_tokens``) while the
+predicted step time of the decodes plus the chunk exceeds ``tbt_target_s``: decodes keep their
+TBT when the batch is large and long prompts finish faster when it is small.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from llmsim.costmodel.ops import batch_shape
 from llmsim.request import Request
 from llmsim.schedulers.base import BatchPlan, Scheduler
 
@@ -17,14 +22,30 @@ from llmsim.schedulers.base import BatchPlan, Scheduler
 class ChunkedScheduler(Scheduler):
     name = "chunked"
 
-    def budget(self) -> int:
-        """Token budget of the next step (a dynamic policy can override this)."""
-        return self.cfg.chunk_tokens
+    def budget(self, plan: BatchPlan, running: list[Request], waiting: deque[Request]) -> int:
+        """Token budget of the next step, decodes included."""
+        b = self.cfg.chunk_tokens
+        if self.cfg.chunk_budget != "dynamic" or self.predict_s is None or self.cfg.tbt_target_s <= 0:
+            return b
+        past = next((r.kv_tokens for r in running if r.in_prefill), 0)
+        contexts = [r.kv_tokens for r in plan.decode]
+        lookahead = plan.spec_k + 1 if plan.spec_k else 1
+        while b > self.cfg.min_chunk_tokens:
+            chunk = max(b - len(plan.decode) * lookahead, 1)
+            shape = batch_shape([(chunk, past)], contexts, tokens_per_decode=lookahead)
+            if self.predict_s(shape) <= self.cfg.tbt_target_s:
+                break
+            b //= 2
+        return max(b, self.cfg.min_chunk_tokens)
 
     def schedule(self, waiting: deque[Request], running: list[Request]) -> BatchPlan:
         plan = BatchPlan()
+        self._swap_in(waiting, running, plan)
         self._schedule_decodes(waiting, running, plan)
-        budget = self.budget() - len(plan.decode)
+        if not waiting and not any(r.in_prefill for r in running):
+            return plan
+        lookahead = plan.spec_k + 1 if plan.spec_k else 1
+        budget = self.budget(plan, running, waiting) - len(plan.decode) * lookahead
         # 1. continue prompts already being prefilled
         for r in running:
             if budget <= 0:
@@ -38,10 +59,17 @@ class ChunkedScheduler(Scheduler):
                 budget -= c
         # 2. start new prompts
         while budget > 0 and waiting and len(running) < self.cfg.max_num_seqs:
-            r = waiting[0]
-            c = min(r.prompt_remaining, budget)
-            if not self._admit(r, c, waiting, running):
+            c = self._try_admit(waiting[0], budget, waiting, running, whole=False)
+            if not c:
                 break
-            plan.prefill.append((r, c))
+            plan.prefill.append((running[-1], c))
             budget -= c
+        if plan.empty and len(running) > 1 and any(r.in_prefill for r in running):
+            # partial prompts fill the cache and none can grow (pipelined micro-batches admit
+            # several at once): preempt the newest so the others can finish, or they wait forever
+            self._preempt(running.pop(), waiting, plan)
+            again = self.schedule(waiting, running)
+            again.preempted[:0] = plan.preempted
+            again.swap_out_tokens += plan.swap_out_tokens
+            return again
         return plan

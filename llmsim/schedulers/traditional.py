@@ -24,13 +24,14 @@ class TraditionalScheduler(Scheduler):
 
     def schedule(self, waiting: deque[Request], running: list[Request]) -> BatchPlan:
         plan = BatchPlan()
+        self._swap_in(waiting, running, plan)
         tokens = 0
         while waiting and len(running) < self.cfg.max_num_seqs:
             r = waiting[0]
-            need = r.prompt_remaining
-            if tokens + need > self.cfg.max_batch_tokens:
-                break
-            if not self._admit(r, need, waiting, running):
+            # a recomputed request (prompt + generated) may exceed the budget: it then runs alone
+            budget = self.cfg.max_batch_tokens - tokens if tokens else 1 << 62
+            need = self._try_admit(r, budget, waiting, running, whole=True)
+            if not need:
                 break
             plan.prefill.append((r, need))
             tokens += need

@@ -50,3 +50,91 @@ def sample_lengths(rng: np.random.Generator, spec: dict, n: int, empirical: np.n
 
 def synthetic(arrival_s: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray, source: str) -> Workload:
     return Workload(arrival_s, np.maximum(prompt_tokens, 1), np.maximum(output_tokens, 0), source=source)
+
+
+SYNTH_HASH_TOKENS = 16  # tokens per content id in synthetic prefix ids
+_SYSTEM_BASE = 1 << 40  # content ids of system prompts (disjoint from per-request ids)
+
+
+def system_prompt_ids(count: int, tokens: int) -> list[list[int]]:
+    """Content ids of ``count`` distinct system prompts of ``tokens`` tokens each."""
+    per = -(-tokens // SYNTH_HASH_TOKENS)
+    return [[_SYSTEM_BASE + p * per + j for j in range(per)] for p in range(count)]
+
+
+def _unique_ids(w: Workload) -> list[list[int]]:
+    """Existing ids, or fresh ids unique to each request (nothing shared)."""
+    if w.block_hashes is not None:
+        return [list(h) for h in w.block_hashes]
+    out, nxt = [], 0
+    for p in w.prompt_tokens:
+        per = -(-int(p) // SYNTH_HASH_TOKENS)
+        out.append(list(range(nxt, nxt + per)))
+        nxt += per
+    return out
+
+
+def with_system_prompts(
+    rng: np.random.Generator, w: Workload, count: int, tokens: int, share: float, zipf: float
+) -> Workload:
+    """Prefix ``share`` of the requests with one of ``count`` shared system prompts (Zipf-popular
+    with exponent ``zipf``; 0 = uniform). Prompts grow by ``tokens`` (rounded to whole ids)."""
+    n = len(w)
+    prompts = system_prompt_ids(count, tokens)
+    sys_tokens = len(prompts[0]) * SYNTH_HASH_TOKENS
+    weights = 1.0 / np.arange(1, count + 1) ** zipf
+    pick = rng.choice(count, size=n, p=weights / weights.sum())
+    has = rng.random(n) < share
+    ids = _unique_ids(w)
+    hashes = [prompts[pick[i]] + ids[i] if has[i] else ids[i] for i in range(n)]
+    return Workload(
+        w.arrival_s,
+        w.prompt_tokens + np.where(has, sys_tokens, 0),
+        w.output_tokens,
+        klass=w.klass,
+        block_hashes=hashes,
+        hash_block_tokens=SYNTH_HASH_TOKENS,
+        source=f"{w.source} + {count} system prompt(s) of {sys_tokens} tokens",
+        meta=dict(w.meta, system_prompt_tokens=sys_tokens),
+    )
+
+
+def conversations(rng: np.random.Generator, w: Workload, turns: int, think_s: float) -> Workload:
+    """Turn each request into a conversation of ``turns`` turns. Turn t's prompt is the history
+    (earlier prompts and answers) plus the new message, so it shares the history's prefix ids.
+    Later turns arrive an exponential think time apart; the result is re-sorted by arrival."""
+    arr, prm, out, kls, ids = [], [], [], [], []
+    nxt = 0
+
+    def fresh(tokens: int) -> list[int]:
+        nonlocal nxt
+        per = -(-tokens // SYNTH_HASH_TOKENS)
+        nxt += per
+        return list(range(nxt - per, nxt))
+
+    n = len(w)
+    for i in range(n):
+        t = float(w.arrival_s[i])
+        history: list[int] = []
+        for turn in range(turns):
+            msg = fresh(int(w.prompt_tokens[(i + turn * 7919) % n]))  # a new message per turn
+            hist_tokens = len(history) * SYNTH_HASH_TOKENS
+            arr.append(t)
+            prm.append(hist_tokens + int(w.prompt_tokens[(i + turn * 7919) % n]))
+            o = int(w.output_tokens[(i + turn * 104729) % n])
+            out.append(o)
+            kls.append(None if w.klass is None else w.klass[i])
+            ids.append(history + msg)
+            history = history + msg + fresh(max(o, 1))  # the answer joins the history
+            t += float(rng.exponential(think_s)) if think_s > 0 else 0.0
+    order = np.argsort(np.asarray(arr), kind="stable")
+    return Workload(
+        np.asarray(arr)[order],
+        np.asarray(prm)[order],
+        np.asarray(out)[order],
+        klass=None if w.klass is None else np.asarray(kls, dtype=object)[order],
+        block_hashes=[ids[j] for j in order],
+        hash_block_tokens=SYNTH_HASH_TOKENS,
+        source=f"{w.source} as {turns}-turn conversations",
+        meta=dict(w.meta, turns=turns, think_s=think_s),
+    )

@@ -1,0 +1,59 @@
+"""``llmsim plan SCENARIO [--target-rps R]``: the cheapest configurations that meet the SLOs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from llmsim.tables import table
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="capacity plan: cheapest hardware/tp/replicas/policy meeting the SLOs + report")
+    p.add_argument("scenario", help="path to a scenario YAML with a `plan:` section")
+    p.add_argument(
+        "--target-rps", type=float, help="arrival rate to plan for (default: plan.target_rps or the trace's)"
+    )
+    p.add_argument("--out", help="output directory (default: the scenario's output.dir)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key")
+    p.add_argument("--workers", type=int, default=None, help="local processes (default: all cores)")
+    p.add_argument("--dask", metavar="ADDRESS", help="run the candidates on an existing Dask scheduler")
+    p.add_argument("--no-report", action="store_true", help="write the tables only")
+    p.add_argument("--quiet", action="store_true", help="no progress bars; print nothing but errors")
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from llmsim.commands.run import parse_overrides, prepare_output
+    from llmsim.planning import Base, capacity_plan, write_plan
+
+    base = Base.from_path(args.scenario, parse_overrides(args.set))
+    sc = base.scenario()  # validates everything before any work
+    out = Path(args.out) if args.out else Path(sc.output.dir)
+    prepare_output(out)
+    plan = capacity_plan(base, args.target_rps, workers=args.workers, dask=args.dask, progress=not args.quiet)
+    written = write_plan(plan, base, out, progress=not args.quiet)
+    if not args.no_report:
+        from llmsim.report import write_report
+
+        written += write_report(out)
+    if not args.quiet:
+        print(plan_text(plan))
+        print("\nwrote: " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def plan_text(plan) -> str:
+    cols = ["config", "usd_per_hour", "usd_per_mtok", "j_per_token", "slo_attainment", "ttft_p99_s", "tbt_p99_s"]
+    head = f"capacity plan at {plan.target_rps:.3f} req/s, SLO attainment target {plan.target_attainment:.0%}\n"
+    out = [head + "\ncheapest configurations meeting the SLOs:"]
+    out.append(table([[r[c] for c in cols] for r in plan.winners.to_dict("records")], cols) or "(none)")
+    if not plan.infeasible.empty:
+        out.append("\ncandidates that never met the SLOs:")
+        out += [f"  {r['config']}: {r['reason']}" for r in plan.infeasible.to_dict("records")]
+    if not plan.sensitivity.empty:
+        cols2 = ["config", "efficiency_factor", "slo_attainment", "meets_slos"]
+        out.append("\nsensitivity (every efficiency scaled):")
+        out.append(table([[r[c] for c in cols2] for r in plan.sensitivity.to_dict("records")], cols2))
+    out.append("\nrecommendation: " + plan.recommendation)
+    return "\n".join(out)

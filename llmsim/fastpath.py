@@ -1,0 +1,165 @@
+"""Closed-form jumps over runs of identical decode-only steps, with exact results.
+
+Between events that change a batch (an arrival, a prompt chunk, a request finishing, a KV
+block that cannot be had), a replica repeats the same decode step with every context one token
+longer. Each op's FLOPs and bytes are affine in the total decode context, so the whole run's
+step times come from two pricings and one vectorised ``max``: one SimPy event for the run
+instead of one per step. The run's outcome is applied per request in one go, or up to any
+instant inside the run when something outside needs the replica's exact state (``DecodeRun.sync``).
+
+Why the jump is exact: during a decode-only run no request finishes (the run stops one step
+short of the first finish), no block allocation can fail (the run is as long as the free blocks
+allow), and a waiting request that could not be admitted at the start cannot be admitted later
+(free blocks only shrink and the batch keeps its size). Arrivals interrupt the run at the next
+step boundary, as the step-by-step loop would see them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from llmsim.costmodel.ops import BatchShape, attention_ops
+from llmsim.costmodel.roofline import CostModel
+from llmsim.kvcache import BlockManager
+from llmsim.request import Request
+
+MIN_RUN = 4  # shorter runs are cheaper to step one by one
+
+
+def decode_run_times(cost: CostModel, shape: BatchShape, steps: int) -> np.ndarray:
+    """Durations of ``steps`` successive decode-only steps starting at ``shape``.
+
+    Step i (0-based) has ``decode_ctx_tokens + i * decode_tokens``. Each op's compute and memory
+    times are affine in the context and the roofline takes their max per op; a final check prices
+    the last step directly and falls back to pricing every step if any term is not affine.
+    """
+    n = shape.decode_tokens
+    nxt = dataclasses.replace(shape, decode_ctx_tokens=shape.decode_ctx_tokens + n)
+    # only the attention kernels depend on the context; the rest of the step is a constant
+    per_stage = np.zeros(steps)
+    i = np.arange(steps, dtype=np.float64)
+    a = [cost.price(op, decode_only=True) for op in attention_ops(cost.model, shape, cost.cfg)]
+    b = [cost.price(op, decode_only=True) for op in attention_ops(cost.model, nxt, cost.cfg)]
+    launch = cost.launch_latency(decode_only=True)
+    for pa, pb in zip(a, b, strict=True):
+        comp = pa.compute_s + (pb.compute_s - pa.compute_s) * i
+        mem = pa.memory_s + (pb.memory_s - pa.memory_s) * i
+        # per call: kernel time, or the launch latency when the host cannot keep ahead (price())
+        per_stage += (np.maximum(np.maximum(comp, mem) + pa.fixed_s, launch) - pa.total_s / pa.op.count) * pa.op.count
+    # per_stage now holds each step's change from the first step's attention time
+    total = cost.step_time(shape) + per_stage * cost.cfg.pp
+    last = dataclasses.replace(shape, decode_ctx_tokens=shape.decode_ctx_tokens + n * (steps - 1))
+    exact_last = cost.step_time(last)
+    if abs(total[-1] - exact_last) > 1e-9 * exact_last:
+        total = np.array(
+            [
+                cost.step_time(dataclasses.replace(shape, decode_ctx_tokens=shape.decode_ctx_tokens + n * j))
+                for j in range(steps)
+            ]
+        )
+    return total
+
+
+def run_length(members: list[Request], kv: BlockManager, window: int | None, limit: int) -> int:
+    """Decode steps that can run with no request finishing, no KV shortage and (with a sliding
+    window) no context reaching the window; 0 if shorter than ``MIN_RUN``."""
+    k = limit
+    for r in members:
+        k = min(k, r.remaining_output - 1)  # the finishing step goes through the normal path
+        if window is not None:
+            k = min(k, window - r.kv_tokens - 1)  # contexts grow linearly only below the window
+        if k < MIN_RUN:
+            return 0
+    bt = kv.block_tokens
+    kv_tokens = np.fromiter((r.kv_tokens for r in members), dtype=np.int64, count=len(members))
+    held = int(sum(r.blocks for r in members))
+    while k >= MIN_RUN:
+        need = int((-(-(kv_tokens + k) // bt)).sum()) - held
+        if need <= kv.free_blocks:
+            return k
+        k //= 2
+    return 0
+
+
+@dataclasses.dataclass
+class DecodeRun:
+    """A run of decode-only steps of the same ``members``, started at ``start_s``.
+
+    The run's first step is the plan the scheduler just made, so its KV slots are already
+    allocated (``allocated`` starts at 1).
+    """
+
+    members: list[Request]
+    kv: BlockManager
+    start_s: float
+    durations: np.ndarray
+    applied: int = 0  # steps whose tokens have been emitted
+    allocated: int = 1  # steps whose KV slots have been allocated (a step allocates when it starts)
+    external: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (step, blocks) held by others
+
+    def __post_init__(self) -> None:
+        self.ends = self.start_s + np.cumsum(self.durations)
+        # state at the start, for steps.csv rows
+        self._kv0 = np.fromiter((r.kv_tokens for r in self.members), dtype=np.int64, count=len(self.members))
+        self._blocks0 = np.fromiter((r.blocks for r in self.members), dtype=np.int64, count=len(self.members))
+        self._used0 = self.kv.used
+        self._held0 = self.kv.tokens_held
+
+    @property
+    def steps(self) -> int:
+        return len(self.durations)
+
+    def note_external_blocks(self, now: float, blocks: int) -> None:
+        """Blocks taken from this cache by someone else during the run (a KV transfer's reservation)."""
+        self.external.append((self.steps_done_by(now), blocks))
+
+    def steps_done_by(self, now: float) -> int:
+        return int(np.searchsorted(self.ends, now, side="right"))
+
+    def allocate_through(self, steps: int) -> None:
+        steps = min(steps, self.steps)
+        if steps > self.allocated:
+            ahead, new = steps - self.applied, steps - self.allocated  # tokens not yet applied / slots
+            for r in self.members:
+                self.kv.grow(r, ahead, new)
+            self.allocated = steps
+
+    def apply_through(self, steps: int, gaps: object | None) -> tuple[int, int]:
+        """Emit the tokens of steps [applied, steps); returns that range."""
+        lo, hi = self.applied, min(steps, self.steps)
+        if hi <= lo:
+            return lo, lo
+        self.allocate_through(hi)
+        d = self.durations[lo:hi]
+        first_end = float(self.ends[lo])
+        rest_max = float(d[1:].max()) if hi - lo > 1 else 0.0
+        end = float(self.ends[hi - 1])
+        n = hi - lo
+        for r in self.members:
+            first_gap = first_end - r.last_token_s  # includes any stall before the run
+            worst = first_gap if first_gap > rest_max else rest_max
+            if worst > r.max_tbt_s:
+                r.max_tbt_s = worst
+            if gaps is not None:
+                gaps.add(first_gap)
+            r.kv_tokens += n
+            r.generated += n
+            r.last_token_s = end
+        if gaps is not None:
+            for g in d[1:]:
+                gaps.add(float(g), len(self.members))
+        self.applied = hi
+        return lo, hi
+
+    def kv_after_steps(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Blocks in use and token slots held after each step in [lo, hi) (steps.csv columns)."""
+        bt = self.kv.block_tokens
+        i = np.arange(lo + 1, hi + 1, dtype=np.int64)[:, None]  # steps allocated after step lo+1..hi
+        grown = np.maximum(0, -(-(self._kv0[None, :] + i) // bt) - self._blocks0[None, :]).sum(axis=1)
+        used = self._used0 + grown
+        for step, blocks in self.external:  # seen from the end of the step it happened in
+            used[max(0, step - lo) :] += blocks
+        held = self._held0 + len(self.members) * (i[:, 0] - 1)
+        return used, held

@@ -1,0 +1,535 @@
+"""A decoder-only transformer in NumPy, sized by a ``llmsim.models.ModelSpec``.
+
+Written in the spirit of picoGPT: pure functions with their shape contracts as comments.
+Llama style (RMSNorm, RoPE, grouped-query attention, SwiGLU, optional top-k MoE) and GPT-2
+style (LayerNorm, learned positions, GELU, biases, tied embeddings) come from the same code,
+switched by the spec's fields. Weights are seeded random numbers (the numbers checked here are
+FLOPs, bytes, times and equivalences, not text quality).
+
+A step runs a batch of ``Segment``s: each is one sequence's new tokens (a prefill chunk, or a
+decode token) after ``past`` tokens already in the paged KV cache. All segments' rows go through
+the GEMMs together (that is what batching buys); attention is per sequence, through the block
+table of that sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from llmsim.models import ModelSpec
+from llmsim.reference.counters import Counter
+
+ROPE_THETA = 10000.0  # Llama-2 default (HF config rope_theta)
+NORM_EPS = 1e-5
+
+
+# ---- weights --------------------------------------------------------------------------------
+@dataclass
+class Weights:
+    spec: ModelSpec
+    wte: np.ndarray  # [n_vocab, n_embd]
+    wpe: np.ndarray | None  # [n_pos, n_embd] (GPT-2 learned positions)
+    layers: list[dict[str, np.ndarray]]
+    ln_f: dict[str, np.ndarray]
+    lm_head: np.ndarray  # [n_embd, n_vocab] (a view of wte.T when tied)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.wte.dtype
+
+
+def init_weights(spec: ModelSpec, seed: int = 0, dtype: type = np.float32, std: float = 0.02) -> Weights:
+    """Seeded random weights (normal, std 0.02 as GPT-2's init); norms start at 1."""
+    rng = np.random.default_rng(seed)
+    H, q, kv, inter = spec.hidden_size, spec.q_size, spec.kv_size, spec.intermediate_size
+    up_n = 2 * inter if spec.gated_mlp else inter
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(dtype)
+
+    def norm() -> dict[str, np.ndarray]:
+        d = {"g": np.ones(H, dtype)}
+        if spec.norm == "layernorm":
+            d["b"] = np.zeros(H, dtype)
+        return d
+
+    layers = []
+    for _ in range(spec.num_layers):
+        lay: dict[str, np.ndarray] = {"w_qkv": w(H, q + 2 * kv), "w_o": w(q, H)}
+        lay.update({f"ln1_{k}": v for k, v in norm().items()})
+        lay.update({f"ln2_{k}": v for k, v in norm().items()})
+        if spec.qkv_bias or spec.linear_bias:
+            lay["b_qkv"] = w(q + 2 * kv)
+        if spec.linear_bias:
+            lay["b_o"] = w(H)
+        if spec.is_moe:
+            lay["w_router"] = w(H, spec.num_experts)
+            lay["w_up"] = w(spec.num_experts, H, up_n)
+            lay["w_down"] = w(spec.num_experts, inter, H)
+        else:
+            lay["w_up"], lay["w_down"] = w(H, up_n), w(inter, H)
+            if spec.linear_bias:
+                lay["b_up"], lay["b_down"] = w(up_n), w(H)
+        layers.append(lay)
+    wte = w(spec.vocab_size, H)
+    wpe = w(spec.learned_positions, H) if spec.learned_positions else None
+    lm_head = wte.T if spec.tie_embeddings else w(H, spec.vocab_size)
+    return Weights(spec, wte, wpe, layers, norm(), lm_head)
+
+
+def truncated(weights: Weights, num_layers: int) -> Weights:
+    """A smaller draft model: the first ``num_layers`` layers with the same embeddings and head."""
+    spec = weights.spec.with_(num_layers=num_layers, name=weights.spec.name + f"-draft{num_layers}")
+    return replace(weights, spec=spec, layers=weights.layers[:num_layers])
+
+
+def quantize_int8(w: np.ndarray, axis: int = -2) -> np.ndarray:
+    """Symmetric INT8 with one scale per output channel (absmax over the input dim ``axis``),
+    dequantised back: the weight-only INT8 path's numbers, computed in the float dtype."""
+    scale = np.abs(w).max(axis=axis, keepdims=True) / 127.0
+    scale = np.where(scale == 0, 1.0, scale)
+    return (np.clip(np.rint(w / scale), -127, 127) * scale).astype(w.dtype)
+
+
+def int8_weights(weights: Weights) -> Weights:
+    """Every linear weight (not norms, biases or embeddings) through INT8 and back."""
+    layers = [{k: quantize_int8(v) if k.startswith("w_") else v for k, v in lay.items()} for lay in weights.layers]
+    lm_head = weights.lm_head if weights.spec.tie_embeddings else quantize_int8(weights.lm_head)
+    return replace(weights, layers=layers, lm_head=lm_head)
+
+
+# ---- KV quantisation emulation ---------------------------------------------------------------
+def fake_quant_kv(x: np.ndarray, kind: str | None) -> np.ndarray:
+    """[rows, n_kv, head_dim] -> same, rounded as an INT8 (per row and head absmax scale) or FP8
+    E4M3 (3 mantissa bits, max 448) cache would store it."""
+    if kind is None:
+        return x
+    if kind == "int8":
+        scale = np.abs(x).max(axis=-1, keepdims=True) / 127.0
+        scale = np.where(scale == 0, 1.0, scale)
+        return (np.rint(x / scale) * scale).astype(x.dtype)
+    if kind == "fp8":
+        y = np.clip(x, -448.0, 448.0)
+        _, exp = np.frexp(y)  # |y| in [2**(exp-1), 2**exp)
+        quantum = np.ldexp(1.0, np.maximum(exp, -5) - 4)  # 3 mantissa bits; subnormals below 2**-6
+        return (np.rint(y / quantum) * quantum).astype(x.dtype)
+    raise ValueError(f"unknown KV quantisation {kind!r} (int8 or fp8)")
+
+
+# ---- paged KV cache -------------------------------------------------------------------------
+class PagedKVCache:
+    """K/V storage in fixed-size blocks; a sequence's block table maps position -> slot.
+
+    Same semantics as ``llmsim.kvcache.BlockManager``: ``block_tokens`` tokens per block, a
+    sequence of ``t`` tokens holds ``ceil(t / block_tokens)`` blocks. Storage grows on demand, so
+    a manager with a huge block count costs only what is used. Blocks are reference counted so a
+    prefix can be shared by several sequences.
+    """
+
+    def __init__(self, spec: ModelSpec, block_tokens: int, dtype: type = np.float32, quant: str | None = None):
+        self.spec, self.block_tokens, self.dtype, self.quant = spec, block_tokens, np.dtype(dtype), quant
+        self.capacity = 0
+        # [L, blocks, block_tokens, n_kv, hd]: a block's tokens are contiguous, so gathering a
+        # sequence's K/V copies whole blocks (a NumPy fancy index per block, not per token)
+        self.k = np.zeros((spec.num_layers, 0, block_tokens, spec.num_kv_heads, spec.head_dim), self.dtype)
+        self.v = self.k.copy()
+        self.free_ids: list[int] = []
+        self.refs: dict[int, int] = {}
+
+    def _grow(self, blocks: int) -> None:
+        new = max(blocks, 2 * self.capacity, 16)
+        shape = (self.spec.num_layers, new, self.block_tokens, self.spec.num_kv_heads, self.spec.head_dim)
+        k, v = np.zeros(shape, self.dtype), np.zeros(shape, self.dtype)
+        k[:, : self.k.shape[1]], v[:, : self.v.shape[1]] = self.k, self.v
+        self.k, self.v = k, v
+        self.free_ids.extend(range(new - 1, self.capacity - 1, -1))
+        self.capacity = new
+
+    def ensure(self, block_id: int) -> None:
+        """Make physical block ``block_id`` addressable (ids handed out by a ``BlockManager``)."""
+        if block_id >= self.capacity:
+            self._grow(block_id + 1)
+            self.free_ids.clear()  # the manager owns the ids: this cache only stores them
+
+    def allocate(self, n: int) -> list[int]:
+        if n > len(self.free_ids):
+            self._grow(self.capacity + n)
+        ids = [self.free_ids.pop() for _ in range(n)]
+        for i in ids:
+            self.refs[i] = 1
+        return ids
+
+    def share(self, ids: list[int]) -> list[int]:
+        """Another sequence reuses these (full, prefix) blocks."""
+        for i in ids:
+            self.refs[i] += 1
+        return list(ids)
+
+    def release(self, ids: list[int]) -> None:
+        for i in ids:
+            self.refs[i] -= 1
+            if self.refs[i] == 0:
+                del self.refs[i]
+                self.free_ids.append(i)
+
+    @property
+    def used_blocks(self) -> int:
+        return len(self.refs)
+
+    def slots(self, table: list[int], start: int, stop: int) -> np.ndarray:
+        """Positions [start, stop) of a sequence -> flat slot indices."""
+        pos = np.arange(start, stop)
+        return np.asarray(table, dtype=np.int64)[pos // self.block_tokens] * self.block_tokens + pos % self.block_tokens
+
+    def write(self, layer: int, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        flat = (-1, self.spec.num_kv_heads, self.spec.head_dim)
+        self.k[layer].reshape(flat)[slots] = fake_quant_kv(k, self.quant)
+        self.v[layer].reshape(flat)[slots] = fake_quant_kv(v, self.quant)
+
+    def gather(self, layer: int, tables: list[list[int]], spans: list[tuple[int, int]]):  # noqa: ANN201
+        """K and V of positions [lo, hi) of each sequence, padded to one length:
+        -> K, V [b, n_keys, n_kv, hd], valid [b, n_keys] and the first position of each row."""
+        bt = self.block_tokens
+        first = [lo // bt for lo, _ in spans]
+        n_blk = max(-(-hi // bt) - f for (_, hi), f in zip(spans, first, strict=True))
+        idx = np.zeros((len(spans), n_blk), np.int64)
+        for j, (t, f, (_, hi)) in enumerate(zip(tables, first, spans, strict=True)):
+            row = t[f : -(-hi // bt)]
+            idx[j, : len(row)] = row
+        shape = (len(spans), n_blk * bt, self.spec.num_kv_heads, self.spec.head_dim)
+        K, V = self.k[layer, idx].reshape(shape), self.v[layer, idx].reshape(shape)
+        start = np.array(first)[:, None] * bt
+        pos = start + np.arange(n_blk * bt)[None, :]  # [b, n_keys] absolute positions
+        lo, hi = np.array(spans).T
+        return K, V, (pos >= lo[:, None]) & (pos < hi[:, None]), pos
+
+
+# ---- building blocks (pure functions) -------------------------------------------------------
+def rmsnorm(x: np.ndarray, g: np.ndarray) -> np.ndarray:  # [n_seq, n_embd] -> [n_seq, n_embd]
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + NORM_EPS) * g
+
+
+def layernorm(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:  # [n_seq, n_embd] -> [n_seq, n_embd]
+    mu = x.mean(axis=-1, keepdims=True)
+    var = x.var(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + NORM_EPS) * g + b
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:  # GPT-2's tanh approximation
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def rope(x: np.ndarray, pos: np.ndarray) -> np.ndarray:  # [n_seq, n_head, hd], [n_seq] -> [n_seq, n_head, hd]
+    """Rotary position embedding, HF Llama's rotate-half layout."""
+    hd = x.shape[-1]
+    inv = ROPE_THETA ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)  # [hd/2]
+    ang = (pos[:, None] * inv[None, :]).astype(x.dtype)  # [n_seq, hd/2]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+# ---- one step -------------------------------------------------------------------------------
+@dataclass
+class Segment:
+    """One sequence's rows in a step: ``tokens`` at positions past .. past+len-1.
+
+    ``kind`` is "prefill" (a prompt chunk) or "decode" (one new token per sequence);
+    ``logits`` is "none", "last" (sample the next token) or "all" (speculative verification,
+    equivalence tests). ``table`` must already cover past + len(tokens) positions.
+    """
+
+    tokens: np.ndarray  # [n_new] int
+    past: int
+    table: list[int]
+    kind: str = "prefill"
+    logits: str = "last"
+    window: int | None = field(default=None, repr=False)
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+
+class Model:
+    """Runs batches of segments through ``weights`` and a ``PagedKVCache``; counts ops if given a Counter."""
+
+    def __init__(
+        self, weights: Weights, cache: PagedKVCache, counter: Counter | None = None, count_kernel: str = "naive"
+    ) -> None:
+        self.w, self.cache, self.counter = weights, cache, counter
+        # NumPy materialises the score matrix, as the cost model's "naive" attention kernel does;
+        # "flash" counts bytes as a fused kernel would (scores never leave the chip)
+        self.count_kernel = count_kernel
+        self.spec = weights.spec
+        self.a = weights.dtype.itemsize  # activation bytes per element
+        self.kvb = cache.dtype.itemsize
+
+    def _norm(self, name: str, x: np.ndarray, p: dict[str, np.ndarray], prefix: str) -> np.ndarray:
+        if self.counter is not None:
+            flops = 4.0 if self.spec.norm == "rmsnorm" else 7.0  # cost model's convention per element
+            self.counter.elementwise(name, x.size, flops, 1, self.a)
+        if self.spec.norm == "rmsnorm":
+            return rmsnorm(x, p[prefix + "g"])
+        return layernorm(x, p[prefix + "g"], p[prefix + "b"])
+
+    def _linear(self, name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        y = x @ w  # [m, k] @ [k, n] -> [m, n]
+        if b is not None:
+            y += b
+        if self.counter is not None:
+            self.counter.gemm(name, x.shape[0], w.shape[1], w.shape[0], self.a, w.dtype.itemsize)
+        return y
+
+    def forward(self, segs: list[Segment]) -> list[np.ndarray | None]:
+        """Run one step; return each segment's logits ([1 or n_new, n_vocab], or None)."""
+        c = self.counter
+        tokens = np.concatenate([s.tokens for s in segs])  # [T]
+        pos = np.concatenate([np.arange(s.past, s.past + s.n) for s in segs])  # [T]
+        x = self.w.wte[tokens]  # [T, n_embd]
+        if self.w.wpe is not None:
+            x = x + self.w.wpe[pos]
+        if c is not None:
+            c.add("emb", 0.0, x.size * self.a, x.size * self.a)
+        slots = [self.cache.slots(s.table, s.past, s.past + s.n) for s in segs]
+        for layer, p in enumerate(self.w.layers):
+            x = x + self._attention(layer, p, self._norm("input_layernorm", x, p, "ln1_"), pos, segs, slots)
+            if c is not None:
+                c.elementwise("add", x.size, 1.0, 2, self.a)
+            x = x + self._mlp(p, self._norm("post_attention_layernorm", x, p, "ln2_"))
+            if c is not None:
+                c.elementwise("add", x.size, 1.0, 2, self.a)
+        return self._logits(x, segs)
+
+    # ---- attention ----------------------------------------------------------------------
+    def _attention(self, layer, p, h, pos, segs, slots) -> np.ndarray:  # [T, n_embd] -> [T, n_embd]
+        spec, c = self.spec, self.counter
+        q_size, kv_size, hd = spec.q_size, spec.kv_size, spec.head_dim
+        qkv = self._linear("attn_pre_proj", h, p["w_qkv"], p.get("b_qkv"))  # [T, q + 2kv]
+        T = h.shape[0]
+        q = qkv[:, :q_size].reshape(T, spec.num_heads, hd)
+        k = qkv[:, q_size : q_size + kv_size].reshape(T, spec.num_kv_heads, hd)
+        v = qkv[:, q_size + kv_size :].reshape(T, spec.num_kv_heads, hd)
+        if not spec.learned_positions:
+            q, k = rope(q, pos), rope(k, pos)
+            if c is not None:
+                c.elementwise("attn_rope", T * (q_size + kv_size), 3.0, 1, self.a)
+        self.cache.write(layer, np.concatenate(slots), k, v)
+        if c is not None:
+            c.add("kv_cache_write", 0.0, T * 2 * kv_size * self.a, T * 2 * kv_size * self.kvb)
+        out = np.empty((T, spec.num_heads, hd), q.dtype)
+        row = 0
+        dec_rows, dec_segs = [], []
+        for s in segs:
+            if s.kind == "decode":
+                dec_rows.append(row)
+                dec_segs.append(s)
+            else:
+                out[row : row + s.n] = self._attend_chunk(layer, q[row : row + s.n], s)
+            row += s.n
+        if dec_segs:
+            out[dec_rows] = self._attend_decodes(layer, q[dec_rows], dec_segs)
+        return self._linear("attn_post_proj", out.reshape(T, q_size), p["w_o"], p.get("b_o"))
+
+    def _visible(self, s: Segment) -> tuple[int, np.ndarray]:
+        """First key position a chunk needs and its [n_new, n_keys] causal (+window) mask."""
+        w = s.window if s.window is not None else self.spec.sliding_window
+        lo = 0 if w is None else max(0, s.past - w + 1)
+        qpos = np.arange(s.past, s.past + s.n)[:, None]
+        kpos = np.arange(lo, s.past + s.n)[None, :]
+        mask = kpos <= qpos
+        if w is not None:
+            mask &= qpos - kpos < w
+        return lo, mask
+
+    def _attend_chunk(self, layer: int, q: np.ndarray, s: Segment) -> np.ndarray:
+        """One sequence's chunk: [n_new, n_head, hd] -> [n_new, n_head, hd], keys from the cache."""
+        spec, hd = self.spec, self.spec.head_dim
+        lo, _ = self._visible(s)
+        K, V, _, pos = self.cache.gather(layer, [s.table], [(lo, s.past + s.n)])  # [1, n_keys, n_kv, hd]
+        w = s.window if s.window is not None else spec.sliding_window
+        qpos = np.arange(s.past, s.past + s.n)[:, None]
+        mask = (pos <= qpos) & (pos >= lo)  # [n_new, n_keys] causal, and inside the window
+        if w is not None:
+            mask &= qpos - pos < w
+        g = spec.num_heads // spec.num_kv_heads
+        Q = q.reshape(s.n, spec.num_kv_heads, g, hd).transpose(1, 2, 0, 3)  # [n_kv, g, n_new, hd]
+        scores = (Q @ K[0].transpose(1, 2, 0)[:, None]) / np.sqrt(hd).astype(q.dtype)  # [n_kv, g, n_new, n_keys]
+        scores = np.where(mask, scores, -np.inf)
+        o = softmax(scores) @ V[0].transpose(1, 0, 2)[:, None]  # [n_kv, g, n_new, hd]
+        if self.counter is not None:
+            scores_bytes = s.n * (s.past + s.n - lo) * spec.num_heads * self.a if self.count_kernel == "naive" else 0
+            self._count_attention("attention_prefill", s.n, int(mask.sum()), s.past + s.n - lo, scores_bytes)
+        return o.transpose(2, 0, 1, 3).reshape(s.n, spec.num_heads, hd)
+
+    def _attend_decodes(self, layer: int, q: np.ndarray, segs: list[Segment]) -> np.ndarray:
+        """All decode tokens: [B, n_head, hd] -> [B, n_head, hd].
+
+        Sequences are sorted by context and batched in groups whose contexts differ by at most
+        25%; each group's keys are gathered into one padded [b, n_keys, n_kv, hd] array, so a
+        step costs a few NumPy calls per group instead of per sequence.
+        """
+        spec, hd = self.spec, self.spec.head_dim
+        g = spec.num_heads // spec.num_kv_heads
+        spans = []
+        for s in segs:
+            w = s.window if s.window is not None else spec.sliding_window
+            end = s.past + 1
+            spans.append((end - min(end, w) if w else 0, end))
+        out = np.empty((len(segs), spec.num_kv_heads, g, hd), q.dtype)
+        Q = q.reshape(len(segs), spec.num_kv_heads, g, hd)
+        for group in _length_groups([hi - lo for lo, hi in spans]):
+            K, V, valid, _ = self.cache.gather(layer, [segs[i].table for i in group], [spans[i] for i in group])
+            scores = (Q[group] @ K.transpose(0, 2, 3, 1)) / np.sqrt(hd).astype(q.dtype)  # [b, n_kv, g, n_keys]
+            scores = np.where(valid[:, None, None, :], scores, -np.inf)
+            out[group] = softmax(scores) @ V.transpose(0, 2, 1, 3)  # [b, n_kv, g, hd]
+        if self.counter is not None:
+            rows = sum(hi - lo for lo, hi in spans)
+            self._count_attention("attention_decode", len(segs), rows, rows)
+        return out.reshape(len(segs), spec.num_heads, hd)
+
+    def _count_attention(self, name: str, rows: int, pairs: int, kv_rows: int, scores_bytes: float = 0.0) -> None:
+        """Scores S and probabilities P of a naive kernel are each written once and read once."""
+        spec = self.spec
+        flops = 4.0 * pairs * spec.head_dim * spec.num_heads  # QK^T and PV over the pairs really attended
+        read = rows * spec.q_size * self.a + kv_rows * 2 * spec.kv_size * self.kvb + 2 * scores_bytes
+        self.counter.add(name, flops, read, rows * spec.q_size * self.a + 2 * scores_bytes)  # type: ignore[union-attr]
+
+    # ---- MLP ----------------------------------------------------------------------------
+    def _mlp(self, p: dict[str, np.ndarray], h: np.ndarray) -> np.ndarray:  # [T, n_embd] -> [T, n_embd]
+        if not self.spec.is_moe:
+            return self._ffn(h, p["w_up"], p["w_down"], p.get("b_up"), p.get("b_down"))
+        spec = self.spec
+        logits = self._linear("moe_router", h, p["w_router"])  # [T, n_experts]
+        k = spec.experts_per_token
+        top = np.argpartition(-logits, k - 1, axis=-1)[:, :k]  # [T, k]
+        gate = softmax(np.take_along_axis(logits, top, axis=-1))  # [T, k] (Mixtral: softmax over the top-k)
+        out = np.zeros_like(h)
+        for e in np.unique(top):
+            rows, slot = np.nonzero(top == e)
+            y = self._ffn(h[rows], p["w_up"][e], p["w_down"][e])
+            out[rows] += gate[rows, slot][:, None] * y
+        return out
+
+    def _ffn(self, h, w_up, w_down, b_up=None, b_down=None) -> np.ndarray:  # [m, n_embd] -> [m, n_embd]
+        up = self._linear("mlp_up_proj", h, w_up, b_up)  # [m, up_n]
+        inter = self.spec.intermediate_size
+        if self.spec.gated_mlp:
+            act = silu(up[:, :inter]) * up[:, inter:]
+            flops, reads = 5.0, 2
+        else:
+            act = gelu(up)
+            flops, reads = 8.0, 1
+        if self.counter is not None:
+            self.counter.elementwise("mlp_act", act.size, flops, reads, self.a)
+        return self._linear("mlp_down_proj", act, w_down, b_down)
+
+    # ---- head ---------------------------------------------------------------------------
+    def _logits(self, x: np.ndarray, segs: list[Segment]) -> list[np.ndarray | None]:
+        rows, spans, row = [], [], 0
+        for s in segs:
+            take = {"none": [], "last": [row + s.n - 1], "all": list(range(row, row + s.n))}[s.logits]
+            spans.append((len(rows), len(rows) + len(take)) if take else None)
+            rows.extend(take)
+            row += s.n
+        if not rows:
+            return [None] * len(segs)
+        h = self._norm("final_norm", x[rows], self.w.ln_f, "")
+        logits = self._linear("lm_head", h, self.w.lm_head)  # [rows, n_vocab]
+        if self.counter is not None:
+            self.counter.elementwise("sampling", logits.size, 5.0, 1, self.a)
+        return [None if sp is None else logits[sp[0] : sp[1]] for sp in spans]
+
+
+def _length_groups(lengths: list[int], slack: float = 1.25) -> list[list[int]]:
+    """Indices sorted by length, cut into groups whose longest is at most ``slack`` x the shortest."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and lengths[i] <= slack * lengths[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+# ---- convenience paths used by tests and examples -------------------------------------------
+def contiguous_logits(weights: Weights, tokens: np.ndarray, window: int | None = None) -> np.ndarray:
+    """Whole sequence in one prefill through a contiguous (one block) cache: [n] -> [n, n_vocab]."""
+    cache = PagedKVCache(weights.spec, block_tokens=max(1, len(tokens)), dtype=weights.dtype)
+    table = cache.allocate(1)
+    (out,) = Model(weights, cache).forward([Segment(tokens, 0, table, logits="all", window=window)])
+    return out  # type: ignore[return-value]
+
+
+class Sequence:
+    """A sequence's token ids and block table in a shared paged cache (for chunked/spec tests)."""
+
+    def __init__(self, model: Model, tokens: list[int] | np.ndarray) -> None:
+        self.model, self.tokens, self.table, self.cached = model, list(tokens), [], 0
+
+    def _ensure(self, total: int) -> None:
+        bt = self.model.cache.block_tokens
+        need = -(-total // bt) - len(self.table)
+        if need > 0:
+            self.table += self.model.cache.allocate(need)
+
+    def feed(self, new: list[int], logits: str = "last") -> np.ndarray:
+        """Append tokens and run them as one chunk after what is cached."""
+        self._ensure(self.cached + len(new))
+        seg = Segment(np.asarray(new), self.cached, self.table, "decode" if len(new) == 1 else "prefill", logits)
+        (out,) = self.model.forward([seg])
+        self.cached += len(new)
+        return out  # type: ignore[return-value]
+
+    def rollback(self, cached: int) -> None:
+        """Forget cached tokens past ``cached`` (rejected speculative tokens): later writes overwrite them."""
+        self.cached = cached
+
+
+def greedy_generate(model: Model, prompt: list[int], n: int) -> list[int]:
+    seq = Sequence(model, prompt)
+    out = [int(np.argmax(seq.feed(list(prompt))[-1]))]
+    while len(out) < n:
+        out.append(int(np.argmax(seq.feed([out[-1]])[-1])))
+    return out
+
+
+def speculative_generate(target: Model, draft: Model, prompt: list[int], n: int, k: int = 4) -> tuple[list[int], int]:
+    """Greedy speculative decoding: the draft proposes ``k`` tokens, the target checks them in one
+    forward pass and keeps the longest agreeing prefix plus its own next token. Returns the
+    tokens and the number of target verification passes."""
+    tseq, dseq = Sequence(target, prompt), Sequence(draft, prompt)
+    out = [int(np.argmax(tseq.feed(list(prompt))[-1]))]
+    dseq.feed(list(prompt), logits="none")
+    passes = 0
+    while len(out) < n:
+        base = tseq.cached  # tokens of prompt + out[:-1] are cached in both models
+        proposal, nxt = [], out[-1]
+        for _ in range(k):
+            nxt = int(np.argmax(dseq.feed([nxt])[-1]))
+            proposal.append(nxt)
+        logits = tseq.feed([out[-1], *proposal[:-1]], logits="all")  # [k, n_vocab]
+        passes += 1
+        want = np.argmax(logits, axis=-1)
+        accepted = 0
+        while accepted < k and proposal[accepted] == int(want[accepted]):
+            accepted += 1
+        new = proposal[:accepted] + ([int(want[accepted])] if accepted < k else [])
+        out.extend(new)
+        # keep the K/V of out[-1..] that were fed and agreed; the rest is overwritten later
+        kept = base + 1 + min(accepted, k - 1)
+        tseq.rollback(kept)
+        dseq.rollback(kept)
+    return out[:n], passes

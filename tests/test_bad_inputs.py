@@ -1,0 +1,120 @@
+"""The bad-input catalogue (docs/reliability.md): every user mistake in tests/bad_inputs/ gets one
+clear message naming the file, key or row, exit code 2, no traceback, and no result files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmsim.cli import main
+
+BAD = Path(__file__).parent / "bad_inputs"
+
+# file -> fragments the message must contain (the file, key path or row, and what is wrong)
+RUN_CATALOGUE = {
+    "malformed_yaml.yaml": ["malformed_yaml.yaml", "malformed YAML", "line 4"],
+    "unknown_key.yaml": ["unknown_key.yaml", "policy.chunk_token", "did you mean 'chunk_tokens'"],
+    "wrong_type.yaml": ["wrong_type.yaml", "cluster.replicas", "valid integer", "'two'"],
+    "wrong_unit.yaml": ["wrong_unit.yaml", "kv_cache.memory_fraction", "less than or equal to 1", "90"],
+    "zero_size.yaml": ["zero_size.yaml", "kv_cache.block_tokens", "greater than 0", "got 0"],
+    "negative_size.yaml": ["negative_size.yaml", "cluster.replicas", "greater than 0", "-2"],
+    "model_does_not_fit.yaml": ["llama-3.1-405b does not fit on L4", "weights need 811.7 GB", "21.7 GB is usable"],
+    "tp_does_not_divide_heads.yaml": ["cluster.tp", "tensor parallelism 8 does not divide the 12 attention heads"],
+    "python_object_tag.yaml": ["python_object_tag.yaml", "line 2", "refused YAML tag", "python/object"],
+    "missing_file.yaml": ["missing_file.yaml", "workload.trace.path", "file not found", "no_such_trace.csv"],
+    "trace_missing_columns.yaml": ["missing_columns.csv", "missing column(s) ['output_tokens']"],
+    "trace_non_numeric_tokens.yaml": ["non_numeric_tokens.csv", "row 3", "'prompt_tokens'", "'many'"],
+    "trace_negative_tokens.yaml": ["negative_tokens.csv", "row 4", "'output_tokens'", "must be >= 0"],
+    "trace_unsorted_timestamps.yaml": ["unsorted_timestamps.csv", "row 4", "not sorted"],
+    "trace_empty_trace.yaml": ["empty_trace.csv", "no rows"],
+    "does_not_exist.yaml": ["does_not_exist.yaml", "file not found"],
+}
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_clear_error(code: int, err: str, fragments: list[str]) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert err.count("llmsim: error:") == 1, err
+    for fragment in fragments:
+        assert fragment in err, f"{fragment!r} missing from: {err}"
+
+
+def test_every_bad_input_file_is_in_the_catalogue():
+    files = {p.name for p in BAD.glob("*.yaml")}
+    assert files == (set(RUN_CATALOGUE) - {"does_not_exist.yaml"}) | {"unwritable_output.yaml"}
+
+
+@pytest.mark.parametrize("name", sorted(RUN_CATALOGUE))
+def test_run_on_bad_input_gives_one_clear_message(name, tmp_path, capsys):
+    out = tmp_path / "out"
+    code, stdout, err = run_cli(["run", str(BAD / name), "--out", str(out), "--quiet", "--no-report"], capsys)
+    assert_one_clear_error(code, err, RUN_CATALOGUE[name])
+    assert stdout == ""
+    # nothing half-written: the output folder holds no file
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_unwritable_output_directory(capsys):
+    # output.dir lies under a regular file, so it can't be created (works even as root)
+    code, _, err = run_cli(["run", str(BAD / "unwritable_output.yaml"), "--quiet", "--no-report"], capsys)
+    assert_one_clear_error(code, err, ["output directory", "unwritable_output.yaml/results", "not writable"])
+
+
+def test_unwritable_out_flag(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = run_cli(["run", str(BAD / "wrong_type.yaml"), "--out", str(blocker / "x")], capsys)
+    assert code == 2 and "Traceback" not in err  # the scenario error comes first, still one message
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_profile_csv_in_the_wrong_format(command, tmp_path, capsys):
+    csv = str(BAD / "wrong_format_profile.csv")
+    argv = {
+        "validate": ["validate", "--hardware", "H100-SXM", "--model", "gpt2", "--profile", csv],
+        "calibrate": ["calibrate", "--hardware", "H100-SXM", "--profile", csv, "--out", str(tmp_path / "p.yaml")],
+    }[command]
+    code, _, err = run_cli(argv, capsys)
+    assert_one_clear_error(code, err, ["wrong_format_profile.csv", "unknown profile format"])
+    assert not any(tmp_path.iterdir())
+
+
+def test_cli_subprocess_prints_no_traceback_and_runs_no_yaml_code(tmp_path):
+    """The real console entry point on the worst input: a YAML tag that would run a shell command."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmsim.cli", "run", str(BAD / "python_object_tag.yaml"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "refused YAML tag" in proc.stderr
+    assert "pwned" not in proc.stdout
+
+
+def test_hostile_scenario_name_stays_inside_the_output_dir_and_is_escaped(tmp_path, capsys):
+    name = "../../escape <script>alert(1)</script>"
+    sc = tmp_path / "hostile.yaml"
+    sc.write_text(
+        "name: " + repr(name) + "\nmodel: gpt2\nhardware: H100-SXM\n"
+        "workload: {kind: all_at_once, num_requests: 3, prompt_tokens: {dist: fixed, value: 8},"
+        " output_tokens: {dist: fixed, value: 2}}\n"
+    )
+    out = tmp_path / "a" / "b" / "out"
+    before = {p for p in tmp_path.rglob("*")}
+    assert main(["run", str(sc), "--out", str(out), "--quiet"]) == 0
+    created = {p for p in tmp_path.rglob("*")} - before
+    assert created and all(p == out or out in p.parents or p in out.parents for p in created)
+    html = (out / "report.html").read_text()
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;" in html

@@ -1,0 +1,213 @@
+"""Invariant checks (llmsim/invariants.py): a clean run passes; each corruption is caught and named;
+overload finishes within the horizon and says so."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import llmsim
+from llmsim.errors import InvariantError
+from llmsim.invariants import check_kv_freed, check_no_stall, check_requests, check_steps, check_summary
+from llmsim.scenario import scenario_from_dict
+
+
+def scenario(**workload) -> dict:
+    wl = {
+        "kind": "poisson",
+        "rate_rps": 20.0,
+        "num_requests": 30,
+        "prompt_tokens": {"dist": "uniform", "min": 1, "max": 400},
+        "output_tokens": {"dist": "uniform", "min": 0, "max": 4},
+        **workload,
+    }
+    return {"name": "inv", "seed": 7, "model": "gpt2", "hardware": "H100-SXM", "workload": wl}
+
+
+def run(d: dict) -> llmsim.Results:
+    return llmsim.run(scenario_from_dict(d, "test scenario", Path(".")))
+
+
+@pytest.fixture(scope="module")
+def clean() -> llmsim.Results:
+    return run(scenario())
+
+
+def test_clean_run_passes_every_check(clean):
+    req = clean.requests
+    n = len(req)
+    assert n == 30
+    check_requests(req, n)
+    check_steps(clean.steps, {"main": clean.summary["pools"][0]["kv_blocks_per_replica"]})
+    check_summary(req, clean.summary)
+    assert (req["output_tokens"] == 0).any()  # zero-length outputs are part of the workload
+
+
+def expect(invariant: str, where: str, fn, *args) -> None:
+    with pytest.raises(InvariantError) as info:
+        fn(*args)
+    assert f"invariant {invariant!r}" in str(info.value)
+    assert where in str(info.value)
+
+
+def test_dropped_request_is_caught(clean):
+    expect("one_state", "29 rows for a workload of 30", check_requests, clean.requests.iloc[:-1], 30)
+
+
+def test_unknown_state_and_reasonless_rejection_are_caught(clean):
+    req = clean.requests.copy()
+    req.loc[3, "status"] = "lost"
+    expect("one_state", "request 3", check_requests, req, len(req))
+    req = clean.requests.copy()
+    req.loc[4, ["status", "reject_reason"]] = ["rejected", ""]
+    expect("one_state", "request 4", check_requests, req, len(req))
+
+
+def test_missing_output_tokens_are_caught(clean):
+    req = clean.requests.copy()
+    i = int(req.index[(req["status"] == "finished") & (req["output_tokens"] > 1)][0])
+    req.loc[i, "generated_tokens"] -= 1
+    expect("tokens_complete", f"request {req.loc[i, 'id']}", check_requests, req, len(req))
+
+
+def test_time_travel_is_caught(clean):
+    req = clean.requests.copy()
+    i = int(req.index[req["first_token_s"].notna()][0])
+    req.loc[i, "first_token_s"] = req.loc[i, "arrival_s"] - 1.0
+    expect("time_order", f"request {req.loc[i, 'id']}", check_requests, req, len(req))
+    req = clean.requests.copy()
+    req.loc[i, "tbt_max_s"] = -0.5
+    expect("time_order", "tbt_max_s", check_requests, req, len(req))
+
+
+def test_bad_steps_are_caught(clean):
+    cap = {"main": clean.summary["pools"][0]["kv_blocks_per_replica"]}
+    steps = clean.steps.copy()
+    steps.loc[5, "duration_s"] = math.nan
+    expect("step_duration", "step 5 of steps.csv", check_steps, steps, cap)
+    steps = clean.steps.copy()
+    steps.loc[2, "duration_s"] = -1e-3
+    expect("step_duration", "step 2", check_steps, steps, cap)
+    steps = clean.steps.copy()
+    steps.loc[7, "kv_blocks_used"] = cap["main"] + 1
+    expect("kv_capacity", "step 7", check_steps, steps, cap)
+
+
+def test_summary_that_disagrees_with_requests_is_caught(clean):
+    bad = {**clean.summary, "tokens": {**clean.summary["tokens"], "output": clean.summary["tokens"]["output"] + 1}}
+    expect("summary_totals", "tokens.output", check_summary, clean.requests, bad)
+    bad = {**clean.summary, "requests": {**clean.summary["requests"], "finished": 0}}
+    expect("summary_totals", "requests.finished", check_summary, clean.requests, bad)
+
+
+def test_leaked_kv_blocks_are_caught():
+    rep = SimpleNamespace(index=0, kv=SimpleNamespace(used=3), pool=SimpleNamespace(name="main"))
+    done = SimpleNamespace(id=1, replica=0, status="finished", blocks=0)
+    expect("kv_freed", "replica 0", check_kv_freed, [rep], [done])
+    holder = SimpleNamespace(id=2, replica=0, status="finished", blocks=3)
+    expect("kv_freed", "request 2", check_kv_freed, [rep], [holder])
+
+
+def test_requests_after_the_horizon_are_reported_not_dropped():
+    res = run(scenario(rate_rps=5.0, num_requests=40, horizon_s=1.0))
+    s = res.summary["requests"]
+    assert s["total"] == len(res.requests) == 40
+    late = res.requests[res.requests["arrival_s"] > 1.0]
+    assert len(late) > 0 and (late["status"] == "unfinished").all()
+    assert s["finished"] + s["rejected"] + s["unfinished"] == 40
+
+
+def test_prompt_larger_than_the_watermarked_pool_still_runs_on_an_idle_replica():
+    """Regression: a prompt that fits the KV pool but not pool minus watermark used to wait forever."""
+    from collections import deque
+
+    from llmsim.kvcache import BlockManager
+    from llmsim.request import Request
+    from llmsim.schedulers import SchedulerConfig, make_scheduler
+
+    for policy in ("traditional", "chunked", "static"):
+        kv = BlockManager(num_blocks=10, block_tokens=16, watermark=0.2)  # 2 blocks held back on admission
+        sched = make_scheduler(policy, SchedulerConfig(chunk_tokens=512), kv)
+        req = Request(0, 0.0, 150, 1)  # 10 blocks
+        assert sched.rejection_reason(req) == ""
+        waiting, running = deque([req]), []
+        plan = sched.schedule(waiting, running)
+        assert not plan.empty, policy
+        sched.complete(plan, 1.0, running)
+        assert req.status == "finished" and kv.used == 0
+
+
+def overload(max_queue: int | None) -> dict:
+    """One H100 serves about 10 req/s of this chat traffic (scenarios/quickstart.yaml runs 8 req/s
+    on two); 500 req/s offers about 50x that, and the horizon bounds the simulated time."""
+    d = {
+        "name": "overload",
+        "seed": 3,
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "policy": {"kind": "chunked", "chunk_tokens": 512, "max_num_seqs": 128},
+        "workload": {
+            "kind": "poisson",
+            "rate_rps": 500.0,
+            "num_requests": 2500,
+            "prompt_tokens": {"dist": "lognormal", "median": 1020, "sigma": 0.8, "min": 16, "max": 8192},
+            "output_tokens": {"dist": "lognormal", "median": 129, "sigma": 0.9, "min": 1, "max": 1000},
+            "horizon_s": 5.0,
+        },
+    }
+    if max_queue:
+        d["policy"]["max_queue"] = max_queue
+    return d
+
+
+@pytest.mark.parametrize("max_queue", [None, 64])
+def test_fifty_times_overload_is_reported_as_overloaded(max_queue):
+    res = run(overload(max_queue))
+    s = res.summary
+    sat = s["saturation"]
+    assert sat["verdict"] == "overloaded"
+    assert s["requests"]["total"] == 2500
+    # most of the offered requests are the backlog: left waiting or shed by the queue cap
+    assert s["requests"]["unfinished"] + s["requests"]["rejected"] > 0.9 * 2500
+    assert s["throughput"]["requests_per_s"] < 500.0 / 20
+    # the horizon bounds the simulated time: no step starts after it
+    assert res.steps["start_s"].max() < 5.0
+    if max_queue:
+        assert sat["shed"] == s["requests"]["rejected"] > 0
+        assert sat["final_queue"] <= max_queue
+        assert (res.requests["reject_reason"].str.startswith("queue full")).sum() == sat["shed"]
+    else:
+        assert sat["final_queue"] > 1000 and sat["growth_share"] > 0.5
+
+
+def test_a_deadlock_is_caught_not_reported_as_unfinished():
+    import simpy
+
+    def stuck(env):
+        yield env.event()  # waits for a wake-up that never comes
+
+    env = simpy.Environment()
+    env.process(stuck(env))
+    env.run(until=10.0)
+    rep = SimpleNamespace(env=env, index=0, kv=SimpleNamespace(used=0), pool=SimpleNamespace(name="main"))
+    req = SimpleNamespace(
+        id=5, replica=0, status="waiting", prefilled=0, prefill_target=9, generated=0, output_tokens=3, blocks=0
+    )
+    expect("no_stall", "request 5", check_no_stall, [rep], [req], 10.0)
+
+
+def test_work_cut_off_by_the_horizon_is_not_a_stall():
+    import simpy
+
+    def busy(env):
+        yield env.timeout(20.0)
+
+    env = simpy.Environment()
+    env.process(busy(env))
+    env.run(until=10.0)
+    rep = SimpleNamespace(env=env)
+    req = SimpleNamespace(id=5, replica=0, status="running")
+    check_no_stall([rep], [req], 10.0)

@@ -1,0 +1,105 @@
+"""Goodput search and capacity plans."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import llmsim
+from llmsim.build import build_workload
+from llmsim.errors import UserError
+from llmsim.planning import Base, goodput_search, pareto_front, rate_knob, rate_overrides
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+
+SYNTH = """
+name: goodput_tiny
+seed: 1
+model: llama-3.1-8b
+hardware: H100-SXM
+policy: {kind: chunked, chunk_tokens: 512, max_num_seqs: 64}
+workload:
+  kind: poisson
+  rate_rps: 8
+  num_requests: 120
+  prompt_tokens: {dist: lognormal, median: 1000, sigma: 0.6, min: 16, max: 4096}
+  output_tokens: {dist: uniform, min: 16, max: 64}
+slo: {ttft_s: 0.4, tbt_s: 0.05, attainment: 0.9}
+"""
+
+
+@pytest.fixture
+def synth(tmp_path):
+    p = tmp_path / "synth.yaml"
+    p.write_text(SYNTH)
+    return p
+
+
+def test_goodput_is_within_one_bisection_step_of_the_crossing(synth):
+    g = goodput_search(synth, rel_tol=0.05)
+    assert g.rate_rps > 0 and g.fail_rps is not None
+    assert g.step_rps <= 0.05 * g.fail_rps + 1e-12
+    # re-run just below and just above, independently of the search
+    below = llmsim.run(synth, {"workload.rate_rps": g.rate_rps}).summary["slo"]["attainment"]
+    above = llmsim.run(synth, {"workload.rate_rps": g.fail_rps}).summary["slo"]["attainment"]
+    assert below >= g.target > above
+    assert g.attainment == below
+    assert g.verdict in ("stable", "backlogged", "overloaded")
+    frame = g.frame()
+    assert frame["rate_rps"].is_monotonic_increasing and len(frame) == len(g.evaluations)
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason="Azure trace not copied into data/traces yet")
+def test_trace_rate_is_scaled_by_speedup_keeping_the_shape(tmp_path):
+    p = tmp_path / "trace.yaml"
+    p.write_text(
+        f"name: t\nmodel: llama-3.1-8b\nhardware: H100-SXM\n"
+        f"workload: {{kind: trace, trace: {{path: {TRACE}, duration_s: 60}}}}\n"
+    )
+    base = Base.from_path(p)
+    key, per_unit = rate_knob(base)
+    assert key == "workload.trace.speedup"
+    w1 = build_workload(base.scenario())
+    target = 3 * per_unit
+    w3 = build_workload(base.scenario(rate_overrides(base, target)))
+    np.testing.assert_allclose(w3.arrival_s, w1.arrival_s / 3)
+    np.testing.assert_array_equal(w3.prompt_tokens, w1.prompt_tokens)
+    assert w3.stats()["mean_rate_rps"] == pytest.approx(target)
+
+
+def test_all_at_once_has_no_rate_to_search(tmp_path):
+    p = tmp_path / "batch.yaml"
+    p.write_text(
+        "name: b\nmodel: llama-3.1-8b\nhardware: H100-SXM\nworkload: {kind: all_at_once, num_requests: 4, "
+        "prompt_tokens: {dist: fixed, value: 8}, output_tokens: {dist: fixed, value: 8}}\n"
+    )
+    with pytest.raises(UserError, match="no arrival rate"):
+        goodput_search(p)
+
+
+def test_pareto_front_keeps_only_undominated_rows():
+    import pandas as pd
+
+    df = pd.DataFrame({"c": [1, 2, 2, 3, 4], "l": [5.0, 3.0, 4.0, 3.5, 1.0], "name": list("abcde")})
+    front = pareto_front(df, "c", "l")
+    assert list(front["name"]) == ["a", "b", "e"]
+
+
+def test_infeasible_lists_each_failing_candidate_once_at_its_last_replica_count():
+    import pandas as pd
+
+    from llmsim.planning import _infeasible
+
+    t = pd.DataFrame(
+        {
+            "config": ["1x A tp1 chunked", "2x A tp1 chunked", "1x B tp1 chunked", "2x B tp1 chunked"],
+            "feasible": [False, True, False, False],
+            "reason": ["overload: x", "meets SLOs", "overload: y", "latency: z"],
+        }
+    )
+    bad = _infeasible(t)
+    assert list(bad["config"]) == ["2x B tp1 chunked"] and bad["reason"].iloc[0].startswith("latency")
+    assert _infeasible(t[t["config"].str.contains("A")].assign(feasible=True)).empty

@@ -1,0 +1,96 @@
+"""Prefix caching end to end: hits skip exactly the cached blocks' prefill; reuse from real and
+synthetic prefixes shows up in the summary."""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+import llmsim
+from llmsim.kvcache import BlockManager, chain_hashes
+from llmsim.request import Request
+from llmsim.scenario import scenario_from_dict
+from llmsim.schedulers import SchedulerConfig, make_scheduler
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_hit_skips_exactly_the_cached_blocks() -> None:
+    kv = BlockManager(200, 16, prefix_caching=True)
+    sched = make_scheduler("chunked", SchedulerConfig(chunk_tokens=4096), kv)
+    shared = list(range(10))  # 10 ids x 16 tokens = 160 shared tokens
+    a = Request(0, 0.0, 200, 2)
+    b = Request(1, 0.0, 250, 2)
+    a.prefix_chain = chain_hashes(shared + [100, 101, 102], 16, 16, a.prompt_tokens)
+    b.prefix_chain = chain_hashes(shared + [200, 201, 202, 203, 204, 205], 16, 16, b.prompt_tokens)
+    running: list[Request] = []
+    plan = sched.schedule(deque([a]), running)
+    assert plan.prefill == [(a, 200)]
+    sched.complete(plan, 1.0, running)
+    plan = sched.schedule(deque([b]), running)
+    chunk = dict((r.id, c) for r, c in plan.prefill)[1]
+    assert b.cached_tokens == 160 and chunk == 250 - 160
+    assert b.block_ids[:10] == a.block_ids[:10]
+    assert plan.shape().prefill_kv_tokens >= 250  # the chunk still attends to the cached prefix
+
+
+def test_system_prompts_are_reused_and_prewarm_helps_the_first_requests() -> None:
+    def run(prewarm: bool) -> dict:
+        sc = scenario_from_dict(
+            {
+                "name": "sys",
+                "model": "llama-3.1-8b",
+                "hardware": "H100-SXM",
+                "policy": {"kind": "chunked", "chunk_tokens": 2048},
+                "kv_cache": {"prefix_caching": True},
+                "workload": {
+                    "kind": "poisson",
+                    "rate_rps": 4,
+                    "num_requests": 40,
+                    "prompt_tokens": {"dist": "uniform", "min": 50, "max": 300},
+                    "output_tokens": {"dist": "fixed", "value": 8},
+                    "system_prompts": {"count": 2, "tokens": 1024, "prewarm": prewarm},
+                },
+                "output": {"steps": "none"},
+            },
+            "sys.yaml",
+            ROOT,
+        )
+        return llmsim.run(sc).summary
+
+    cold, warm = run(False), run(True)
+    # 40 requests, 2 prompts of 1024 tokens: at most 2 misses cold, none warm
+    assert cold["prefix_cache"]["saved_prefill_tokens"] >= 38 * 1024
+    assert warm["prefix_cache"]["saved_prefill_tokens"] == 40 * 1024
+    assert warm["latency_s"]["ttft"]["p99"] <= cold["latency_s"]["ttft"]["p99"]
+
+
+def test_multi_turn_conversations_reuse_their_history() -> None:
+    base = {
+        "name": "chat",
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "policy": {"kind": "chunked"},
+        "kv_cache": {"prefix_caching": True},
+        "workload": {
+            "kind": "poisson",
+            "rate_rps": 1,
+            "num_requests": 6,
+            "prompt_tokens": {"dist": "fixed", "value": 200},
+            "output_tokens": {"dist": "fixed", "value": 20},
+            "conversations": {"turns": 3, "think_s": 5},
+        },
+        "output": {"steps": "none"},
+    }
+    s = llmsim.run(scenario_from_dict(base, "chat.yaml", ROOT)).summary
+    assert s["requests"]["finished"] == 18
+    assert s["prefix_cache"]["hit_rate"] > 0.3
+
+
+def test_mooncake_trace_replays_with_its_real_reuse() -> None:
+    over = {"workload.trace.max_requests": 40, "cluster.replicas": 1, "output.steps": "none"}
+    on = llmsim.run(ROOT / "scenarios/mooncake_prefix.yaml", over).summary
+    off = llmsim.run(ROOT / "scenarios/mooncake_prefix.yaml", {**over, "kv_cache.prefix_caching": False}).summary
+    assert on["prefix_cache"]["saved_prefill_tokens"] > 0 and on["tokens"]["cached"] > 0
+    assert off["tokens"]["cached"] == 0
+    assert on["latency_s"]["ttft"]["mean"] < off["latency_s"]["ttft"]["mean"]

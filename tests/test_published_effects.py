@@ -1,0 +1,81 @@
+"""Direction and rough size of published serving effects, reproduced by the simulator.
+
+* Sarathi-Serve (Agrawal et al., OSDI'24): on one A100 with Mistral-7B, chunked
+  prefill sustains 2.6x the load of vLLM-style scheduling under the strict P99 TBT SLO. Capacity
+  = the highest Poisson rate whose P99 TBT meets the SLO with a median scheduling delay under 2 s
+  (their definition). We accept 1.5x-6.5x (2.6x within a factor of 2.5 either way is the "rough
+  size"; the lower bound keeps the claim "clearly more").
+* DistServe (Zhong et al., OSDI'24): disaggregation gives more goodput per GPU than colocation
+  under tight TTFT and TPOT SLOs on a ShareGPT-like chat mix (up to 7.4x). We accept 1.3x-11x.
+* Chunking lowers P99 TBT and slightly raises median TTFT at the same load (Sarathi-Serve 5.2).
+
+Workloads are short (80-120 requests, shorter answers than the scenarios) so the file runs in
+seconds; the bisections use 4 geometric steps (a 1.24x bracket), which the tolerances absorb.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import llmsim
+
+SCEN = Path(__file__).resolve().parent.parent / "scenarios"
+# shorter answers than the scenario's (fewer decode steps to simulate); prompts unchanged
+SHORT = {"workload.output_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.8, "min": 8, "max": 600}}
+SHORT_CHAT = {"workload.output_tokens": {"dist": "lognormal", "median": 128, "sigma": 0.8, "min": 8, "max": 800}}
+
+
+def _run(path: str, **over: object) -> llmsim.Results:
+    return llmsim.run(SCEN / path, {"output.steps": "none", **over})
+
+
+def _bisect(ok, lo: float, hi: float, iters: int = 4) -> float:
+    """Highest rate in [lo, hi] (geometric bisection) for which ``ok(rate)`` holds."""
+    assert ok(lo), f"even {lo} req/s misses the SLO"
+    for _ in range(iters):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def _sarathi_capacity(policy: str) -> float:
+    def ok(rate: float) -> bool:
+        r = _run(
+            "traditional_vs_chunked.yaml",
+            **{"policy.kind": policy, "workload.rate_rps": rate, "workload.num_requests": 80, **SHORT},
+        )
+        p99_tbt = r.summary["latency_s"]["tbt_token"]["p99"]
+        delay = (r.requests["queued_s"] - r.requests["arrival_s"]).median()
+        # a short run cannot show a growing queue in its delays alone, so the verdict counts too
+        stable = r.summary["saturation"]["verdict"] != "overloaded"
+        return p99_tbt <= r.summary["slo"]["tbt_s"] and delay <= 2.0 and stable
+
+    return _bisect(ok, 0.5, 16.0)
+
+
+def test_chunked_prefill_sustains_more_load_under_strict_tbt() -> None:
+    chunked, traditional = _sarathi_capacity("chunked"), _sarathi_capacity("traditional")
+    assert 1.5 <= chunked / traditional <= 6.5, (chunked, traditional)
+
+
+def _goodput(path: str) -> float:
+    def ok(rate: float) -> bool:
+        r = _run(path, **{"workload.rate_rps": rate, "workload.num_requests": 100, **SHORT_CHAT})
+        return r.summary["slo"]["attainment"] >= r.summary["slo"]["attainment_target"]
+
+    return _bisect(ok, 1.0, 32.0)
+
+
+def test_disaggregation_gives_more_goodput_per_gpu() -> None:
+    # both arms use two A100s, so goodput per GPU compares like goodput
+    disagg, colo = _goodput("colocated_vs_disaggregated.yaml"), _goodput("colocated.yaml")
+    assert 1.3 <= disagg / colo <= 11.0, (disagg, colo)
+
+
+def test_chunking_cuts_p99_tbt_and_slightly_raises_ttft() -> None:
+    over = {"workload.rate_rps": 2.0, "workload.num_requests": 120}
+    ch = _run("traditional_vs_chunked.yaml", **over, **{"policy.kind": "chunked"}).summary["latency_s"]
+    tr = _run("traditional_vs_chunked.yaml", **over, **{"policy.kind": "traditional"}).summary["latency_s"]
+    assert ch["tbt_token"]["p99"] < 0.6 * tr["tbt_token"]["p99"]
+    # "slightly": higher, but within 3x (a prompt now waits for its chunks to take turns)
+    assert tr["ttft"]["p50"] < ch["ttft"]["p50"] < 3.0 * tr["ttft"]["p50"]

@@ -1,0 +1,112 @@
+"""Scheduler decisions on small hand-made workloads, driven without the event loop."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from llmsim.kvcache import BlockManager
+from llmsim.request import Request
+from llmsim.schedulers import SchedulerConfig, make_scheduler
+from llmsim.schedulers.queue import enqueue
+
+
+def drive(policy: str, reqs: list[Request], blocks: int, **cfg: object) -> tuple[list, list[Request]]:
+    """Run the scheduler to completion with 1-second steps; returns the plans and finished requests."""
+    kv = BlockManager(blocks, 16, watermark=0.0)
+    sched = make_scheduler(policy, SchedulerConfig(**cfg), kv)
+    waiting, running = deque(reqs), []
+    plans, done = [], []
+    t = 0.0
+    while waiting or running:
+        plan = sched.schedule(waiting, running)
+        assert not plan.empty, "scheduler stalled"
+        t += 1.0
+        plans.append(plan)
+        done += sched.complete(plan, t, running)
+        assert kv.used <= kv.num_blocks
+    assert kv.used == 0
+    return plans, done
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+@pytest.mark.parametrize("policy", ["traditional", "chunked"])
+def test_preempted_requests_finish_with_their_token_count(policy: str, mode: str) -> None:
+    reqs = [Request(i, 0.0, 40 + 8 * i, 60) for i in range(6)]
+    plans, done = drive(policy, reqs, blocks=24, preemption=mode, chunk_tokens=64)
+    assert len(done) == 6
+    assert sum(r.preemptions for r in reqs) > 0
+    for r in reqs:
+        assert r.generated == r.output_tokens == 60
+    if mode == "swap":
+        assert sum(p.swap_out_tokens for p in plans) > 0
+        assert sum(p.swap_in_tokens for p in plans) == sum(p.swap_out_tokens for p in plans)
+    else:
+        assert sum(p.swap_out_tokens for p in plans) == 0
+
+
+def test_chunked_steps_respect_the_budget_and_first_token_waits_for_the_last_chunk() -> None:
+    reqs = [Request(0, 0.0, 300, 5), Request(1, 0.0, 50, 20)]
+    plans, _ = drive("chunked", reqs, blocks=100, chunk_tokens=128)
+    for p in plans:
+        assert p.prefill_tokens + len(p.decode) <= 128
+    chunks = [c for p in plans for r, c in p.prefill if r.id == 0]
+    assert sum(chunks) == 300 and len(chunks) >= 3
+    last_chunk_step = max(i for i, p in enumerate(plans) if any(r.id == 0 for r, _ in p.prefill))
+    assert reqs[0].first_token_s == last_chunk_step + 1.0
+
+
+def test_traditional_prefill_steps_stall_decodes() -> None:
+    reqs = [Request(0, 0.0, 64, 30)] + [Request(i, 0.0, 64, 5) for i in range(1, 4)]
+    plans, _ = drive("traditional", reqs, blocks=100, max_num_seqs=1)
+    for p in plans:
+        assert not (p.prefill and p.decode)
+
+
+def test_dynamic_budget_shrinks_when_a_step_would_miss_the_tbt_target() -> None:
+    kv = BlockManager(1000, 16)
+    sched = make_scheduler("chunked", SchedulerConfig(chunk_tokens=1024, chunk_budget="dynamic", tbt_target_s=0.05), kv)
+    sched.predict_s = lambda shape: 0.01 + shape.prefill_tokens * 1e-4  # 1024 tokens -> 0.11 s
+    waiting = deque([Request(0, 0.0, 4000, 4)])
+    plan = sched.schedule(waiting, [])
+    assert plan.prefill_tokens == 256  # 1024 -> 512 -> 256 (0.0356 s <= 0.05 s)
+    sched.cfg.chunk_budget = "fixed"
+    plan = sched.schedule(deque([Request(1, 0.0, 4000, 4)]), [])
+    assert plan.prefill_tokens == 1024
+
+
+def test_shortest_prompt_first_with_starvation_protection() -> None:
+    waiting: deque[Request] = deque()
+    bypassed: dict[int, int] = {}
+    long = Request(0, 0.0, 5000, 1)
+    enqueue(waiting, long, "shortest_prompt_first", bypassed, max_bypass=2)
+    for i in range(1, 5):
+        enqueue(waiting, Request(i, 0.0, 100, 1), "shortest_prompt_first", bypassed, max_bypass=2)
+    # the long prompt is overtaken twice, then holds its place
+    assert [r.id for r in waiting] == [1, 2, 0, 3, 4]
+    fcfs: deque[Request] = deque()
+    for i, p in enumerate([300, 100, 200]):
+        enqueue(fcfs, Request(i, 0.0, p, 1), "fcfs", {}, 2)
+    assert [r.id for r in fcfs] == [0, 1, 2]
+
+
+def test_length_buckets_group_similar_prompts() -> None:
+    waiting: deque[Request] = deque()
+    for i, p in enumerate([1100, 100, 1500, 3000, 120, 1900]):
+        enqueue(waiting, Request(i, 0.0, p, 1), "length_bucketed", {}, max_bypass=10)
+    # buckets (65-128], (1024-2048], (2048-4096]; arrival order within a bucket
+    assert [r.prompt_tokens for r in waiting] == [100, 120, 1100, 1500, 1900, 3000]
+
+
+def test_parallel_samples_share_prompt_blocks_copy_on_write() -> None:
+    kv = BlockManager(1000, 16)
+    r = Request(0, 0.0, 40, 10)  # 2 full prompt blocks + 8 tokens in a partly filled one
+    r.n_seqs = 4
+    assert kv.blocks_for_request(r, 40) == 3  # prefill: one copy
+    assert kv.blocks_for_request(r, 41) == 2 + 4 * 1  # each sequence copies the partial block
+    assert kv.blocks_for_request(r, 40 + 9) == 2 + 4 * 2
+    plans, done = drive("chunked", [r], blocks=100)
+    assert r.generated == 10 and done == [r]
+    decode = next(p for p in plans if p.decode)
+    assert decode.shape().decode_seqs == 4  # four rows per step

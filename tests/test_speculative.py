@@ -1,0 +1,90 @@
+"""Speculative decoding: tokens per verify step, pricing, and the reported speedup."""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+import llmsim
+from llmsim.kvcache import BlockManager
+from llmsim.request import Request
+from llmsim.scenario import scenario_from_dict
+from llmsim.schedulers import SchedulerConfig, make_scheduler
+from llmsim.schedulers.base import SpecConfig
+
+
+def decode_steps(acceptance: float, k: int, output: int) -> tuple[int, Request, list]:
+    kv = BlockManager(100, 16)
+    cfg = SchedulerConfig(speculative=SpecConfig(k=k, acceptance=[acceptance] * k))
+    sched = make_scheduler("chunked", cfg, kv)
+    r = Request(0, 0.0, 20, output)
+    waiting, running, plans, t = deque([r]), [], [], 0.0
+    while waiting or running:
+        plan = sched.schedule(waiting, running)
+        t += 1.0
+        sched.complete(plan, t, running)
+        plans.append(plan)
+    assert kv.used == 0 and r.generated == output
+    return sum(1 for p in plans if p.decode), r, plans
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_full_acceptance_emits_k_plus_one_tokens_per_step(k: int) -> None:
+    steps, r, _ = decode_steps(1.0, k, output=1 + 4 * (k + 1))  # first token comes from the prefill
+    assert steps == 4 and r.spec_accepted == 4 * k
+
+
+def test_zero_acceptance_emits_one_token_per_step() -> None:
+    steps, r, _ = decode_steps(0.0, 4, output=13)
+    assert steps == 12 and r.spec_accepted == 0
+
+
+def test_verify_step_is_priced_as_k_plus_one_tokens() -> None:
+    _, _, plans = decode_steps(1.0, 3, output=9)
+    shape = next(p for p in plans if p.decode).shape()
+    assert shape.prefill_tokens == 4 and shape.decode_seqs == 0
+
+
+def scenario(spec: dict) -> llmsim.Scenario:
+    return scenario_from_dict(
+        {
+            "name": "spec",
+            "model": "llama-3.1-70b",
+            "hardware": "H100-SXM",
+            "cluster": {"tp": 4},
+            "policy": {"kind": "chunked"},
+            "workload": {
+                "kind": "all_at_once",
+                "num_requests": 4,
+                "prompt_tokens": {"dist": "fixed", "value": 200},
+                "output_tokens": {"dist": "fixed", "value": 60},
+            },
+            "speculative": spec,
+            "output": {"steps": "none"},
+        },
+        "spec.yaml",
+        Path("."),
+    )
+
+
+def test_speedup_reported_and_ordered_by_acceptance() -> None:
+    good = llmsim.run(scenario({"draft_model": "llama-3.1-8b", "k": 4, "acceptance": 0.9})).summary["speculative"]
+    bad = llmsim.run(scenario({"draft_model": "llama-3.1-8b", "k": 4, "acceptance": 0.0})).summary["speculative"]
+    mtp = llmsim.run(scenario({"method": "mtp", "k": 2, "acceptance": [0.9, 0.7]})).summary["speculative"]
+    assert bad["tokens_per_step"] == 1.0 and bad["speedup"] < 1.0  # drafting is pure overhead
+    # ~3.9 tokens per (4 x 8B draft + 70B verify) step: about 1.4x by the roofline
+    assert good["tokens_per_step"] > 3.0 and good["speedup"] > 1.2
+    assert good["draft_s"] > 0 and good["verify_s"] > 0
+    assert mtp["speedup"] > 1.0 and mtp["tokens_per_step"] <= 3.0
+
+
+def test_draft_weights_shrink_the_kv_cache() -> None:
+    from llmsim.build import build_model, build_pools
+
+    sc = scenario({"draft_model": "llama-3.1-8b"})
+    plain = scenario_from_dict(sc.model_dump(exclude={"speculative", "base_dir"}), "p.yaml", Path("."))
+    with_draft = build_pools(sc, build_model(sc))[0].kv_blocks
+    without = build_pools(plain, build_model(plain))[0].kv_blocks
+    assert with_draft < without
