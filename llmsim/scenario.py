@@ -301,11 +301,16 @@ def load_scenario(path: str | Path, overrides: dict[str, object] | None = None) 
 
 
 def set_path(data: dict, dotted: str, value: object) -> None:
+    """Set ``a.b.c = value`` in nested dicts (``--set`` overrides), creating sections as needed."""
+    if dotted.startswith("model.") and isinstance(data.get("model"), str):
+        data["model"] = {"name": data["model"]}  # expand the `model: NAME` shorthand first
     node = data
     parts = dotted.split(".")
     for p in parts[:-1]:
         if not isinstance(node.get(p), dict):
-            node[p] = {} if node.get(p) is None or not isinstance(node.get(p), dict) else node[p]
+            if node.get(p) is not None:
+                raise UserError(f"--set {dotted}: {p!r} is {node[p]!r}, not a section with keys")
+            node[p] = {}
         node = node[p]
     node[parts[-1]] = value
 

@@ -23,12 +23,8 @@ def test_the_five_notebooks_exist():
         assert stem in names
 
 
-# 01 runs in the default suite (~10 s); the what-if notebooks run 10-25 s each, so they are `slow`
-# (`make test-slow`) to keep `make test` within its time budget on two cores.
-CASES = [p if p.stem.startswith("01") else pytest.param(p, marks=pytest.mark.slow) for p in NOTEBOOKS]
-
-
-@pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
+# Every notebook runs in `make test` (10-30 s each; pytest-xdist spreads them over both cores).
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_and_concludes(path):
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
