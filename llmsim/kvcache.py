@@ -50,8 +50,12 @@ class BlockManager:
         self.used = 0  # blocks referenced by at least one request
         self.peak_used = 0
         self.tokens_held = 0  # Σ kv tokens of block holders (for fragmentation)
-        self._free_ids = list(range(num_blocks - 1, -1, -1))  # stack: lowest id handed out first
-        self._ref = [0] * num_blocks
+        # Block ids are handed out lazily (never-used ids from a counter, freed ids from a stack), and
+        # reference counts live in a dict of blocks in use: memory follows the blocks used, not the
+        # capacity (a 1.5 TB CPU node holds tens of millions of blocks).
+        self._free_ids: list[int] = []
+        self._fresh = 0
+        self._ref: dict[int, int] = {}
         self._hash_of: dict[int, int] = {}  # block id -> chain hash (registered blocks)
         self._block_of: dict[int, int] = {}  # chain hash -> block id
         self._lru: OrderedDict[int, None] = OrderedDict()  # unreferenced registered blocks, oldest first
@@ -111,9 +115,18 @@ class BlockManager:
         return n
 
     # ---- updates -----------------------------------------------------------------------
-    def _take(self) -> int:
+    def _pop_free_id(self) -> int | None:
         if self._free_ids:
             return self._free_ids.pop()
+        if self._fresh < self.num_blocks:
+            self._fresh += 1
+            return self._fresh - 1
+        return None
+
+    def _take(self) -> int:
+        bid = self._pop_free_id()
+        if bid is not None:
+            return bid
         if not self._lru:
             raise InvariantError("KV cache has no free or evictable block")
         bid, _ = self._lru.popitem(last=False)  # evict the least recently used cached block
@@ -174,6 +187,7 @@ class BlockManager:
         for bid in req.block_ids or ():
             self._ref[bid] -= 1
             if self._ref[bid] == 0:
+                del self._ref[bid]
                 self.used -= 1
                 if bid in self._hash_of:
                     self._lru[bid] = None  # stays cached, most recently used last
@@ -205,10 +219,10 @@ class BlockManager:
         if not ids:
             return 0
         for bid in ids:
-            if self._ref[bid] == 0:
+            if bid not in self._ref:
                 del self._lru[bid]
                 self.used += 1
-            self._ref[bid] += 1
+            self._ref[bid] = self._ref.get(bid, 0) + 1
         if self.used > self.peak_used:
             self.peak_used = self.used
         tokens = len(ids) * self.block_tokens
@@ -249,9 +263,9 @@ class BlockManager:
         for h in chain:
             if h in self._block_of:
                 continue
-            if not self._free_ids:
+            bid = self._pop_free_id()
+            if bid is None:
                 break
-            bid = self._free_ids.pop()
             self._block_of[h] = bid
             self._hash_of[bid] = h
             self._lru[bid] = None

@@ -12,6 +12,7 @@ tensor parallelism ``tp``); counts are per step over the layers of one pipeline 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -252,41 +253,19 @@ def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
     E, k = model.num_experts, model.experts_per_token
     routed = T * k
     touched = E * (1.0 - (1.0 - k / E) ** T)
-    wb = DTYPE_BYTES[cfg.weight_dtype]
-    a = DTYPE_BYTES[cfg.act_dtype]
-    up = gemm("mlp_up_proj", routed, up_n, H, cfg, L)
-    down = gemm("mlp_down_proj", routed, H, inter, cfg, L)
-    up_w, down_w = touched * up_n * H * wb, touched * inter * H * wb
     return [
         gemm("moe_router", T, E, H, cfg, L),
-        Op(
-            up.name,
-            "gemm",
-            up.flops,
-            routed * H * a + up_w,
-            routed * up_n * a,
-            up.dtype,
-            L,
-            m=routed,
-            n=up_n,
-            k=H,
-            weight_bytes=up_w,
-        ),
+        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L),
         elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
-        Op(
-            down.name,
-            "gemm",
-            down.flops,
-            routed * inter * a + down_w,
-            routed * H * a,
-            down.dtype,
-            L,
-            m=routed,
-            n=H,
-            k=inter,
-            weight_bytes=down_w,
-        ),
+        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L),
     ]
+
+
+def _expert_gemm(name: str, routed: int, n: int, k: int, touched: float, cfg: OpConfig, count: int) -> Op:
+    """A grouped expert GEMM: FLOPs of every routed token, weight bytes of the experts touched."""
+    op = gemm(name, routed, n, k, cfg, count)
+    w = touched * n * k * DTYPE_BYTES[cfg.weight_dtype]
+    return dataclasses.replace(op, bytes_read=routed * k * DTYPE_BYTES[cfg.act_dtype] + w, weight_bytes=w)
 
 
 def step_ops(

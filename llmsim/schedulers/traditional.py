@@ -41,17 +41,14 @@ class TraditionalScheduler(Scheduler):
         return plan
 
 
-class StaticScheduler(Scheduler):
+class StaticScheduler(TraditionalScheduler):
+    """Shares traditional's admission rule (whole prompts within max_batch_tokens)."""
+
     name = "static"
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         self.batch: list[Request] = []
-
-    def rejection_reason(self, req: Request) -> str:
-        if req.prompt_tokens > self.cfg.max_batch_tokens:
-            return f"prompt of {req.prompt_tokens} tokens exceeds max_batch_tokens={self.cfg.max_batch_tokens}"
-        return super().rejection_reason(req)
 
     def schedule(self, waiting: deque[Request], running: list[Request]) -> BatchPlan:
         plan = BatchPlan()
