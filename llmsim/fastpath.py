@@ -36,7 +36,7 @@ def decode_run_times(cost: CostModel, shape: BatchShape, steps: int) -> np.ndarr
     the last step directly and falls back to pricing every step if any term is not affine.
     """
     n = shape.decode_tokens
-    nxt = dataclasses.replace(shape, decode_ctx_tokens=shape.decode_ctx_tokens + n)
+    nxt = _advance(shape, n)
     # only the attention kernels depend on the context; the rest of the step is a constant
     per_stage = np.zeros(steps)
     i = np.arange(steps, dtype=np.float64)
@@ -50,16 +50,18 @@ def decode_run_times(cost: CostModel, shape: BatchShape, steps: int) -> np.ndarr
         per_stage += (np.maximum(np.maximum(comp, mem) + pa.fixed_s, launch) - pa.total_s / pa.op.count) * pa.op.count
     # per_stage now holds each step's change from the first step's attention time
     total = cost.step_time(shape) + per_stage * cost.cfg.pp
-    last = dataclasses.replace(shape, decode_ctx_tokens=shape.decode_ctx_tokens + n * (steps - 1))
+    last = _advance(shape, n * (steps - 1))
     exact_last = cost.step_time(last)
     if abs(total[-1] - exact_last) > 1e-9 * exact_last:
-        total = np.array(
-            [
-                cost.step_time(dataclasses.replace(shape, decode_ctx_tokens=shape.decode_ctx_tokens + n * j))
-                for j in range(steps)
-            ]
-        )
+        total = np.array([cost.step_time(_advance(shape, n * j)) for j in range(steps)])
     return total
+
+
+def _advance(shape: BatchShape, tokens: int) -> BatchShape:
+    """The same decode batch with ``tokens`` more context in total (and in its local-layer view:
+    a run never lets a context reach the window, so the windowed view grows the same)."""
+    local = _advance(shape.local, tokens) if shape.local is not None else None
+    return dataclasses.replace(shape, decode_ctx_tokens=shape.decode_ctx_tokens + tokens, local=local)
 
 
 def run_length(members: list[Request], kv: BlockManager, window: int | None, limit: int) -> int:

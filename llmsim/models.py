@@ -36,6 +36,7 @@ class ModelSpec:
     num_experts: int = 0  # 0 = dense MLP
     experts_per_token: int = 0
     sliding_window: int | None = None
+    global_attn_every: int = 0  # with a window: every n-th layer attends globally, the rest locally (0: all local)
     max_position_embeddings: int = 4096
     weight_dtype: str = "bf16"
     source: str = ""
@@ -110,6 +111,19 @@ class ModelSpec:
     def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
         """K and V for every layer: 2 · L · n_kv · head_dim · bytes."""
         return self.num_layers * self.kv_bytes_per_token_per_layer(kv_dtype)
+
+    def attention_windows(self) -> tuple[int | None, int | None]:
+        """(window of the step's main attention aggregates, window of the local layers if the model
+        interleaves local and global layers). Mistral: (4096, None); Gemma-2: (None, 4096)."""
+        if self.sliding_window is None:
+            return None, None
+        if self.global_attn_every:
+            return None, self.sliding_window
+        return self.sliding_window, None
+
+    def global_layers(self, layers: int) -> int:
+        """Of ``layers`` consecutive layers, how many attend globally (local+global models)."""
+        return layers // self.global_attn_every if self.global_attn_every else layers
 
     def with_(self, **changes: object) -> ModelSpec:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -252,6 +266,22 @@ CATALOG: dict[str, ModelSpec] = {
             source="CodeLlama-34b-Instruct-hf config.json (Vidur mlp.csv shape columns)",
         ),
         ModelSpec(
+            name="gemma-2-9b",
+            hidden_size=3584,
+            intermediate_size=14336,
+            num_layers=42,
+            num_heads=16,
+            num_kv_heads=8,
+            head_dim=256,
+            vocab_size=256000,
+            tie_embeddings=True,
+            sliding_window=4096,
+            global_attn_every=2,  # layers alternate local (4096 window) and global attention
+            max_position_embeddings=8192,
+            source="google/gemma-2-9b config.json (model_type gemma2, sliding_window 4096, head_dim 256); "
+            "local/global alternation as in google-deepmind/gemma's gemma2 configs",
+        ),
+        ModelSpec(
             name="gpt2",
             hidden_size=768,
             intermediate_size=3072,
@@ -284,6 +314,7 @@ PUBLISHED_PARAMS = {
     "qwen2.5-7b": (7.61e9, "Qwen2.5-7B model card: 7.61B [QWEN-7B-README]"),
     "qwen2.5-72b": (72.7e9, "Qwen2.5-72B model card: 72.7B [QWEN-72B-README]"),
     "gpt2": (124.44e6, "GPT-2 small: 124M (HF printout 124.4M) [HFLOG-GPT2]"),
+    "gemma-2-9b": (9.24e9, "Gemma 2 9B model card: 9.24B parameters"),
 }
 
 
@@ -335,6 +366,10 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
         num_experts=int(experts),
         experts_per_token=int(cfg.get("num_experts_per_tok", 0)) if experts else 0,
         sliding_window=int(window) if window else None,
+        # Gemma 2 alternates local and global layers; Gemma 3 names the period sliding_window_pattern
+        global_attn_every=int(cfg.get("sliding_window_pattern") or (2 if cfg.get("model_type") == "gemma2" else 0))
+        if window
+        else 0,
         max_position_embeddings=int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 4096),
         weight_dtype=dtype,
         source=f"HF config {path}",

@@ -119,7 +119,7 @@ class Replica:
         self.sched.gaps = GapHistogram()
         self.cost = pool.cost
         self.sched.predict_s = self.cost.step_time
-        self.window = pool.cost.model.sliding_window
+        self.window, self.local_window = pool.cost.model.attention_windows()
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.steps = steps
@@ -244,10 +244,10 @@ class Replica:
         """A closed-form run if this plan starts a run of identical decode-only steps."""
         if not self._can_jump or plan.prefill or plan.preempted or plan.padding or extra_s or not plan.decode:
             return None
-        k = run_length(plan.decode, self.kv, self.window, MAX_RUN)
+        k = run_length(plan.decode, self.kv, self.local_window or self.window, MAX_RUN)
         if k < MIN_RUN:
             return None
-        durations = decode_run_times(self.cost, plan.shape(self.window), k)
+        durations = decode_run_times(self.cost, plan.shape(self.window, self.local_window), k)
         return DecodeRun(list(plan.decode), self.kv, start, durations)
 
     def _wait_run(self, run: DecodeRun):  # type: ignore[no-untyped-def]
@@ -335,7 +335,7 @@ class Replica:
             self.in_flight += 1
             if self.first_start_s < 0:
                 self.first_start_s = env.now
-            shape = plan.shape(self.window)
+            shape = plan.shape(self.window, self.local_window)
             stage_s = self.cost.stage_time(shape)
             send_s = self.cost.pp_send_time(shape)
             swap = 0.0
@@ -404,7 +404,7 @@ class Replica:
 
     def _step_time(self, plan) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
         """Step seconds = model step + swap copies over the host link + speculative drafting."""
-        dt = self.cost.step_time(plan.shape(self.window))
+        dt = self.cost.step_time(plan.shape(self.window, self.local_window))
         swap = 0.0
         moved = plan.swap_in_tokens + plan.swap_out_tokens
         if moved:

@@ -146,3 +146,35 @@ def test_moe_imbalance_slows_expert_gemms() -> None:
     even = CostModel(moe, hw, CostConfig(tp=2)).breakdown(shape)["mlp_up_proj"]
     skew = CostModel(moe, hw, CostConfig(tp=2, moe_imbalance=1.5)).breakdown(shape)["mlp_up_proj"]
     assert skew == pytest.approx(1.5 * even, rel=0.05)
+
+
+def test_local_global_attention_splits_layers_and_caps_local_context() -> None:
+    """Gemma-2 interleaves 4096-token sliding-window layers with global ones: the local layers'
+    KV reads stop growing at the window, the global layers' keep growing with the context."""
+    from llmsim.costmodel import CostModel, batch_shape
+    from llmsim.hardware import load_profile
+    from llmsim.models import CATALOG
+
+    model = CATALOG["gemma-2-9b"]
+    window, local = model.attention_windows()
+    assert (window, local) == (None, 4096)
+    cm = CostModel(model, load_profile("H100-SXM"))
+
+    def attn(ctx: int) -> dict:
+        ops = {op.name: op for op in cm.ops(batch_shape([], [ctx] * 8, window, local_window=local))}
+        return ops
+
+    short, long = attn(2000), attn(16000)
+    assert short["attention_decode"].count == 21 and short["attention_decode_local"].count == 21
+    # below the window both kinds read the same KV bytes per layer
+    assert short["attention_decode"].bytes_read == short["attention_decode_local"].bytes_read
+    # beyond it, local layers read at most `window` tokens per sequence, global ones all of them
+    kv_row = 2 * model.num_kv_heads * model.head_dim * 2  # K and V bytes per token per layer (bf16)
+    q_bytes = 8 * model.q_size * 2
+    assert long["attention_decode_local"].bytes_read == q_bytes + 8 * 4096 * kv_row
+    assert long["attention_decode"].bytes_read == q_bytes + 8 * 16001 * kv_row
+    # and a uniform sliding-window model (Mistral) windows every layer
+    mistral = CATALOG["mistral-7b"]
+    assert mistral.attention_windows() == (4096, None)
+    ops = CostModel(mistral, cm.hw).ops(batch_shape([], [16000], 4096))
+    assert [op.name for op in ops if op.kind == "attention"] == ["attention_decode"]

@@ -37,6 +37,10 @@ def _scenario(policy: str, **extra: object) -> llmsim.Scenario:
         d["cluster"] = {"prefill_pool": {"replicas": 1}, "decode_pool": {"replicas": 2}, "kv_link": {"kind": "nvlink"}}
     for key, value in extra.items():
         section, name = key.split("__")
+        if section == "model":
+            d["model"] = {"name": value}
+            d["workload"]["prompt_tokens"] = {"dist": "uniform", "min": 2000, "max": 6000}
+            continue
         d.setdefault(section, {})[name] = value
     return scenario_from_dict(d, "test", Path("."))
 
@@ -56,6 +60,9 @@ def _compare(a: pd.DataFrame, b: pd.DataFrame) -> None:
         ("chunked", {"cluster__router": "kv_aware"}),
         ("traditional", {"kv_cache__preemption": "swap"}),
         ("chunked", {"cluster__cuda_graphs": True}),
+        # local+global attention, contexts crossing the 4096-token window
+        ("chunked", {"model__name": "gemma-2-9b", "workload__rate_rps": 3.0}),
+        ("traditional", {"model__name": "mistral-7b", "workload__rate_rps": 3.0}),
     ],
 )
 def test_jumps_match_exact_steps(policy: str, extra: dict) -> None:

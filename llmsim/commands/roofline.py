@@ -51,7 +51,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     )
     cm = CostModel(model, hw, cfg)
     chunks = [(args.prefill_tokens, 0)] if args.prefill_tokens else []
-    shape = batch_shape(chunks, [args.context] * args.decode_batch, model.sliding_window)
+    window, local = model.attention_windows()
+    shape = batch_shape(chunks, [args.context] * args.decode_batch, window, local_window=local)
     rows = op_rows(cm, shape)
     step = cm.step_time(shape)
     print(

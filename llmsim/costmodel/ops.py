@@ -42,6 +42,7 @@ class BatchShape:
     decode_tokens: int = 0
     decode_ctx_tokens: int = 0
     logits_rows: int = -1  # rows that go through the LM head; -1 = prefill_seqs + decode_tokens
+    local: BatchShape | None = None  # local+global models: the aggregates seen by the windowed layers
 
     @property
     def tokens(self) -> int:
@@ -74,6 +75,7 @@ def batch_shape(
     decode_contexts: list[int],
     window: int | None = None,
     tokens_per_decode: int = 1,
+    local_window: int | None = None,
 ) -> BatchShape:
     """Build a BatchShape from (chunk_tokens, past_tokens) prefill chunks and decode contexts.
 
@@ -89,7 +91,7 @@ def batch_shape(
     d_ctx = 0
     for ctx in decode_contexts:
         d_ctx += (ctx + tokens_per_decode) if window is None else min(ctx + tokens_per_decode, window)
-    return BatchShape(
+    shape = BatchShape(
         prefill_tokens=sum(c for c, _ in prefill_chunks),
         prefill_seqs=len(prefill_chunks),
         prefill_attn_pairs=pairs,
@@ -99,6 +101,10 @@ def batch_shape(
         decode_tokens=len(decode_contexts) * tokens_per_decode,
         decode_ctx_tokens=d_ctx,
     )
+    if local_window is not None:
+        local = batch_shape(prefill_chunks, decode_contexts, local_window, tokens_per_decode)
+        shape = dataclasses.replace(shape, local=local)
+    return shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,12 +212,26 @@ def kv_heads_per_device(model: ModelSpec, tp: int) -> int:
 
 
 def attention_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
-    """The attention kernels of one step: the only ops that depend on context, not just on tokens."""
-    tp, L = cfg.tp, model.num_layers // cfg.pp
+    """The attention kernels of one step: the only ops that depend on context, not just on tokens.
+
+    A model that interleaves local (sliding-window) and global layers gets both kinds, each
+    counted over its own layers: ``attention_*`` over the global ones (aggregates of ``s``) and
+    ``attention_*_local`` over the windowed ones (aggregates of ``s.local``)."""
+    layers = model.num_layers // cfg.pp
+    if s.local is None:
+        return _attention(model, s, cfg, layers, "")
+    n_global = model.global_layers(layers)
+    return _attention(model, s, cfg, n_global, "") + _attention(model, s.local, cfg, layers - n_global, "_local")
+
+
+def _attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int, suffix: str) -> list[Op]:
+    tp = cfg.tp
     q, kv = model.q_size // tp, kv_heads_per_device(model, tp) * model.head_dim
     heads, hd = model.num_heads // tp, model.head_dim
     a, kvb = DTYPE_BYTES[cfg.act_dtype], DTYPE_BYTES[cfg.kv_dtype]
     ops: list[Op] = []
+    if L <= 0:
+        return ops
     if s.prefill_tokens:
         flops = 4.0 * s.prefill_attn_pairs * hd * heads  # QK^T and PV, 2 FLOPs per MAC
         read = s.prefill_tokens * q * a + s.prefill_kv_tokens * 2 * kv * kvb
@@ -221,17 +241,15 @@ def attention_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
             score_bytes = s.prefill_score_elems * heads * a
             read += 2 * score_bytes
             written += 2 * score_bytes
-        ops.append(
-            Op("attention_prefill", "attention", flops, read, written, cfg.act_dtype, L, m=s.prefill_tokens, n=hd, k=hd)
-        )
+        name = "attention_prefill" + suffix
+        ops.append(Op(name, "attention", flops, read, written, cfg.act_dtype, L, m=s.prefill_tokens, n=hd, k=hd))
     if s.decode_tokens:
         q_per_seq = s.decode_tokens // max(1, s.decode_seqs)
         flops = 4.0 * s.decode_ctx_tokens * q_per_seq * hd * heads
         read = s.decode_tokens * q * a + s.decode_ctx_tokens * 2 * kv * kvb
         written = s.decode_tokens * q * a
-        ops.append(
-            Op("attention_decode", "attention", flops, read, written, cfg.act_dtype, L, m=s.decode_tokens, n=hd, k=hd)
-        )
+        name = "attention_decode" + suffix
+        ops.append(Op(name, "attention", flops, read, written, cfg.act_dtype, L, m=s.decode_tokens, n=hd, k=hd))
     return ops
 
 

@@ -228,9 +228,11 @@ class CostModel:
         """One whole prompt prefilled alone in one step."""
         from llmsim.costmodel.ops import batch_shape
 
-        return self.step_time(batch_shape([(prompt_tokens, 0)], [], self.model.sliding_window))
+        window, local = self.model.attention_windows()
+        return self.step_time(batch_shape([(prompt_tokens, 0)], [], window, local_window=local))
 
     def decode_time(self, contexts: list[int]) -> float:
         from llmsim.costmodel.ops import batch_shape
 
-        return self.step_time(batch_shape([], contexts, self.model.sliding_window))
+        window, local = self.model.attention_windows()
+        return self.step_time(batch_shape([], contexts, window, local_window=local))

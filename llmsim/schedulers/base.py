@@ -9,6 +9,7 @@ the simulator asks the cost model, the NumPy reference engine runs the model and
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import deque
 from collections.abc import Callable
@@ -66,9 +67,12 @@ class BatchPlan:
     def size(self) -> int:
         return len(self.prefill) + len(self.decode) + len(self.padding)
 
-    def shape(self, window: int | None = None) -> BatchShape:
+    def shape(self, window: int | None = None, local_window: int | None = None) -> BatchShape:
         """The step's aggregates for the cost model (context = tokens already cached). Speculative
-        verification of k drafts is priced as a (k+1)-token chunk per decoding sequence."""
+        verification of k drafts is priced as a (k+1)-token chunk per decoding sequence. Models that
+        interleave local and global layers pass ``local_window`` too (``ModelSpec.attention_windows``)."""
+        if local_window is not None:
+            return dataclasses.replace(self.shape(window), local=self.shape(local_window))
         chunks = [(c, r.kv_tokens) for r, c in self.prefill]
         decodes = (*self.decode, *self.padding)
         if self.spec_k:
