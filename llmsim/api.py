@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from llmsim.build import PoolSpec, activation_bytes, build_model, build_pools, build_workload, prewarm_prefixes
+from llmsim.errors import UserError
 from llmsim.invariants import check_run
 from llmsim.models import ModelSpec
 from llmsim.results import Results, requests_frame, summarize
@@ -27,9 +28,13 @@ def run(
 
     ``checks`` verifies the run's invariants (llmsim/invariants.py) and raises ``InvariantError``."""
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides)
-    model = build_model(sc)
-    pools = build_pools(sc, model)
-    workload = build_workload(sc)
+    try:
+        model = build_model(sc)
+        pools = build_pools(sc, model)
+        workload = build_workload(sc)
+    except UserError as exc:  # building knows the key path; name the scenario file too
+        msg = str(exc)
+        raise UserError(msg if msg.startswith(sc._origin) else f"{sc._origin}: {msg}") from None
     last = float(workload.arrival_s[-1])
     horizon = sc.workload.horizon_s or 2.0 * last + 600.0
     every = {"all": 1, "sample": sc.output.sample_every, "none": 0}[sc.output.steps]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from llmsim.errors import UserError, load_yaml_file, pydantic_message
 
@@ -231,6 +231,8 @@ class OutputConfig(_Strict):
 
 
 class Scenario(_Strict):
+    _origin: str = PrivateAttr(default="scenario")  # the file it came from, for error messages
+
     name: str
     seed: int = 0
     model: ModelConfig
@@ -285,6 +287,7 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
     except ValidationError as exc:
         raise UserError(pydantic_message(exc, origin, _section_keys())) from None
     _check_names(sc, origin)
+    sc._origin = origin
     return sc
 
 
