@@ -66,6 +66,9 @@ class Efficiency(BaseModel):
     gemm_tile: Figure | None = None  # output tile edge (rows and cols) of the GEMM kernels; default 128
     gemm_wave_exponent: Figure | None = None  # 1 = full wave-quantisation loss; <1 = softened by tile heuristics
     dequant_flops_per_weight: Figure | None = None  # vector FLOPs to unpack one int4/int8 weight (weight-only)
+    # Optional CPU-BLAS regimes (absent: priced like any GEMM / attention, as before).
+    gemv_memory_fraction: Figure | None = None  # m = 1 GEMMs take a GEMV path: no tiles, weights stream at this x bw
+    decode_attention_fraction: Figure | None = None  # decode attention's FLOP efficiency, if unlike prefill's
 
 
 class Overheads(BaseModel):

@@ -120,3 +120,77 @@ def test_measure_and_write_produces_a_valid_local_cpu_profile(tmp_path):
     assert prof.name == "local-cpu" and prof.family == "cpu"
     assert all("measured by llmsim calibrate --local-cpu on" in f.source for f in [prof.peak_flops["fp32"]])
     assert "measured by llmsim calibrate --local-cpu" in prof.efficiency.gemm_half_m.source
+
+
+def test_gemv_fraction_is_the_single_row_streaming_rate():
+    bw = 1e10
+    rows = [{"m": 1, "n": n, "k": k, "s": 4.0 * (k + k * n + n) / (0.7 * bw)} for n, k in ((512, 512), (2048, 512))]
+    rows.append({"m": 2, "n": 512, "k": 512, "s": 1.0})  # a GEMM row does not count
+    assert cpubench.gemv_fraction(rows, bw) == pytest.approx(0.7)
+
+
+def test_spread_contexts_have_the_requested_batch_and_mean():
+    ctx = cpubench.spread_contexts(12, 600)
+    assert len(ctx) == 12 and abs(np.mean(ctx) - 600) < 1 and min(ctx) < 300 < 1200 < max(ctx)
+
+
+def _cpu_profile(tmp_path: Path, **extra: float):
+    """fake_profile, plus optional efficiency figures (the local-cpu regimes)."""
+    data = yaml.safe_load(fake_profile(tmp_path).read_text())
+    for k, v in extra.items():
+        data["efficiency"][k] = {"value": v, "source": "test"}
+    path = tmp_path / f"p{len(extra)}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_profile(path)
+
+
+def test_cpu_regimes_price_only_their_ops(tmp_path):
+    """gemv_memory_fraction prices m = 1 GEMMs only, decode_attention_fraction decode attention only;
+    without them (every shipped profile) pricing is unchanged."""
+    from llmsim.costmodel import CostModel
+    from llmsim.costmodel.ops import batch_shape
+
+    plain = CostModel(cpubench.TWIN_SPEC, _cpu_profile(tmp_path), twin.FP32)
+    cpu = CostModel(cpubench.TWIN_SPEC, _cpu_profile(tmp_path, gemv_memory_fraction=2.0, decode_attention_fraction=0.01),
+                    twin.FP32)  # fmt: skip
+    for shape in (batch_shape([], [300]), batch_shape([], [300] * 4), batch_shape([(64, 0)], [200, 500])):
+        for a, b in zip(plain.priced(shape), cpu.priced(shape), strict=True):
+            if a.op.kind == "gemm" and a.op.m == 1:
+                assert b.memory_s == pytest.approx(a.memory_s * plain._bw / (plain.hw.bandwidth * 2.0))
+                assert b.compute_s < a.compute_s  # no tile-fill penalty on a GEMV
+            elif a.op.name.startswith("attention_decode"):
+                assert b.compute_s == pytest.approx(a.compute_s * plain.hw.efficiency.attention_fraction.value / 0.01)
+                assert b.memory_s == a.memory_s
+            else:
+                assert (a.compute_s, a.memory_s) == (b.compute_s, b.memory_s)
+
+
+def test_fastpath_stays_exact_with_cpu_regimes(tmp_path):
+    """Both regimes depend on the batch only (m, op name), not the context: decode runs stay affine,
+    so decode_run_times needs no step-by-step fallback and equals pricing each step."""
+    from llmsim.costmodel import CostModel
+    from llmsim.costmodel.ops import batch_shape
+    from llmsim.fastpath import decode_run_times
+
+    prof = _cpu_profile(tmp_path, gemv_memory_fraction=0.8, decode_attention_fraction=0.03)
+    for ctxs in ([100], [100, 700, 2000]):
+        cost = CostModel(cpubench.TWIN_SPEC, prof, twin.FP32)
+        calls = []
+        step_time = cost.step_time
+        cost.step_time = lambda s, f=step_time, c=calls: c.append(s) or f(s)  # type: ignore[method-assign]
+        got = decode_run_times(cost, batch_shape([], ctxs), 50)
+        assert len(calls) == 2  # first and last step only: the closed form held
+        want = [step_time(batch_shape([], [c + i for c in ctxs])) for i in range(50)]
+        assert np.allclose(got, want, rtol=1e-9)
+
+
+def test_length_groups_cover_every_sequence_and_bound_the_padding():
+    from llmsim.reference.model import _length_groups
+
+    lengths = [int(x) for x in np.random.default_rng(0).lognormal(6, 0.8, 40)]
+    groups = _length_groups(lengths, pad_rows=256)
+    assert sorted(i for g in groups for i in g) == list(range(40))
+    for g in groups:  # sorted by length; each member added at most pad_rows padded rows
+        assert all(lengths[a] <= lengths[b] for a, b in zip(g, g[1:], strict=False))
+        assert all((lengths[g[j]] - lengths[g[j - 1]]) * j <= 256 for j in range(1, len(g)))
+    assert len(_length_groups([500] * 10)) == 1

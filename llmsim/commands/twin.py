@@ -54,6 +54,12 @@ def cmd_twin(args: argparse.Namespace) -> int:
         print(table(rows, ["per request", "median |err|", "p90 |err|", "median signed"]))
         s = result.summary
         print(f"makespan: measured {s['measured_makespan_s']:.2f} s, predicted {s['predicted_makespan_s']:.2f} s")
+        st, pr = s["engine_step_error"], s["probe_vs_calibration"]
+        print(
+            f"the engine's own steps priced: median |err| {st['median_abs']:.1%}, median signed {st['median_signed']:+.1%}"
+        )
+        if pr["before"]:
+            print(f"probe step vs calibration: {pr['before']:.2f}x before, {pr['after']:.2f}x after the run")
     for p in twin.write(out_dir, result, steps):
         print(f"wrote {p}")
     return 0

@@ -82,6 +82,12 @@ class CostModel:
         self._dequant_flops = dq.value if dq else DEFAULT_DEQUANT_FLOPS
         self._vector_peak = self.hw.peak("fp32")  # unpacking runs on the CUDA/vector cores, not tensor cores
         self._attn_frac = eff.gemm_max_fraction.value * eff.attention_fraction.value
+        # Optional regimes some CPU BLAS builds have (None on every shipped GPU/TPU profile):
+        # single-row GEMMs run a GEMV kernel, and decode attention its own (gather + small matmuls).
+        dec = eff.decode_attention_fraction
+        self._decode_attn_frac = eff.gemm_max_fraction.value * dec.value if dec else self._attn_frac
+        gemv = eff.gemv_memory_fraction
+        self._gemv_bw = self.hw.bandwidth * gemv.value * self._numa_factor() if gemv else None
         self._launch = self.hw.overheads.kernel_launch_s.value
         self._step_overhead = self.hw.overheads.step_overhead_s.value
         self._link = tp_link(self.hw, self.cfg.tp)
@@ -131,14 +137,18 @@ class CostModel:
         dequant = 0.0
         if op.kind == "gemm":
             flops = self.padded_flops(op)
-            compute = flops / (peak * self.gemm_efficiency(op.m, op.n)) if op.m else 0.0
+            if op.m == 1 and self._gemv_bw is not None:  # GEMV: no tiles to fill, it streams the weights
+                compute = flops / (peak * self._curve.max_fraction)
+            else:
+                compute = flops / (peak * self.gemm_efficiency(op.m, op.n)) if op.m else 0.0
             if self.model.is_moe and op.name in _EXPERT_OPS:
                 compute *= self.cfg.moe_imbalance  # the step waits for the busiest expert
             dequant = self._dequant_s(op)
             compute += dequant
-            memory = op.bytes / self._bw
+            memory = op.bytes / (self._gemv_bw if op.m == 1 and self._gemv_bw is not None else self._bw)
         elif op.kind == "attention":
-            compute = op.flops / (peak * self._attn_frac)
+            frac = self._decode_attn_frac if op.name.startswith("attention_decode") else self._attn_frac
+            compute = op.flops / (peak * frac)
             memory = op.bytes / self._bw
         else:
             compute = op.flops / peak

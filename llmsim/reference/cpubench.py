@@ -8,8 +8,10 @@ BLAS thread count the reference engine uses (``BLAS_THREADS``):
   ``memory_fraction`` are fitted to the measured times under the roofline's own formula
   ``max(2mnk / (peak · m/(m+half_m)), bytes / (bw · memory_fraction))``;
 - memory bandwidth: a streaming reduction over a buffer larger than the last-level cache;
-- attention: the reference model's prefill and decode attention at several sizes ->
-  ``attention_fraction``; elementwise passes (norm, add, SiLU) -> ``elementwise_memory_fraction``;
+- single-row GEMMs (NumPy's BLAS runs them as GEMV, no tile packing) -> ``gemv_memory_fraction``;
+- attention: the reference model's prefill attention -> ``attention_fraction``, its paged decode
+  attention -> ``decode_attention_fraction`` (two regimes on this CPU); elementwise passes (norm,
+  add, SiLU) -> ``elementwise_memory_fraction``;
 - per-op overhead (``kernel_launch_s``) and per-step overhead (``step_overhead_s``): a forward
   pass of a 1-token, width-8 copy of the model (all overhead, no work) divided by its op count,
   and the engine's schedule/complete bookkeeping around the forward.
@@ -100,8 +102,20 @@ def stream_bandwidth(min_s: float, mbytes: int = 512) -> float:
     return 2 * src.nbytes / best_time(lambda: np.copyto(dst, src), min_s, reps=3)
 
 
+def gemv_fraction(rows: list[dict], bw: float) -> float:
+    """Weight-streaming rate of single-row GEMMs / bandwidth (the median over the model's shapes).
+
+    With one row NumPy's BLAS runs a GEMV kernel, which streams the weight matrix without packing
+    it into tiles, so it is a regime of its own (``gemv_memory_fraction``), not the m -> 1 end of
+    the GEMM curve."""
+    one = [r for r in rows if r["m"] == 1]
+    return float(np.median([4.0 * (r["k"] + r["k"] * r["n"] + r["n"]) / r["s"] / bw for r in one]))
+
+
 def fit_gemm(rows: list[dict], bw: float) -> tuple[float, float, float]:
-    """(peak FLOP/s, half_m, memory_fraction) minimising the log error of the roofline GEMM time."""
+    """(peak FLOP/s, half_m, memory_fraction) minimising the log error of the roofline GEMM time
+    over the m >= 2 rows (m = 1 is the GEMV regime, see ``gemv_fraction``)."""
+    rows = [r for r in rows if r["m"] >= 2]
     peak = max(2 * r["m"] * r["n"] * r["k"] / r["s"] for r in rows)
     m = np.array([r["m"] for r in rows], float)
     flops = np.array([2.0 * r["m"] * r["n"] * r["k"] for r in rows])
@@ -119,8 +133,11 @@ def fit_gemm(rows: list[dict], bw: float) -> tuple[float, float, float]:
 
 def attention_fraction(
     spec: ModelSpec, peak: float, mem_rate: float, min_s: float, quick: bool
-) -> tuple[float, list[dict]]:
-    """Fraction of the GEMM peak the reference model's attention reaches, fitted over sizes."""
+) -> tuple[float, float, list[dict]]:
+    """Fractions of the GEMM peak the reference model's prefill and decode attention reach, each
+    fitted over sizes. They are two regimes: prefill attention is a few large matmuls, decode
+    attention gathers each sequence's paged K/V blocks into a padded array and runs many tiny
+    matmuls (4 query rows per KV head), several times slower per FLOP."""
     from llmsim.reference.model import Model, PagedKVCache, Segment, init_weights
 
     one = spec.with_(num_layers=1)
@@ -130,7 +147,8 @@ def attention_fraction(
     rng = np.random.default_rng(0)
     rows = []
     cases = [("prefill", n, 0) for n in ([64, 512] if quick else [64, 256, 1024, 2048])]
-    cases += [("decode", b, ctx) for b, ctx in ([(8, 512)] if quick else [(1, 1024), (8, 512), (32, 1024), (16, 4096)])]
+    dec = [(2, 512), (8, 1536)] if quick else [(1, 1024), (2, 2560), (8, 512), (32, 1024), (16, 3072), (48, 256)]
+    cases += [("decode", b, ctx) for b, ctx in dec]
     for kind, n, ctx in cases:
         if kind == "prefill":
             segs = [Segment(np.zeros(n, int), 0, cache.allocate(-(-n // 16)), "prefill")]
@@ -152,10 +170,18 @@ def attention_fraction(
         rows.append({"kind": kind, "n": n, "ctx": ctx, "s": t, "flops": flops, "bytes": nbytes})
         for s in segs:
             cache.release(s.table)
-    # the fraction whose roofline time max(flops / (peak·f), bytes / mem_rate) best fits (log error)
+    return (
+        _fit_fraction([r for r in rows if r["kind"] == "prefill"], peak, mem_rate),
+        _fit_fraction([r for r in rows if r["kind"] == "decode"], peak, mem_rate),
+        rows,
+    )
+
+
+def _fit_fraction(rows: list[dict], peak: float, mem_rate: float) -> float:
+    """The fraction whose roofline time max(flops / (peak·f), bytes / mem_rate) best fits (log error)."""
     cands = np.geomspace(1e-4, 1.0, 200)
     errs = [sum(np.log(max(r["flops"] / (peak * f), r["bytes"] / mem_rate) / r["s"]) ** 2 for r in rows) for f in cands]
-    return float(cands[int(np.argmin(errs))]), rows
+    return float(cands[int(np.argmin(errs))])
 
 
 def elementwise_fraction(spec: ModelSpec, bw: float, min_s: float) -> float:
@@ -212,7 +238,7 @@ def overheads(spec: ModelSpec, min_s: float) -> tuple[float, float]:
 
 
 def time_step(model, chunks: list[int], decodes: list[tuple[int, int]], reps: int) -> float:  # noqa: ANN001
-    """Least disturbed of ``reps`` forward passes (+ greedy sampling) of one step: fresh prefills of
+    """Median of ``reps`` forward passes (+ greedy sampling) of one step: fresh prefills of
     ``chunks`` tokens and ``(batch, context)`` decode groups, on a ``Model`` with a paged cache."""
     from llmsim.reference.model import Segment
 
@@ -220,33 +246,62 @@ def time_step(model, chunks: list[int], decodes: list[tuple[int, int]], reps: in
     segs = [Segment(np.arange(n) % vocab, 0, cache.allocate(-(-n // 16)), "prefill") for n in chunks]
     for b, ctx in decodes:
         segs += [Segment(np.array([1]), ctx, cache.allocate(-(-(ctx + 1) // 16)), "decode") for _ in range(b)]
-    best = float("inf")
+    # warm up first: after an idle spell or a change of shape the first passes run up to 2x slower
+    # (caches, CPU clocks), while an engine serving a workload runs back to back
+    w0 = CLOCK()
+    while CLOCK() - w0 < 0.05:
+        model.forward(segs)
+    times = []
     for _ in range(reps):
         t0 = CLOCK()
         logits = model.forward(segs)
         [int(np.argmax(lg[-1])) for lg in logits if lg is not None]
-        best = min(best, CLOCK() - t0)
+        times.append(CLOCK() - t0)
     for s in segs:
         cache.release(s.table)
-    return best
+    return float(np.median(times))
+
+
+def time_steps(model, cases: list[tuple[list[int], list[tuple[int, int]]]], reps: int, rounds: int) -> list[float]:  # noqa: ANN001
+    """``time_step`` of every case, in ``rounds`` passes over all cases; the median per case.
+
+    Passes spread each case's samples over the whole measurement, so a slow spell of the machine
+    (this one is a VM: neighbours' load comes and goes) disturbs one sample of each case, not
+    every sample of one case."""
+    samples = [[time_step(model, ch, dec, reps) for ch, dec in cases] for _ in range(rounds)]
+    return [float(np.median(col)) for col in zip(*samples, strict=True)]
 
 
 # Calibration steps (kept apart from the twin's validation grid of 16..2048-token prefills and
-# decode batches 1..64 at contexts 128..4096). No single-sequence decode: with one row NumPy
-# takes BLAS's GEMV path, which streams weights ~2x faster than any m >= 2 GEMM (those pack the
-# weight matrix first); the roofline's GEMM curve has no such regime, so b=1 is left out of the
-# fit and reported as the twin's known gap (docs/reference.md).
+# decode batches 1..64 at contexts 128..4096). Single-sequence decodes are in: their GEMMs are
+# GEMVs, priced with ``gemv_memory_fraction``.
 CAL_PREFILL = [32, 128, 512, 1536]
 FIT_RANGE = 3.0
-CAL_DECODE = [(2, 256), (8, 256), (32, 256), (4, 1024), (48, 768), (8, 2048), (24, 1536), (12, 3072)]
+# The probe: a calibration step timed again around every twin run, to show whether this machine
+# (a VM whose neighbours come and go) runs at the speed it was calibrated at.
+PROBE = ([], [(8, 256)])
+CAL_DECODE = [(1, 384), (2, 256), (8, 256), (32, 256), (4, 1024), (48, 768), (1, 2560), (8, 2048), (24, 1536)]
+CAL_DECODE += [(12, 3072), (40, 1536)]
+# A served batch mixes contexts (the engine's decode attention then runs a few length groups) and
+# chunked prefill adds a chunk to decodes: calibrate on such steps too, (chunk, batch, mean context).
+CAL_SPREAD = [(0, 6, 300), (0, 12, 600), (0, 24, 400), (128, 4, 500), (256, 10, 300)]
+SPREAD_SIGMA = 0.7  # lognormal spread of contexts around the mean (the twin's prompts: sigma 0.7)
+FIT_KEYS = [
+    "gemm_half_m",
+    "memory_fraction",
+    "gemv_memory_fraction",
+    "attention_fraction",
+    "decode_attention_fraction",
+    "elementwise_memory_fraction",
+    "kernel_fixed_s",
+]
 
 
 def fit_to_engine(spec: ModelSpec, data: dict, quick: bool) -> tuple[dict, list[dict]]:
     """Fit the roofline's efficiencies so the cost model prices this machine's engine steps.
 
-    The peaks (fp32 FLOP/s, bandwidth) stay the micro-benchmarks'; the five shape parameters
-    (gemm_half_m, memory_fraction, attention_fraction, elementwise_memory_fraction,
-    kernel_fixed_s) start from the micro-benchmark values and are refined by least squares on the
+    The peaks (fp32 FLOP/s, bandwidth) stay the micro-benchmarks'; the shape parameters
+    (``FIT_KEYS``) start from the micro-benchmark values and are refined by least squares on the
     log of measured vs predicted step time over the calibration steps, each kept within
     ``FIT_RANGE`` x of its micro-benchmark value.
     """
@@ -258,11 +313,16 @@ def fit_to_engine(spec: ModelSpec, data: dict, quick: bool) -> tuple[dict, list[
 
     model = Model(init_weights(spec, 0, np.float32), PagedKVCache(spec, 16, np.float32))
     prefill = CAL_PREFILL[:3] if quick else CAL_PREFILL
-    decode = CAL_DECODE[:5] if quick else CAL_DECODE
+    decode = CAL_DECODE[:7] if quick else CAL_DECODE
     cases = [([n], [], batch_shape([(n, 0)], [])) for n in prefill]
     cases += [([], [(b, c)], batch_shape([], [c] * b)) for b, c in decode]
-    measured = np.array([time_step(model, ch, dec, 3 if quick else 7) for ch, dec, _ in cases])
-    keys = ["gemm_half_m", "memory_fraction", "attention_fraction", "elementwise_memory_fraction", "kernel_fixed_s"]
+    for chunk, b, c in CAL_SPREAD[:2] if quick else CAL_SPREAD:
+        ctxs = spread_contexts(b, c)
+        cases.append(
+            ([chunk] if chunk else [], [(1, x) for x in ctxs], batch_shape([(chunk, 0)] if chunk else [], ctxs))
+        )
+    measured = np.array(time_steps(model, [(ch, dec) for ch, dec, _ in cases], 3, 1 if quick else 5))
+    keys = FIT_KEYS
     x0 = np.log([data[k] for k in keys])
     cfg = CostConfig(weight_dtype="fp32", kv_dtype="fp32", act_dtype="fp32", attention_kernel="naive")
 
@@ -286,8 +346,22 @@ def fit_to_engine(spec: ModelSpec, data: dict, quick: bool) -> tuple[dict, list[
     return dict(zip(keys, map(float, np.exp(res.x)), strict=True)), rows
 
 
+def spread_contexts(batch: int, mean_ctx: int) -> list[int]:
+    """``batch`` contexts at evenly spaced quantiles of a lognormal (``SPREAD_SIGMA``) with mean ``mean_ctx``."""
+    from scipy.stats import norm
+
+    z = norm.ppf((np.arange(batch) + 0.5) / batch)
+    x = np.exp(SPREAD_SIGMA * z)
+    return [max(1, int(round(v))) for v in x / x.mean() * mean_ctx]
+
+
 def _label(chunks: list[int], decodes: list[tuple[int, int]]) -> str:
-    return ", ".join([f"prefill {n}" for n in chunks] + [f"decode b={b} ctx={c}" for b, c in decodes])
+    if len(decodes) > 1 and all(b == 1 for b, _ in decodes):  # a spread of contexts
+        ctx = [c for _, c in decodes]
+        dec = [f"decode b={len(ctx)} ctx={min(ctx)}..{max(ctx)} (mean {sum(ctx) // len(ctx)})"]
+    else:
+        dec = [f"decode b={b} ctx={c}" for b, c in decodes]
+    return ", ".join([f"prefill {n}" for n in chunks] + dec)
 
 
 def _with_values(profile: dict, values: dict) -> dict:
@@ -312,7 +386,8 @@ def measure(quick: bool = False, spec: ModelSpec = TWIN_SPEC) -> tuple[HardwareP
         bw = stream_bandwidth(min_s, 256 if quick else 1024)
         rows = gemm_table(spec, ms, 5 if quick else 15)
         peak, half_m, mem_frac = fit_gemm(rows, bw)
-        attn, attn_rows = attention_fraction(spec, peak, bw * mem_frac, min_s, quick)
+        gemv = gemv_fraction(rows, bw)
+        attn, dec_attn, attn_rows = attention_fraction(spec, peak, bw * mem_frac, min_s, quick)
         elem = elementwise_fraction(spec, bw, min_s)
         launch, step = overheads(spec, min_s)
     date = _dt.date.today().isoformat()
@@ -345,7 +420,13 @@ def measure(quick: bool = False, spec: ModelSpec = TWIN_SPEC) -> tuple[HardwareP
             "gemm_max_fraction": {"value": 1.0, "source": src("1 by construction: the fp32 peak is the best GEMM")},
             "gemm_half_m": fig(half_m, f"least-squares fit of the roofline GEMM time to {shapes}"),
             "memory_fraction": fig(mem_frac, f"same fit: weight-streaming rate of small-m GEMMs / bandwidth, {shapes}"),
-            "attention_fraction": fig(attn, "roofline fit to the reference model's prefill and decode attention"),
+            "gemv_memory_fraction": fig(
+                gemv, f"median weight-streaming rate of m = 1 GEMMs (GEMV) / bandwidth, {shapes}"
+            ),
+            "attention_fraction": fig(attn, "roofline fit to the reference model's prefill attention"),
+            "decode_attention_fraction": fig(
+                dec_attn, "roofline fit to the reference model's paged decode attention (gather + small matmuls)"
+            ),
             "elementwise_memory_fraction": fig(elem, "median bytes/s of RMSNorm, add and SiLU·up passes / bandwidth"),
             "allreduce_bus_fraction": {"value": 1.0, "source": "not applicable: one process, no collectives"},
         },
@@ -370,13 +451,16 @@ def measure(quick: bool = False, spec: ModelSpec = TWIN_SPEC) -> tuple[HardwareP
             "model_shapes": spec.name,
         },
     }
-    start = {"gemm_half_m": half_m, "memory_fraction": mem_frac, "attention_fraction": attn}
+    start = {"gemm_half_m": half_m, "memory_fraction": mem_frac, "gemv_memory_fraction": gemv}
+    start.update({"attention_fraction": attn, "decode_attention_fraction": dec_attn})
     start.update({"elementwise_memory_fraction": elem, "kernel_fixed_s": launch, "profile": data})
     with threadpool_limits(BLAS_THREADS, "blas"):
         fitted, cal_rows = fit_to_engine(spec, start, quick)
     cal = "; refined by a least-squares fit to the reference engine's step times " + (
         f"({len(cal_rows)} calibration steps, kept apart from the twin's validation grid), micro-benchmark value {{:.4g}}"
     )
+    probe = next(r for r in cal_rows if r["step"] == _label(*PROBE))
+    data["calibration"]["probe_step"] = {"step": probe["step"], "measured_s": probe["measured_s"]}
     for k, v in fitted.items():
         section = "overheads" if k.endswith("_s") else "efficiency"
         old = data[section][k]

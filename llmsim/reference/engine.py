@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from llmsim.costmodel.ops import BatchShape
 from llmsim.kvcache import BlockManager
 from llmsim.reference.model import Model, PagedKVCache, Segment, Weights
 from llmsim.request import REJECTED, Request
@@ -33,6 +34,7 @@ from llmsim.schedulers import BatchPlan, SchedulerConfig, make_scheduler
 class EngineOutput:
     requests: list[Request]
     steps: pd.DataFrame  # start_s, duration_s, forward_s, prefill_tokens, decode_tokens, batch_size
+    shapes: list[BatchShape] = field(default_factory=list)  # each step's plan.shape(), for pricing it
 
 
 class ReferenceEngine:
@@ -95,6 +97,7 @@ class ReferenceEngine:
         waiting: deque[Request] = deque()
         running: list[Request] = []
         cols: dict[str, list] = {k: [] for k in STEP_COLUMNS}
+        shapes: list[BatchShape] = []
         clock = self.clock
         start, skipped, i, n = clock(), 0.0, 0, len(requests)
 
@@ -116,6 +119,9 @@ class ReferenceEngine:
                     raise RuntimeError("reference engine stalled: requests wait but nothing can be scheduled")
                 skipped += max(0.0, requests[i].arrival_s - now())
                 continue
+            g0 = clock()
+            shapes.append(plan.shape(self.window))  # for the log only: its time is not the engine's
+            skipped -= clock() - g0
             f0 = now()
             self.execute(plan)
             f1 = now()
@@ -124,7 +130,7 @@ class ReferenceEngine:
             row = (t0, t1 - t0, f1 - f0, plan.prefill_tokens, len(plan.decode), plan.size, len(plan.preempted))
             for k, v in zip(STEP_COLUMNS, row, strict=True):
                 cols[k].append(v)
-        return EngineOutput(requests, pd.DataFrame(cols))
+        return EngineOutput(requests, pd.DataFrame(cols), shapes)
 
     def _submit(self, r: Request, waiting: deque[Request]) -> None:
         reason = self.sched.rejection_reason(r)

@@ -23,7 +23,7 @@ from llmsim.costmodel.ops import batch_shape
 from llmsim.errors import UserError, atomic_write_text
 from llmsim.hardware import load_profile
 from llmsim.models import ModelSpec
-from llmsim.reference.cpubench import BLAS_THREADS, TWIN_SPEC, time_step
+from llmsim.reference.cpubench import BLAS_THREADS, PROBE, TWIN_SPEC, time_steps
 from llmsim.reference.engine import ReferenceEngine
 from llmsim.reference.model import Model, PagedKVCache, init_weights
 from llmsim.results import requests_frame
@@ -38,19 +38,18 @@ METRICS = ["ttft_s", "tbt_mean_s", "e2e_s"]
 
 # ---- step grid ------------------------------------------------------------------------------
 def measure_steps(spec: ModelSpec, profile_path: Path, reps: int = 3, quick: bool = False) -> pd.DataFrame:
-    """Predicted vs measured time of single steps: prefills of n tokens, decode batches at a context."""
+    """Predicted vs measured time of single steps: prefills of n tokens, decode batches at a context.
+    Measured: the median of ``reps`` passes after a warm-up, in 3 rounds over the grid (1 if quick)."""
     cost = CostModel(spec, load_profile(profile_path), FP32)
     model = Model(init_weights(spec, 0, np.float32), PagedKVCache(spec, 16, np.float32))
     prefill = PREFILL_GRID[:3] if quick else PREFILL_GRID
     decode = [(b, c) for b, c in DECODE_GRID if b * c <= 8192] if quick else DECODE_GRID
-    rows = []
+    cases = [([n], []) for n in prefill] + [([], [(b, c)]) for b, c in decode]
     with threadpool_limits(BLAS_THREADS, "blas"):
-        for n in prefill:
-            meas = time_step(model, [n], [], reps)
-            rows.append(("prefill", n, 0, cost.step_time(batch_shape([(n, 0)], [])), meas))
-        for b, c in decode:
-            meas = time_step(model, [], [(b, c)], reps)
-            rows.append(("decode", b, c, cost.step_time(batch_shape([], [c] * b)), meas))
+        measured = time_steps(model, cases, reps, 1 if quick else 3)
+    rows = [("prefill", n, 0, cost.step_time(batch_shape([(n, 0)], []))) for n in prefill]
+    rows += [("decode", b, c, cost.step_time(batch_shape([], [c] * b))) for b, c in decode]
+    rows = [(*r, m) for r, m in zip(rows, measured, strict=True)]
     df = pd.DataFrame(rows, columns=["kind", "tokens_or_batch", "context", "predicted_s", "measured_s"])
     df.insert(0, "step", [f"prefill {n}" if k == "prefill" else f"decode b={n} ctx={c}" for k, n, c, *_ in rows])
     df["error"] = df["predicted_s"] / df["measured_s"] - 1
@@ -92,9 +91,15 @@ def run_twin(scenario: Path, profile_path: Path, clock: str = "cpu") -> TwinResu
         engine.new_request(i, float(wl.arrival_s[i]), int(wl.prompt_tokens[i]), int(wl.output_tokens[i]))
         for i in range(len(wl))
     ]
+    probe_model = Model(init_weights(TWIN_SPEC, 0, np.float32), PagedKVCache(TWIN_SPEC, 16, np.float32))
     with threadpool_limits(BLAS_THREADS, "blas"):
+        probe_before = time_steps(probe_model, [PROBE], 5, 1)[0]
         out = engine.run(reqs)
+        probe_after = time_steps(probe_model, [PROBE], 5, 1)[0]
+    probe_cal = (load_profile(profile_path).calibration or {}).get("probe_step", {}).get("measured_s")
     measured = requests_frame(out.requests)
+    steps = out.steps.assign(predicted_s=[pool.cost.step_time(shape) for shape in out.shapes])
+    step_err = steps["predicted_s"] / steps["duration_s"] - 1
     frame = compare_requests(sim.requests, measured)
     summary = {
         "scenario": sc.name,
@@ -108,8 +113,20 @@ def run_twin(scenario: Path, profile_path: Path, clock: str = "cpu") -> TwinResu
         "measured_makespan_s": float(measured["finish_s"].max()),
         "predicted_makespan_s": float(sim.requests["finish_s"].max()),
         "error": error_summary(frame),
+        # the calibration's probe step timed again just before and after the engine run: a ratio
+        # far from 1 means this machine ran at another speed than when it was calibrated
+        "probe_vs_calibration": {
+            "before": probe_before / probe_cal if probe_cal else None,
+            "after": probe_after / probe_cal if probe_cal else None,
+        },
+        # the cost model on the engine's own steps (same shapes), apart from any schedule divergence
+        "engine_step_error": {
+            "median_abs": float(step_err.abs().median()),
+            "median_signed": float(step_err.median()),
+            "total_predicted_over_measured": float(steps["predicted_s"].sum() / steps["duration_s"].sum()),
+        },
     }
-    return TwinResult(frame, out.steps, summary)
+    return TwinResult(frame, steps, summary)
 
 
 def compare_requests(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
