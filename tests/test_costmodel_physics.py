@@ -81,12 +81,16 @@ def test_flash_attention_bytes_linear_naive_quadratic() -> None:
 
 def test_tpu_pads_gemm_dims_to_its_mxu() -> None:
     hw = load_profile("TPU-v5e")
-    cm = CostModel(L2_7B, hw)
+    cm = CostModel(L2_7B.with_(intermediate_size=11000), hw)  # up-proj n = 22000, not a multiple of 128
     op = next(o for o in cm.ops(batch_shape([(130, 0)], [])) if o.name == "mlp_up_proj")
-    assert op.m == 130
-    assert cm.padded_flops(op) == pytest.approx(op.flops * 256 / 130)  # 130 rows pad to 2 x 128
-    aligned = next(o for o in cm.ops(batch_shape([(128, 0)], [])) if o.name == "mlp_up_proj")
-    assert cm.padded_flops(aligned) == aligned.flops
+    assert (op.m, op.n, op.k) == (130, 22000, 4096)
+    # the weight tile dims pad to the 128x128 MXU; the streamed rows (m) are not padded: their
+    # fill/drain under-use is the m/(m + 128) efficiency curve instead
+    assert cm.padded_flops(op) == pytest.approx(op.flops * 22016 / 22000)
+    aligned = next(o for o in CostModel(L2_7B, hw).ops(batch_shape([(130, 0)], [])) if o.name == "mlp_up_proj")
+    assert CostModel(L2_7B, hw).padded_flops(aligned) == aligned.flops
+    # a GPU pads nothing
+    assert CostModel(L2_7B, load_profile("H100-SXM")).padded_flops(op) == op.flops
 
 
 def test_numa_unaware_cpu_is_slower() -> None:

@@ -159,9 +159,12 @@ class CostModel:
         return OpTime(op, compute, memory, gap, self._fixed, dequant)
 
     def padded_flops(self, op: Op) -> float:
-        """GEMM FLOPs the device actually executes: a TPU pads m, n, k to its systolic array."""
+        """GEMM FLOPs the device actually executes: a TPU's weight-stationary systolic array holds
+        weight tiles of mxu_dim x mxu_dim, so k and n pad to multiples of it. The m activation rows
+        stream through (m + mxu_dim cycles): that under-fill is the m/(m + gemm_half_m) curve, with
+        gemm_half_m = mxu_dim in the TPU profiles, so m is not padded too."""
         if self._mxu:
-            return 2.0 * self._pad(op.m) * self._pad(op.n) * self._pad(op.k)
+            return 2.0 * op.m * self._pad(op.n) * self._pad(op.k)
         return op.flops
 
     # ---- pricing a step ----------------------------------------------------------------
