@@ -91,10 +91,6 @@ class BlockManager:
         reserve = self.watermark_blocks if admission else 0
         return blocks <= self.free_blocks - reserve
 
-    def fits_ever(self, tokens: int) -> bool:
-        """Could a request of ``tokens`` total KV tokens fit in an otherwise empty cache?"""
-        return blocks_for(tokens, self.block_tokens) <= self.num_blocks
-
     @property
     def utilization(self) -> float:
         return self.used / self.num_blocks

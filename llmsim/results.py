@@ -93,11 +93,9 @@ class Results:
         """Write requests.csv, steps.csv and summary.json (each atomically)."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        paths = [out_dir / "requests.csv", out_dir / "summary.json"]
+        paths = [out_dir / "requests.csv", out_dir / "summary.json", out_dir / "steps.csv"]
         atomic_write_text(paths[0], self.requests.to_csv(index=False, float_format="%.9g"))
-        if not self.steps.empty or "steps_written" not in self.summary:
-            paths.append(out_dir / "steps.csv")
-            atomic_write_text(paths[-1], self.steps.to_csv(index=False, float_format="%.9g"))
+        atomic_write_text(paths[2], self.steps.to_csv(index=False, float_format="%.9g"))
         atomic_write_text(paths[1], json.dumps(self.summary, indent=2, sort_keys=True, default=_json_default) + "\n")
         return paths
 

@@ -194,3 +194,12 @@ def test_length_groups_cover_every_sequence_and_bound_the_padding():
         assert all(lengths[a] <= lengths[b] for a, b in zip(g, g[1:], strict=False))
         assert all((lengths[g[j]] - lengths[g[j - 1]]) * j <= 256 for j in range(1, len(g)))
     assert len(_length_groups([500] * 10)) == 1
+
+
+def test_twin_spec_matches_the_shipped_config() -> None:
+    """TWIN_SPEC (used by cpubench and the twin) and scenarios/twin_small_config.json describe one model."""
+    from llmsim.models import from_hf_config
+
+    shipped = from_hf_config(Path(__file__).resolve().parents[1] / "scenarios" / "twin_small_config.json")
+    fields = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size")
+    assert {f: getattr(shipped, f) for f in fields} == {f: getattr(cpubench.TWIN_SPEC, f) for f in fields}

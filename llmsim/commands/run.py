@@ -37,12 +37,6 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
     return out
 
 
-def output_dir(scenario_path: Path, out_arg: str | None, sc_dir: str) -> Path:
-    if out_arg:
-        return Path(out_arg)
-    return Path(sc_dir)
-
-
 def prepare_output(out: Path) -> None:
     """Fail before simulating if the output folder can't be written."""
     try:
@@ -60,7 +54,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     path = Path(args.scenario)
     sc = load_scenario(path, parse_overrides(args.set))
-    out = output_dir(path, args.out, sc.output.dir)
+    out = Path(args.out or sc.output.dir)  # --out wins over the scenario's output.dir
     prepare_output(out)
     res = run(sc)
     written = res.write(out)
