@@ -2,16 +2,20 @@
 
 Between events that change a batch (an arrival, a prompt chunk, a request finishing, a KV
 block that cannot be had), a replica repeats the same decode step with every context one token
-longer. Each op's FLOPs and bytes are affine in the total decode context, so the whole run's
-step times come from two pricings and one vectorised ``max``: one SimPy event for the run
-instead of one per step. The run's outcome is applied per request in one go, or up to any
-instant inside the run when something outside needs the replica's exact state (``DecodeRun.sync``).
+longer. Only the attention kernels depend on the context, so the whole run's step times come
+from one vectorised pricing: one SimPy event for the run instead of one per step. The run's
+outcome is applied per request in one go, or up to any instant inside the run when something
+outside needs the replica's exact state (``Replica.sync``).
 
-Why the jump is exact: during a decode-only run no request finishes (the run stops one step
-short of the first finish), no block allocation can fail (the run is as long as the free blocks
-allow), and a waiting request that could not be admitted at the start cannot be admitted later
-(free blocks only shrink and the batch keeps its size). Arrivals interrupt the run at the next
-step boundary, as the step-by-step loop would see them.
+Why the jump is exact: during a decode-only run no request finishes (this run stops one step
+short of the first finish; a ``DecodeSet`` run, ``decodeset.ColumnRun``, ends with it), no block
+allocation can fail (the run is as long as the free blocks allow), and a waiting request that
+could not be admitted at the start cannot be admitted later (free blocks only shrink and the
+batch keeps its size). Arrivals interrupt the run at the next step boundary, as the step-by-step
+loop would see them.
+
+``DecodeRun`` serves replicas whose requests are Python objects each step (sliding windows,
+prefix caching, parallel sampling); columnar replicas use ``decodeset.ColumnRun``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import dataclasses
 
 import numpy as np
 
-from llmsim.costmodel.ops import BatchShape, attention_ops
+from llmsim.costmodel.ops import BatchShape
 from llmsim.costmodel.roofline import CostModel
 from llmsim.kvcache import BlockManager
 from llmsim.request import Request
@@ -29,39 +33,10 @@ MIN_RUN = 4  # shorter runs are cheaper to step one by one
 
 
 def decode_run_times(cost: CostModel, shape: BatchShape, steps: int) -> np.ndarray:
-    """Durations of ``steps`` successive decode-only steps starting at ``shape``.
-
-    Step i (0-based) has ``decode_ctx_tokens + i * decode_tokens``. Each op's compute and memory
-    times are affine in the context and the roofline takes their max per op; a final check prices
-    the last step directly and falls back to pricing every step if any term is not affine.
-    """
-    n = shape.decode_tokens
-    nxt = _advance(shape, n)
-    # only the attention kernels depend on the context; the rest of the step is a constant
-    per_stage = np.zeros(steps)
-    i = np.arange(steps, dtype=np.float64)
-    a = [cost.price(op, decode_only=True) for op in attention_ops(cost.model, shape, cost.cfg)]
-    b = [cost.price(op, decode_only=True) for op in attention_ops(cost.model, nxt, cost.cfg)]
-    launch = cost.launch_latency(decode_only=True)
-    for pa, pb in zip(a, b, strict=True):
-        comp = pa.compute_s + (pb.compute_s - pa.compute_s) * i
-        mem = pa.memory_s + (pb.memory_s - pa.memory_s) * i
-        # per call: kernel time, or the launch latency when the host cannot keep ahead (price())
-        per_stage += (np.maximum(np.maximum(comp, mem) + pa.fixed_s, launch) - pa.total_s / pa.op.count) * pa.op.count
-    # per_stage now holds each step's change from the first step's attention time
-    total = cost.step_time(shape) + per_stage * cost.cfg.pp
-    last = _advance(shape, n * (steps - 1))
-    exact_last = cost.step_time(last)
-    if abs(total[-1] - exact_last) > 1e-9 * exact_last:
-        total = np.array([cost.step_time(_advance(shape, n * j)) for j in range(steps)])
-    return total
-
-
-def _advance(shape: BatchShape, tokens: int) -> BatchShape:
-    """The same decode batch with ``tokens`` more context in total (and in its local-layer view:
-    a run never lets a context reach the window, so the windowed view grows the same)."""
-    local = _advance(shape.local, tokens) if shape.local is not None else None
-    return dataclasses.replace(shape, decode_ctx_tokens=shape.decode_ctx_tokens + tokens, local=local)
+    """Durations of ``steps`` successive decode-only steps starting at ``shape`` (step i has
+    ``decode_ctx_tokens + i * decode_tokens``): only attention depends on the context, and it is
+    priced for all steps at once (``CostModel.decode_steps_s``)."""
+    return cost.decode_steps_s(shape, steps)
 
 
 def run_length(members: list[Request], kv: BlockManager, window: int | None, limit: int) -> int:
@@ -100,6 +75,7 @@ class DecodeRun:
     applied: int = 0  # steps whose tokens have been emitted
     allocated: int = 1  # steps whose KV slots have been allocated (a step allocates when it starts)
     external: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (step, blocks) held by others
+    finished: list[Request] = dataclasses.field(default_factory=list)  # none: a run stops short of a finish
 
     def __post_init__(self) -> None:
         self.ends = self.start_s + np.cumsum(self.durations)
@@ -112,6 +88,10 @@ class DecodeRun:
     @property
     def steps(self) -> int:
         return len(self.durations)
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
 
     def note_external_blocks(self, now: float, blocks: int) -> None:
         """Blocks taken from this cache by someone else during the run (a KV transfer's reservation)."""

@@ -38,13 +38,21 @@ def chain_hashes(hash_ids: list[int], hash_block_tokens: int, block_tokens: int,
 
 class BlockManager:
     def __init__(
-        self, num_blocks: int, block_tokens: int, watermark: float = 0.01, prefix_caching: bool = False
+        self,
+        num_blocks: int,
+        block_tokens: int,
+        watermark: float = 0.01,
+        prefix_caching: bool = False,
+        track_ids: bool = True,
     ) -> None:
         if num_blocks < 1:
             raise ValueError("num_blocks must be >= 1")
         self.num_blocks = num_blocks
         self.block_tokens = block_tokens
         self.prefix_caching = prefix_caching
+        # physical block ids per request (block tables): the reference engine and prefix sharing
+        # need them; a simulated replica without prefix caching counts blocks only
+        self.track_ids = track_ids or prefix_caching
         # Blocks kept free when admitting new prompts, so running requests can still grow.
         self.watermark_blocks = int(watermark * num_blocks)
         self.used = 0  # blocks referenced by at least one request
@@ -147,17 +155,30 @@ class BlockManager:
         if n > self.free_blocks:
             raise InvariantError(f"KV cache over capacity: request {req.id} needs {n} blocks, {self.free_blocks} free")
         if n > 0:
-            if req.block_ids is None:
-                req.block_ids = []
-            for _ in range(n):
-                bid = self._take()
-                self._ref[bid] = 1
-                req.block_ids.append(bid)
+            if self.track_ids:
+                if req.block_ids is None:
+                    req.block_ids = []
+                for _ in range(n):
+                    bid = self._take()
+                    self._ref[bid] = 1
+                    req.block_ids.append(bid)
             self.used += n
             req.blocks += n
             if self.used > self.peak_used:
                 self.peak_used = self.used
         self.tokens_held += new_slots
+
+    def grow_counts(self, blocks: int, slots: int) -> None:
+        """Hold ``blocks`` more blocks and ``slots`` more token slots for requests tracked by
+        count only (``DecodeSet`` members: no block ids)."""
+        if blocks > self.free_blocks:
+            raise InvariantError(
+                f"KV cache over capacity: decoding requests need {blocks} blocks, {self.free_blocks} free"
+            )
+        self.used += blocks
+        if self.used > self.peak_used:
+            self.peak_used = self.used
+        self.tokens_held += slots
 
     def reserve(self, blocks: int) -> None:
         """Hold ``blocks`` for a request still arriving (disaggregated KV transfer)."""
@@ -180,6 +201,8 @@ class BlockManager:
 
     def free(self, req: Request) -> None:
         """Release the request's blocks (call before its counters are reset)."""
+        if req.block_ids is None:  # held by count only (no block ids handed out)
+            self.used -= req.blocks
         for bid in req.block_ids or ():
             self._ref[bid] -= 1
             if self._ref[bid] == 0:

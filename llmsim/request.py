@@ -43,6 +43,8 @@ class Request:
         "prefill_only",
         "n_seqs",
         "payload",
+        "admit_seq",
+        "tick0",
     )
 
     def __init__(
@@ -86,6 +88,8 @@ class Request:
         # blocks (copy-on-write of the partly filled last one); token counters are per sequence
         self.n_seqs = 1
         self.payload: object = None  # engine-specific data (token ids in the reference engine)
+        self.admit_seq = -1  # order of (re)admission into the running set: newest is preempted first
+        self.tick0 = 0  # DecodeSet member: the replica's decode step count its counters refer to
 
     # ---- derived counters ------------------------------------------------------------
     @property

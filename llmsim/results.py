@@ -33,6 +33,7 @@ class GapHistogram:
         # gaps are buffered and binned in bulk with numpy: a list append per token is cheap
         self._gaps: list[float] = []
         self._weighted: list[tuple[float, int]] = []
+        self._bulk: list[tuple[np.ndarray, int]] = []
 
     def add(self, gap_s: float, count: int = 1) -> None:
         if count == 1:
@@ -41,6 +42,14 @@ class GapHistogram:
                 self._flush()
         else:
             self._weighted.append((gap_s, count))
+            if len(self._weighted) >= 65536:
+                self._flush()
+
+    def add_many(self, gaps_s: np.ndarray, count: int) -> None:
+        """Each gap in ``gaps_s`` seen ``count`` times (a run of decode steps of a whole batch)."""
+        self._bulk.append((gaps_s, count))
+        if len(self._bulk) >= 4096:
+            self._flush()
 
     def _bin(self, gaps: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore"):
@@ -57,6 +66,11 @@ class GapHistogram:
             c = np.asarray([w[1] for w in self._weighted], dtype=np.int64)
             self.counts += np.bincount(self._bin(g), weights=c, minlength=self.BINS + 2).astype(np.int64)
             self._weighted = []
+        if self._bulk:
+            g = np.concatenate([b[0] for b in self._bulk])
+            c = np.repeat([b[1] for b in self._bulk], [len(b[0]) for b in self._bulk])
+            self.counts += np.bincount(self._bin(g), weights=c, minlength=self.BINS + 2).astype(np.int64)
+            self._bulk = []
 
     def merge(self, other: GapHistogram) -> None:
         self._flush()

@@ -17,6 +17,7 @@ import simpy
 
 from llmsim.build import PoolSpec
 from llmsim.costmodel.ops import batch_shape
+from llmsim.decodeset import ColumnRun, DecodeSet, column_run_length
 from llmsim.fastpath import MIN_RUN, DecodeRun, decode_run_times, run_length
 from llmsim.kvcache import BlockManager, chain_hashes
 from llmsim.request import REJECTED, RUNNING, Request, blocks_for
@@ -114,12 +115,31 @@ class Replica:
         self.index = index
         self.pool = pool
         self.opts = opts or SimOptions()
-        self.kv = BlockManager(pool.kv_blocks, block_tokens, watermark, self.opts.prefix_caching)
+        self.window, self.local_window = pool.cost.model.attention_windows()
+        fast = not self.opts.exact_steps
+        # Columnar decoding requests (decodeset.py): every decode gains one token per step and holds
+        # ceil(tokens / block) blocks, so a step costs O(1) in the batch size.
+        self._columnar = (
+            fast
+            and pool.pp == 1
+            and policy in ("traditional", "chunked")
+            and pool.sched.speculative is None
+            and pool.sched.chunk_budget == "fixed"
+            and self.opts.n_seqs == 1
+            and not self.opts.prefix_caching
+            and self.window is None
+            and self.local_window is None
+        )
+        self.kv = BlockManager(
+            pool.kv_blocks, block_tokens, watermark, self.opts.prefix_caching, track_ids=not self._columnar
+        )
         self.sched = make_scheduler(policy, pool.sched, self.kv)
         self.sched.gaps = GapHistogram()
+        if self._columnar:
+            self.sched.columns = DecodeSet(self.kv, self.sched.gaps)
         self.cost = pool.cost
         self.sched.predict_s = self.cost.step_time
-        self.window, self.local_window = pool.cost.model.attention_windows()
+        self.next_input_s = lambda: np.inf  # when something from outside can next reach this replica
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.steps = steps
@@ -153,7 +173,7 @@ class Replica:
         self.first_start_s = -1.0
         self.last_end_s = 0.0
         self._landed = env.event()
-        self._run: DecodeRun | None = None  # decode run in progress (fastpath.py)
+        self._run: DecodeRun | ColumnRun | None = None  # decode run in progress (fastpath.py)
         self._jumping = False  # the process is waiting out a decode run and may be interrupted
         self._can_jump = (
             not self.opts.exact_steps
@@ -186,7 +206,7 @@ class Replica:
         req.prefill_only = False
         req.status = RUNNING
         self.sched._emit(req, self.env.now, [])  # the first token reaches the user now
-        self.running.append(req)
+        self.sched.start_running(req, self.running)
         self.outstanding_tokens += req.output_tokens
         self.wake()
 
@@ -204,72 +224,116 @@ class Replica:
         (KV-aware routing, disaggregated back-pressure, the end of the run)."""
         run = self._run
         if run is not None:
-            done = run.steps_done_by(self.env.now)
+            done = min(run.steps_done_by(self.env.now), run.steps - 1)  # the run's end settles itself
             run.apply_through(done, self.sched.gaps)
             run.allocate_through(done + 1)
 
+    def finish(self) -> None:
+        """At the end of the simulation: every request's counters up to date."""
+        self.sync()
+        if self.sched.columns is not None:
+            self.sched.columns.flush()
+
+    def has_running(self) -> bool:
+        return self.sched.num_running(self.running) > 0
+
     def slots_full(self) -> bool:
-        return len(self.running) + self.incoming >= self.pool.sched.max_num_seqs
+        return self.sched.num_running(self.running) + self.incoming >= self.pool.sched.max_num_seqs
+
+    def _run_ahead(self) -> bool:
+        """Steps can complete without a SimPy event while nothing from outside can reach this
+        replica before they end: no other process reads or changes its state in between."""
+        return not self.opts.exact_steps and self.handoff is None and not self.decode_role
 
     def blocks_freed(self) -> simpy.Event:
         """An event that fires after the next step that released KV blocks."""
         return self._freed
 
     def loop(self):  # simpy process
+        """``now`` is this replica's clock: it runs ahead of SimPy's while steps complete without
+        an event (``_run_ahead``), and SimPy's clock catches up before the replica waits."""
         env = self.env
+        ahead = self._run_ahead()
+        now = env.now
         while True:
-            if not self.waiting and not self.running:
+            if not self.waiting and not self.has_running():
                 yield from self._sleep()
+                now = env.now
                 continue
             plan = self.sched.schedule(self.waiting, self.running)
             if plan.empty:  # nothing can run until something arrives or blocks free up
                 yield from self._sleep()
+                now = env.now
                 continue
-            start = env.now
-            dt, swap, draft = self._step_time(plan)
-            run = self._decode_run(plan, start, swap + draft)
+            start = now
+            shape = plan.shape(self.window, self.local_window)
+            dt, swap, draft = self._step_time(plan, shape)
+            run = self._decode_run(plan, shape, start, swap + draft)
             if run is not None:
-                yield from self._wait_run(run)
+                now = yield from self._wait_run(run, ahead)
                 continue
-            yield env.timeout(dt)
+            if ahead and start + dt < self.next_input_s():
+                now = start + dt
+            elif env.now == start:
+                yield env.timeout(dt)
+                now = env.now
+            else:
+                now = start + dt
+                yield env.timeout(now - env.now)
             self.busy_s += dt
             used_before = self.kv.used
-            self._settle(self.sched.complete(plan, env.now, self.running), dt)
+            self._settle(self.sched.complete(plan, now, self.running), dt)
             if self.kv.used < used_before or plan.preempted:
                 self._signal_freed()
-            self.max_step_tokens = max(self.max_step_tokens, plan.prefill_tokens + len(plan.decode))
+            self.max_step_tokens = max(self.max_step_tokens, plan.prefill_tokens + plan.num_decode)
             self._log(plan, start, dt, swap, draft)
 
-    def _decode_run(self, plan, start: float, extra_s: float) -> DecodeRun | None:  # type: ignore[no-untyped-def]
+    def _decode_run(self, plan, shape, start: float, extra_s: float) -> DecodeRun | ColumnRun | None:  # type: ignore[no-untyped-def]
         """A closed-form run if this plan starts a run of identical decode-only steps."""
-        if not self._can_jump or plan.prefill or plan.preempted or plan.padding or extra_s or not plan.decode:
+        if not self._can_jump or plan.prefill or plan.preempted or plan.padding or extra_s:
+            return None
+        cols = plan.decode_set
+        if cols is not None and not plan.decode:
+            k = column_run_length(cols, self.kv.free_blocks, MAX_RUN, MIN_RUN)
+            if not k:
+                return None
+            return ColumnRun(cols, self.kv, start, decode_run_times(self.cost, shape, k))
+        if cols is not None or not plan.decode:
             return None
         k = run_length(plan.decode, self.kv, self.local_window or self.window, MAX_RUN)
         if k < MIN_RUN:
             return None
-        durations = decode_run_times(self.cost, plan.shape(self.window, self.local_window), k)
+        durations = decode_run_times(self.cost, shape, k)
         return DecodeRun(list(plan.decode), self.kv, start, durations)
 
-    def _wait_run(self, run: DecodeRun):  # type: ignore[no-untyped-def]
-        """Wait out a decode run; an interrupt ends it after the step in progress."""
+    def _wait_run(self, run: DecodeRun | ColumnRun, ahead: bool):  # type: ignore[no-untyped-def]
+        """Wait out a decode run; an interrupt ends it after the step in progress. Returns the
+        time its last step ended."""
         env = self.env
-        self._run, self._jumping = run, True
         waiting_before = len(self.waiting)
-        try:
-            yield env.timeout(run.ends[-1] - run.start_s)
-            done = run.steps
-        except simpy.Interrupt:
-            done = run.steps_done_by(env.now)
-            run.allocate_through(done + 1)
-            if done < run.steps:  # the step in progress completes as planned
-                yield env.timeout(run.ends[done] - env.now)
-                done += 1
-        self._jumping = False
-        self._run = None
+        if ahead and run.ends[-1] < self.next_input_s():
+            done = run.steps  # nothing can interrupt it: no event needed
+        else:
+            self._run, self._jumping = run, True
+            try:
+                yield env.timeout(run.ends[-1] - env.now)
+                done = run.steps
+            except simpy.Interrupt:
+                done = run.steps_done_by(env.now)
+                run.allocate_through(done + 1)
+                if done < run.steps:  # the step in progress completes as planned
+                    yield env.timeout(run.ends[done] - env.now)
+                    done += 1
+            self._jumping = False
+            self._run = None
         run.apply_through(done, self.sched.gaps)
+        if run.finished:
+            self._settle(run.finished, float(run.durations[done - 1]))
+            self._signal_freed()
         self.busy_s += float(run.durations[:done].sum())
-        self.max_step_tokens = max(self.max_step_tokens, len(run.members))
+        self.max_step_tokens = max(self.max_step_tokens, run.size)
         self._log_run(run, done, waiting_before)
+        return float(run.ends[done - 1])
 
     def _log_run(self, run: DecodeRun, steps: int, waiting_before: int) -> None:
         """steps.csv rows of a decode run, as the step-by-step loop would have written them."""
@@ -279,7 +343,7 @@ class Replica:
             return
         used, held = run.kv_after_steps(0, steps)
         starts = np.concatenate(([run.start_s], run.ends[: steps - 1]))
-        n, cap, bt = len(run.members), self.kv.num_blocks, self.kv.block_tokens
+        n, cap, bt = run.size, self.kv.num_blocks, self.kv.block_tokens
         for i in range(steps):
             if i < steps - 1:
                 u, waiting = int(used[i]), waiting_before
@@ -373,6 +437,9 @@ class Replica:
 
     def _log(self, plan, start: float, dt: float, swap: float, draft: float) -> None:  # type: ignore[no-untyped-def]
         self.steps_taken += 1
+        if not self.steps.every:  # steps.csv turned off
+            self.steps.seen += 1
+            return
         self.steps.add(
             (
                 self.pool.name,
@@ -380,7 +447,7 @@ class Replica:
                 start,
                 dt,
                 plan.prefill_tokens,
-                len(plan.decode),
+                plan.num_decode,
                 plan.size,
                 len(plan.preempted),
                 self.kv.used,
@@ -402,9 +469,9 @@ class Replica:
             else:
                 self.outstanding_tokens -= r.output_tokens if self.decode_role else r.prompt_tokens + r.output_tokens
 
-    def _step_time(self, plan) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
+    def _step_time(self, plan, shape) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
         """Step seconds = model step + swap copies over the host link + speculative drafting."""
-        dt = self.cost.step_time(plan.shape(self.window, self.local_window))
+        dt = self.cost.step_time(shape)
         swap = 0.0
         moved = plan.swap_in_tokens + plan.swap_out_tokens
         if moved:
@@ -425,8 +492,9 @@ class Replica:
         return dt + swap + draft, swap, draft
 
     def _signal_freed(self) -> None:
-        ev, self._freed = self._freed, self.env.event()
-        ev.succeed()
+        if self._freed.callbacks:  # someone waits for blocks (a KV transfer's back-pressure)
+            ev, self._freed = self._freed, self.env.event()
+            ev.succeed()
 
     def _sleep(self):
         self._idle = True
@@ -483,7 +551,7 @@ class KVTransfer:
         dst.sync()
         # the watermark protects running requests' growth; an idle replica admits into it (as the
         # schedulers do), or a prompt needing more than capacity minus watermark would wait forever
-        while not dst.kv.can_allocate(blocks, admission=bool(dst.running)) or dst.slots_full():
+        while not dst.kv.can_allocate(blocks, admission=dst.has_running()) or dst.slots_full():
             yield dst.blocks_freed()
             dst.sync()
         dst.kv.reserve(blocks)
@@ -581,10 +649,20 @@ def simulate(
     klass = workload.klass
     hashes = workload.block_hashes
     want_chain = hashes is not None and (opts.prefix_caching or router == "prefix_affinity")
+    # the next instant anything from outside reaches a replica: the next arrival (any replica may
+    # get it, and routing reads their state), or the horizon
+    next_input = [float(workload.arrival_s[0]) if n else np.inf]
+
+    def next_input_s() -> float:
+        return min(next_input[0], horizon_s)
+
+    for rep in replicas:
+        rep.next_input_s = next_input_s
 
     def arrivals():
         for i in range(n):
             t = float(workload.arrival_s[i])
+            next_input[0] = t
             if t > env.now:
                 yield env.timeout(t - env.now)
             r = Request(
@@ -608,11 +686,12 @@ def simulate(
             route(front, router, i, r).submit(r)
             q_time[i] = t
             q_wait[i] = sum(len(rep.waiting) for rep in replicas)
+        next_input[0] = np.inf
 
     env.process(arrivals())
     env.run(until=horizon_s)
     for rep in replicas:  # a decode run cut by the horizon: keep the steps that completed
-        rep.sync()
+        rep.finish()
     gaps = GapHistogram()
     for rep in replicas:
         gaps.merge(rep.sched.gaps)

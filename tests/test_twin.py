@@ -14,7 +14,7 @@ from llmsim.errors import UserError
 from llmsim.hardware import load_profile
 from llmsim.models import ModelSpec
 from llmsim.reference import cpubench, twin
-from llmsim.reference.engine import ReferenceEngine
+from llmsim.reference.engine import ReferenceEngine, SpeedProbe
 from llmsim.reference.model import Model, PagedKVCache, greedy_generate, init_weights
 from llmsim.schedulers import SchedulerConfig
 
@@ -41,11 +41,89 @@ def test_engine_emits_plain_greedy_tokens_under_its_scheduler(policy):
     assert eng.kv.used == 0
 
 
+class FakeMachine:
+    """A clock that only moves when the engine executes a plan: each step takes ``work_s(plan)``
+    times the machine's current slowness, which turns 2x at step ``slow_from``. Its probe reads
+    ``PROBE_REF_S`` times the slowness the next step will run at."""
+
+    PROBE_REF_S = 0.01
+
+    def __init__(self, slow_from: int | None) -> None:
+        self.now, self.steps, self.slow_from = 0.0, 0, slow_from
+
+    def slowness(self) -> float:
+        return 2.0 if self.slow_from is not None and self.steps >= self.slow_from else 1.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def probe(self) -> float:
+        return self.PROBE_REF_S * self.slowness()
+
+    def attach(self, eng: ReferenceEngine) -> None:
+        execute = eng.execute
+
+        def timed(plan):  # noqa: ANN001, ANN202
+            execute(plan)
+            self.now += 1e-3 * (1 + plan.prefill_tokens + len(plan.decode)) * self.slowness()
+            self.steps += 1
+
+        eng.execute = timed  # type: ignore[method-assign]
+
+
+def _fake_run(slow_from: int | None, window: int) -> tuple[ReferenceEngine, object]:
+    machine = FakeMachine(slow_from)
+    probe = SpeedProbe(machine.probe, FakeMachine.PROBE_REF_S, interval_s=0.0, window=window)
+    eng = ReferenceEngine(init_weights(TINY, 0, np.float32), "chunked", SchedulerConfig(max_num_seqs=4, chunk_tokens=16),
+                          64, 4, clock=machine.clock, probe=probe)  # fmt: skip
+    machine.attach(eng)
+    rng = np.random.default_rng(1)
+    reqs = [eng.new_request(i, i * 0.01, int(rng.integers(5, 30)), int(rng.integers(2, 8))) for i in range(10)]
+    return eng, eng.run(reqs)
+
+
+def test_normalised_clock_removes_a_machine_slowdown():
+    """The machine runs 2x slower from the middle of the run: raw step times double, the normalised
+    ones (probe every step, no smoothing) and every request's times equal those of a steady machine."""
+    _, steady = _fake_run(None, window=1)
+    n = len(steady.steps)
+    _, slowed = _fake_run(n // 2, window=1)
+    st, ref = slowed.steps, steady.steps
+    assert (
+        len(st) == n
+        and (st["speed_factor"].iloc[n // 2 :] == 2.0).all()
+        and (st["speed_factor"].iloc[: n // 2] == 1.0).all()
+    )
+    assert np.allclose(st["raw_duration_s"].iloc[n // 2 :], 2 * ref["raw_duration_s"].iloc[n // 2 :])
+    assert np.allclose(st["duration_s"], ref["duration_s"])
+    assert np.allclose(st["duration_s"], st["raw_duration_s"] / st["speed_factor"])
+    for a, b in zip(slowed.requests, steady.requests, strict=True):
+        assert (a.first_token_s, a.finish_s) == pytest.approx((b.first_token_s, b.finish_s))
+    # on the raw clock the same run finishes later, and no request is served before it arrives
+    raw_finish = slowed.raw_times([r.finish_s for r in slowed.requests])
+    raw_first = slowed.raw_times([r.first_token_s for r in slowed.requests])
+    assert raw_finish.max() > max(r.finish_s for r in slowed.requests)
+    assert all(f >= r.arrival_s for f, r in zip(raw_first, slowed.requests, strict=True))
+
+
+def test_smoothed_factor_follows_the_slowdown_after_the_window():
+    """With the median of the last 3 probes the factor turns 2 two probes after the slowdown; from
+    then on normalised steps equal the steady machine's."""
+    _, steady = _fake_run(None, window=3)
+    n = len(steady.steps)
+    _, slowed = _fake_run(n // 2, window=3)
+    f = slowed.steps["speed_factor"].to_numpy()
+    assert (f[: n // 2 + 1] == 1.0).all() and (f[n // 2 + 2 :] == 2.0).all()
+    assert np.allclose(slowed.steps["duration_s"].iloc[n // 2 + 2 :], steady.steps["duration_s"].iloc[n // 2 + 2 :])
+    assert len(slowed.probes) == n + 3  # interval 0: one probe before every step, after 3 filling the window
+
+
 def fake_profile(tmp_path: Path) -> Path:
     """A local-cpu-shaped profile with made-up efficiencies (no benchmarking in unit tests)."""
     data = yaml.safe_load(Path("hardware_profiles/EPYC-9654.yaml").read_text())
     data["name"] = "local-cpu-test"
     data["memory_capacity_bytes"]["value"] = 4e9  # a small KV pool: the block manager lists every block
+    data["calibration"] = {"probe_step": {"step": "decode b=8 ctx=256", "measured_s": 0.014}}
     path = tmp_path / "local-cpu.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -70,11 +148,59 @@ def test_twin_compares_the_same_requests(tmp_path, monkeypatch):
         assert (f[f"{m}_meas"].dropna() > 0).all()
         assert np.allclose(f[f"{m}_err"], f[f"{m}_pred"] / f[f"{m}_meas"] - 1, equal_nan=True)
     assert set(result.summary["error"]) <= set(twin.METRICS)
+    # both clocks are reported: the engine ran on the normalised clock, the raw one is the same run unscaled
+    s = result.summary
+    assert s["normalised"] and s["speed_factor"]["probes"] >= 1
+    assert "e2e_s" in s["error"] and "e2e_s" in s["error_raw"]
+    assert np.allclose(f["e2e_s_err_raw"], f["e2e_s_pred"] / f["e2e_s_meas_raw"] - 1)
+    st = result.steps
+    assert np.allclose(st["duration_s"] * st["speed_factor"], st["raw_duration_s"])
+    assert s["engine_step_error_raw"]["median_abs"] >= 0
     steps = pd.DataFrame({"step": ["a"], "predicted_s": [1.1], "measured_s": [1.0], "error": [0.1]})
     paths = twin.write(tmp_path / "out", result, steps)
     assert all(p.exists() for p in paths)
     summary = json.loads((tmp_path / "out" / "twin_summary.json").read_text())
     assert summary["steps"]["median_abs_error"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("policy", ["traditional", "chunked"])
+def test_engine_on_the_cost_models_clock_reproduces_the_simulator(tmp_path, policy):
+    """Every difference between the twin's two sides comes from step times: an engine whose clock
+    advances by the cost model's price of each step takes exactly the simulator's steps and gives
+    every request the simulator's times (the scenario's scheduler, KV pool and workload; a tiny model)."""
+    import llmsim.api
+    from llmsim.build import build_model, build_pools, build_workload
+    from llmsim.scenario import load_scenario
+
+    sc_data = yaml.safe_load(Path("scenarios/twin_small.yaml").read_text())
+    sc_data["model"]["hf_config"] = str(Path("scenarios/twin_small_config.json").resolve())
+    sc_data["policy"]["kind"] = policy
+    sc_data["workload"]["num_requests"] = 16
+    sc_data["hardware"] = str(fake_profile(tmp_path))
+    path = tmp_path / "twin.yaml"
+    path.write_text(yaml.safe_dump(sc_data))
+    sc = load_scenario(path)
+    pool = build_pools(sc, build_model(sc))[0]
+    wl = build_workload(sc)
+    sim = llmsim.api.run(sc, exact_steps=True)
+    now = [0.0]
+    eng = ReferenceEngine(init_weights(TINY, 0, np.float32), policy, pool.sched, pool.kv_blocks,
+                          sc.kv_cache.block_tokens, sc.kv_cache.watermark, seed=sc.seed, clock=lambda: now[0])  # fmt: skip
+    execute = eng.execute
+
+    def priced(plan):  # noqa: ANN001, ANN202
+        execute(plan)
+        now[0] += pool.cost.step_time(plan.shape(eng.window))
+
+    eng.execute = priced  # type: ignore[method-assign]
+    reqs = [eng.new_request(i, float(wl.arrival_s[i]), int(wl.prompt_tokens[i]), int(wl.output_tokens[i])) for i in range(len(wl))]  # fmt: skip
+    out = eng.run(reqs)
+    cols = ["prefill_tokens", "decode_tokens", "batch_size"]
+    assert len(out.steps) == len(sim.steps) > 16
+    assert (out.steps[cols].to_numpy() == sim.steps[cols].to_numpy()).all()
+    assert np.allclose(out.steps["start_s"], sim.steps["start_s"], rtol=1e-9, atol=1e-12)
+    assert np.allclose([r.finish_s for r in out.requests], sim.requests["finish_s"], rtol=1e-9)
+    assert np.allclose([r.first_token_s for r in out.requests], sim.requests["first_token_s"], rtol=1e-9)
 
 
 def test_twin_rejects_unsupported_policy(tmp_path):
@@ -166,8 +292,8 @@ def test_cpu_regimes_price_only_their_ops(tmp_path):
 
 
 def test_fastpath_stays_exact_with_cpu_regimes(tmp_path):
-    """Both regimes depend on the batch only (m, op name), not the context: decode runs stay affine,
-    so decode_run_times needs no step-by-step fallback and equals pricing each step."""
+    """Both regimes depend on the batch only (m, op name), not the context: the vectorised
+    pricing of a decode run equals pricing each step."""
     from llmsim.costmodel import CostModel
     from llmsim.costmodel.ops import batch_shape
     from llmsim.fastpath import decode_run_times
@@ -175,12 +301,8 @@ def test_fastpath_stays_exact_with_cpu_regimes(tmp_path):
     prof = _cpu_profile(tmp_path, gemv_memory_fraction=0.8, decode_attention_fraction=0.03)
     for ctxs in ([100], [100, 700, 2000]):
         cost = CostModel(cpubench.TWIN_SPEC, prof, twin.FP32)
-        calls = []
-        step_time = cost.step_time
-        cost.step_time = lambda s, f=step_time, c=calls: c.append(s) or f(s)  # type: ignore[method-assign]
         got = decode_run_times(cost, batch_shape([], ctxs), 50)
-        assert len(calls) == 2  # first and last step only: the closed form held
-        want = [step_time(batch_shape([], [c + i for c in ctxs])) for i in range(50)]
+        want = [cost.step_time(batch_shape([], [c + i for c in ctxs])) for i in range(50)]
         assert np.allclose(got, want, rtol=1e-9)
 
 

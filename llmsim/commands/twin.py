@@ -6,20 +6,27 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from llmsim.errors import UserError
 from llmsim.tables import table
 
 DEFAULT_PROFILE = Path("results/local-cpu.yaml")
+POLICIES = ("traditional", "chunked")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("twin", help="digital twin: NumPy reference engine on this CPU vs the simulator")
     p.add_argument("scenario", type=Path, help="scenario YAML (one replica, traditional or chunked policy)")
     p.add_argument("--steps-only", action="store_true", help="only compare single steps across a grid")
+    p.add_argument("--skip-grid", action="store_true", help="skip the single-step grid, run the scenario only")
     p.add_argument(
         "--profile", type=Path, default=DEFAULT_PROFILE, help=f"local-cpu profile (default {DEFAULT_PROFILE})"
     )
     p.add_argument("--recalibrate", action="store_true", help="measure the local-cpu profile again first")
     p.add_argument("--quick", action="store_true", help="shorter benchmarks and a smaller step grid")
+    p.add_argument("--policies", default=None, help="comma-separated policies to run (default: the scenario's)")
+    p.add_argument("--repeats", type=int, default=1, help="twin runs per policy; policies alternate run by run")
+    p.add_argument("--raw-clock", action="store_true", help="drive the engine by the raw clock (no drift probe)")
+    p.add_argument("--probe-interval", type=float, default=0.1, help="engine seconds between speed probes")
     p.add_argument("--out", type=Path, default=None, help="output folder (default <scenario output.dir>/twin)")
     p.set_defaults(func=cmd_twin)
 
@@ -35,31 +42,74 @@ def cmd_twin(args: argparse.Namespace) -> int:
         measure_and_write(args.profile, args.quick)
     sc = load_scenario(args.scenario, {"hardware": str(args.profile.resolve())})
     out_dir = args.out or sc.path(sc.output.dir) / "twin"
-    steps = twin.measure_steps(build_model(sc), args.profile, quick=args.quick)
-    print(
-        table(
-            [[r.step, r.predicted_s * 1e3, r.measured_s * 1e3, f"{r.error:+.1%}"] for r in steps.itertuples()],
-            ["step", "predicted ms", "measured ms", "error"],
-        )
-    )
-    print(f"median |error| over {len(steps)} steps: {steps['error'].abs().median():.1%}")
-    result = None
-    if not args.steps_only:
-        result = twin.run_twin(args.scenario, args.profile)
+    policies = args.policies.split(",") if args.policies else [sc.policy.kind]
+    if bad := [p for p in policies if p not in POLICIES]:
+        raise UserError(f"--policies: {bad} not supported by the twin (use {', '.join(POLICIES)})")
+    if args.repeats < 1:
+        raise UserError("--repeats: must be at least 1")
+    steps = None
+    if not args.skip_grid:
+        steps = twin.measure_steps(build_model(sc), args.profile, quick=args.quick, normalise=not args.raw_clock)
         rows = [
-            [m.removesuffix("_s"), f"{e['median_abs']:.1%}", f"{e['p90_abs']:.1%}", f"{e['median_signed']:+.1%}"]
-            for m, e in result.summary["error"].items()
+            [r.step, r.predicted_s * 1e3, r.measured_s * 1e3, f"{r.error:+.1%}", r.measured_raw_s * 1e3]
+            + [f"{r.error_raw:+.1%}", f"{r.speed_factor:.2f}"]
+            for r in steps.itertuples()
         ]
-        print()
-        print(table(rows, ["per request", "median |err|", "p90 |err|", "median signed"]))
-        s = result.summary
-        print(f"makespan: measured {s['measured_makespan_s']:.2f} s, predicted {s['predicted_makespan_s']:.2f} s")
-        st, pr = s["engine_step_error"], s["probe_vs_calibration"]
+        heads = ["step", "predicted ms", "measured ms", "error", "raw ms", "raw error", "speed factor"]
+        print(table(rows, heads))
         print(
-            f"the engine's own steps priced: median |err| {st['median_abs']:.1%}, median signed {st['median_signed']:+.1%}"
+            f"median |error| over {len(steps)} steps: {steps['error'].abs().median():.1%} normalised, "
+            f"{steps['error_raw'].abs().median():.1%} raw"
         )
-        if pr["before"]:
-            print(f"probe step vs calibration: {pr['before']:.2f}x before, {pr['after']:.2f}x after the run")
-    for p in twin.write(out_dir, result, steps):
-        print(f"wrote {p}")
+    if args.steps_only:
+        for p in twin.write(out_dir, None, steps):
+            print(f"wrote {p}")
+        return 0
+    runs = twin.run_repeats(
+        args.scenario, args.profile, policies, args.repeats, not args.raw_clock, args.probe_interval, progress=print
+    )
+    for policy, results in runs.items():
+        sub = out_dir / policy if len(policies) > 1 else out_dir
+        chosen = twin.median_run(results)
+        print_run(chosen, len(results))
+        for p in twin.write(sub, chosen, steps):
+            print(f"wrote {p}")
+        if len(results) > 1:  # every run's tables (no plot), to look into the bad ones
+            for k, r in enumerate(results, 1):
+                twin.write(sub / f"run{k}", r, None, plot_it=False)
+            print(f"wrote {sub}/run1..{len(results)}")
+    frame = twin.runs_frame(runs)
+    print()
+    print(table(twin.runs_table(frame), twin.RUNS_HEADERS))
+    for line in twin.runs_verdict(frame):
+        print(line)
+    twin.write_runs(out_dir / "twin_runs.csv", frame)
+    print(f"wrote {out_dir / 'twin_runs.csv'}")
     return 0
+
+
+def print_run(result, repeats: int) -> None:  # noqa: ANN001
+    s = result.summary
+    which = f" (the run with the median E2E error of {repeats})" if repeats > 1 else ""
+    print(f"\n{s['scenario']}, {s['policy']}{which}: {s['requests']} requests, {s['engine_steps']} engine steps")
+    rows = []
+    for clock_name, key in (("normalised", "error"), ("raw", "error_raw")):
+        for m, e in s[key].items():
+            row = [f"{m.removesuffix('_s')} ({clock_name})", f"{e['median_abs']:.1%}", f"{e['p90_abs']:.1%}"]
+            rows.append([*row, f"{e['median_signed']:+.1%}"])
+    print(table(rows, ["per request", "median |err|", "p90 |err|", "median signed"]))
+    print(
+        f"makespan: measured {s['measured_makespan_s']:.2f} s (raw clock {s['measured_makespan_raw_s']:.2f} s), "
+        f"predicted {s['predicted_makespan_s']:.2f} s"
+    )
+    st, raw = s["engine_step_error"], s["engine_step_error_raw"]
+    print(
+        f"the engine's own steps priced: median signed {st['median_signed']:+.1%} normalised, "
+        f"{raw['median_signed']:+.1%} raw"
+    )
+    sf = s["speed_factor"]
+    if sf["probes"]:
+        print(
+            f"speed factor: {sf['probes']} probe readings {sf['min']:.2f}..{sf['max']:.2f} (median {sf['median']:.2f}), "
+            f"applied (median of the last 3) {sf['applied_min']:.2f}..{sf['applied_max']:.2f}"
+        )

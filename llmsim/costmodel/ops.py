@@ -298,10 +298,20 @@ def step_ops(
     if first_stage:
         ops.append(Op("emb", "elementwise", 0.0, T * H * a, T * H * a, cfg.act_dtype, 1))
     ops.extend(layer_ops(model, s, cfg))
-    if last_stage and s.lm_rows:  # a step whose chunks all end mid-prompt samples nothing
-        rows = s.lm_rows
-        norm_flops = 4.0 if model.norm == "rmsnorm" else 7.0
-        ops.append(elementwise("final_norm", rows * H, norm_flops, 1, cfg, 1))
-        ops.append(gemm("lm_head", rows, model.vocab_size // cfg.tp, H, cfg, 1))
-        ops.append(elementwise("sampling", rows * model.vocab_size // cfg.tp, 5.0, 1, cfg, 1))
+    if last_stage:
+        ops.extend(head_ops(model, s.lm_rows, cfg))
     return ops
+
+
+def head_ops(model: ModelSpec, rows: int, cfg: OpConfig) -> list[Op]:
+    """Final norm, LM head and sampling over the ``rows`` positions that sample a token (none for
+    a step whose chunks all end mid-prompt)."""
+    if not rows:
+        return []
+    H = model.hidden_size
+    norm_flops = 4.0 if model.norm == "rmsnorm" else 7.0
+    return [
+        elementwise("final_norm", rows * H, norm_flops, 1, cfg, 1),
+        gemm("lm_head", rows, model.vocab_size // cfg.tp, H, cfg, 1),
+        elementwise("sampling", rows * model.vocab_size // cfg.tp, 5.0, 1, cfg, 1),
+    ]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from llmsim.costmodel.comm import all_reduce_s, send_s, tp_link
 from llmsim.costmodel.gemm import GemmCurve
-from llmsim.costmodel.ops import BatchShape, Op, OpConfig, attention_ops, step_ops
+from llmsim.costmodel.ops import BatchShape, Op, OpConfig, head_ops, kv_heads_per_device, step_ops
 from llmsim.hardware import HardwareProfile
 from llmsim.models import DTYPE_BYTES, ModelSpec
 
@@ -71,8 +73,8 @@ class CostModel:
     cfg: CostConfig = field(default_factory=CostConfig)
 
     def __post_init__(self) -> None:
-        self._cache: dict[BatchShape, float] = {}
-        self._dense_cache: dict[tuple[int, int, bool], float] = {}
+        self._body_cache: dict[tuple[int, bool], float] = {}
+        self._head_cache: dict[tuple[int, bool], float] = {}
         eff = self.hw.efficiency
         self._bw = self.hw.bandwidth * eff.memory_fraction.value * self._numa_factor()
         self._elem_bw = self.hw.bandwidth * eff.elementwise_memory_fraction.value * self._numa_factor()
@@ -92,6 +94,13 @@ class CostModel:
         self._step_overhead = self.hw.overheads.step_overhead_s.value
         self._link = tp_link(self.hw, self.cfg.tp)
         self._mxu = self.hw.tpu.mxu_dim if self.hw.tpu else 0
+        # attention kernels are priced from the step's aggregates directly (see _attention_s)
+        m, tp = self.model, self.cfg.tp
+        self._layers = m.num_layers // self.cfg.pp
+        self._heads, self._head_dim = m.num_heads // tp, m.head_dim
+        self._q_width, self._kv_width = m.q_size // tp, kv_heads_per_device(m, tp) * m.head_dim
+        self._act_bytes, self._kv_bytes = DTYPE_BYTES[self.cfg.act_dtype], DTYPE_BYTES[self.cfg.kv_dtype]
+        self._act_peak = self.hw.peak(self.cfg.act_dtype)
 
     def _numa_factor(self) -> float:
         cpu = self.hw.cpu
@@ -180,40 +189,105 @@ class CostModel:
         return sum(t.total_s for t in self.priced(shape))
 
     def step_time(self, shape: BatchShape) -> float:
-        """Seconds for one whole step (all stages back to back, plus CPU overhead); cached.
+        """Seconds for one whole step (all stages back to back, plus CPU overhead).
 
         Equal to ``stage_time(shape) * pp + sends + overhead`` (a test checks it), computed faster:
         every op but attention depends only on (tokens, sampled rows), so that part is cached on
-        those two numbers and only the one or two attention kernels are priced per step.
+        those two numbers, and the attention kernels are priced straight from the aggregates.
         """
-        t = self._cache.get(shape)
-        if t is None:
-            if shape.is_empty:
-                return 0.0
-            decode_only = shape.prefill_tokens == 0
-            stage = self._dense_stage_time(shape.tokens, shape.lm_rows, decode_only)
-            for op in attention_ops(self.model, shape, self.cfg):
-                stage += self.price(op, decode_only).total_s
-            t = stage * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + self._step_overhead
-            if len(self._cache) > 200_000:
-                self._cache.clear()
-            self._cache[shape] = t
+        if shape.is_empty:
+            return 0.0
+        decode_only = shape.prefill_tokens == 0
+        stage = self._dense_stage_time(shape.tokens, shape.lm_rows, decode_only)
+        stage += self._attention_s(shape, decode_only)
+        return stage * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + self._step_overhead
+
+    def decode_steps_s(self, shape: BatchShape, steps: int) -> np.ndarray:
+        """``step_time`` of ``steps`` successive decode-only steps from ``shape``, each with every
+        context one token longer (a run never crosses a sliding window, so the local view grows the
+        same), vectorised: the same arithmetic as ``_attention_s`` on an array of contexts."""
+        n = shape.decode_tokens
+        grow = n * np.arange(steps, dtype=np.int64)
+        stage = self._dense_stage_time(shape.tokens, shape.lm_rows, True)
+        if shape.local is None:
+            att = self._decode_attention_s(shape.decode_ctx_tokens + grow, n, shape.decode_seqs, self._layers, True)
+        else:
+            glob = self.model.global_layers(self._layers)
+            att = self._decode_attention_s(shape.decode_ctx_tokens + grow, n, shape.decode_seqs, glob, True)
+            local = shape.local
+            att = att + self._decode_attention_s(
+                local.decode_ctx_tokens + grow, n, local.decode_seqs, self._layers - glob, True
+            )
+        return (stage + att) * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + self._step_overhead
+
+    # ---- attention from aggregates ------------------------------------------------------
+    def _attention_s(self, s: BatchShape, decode_only: bool) -> float:
+        """Stage time of the step's attention kernels: what ``price`` gives for ``attention_ops``
+        (a test checks it), without building the ops. Local+global models price the global
+        layers on ``s`` and the windowed ones on ``s.local``."""
+        if s.local is None:
+            return self._attention_layers_s(s, self._layers, decode_only)
+        glob = self.model.global_layers(self._layers)
+        return self._attention_layers_s(s, glob, decode_only) + self._attention_layers_s(
+            s.local, self._layers - glob, decode_only
+        )
+
+    def _attention_layers_s(self, s: BatchShape, layers: int, decode_only: bool) -> float:
+        if layers <= 0:
+            return 0.0
+        t = 0.0
+        if s.prefill_tokens:
+            hd, heads, a = self._head_dim, self._heads, self._act_bytes
+            flops = 4.0 * s.prefill_attn_pairs * hd * heads  # QK^T and PV, 2 FLOPs per MAC
+            read = s.prefill_tokens * self._q_width * a + s.prefill_kv_tokens * 2 * self._kv_width * self._kv_bytes
+            written = s.prefill_tokens * self._q_width * a
+            if self.cfg.attention_kernel == "naive":  # scores and probabilities go through HBM
+                score_bytes = s.prefill_score_elems * heads * a
+                read += 2 * score_bytes
+                written += 2 * score_bytes
+            compute = flops / (self._act_peak * self._attn_frac)
+            memory = (read + written) / self._bw
+            t += _kernel_total_s(compute, memory, self._fixed, self.launch_latency(decode_only)) * layers
+        if s.decode_tokens:
+            t += self._decode_attention_s(s.decode_ctx_tokens, s.decode_tokens, s.decode_seqs, layers, decode_only)
         return t
 
+    def _decode_attention_s(self, ctx, tokens: int, seqs: int, layers: int, decode_only: bool):  # type: ignore[no-untyped-def]
+        """Decode attention over ``ctx`` total context (an int, or an array of them)."""
+        if layers <= 0:
+            return 0.0
+        hd, heads, a = self._head_dim, self._heads, self._act_bytes
+        q_per_seq = tokens // max(1, seqs)
+        flops = 4.0 * ctx * q_per_seq * hd * heads
+        read = tokens * self._q_width * a + ctx * 2 * self._kv_width * self._kv_bytes
+        written = tokens * self._q_width * a
+        compute = flops / (self._act_peak * self._decode_attn_frac)
+        memory = (read + written) / self._bw
+        launch = self.launch_latency(decode_only)
+        if isinstance(ctx, np.ndarray):
+            busy = np.maximum(compute, memory) + self._fixed
+            return (busy + np.maximum(0.0, launch - busy)) * layers
+        return _kernel_total_s(compute, memory, self._fixed, launch) * layers
+
     def _dense_stage_time(self, tokens: int, lm_rows: int, decode_only: bool) -> float:
-        """Stage time of every op except attention (GEMMs, norms, collectives, LM head)."""
-        key = (tokens, lm_rows, decode_only)
-        t = self._dense_cache.get(key)
-        if t is None:
+        """Stage time of every op except attention: the layers' GEMMs, norms and collectives
+        depend on the step's tokens only, the LM head on the sampled rows only; each part is
+        priced once per value and cached."""
+        body = self._body_cache.get((tokens, decode_only))
+        if body is None:
             shape = BatchShape(
                 prefill_tokens=0 if decode_only else tokens,
                 decode_tokens=tokens if decode_only else 0,
                 decode_seqs=tokens if decode_only else 0,
-                logits_rows=lm_rows,
+                logits_rows=0,
             )
-            t = sum(self.price(op, decode_only).total_s for op in self.ops(shape) if op.kind != "attention")
-            self._dense_cache[key] = t
-        return t
+            body = sum(self.price(op, decode_only).total_s for op in self.ops(shape) if op.kind != "attention")
+            self._body_cache[(tokens, decode_only)] = body
+        head = self._head_cache.get((lm_rows, decode_only))
+        if head is None:
+            head = sum(self.price(op, decode_only).total_s for op in head_ops(self.model, lm_rows, self.cfg))
+            self._head_cache[(lm_rows, decode_only)] = head
+        return body + head
 
     def pp_send_time(self, shape: BatchShape) -> float:
         """Activations sent from one pipeline stage to the next."""
@@ -249,3 +323,10 @@ class CostModel:
 
         window, local = self.model.attention_windows()
         return self.step_time(batch_shape([], contexts, window, local_window=local))
+
+
+def _kernel_total_s(compute_s: float, memory_s: float, fixed_s: float, launch_s: float) -> float:
+    """One kernel's time per call as ``CostModel.price`` computes it: the launch latency counts
+    only where it exceeds the kernel (``_decode_attention_s`` repeats this on arrays)."""
+    busy = max(compute_s, memory_s) + fixed_s
+    return busy + max(0.0, launch_s - busy)

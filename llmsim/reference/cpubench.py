@@ -262,6 +262,68 @@ def time_step(model, chunks: list[int], decodes: list[tuple[int, int]], reps: in
     return float(np.median(times))
 
 
+def probe_timer(clock: Callable[[], float] = CLOCK, passes: int = 1, weights=None) -> Callable[[], float]:  # noqa: ANN001
+    """A function timing the ``PROBE`` step once, for the engine's drift normalisation: the median of
+    ``passes`` forward passes of a separate ``TWIN_SPEC``-shaped model on ``clock``.
+
+    ``weights``: the engine's own weights when they have ``TWIN_SPEC``'s shapes (timing does not
+    depend on the values), so the probe does not evict the engine's weights from the cache; else
+    seed-0 weights, as at calibration. No warm-up: interleaved with engine steps a cold pass reads
+    the same as ``time_step``'s warmed-up passes (median ratio 1.00 over 40 interleaved pairs on
+    this machine, docs/reference.md section 4), and one pass costs one ~15 ms step."""
+    from llmsim.reference.model import Model, PagedKVCache, Segment, init_weights
+
+    shapes = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size")
+    same = weights is not None and all(getattr(weights.spec, f) == getattr(TWIN_SPEC, f) for f in shapes)
+    w = weights if same else init_weights(TWIN_SPEC, 0, np.float32)
+    model = Model(w, PagedKVCache(w.spec, 16, np.float32))
+    chunks, decodes = PROBE
+    segs = [
+        Segment(np.arange(n) % TWIN_SPEC.vocab_size, 0, model.cache.allocate(-(-n // 16)), "prefill") for n in chunks
+    ]
+    for b, ctx in decodes:
+        segs += [Segment(np.array([1]), ctx, model.cache.allocate(-(-(ctx + 1) // 16)), "decode") for _ in range(b)]
+
+    model.forward(segs)  # once untimed: the first pass on a fresh cache pays for its allocation
+
+    def measure() -> float:
+        times = []
+        for _ in range(passes):
+            t0 = clock()
+            logits = model.forward(segs)
+            [int(np.argmax(lg[-1])) for lg in logits if lg is not None]
+            times.append(clock() - t0)
+        return float(np.median(times))
+
+    return measure
+
+
+def time_steps_normalised(  # noqa: ANN201
+    model,  # noqa: ANN001
+    cases: list[tuple[list[int], list[tuple[int, int]]]],
+    reps: int,
+    rounds: int,
+    probe_model,  # noqa: ANN001
+    probe_ref_s: float,
+):
+    """Like ``time_steps``, with the ``PROBE`` step timed on ``probe_model`` just before every case:
+    each sample is divided by that probe's speed factor (probe / ``probe_ref_s``), the engine's
+    drift normalisation applied to single steps. Returns (normalised, raw, factor) medians per case."""
+    samples = []
+    for _ in range(rounds):
+        row = []
+        for ch, dec in cases:
+            factor = time_step(probe_model, *PROBE, reps) / probe_ref_s
+            row.append((time_step(model, ch, dec, reps), factor))
+        samples.append(row)
+    cols = [list(col) for col in zip(*samples, strict=True)]
+    return (
+        [float(np.median([t / f for t, f in col])) for col in cols],
+        [float(np.median([t for t, _ in col])) for col in cols],
+        [float(np.median([f for _, f in col])) for col in cols],
+    )
+
+
 def time_steps(model, cases: list[tuple[list[int], list[tuple[int, int]]]], reps: int, rounds: int) -> list[float]:  # noqa: ANN001
     """``time_step`` of every case, in ``rounds`` passes over all cases; the median per case.
 

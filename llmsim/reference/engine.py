@@ -11,13 +11,23 @@ arrival instead of sleeping (the simulator does the same), so a trace with gaps 
 real waiting. Each step's duration is measured, never modelled. ``clock="wall"`` reads
 ``time.perf_counter``; ``clock="cpu"`` reads this process's CPU time (``time.process_time``),
 which equals wall time on an idle machine when NumPy runs one BLAS thread, and does not count
-the time other processes of a shared machine take from it.
+the time other processes of a shared machine take from it. A callable clock can be injected.
+
+Drift normalisation (``probe=SpeedProbe(...)``): a shared VM changes speed during a run (its
+host's other tenants come and go), which no process clock removes. Every ``interval_s`` of
+engine time the engine times a fixed step of a separate probe model (outside the engine's
+clock, like the log bookkeeping), divides it by that step's time at calibration, and advances
+its clock by each step's measured duration divided by this speed factor (the median of the
+last ``window`` probes). The engine then runs on the clock of the machine the profile was
+calibrated on. The steps table keeps every step's raw duration, its factor and its normalised
+duration; ``EngineOutput.raw_times`` maps the normalised timeline back to the raw one.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,10 +41,62 @@ from llmsim.schedulers import BatchPlan, SchedulerConfig, make_scheduler
 
 
 @dataclass
+class SpeedProbe:
+    """How fast this machine runs now, relative to when the profile was calibrated.
+
+    ``measure()`` times one fixed step (seconds, on the engine's raw clock); its ratio to
+    ``reference_s`` (the same step at calibration) is one probe's speed factor (> 1: slower now).
+    The factor the engine applies is the median of the last ``window`` probes, which discards a
+    single probe disturbed by a momentary hiccup but follows a slow spell within a few probes.
+    """
+
+    measure: Callable[[], float]
+    reference_s: float
+    # a probe every 0.1 s of engine time, the median of the last 3: on this VM the speed wanders on
+    # a scale of seconds and a ~0.3 s causal median tracks it best (docs/reference.md, section 4)
+    interval_s: float = 0.1
+    window: int = 3
+    samples: list[tuple[float, float]] = field(default_factory=list)  # (engine time, factor) per probe
+
+    def sample(self, at_s: float) -> float:
+        """Time the probe step once; return the smoothed factor."""
+        self.samples.append((at_s, self.measure() / self.reference_s))
+        return self.factor
+
+    @property
+    def factor(self) -> float:
+        recent = [f for _, f in self.samples[-self.window :]]
+        return float(np.median(recent)) if recent else 1.0
+
+
+@dataclass
 class EngineOutput:
     requests: list[Request]
-    steps: pd.DataFrame  # start_s, duration_s, forward_s, prefill_tokens, decode_tokens, batch_size
+    steps: pd.DataFrame  # one row per step, columns STEP_COLUMNS (engine clock, raw clock, speed factor)
     shapes: list[BatchShape] = field(default_factory=list)  # each step's plan.shape(), for pricing it
+    probes: list[tuple[float, float]] = field(default_factory=list)  # (engine time, factor) per probe
+
+    def raw_times(self, times_s: pd.Series | np.ndarray | list) -> np.ndarray:
+        """Engine-clock timestamps taken during steps (as requests are stamped) on the raw clock of the same run."""
+        return self.retimed(times_s, self.steps["raw_duration_s"].to_numpy())
+
+    def retimed(self, times_s: pd.Series | np.ndarray | list, durations_s: np.ndarray) -> np.ndarray:
+        """Engine-clock timestamps on the timeline of the same steps taking ``durations_s`` (e.g. as
+        measured, or as the cost model prices them): each step starts when the previous one ends, but
+        not before the arrivals it serves (``ready_s``). A timestamp inside a step keeps its fraction
+        of the step, so stamps map exactly when the durations are the engine's own, rescaled."""
+        st = self.steps
+        times = np.asarray(times_s, float)
+        if st.empty:
+            return times
+        starts = np.empty(len(st))
+        t = 0.0
+        for k, (ready, dur) in enumerate(zip(st["ready_s"].to_numpy(), durations_s, strict=True)):
+            starts[k] = t = max(t, ready)
+            t += dur
+        xs = np.column_stack([st["start_s"], st["start_s"] + st["duration_s"]]).ravel()
+        ys = np.column_stack([starts, starts + durations_s]).ravel()
+        return np.interp(times, xs, ys)
 
 
 class ReferenceEngine:
@@ -47,9 +109,11 @@ class ReferenceEngine:
         block_tokens: int,
         watermark: float = 0.01,
         seed: int = 0,
-        clock: str = "wall",
+        clock: str | Callable[[], float] = "wall",
+        probe: SpeedProbe | None = None,
     ) -> None:
-        self.clock = CLOCKS[clock]
+        self.clock = CLOCKS[clock] if isinstance(clock, str) else clock
+        self.probe = probe
         self.weights = weights
         self.kv = BlockManager(num_blocks, block_tokens, watermark)
         self.sched = make_scheduler(policy, sched_cfg, self.kv)
@@ -93,44 +157,60 @@ class ReferenceEngine:
         return r
 
     def run(self, requests: list[Request]) -> EngineOutput:
-        """Serve ``requests`` (sorted by arrival) to completion; stamp their times; log every step."""
+        """Serve ``requests`` (sorted by arrival) to completion; stamp their times; log every step.
+
+        Two clocks run side by side. The engine clock ``t`` (requests are stamped with it, arrivals
+        are admitted by it) advances by each step's measured duration divided by the speed factor
+        (1 without a probe). The raw clock ``t_raw`` advances by the measured durations themselves;
+        a step starts on it no earlier than the arrivals it serves, so the raw timeline is the
+        same schedule as measured, had nobody rescaled it."""
         waiting: deque[Request] = deque()
         running: list[Request] = []
         cols: dict[str, list] = {k: [] for k in STEP_COLUMNS}
         shapes: list[BatchShape] = []
-        clock = self.clock
-        start, skipped, i, n = clock(), 0.0, 0, len(requests)
-
-        def now() -> float:
-            return clock() - start + skipped
-
+        clock, probe = self.clock, self.probe
+        t = t_raw = 0.0
+        factor, next_probe, reading = 1.0, 0.0, float("nan")
+        i, n = 0, len(requests)
         while i < n or waiting or running:
-            t = now()
             while i < n and requests[i].arrival_s <= t:
                 self._submit(requests[i], waiting)
                 i += 1
             if not waiting and not running:
-                skipped += requests[i].arrival_s - t  # idle: jump to the next arrival
+                t = max(t, requests[i].arrival_s)  # idle: jump to the next arrival
                 continue
-            t0 = now()
+            if probe is not None and t >= next_probe:  # outside both clocks
+                while len(probe.samples) < probe.window:  # the first time: fill the window
+                    probe.sample(t)
+                factor, next_probe = probe.sample(t), t + probe.interval_s
+                reading = probe.samples[-1][1]
+            c0 = clock()
             plan = self.sched.schedule(waiting, running)
             if plan.empty:
                 if i >= n:
                     raise RuntimeError("reference engine stalled: requests wait but nothing can be scheduled")
-                skipped += max(0.0, requests[i].arrival_s - now())
+                spent = clock() - c0
+                t, t_raw = max(t + spent / factor, requests[i].arrival_s), t_raw + spent
                 continue
             g0 = clock()
             shapes.append(plan.shape(self.window))  # for the log only: its time is not the engine's
-            skipped -= clock() - g0
-            f0 = now()
+            c0 += clock() - g0
+            f0 = clock()
             self.execute(plan)
-            f1 = now()
-            self.sched.complete(plan, f1, running)
-            t1 = now()
-            row = (t0, t1 - t0, f1 - f0, plan.prefill_tokens, len(plan.decode), plan.size, len(plan.preempted))
+            f1 = clock()
+            end = t + (f1 - c0) / factor
+            self.sched.complete(plan, end, running)
+            raw = clock() - c0
+            dur = raw / factor
+            # the raw timeline: no step starts before the requests it serves have arrived
+            ready = max(r.arrival_s for r in [*(r for r, _ in plan.prefill), *plan.decode])
+            t_raw = max(t_raw, ready)
+            row = (t, dur, (f1 - f0) / factor, t_raw, raw, f1 - f0, factor, reading, ready)
+            row += (plan.prefill_tokens, len(plan.decode), plan.size, len(plan.preempted))
             for k, v in zip(STEP_COLUMNS, row, strict=True):
                 cols[k].append(v)
-        return EngineOutput(requests, pd.DataFrame(cols), shapes)
+            t, t_raw, reading = t + dur, t_raw + raw, float("nan")
+        return EngineOutput(requests, pd.DataFrame(cols), shapes, list(probe.samples) if probe else [])
 
     def _submit(self, r: Request, waiting: deque[Request]) -> None:
         reason = self.sched.rejection_reason(r)
@@ -141,4 +221,15 @@ class ReferenceEngine:
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-STEP_COLUMNS = ["start_s", "duration_s", "forward_s", "prefill_tokens", "decode_tokens", "batch_size", "preempted"]
+# *_s: the engine clock (normalised by speed_factor when a probe runs); raw_*_s: as measured;
+# probe_factor: the reading of a probe run just before this step (else NaN); ready_s: the latest arrival among the requests it serves
+STEP_COLUMNS = ["start_s", "duration_s", "forward_s", "raw_start_s", "raw_duration_s", "raw_forward_s"]
+STEP_COLUMNS += [
+    "speed_factor",
+    "probe_factor",
+    "ready_s",
+    "prefill_tokens",
+    "decode_tokens",
+    "batch_size",
+    "preempted",
+]

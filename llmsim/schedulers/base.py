@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmsim.costmodel.ops import BatchShape, chunk_pairs
+from llmsim.decodeset import DecodeSet
 from llmsim.kvcache import BlockManager
 from llmsim.request import FINISHED, RUNNING, WAITING, Request
 
@@ -54,10 +55,18 @@ class BatchPlan:
     swap_in_tokens: int = 0  # KV tokens copied host -> device before this step
     swap_out_tokens: int = 0  # KV tokens copied device -> host (swap preemption)
     spec_k: int = 0  # speculative decoding: each decode verifies spec_k drafts (spec_k + 1 tokens)
+    # columnar replicas: every member of this set decodes too; its size and Σ context when planned
+    decode_set: DecodeSet | None = None
+    set_n: int = 0
+    set_ctx: int = 0
+
+    @property
+    def num_decode(self) -> int:
+        return len(self.decode) + self.set_n
 
     @property
     def empty(self) -> bool:
-        return not self.prefill and not self.decode
+        return not self.prefill and not self.num_decode
 
     @property
     def prefill_tokens(self) -> int:
@@ -65,7 +74,7 @@ class BatchPlan:
 
     @property
     def size(self) -> int:
-        return len(self.prefill) + len(self.decode) + len(self.padding)
+        return len(self.prefill) + self.num_decode + len(self.padding)
 
     def shape(self, window: int | None = None, local_window: int | None = None) -> BatchShape:
         """The step's aggregates for the cost model (context = tokens already cached). Speculative
@@ -91,6 +100,9 @@ class BatchPlan:
         else:
             d_ctx = sum(min(r.kv_tokens + 1, window) * r.n_seqs for r in decodes)
         n_dec = sum(r.n_seqs for r in decodes)
+        if self.set_n:  # each member's context plus its new token
+            d_ctx += self.set_ctx + self.set_n
+            n_dec += self.set_n
         sampled = sum(1 for r, c in self.prefill if r.prefilled + c == r.prefill_target)
         return BatchShape(
             prefill_tokens=p_tokens,
@@ -120,6 +132,20 @@ class Scheduler:
         self._rng = random.Random(spec.seed) if spec else None
         self.spec_emitted = 0  # tokens emitted by verify steps
         self.spec_slots = 0  # (sequence, verify step) pairs
+        # Columnar replicas (the simulator's fast path, decodeset.py): requests past their prompt
+        # live in this set instead of ``running``, which then holds prompts in progress only.
+        self.columns: DecodeSet | None = None
+        self._admissions = 0
+
+    def num_running(self, running: list[Request]) -> int:
+        return len(running) + (self.columns.n if self.columns is not None else 0)
+
+    def start_running(self, req: Request, running: list[Request]) -> None:
+        """``req`` joins the running set (newest last: preemption takes the newest first)."""
+        req.status = RUNNING
+        req.admit_seq = self._admissions
+        self._admissions += 1
+        running.append(req)
 
     # ---- admission ---------------------------------------------------------------------
     def rejection_reason(self, req: Request) -> str:
@@ -143,6 +169,17 @@ class Scheduler:
         running requests (vLLM's policy) when the cache has no block for the next token."""
         ahead = self._lookahead()
         kv = self.kv
+        cols = self.columns
+        if cols is not None:
+            self._join_columns(running)  # requests swapped back in
+            need = cols.blocks_next()
+            if need <= kv.free_blocks:
+                if cols.n:
+                    cols.allocate(need)
+                    plan.decode_set, plan.set_n, plan.set_ctx = cols, cols.n, cols.ctx
+                return
+            # short of blocks: victims are chosen among all running requests, newest first
+            running[:] = sorted([*running, *cols.flush()], key=_admit_seq)
         decoding = [r for r in running if r.prefilled >= r.prefill_target]
         # Fast path: the cache has room for every decode's next token(s), so nobody is preempted.
         bt = kv.block_tokens
@@ -193,17 +230,16 @@ class Scheduler:
 
     def _swap_in(self, waiting: deque[Request], running: list[Request], plan: BatchPlan) -> None:
         """Swapped-out requests come back first (vLLM's order), as blocks allow."""
-        while waiting and waiting[0].swapped and len(running) < self.cfg.max_num_seqs:
+        while waiting and waiting[0].swapped and self.num_running(running) < self.cfg.max_num_seqs:
             r = waiting[0]
             need = self.kv.blocks_for_request(r, r.kv_tokens + 1)
             # the watermark protects running requests' growth; an idle replica admits into it,
             # or a request needing more than capacity minus watermark would wait forever
-            if not self.kv.can_allocate(need, admission=bool(running)):
+            if not self.kv.can_allocate(need, admission=self.num_running(running) > 0):
                 return
             waiting.popleft()
             plan.swap_in_tokens += self.kv.swap_in(r)
-            r.status = RUNNING
-            running.append(r)
+            self.start_running(r, running)
 
     def _try_admit(
         self, req: Request, budget: int, waiting: deque[Request], running: list[Request], whole: bool
@@ -217,13 +253,12 @@ class Scheduler:
         if c <= 0 or (whole and c < req.prompt_remaining):
             self.kv.unmatch(req)
             return 0
-        if not self.kv.can_allocate(self.kv.blocks_needed(req, c), admission=bool(running)):  # see _swap_in
-            self.kv.unmatch(req)
+        if not self.kv.can_allocate(self.kv.blocks_needed(req, c), admission=self.num_running(running) > 0):
+            self.kv.unmatch(req)  # (the watermark: see _swap_in)
             return 0
         waiting.popleft()
         self.kv.allocate(req, c)
-        req.status = RUNNING
-        running.append(req)
+        self.start_running(req, running)
         return c
 
     def _admit(self, req: Request, tokens: int, waiting: deque[Request], running: list[Request]) -> bool:
@@ -232,8 +267,7 @@ class Scheduler:
             return False
         waiting.popleft()
         self.kv.allocate(req, tokens)
-        req.status = RUNNING
-        running.append(req)
+        self.start_running(req, running)
         return True
 
     def complete(self, plan: BatchPlan, now: float, running: list[Request]) -> list[Request]:
@@ -260,9 +294,25 @@ class Scheduler:
             for r in plan.decode:
                 r.kv_tokens += 1
                 self._emit(r, now, finished)
-        if finished:
+        if plan.decode_set is not None:
+            finished += plan.decode_set.tick_once(now)
+        if self.columns is not None:
+            self._join_columns(running)
+        elif finished:
             running[:] = [r for r in running if r.status == RUNNING]
         return finished
+
+    def _join_columns(self, running: list[Request]) -> None:
+        """Requests past their prompt move from ``running`` into the columnar set; others leave."""
+        keep = []
+        for r in running:
+            if r.status != RUNNING:
+                continue
+            if r.prefilled < r.prefill_target:
+                keep.append(r)
+            else:
+                self.columns.add(r)  # type: ignore[union-attr]
+        running[:] = keep
 
     def _emit_speculative(self, r: Request, k: int, now: float, finished: list[Request]) -> None:
         acc = self.cfg.speculative.acceptance  # type: ignore[union-attr]
@@ -300,3 +350,7 @@ class Scheduler:
             r.status = FINISHED
             self.kv.free(r)
             finished.append(r)
+
+
+def _admit_seq(r: Request) -> int:
+    return r.admit_seq

@@ -45,7 +45,7 @@ class ChunkedScheduler(Scheduler):
         if not waiting and not any(r.in_prefill for r in running):
             return plan
         lookahead = plan.spec_k + 1 if plan.spec_k else 1
-        budget = self.budget(plan, running, waiting) - len(plan.decode) * lookahead
+        budget = self.budget(plan, running, waiting) - plan.num_decode * lookahead
         # 1. continue prompts already being prefilled
         for r in running:
             if budget <= 0:
@@ -58,7 +58,7 @@ class ChunkedScheduler(Scheduler):
                 plan.prefill.append((r, c))
                 budget -= c
         # 2. start new prompts
-        while budget > 0 and waiting and len(running) < self.cfg.max_num_seqs:
+        while budget > 0 and waiting and self.num_running(running) < self.cfg.max_num_seqs:
             c = self._try_admit(waiting[0], budget, waiting, running, whole=False)
             if not c:
                 break

@@ -26,7 +26,7 @@ class TraditionalScheduler(Scheduler):
         plan = BatchPlan()
         self._swap_in(waiting, running, plan)
         tokens = 0
-        while waiting and len(running) < self.cfg.max_num_seqs:
+        while waiting and self.num_running(running) < self.cfg.max_num_seqs:
             r = waiting[0]
             # a recomputed request (prompt + generated) may exceed the budget: it then runs alone
             budget = self.cfg.max_batch_tokens - tokens if tokens else 1 << 62

@@ -1,0 +1,254 @@
+"""The decoding requests of a replica held as columns: a step costs O(1) in their number.
+
+Every request past its prompt gains one token per decode step ("tick") of its replica, so its
+counters are a function of the tick count: ``kv_tokens = kv_at_join + (tick - tick_at_join)``.
+``DecodeSet`` keeps only what a step needs in aggregate (members, Σ context, how many members
+need a new KV block at the next tick, the next tick at which someone finishes) and the end time
+of every tick. A request's own counters, last-token time and worst gap are brought up to date
+(``materialize``) only when someone reads them: when it finishes, when the scheduler must pick
+preemption victims, and at the end of the run.
+
+What stays exact: block needs come from each member's position inside its last block (a
+member at ``k`` tokens needs a block at the tick where ``k % block_tokens == 0``); inter-token
+gaps are differences of tick end times, the same floats the step-by-step path subtracts; the
+TBT histogram gets each tick's gap once with the count of members that had a token at the tick
+before, and each new member's first gap on its own.
+
+Used only where every member holds ``ceil(kv_tokens / block_tokens)`` blocks and decodes one
+token per step (no prefix sharing, parallel sampling, speculation or sliding window): the
+simulator checks this before giving a replica a ``DecodeSet`` (``Replica._columnar``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+import numpy as np
+
+from llmsim.kvcache import BlockManager
+from llmsim.request import FINISHED, Request
+
+
+class DecodeSet:
+    def __init__(self, kv: BlockManager, gaps: object | None) -> None:
+        self.kv = kv
+        self.bt = kv.block_tokens
+        self.gaps = gaps  # GapHistogram or None
+        self.tick = 0  # decode steps taken so far
+        self.n = 0  # members
+        self.ctx = 0  # Σ kv_tokens of the members (at a step boundary)
+        self._ends = np.empty(4096)  # end time of each tick
+        self._residue = [0] * self.bt  # members by (kv_at_join - tick_at_join) % bt
+        self._members: dict[int, Request] = {}
+        self._finish: list[tuple[int, int, Request]] = []  # (tick after which it is done, admit_seq, request)
+        self._fresh: list[Request] = []  # members whose first tick is the next one
+
+    # ---- membership --------------------------------------------------------------------
+    def add(self, r: Request) -> None:
+        """A request whose counters are current joins (its prompt is done, it has tokens to go)."""
+        r.tick0 = self.tick
+        self._members[r.admit_seq] = r
+        self.n += 1
+        self.ctx += r.kv_tokens
+        self._residue[(r.kv_tokens - self.tick) % self.bt] += 1
+        heapq.heappush(self._finish, (self.tick + r.output_tokens - r.generated, r.admit_seq, r))
+        self._fresh.append(r)
+
+    def _remove(self, r: Request) -> None:
+        del self._members[r.admit_seq]
+        self.n -= 1
+        self.ctx -= r.kv_tokens
+        self._residue[(r.kv_tokens - r.tick0) % self.bt] -= 1
+
+    def materialize(self, r: Request, tick: int | None = None) -> None:
+        """Bring ``r``'s counters, last-token time and worst gap up to ``tick`` (default: now)."""
+        tick = self.tick if tick is None else tick
+        d = tick - r.tick0
+        if d <= 0:
+            return
+        ends = self._ends
+        worst = ends[r.tick0] - r.last_token_s
+        if d > 1:
+            worst = max(worst, float(np.diff(ends[r.tick0 : tick]).max()))
+        if worst > r.max_tbt_s:
+            r.max_tbt_s = float(worst)
+        r.kv_tokens += d
+        r.generated += d
+        r.last_token_s = float(ends[tick - 1])
+        r.blocks = -(-r.kv_tokens // self.bt)
+        r.tick0 = tick
+
+    def flush(self) -> list[Request]:
+        """Every member with current counters, in admission order; the set is left empty."""
+        members = sorted(self._members.values(), key=_admit_seq)
+        for r in members:
+            self.materialize(r)
+        self._members.clear()
+        self._finish.clear()
+        self._fresh.clear()
+        self._residue = [0] * self.bt
+        self.n = self.ctx = 0
+        return members
+
+    # ---- ticks -------------------------------------------------------------------------
+    def blocks_for_ticks(self, first: int, count: int) -> np.ndarray:
+        """New KV blocks the members need at each of ticks ``first .. first+count-1``."""
+        return _blocks_for_ticks(self._residue, first, count)
+
+    def blocks_over(self, first: int, count: int) -> int:
+        return _blocks_over(self._residue, self.n, first, count)
+
+    def blocks_next(self) -> int:
+        return self._residue[(-self.tick) % self.bt]
+
+    def allocate(self, blocks: int, ticks: int = 1) -> None:
+        """Hold the blocks and token slots of ``ticks`` more ticks (already counted in ``blocks``)."""
+        self.kv.grow_counts(blocks, self.n * ticks)
+
+    @property
+    def next_finish(self) -> int:
+        """The tick count at which the first member is done (a big number if none)."""
+        return self._finish[0][0] if self._finish else 1 << 62
+
+    def tick_once(self, end_s: float) -> list[Request]:
+        """``advance`` for one tick (the step-by-step path), without array temporaries."""
+        t = self.tick
+        if t >= len(self._ends):
+            self._ends = np.concatenate((self._ends, np.empty(len(self._ends))))
+        self._ends[t] = end_s
+        gaps = self.gaps
+        if gaps is not None:
+            fresh = len(self._fresh)
+            if self.n > fresh:
+                gaps.add(end_s - float(self._ends[t - 1]), self.n - fresh)
+            for r in self._fresh:
+                gaps.add(end_s - r.last_token_s)
+        self._fresh.clear()
+        self.tick = t + 1
+        self.ctx += self.n
+        return self._finished() if self._finish and self._finish[0][0] <= self.tick else []
+
+    def advance(self, ends: np.ndarray, durations: np.ndarray) -> list[Request]:
+        """Apply ticks ending at ``ends`` (lasting ``durations``): gaps into the histogram, members
+        that finish freed. Returns the finished requests (in admission order among those
+        finishing together)."""
+        m = len(ends)
+        if not m:
+            return []
+        t = self.tick
+        if t + m > len(self._ends):
+            self._ends = np.concatenate((self._ends, np.empty(max(len(self._ends), m))))
+        self._ends[t : t + m] = ends
+        gaps = self.gaps
+        if gaps is not None:
+            fresh = len(self._fresh)
+            if self.n > fresh:
+                gaps.add(float(ends[0] - self._ends[t - 1]), self.n - fresh)
+            for r in self._fresh:
+                gaps.add(float(ends[0]) - r.last_token_s)
+            if m > 1:  # later ticks: the gap is the step's duration (ends are its running sum)
+                gaps.add_many(np.diff(ends), self.n)
+        self._fresh.clear()
+        self.tick = t + m
+        self.ctx += self.n * m
+        return self._finished()
+
+    def _finished(self) -> list[Request]:
+        finished: list[Request] = []
+        while self._finish and self._finish[0][0] <= self.tick:
+            _, _, r = heapq.heappop(self._finish)  # runs stop at the first finish: it is done now
+            self.materialize(r)
+            self._remove(r)
+            r.finish_s = r.last_token_s
+            r.status = FINISHED
+            self.kv.free(r)
+            finished.append(r)
+        return finished
+
+
+def _admit_seq(r: Request) -> int:
+    return r.admit_seq
+
+
+def _blocks_for_ticks(residue: list[int], first: int, count: int) -> np.ndarray:
+    return np.asarray(residue)[(-(first + np.arange(count))) % len(residue)]
+
+
+def _blocks_over(residue: list[int], members: int, first: int, count: int) -> int:
+    """Σ ``_blocks_for_ticks``: every member needs one block per ``len(residue)`` ticks."""
+    bt = len(residue)
+    cycles, part = divmod(count, bt)
+    return cycles * members + sum(residue[(-(first + j)) % bt] for j in range(part))
+
+
+@dataclasses.dataclass
+class ColumnRun:
+    """A run of decode-only steps of a ``DecodeSet``, priced in closed form (``fastpath``); the
+    same interface as ``fastpath.DecodeRun``. The first step is the plan the scheduler just made
+    (its blocks are held); the run ends at the first finish at the latest."""
+
+    members: DecodeSet
+    kv: BlockManager
+    start_s: float
+    durations: np.ndarray
+    applied: int = 0
+    allocated: int = 1
+    external: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    finished: list[Request] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.ends = self.start_s + np.cumsum(self.durations)
+        self.size = self._n = self.members.n
+        self._tick0 = self.members.tick
+        self._residue0 = list(self.members._residue)  # members leave at the run's end; keep who ran
+        self._used0 = self.kv.used
+        self._held0 = self.kv.tokens_held
+
+    @property
+    def steps(self) -> int:
+        return len(self.durations)
+
+    def note_external_blocks(self, now: float, blocks: int) -> None:
+        self.external.append((self.steps_done_by(now), blocks))
+
+    def steps_done_by(self, now: float) -> int:
+        return int(np.searchsorted(self.ends, now, side="right"))
+
+    def allocate_through(self, steps: int) -> None:
+        steps = min(steps, self.steps)
+        if steps > self.allocated:
+            blocks = _blocks_over(self._residue0, self._n, self._tick0 + self.allocated, steps - self.allocated)
+            self.members.allocate(blocks, steps - self.allocated)
+            self.allocated = steps
+
+    def apply_through(self, steps: int, gaps: object | None = None) -> tuple[int, int]:
+        lo, hi = self.applied, min(steps, self.steps)
+        if hi <= lo:
+            return lo, lo
+        self.allocate_through(hi)
+        self.finished += self.members.advance(self.ends[lo:hi], self.durations[lo:hi])
+        self.applied = hi
+        return lo, hi
+
+    def kv_after_steps(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Blocks in use and token slots held after each step in [lo, hi) (steps.csv columns)."""
+        need = _blocks_for_ticks(self._residue0, self._tick0, hi)
+        need[0] = 0  # the first step's blocks were held when the run started
+        used = self._used0 + np.cumsum(need)[lo:hi]
+        for step, blocks in self.external:
+            used[max(0, step - lo) :] += blocks
+        held = self._held0 + self._n * np.arange(lo, hi, dtype=np.int64)
+        return used, held
+
+
+def column_run_length(members: DecodeSet, free_blocks: int, limit: int, min_run: int) -> int:
+    """Decode steps that can run before the first finish (included) with the free blocks; 0 if
+    fewer than ``min_run``. Step 0 is the plan just made: its blocks are held already."""
+    k = min(limit, members.next_finish - members.tick)
+    if k < min_run:
+        return 0
+    if members.blocks_over(members.tick + 1, k - 1) > free_blocks:
+        cum = np.cumsum(members.blocks_for_ticks(members.tick + 1, k - 1))
+        k = 1 + int(np.searchsorted(cum, free_blocks, side="right"))  # steps whose blocks all fit
+    return k if k >= min_run else 0
