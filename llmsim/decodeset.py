@@ -26,6 +26,7 @@ import heapq
 
 import numpy as np
 
+from llmsim.fastpath import Run
 from llmsim.kvcache import BlockManager
 from llmsim.request import FINISHED, Request
 
@@ -183,37 +184,17 @@ def _blocks_over(residue: list[int], members: int, first: int, count: int) -> in
 
 
 @dataclasses.dataclass
-class ColumnRun:
-    """A run of decode-only steps of a ``DecodeSet``, priced in closed form (``fastpath``); the
-    same interface as ``fastpath.DecodeRun``. The first step is the plan the scheduler just made
-    (its blocks are held); the run ends at the first finish at the latest."""
+class ColumnRun(Run):
+    """A run of decode-only steps of a ``DecodeSet`` (the interface of ``fastpath.DecodeRun``);
+    it ends at the first finish at the latest."""
 
     members: DecodeSet
-    kv: BlockManager
-    start_s: float
-    durations: np.ndarray
-    applied: int = 0
-    allocated: int = 1
-    external: list[tuple[int, int]] = dataclasses.field(default_factory=list)
-    finished: list[Request] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.ends = self.start_s + np.cumsum(self.durations)
+        super().__post_init__()
         self.size = self._n = self.members.n
         self._tick0 = self.members.tick
         self._residue0 = list(self.members._residue)  # members leave at the run's end; keep who ran
-        self._used0 = self.kv.used
-        self._held0 = self.kv.tokens_held
-
-    @property
-    def steps(self) -> int:
-        return len(self.durations)
-
-    def note_external_blocks(self, now: float, blocks: int) -> None:
-        self.external.append((self.steps_done_by(now), blocks))
-
-    def steps_done_by(self, now: float) -> int:
-        return int(np.searchsorted(self.ends, now, side="right"))
 
     def allocate_through(self, steps: int) -> None:
         steps = min(steps, self.steps)

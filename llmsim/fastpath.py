@@ -61,37 +61,31 @@ def run_length(members: list[Request], kv: BlockManager, window: int | None, lim
 
 
 @dataclasses.dataclass
-class DecodeRun:
-    """A run of decode-only steps of the same ``members``, started at ``start_s``.
+class Run:
+    """A run of decode-only steps started at ``start_s``: what every kind of run shares.
 
     The run's first step is the plan the scheduler just made, so its KV slots are already
     allocated (``allocated`` starts at 1).
     """
 
-    members: list[Request]
+    members: object
     kv: BlockManager
     start_s: float
     durations: np.ndarray
     applied: int = 0  # steps whose tokens have been emitted
     allocated: int = 1  # steps whose KV slots have been allocated (a step allocates when it starts)
     external: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (step, blocks) held by others
-    finished: list[Request] = dataclasses.field(default_factory=list)  # none: a run stops short of a finish
+    finished: list[Request] = dataclasses.field(default_factory=list)  # requests done at its last step
+    waiting0: int = 0  # requests waiting when it started (steps.csv)
 
     def __post_init__(self) -> None:
         self.ends = self.start_s + np.cumsum(self.durations)
-        # state at the start, for steps.csv rows
-        self._kv0 = np.fromiter((r.kv_tokens for r in self.members), dtype=np.int64, count=len(self.members))
-        self._blocks0 = np.fromiter((r.blocks for r in self.members), dtype=np.int64, count=len(self.members))
-        self._used0 = self.kv.used
+        self._used0 = self.kv.used  # state at the start, for steps.csv rows
         self._held0 = self.kv.tokens_held
 
     @property
     def steps(self) -> int:
         return len(self.durations)
-
-    @property
-    def size(self) -> int:
-        return len(self.members)
 
     def note_external_blocks(self, now: float, blocks: int) -> None:
         """Blocks taken from this cache by someone else during the run (a KV transfer's reservation)."""
@@ -99,6 +93,22 @@ class DecodeRun:
 
     def steps_done_by(self, now: float) -> int:
         return int(np.searchsorted(self.ends, now, side="right"))
+
+
+@dataclasses.dataclass
+class DecodeRun(Run):
+    """A run of the same ``members`` (Request objects), stopping short of the first finish."""
+
+    members: list[Request]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._kv0 = np.fromiter((r.kv_tokens for r in self.members), dtype=np.int64, count=len(self.members))
+        self._blocks0 = np.fromiter((r.blocks for r in self.members), dtype=np.int64, count=len(self.members))
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
 
     def allocate_through(self, steps: int) -> None:
         steps = min(steps, self.steps)

@@ -229,8 +229,15 @@ class Replica:
             run.allocate_through(done + 1)
 
     def finish(self) -> None:
-        """At the end of the simulation: every request's counters up to date."""
-        self.sync()
+        """At the end of the simulation: every request's counters up to date, and the steps of a
+        decode run cut by the horizon that did complete counted and logged."""
+        run = self._run
+        if run is not None:
+            self.sync()
+            if run.applied:
+                self.busy_s += float(run.durations[: run.applied].sum())
+                self.max_step_tokens = max(self.max_step_tokens, run.size)
+                self._log_run(run, run.applied, live_last=False)
         if self.sched.columns is not None:
             self.sched.columns.flush()
 
@@ -310,7 +317,7 @@ class Replica:
         """Wait out a decode run; an interrupt ends it after the step in progress. Returns the
         time its last step ended."""
         env = self.env
-        waiting_before = len(self.waiting)
+        run.waiting0 = len(self.waiting)
         if ahead and run.ends[-1] < self.next_input_s():
             done = run.steps  # nothing can interrupt it: no event needed
         else:
@@ -332,11 +339,12 @@ class Replica:
             self._signal_freed()
         self.busy_s += float(run.durations[:done].sum())
         self.max_step_tokens = max(self.max_step_tokens, run.size)
-        self._log_run(run, done, waiting_before)
+        self._log_run(run, done)
         return float(run.ends[done - 1])
 
-    def _log_run(self, run: DecodeRun, steps: int, waiting_before: int) -> None:
-        """steps.csv rows of a decode run, as the step-by-step loop would have written them."""
+    def _log_run(self, run: DecodeRun | ColumnRun, steps: int, live_last: bool = True) -> None:
+        """steps.csv rows of a decode run, as the step-by-step loop would have written them. The
+        last row of a run that ended normally is the live state (finished requests freed)."""
         self.steps_taken += steps
         if not self.steps.every:
             self.steps.seen += steps
@@ -345,8 +353,8 @@ class Replica:
         starts = np.concatenate(([run.start_s], run.ends[: steps - 1]))
         n, cap, bt = run.size, self.kv.num_blocks, self.kv.block_tokens
         for i in range(steps):
-            if i < steps - 1:
-                u, waiting = int(used[i]), waiting_before
+            if i < steps - 1 or not live_last:
+                u, waiting = int(used[i]), run.waiting0
                 frag = max(0.0, 1.0 - held[i] / (u * bt)) if u else 0.0
             else:  # the run ends now: what the step-by-step loop logs here is the live state
                 u, waiting, frag = self.kv.used, len(self.waiting), self.kv.fragmentation

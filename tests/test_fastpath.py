@@ -62,6 +62,7 @@ STEP_COLUMNS = ["start_s", "duration_s", "decode_tokens", "batch_size", "preempt
         ("traditional", {}),
         ("chunked", {}),
         ("disaggregated", {}),
+        ("static", {}),
         ("chunked", {"cluster__router": "kv_aware"}),
         ("traditional", {"kv_cache__preemption": "swap"}),
         ("chunked", {"cluster__cuda_graphs": True}),

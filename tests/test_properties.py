@@ -14,6 +14,7 @@ import tempfile
 from collections import deque
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
@@ -188,6 +189,24 @@ def test_random_scenarios_keep_every_invariant(d):
     if s["requests"]["unfinished"]:
         assert sc.workload.horizon_s is not None
     assert s["saturation"]["verdict"] in ("stable", "backlogged", "overloaded")
+
+
+@settings(max_examples=max(20, settings().max_examples // 4))
+@given(scenarios())
+def test_fast_paths_equal_exact_steps_on_random_scenarios(d):
+    """Columnar decoders, decode-run jumps and event-free steps change nothing: every request's
+    numbers equal one-event-per-step simulation's (to float rounding)."""
+    sc = build(d)
+    fast = simulate_checked(sc)
+    exact = simulate_checked(sc, exact_steps=True)
+    assert list(fast.requests["status"]) == list(exact.requests["status"])
+    num = exact.requests.select_dtypes("number").columns
+    a, b = fast.requests[num].to_numpy(float), exact.requests[num].to_numpy(float)
+    assert ((a == b) | (abs(a - b) <= 1e-9 * (1 + abs(b))) | (np.isnan(a) & np.isnan(b))).all()
+    assert fast.summary["steps_total"] == exact.summary["steps_total"]
+    assert len(fast.steps) == len(exact.steps)
+    for col in ("kv_blocks_used", "decode_tokens", "prefill_tokens", "waiting"):
+        assert (fast.steps[col].to_numpy() == exact.steps[col].to_numpy()).all(), col
 
 
 def _hw_with_bandwidth(hw, factor: float):
