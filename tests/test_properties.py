@@ -195,10 +195,19 @@ def test_random_scenarios_keep_every_invariant(d):
 @given(scenarios())
 def test_fast_paths_equal_exact_steps_on_random_scenarios(d):
     """Columnar decoders, decode-run jumps and event-free steps change nothing: every request's
-    numbers equal one-event-per-step simulation's (to float rounding)."""
+    numbers equal one-event-per-step simulation's (to float rounding).
+
+    Except one thing they may change: the order of events at exactly the same simulated instant
+    on different replicas (SimPy runs them in the order they were scheduled, and a jump schedules
+    its end earlier than the steps it replaces). Identical lengths arriving together make such
+    ties; when a tie decides something (a router reading another replica's load), both orders are
+    valid outcomes. Scenarios whose exact run has steps of different replicas ending at the same
+    instant are skipped."""
     sc = build(d)
-    fast = simulate_checked(sc)
     exact = simulate_checked(sc, exact_steps=True)
+    ends = exact.steps["start_s"] + exact.steps["duration_s"]
+    assume(not (exact.steps.assign(end=ends).groupby("end")["replica"].nunique() > 1).any())
+    fast = simulate_checked(sc)
     assert list(fast.requests["status"]) == list(exact.requests["status"])
     num = exact.requests.select_dtypes("number").columns
     a, b = fast.requests[num].to_numpy(float), exact.requests[num].to_numpy(float)
