@@ -23,8 +23,9 @@ def run(
 ) -> Results:
     """Simulate a scenario (a ``Scenario`` or a path to its YAML) and return its frames and summary.
 
-    ``exact_steps`` simulates one event per step instead of jumping over runs of identical decode
-    steps in closed form (same results to float rounding; see llmsim/fastpath.py).
+    ``exact_steps`` simulates one event per step with every request a Python object touched each
+    step, instead of the fast paths (columnar decoders, decode runs priced in closed form, steps
+    completed without events): the same results to float rounding, see docs/performance.md.
 
     ``checks`` verifies the run's invariants (llmsim/invariants.py) and raises ``InvariantError``."""
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides)

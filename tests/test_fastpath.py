@@ -133,3 +133,13 @@ def test_decode_run_times_equal_step_by_step_pricing(hw: str) -> None:
             for j in range(300)
         ]
         np.testing.assert_allclose(times, exact, rtol=1e-12)
+
+
+def test_cli_exact_steps_flag_gives_the_same_requests(tmp_path: Path) -> None:
+    from llmsim.cli import main
+
+    sc = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
+    args = ["run", str(sc), "--quiet", "--no-report", "--set", "workload.num_requests=60"]
+    assert main([*args, "--out", str(tmp_path / "fast")]) == 0
+    assert main([*args, "--out", str(tmp_path / "exact"), "--exact-steps"]) == 0
+    _compare(pd.read_csv(tmp_path / "exact" / "requests.csv"), pd.read_csv(tmp_path / "fast" / "requests.csv"))

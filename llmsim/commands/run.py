@@ -22,6 +22,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.add_argument("--no-report", action="store_true", help="skip report.html / report.md / trace.json")
+    p.add_argument(
+        "--exact-steps",
+        action="store_true",
+        help="one event per step, every request touched every step (no fast paths; same results, slower)",
+    )
     p.set_defaults(func=cmd_run)
 
 
@@ -56,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     sc = load_scenario(path, parse_overrides(args.set))
     out = Path(args.out or sc.output.dir)  # --out wins over the scenario's output.dir
     prepare_output(out)
-    res = run(sc)
+    res = run(sc, exact_steps=args.exact_steps)
     written = res.write(out)
     if not args.no_report:
         from llmsim.report import write_report, write_scenario
