@@ -35,6 +35,21 @@ class Figure(BaseModel):
         return v
 
 
+class FigureTable(BaseModel):
+    """A sourced list of numbers indexed from 1 (``value[0]`` is for 1, ``value[1]`` for 2, ...)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: list[float] = Field(min_length=1)
+    source: str = Field(min_length=3)
+
+    @field_validator("value")
+    @classmethod
+    def _finite_positive(cls, v: list[float]) -> list[float]:
+        if not all(0 < x < float("inf") for x in v):
+            raise ValueError("every entry must be a finite number > 0")
+        return v
+
+
 class Link(BaseModel):
     """A point-to-point or switched link, per device and per direction (unidirectional)."""
 
@@ -69,6 +84,10 @@ class Efficiency(BaseModel):
     # Optional CPU-BLAS regimes (absent: priced like any GEMM / attention, as before).
     gemv_memory_fraction: Figure | None = None  # m = 1 GEMMs take a GEMV path: no tiles, weights stream at this x bw
     decode_attention_fraction: Figure | None = None  # decode attention's FLOP efficiency, if unlike prefill's
+    # Measured GEMM rate / dense peak for m = 1, 2, ..., len rows (whole time, weight streaming
+    # included): BLAS switches kernels at small m in steps no smooth curve follows. GEMMs with more
+    # rows use the curve; where the table applies it replaces the curve and gemv_memory_fraction.
+    gemm_small_m: FigureTable | None = None
 
 
 class Overheads(BaseModel):

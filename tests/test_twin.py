@@ -118,12 +118,77 @@ def test_smoothed_factor_follows_the_slowdown_after_the_window():
     assert len(slowed.probes) == n + 3  # interval 0: one probe before every step, after 3 filling the window
 
 
+class SplitMachine(FakeMachine):
+    """From step ``slow_from`` on, only steps that prefill run 2x slower (a neighbour contending for
+    compute, say); the decode probe keeps reading 1x, the prefill probe reads 2x."""
+
+    def __init__(self, slow_from: int | None) -> None:
+        super().__init__(slow_from)
+        self.prefilling = False
+
+    def slowness(self) -> float:
+        return super().slowness() if self.prefilling else 1.0
+
+    def probe(self) -> float:
+        return self.PROBE_REF_S
+
+    def prefill_probe(self) -> float:
+        self.prefilling = True
+        try:
+            return self.PROBE_REF_S * self.slowness()
+        finally:
+            self.prefilling = False
+
+    def attach(self, eng: ReferenceEngine) -> None:
+        execute = eng.execute
+
+        def timed(plan):  # noqa: ANN001, ANN202
+            self.prefilling = plan.prefill_tokens > 0
+            execute(plan)
+            self.now += 1e-3 * (1 + plan.prefill_tokens + len(plan.decode)) * self.slowness()
+            self.steps += 1
+            self.prefilling = False
+
+        eng.execute = timed  # type: ignore[method-assign]
+
+
+def _split_run(slow_from: int | None):  # noqa: ANN202
+    machine = SplitMachine(slow_from)
+    probe = SpeedProbe(machine.probe, FakeMachine.PROBE_REF_S, interval_s=0.0, window=1)
+    prefill_probe = SpeedProbe(machine.prefill_probe, FakeMachine.PROBE_REF_S, interval_s=0.0, window=1)
+    eng = ReferenceEngine(init_weights(TINY, 0, np.float32), "chunked", SchedulerConfig(max_num_seqs=4, chunk_tokens=16),
+                          64, 4, clock=machine.clock, probe=probe, prefill_probe=prefill_probe)  # fmt: skip
+    machine.attach(eng)
+    rng = np.random.default_rng(1)
+    reqs = [eng.new_request(i, i * 0.01, int(rng.integers(5, 30)), int(rng.integers(2, 8))) for i in range(10)]
+    return eng.run(reqs)
+
+
+def test_prefill_probe_scales_only_the_steps_that_prefill():
+    """Only prefilling steps slow down: the prefill probe's factor (2) applies to them, the decode
+    probe's (1) to decode-only steps, and the normalised run equals the steady machine's."""
+    steady = _split_run(None)
+    n = len(steady.steps)
+    slowed = _split_run(n // 2)
+    st = slowed.steps.iloc[n // 2 :]
+    prefills = st["prefill_tokens"] > 0
+    assert prefills.any() and (~prefills).any()
+    assert (st.loc[prefills, "speed_factor"] == 2.0).all() and (st.loc[~prefills, "speed_factor"] == 1.0).all()
+    assert np.allclose(slowed.steps["duration_s"], steady.steps["duration_s"])
+    for a, b in zip(slowed.requests, steady.requests, strict=True):
+        assert (a.first_token_s, a.finish_s) == pytest.approx((b.first_token_s, b.finish_s))
+    assert len(slowed.prefill_probes) == len(slowed.probes) > 0
+
+
 def fake_profile(tmp_path: Path) -> Path:
     """A local-cpu-shaped profile with made-up efficiencies (no benchmarking in unit tests)."""
     data = yaml.safe_load(Path("hardware_profiles/EPYC-9654.yaml").read_text())
     data["name"] = "local-cpu-test"
     data["memory_capacity_bytes"]["value"] = 4e9  # a small KV pool: the block manager lists every block
-    data["calibration"] = {"probe_step": {"step": "decode b=8 ctx=256", "measured_s": 0.014}}
+    data["calibration"] = {
+        "probe_step": {"step": "decode b=8 ctx=256", "measured_s": 0.014},
+        "probe_prefill_step": {"step": "prefill 128", "measured_s": 0.04},
+    }
     path = tmp_path / "local-cpu.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -151,6 +216,7 @@ def test_twin_compares_the_same_requests(tmp_path, monkeypatch):
     # both clocks are reported: the engine ran on the normalised clock, the raw one is the same run unscaled
     s = result.summary
     assert s["normalised"] and s["speed_factor"]["probes"] >= 1
+    assert s["prefill_speed_factor"]["probes"] == s["speed_factor"]["probes"]  # the profile has both references
     assert "e2e_s" in s["error"] and "e2e_s" in s["error_raw"]
     assert np.allclose(f["e2e_s_err_raw"], f["e2e_s_pred"] / f["e2e_s_meas_raw"] - 1)
     st = result.steps
@@ -246,13 +312,12 @@ def test_measure_and_write_produces_a_valid_local_cpu_profile(tmp_path):
     assert prof.name == "local-cpu" and prof.family == "cpu"
     assert all("measured by llmsim calibrate --local-cpu on" in f.source for f in [prof.peak_flops["fp32"]])
     assert "measured by llmsim calibrate --local-cpu" in prof.efficiency.gemm_half_m.source
-
-
-def test_gemv_fraction_is_the_single_row_streaming_rate():
-    bw = 1e10
-    rows = [{"m": 1, "n": n, "k": k, "s": 4.0 * (k + k * n + n) / (0.7 * bw)} for n, k in ((512, 512), (2048, 512))]
-    rows.append({"m": 2, "n": 512, "k": 512, "s": 1.0})  # a GEMM row does not count
-    assert cpubench.gemv_fraction(rows, bw) == pytest.approx(0.7)
+    table = prof.efficiency.gemm_small_m  # m = 1..SMALL_M measured; it covers m = 1, so no GEMV figure
+    assert len(table.value) == cpubench.SMALL_M and all(0 < v <= 1.5 for v in table.value)
+    assert "measured by llmsim calibrate --local-cpu" in table.source
+    assert prof.calibration["probe_prefill_step"]["step"] == "prefill 128"  # both drift probes' references
+    assert prof.calibration["probe_prefill_step"]["measured_s"] > 0 and prof.calibration["probe_step"]["measured_s"] > 0
+    assert prof.efficiency.gemv_memory_fraction is None
 
 
 def test_spread_contexts_have_the_requested_batch_and_mean():

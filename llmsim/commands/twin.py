@@ -113,3 +113,9 @@ def print_run(result, repeats: int) -> None:  # noqa: ANN001
             f"speed factor: {sf['probes']} probe readings {sf['min']:.2f}..{sf['max']:.2f} (median {sf['median']:.2f}), "
             f"applied (median of the last 3) {sf['applied_min']:.2f}..{sf['applied_max']:.2f}"
         )
+    pf = s.get("prefill_speed_factor", {})
+    if pf.get("probes"):
+        print(
+            f"prefill probe (applied to steps that prefill): {pf['probes']} readings {pf['min']:.2f}..{pf['max']:.2f} "
+            f"(median {pf['median']:.2f})"
+        )

@@ -90,6 +90,8 @@ class CostModel:
         self._decode_attn_frac = eff.gemm_max_fraction.value * dec.value if dec else self._attn_frac
         gemv = eff.gemv_memory_fraction
         self._gemv_bw = self.hw.bandwidth * gemv.value * self._numa_factor() if gemv else None
+        small = eff.gemm_small_m  # measured rate per m for m = 1..len (replaces the curve there)
+        self._small_m: tuple[float, ...] = tuple(small.value) if small else ()
         self._launch = self.hw.overheads.kernel_launch_s.value
         self._step_overhead = self.hw.overheads.step_overhead_s.value
         self._link = tp_link(self.hw, self.cfg.tp)
@@ -115,7 +117,10 @@ class CostModel:
     def gemm_efficiency(self, m: int, n: int = 0) -> float:
         """Fraction of dense peak a GEMM with m rows (and n output columns) reaches, compute side.
 
-        ``n = 0`` leaves out wave quantisation (kept for callers that only know m)."""
+        ``n = 0`` leaves out wave quantisation (kept for callers that only know m). Where the
+        profile has a measured ``gemm_small_m`` table the table's entry is returned instead."""
+        if 0 < m <= len(self._small_m):
+            return self._small_m[m - 1]
         scale = min(1.0, DTYPE_BYTES[self.cfg.weight_dtype] / DTYPE_BYTES[self.cfg.act_dtype])
         if not n:
             return self._curve.max_fraction * m / (m + self._curve.half_m * scale)
@@ -146,7 +151,8 @@ class CostModel:
         dequant = 0.0
         if op.kind == "gemm":
             flops = self.padded_flops(op)
-            if op.m == 1 and self._gemv_bw is not None:  # GEMV: no tiles to fill, it streams the weights
+            small = 0 < op.m <= len(self._small_m)
+            if op.m == 1 and self._gemv_bw is not None and not small:  # GEMV: no tiles to fill, streams the weights
                 compute = flops / (peak * self._curve.max_fraction)
             else:
                 compute = flops / (peak * self.gemm_efficiency(op.m, op.n)) if op.m else 0.0
@@ -155,6 +161,8 @@ class CostModel:
             dequant = self._dequant_s(op)
             compute += dequant
             memory = op.bytes / (self._gemv_bw if op.m == 1 and self._gemv_bw is not None else self._bw)
+            if small:  # a measured whole-GEMM rate already includes streaming the weights
+                memory = 0.0
         elif op.kind == "attention":
             frac = self._decode_attn_frac if op.name.startswith("attention_decode") else self._attn_frac
             compute = op.flops / (peak * frac)

@@ -4,11 +4,14 @@ What the roofline needs for a CPU running the reference model, each measured her
 BLAS thread count the reference engine uses (``BLAS_THREADS``):
 
 - GEMM time vs rows m on the reference model's own weight shapes: the best FLOP/s is the fp32
-  peak (so ``gemm_max_fraction`` is 1 by construction), ``gemm_half_m`` and the weight-streaming
-  ``memory_fraction`` are fitted to the measured times under the roofline's own formula
+  peak (so ``gemm_max_fraction`` is 1 by construction); above ``SMALL_M`` rows ``gemm_half_m`` and
+  the weight-streaming ``memory_fraction`` are fitted to the measured times under the roofline's own formula
   ``max(2mnk / (peak · m/(m+half_m)), bytes / (bw · memory_fraction))``;
-- memory bandwidth: a streaming reduction over a buffer larger than the last-level cache;
-- single-row GEMMs (NumPy's BLAS runs them as GEMV, no tile packing) -> ``gemv_memory_fraction``;
+- GEMMs of m = 1..``SMALL_M`` rows -> the ``gemm_small_m`` table: each m's GEMM rate, timed call by
+  call inside the reference model's decode steps of m sequences (NumPy's BLAS runs one row as a
+  GEMV, two at about half its rate per row, and packs tiles from three rows, faster per row at
+  multiples of four rows: no smooth curve follows that);
+- memory bandwidth: a streaming copy of a buffer larger than the last-level cache;
 - attention: the reference model's prefill attention -> ``attention_fraction``, its paged decode
   attention -> ``decode_attention_fraction`` (two regimes on this CPU); elementwise passes (norm,
   add, SiLU) -> ``elementwise_memory_fraction``;
@@ -36,6 +39,8 @@ from llmsim.reference.counters import Counter
 
 CLOCK = time.process_time  # see ReferenceEngine: the twin times the engine with the same clock
 BLAS_THREADS = 1  # the engine and the benchmarks both run NumPy's BLAS on one thread (see docs/reference.md)
+SMALL_M = 16  # GEMMs of 1..SMALL_M rows (every decode batch of the twin) get a measured rate each
+SMALL_M_CTX = 256  # context of the decode steps the small-m table is timed in (the probe step's)
 
 # The twin's model (also shipped as scenarios/twin_small_config.json): a 4-layer, 512-wide
 # Llama-style decoder with 4:1 grouped-query attention, ~20 M parameters in fp32.
@@ -71,28 +76,27 @@ def best_time(fn: Callable[[], object], min_s: float = 0.05, reps: int = 5) -> f
 
 
 def gemm_table(spec: ModelSpec, ms: list[int], reps: int) -> list[dict]:
-    """Measured seconds of [m, k] @ [k, n] for the model's weight shapes, timed while walking
-    through a whole model's weights in forward order (a GEMM repeated on one hot matrix reads it
-    from cache and would overstate the weight-streaming rate a real forward pass gets)."""
+    """Measured seconds of [m, k] @ [k, n] for the model's weight shapes (median of ``reps``). Timed while walking through a whole
+    model's weights in forward order (a GEMM repeated on one hot matrix reads it from cache and
+    would overstate the weight-streaming rate a real forward pass gets); each repetition walks
+    once at every m, so a slow spell of the machine lands on all m alike, not on a few of them."""
     from llmsim.reference.model import init_weights
 
     w = init_weights(spec, 0, np.float32)
     mats = [(name, lay[name]) for lay in w.layers for name in ("w_qkv", "w_o", "w_up", "w_down")]
     mats.append(("lm_head", np.ascontiguousarray(w.lm_head)))
     rng = np.random.default_rng(0)
-    rows = []
-    for m in ms:
-        xs = {k: rng.standard_normal((m, k)).astype(np.float32) for k in {mat.shape[0] for _, mat in mats}}
-        times: dict[tuple[int, int], list[float]] = {}
-        for _ in range(reps):
+    ks = {mat.shape[0] for _, mat in mats}
+    xs = {(m, k): rng.standard_normal((m, k)).astype(np.float32) for m in ms for k in ks}
+    times: dict[tuple[int, int, int], list[float]] = {}
+    for _ in range(reps):
+        for m in ms:
             for _, mat in mats:
-                x = xs[mat.shape[0]]
+                x = xs[(m, mat.shape[0])]
                 t0 = CLOCK()
                 x @ mat
-                times.setdefault(mat.shape, []).append(CLOCK() - t0)
-        for (k, n), ts in times.items():
-            rows.append({"m": m, "n": n, "k": k, "s": float(np.median(ts))})
-    return rows
+                times.setdefault((m, *mat.shape), []).append(CLOCK() - t0)
+    return [{"m": m, "n": n, "k": k, "s": float(np.median(ts))} for (m, k, n), ts in times.items()]
 
 
 def stream_bandwidth(min_s: float, mbytes: int = 512) -> float:
@@ -102,21 +106,61 @@ def stream_bandwidth(min_s: float, mbytes: int = 512) -> float:
     return 2 * src.nbytes / best_time(lambda: np.copyto(dst, src), min_s, reps=3)
 
 
-def gemv_fraction(rows: list[dict], bw: float) -> float:
-    """Weight-streaming rate of single-row GEMMs / bandwidth (the median over the model's shapes).
+def engine_gemm_table(spec: ModelSpec, ms: list[int], reps: int, ctx: int = SMALL_M_CTX) -> list[dict]:
+    """GEMM FLOPs and seconds of one decode step of ``m`` sequences (every GEMM then has m rows,
+    the LM head's too), timed call by call inside the reference model's own forward pass: the
+    median over ``reps`` steps. Timed in the forward, not in a loop of bare matmuls, because there
+    the GEMMs see the cache left by the attention and norms around them (measured: 26-55% slower
+    than the same matmuls back to back for m = 1..4). Each repetition runs every m once, so a
+    slow spell of the machine lands on all m alike."""
+    from llmsim.reference.model import Model, PagedKVCache, Segment, init_weights
 
-    With one row NumPy's BLAS runs a GEMV kernel, which streams the weight matrix without packing
-    it into tiles, so it is a regime of its own (``gemv_memory_fraction``), not the m -> 1 end of
-    the GEMM curve."""
-    one = [r for r in rows if r["m"] == 1]
-    return float(np.median([4.0 * (r["k"] + r["k"] * r["n"] + r["n"]) / r["s"] / bw for r in one]))
+    class TimedModel(Model):
+        gemm_s = gemm_flops = 0.0
+
+        def _linear(self, name, x, w, b=None):  # noqa: ANN001, ANN202 - Model._linear's signature
+            t0 = CLOCK()
+            y = super()._linear(name, x, w, b)
+            self.gemm_s += CLOCK() - t0
+            self.gemm_flops += 2.0 * x.shape[0] * w.shape[0] * w.shape[1]
+            return y
+
+    model = TimedModel(init_weights(spec, 0, np.float32), PagedKVCache(spec, 16, np.float32))
+    blocks = -(-(ctx + 1) // 16)
+    segs = {m: [Segment(np.array([1]), ctx, model.cache.allocate(blocks), "decode") for _ in range(m)] for m in ms}
+    samples: dict[int, list[tuple[float, float]]] = {m: [] for m in ms}
+    for _ in range(reps):
+        for m in ms:
+            model.forward(segs[m])  # once untimed: the previous step had another shape
+            model.gemm_s = model.gemm_flops = 0.0
+            model.forward(segs[m])
+            samples[m].append((model.gemm_flops, model.gemm_s))
+    return [
+        {"m": m, "gemm_flops": float(np.median([f for f, _ in ss])), "gemm_s": float(np.median([t for _, t in ss]))}
+        for m, ss in samples.items()
+    ]
 
 
-def fit_gemm(rows: list[dict], bw: float) -> tuple[float, float, float]:
+def small_m_table(rows: list[dict], peak: float, max_m: int) -> list[float]:
+    """``gemm_small_m`` for m = 1..``max_m``: GEMM FLOP/s of a decode step of m sequences / peak
+    (rows from ``engine_gemm_table``: the model's shapes weighted as a forward pass runs them).
+
+    The whole GEMM time, weight streaming included: the cost model uses it in place of both the
+    curve and the memory side. With 1 row NumPy's BLAS runs a GEMV (no tile packing), 2 rows cost
+    about twice that, and from 3 rows it packs tiles, faster per row at multiples of 4 rows and
+    slower at odd counts; the rate per m is measured, not fitted."""
+    by_m = {r["m"]: r for r in rows}
+    if missing := [m for m in range(1, max_m + 1) if m not in by_m]:
+        raise ValueError(f"no GEMM timings at m = {missing}")
+    return [by_m[m]["gemm_flops"] / by_m[m]["gemm_s"] / peak for m in range(1, max_m + 1)]
+
+
+def fit_gemm(rows: list[dict], bw: float, min_m: int = 2) -> tuple[float, float, float]:
     """(peak FLOP/s, half_m, memory_fraction) minimising the log error of the roofline GEMM time
-    over the m >= 2 rows (m = 1 is the GEMV regime, see ``gemv_fraction``)."""
-    rows = [r for r in rows if r["m"] >= 2]
+    over the rows with m >= ``min_m`` (smaller m are the measured ``gemm_small_m`` table). The peak
+    is the best rate over all rows."""
     peak = max(2 * r["m"] * r["n"] * r["k"] / r["s"] for r in rows)
+    rows = [r for r in rows if r["m"] >= min_m]
     m = np.array([r["m"] for r in rows], float)
     flops = np.array([2.0 * r["m"] * r["n"] * r["k"] for r in rows])
     nbytes = np.array([4.0 * (r["m"] * r["k"] + r["k"] * r["n"] + r["m"] * r["n"]) for r in rows])
@@ -262,9 +306,15 @@ def time_step(model, chunks: list[int], decodes: list[tuple[int, int]], reps: in
     return float(np.median(times))
 
 
-def probe_timer(clock: Callable[[], float] = CLOCK, passes: int = 1, weights=None) -> Callable[[], float]:  # noqa: ANN001
-    """A function timing the ``PROBE`` step once, for the engine's drift normalisation: the median of
-    ``passes`` forward passes of a separate ``TWIN_SPEC``-shaped model on ``clock``.
+def probe_timer(
+    clock: Callable[[], float] = CLOCK,
+    passes: int = 1,
+    weights=None,  # noqa: ANN001
+    step: tuple[list[int], list[tuple[int, int]]] | None = None,
+) -> Callable[[], float]:
+    """A function timing ``step`` (default ``PROBE``; or ``PREFILL_PROBE``) once, for the engine's
+    drift normalisation: the median of ``passes`` forward passes of a separate ``TWIN_SPEC``-shaped
+    model on ``clock``.
 
     ``weights``: the engine's own weights when they have ``TWIN_SPEC``'s shapes (timing does not
     depend on the values), so the probe does not evict the engine's weights from the cache; else
@@ -277,7 +327,7 @@ def probe_timer(clock: Callable[[], float] = CLOCK, passes: int = 1, weights=Non
     same = weights is not None and all(getattr(weights.spec, f) == getattr(TWIN_SPEC, f) for f in shapes)
     w = weights if same else init_weights(TWIN_SPEC, 0, np.float32)
     model = Model(w, PagedKVCache(w.spec, 16, np.float32))
-    chunks, decodes = PROBE
+    chunks, decodes = step or PROBE
     segs = [
         Segment(np.arange(n) % TWIN_SPEC.vocab_size, 0, model.cache.allocate(-(-n // 16)), "prefill") for n in chunks
     ]
@@ -335,13 +385,17 @@ def time_steps(model, cases: list[tuple[list[int], list[tuple[int, int]]]], reps
 
 
 # Calibration steps (kept apart from the twin's validation grid of 16..2048-token prefills and
-# decode batches 1..64 at contexts 128..4096). Single-sequence decodes are in: their GEMMs are
-# GEMVs, priced with ``gemv_memory_fraction``.
+# decode batches 1..64 at contexts 128..4096). Decode batches of 1..16 price their GEMMs from the
+# measured ``gemm_small_m`` table.
 CAL_PREFILL = [32, 128, 512, 1536]
 FIT_RANGE = 3.0
 # The probe: a calibration step timed again around every twin run, to show whether this machine
 # (a VM whose neighbours come and go) runs at the speed it was calibrated at.
 PROBE = ([], [(8, 256)])
+# A second, compute-bound probe for steps that prefill: while the probe above (memory-bound) ran
+# ~1.2x its calibration time in the twin runs of docs/reference.md section 4, prefill steps ran at
+# calibrated speed, so one factor for both over-corrected them.
+PREFILL_PROBE = ([128], [])
 CAL_DECODE = [(1, 384), (2, 256), (8, 256), (32, 256), (4, 1024), (48, 768), (1, 2560), (8, 2048), (24, 1536)]
 CAL_DECODE += [(12, 3072), (40, 1536)]
 # A served batch mixes contexts (the engine's decode attention then runs a few length groups) and
@@ -351,11 +405,11 @@ SPREAD_SIGMA = 0.7  # lognormal spread of contexts around the mean (the twin's p
 FIT_KEYS = [
     "gemm_half_m",
     "memory_fraction",
-    "gemv_memory_fraction",
     "attention_fraction",
     "decode_attention_fraction",
     "elementwise_memory_fraction",
     "kernel_fixed_s",
+    "gemm_small_m",  # one scale on the whole measured table: its level is refined, its shape kept
 ]
 
 
@@ -430,7 +484,9 @@ def _with_values(profile: dict, values: dict) -> dict:
     out = {**profile, "efficiency": dict(profile["efficiency"]), "overheads": dict(profile["overheads"])}
     for k, v in values.items():
         section = "overheads" if k.endswith("_s") else "efficiency"
-        out[section][k] = {**out[section][k], "value": float(v)}
+        old = out[section][k]["value"]
+        new = [x * float(v) for x in old] if isinstance(old, list) else float(v)  # a table: v scales it
+        out[section][k] = {**out[section][k], "value": new}
     return out
 
 
@@ -443,12 +499,14 @@ def _fp32():
 def measure(quick: bool = False, spec: ModelSpec = TWIN_SPEC) -> tuple[HardwareProfile, dict]:
     """Run every benchmark; return the profile and the raw measurements."""
     min_s = 0.02 if quick else 0.08
-    ms = [1, 4, 16, 64, 256, 1024] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
+    ms = [1, 24, 64, 256, 1024] if quick else [1, 2, 4, 8, 16, 20, 24, 32, 48, 64, 128, 256, 512, 1024, 2048]
+    small_reps = 3 if quick else 9
     with threadpool_limits(BLAS_THREADS, "blas"):
         bw = stream_bandwidth(min_s, 256 if quick else 1024)
         rows = gemm_table(spec, ms, 5 if quick else 15)
-        peak, half_m, mem_frac = fit_gemm(rows, bw)
-        gemv = gemv_fraction(rows, bw)
+        peak, half_m, mem_frac = fit_gemm(rows, bw, min_m=SMALL_M + 1)
+        small_rows = engine_gemm_table(spec, list(range(1, SMALL_M + 1)), small_reps)
+        small = small_m_table(small_rows, peak, SMALL_M)
         attn, dec_attn, attn_rows = attention_fraction(spec, peak, bw * mem_frac, min_s, quick)
         elem = elementwise_fraction(spec, bw, min_s)
         launch, step = overheads(spec, min_s)
@@ -461,6 +519,7 @@ def measure(quick: bool = False, spec: ModelSpec = TWIN_SPEC) -> tuple[HardwareP
     fig = lambda v, what: {"value": float(v), "source": src(what)}  # noqa: E731
     mem_bytes = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     shapes = f"NumPy fp32 GEMM on {spec.name} weight shapes, m in {ms[0]}..{ms[-1]}"
+    curve_shapes = f"NumPy fp32 GEMM on {spec.name} weight shapes, m in {SMALL_M + 1}..{ms[-1]}"
     data = {
         "name": "local-cpu",
         "family": "cpu",
@@ -480,11 +539,18 @@ def measure(quick: bool = False, spec: ModelSpec = TWIN_SPEC) -> tuple[HardwareP
         "price_per_hour_usd": {"value": 0.0, "source": "ASSUMPTION: a local machine, no hourly price"},
         "efficiency": {
             "gemm_max_fraction": {"value": 1.0, "source": src("1 by construction: the fp32 peak is the best GEMM")},
-            "gemm_half_m": fig(half_m, f"least-squares fit of the roofline GEMM time to {shapes}"),
-            "memory_fraction": fig(mem_frac, f"same fit: weight-streaming rate of small-m GEMMs / bandwidth, {shapes}"),
-            "gemv_memory_fraction": fig(
-                gemv, f"median weight-streaming rate of m = 1 GEMMs (GEMV) / bandwidth, {shapes}"
+            "gemm_half_m": fig(half_m, f"least-squares fit of the roofline GEMM time to {curve_shapes}"),
+            "memory_fraction": fig(
+                mem_frac, f"same fit: weight-streaming rate of small-m GEMMs / bandwidth, {curve_shapes}"
             ),
+            "gemm_small_m": {
+                "value": [float(v) for v in small],
+                "source": src(
+                    f"GEMM FLOP/s / peak of reference-engine decode steps of m = 1..{SMALL_M} sequences at context "
+                    f"{SMALL_M_CTX}, each GEMM call timed inside the forward pass ({spec.name}, median of "
+                    f"{small_reps} steps)"
+                ),
+            },
             "attention_fraction": fig(attn, "roofline fit to the reference model's prefill attention"),
             "decode_attention_fraction": fig(
                 dec_attn, "roofline fit to the reference model's paged decode attention (gather + small matmuls)"
@@ -513,9 +579,10 @@ def measure(quick: bool = False, spec: ModelSpec = TWIN_SPEC) -> tuple[HardwareP
             "model_shapes": spec.name,
         },
     }
-    start = {"gemm_half_m": half_m, "memory_fraction": mem_frac, "gemv_memory_fraction": gemv}
+    start = {"gemm_half_m": half_m, "memory_fraction": mem_frac}
     start.update({"attention_fraction": attn, "decode_attention_fraction": dec_attn})
-    start.update({"elementwise_memory_fraction": elem, "kernel_fixed_s": launch, "profile": data})
+    start.update({"elementwise_memory_fraction": elem, "kernel_fixed_s": launch, "gemm_small_m": 1.0})
+    start["profile"] = data
     with threadpool_limits(BLAS_THREADS, "blas"):
         fitted, cal_rows = fit_to_engine(spec, start, quick)
     cal = "; refined by a least-squares fit to the reference engine's step times " + (
@@ -523,11 +590,24 @@ def measure(quick: bool = False, spec: ModelSpec = TWIN_SPEC) -> tuple[HardwareP
     )
     probe = next(r for r in cal_rows if r["step"] == _label(*PROBE))
     data["calibration"]["probe_step"] = {"step": probe["step"], "measured_s": probe["measured_s"]}
+    pre = next(r for r in cal_rows if r["step"] == _label(*PREFILL_PROBE))
+    data["calibration"]["probe_prefill_step"] = {"step": pre["step"], "measured_s": pre["measured_s"]}
+    scale = fitted.pop("gemm_small_m")  # the table's level, refined like the figures below
+    data.update(_with_values(data, {"gemm_small_m": scale}))
+    data["efficiency"]["gemm_small_m"]["source"] += cal.replace("micro-benchmark value", "scaled as a whole by").format(
+        scale
+    )
     for k, v in fitted.items():
         section = "overheads" if k.endswith("_s") else "efficiency"
         old = data[section][k]
         data[section][k] = {"value": v, "source": old["source"] + cal.format(old["value"])}
-    raw = {"gemm": rows, "attention": attn_rows, "bandwidth_bytes_per_s": bw, "calibration_steps": cal_rows}
+    raw = {
+        "gemm": rows,
+        "gemm_small_m": small_rows,
+        "attention": attn_rows,
+        "bandwidth_bytes_per_s": bw,
+        "calibration_steps": cal_rows,
+    }
     return HardwareProfile.model_validate(data), raw
 
 

@@ -75,6 +75,7 @@ class EngineOutput:
     steps: pd.DataFrame  # one row per step, columns STEP_COLUMNS (engine clock, raw clock, speed factor)
     shapes: list[BatchShape] = field(default_factory=list)  # each step's plan.shape(), for pricing it
     probes: list[tuple[float, float]] = field(default_factory=list)  # (engine time, factor) per probe
+    prefill_probes: list[tuple[float, float]] = field(default_factory=list)  # the same, of the prefill probe
 
     def raw_times(self, times_s: pd.Series | np.ndarray | list) -> np.ndarray:
         """Engine-clock timestamps taken during steps (as requests are stamped) on the raw clock of the same run."""
@@ -111,9 +112,13 @@ class ReferenceEngine:
         seed: int = 0,
         clock: str | Callable[[], float] = "wall",
         probe: SpeedProbe | None = None,
+        prefill_probe: SpeedProbe | None = None,
     ) -> None:
         self.clock = CLOCKS[clock] if isinstance(clock, str) else clock
-        self.probe = probe
+        # ``probe`` (a decode step) scales every step; with ``prefill_probe`` (a prefill step, sampled
+        # at the same moments) that one scales the steps that prefill: a busy neighbour can slow
+        # memory-bound decode steps and compute-bound prefill steps by different amounts
+        self.probe, self.prefill_probe = probe, prefill_probe if probe is not None else None
         self.weights = weights
         self.kv = BlockManager(num_blocks, block_tokens, watermark)
         self.sched = make_scheduler(policy, sched_cfg, self.kv)
@@ -161,16 +166,16 @@ class ReferenceEngine:
 
         Two clocks run side by side. The engine clock ``t`` (requests are stamped with it, arrivals
         are admitted by it) advances by each step's measured duration divided by the speed factor
-        (1 without a probe). The raw clock ``t_raw`` advances by the measured durations themselves;
+        (1 without a probe; the prefill probe's on steps that prefill, when there is one). The raw clock ``t_raw`` advances by the measured durations themselves;
         a step starts on it no earlier than the arrivals it serves, so the raw timeline is the
         same schedule as measured, had nobody rescaled it."""
         waiting: deque[Request] = deque()
         running: list[Request] = []
         cols: dict[str, list] = {k: [] for k in STEP_COLUMNS}
         shapes: list[BatchShape] = []
-        clock, probe = self.clock, self.probe
+        clock, probe, pprobe = self.clock, self.probe, self.prefill_probe
         t = t_raw = 0.0
-        factor, next_probe, reading = 1.0, 0.0, float("nan")
+        factor, pfactor, next_probe, reading = 1.0, 1.0, 0.0, float("nan")
         i, n = 0, len(requests)
         while i < n or waiting or running:
             while i < n and requests[i].arrival_s <= t:
@@ -184,6 +189,10 @@ class ReferenceEngine:
                     probe.sample(t)
                 factor, next_probe = probe.sample(t), t + probe.interval_s
                 reading = probe.samples[-1][1]
+                if pprobe is not None:
+                    while len(pprobe.samples) < pprobe.window:
+                        pprobe.sample(t)
+                    pfactor = pprobe.sample(t)
             c0 = clock()
             plan = self.sched.schedule(waiting, running)
             if plan.empty:
@@ -198,19 +207,26 @@ class ReferenceEngine:
             f0 = clock()
             self.execute(plan)
             f1 = clock()
-            end = t + (f1 - c0) / factor
+            step_factor = pfactor if pprobe is not None and plan.prefill_tokens else factor
+            end = t + (f1 - c0) / step_factor
             self.sched.complete(plan, end, running)
             raw = clock() - c0
-            dur = raw / factor
+            dur = raw / step_factor
             # the raw timeline: no step starts before the requests it serves have arrived
             ready = max(r.arrival_s for r in [*(r for r, _ in plan.prefill), *plan.decode])
             t_raw = max(t_raw, ready)
-            row = (t, dur, (f1 - f0) / factor, t_raw, raw, f1 - f0, factor, reading, ready)
+            row = (t, dur, (f1 - f0) / step_factor, t_raw, raw, f1 - f0, step_factor, reading, ready)
             row += (plan.prefill_tokens, len(plan.decode), plan.size, len(plan.preempted))
             for k, v in zip(STEP_COLUMNS, row, strict=True):
                 cols[k].append(v)
             t, t_raw, reading = t + dur, t_raw + raw, float("nan")
-        return EngineOutput(requests, pd.DataFrame(cols), shapes, list(probe.samples) if probe else [])
+        return EngineOutput(
+            requests,
+            pd.DataFrame(cols),
+            shapes,
+            list(probe.samples) if probe else [],
+            list(pprobe.samples) if pprobe else [],
+        )
 
     def _submit(self, r: Request, waiting: deque[Request]) -> None:
         reason = self.sched.rejection_reason(r)
@@ -222,7 +238,7 @@ class ReferenceEngine:
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 # *_s: the engine clock (normalised by speed_factor when a probe runs); raw_*_s: as measured;
-# probe_factor: the reading of a probe run just before this step (else NaN); ready_s: the latest arrival among the requests it serves
+# speed_factor: the factor applied to this step; probe_factor: the (decode) probe's reading just before this step (else NaN); ready_s: the latest arrival among the requests it serves
 STEP_COLUMNS = ["start_s", "duration_s", "forward_s", "raw_start_s", "raw_duration_s", "raw_forward_s"]
 STEP_COLUMNS += [
     "speed_factor",

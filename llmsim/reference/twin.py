@@ -30,6 +30,7 @@ from llmsim.hardware import load_profile
 from llmsim.models import ModelSpec
 from llmsim.reference.cpubench import (
     BLAS_THREADS,
+    PREFILL_PROBE,
     PROBE,
     TWIN_SPEC,
     probe_timer,
@@ -109,11 +110,16 @@ def run_twin(
     pool = build_pools(sc, model)[0]
     sim = llmsim.api.run(sc)
     wl = build_workload(sc)
-    probe_cal = (load_profile(profile_path).calibration or {}).get("probe_step", {}).get("measured_s")
+    cal = load_profile(profile_path).calibration or {}
+    probe_cal = cal.get("probe_step", {}).get("measured_s")
+    prefill_cal = cal.get("probe_prefill_step", {}).get("measured_s")  # profiles calibrated before it: none
     weights = init_weights(model, sc.seed, np.float32)
-    probe = None
+    probe = prefill_probe = None
     if normalise and probe_cal:
         probe = SpeedProbe(probe_timer(CLOCKS[clock], weights=weights), probe_cal, probe_interval_s)
+        if prefill_cal:
+            timer = probe_timer(CLOCKS[clock], weights=weights, step=PREFILL_PROBE)
+            prefill_probe = SpeedProbe(timer, prefill_cal, probe_interval_s)
     engine = ReferenceEngine(
         weights,
         sc.policy.kind,
@@ -124,6 +130,7 @@ def run_twin(
         seed=sc.seed,
         clock=clock,
         probe=probe,
+        prefill_probe=prefill_probe,
     )
     reqs = [
         engine.new_request(i, float(wl.arrival_s[i]), int(wl.prompt_tokens[i]), int(wl.output_tokens[i]))
@@ -140,6 +147,7 @@ def run_twin(
     replay = retimed_frame(measured, out, steps["predicted_s"].to_numpy())
     frame = frame.merge(replay[["id", *METRICS]].rename(columns={m: f"{m}_same_schedule" for m in METRICS}), on="id")
     factors = np.array([f for _, f in out.probes])
+    pfactors = np.array([f for _, f in out.prefill_probes])
     summary = {
         "scenario": sc.name,
         "model": model.name,
@@ -168,6 +176,13 @@ def run_twin(
             "max": float(factors.max()) if len(factors) else None,
             "applied_min": float(steps["speed_factor"].min()) if len(steps) else None,
             "applied_max": float(steps["speed_factor"].max()) if len(steps) else None,
+        },
+        # the prefill probe's factor (applied to steps that prefill), when the profile has its reference
+        "prefill_speed_factor": {
+            "probes": len(pfactors),
+            "min": float(pfactors.min()) if len(pfactors) else None,
+            "median": float(np.median(pfactors)) if len(pfactors) else None,
+            "max": float(pfactors.max()) if len(pfactors) else None,
         },
         # the calibration's probe step timed again just before and after the engine run
         "probe_vs_calibration": {
