@@ -42,7 +42,7 @@ class DecodeSet:
         self._ends = np.empty(4096)  # end time of each tick
         self._residue = [0] * self.bt  # members by (kv_at_join - tick_at_join) % bt
         self._members: dict[int, Request] = {}
-        self._finish: list[tuple[int, int, Request]] = []  # (tick after which it is done, admit_seq, request)
+        self._finish: list[tuple[int, int, Request]] = []  # (tick count when it is done, admit_seq, request)
         self._fresh: list[Request] = []  # members whose first tick is the next one
 
     # ---- membership --------------------------------------------------------------------
@@ -62,9 +62,9 @@ class DecodeSet:
         self.ctx -= r.kv_tokens
         self._residue[(r.kv_tokens - r.tick0) % self.bt] -= 1
 
-    def materialize(self, r: Request, tick: int | None = None) -> None:
-        """Bring ``r``'s counters, last-token time and worst gap up to ``tick`` (default: now)."""
-        tick = self.tick if tick is None else tick
+    def materialize(self, r: Request) -> None:
+        """Bring ``r``'s counters, last-token time and worst gap up to now."""
+        tick = self.tick
         d = tick - r.tick0
         if d <= 0:
             return
@@ -114,46 +114,44 @@ class DecodeSet:
 
     def tick_once(self, end_s: float) -> list[Request]:
         """``advance`` for one tick (the step-by-step path), without array temporaries."""
-        t = self.tick
-        if t >= len(self._ends):
-            self._ends = np.concatenate((self._ends, np.empty(len(self._ends))))
-        self._ends[t] = end_s
-        gaps = self.gaps
-        if gaps is not None:
-            fresh = len(self._fresh)
-            if self.n > fresh:
-                gaps.add(end_s - float(self._ends[t - 1]), self.n - fresh)
-            for r in self._fresh:
-                gaps.add(end_s - r.last_token_s)
-        self._fresh.clear()
-        self.tick = t + 1
+        self._store_ends(1)
+        self._ends[self.tick] = end_s
+        self._first_tick_gaps(end_s)
+        self.tick += 1
         self.ctx += self.n
         return self._finished() if self._finish and self._finish[0][0] <= self.tick else []
 
-    def advance(self, ends: np.ndarray, durations: np.ndarray) -> list[Request]:
-        """Apply ticks ending at ``ends`` (lasting ``durations``): gaps into the histogram, members
-        that finish freed. Returns the finished requests (in admission order among those
-        finishing together)."""
+    def advance(self, ends: np.ndarray) -> list[Request]:
+        """Apply ticks ending at ``ends``: gaps into the histogram, members that finish freed.
+        Returns the finished requests (in admission order among those finishing together)."""
         m = len(ends)
         if not m:
             return []
-        t = self.tick
-        if t + m > len(self._ends):
+        self._store_ends(m)
+        self._ends[self.tick : self.tick + m] = ends
+        self._first_tick_gaps(float(ends[0]))
+        if m > 1 and self.gaps is not None:  # later ticks: every member's gap is the same
+            self.gaps.add_many(np.diff(ends), self.n)
+        self.tick += m
+        self.ctx += self.n * m
+        return self._finished()
+
+    def _store_ends(self, m: int) -> None:
+        """Room for ``m`` more tick end times."""
+        if self.tick + m > len(self._ends):
             self._ends = np.concatenate((self._ends, np.empty(max(len(self._ends), m))))
-        self._ends[t : t + m] = ends
+
+    def _first_tick_gaps(self, end_s: float) -> None:
+        """The gaps of the next tick: one shared by the members that had a token at the tick
+        before, and each new member's own (from its first token)."""
         gaps = self.gaps
         if gaps is not None:
             fresh = len(self._fresh)
             if self.n > fresh:
-                gaps.add(float(ends[0] - self._ends[t - 1]), self.n - fresh)
+                gaps.add(end_s - float(self._ends[self.tick - 1]), self.n - fresh)
             for r in self._fresh:
-                gaps.add(float(ends[0]) - r.last_token_s)
-            if m > 1:  # later ticks: the gap is the step's duration (ends are its running sum)
-                gaps.add_many(np.diff(ends), self.n)
+                gaps.add(end_s - r.last_token_s)
         self._fresh.clear()
-        self.tick = t + m
-        self.ctx += self.n * m
-        return self._finished()
 
     def _finished(self) -> list[Request]:
         finished: list[Request] = []
@@ -208,7 +206,7 @@ class ColumnRun(Run):
         if hi <= lo:
             return lo, lo
         self.allocate_through(hi)
-        self.finished += self.members.advance(self.ends[lo:hi], self.durations[lo:hi])
+        self.finished += self.members.advance(self.ends[lo:hi])
         self.applied = hi
         return lo, hi
 
