@@ -284,25 +284,38 @@ def overheads(spec: ModelSpec, min_s: float) -> tuple[float, float]:
 def time_step(model, chunks: list[int], decodes: list[tuple[int, int]], reps: int) -> float:  # noqa: ANN001
     """Median of ``reps`` forward passes (+ greedy sampling) of one step: fresh prefills of
     ``chunks`` tokens and ``(batch, context)`` decode groups, on a ``Model`` with a paged cache."""
+    segs = _step_segments(model, chunks, decodes)
+    # warm up first: after an idle spell or a change of shape the first passes run up to 2x slower
+    # (caches, CPU clocks), while an engine serving a workload runs back to back
+    w0 = CLOCK()
+    while CLOCK() - w0 < 0.05:
+        model.forward(segs)
+    t = _median_pass_s(model, segs, reps, CLOCK)
+    for seg in segs:
+        model.cache.release(seg.table)
+    return t
+
+
+def _step_segments(model, chunks: list[int], decodes: list[tuple[int, int]]) -> list:  # noqa: ANN001
+    """Model segments of one step: fresh prefills of ``chunks`` tokens and ``(batch, context)``
+    decode groups, with blocks from the model's paged cache."""
     from llmsim.reference.model import Segment
 
     cache, vocab = model.cache, model.spec.vocab_size
     segs = [Segment(np.arange(n) % vocab, 0, cache.allocate(-(-n // 16)), "prefill") for n in chunks]
     for b, ctx in decodes:
         segs += [Segment(np.array([1]), ctx, cache.allocate(-(-(ctx + 1) // 16)), "decode") for _ in range(b)]
-    # warm up first: after an idle spell or a change of shape the first passes run up to 2x slower
-    # (caches, CPU clocks), while an engine serving a workload runs back to back
-    w0 = CLOCK()
-    while CLOCK() - w0 < 0.05:
-        model.forward(segs)
+    return segs
+
+
+def _median_pass_s(model, segs: list, passes: int, clock: Callable[[], float]) -> float:  # noqa: ANN001
+    """Median time of ``passes`` forward passes with greedy sampling."""
     times = []
-    for _ in range(reps):
-        t0 = CLOCK()
+    for _ in range(passes):
+        t0 = clock()
         logits = model.forward(segs)
         [int(np.argmax(lg[-1])) for lg in logits if lg is not None]
-        times.append(CLOCK() - t0)
-    for s in segs:
-        cache.release(s.table)
+        times.append(clock() - t0)
     return float(np.median(times))
 
 
@@ -321,31 +334,15 @@ def probe_timer(
     seed-0 weights, as at calibration. No warm-up: interleaved with engine steps a cold pass reads
     the same as ``time_step``'s warmed-up passes (median ratio 1.00 over 40 interleaved pairs on
     this machine, docs/reference.md section 4), and one pass costs one ~15 ms step."""
-    from llmsim.reference.model import Model, PagedKVCache, Segment, init_weights
+    from llmsim.reference.model import Model, PagedKVCache, init_weights
 
     shapes = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size")
     same = weights is not None and all(getattr(weights.spec, f) == getattr(TWIN_SPEC, f) for f in shapes)
     w = weights if same else init_weights(TWIN_SPEC, 0, np.float32)
     model = Model(w, PagedKVCache(w.spec, 16, np.float32))
-    chunks, decodes = step or PROBE
-    segs = [
-        Segment(np.arange(n) % TWIN_SPEC.vocab_size, 0, model.cache.allocate(-(-n // 16)), "prefill") for n in chunks
-    ]
-    for b, ctx in decodes:
-        segs += [Segment(np.array([1]), ctx, model.cache.allocate(-(-(ctx + 1) // 16)), "decode") for _ in range(b)]
-
+    segs = _step_segments(model, *(step or PROBE))
     model.forward(segs)  # once untimed: the first pass on a fresh cache pays for its allocation
-
-    def measure() -> float:
-        times = []
-        for _ in range(passes):
-            t0 = clock()
-            logits = model.forward(segs)
-            [int(np.argmax(lg[-1])) for lg in logits if lg is not None]
-            times.append(clock() - t0)
-        return float(np.median(times))
-
-    return measure
+    return lambda: _median_pass_s(model, segs, passes, clock)
 
 
 def time_steps_normalised(  # noqa: ANN201
