@@ -32,6 +32,8 @@ from llmsim.request import FINISHED, Request
 
 
 class DecodeSet:
+    BUFFER_TICKS = 4096  # initial (and smallest) room for tick end times
+
     def __init__(self, kv: BlockManager, gaps: object | None) -> None:
         self.kv = kv
         self.bt = kv.block_tokens
@@ -39,7 +41,10 @@ class DecodeSet:
         self.tick = 0  # decode steps taken so far
         self.n = 0  # members
         self.ctx = 0  # Σ kv_tokens of the members (at a step boundary)
-        self._ends = np.empty(4096)  # end time of each tick
+        # end times of ticks _base, _base + 1, ...: from the oldest tick a member still needs
+        # (its first) on, so memory follows the members' lifetimes, not the run's length
+        self._ends = np.empty(self.BUFFER_TICKS)
+        self._base = 0
         self._residue = [0] * self.bt  # members by (kv_at_join - tick_at_join) % bt
         self._members: dict[int, Request] = {}
         self._finish: list[tuple[int, int, Request]] = []  # (tick count when it is done, admit_seq, request)
@@ -68,15 +73,15 @@ class DecodeSet:
         d = tick - r.tick0
         if d <= 0:
             return
-        ends = self._ends
-        worst = ends[r.tick0] - r.last_token_s
+        ends = self._ends[r.tick0 - self._base : tick - self._base]  # the ticks it took part in
+        worst = ends[0] - r.last_token_s
         if d > 1:
-            worst = max(worst, float(np.diff(ends[r.tick0 : tick]).max()))
+            worst = max(worst, float(np.diff(ends).max()))
         if worst > r.max_tbt_s:
             r.max_tbt_s = float(worst)
         r.kv_tokens += d
         r.generated += d
-        r.last_token_s = float(ends[tick - 1])
+        r.last_token_s = float(ends[-1])
         r.blocks = -(-r.kv_tokens // self.bt)
         r.tick0 = tick
 
@@ -115,7 +120,7 @@ class DecodeSet:
     def tick_once(self, end_s: float) -> list[Request]:
         """``advance`` for one tick (the step-by-step path), without array temporaries."""
         self._store_ends(1)
-        self._ends[self.tick] = end_s
+        self._ends[self.tick - self._base] = end_s
         self._first_tick_gaps(end_s)
         self.tick += 1
         self.ctx += self.n
@@ -128,7 +133,7 @@ class DecodeSet:
         if not m:
             return []
         self._store_ends(m)
-        self._ends[self.tick : self.tick + m] = ends
+        self._ends[self.tick - self._base : self.tick - self._base + m] = ends
         self._first_tick_gaps(float(ends[0]))
         if m > 1 and self.gaps is not None:  # later ticks: every member's gap is the same
             self.gaps.add_many(np.diff(ends), self.n)
@@ -137,9 +142,16 @@ class DecodeSet:
         return self._finished()
 
     def _store_ends(self, m: int) -> None:
-        """Room for ``m`` more tick end times."""
-        if self.tick + m > len(self._ends):
-            self._ends = np.concatenate((self._ends, np.empty(max(len(self._ends), m))))
+        """Room for ``m`` more tick end times; when full, drop the ticks no member needs (before
+        every member's first tick and before the last tick, whose end the next gap needs)."""
+        live = self.tick - self._base
+        if live + m <= len(self._ends):
+            return
+        keep = min(min((r.tick0 for r in self._members.values()), default=self.tick), max(self.tick - 1, 0))
+        kept = self._ends[keep - self._base : live]
+        self._ends = np.empty(max(self.BUFFER_TICKS, 2 * (len(kept) + m)))
+        self._ends[: len(kept)] = kept
+        self._base = keep
 
     def _first_tick_gaps(self, end_s: float) -> None:
         """The gaps of the next tick: one shared by the members that had a token at the tick
@@ -148,7 +160,7 @@ class DecodeSet:
         if gaps is not None:
             fresh = len(self._fresh)
             if self.n > fresh:
-                gaps.add(end_s - float(self._ends[self.tick - 1]), self.n - fresh)
+                gaps.add(end_s - float(self._ends[self.tick - 1 - self._base]), self.n - fresh)
             for r in self._fresh:
                 gaps.add(end_s - r.last_token_s)
         self._fresh.clear()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 
 from llmsim.decodeset import DecodeSet
 from llmsim.kvcache import BlockManager
@@ -24,7 +25,9 @@ def _joined(kv: BlockManager, rid: int, prompt: int, output: int, now: float) ->
     return r
 
 
-def test_columns_match_stepping_each_request() -> None:
+@pytest.mark.parametrize("buffer_ticks", [4096, 4])  # 4: end times are trimmed and moved often
+def test_columns_match_stepping_each_request(monkeypatch: pytest.MonkeyPatch, buffer_ticks: int) -> None:
+    monkeypatch.setattr(DecodeSet, "BUFFER_TICKS", buffer_ticks)
     rng = random.Random(7)
     bt = 16
     kv = BlockManager(100_000, bt, track_ids=False)  # as on a simulated columnar replica
