@@ -21,7 +21,7 @@ from llmsim.models import DTYPE_BYTES, ModelSpec
 OpKind = Literal["gemm", "attention", "elementwise", "comm"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once per simulated step, and frozen init costs 3x
 class BatchShape:
     """Aggregates of one step's batch.
 
