@@ -3,8 +3,8 @@
 Every request past its prompt gains one token per decode step ("tick") of its replica, so its
 counters are a function of the tick count: ``kv_tokens = kv_at_join + (tick - tick_at_join)``.
 ``DecodeSet`` keeps only what a step needs in aggregate (members, Σ context, how many members
-need a new KV block at the next tick, the next tick at which someone finishes) and the end time
-of every tick. A request's own counters, last-token time and worst gap are brought up to date
+need a new KV block at the next tick, the next tick at which someone finishes) and the end times
+of the ticks its members took part in. A request's own counters, last-token time and worst gap are brought up to date
 (``materialize``) only when someone reads them: when it finishes, when the scheduler must pick
 preemption victims, and at the end of the run.
 
