@@ -1,6 +1,6 @@
 """The twin's plumbing on a tiny model: engine and simulator see the same workload and scheduler,
 the comparison frame and files are well formed, and the profile cpubench writes is valid.
-(Timing accuracy is a benchmark: benchmarks/bench_twin.py.)"""
+(Timing accuracy is a benchmark: benchmarks/bench_twin.py, i.e. `llmsim twin`.)"""
 
 import json
 from pathlib import Path
