@@ -3,7 +3,8 @@
 Between events that change a batch (an arrival, a prompt chunk, a request finishing, a KV
 block that cannot be had), a replica repeats the same decode step with every context one token
 longer. Only the attention kernels depend on the context, so the whole run's step times come
-from one vectorised pricing: one SimPy event for the run instead of one per step. The run's
+from one vectorised pricing (``CostModel.decode_steps_s``): one SimPy event for the run instead
+of one per step. The run's
 outcome is applied per request in one go, or up to any instant inside the run when something
 outside needs the replica's exact state (``Replica.sync``).
 
@@ -24,19 +25,10 @@ import dataclasses
 
 import numpy as np
 
-from llmsim.costmodel.ops import BatchShape
-from llmsim.costmodel.roofline import CostModel
 from llmsim.kvcache import BlockManager
 from llmsim.request import Request
 
 MIN_RUN = 4  # shorter runs are cheaper to step one by one
-
-
-def decode_run_times(cost: CostModel, shape: BatchShape, steps: int) -> np.ndarray:
-    """Durations of ``steps`` successive decode-only steps starting at ``shape`` (step i has
-    ``decode_ctx_tokens + i * decode_tokens``): only attention depends on the context, and it is
-    priced for all steps at once (``CostModel.decode_steps_s``)."""
-    return cost.decode_steps_s(shape, steps)
 
 
 def run_length(members: list[Request], kv: BlockManager, window: int | None, limit: int) -> int:

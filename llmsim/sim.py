@@ -18,7 +18,7 @@ import simpy
 from llmsim.build import PoolSpec
 from llmsim.costmodel.ops import batch_shape
 from llmsim.decodeset import ColumnRun, DecodeSet, column_run_length
-from llmsim.fastpath import MIN_RUN, DecodeRun, decode_run_times, run_length
+from llmsim.fastpath import MIN_RUN, DecodeRun, run_length
 from llmsim.kvcache import BlockManager, chain_hashes
 from llmsim.request import REJECTED, RUNNING, Request, blocks_for
 from llmsim.results import GapHistogram
@@ -116,16 +116,20 @@ class Replica:
         self.pool = pool
         self.opts = opts or SimOptions()
         self.window, self.local_window = pool.cost.model.attention_windows()
-        fast = not self.opts.exact_steps
-        # Columnar decoding requests (decodeset.py): every decode gains one token per step and holds
-        # ceil(tokens / block) blocks, so a step costs O(1) in the batch size.
-        self._columnar = (
-            fast
+        # Closed-form decode runs (fastpath.py): every decode step of a run is the same one-token step.
+        self._can_jump = (
+            not self.opts.exact_steps
             and pool.pp == 1
-            and policy in ("traditional", "chunked")
+            and policy != "static"
             and pool.sched.speculative is None
             and pool.sched.chunk_budget == "fixed"
             and self.opts.n_seqs == 1
+        )
+        # Columnar decoding requests (decodeset.py): besides, each holds ceil(tokens / block) blocks of
+        # its own and its context grows by one per step, so a step costs O(1) in the batch size.
+        self._columnar = (
+            self._can_jump
+            and policy in ("traditional", "chunked")
             and not self.opts.prefix_caching
             and self.window is None
             and self.local_window is None
@@ -175,14 +179,6 @@ class Replica:
         self._landed = env.event()
         self._run: DecodeRun | ColumnRun | None = None  # decode run in progress (fastpath.py)
         self._jumping = False  # the process is waiting out a decode run and may be interrupted
-        self._can_jump = (
-            not self.opts.exact_steps
-            and not self.stages
-            and policy != "static"
-            and pool.sched.speculative is None
-            and pool.sched.chunk_budget == "fixed"
-            and self.opts.n_seqs == 1
-        )
         self._proc = env.process(self.pipeline_loop() if self.stages else self.loop())
 
     def submit(self, req: Request) -> None:
@@ -304,13 +300,13 @@ class Replica:
             k = column_run_length(cols, self.kv.free_blocks, MAX_RUN, MIN_RUN)
             if not k:
                 return None
-            return ColumnRun(cols, self.kv, start, decode_run_times(self.cost, shape, k))
+            return ColumnRun(cols, self.kv, start, self.cost.decode_steps_s(shape, k))
         if cols is not None or not plan.decode:
             return None
         k = run_length(plan.decode, self.kv, self.local_window or self.window, MAX_RUN)
         if k < MIN_RUN:
             return None
-        durations = decode_run_times(self.cost, shape, k)
+        durations = self.cost.decode_steps_s(shape, k)
         return DecodeRun(list(plan.decode), self.kv, start, durations)
 
     def _wait_run(self, run: DecodeRun | ColumnRun, ahead: bool):  # type: ignore[no-untyped-def]
@@ -410,11 +406,7 @@ class Replica:
             shape = plan.shape(self.window, self.local_window)
             stage_s = self.cost.stage_time(shape)
             send_s = self.cost.pp_send_time(shape)
-            swap = 0.0
-            moved = plan.swap_in_tokens + plan.swap_out_tokens
-            if moved:
-                swap = self._host_lat + moved * self._kv_bytes_per_token / self._host_bw
-                self.swap_s += swap
+            swap = self._swap_s(plan)
             first = stage_s + self.cost._step_overhead + swap
             yield env.timeout(first)
             self.stage_busy_s[0] += first
@@ -480,11 +472,7 @@ class Replica:
     def _step_time(self, plan, shape) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
         """Step seconds = model step + swap copies over the host link + speculative drafting."""
         dt = self.cost.step_time(shape)
-        swap = 0.0
-        moved = plan.swap_in_tokens + plan.swap_out_tokens
-        if moved:
-            swap = self._host_lat + moved * self._kv_bytes_per_token / self._host_bw
-            self.swap_s += swap
+        swap = self._swap_s(plan)
         draft = 0.0
         if plan.spec_k and plan.decode:
             contexts = [r.kv_tokens for r in plan.decode]
@@ -498,6 +486,15 @@ class Replica:
             self.spec_base_s += plain
             self.spec_time_s += dt + draft
         return dt + swap + draft, swap, draft
+
+    def _swap_s(self, plan) -> float:  # type: ignore[no-untyped-def]
+        """Copying preempted KV to or from host memory before the step, over the host link."""
+        moved = plan.swap_in_tokens + plan.swap_out_tokens
+        if not moved:
+            return 0.0
+        swap = self._host_lat + moved * self._kv_bytes_per_token / self._host_bw
+        self.swap_s += swap
+        return swap
 
     def _signal_freed(self) -> None:
         if self._freed.callbacks:  # someone waits for blocks (a KV transfer's back-pressure)

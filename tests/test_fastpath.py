@@ -11,7 +11,6 @@ import pytest
 
 import llmsim
 from llmsim.costmodel import CostConfig, CostModel, batch_shape
-from llmsim.fastpath import decode_run_times
 from llmsim.hardware import load_profile
 from llmsim.models import CATALOG
 from llmsim.scenario import scenario_from_dict
@@ -122,12 +121,12 @@ def test_fast_paths_need_far_fewer_events_than_steps(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.parametrize("hw", ["H100-SXM", "TPU-v5e", "Xeon-8480+"])
-def test_decode_run_times_equal_step_by_step_pricing(hw: str) -> None:
+def test_decode_steps_s_equals_step_by_step_pricing(hw: str) -> None:
     model = CATALOG["llama-3.1-8b"]
     for graphs in (False, True):
         cm = CostModel(model, load_profile(hw), CostConfig(cuda_graphs=graphs))
         shape = batch_shape([], [100 + 37 * i for i in range(48)])
-        times = decode_run_times(cm, shape, 300)
+        times = cm.decode_steps_s(shape, 300)
         exact = [
             cm.step_time(dataclasses.replace(shape, decode_ctx_tokens=shape.decode_ctx_tokens + 48 * j))
             for j in range(300)

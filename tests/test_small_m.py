@@ -79,11 +79,10 @@ def test_table_takes_over_the_gemv_regime_at_m_1(tmp_path):
 
 
 def test_fastpath_stays_exact_with_the_table(tmp_path):
-    from llmsim.fastpath import decode_run_times
 
     cost = CostModel(cpubench.TWIN_SPEC, _profile(tmp_path, gemm_small_m=_table(TABLE)), twin.FP32)
     for ctxs in ([100], [100, 700, 2000], [50] * 6):
-        got = decode_run_times(cost, batch_shape([], ctxs), 30)
+        got = cost.decode_steps_s(batch_shape([], ctxs), 30)
         want = [cost.step_time(batch_shape([], [c + i for c in ctxs])) for i in range(30)]
         assert np.allclose(got, want, rtol=1e-9)
 

@@ -361,12 +361,11 @@ def test_fastpath_stays_exact_with_cpu_regimes(tmp_path):
     pricing of a decode run equals pricing each step."""
     from llmsim.costmodel import CostModel
     from llmsim.costmodel.ops import batch_shape
-    from llmsim.fastpath import decode_run_times
 
     prof = _cpu_profile(tmp_path, gemv_memory_fraction=0.8, decode_attention_fraction=0.03)
     for ctxs in ([100], [100, 700, 2000]):
         cost = CostModel(cpubench.TWIN_SPEC, prof, twin.FP32)
-        got = decode_run_times(cost, batch_shape([], ctxs), 50)
+        got = cost.decode_steps_s(batch_shape([], ctxs), 50)
         want = [cost.step_time(batch_shape([], [c + i for c in ctxs])) for i in range(50)]
         assert np.allclose(got, want, rtol=1e-9)
 

@@ -59,9 +59,12 @@ class SpeedProbe:
     samples: list[tuple[float, float]] = field(default_factory=list)  # (engine time, factor) per probe
 
     def sample(self, at_s: float) -> float:
-        """Time the probe step once; return the smoothed factor."""
-        self.samples.append((at_s, self.measure() / self.reference_s))
-        return self.factor
+        """Time the probe step once (the first time, enough times to fill the window); return the
+        smoothed factor."""
+        while True:
+            self.samples.append((at_s, self.measure() / self.reference_s))
+            if len(self.samples) > self.window:
+                return self.factor
 
     @property
     def factor(self) -> float:
@@ -166,9 +169,10 @@ class ReferenceEngine:
 
         Two clocks run side by side. The engine clock ``t`` (requests are stamped with it, arrivals
         are admitted by it) advances by each step's measured duration divided by the speed factor
-        (1 without a probe; the prefill probe's on steps that prefill, when there is one). The raw clock ``t_raw`` advances by the measured durations themselves;
-        a step starts on it no earlier than the arrivals it serves, so the raw timeline is the
-        same schedule as measured, had nobody rescaled it."""
+        (1 without a probe; the prefill probe's on steps that prefill, when there is one). The raw
+        clock ``t_raw`` advances by the measured durations themselves; a step starts on it no
+        earlier than the arrivals it serves, so the raw timeline is the same schedule as
+        measured, had nobody rescaled it."""
         waiting: deque[Request] = deque()
         running: list[Request] = []
         cols: dict[str, list] = {k: [] for k in STEP_COLUMNS}
@@ -185,13 +189,9 @@ class ReferenceEngine:
                 t = max(t, requests[i].arrival_s)  # idle: jump to the next arrival
                 continue
             if probe is not None and t >= next_probe:  # outside both clocks
-                while len(probe.samples) < probe.window:  # the first time: fill the window
-                    probe.sample(t)
                 factor, next_probe = probe.sample(t), t + probe.interval_s
                 reading = probe.samples[-1][1]
                 if pprobe is not None:
-                    while len(pprobe.samples) < pprobe.window:
-                        pprobe.sample(t)
                     pfactor = pprobe.sample(t)
             c0 = clock()
             plan = self.sched.schedule(waiting, running)
@@ -238,7 +238,8 @@ class ReferenceEngine:
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 # *_s: the engine clock (normalised by speed_factor when a probe runs); raw_*_s: as measured;
-# speed_factor: the factor applied to this step; probe_factor: the (decode) probe's reading just before this step (else NaN); ready_s: the latest arrival among the requests it serves
+# speed_factor: the factor applied to this step; probe_factor: the (decode) probe's reading just
+# before this step (else NaN); ready_s: the latest arrival among the requests it serves
 STEP_COLUMNS = ["start_s", "duration_s", "forward_s", "raw_start_s", "raw_duration_s", "raw_forward_s"]
 STEP_COLUMNS += [
     "speed_factor",

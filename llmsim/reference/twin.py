@@ -1,6 +1,7 @@
 """The digital twin: the same workload through the reference engine (real NumPy model, measured
-step times, by default normalised for machine-speed drift) and through the simulator (cost model with this machine's calibrated ``local-cpu``
-profile), compared request by request and step by step.
+step times, by default normalised for machine-speed drift) and through the simulator (cost model
+with this machine's calibrated ``local-cpu`` profile), compared request by request and step by
+step.
 
 Both sides build their scheduler, KV block count and workload from the same scenario, so every
 difference in the numbers comes from the cost model's step times (and the schedule decisions

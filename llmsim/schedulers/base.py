@@ -263,8 +263,8 @@ class Scheduler:
 
     def _admit(self, req: Request, tokens: int, waiting: deque[Request], running: list[Request]) -> bool:
         """Try to start prefilling ``tokens`` of the head of ``waiting``; False if KV is short."""
-        if not self.kv.can_allocate(self.kv.blocks_needed(req, tokens), admission=bool(running)):  # see _swap_in
-            return False
+        if not self.kv.can_allocate(self.kv.blocks_needed(req, tokens), admission=self.num_running(running) > 0):
+            return False  # (the watermark: see _swap_in)
         waiting.popleft()
         self.kv.allocate(req, tokens)
         self.start_running(req, running)
