@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-props-long lint format bench clean
+.PHONY: demo test test-slow test-props-long lint format bench profile clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sim.py
+
+# where a benchmark case spends its time: a py-spy flame graph (CASE=a, b-chunked, c100k, ...)
+CASE ?= a
+profile: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[profile]"
+	mkdir -p results
+	$(BIN)/py-spy record --subprocesses --rate 500 -o results/profile-$(CASE).svg -- $(BIN)/python benchmarks/bench_sim.py $(CASE)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .ruff_cache

@@ -134,6 +134,7 @@ def sim_options(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], exact_ste
         num_layers=model.num_layers,
         n_seqs=sc.workload.beam_width or sc.workload.parallel_samples,
         exact_steps=exact_steps,
+        prefill_policy=sc.policy.prefill_pool_policy,
     )
 
 

@@ -155,7 +155,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         sched.speculative = SpecConfig(k=spec.k, acceptance=spec.rates(), seed=sc.seed)
         if spec.method == "draft":
             draft = get_model(spec.draft_model or "").with_(weight_dtype=weight_dtype)
-    step_tokens = sched.chunk_tokens if sc.policy.kind == "chunked" else sched.max_batch_tokens
+    chunked = sc.policy.kind == "chunked" or (name == "prefill" and sc.policy.prefill_pool_policy == "chunked")
+    step_tokens = sched.chunk_tokens if chunked else sched.max_batch_tokens
     blocks, memory = kv_blocks(
         sc, model, hw, p.tp, p.pp, weight_dtype, step_tokens, sched.max_num_seqs, key, draft=draft
     )

@@ -76,7 +76,7 @@ class DecodeSet:
         ends = self._ends[r.tick0 - self._base : tick - self._base]  # the ticks it took part in
         worst = ends[0] - r.last_token_s
         if d > 1:
-            worst = max(worst, float(np.diff(ends).max()))
+            worst = max(worst, float((ends[1:] - ends[:-1]).max()))  # (np.diff's overhead, per finish)
         if worst > r.max_tbt_s:
             r.max_tbt_s = float(worst)
         r.kv_tokens += d
@@ -136,7 +136,7 @@ class DecodeSet:
         self._ends[self.tick - self._base : self.tick - self._base + m] = ends
         self._first_tick_gaps(float(ends[0]))
         if m > 1 and self.gaps is not None:  # later ticks: every member's gap is the same
-            self.gaps.add_many(np.diff(ends), self.n)
+            self.gaps.add_many(ends[1:] - ends[:-1], self.n)
         self.tick += m
         self.ctx += self.n * m
         return self._finished()
@@ -190,7 +190,13 @@ def _blocks_over(residue: list[int], members: int, first: int, count: int) -> in
     """Σ ``_blocks_for_ticks``: every member needs one block per ``len(residue)`` ticks."""
     bt = len(residue)
     cycles, part = divmod(count, bt)
-    return cycles * members + sum(residue[(-(first + j)) % bt] for j in range(part))
+    if not part:
+        return cycles * members
+    # ticks first .. first+part-1 read residue[(-first) % bt], then the entries before it (wrapping)
+    s = (-first) % bt
+    lo = s - part + 1
+    tail = sum(residue[lo : s + 1]) if lo >= 0 else sum(residue[: s + 1]) + sum(residue[lo:])
+    return cycles * members + tail
 
 
 @dataclasses.dataclass
@@ -226,7 +232,7 @@ class ColumnRun(Run):
         """Blocks in use and token slots held after each step in [lo, hi) (steps.csv columns)."""
         need = _blocks_for_ticks(self._residue0, self._tick0, hi)
         need[0] = 0  # the first step's blocks were held when the run started
-        used = self._used0 + np.cumsum(need)[lo:hi]
+        used = self._used0 + need.cumsum()[lo:hi]
         for step, blocks in self.external:
             used[max(0, step - lo) :] += blocks
         held = self._held0 + self._n * np.arange(lo, hi, dtype=np.int64)
@@ -240,6 +246,6 @@ def column_run_length(members: DecodeSet, free_blocks: int, limit: int, min_run:
     if k < min_run:
         return 0
     if members.blocks_over(members.tick + 1, k - 1) > free_blocks:
-        cum = np.cumsum(members.blocks_for_ticks(members.tick + 1, k - 1))
-        k = 1 + int(np.searchsorted(cum, free_blocks, side="right"))  # steps whose blocks all fit
+        cum = members.blocks_for_ticks(members.tick + 1, k - 1).cumsum()
+        k = 1 + int(cum.searchsorted(free_blocks, side="right"))  # steps whose blocks all fit
     return k if k >= min_run else 0

@@ -82,6 +82,14 @@ class PolicyConfig(_Strict):
     tbt_target_s: PosFloat | None = None  # dynamic budget target (default: slo.tbt_s)
     min_chunk_tokens: PosInt = 64
     max_queue: PosInt | None = None  # per replica; arrivals beyond it are rejected (load shedding)
+    # disaggregated: how the prefill pool batches prompts (whole prompts, or chunk_tokens per step)
+    prefill_pool_policy: Literal["traditional", "chunked"] = "traditional"
+
+    @model_validator(mode="after")
+    def _prefill_pool_policy_needs_disaggregation(self) -> PolicyConfig:
+        if self.prefill_pool_policy != "traditional" and self.kind != "disaggregated":
+            raise ValueError(f"prefill_pool_policy applies to kind: disaggregated only (kind is {self.kind})")
+        return self
 
 
 class KVCacheConfig(_Strict):

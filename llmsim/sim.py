@@ -91,6 +91,7 @@ class SimOptions:
     num_layers: int = 1
     n_seqs: int = 1  # parallel samples / beams per request
     exact_steps: bool = False  # one event per step: no closed-form jumps over decode runs (fastpath.py)
+    prefill_policy: str = "traditional"  # disaggregated: the prefill pool's scheduler
 
 
 MAX_RUN = 1 << 20  # longest decode run priced in one go
@@ -144,6 +145,7 @@ class Replica:
         self.cost = pool.cost
         self.sched.predict_s = self.cost.step_time
         self.next_input_s = lambda: np.inf  # when something from outside can next reach this replica
+        self.sole = False  # every arrival comes to this replica (one replica, nothing routed past it)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.steps = steps
@@ -270,11 +272,11 @@ class Replica:
                 continue
             start = now
             shape = plan.shape(self.window, self.local_window)
-            dt, swap, draft = self._step_time(plan, shape)
-            run = self._decode_run(plan, shape, start, swap + draft)
+            run = self._decode_run(plan, shape, start)
             if run is not None:
                 now = yield from self._wait_run(run, ahead)
                 continue
+            dt, swap, draft = self._step_time(plan, shape)
             if ahead and start + dt < self.next_input_s():
                 now = start + dt
             elif env.now == start:
@@ -291,9 +293,18 @@ class Replica:
             self.max_step_tokens = max(self.max_step_tokens, plan.prefill_tokens + plan.num_decode)
             self._log(plan, start, dt, swap, draft)
 
-    def _decode_run(self, plan, shape, start: float, extra_s: float) -> DecodeRun | ColumnRun | None:  # type: ignore[no-untyped-def]
-        """A closed-form run if this plan starts a run of identical decode-only steps."""
-        if not self._can_jump or plan.prefill or plan.preempted or plan.padding or extra_s:
+    def _decode_run(self, plan, shape, start: float) -> DecodeRun | ColumnRun | None:  # type: ignore[no-untyped-def]
+        """A closed-form run if this plan starts a run of identical decode-only steps (no swap
+        copies or drafting in the step either: they would make its time differ from the next's)."""
+        if (
+            not self._can_jump
+            or plan.prefill
+            or plan.preempted
+            or plan.padding
+            or plan.spec_k
+            or plan.swap_in_tokens
+            or plan.swap_out_tokens
+        ):
             return None
         cols = plan.decode_set
         if cols is not None and not plan.decode:
@@ -316,6 +327,13 @@ class Replica:
         run.waiting0 = len(self.waiting)
         if ahead and run.ends[-1] < self.next_input_s():
             done = run.steps  # nothing can interrupt it: no event needed
+        elif ahead and self.sole:
+            # the next arrival comes here: the run ends with the step in progress at that instant,
+            # as an interrupt would end it, without the interrupt
+            done = min(run.steps, run.steps_done_by(self.next_input_s()) + 1)
+            self._run = run  # (for the end of the simulation, if the horizon comes first)
+            yield env.timeout(run.ends[done - 1] - env.now)
+            self._run = None
         else:
             self._run, self._jumping = run, True
             try:
@@ -333,7 +351,7 @@ class Replica:
         if run.finished:
             self._settle(run.finished, float(run.durations[done - 1]))
             self._signal_freed()
-        self.busy_s += float(run.durations[:done].sum())
+        self.busy_s += float(run.ends[done - 1]) - run.start_s
         self.max_step_tokens = max(self.max_step_tokens, run.size)
         self._log_run(run, done)
         return float(run.ends[done - 1])
@@ -628,7 +646,7 @@ def simulate(
     if policy == "disaggregated":
         pre, dec = pools
         front = [
-            Replica(env, i, pre, "traditional", block_tokens, watermark, steps, max_queue, opts)
+            Replica(env, i, pre, opts.prefill_policy, block_tokens, watermark, steps, max_queue, opts)
             for i in range(pre.replicas)
         ]
         back = [
@@ -663,6 +681,7 @@ def simulate(
 
     for rep in replicas:
         rep.next_input_s = next_input_s
+        rep.sole = len(replicas) == 1
 
     def arrivals():
         for i in range(n):

@@ -13,7 +13,9 @@ from llmsim.scenario import scenario_from_dict
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def scenario(link: dict | None = None, decode: dict | None = None, n: int = 12, **kv: object) -> llmsim.Scenario:
+def scenario(
+    link: dict | None = None, decode: dict | None = None, n: int = 12, policy: dict | None = None, **kv: object
+) -> llmsim.Scenario:
     return scenario_from_dict(
         {
             "name": "disagg",
@@ -25,7 +27,7 @@ def scenario(link: dict | None = None, decode: dict | None = None, n: int = 12, 
                 "decode_pool": {"replicas": 1, **(decode or {})},
                 "kv_link": link or {"kind": "rdma"},
             },
-            "policy": {"kind": "disaggregated"},
+            "policy": {"kind": "disaggregated", **(policy or {})},
             "kv_cache": dict(kv),
             "workload": {
                 "kind": "poisson",
@@ -34,7 +36,7 @@ def scenario(link: dict | None = None, decode: dict | None = None, n: int = 12, 
                 "prompt_tokens": {"dist": "fixed", "value": 1000},
                 "output_tokens": {"dist": "fixed", "value": 20},
             },
-            "output": {"steps": "none"},
+            "output": {"steps": "all"},
         },
         "disagg.yaml",
         ROOT,
@@ -75,6 +77,37 @@ def test_decode_back_pressure_holds_kv_in_the_prefill_pool() -> None:
     assert res.summary["requests"]["finished"] == 16
     assert res.summary["kv_transfer"]["wait_for_decode_blocks_s"] > 0
     assert (res.requests["generated_tokens"] == 20).all()
+
+
+def test_chunked_prefill_pool_splits_prompts_into_chunks() -> None:
+    # 1000-token prompts through a 256-token budget: no prefill step carries more than 256 prompt
+    # tokens (so the 12 prompts need at least 12000 / 256 steps), and the same KV crosses the link
+    whole = llmsim.run(scenario())
+    chunked = llmsim.run(scenario(policy={"prefill_pool_policy": "chunked", "chunk_tokens": 256}))
+    pre_whole = whole.steps[whole.steps["pool"] == "prefill"]
+    pre = chunked.steps[chunked.steps["pool"] == "prefill"]
+    assert pre_whole["prefill_tokens"].max() >= 1000
+    assert pre["prefill_tokens"].max() <= 256
+    assert pre["prefill_tokens"].sum() == 12 * 1000
+    assert len(pre) >= -(-12 * 1000 // 256)
+    assert chunked.summary["requests"]["finished"] == 12
+    assert chunked.summary["kv_transfer"]["bytes"] == whole.summary["kv_transfer"]["bytes"]
+    # each chunk reads the weights again and attends to the earlier chunks: more prefill time
+    assert pre["duration_s"].sum() > pre_whole["duration_s"].sum()
+
+
+def test_prefill_pool_policy_needs_disaggregation() -> None:
+    from llmsim.errors import UserError
+
+    d = {
+        "name": "x",
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "policy": {"kind": "chunked", "prefill_pool_policy": "chunked"},
+        "workload": {"kind": "poisson", "rate_rps": 1, "num_requests": 2},
+    }
+    with pytest.raises(UserError, match="policy: .*prefill_pool_policy applies to kind: disaggregated only"):
+        scenario_from_dict(d, "x.yaml", ROOT)
 
 
 def test_heterogeneous_pools_scenario_runs() -> None:

@@ -61,10 +61,13 @@ STEP_COLUMNS = ["start_s", "duration_s", "decode_tokens", "batch_size", "preempt
         ("traditional", {}),
         ("chunked", {}),
         ("disaggregated", {}),
+        ("disaggregated", {"policy__prefill_pool_policy": "chunked"}),
         ("static", {}),
         ("chunked", {"cluster__router": "kv_aware"}),
         ("traditional", {"kv_cache__preemption": "swap"}),
         ("chunked", {"cluster__cuda_graphs": True}),
+        ("chunked", {"cluster__replicas": 1, "workload__rate_rps": 3.0}),  # runs end at the next arrival
+        ("traditional", {"cluster__replicas": 1}),
         ("chunked", {"cluster__replicas": 1, "workload__kind": "all_at_once"}),  # simultaneous arrivals
         ("chunked", {"cluster__replicas": 1, "workload__horizon_s": 5.0}),  # cut by the horizon
         # preemption: victims are picked among columnar decoders and prompts in progress
@@ -132,6 +135,22 @@ def test_decode_steps_s_equals_step_by_step_pricing(hw: str) -> None:
             for j in range(300)
         ]
         np.testing.assert_allclose(times, exact, rtol=1e-12)
+
+
+@pytest.mark.parametrize(("contexts", "kink"), [([1], True), ([1000] * 32, False)])
+def test_affine_run_pricing_only_where_linear(contexts: list[int], kink: bool) -> None:
+    # on a CPU decode attention turns from compute- to memory-bound as the context grows: a run
+    # across that kink takes the array formula, a run inside one regime the affine shortcut;
+    # both price every step as step_time does
+    cm = CostModel(CATALOG["llama-3.1-8b"], load_profile("Xeon-8480+"), CostConfig())
+    shape = batch_shape([], contexts)
+    stage = cm._dense_stage_time(shape.tokens, shape.lm_rows, True)
+    assert (cm._affine_decode_steps_s(shape, 2000, stage) is None) == kink
+    n = len(contexts)
+    exact = [
+        cm.step_time(dataclasses.replace(shape, decode_ctx_tokens=shape.decode_ctx_tokens + n * j)) for j in range(2000)
+    ]
+    np.testing.assert_allclose(cm.decode_steps_s(shape, 2000), exact, rtol=1e-12)
 
 
 def test_cli_exact_steps_flag_gives_the_same_requests(tmp_path: Path) -> None:

@@ -203,11 +203,14 @@ class CostModel:
         every op but attention depends only on (tokens, sampled rows), so that part is cached on
         those two numbers, and the attention kernels are priced straight from the aggregates.
         """
-        if shape.is_empty:
+        tokens = shape.prefill_tokens + shape.decode_tokens
+        if not tokens:
             return 0.0
         decode_only = shape.prefill_tokens == 0
-        stage = self._dense_stage_time(shape.tokens, shape.lm_rows, decode_only)
+        stage = self._dense_stage_time(tokens, shape.lm_rows, decode_only)
         stage += self._attention_s(shape, decode_only)
+        if self.cfg.pp == 1:
+            return stage + self._step_overhead
         return stage * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + self._step_overhead
 
     def decode_steps_s(self, shape: BatchShape, steps: int) -> np.ndarray:
@@ -215,8 +218,12 @@ class CostModel:
         context one token longer (a run never crosses a sliding window, so the local view grows the
         same), vectorised: the same arithmetic as ``_attention_s`` on an array of contexts."""
         n = shape.decode_tokens
-        grow = n * np.arange(steps, dtype=np.int64)
         stage = self._dense_stage_time(shape.tokens, shape.lm_rows, True)
+        if shape.local is None and self.cfg.pp == 1 and steps > 2:
+            affine = self._affine_decode_steps_s(shape, steps, stage)
+            if affine is not None:
+                return affine
+        grow = np.arange(0, n * steps, n, dtype=np.int64) if n else np.zeros(steps, dtype=np.int64)
         if shape.local is None:
             att = self._decode_attention_s(shape.decode_ctx_tokens + grow, n, shape.decode_seqs, self._layers, True)
         else:
@@ -226,7 +233,30 @@ class CostModel:
             att = att + self._decode_attention_s(
                 local.decode_ctx_tokens + grow, n, local.decode_seqs, self._layers - glob, True
             )
+        if self.cfg.pp == 1 and isinstance(att, np.ndarray):
+            att += stage + self._step_overhead
+            return att
         return (stage + att) * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + self._step_overhead
+
+    def _affine_decode_steps_s(self, shape: BatchShape, steps: int, stage_s: float) -> np.ndarray | None:
+        """The run's step times as ``first + slope * i`` where that is exact to rounding, else None.
+
+        Decode attention's time is convex and piecewise linear in the context (the max of compute
+        and memory time, then of that and the launch latency), so it is linear over the run exactly
+        when one inner step lies on the chord between the first and the last (a convex function
+        that meets its chord inside an interval is that chord). Most runs sit in one regime, and
+        two array operations replace the ten of the general path."""
+        n, seqs, ctx = shape.decode_tokens, shape.decode_seqs, shape.decode_ctx_tokens
+        last, mid = steps - 1, (steps - 1) // 2
+        a0 = self._decode_attention_s(ctx, n, seqs, self._layers, True)
+        am = self._decode_attention_s(ctx + n * mid, n, seqs, self._layers, True)
+        a1 = self._decode_attention_s(ctx + n * last, n, seqs, self._layers, True)
+        if abs(a0 + (a1 - a0) * mid / last - am) > 1e-12 * a1:  # a kink inside the run
+            return None
+        out = np.arange(steps, dtype=np.float64)
+        out *= (a1 - a0) / last
+        out += stage_s + a0 + self._step_overhead
+        return out
 
     # ---- attention from aggregates ------------------------------------------------------
     def _attention_s(self, s: BatchShape, decode_only: bool) -> float:
@@ -266,15 +296,18 @@ class CostModel:
             return 0.0
         hd, heads, a = self._head_dim, self._heads, self._act_bytes
         q_per_seq = tokens // max(1, seqs)
-        flops = 4.0 * ctx * q_per_seq * hd * heads
-        read = tokens * self._q_width * a + ctx * 2 * self._kv_width * self._kv_bytes
-        written = tokens * self._q_width * a
-        compute = flops / (self._act_peak * self._decode_attn_frac)
-        memory = (read + written) / self._bw
+        # scalars are grouped before they meet ``ctx``: one array operation per term, not four
+        compute = ctx * (4.0 * q_per_seq * hd * heads / (self._act_peak * self._decode_attn_frac))
+        q_bytes = tokens * self._q_width * a  # read once, written once
+        memory = ctx * (2 * self._kv_width * self._kv_bytes / self._bw) + 2 * q_bytes / self._bw
         launch = self.launch_latency(decode_only)
-        if isinstance(ctx, np.ndarray):
-            busy = np.maximum(compute, memory) + self._fixed
-            return (busy + np.maximum(0.0, launch - busy)) * layers
+        if isinstance(ctx, np.ndarray):  # the arithmetic of _kernel_total_s, in place
+            busy = np.maximum(compute, memory, out=compute)
+            busy += self._fixed
+            if launch > busy[0]:  # busy grows with the context: only the first steps may be shorter
+                np.maximum(busy, launch, out=busy)
+            busy *= layers
+            return busy
         return _kernel_total_s(compute, memory, self._fixed, launch) * layers
 
     def _dense_stage_time(self, tokens: int, lm_rows: int, decode_only: bool) -> float:
@@ -337,4 +370,4 @@ def _kernel_total_s(compute_s: float, memory_s: float, fixed_s: float, launch_s:
     """One kernel's time per call as ``CostModel.price`` computes it: the launch latency counts
     only where it exceeds the kernel (``_decode_attention_s`` repeats this on arrays)."""
     busy = max(compute_s, memory_s) + fixed_s
-    return busy + max(0.0, launch_s - busy)
+    return busy if busy >= launch_s else launch_s  # = busy + max(0, launch_s - busy)

@@ -83,7 +83,7 @@ class BatchPlan:
         if local_window is not None:
             return dataclasses.replace(self.shape(window), local=self.shape(local_window))
         chunks = [(c, r.kv_tokens) for r, c in self.prefill]
-        decodes = (*self.decode, *self.padding)
+        decodes = (*self.decode, *self.padding) if self.decode or self.padding else ()
         if self.spec_k:
             chunks += [(self.spec_k + 1, r.kv_tokens) for r in self.decode]
             decodes = tuple(self.padding)
@@ -94,16 +94,19 @@ class BatchPlan:
             kv += seen
             score += c * seen
             p_tokens += c
-        # parallel sampling: every sequence of a request decodes its own row
-        if window is None:
-            d_ctx = sum((r.kv_tokens + 1) * r.n_seqs for r in decodes)
-        else:
-            d_ctx = sum(min(r.kv_tokens + 1, window) * r.n_seqs for r in decodes)
-        n_dec = sum(r.n_seqs for r in decodes)
+        d_ctx = n_dec = 0
+        if decodes:  # parallel sampling: every sequence of a request decodes its own row
+            if window is None:
+                d_ctx = sum((r.kv_tokens + 1) * r.n_seqs for r in decodes)
+            else:
+                d_ctx = sum(min(r.kv_tokens + 1, window) * r.n_seqs for r in decodes)
+            n_dec = sum(r.n_seqs for r in decodes)
         if self.set_n:  # each member's context plus its new token
             d_ctx += self.set_ctx + self.set_n
             n_dec += self.set_n
-        sampled = sum(1 for r, c in self.prefill if r.prefilled + c == r.prefill_target)
+        sampled = 0
+        for r, c in self.prefill:
+            sampled += r.prefilled + c == r.prefill_target
         return BatchShape(
             prefill_tokens=p_tokens,
             prefill_seqs=len(chunks),
