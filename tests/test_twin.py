@@ -320,6 +320,27 @@ def test_measure_and_write_produces_a_valid_local_cpu_profile(tmp_path):
     assert prof.efficiency.gemv_memory_fraction is None
 
 
+def test_calibration_samples_are_rescaled_to_the_probes_reference_speed():
+    # a machine 1.5x slower in the second of three rounds, and the prefill kind 1.2x slower again in
+    # the third: each sample divided by its probes' factor gives every case its steady time back
+    cases = [([128], []), ([], [(8, 256)]), ([64], [(4, 512)])]
+    steady = [0.040, 0.015, 0.030]
+    slow = {"decode": [1.0, 1.5, 1.0], "prefill": [1.0, 1.5, 1.2]}
+    refs = {"decode": 0.016, "prefill": 0.036}
+    samples, readings = [], {"decode": [], "prefill": []}
+    for i in range(3):
+        row = []
+        for j, (chunks, _) in enumerate(cases):
+            for kind in readings:
+                readings[kind].append(refs[kind] * slow[kind][i])
+            row.append(steady[j] * slow["prefill" if chunks else "decode"][i])
+        samples.append(row)
+    got = cpubench.normalised_medians(cases, samples, readings, refs)
+    assert got == pytest.approx(steady, rel=1e-12)
+    # the raw medians are off: the slow round is the median for the prefill kind
+    assert np.median([row[0] for row in samples]) == pytest.approx(0.048)
+
+
 def test_spread_contexts_have_the_requested_batch_and_mean():
     ctx = cpubench.spread_contexts(12, 600)
     assert len(ctx) == 12 and abs(np.mean(ctx) - 600) < 1 and min(ctx) < 300 < 1200 < max(ctx)
