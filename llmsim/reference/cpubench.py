@@ -281,21 +281,6 @@ def overheads(spec: ModelSpec, min_s: float) -> tuple[float, float]:
     return launch, float(np.median(samples))
 
 
-def time_step(model, chunks: list[int], decodes: list[tuple[int, int]], reps: int) -> float:  # noqa: ANN001
-    """Median of ``reps`` forward passes (+ greedy sampling) of one step: fresh prefills of
-    ``chunks`` tokens and ``(batch, context)`` decode groups, on a ``Model`` with a paged cache."""
-    segs = _step_segments(model, chunks, decodes)
-    # warm up first: after an idle spell or a change of shape the first passes run up to 2x slower
-    # (caches, CPU clocks), while an engine serving a workload runs back to back
-    w0 = CLOCK()
-    while CLOCK() - w0 < 0.05:
-        model.forward(segs)
-    t = _median_pass_s(model, segs, reps, CLOCK)
-    for seg in segs:
-        model.cache.release(seg.table)
-    return t
-
-
 def _step_segments(model, chunks: list[int], decodes: list[tuple[int, int]]) -> list:  # noqa: ANN001
     """Model segments of one step: fresh prefills of ``chunks`` tokens and ``(batch, context)``
     decode groups, with blocks from the model's paged cache."""
@@ -331,9 +316,9 @@ def probe_timer(
 
     ``weights``: the engine's own weights when they have ``TWIN_SPEC``'s shapes (timing does not
     depend on the values), so the probe does not evict the engine's weights from the cache; else
-    seed-0 weights, as at calibration. No warm-up: interleaved with engine steps a cold pass reads
-    the same as ``time_step``'s warmed-up passes (median ratio 1.00 over 40 interleaved pairs on
-    this machine, docs/reference.md section 4), and one pass costs one ~15 ms step."""
+    seed-0 weights, as at calibration. No warm-up: the probe is read as the engine's steps and
+    the calibration's steps are timed, one cold pass each (``cold_pass_s``); one pass costs one
+    ~15 ms step."""
     from llmsim.reference.model import Model, PagedKVCache, init_weights
 
     shapes = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size")
@@ -345,70 +330,65 @@ def probe_timer(
     return lambda: _median_pass_s(model, segs, passes, clock)
 
 
-def time_steps_normalised(  # noqa: ANN201
-    model,  # noqa: ANN001
-    cases: list[tuple[list[int], list[tuple[int, int]]]],
-    reps: int,
-    rounds: int,
-    probe_model,  # noqa: ANN001
-    probe_ref_s: float,
-):
-    """Like ``time_steps``, with the ``PROBE`` step timed on ``probe_model`` just before every case:
-    each sample is divided by that probe's speed factor (probe / ``probe_ref_s``), the engine's
-    drift normalisation applied to single steps. Returns (normalised, raw, factor) medians per case."""
-    samples = []
-    for _ in range(rounds):
-        row = []
-        for ch, dec in cases:
-            factor = time_step(probe_model, *PROBE, reps) / probe_ref_s
-            row.append((time_step(model, ch, dec, reps), factor))
-        samples.append(row)
-    cols = [list(col) for col in zip(*samples, strict=True)]
-    return (
-        [float(np.median([t / f for t, f in col])) for col in cols],
-        [float(np.median([t for t, _ in col])) for col in cols],
-        [float(np.median([f for _, f in col])) for col in cols],
-    )
-
-
-def time_steps(model, cases: list[tuple[list[int], list[tuple[int, int]]]], reps: int, rounds: int) -> list[float]:  # noqa: ANN001
-    """``time_step`` of every case, in ``rounds`` passes over all cases; the median per case.
-
-    Passes spread each case's samples over the whole measurement, so a slow spell of the machine
-    (this one is a VM: neighbours' load comes and goes) disturbs one sample of each case, not
-    every sample of one case."""
-    samples = [[time_step(model, ch, dec, reps) for ch, dec in cases] for _ in range(rounds)]
-    return [float(np.median(col)) for col in zip(*samples, strict=True)]
+def cold_pass_s(model, chunks: list[int], decodes: list[tuple[int, int]]) -> float:  # noqa: ANN001
+    """One forward pass (+ greedy sampling) of a step, with no warm-up: as the engine runs its
+    steps, each after a step of another shape. (On this machine a cold pass of the calibration
+    steps took a median 1.06x its warmed-up time, 0.87x-1.30x by step: calibrating on warm
+    steps priced the engine's steps ~2-6% short, docs/reference.md section 3.)"""
+    segs = _step_segments(model, chunks, decodes)
+    t = _median_pass_s(model, segs, 1, CLOCK)
+    for seg in segs:
+        model.cache.release(seg.table)
+    return t
 
 
 def time_steps_probed(  # noqa: ANN201
     model,  # noqa: ANN001
     cases: list[tuple[list[int], list[tuple[int, int]]]],
-    reps: int,
     rounds: int,
     probes: dict[str, Callable[[], float]],
 ):
-    """``time_steps``, with every probe in ``probes`` timed once just before every case of every
-    round: (the median per case, the median per probe over all its readings, and the samples and
-    readings themselves for ``normalised_medians``).
+    """One cold pass (``cold_pass_s``) of every case in each of ``rounds`` rounds, every probe in
+    ``probes`` timed once just before every case: (the median per case, the median per probe
+    over all its readings, and the samples and readings themselves for ``normalised_medians``).
 
-    The probe medians are the drift probes' references. The twin divides each probe reading by
-    its reference, so the reference is taken the way the twin reads a probe (``probe_timer``: one
-    cold pass) and over the whole calibration (rounds x cases readings, while the calibration
-    steps are measured), not from the probe step's own 5 samples. (On this machine, whose passes
-    alternate between two speeds, the prefill reference still came out 35.3 and 44.8 ms in two
-    calibrations, against 35.8-46.3 ms from 5 samples in five: the spread is the machine's,
-    docs/reference.md section 4.)"""
+    The probe medians are the drift probes' references when calibrating. They are taken the way
+    the twin reads a probe (``probe_timer``: one cold pass) and over the whole calibration
+    (rounds x cases readings), not from the probe step's own samples. (On this machine, whose
+    passes alternate between two speeds, the prefill reference still came out 35.3 and 44.8 ms in
+    two calibrations, against 35.8-46.3 ms from 5 samples in five: the spread is the machine's,
+    docs/reference.md section 4; ``normalised_medians`` removes it from the samples.)"""
     samples, readings = [], {k: [] for k in probes}
     for _ in range(rounds):
         row = []
         for ch, dec in cases:
             for k, fn in probes.items():
                 readings[k].append(fn())
-            row.append(time_step(model, ch, dec, reps))
+            row.append(cold_pass_s(model, ch, dec))
         samples.append(row)
     medians = [float(np.median(col)) for col in zip(*samples, strict=True)]
     return medians, {k: float(np.median(v)) for k, v in readings.items()}, (samples, readings)
+
+
+def time_steps_cold_normalised(  # noqa: ANN201
+    model,  # noqa: ANN001
+    cases: list[tuple[list[int], list[tuple[int, int]]]],
+    rounds: int,
+    references: dict[str, float],
+    weights=None,  # noqa: ANN001
+):
+    """Cold passes of ``cases`` rescaled to the speed of the probes' ``references`` ("decode",
+    and "prefill" if the profile has it): the calibration's measurement (``time_steps_probed`` +
+    ``normalised_medians``) on other steps. Returns (normalised, raw, factor) medians per case."""
+    probes = {"decode": probe_timer(weights=weights)}
+    if "prefill" in references:
+        probes["prefill"] = probe_timer(weights=weights, step=PREFILL_PROBE)
+    raw, _, (samples, readings) = time_steps_probed(model, cases, rounds, probes)
+    refs = {k: references.get(k, references["decode"]) for k in ("decode", "prefill")}
+    readings.setdefault("prefill", readings["decode"])
+    normalised = normalised_medians(cases, samples, readings, refs)
+    factors = [r / n for r, n in zip(raw, normalised, strict=True)]
+    return normalised, raw, factors
 
 
 def normalised_medians(
@@ -442,6 +422,7 @@ def normalised_medians(
 # decode batches 1..64 at contexts 128..4096). Decode batches of 1..16 price their GEMMs from the
 # measured ``gemm_small_m`` table.
 CAL_PREFILL = [32, 128, 512, 1536]
+CAL_ROUNDS = 9  # cold passes per calibration step (one per round; their median, normalised)
 FIT_RANGE = 3.0
 # The probe: a calibration step timed again around every twin run, to show whether this machine
 # (a VM whose neighbours come and go) runs at the speed it was calibrated at.
@@ -494,7 +475,7 @@ def fit_to_engine(spec: ModelSpec, data: dict, quick: bool) -> tuple[dict, list[
         )
     probes = {"decode": probe_timer(weights=model.w), "prefill": probe_timer(weights=model.w, step=PREFILL_PROBE)}
     steps = [(ch, dec) for ch, dec, _ in cases]
-    raw, references, (samples, readings) = time_steps_probed(model, steps, 3, 1 if quick else 5, probes)
+    raw, references, (samples, readings) = time_steps_probed(model, steps, 2 if quick else CAL_ROUNDS, probes)
     measured = np.array(normalised_medians(steps, samples, readings, references))
     keys = FIT_KEYS
     x0 = np.log([data[k] for k in keys])

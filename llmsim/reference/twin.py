@@ -34,9 +34,10 @@ from llmsim.reference.cpubench import (
     PREFILL_PROBE,
     PROBE,
     TWIN_SPEC,
+    cold_pass_s,
     probe_timer,
-    time_steps,
-    time_steps_normalised,
+    time_steps_cold_normalised,
+    time_steps_probed,
 )
 from llmsim.reference.engine import CLOCKS, EngineOutput, ReferenceEngine, SpeedProbe
 from llmsim.reference.model import Model, PagedKVCache, init_weights
@@ -52,27 +53,32 @@ METRICS = ["ttft_s", "tbt_mean_s", "e2e_s"]
 
 # ---- step grid ------------------------------------------------------------------------------
 def measure_steps(
-    spec: ModelSpec, profile_path: Path, reps: int = 3, quick: bool = False, normalise: bool = True
+    spec: ModelSpec, profile_path: Path, rounds: int = 5, quick: bool = False, normalise: bool = True
 ) -> pd.DataFrame:
     """Predicted vs measured time of single steps: prefills of n tokens, decode batches at a context.
-    Measured: the median of ``reps`` passes after a warm-up, in 3 rounds over the grid (1 if quick).
-    ``normalise`` (with the profile's probe step): the calibration probe is timed just before each
-    case and each sample divided by its speed factor, as the engine's clock is (``measured_raw_s``:
-    as measured, ``speed_factor``: the median factor)."""
+    Measured as the calibration measures its steps: one cold pass per case in each of ``rounds``
+    rounds over the grid (5; 2 if quick), median per case. ``normalise`` (with the profile's probe
+    references): the probes are timed just before each case and each sample divided by its speed
+    factor, as the engine's clock is (``measured_raw_s``: as measured, ``speed_factor``: raw over
+    normalised)."""
     prof = load_profile(profile_path)
     cost = CostModel(spec, prof, FP32)
     model = Model(init_weights(spec, 0, np.float32), PagedKVCache(spec, 16, np.float32))
     prefill = PREFILL_GRID[:3] if quick else PREFILL_GRID
     decode = [(b, c) for b, c in DECODE_GRID if b * c <= 8192] if quick else DECODE_GRID
     cases = [([n], []) for n in prefill] + [([], [(b, c)]) for b, c in decode]
-    probe_cal = (prof.calibration or {}).get("probe_step", {}).get("measured_s")
-    rounds = 1 if quick else 3
+    cal = prof.calibration or {}
+    refs = {
+        k: cal[key]["measured_s"]
+        for k, key in (("decode", "probe_step"), ("prefill", "probe_prefill_step"))
+        if key in cal
+    }
+    rounds = 2 if quick else rounds
     with threadpool_limits(BLAS_THREADS, "blas"):
-        if normalise and probe_cal:
-            probe_model = Model(init_weights(TWIN_SPEC, 0, np.float32), PagedKVCache(TWIN_SPEC, 16, np.float32))
-            measured, raw, factors = time_steps_normalised(model, cases, reps, rounds, probe_model, probe_cal)
+        if normalise and "decode" in refs:
+            measured, raw, factors = time_steps_cold_normalised(model, cases, rounds, refs, weights=model.w)
         else:
-            measured = raw = time_steps(model, cases, reps, rounds)
+            measured = raw = time_steps_probed(model, cases, rounds, {})[0]
             factors = [1.0] * len(cases)
     rows = [("prefill", n, 0, cost.step_time(batch_shape([(n, 0)], []))) for n in prefill]
     rows += [("decode", b, c, cost.step_time(batch_shape([], [c] * b))) for b, c in decode]
@@ -139,9 +145,9 @@ def run_twin(
     ]
     probe_model = Model(init_weights(TWIN_SPEC, 0, np.float32), PagedKVCache(TWIN_SPEC, 16, np.float32))
     with threadpool_limits(BLAS_THREADS, "blas"):
-        probe_before = time_steps(probe_model, [PROBE], 5, 1)[0]
+        probe_before = float(np.median([cold_pass_s(probe_model, *PROBE) for _ in range(5)]))
         out = engine.run(reqs)
-        probe_after = time_steps(probe_model, [PROBE], 5, 1)[0]
+        probe_after = float(np.median([cold_pass_s(probe_model, *PROBE) for _ in range(5)]))
     measured = requests_frame(out.requests)
     steps = out.steps.assign(predicted_s=[pool.cost.step_time(shape) for shape in out.shapes])
     frame = compare_requests(sim.requests, measured, retimed_frame(measured, out, steps["raw_duration_s"].to_numpy()))
