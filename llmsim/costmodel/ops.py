@@ -224,6 +224,14 @@ def attention_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     return _attention(model, s, cfg, n_global, "") + _attention(model, s.local, cfg, layers - n_global, "_local")
 
 
+def prefill_scores(s: BatchShape, kernel: str) -> int:
+    """(query, key) scores the prefill attention computes: a naive kernel (eager PyTorch, the NumPy
+    reference) computes the whole score rectangle of each chunk and masks it afterwards, while
+    FlashAttention skips the tiles the causal mask empties (counted here as the causal pairs).
+    A 256-token chunk after 256 cached tokens computes 1.33x its causal pairs, a fresh prompt 2x."""
+    return s.prefill_score_elems if kernel == "naive" else s.prefill_attn_pairs
+
+
 def _attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int, suffix: str) -> list[Op]:
     tp = cfg.tp
     q, kv = model.q_size // tp, kv_heads_per_device(model, tp) * model.head_dim
@@ -233,7 +241,7 @@ def _attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int, suffix: s
     if L <= 0:
         return ops
     if s.prefill_tokens:
-        flops = 4.0 * s.prefill_attn_pairs * hd * heads  # QK^T and PV, 2 FLOPs per MAC
+        flops = 4.0 * prefill_scores(s, cfg.attention_kernel) * hd * heads  # QK^T and PV, 2 FLOPs per MAC
         read = s.prefill_tokens * q * a + s.prefill_kv_tokens * 2 * kv * kvb
         written = s.prefill_tokens * q * a
         if cfg.attention_kernel == "naive":

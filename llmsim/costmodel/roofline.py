@@ -14,7 +14,7 @@ import numpy as np
 
 from llmsim.costmodel.comm import all_reduce_s, send_s, tp_link
 from llmsim.costmodel.gemm import GemmCurve
-from llmsim.costmodel.ops import BatchShape, Op, OpConfig, head_ops, kv_heads_per_device, step_ops
+from llmsim.costmodel.ops import BatchShape, Op, OpConfig, head_ops, kv_heads_per_device, prefill_scores, step_ops
 from llmsim.hardware import HardwareProfile
 from llmsim.models import DTYPE_BYTES, ModelSpec
 
@@ -276,7 +276,7 @@ class CostModel:
         t = 0.0
         if s.prefill_tokens:
             hd, heads, a = self._head_dim, self._heads, self._act_bytes
-            flops = 4.0 * s.prefill_attn_pairs * hd * heads  # QK^T and PV, 2 FLOPs per MAC
+            flops = 4.0 * prefill_scores(s, self.cfg.attention_kernel) * hd * heads  # QK^T and PV
             read = s.prefill_tokens * self._q_width * a + s.prefill_kv_tokens * 2 * self._kv_width * self._kv_bytes
             written = s.prefill_tokens * self._q_width * a
             if self.cfg.attention_kernel == "naive":  # scores and probabilities go through HBM

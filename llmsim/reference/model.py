@@ -370,7 +370,9 @@ class Model:
         o = softmax(scores) @ V[0].transpose(1, 0, 2)[:, None]  # [n_kv, g, n_new, hd]
         if self.counter is not None:
             scores_bytes = s.n * (s.past + s.n - lo) * spec.num_heads * self.a if self.count_kernel == "naive" else 0
-            self._count_attention("attention_prefill", s.n, int(mask.sum()), s.past + s.n - lo, scores_bytes)
+            # a naive kernel computes every score of the rectangle, the masked ones too (ops.prefill_scores)
+            computed = s.n * (s.past + s.n - lo) if self.count_kernel == "naive" else int(mask.sum())
+            self._count_attention("attention_prefill", s.n, computed, s.past + s.n - lo, scores_bytes)
         return o.transpose(2, 0, 1, 3).reshape(s.n, spec.num_heads, hd)
 
     def _attend_decodes(self, layer: int, q: np.ndarray, segs: list[Segment]) -> np.ndarray:
@@ -402,7 +404,7 @@ class Model:
     def _count_attention(self, name: str, rows: int, pairs: int, kv_rows: int, scores_bytes: float = 0.0) -> None:
         """Scores S and probabilities P of a naive kernel are each written once and read once."""
         spec = self.spec
-        flops = 4.0 * pairs * spec.head_dim * spec.num_heads  # QK^T and PV over the pairs really attended
+        flops = 4.0 * pairs * spec.head_dim * spec.num_heads  # QK^T and PV over the scores computed
         read = rows * spec.q_size * self.a + kv_rows * 2 * spec.kv_size * self.kvb + 2 * scores_bytes
         self.counter.add(name, flops, read, rows * spec.q_size * self.a + 2 * scores_bytes)  # type: ignore[union-attr]
 
