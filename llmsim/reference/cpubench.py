@@ -293,26 +293,21 @@ def _step_segments(model, chunks: list[int], decodes: list[tuple[int, int]]) -> 
     return segs
 
 
-def _median_pass_s(model, segs: list, passes: int, clock: Callable[[], float]) -> float:  # noqa: ANN001
-    """Median time of ``passes`` forward passes with greedy sampling."""
-    times = []
-    for _ in range(passes):
-        t0 = clock()
-        logits = model.forward(segs)
-        [int(np.argmax(lg[-1])) for lg in logits if lg is not None]
-        times.append(clock() - t0)
-    return float(np.median(times))
+def _pass_s(model, segs: list, clock: Callable[[], float] = CLOCK) -> float:  # noqa: ANN001
+    """Seconds of one forward pass with greedy sampling."""
+    t0 = clock()
+    logits = model.forward(segs)
+    [int(np.argmax(lg[-1])) for lg in logits if lg is not None]
+    return clock() - t0
 
 
 def probe_timer(
     clock: Callable[[], float] = CLOCK,
-    passes: int = 1,
     weights=None,  # noqa: ANN001
     step: tuple[list[int], list[tuple[int, int]]] | None = None,
 ) -> Callable[[], float]:
     """A function timing ``step`` (default ``PROBE``; or ``PREFILL_PROBE``) once, for the engine's
-    drift normalisation: the median of ``passes`` forward passes of a separate ``TWIN_SPEC``-shaped
-    model on ``clock``.
+    drift normalisation: one forward pass of a separate ``TWIN_SPEC``-shaped model on ``clock``.
 
     ``weights``: the engine's own weights when they have ``TWIN_SPEC``'s shapes (timing does not
     depend on the values), so the probe does not evict the engine's weights from the cache; else
@@ -327,7 +322,7 @@ def probe_timer(
     model = Model(w, PagedKVCache(w.spec, 16, np.float32))
     segs = _step_segments(model, *(step or PROBE))
     model.forward(segs)  # once untimed: the first pass on a fresh cache pays for its allocation
-    return lambda: _median_pass_s(model, segs, passes, clock)
+    return lambda: _pass_s(model, segs, clock)
 
 
 def cold_pass_s(model, chunks: list[int], decodes: list[tuple[int, int]]) -> float:  # noqa: ANN001
@@ -336,7 +331,7 @@ def cold_pass_s(model, chunks: list[int], decodes: list[tuple[int, int]]) -> flo
     steps took a median 1.06x its warmed-up time, 0.87x-1.30x by step: calibrating on warm
     steps priced the engine's steps ~2-6% short, docs/reference.md section 3.)"""
     segs = _step_segments(model, chunks, decodes)
-    t = _median_pass_s(model, segs, 1, CLOCK)
+    t = _pass_s(model, segs)
     for seg in segs:
         model.cache.release(seg.table)
     return t
@@ -349,15 +344,9 @@ def time_steps_probed(  # noqa: ANN201
     probes: dict[str, Callable[[], float]],
 ):
     """One cold pass (``cold_pass_s``) of every case in each of ``rounds`` rounds, every probe in
-    ``probes`` timed once just before every case: (the median per case, the median per probe
-    over all its readings, and the samples and readings themselves for ``normalised_medians``).
-
-    The probe medians are the drift probes' references when calibrating. They are taken the way
-    the twin reads a probe (``probe_timer``: one cold pass) and over the whole calibration
-    (rounds x cases readings), not from the probe step's own samples. (On this machine, whose
-    passes alternate between two speeds, the prefill reference still came out 35.3 and 44.8 ms in
-    two calibrations, against 35.8-46.3 ms from 5 samples in five: the spread is the machine's,
-    docs/reference.md section 4; ``normalised_medians`` removes it from the samples.)"""
+    ``probes`` timed once just before every case: (samples[round][case], readings[probe]).
+    Rounds spread each case's samples over the whole measurement, so a slow spell of the machine
+    disturbs one sample of each case, not every sample of one case."""
     samples, readings = [], {k: [] for k in probes}
     for _ in range(rounds):
         row = []
@@ -366,29 +355,43 @@ def time_steps_probed(  # noqa: ANN201
                 readings[k].append(fn())
             row.append(cold_pass_s(model, ch, dec))
         samples.append(row)
-    medians = [float(np.median(col)) for col in zip(*samples, strict=True)]
-    return medians, {k: float(np.median(v)) for k, v in readings.items()}, (samples, readings)
+    return samples, readings
+
+
+def column_medians(samples: list[list[float]]) -> list[float]:
+    """The median per case of ``time_steps_probed``'s samples."""
+    return [float(np.median(col)) for col in zip(*samples, strict=True)]
 
 
 def time_steps_cold_normalised(  # noqa: ANN201
     model,  # noqa: ANN001
     cases: list[tuple[list[int], list[tuple[int, int]]]],
     rounds: int,
-    references: dict[str, float],
+    references: dict[str, float] | None = None,
     weights=None,  # noqa: ANN001
 ):
-    """Cold passes of ``cases`` rescaled to the speed of the probes' ``references`` ("decode",
-    and "prefill" if the profile has it): the calibration's measurement (``time_steps_probed`` +
-    ``normalised_medians``) on other steps. Returns (normalised, raw, factor) medians per case."""
+    """Cold passes of ``cases`` rescaled to the speed of the drift probes' ``references``
+    ("decode", and "prefill" if the profile has it), as the twin rescales its engine's steps.
+    Returns (normalised, raw, factor) medians per case and the references used.
+
+    Without ``references`` (calibrating) both probes are read and each reference is the median of
+    its readings over the whole measurement (rounds x cases), read the way the twin reads a probe
+    (``probe_timer``: one cold pass), not from the probe step's own samples. (On this machine,
+    whose passes alternate between two speeds, the prefill reference still came out 35.3 and
+    44.8 ms in two calibrations, against 35.8-46.3 ms from 5 samples in five: the spread is the
+    machine's, docs/reference.md section 4; the normalisation removes it from the samples.)"""
     probes = {"decode": probe_timer(weights=weights)}
-    if "prefill" in references:
+    if references is None or "prefill" in references:
         probes["prefill"] = probe_timer(weights=weights, step=PREFILL_PROBE)
-    raw, _, (samples, readings) = time_steps_probed(model, cases, rounds, probes)
+    samples, readings = time_steps_probed(model, cases, rounds, probes)
+    if references is None:
+        references = {k: float(np.median(v)) for k, v in readings.items()}
     refs = {k: references.get(k, references["decode"]) for k in ("decode", "prefill")}
     readings.setdefault("prefill", readings["decode"])
+    raw = column_medians(samples)
     normalised = normalised_medians(cases, samples, readings, refs)
     factors = [r / n for r, n in zip(raw, normalised, strict=True)]
-    return normalised, raw, factors
+    return normalised, raw, factors, references
 
 
 def normalised_medians(
@@ -455,7 +458,7 @@ def fit_to_engine(spec: ModelSpec, data: dict, quick: bool) -> tuple[dict, list[
     (``FIT_KEYS``) start from the micro-benchmark values and are refined by least squares on the
     log of measured vs predicted step time over the calibration steps, each kept within
     ``FIT_RANGE`` x of its micro-benchmark value. Also returns the drift probes' references
-    ("decode": ``PROBE``, "prefill": ``PREFILL_PROBE``), timed throughout (``time_steps_probed``).
+    ("decode": ``PROBE``, "prefill": ``PREFILL_PROBE``), read throughout (``time_steps_cold_normalised``).
     """
     from scipy.optimize import least_squares
 
@@ -473,10 +476,9 @@ def fit_to_engine(spec: ModelSpec, data: dict, quick: bool) -> tuple[dict, list[
         cases.append(
             ([chunk] if chunk else [], [(1, x) for x in ctxs], batch_shape([(chunk, 0)] if chunk else [], ctxs))
         )
-    probes = {"decode": probe_timer(weights=model.w), "prefill": probe_timer(weights=model.w, step=PREFILL_PROBE)}
     steps = [(ch, dec) for ch, dec, _ in cases]
-    raw, references, (samples, readings) = time_steps_probed(model, steps, 2 if quick else CAL_ROUNDS, probes)
-    measured = np.array(normalised_medians(steps, samples, readings, references))
+    measured, raw, _, references = time_steps_cold_normalised(model, steps, 2 if quick else CAL_ROUNDS, weights=model.w)
+    measured = np.array(measured)
     keys = FIT_KEYS
     x0 = np.log([data[k] for k in keys])
     cfg = CostConfig(weight_dtype="fp32", kv_dtype="fp32", act_dtype="fp32", attention_kernel="naive")

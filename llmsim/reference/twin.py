@@ -35,6 +35,7 @@ from llmsim.reference.cpubench import (
     PROBE,
     TWIN_SPEC,
     cold_pass_s,
+    column_medians,
     probe_timer,
     time_steps_cold_normalised,
     time_steps_probed,
@@ -76,9 +77,9 @@ def measure_steps(
     rounds = 2 if quick else rounds
     with threadpool_limits(BLAS_THREADS, "blas"):
         if normalise and "decode" in refs:
-            measured, raw, factors = time_steps_cold_normalised(model, cases, rounds, refs, weights=model.w)
+            measured, raw, factors, _ = time_steps_cold_normalised(model, cases, rounds, refs, weights=model.w)
         else:
-            measured = raw = time_steps_probed(model, cases, rounds, {})[0]
+            measured = raw = column_medians(time_steps_probed(model, cases, rounds, {})[0])
             factors = [1.0] * len(cases)
     rows = [("prefill", n, 0, cost.step_time(batch_shape([(n, 0)], []))) for n in prefill]
     rows += [("decode", b, c, cost.step_time(batch_shape([], [c] * b))) for b, c in decode]
