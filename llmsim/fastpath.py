@@ -84,6 +84,10 @@ class Run:
         """Blocks taken from this cache by someone else during the run (a KV transfer's reservation)."""
         self.external.append((self.steps_done_by(now), blocks))
 
+    def busy_s(self, steps: int) -> float:
+        """Seconds the first ``steps`` steps took."""
+        return float(self.ends[steps - 1]) - self.start_s
+
     def steps_done_by(self, now: float) -> int:
         return int(self.ends.searchsorted(now, side="right"))
 

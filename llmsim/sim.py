@@ -233,7 +233,7 @@ class Replica:
         if run is not None:
             self.sync()
             if run.applied:
-                self.busy_s += float(run.durations[: run.applied].sum())
+                self.busy_s += run.busy_s(run.applied)
                 self.max_step_tokens = max(self.max_step_tokens, run.size)
                 self._log_run(run, run.applied, live_last=False)
         if self.sched.columns is not None:
@@ -351,7 +351,7 @@ class Replica:
         if run.finished:
             self._settle(run.finished, float(run.durations[done - 1]))
             self._signal_freed()
-        self.busy_s += float(run.ends[done - 1]) - run.start_s
+        self.busy_s += run.busy_s(done)
         self.max_step_tokens = max(self.max_step_tokens, run.size)
         self._log_run(run, done)
         return float(run.ends[done - 1])
