@@ -152,9 +152,8 @@ class BlockManager:
                 return
         else:
             n = self.blocks_needed(req, ahead_tokens)
-        if n > self.free_blocks:
-            raise InvariantError(f"KV cache over capacity: request {req.id} needs {n} blocks, {self.free_blocks} free")
         if n > 0:
+            self._hold(n, f"request {req.id} needs")
             if self.track_ids:
                 if req.block_ids is None:
                     req.block_ids = []
@@ -162,30 +161,26 @@ class BlockManager:
                     bid = self._take()
                     self._ref[bid] = 1
                     req.block_ids.append(bid)
-            self.used += n
             req.blocks += n
-            if self.used > self.peak_used:
-                self.peak_used = self.used
         self.tokens_held += new_slots
+
+    def _hold(self, blocks: int, who: str) -> None:
+        """Count ``blocks`` more blocks in use (``who``: for the over-capacity message)."""
+        if blocks > self.free_blocks:
+            raise InvariantError(f"KV cache over capacity: {who} {blocks} blocks, {self.free_blocks} free")
+        self.used += blocks
+        if self.used > self.peak_used:
+            self.peak_used = self.used
 
     def grow_counts(self, blocks: int, slots: int) -> None:
         """Hold ``blocks`` more blocks and ``slots`` more token slots for requests tracked by
         count only (``DecodeSet`` members: no block ids)."""
-        if blocks > self.free_blocks:
-            raise InvariantError(
-                f"KV cache over capacity: decoding requests need {blocks} blocks, {self.free_blocks} free"
-            )
-        self.used += blocks
-        if self.used > self.peak_used:
-            self.peak_used = self.used
+        self._hold(blocks, "decoding requests need")
         self.tokens_held += slots
 
     def reserve(self, blocks: int) -> None:
         """Hold ``blocks`` for a request still arriving (disaggregated KV transfer)."""
-        if blocks > self.free_blocks:
-            raise InvariantError(f"KV cache over capacity: reserving {blocks} blocks, {self.free_blocks} free")
-        self.used += blocks
-        self.peak_used = max(self.peak_used, self.used)
+        self._hold(blocks, "reserving")
 
     def unreserve(self, blocks: int) -> None:
         self.used -= blocks
