@@ -5,43 +5,55 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-props-long lint format bench profile clean
+# The simulator's hot modules, compiled with mypyc by the install (setup.py lists them through
+# llmsim/native.py); when one of them changes they are compiled again before a demo or a test.
+NATIVE_SRC := $(shell sed -n 's/^    "\(llmsim[.a-z_]*\)",$$/\1/p' llmsim/native.py | tr . / | sed 's/$$/.py/')
+NATIVE     := $(VENV)/.compiled
 
-$(STAMP): pyproject.toml
+.PHONY: demo test test-slow test-props-long lint format bench profile build clean
+
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	touch $(STAMP)
+	touch $(STAMP) $(NATIVE)
 
-demo: $(STAMP)
+$(NATIVE): $(STAMP) $(NATIVE_SRC)
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(NATIVE)
+
+build: $(NATIVE)
+
+demo: $(NATIVE)
 	$(BIN)/llmsim run scenarios/quickstart.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check llmsim tests benchmarks
 	$(BIN)/ruff format --check llmsim tests benchmarks
 
-test: lint
+test: lint $(NATIVE)
 	$(BIN)/python -m pytest -q -n 2
 
-test-props-long: $(STAMP)
+test-props-long: $(NATIVE)
 	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/test_properties.py -q
 
-test-slow: $(STAMP)
+test-slow: $(NATIVE)
 	$(BIN)/python -m pytest -q -m slow
 
 format: $(STAMP)
 	$(BIN)/ruff format llmsim tests benchmarks
 	$(BIN)/ruff check --fix llmsim tests benchmarks
 
-bench: $(STAMP)
+bench: $(NATIVE)
 	$(BIN)/python benchmarks/bench_sim.py
 
 # where a benchmark case spends its time: a py-spy flame graph (CASE=a, b-chunked, c100k, ...)
 CASE ?= a
-profile: $(STAMP)
+profile: $(NATIVE)
 	$(BIN)/python -m pip install --quiet -e ".[profile]"
 	mkdir -p results
 	$(BIN)/py-spy record --subprocesses --rate 500 -o results/profile-$(CASE).svg -- $(BIN)/python benchmarks/bench_sim.py $(CASE)
 
 clean:
-	rm -rf $(VENV) results .pytest_cache .ruff_cache
+	rm -rf $(VENV) results .pytest_cache .ruff_cache build
+	find llmsim -name '*.so' -delete; rm -f llmsim__mypyc*.so

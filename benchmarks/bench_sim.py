@@ -3,6 +3,7 @@
     python benchmarks/bench_sim.py            # all cases
     python benchmarks/bench_sim.py a c100k    # some cases
     python benchmarks/bench_sim.py --exact-steps a   # one event per step (no closed-form jumps)
+    LLMSIM_PURE_PYTHON=1 python benchmarks/bench_sim.py a   # the pure-Python modules (not compiled)
 
 Each case runs in a fresh process so its peak RSS is its own. The table is what
 docs/performance.md records; quote ratios, not absolute seconds, across machines.
@@ -111,6 +112,7 @@ def _run_case(spec: dict, exact: bool, queue: mp.Queue) -> None:
             "sim_s": s["throughput"]["makespan_s"],
             "rss_mb": rss_mb,
             "verdict": s["saturation"]["verdict"],
+            "mode": llmsim.native.mode,
         }
     )
 
@@ -136,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"case {name} failed (exit {p.exitcode})", file=sys.stderr)
             continue
         rows.append(q.get())
+    for mode in sorted({r["mode"] for r in rows}):  # compiled or pure Python (llmsim/native.py)
+        print(f"simulator modules: {mode}")
     hdr = f"{'case':<16}{'requests':>10}{'steps':>11}{'wall s':>9}{'req/wall s':>12}{'steps/wall s':>14}"
     hdr += f"{'sim/wall':>11}{'peak RSS MB':>13}  verdict"
     print(hdr)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,11 +31,14 @@ from llmsim.fastpath import Run
 from llmsim.kvcache import BlockManager
 from llmsim.request import FINISHED, Request
 
+if TYPE_CHECKING:
+    from llmsim.results import GapHistogram
+
 
 class DecodeSet:
     BUFFER_TICKS = 4096  # initial (and smallest) room for tick end times
 
-    def __init__(self, kv: BlockManager, gaps: object | None) -> None:
+    def __init__(self, kv: BlockManager, gaps: GapHistogram | None) -> None:
         self.kv = kv
         self.bt = kv.block_tokens
         self.gaps = gaps  # GapHistogram or None
@@ -202,9 +206,7 @@ def _blocks_over(residue: list[int], members: int, first: int, count: int) -> in
 @dataclasses.dataclass
 class ColumnRun(Run):
     """A run of decode-only steps of a ``DecodeSet`` (the interface of ``fastpath.DecodeRun``);
-    it ends at the first finish at the latest."""
-
-    members: DecodeSet
+    it ends at the first finish at the latest. Its ``members`` is the ``DecodeSet``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -219,7 +221,7 @@ class ColumnRun(Run):
             self.members.allocate(blocks, steps - self.allocated)
             self.allocated = steps
 
-    def apply_through(self, steps: int, gaps: object | None = None) -> tuple[int, int]:
+    def apply_through(self, steps: int, gaps: GapHistogram | None = None) -> tuple[int, int]:
         lo, hi = self.applied, min(steps, self.steps)
         if hi <= lo:
             return lo, lo

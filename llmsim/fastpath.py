@@ -22,11 +22,15 @@ prefix caching, parallel sampling); columnar replicas use ``decodeset.ColumnRun`
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llmsim.kvcache import BlockManager
 from llmsim.request import Request
+
+if TYPE_CHECKING:
+    from llmsim.results import GapHistogram
 
 MIN_RUN = 4  # shorter runs are cheaper to step one by one
 
@@ -60,7 +64,7 @@ class Run:
     allocated (``allocated`` starts at 1).
     """
 
-    members: object
+    members: Any  # list[Request] (DecodeRun) or DecodeSet (ColumnRun)
     kv: BlockManager
     start_s: float
     durations: np.ndarray
@@ -96,8 +100,6 @@ class Run:
 class DecodeRun(Run):
     """A run of the same ``members`` (Request objects), stopping short of the first finish."""
 
-    members: list[Request]
-
     def __post_init__(self) -> None:
         super().__post_init__()
         self._kv0 = np.fromiter((r.kv_tokens for r in self.members), dtype=np.int64, count=len(self.members))
@@ -115,7 +117,7 @@ class DecodeRun(Run):
                 self.kv.grow(r, ahead, new)
             self.allocated = steps
 
-    def apply_through(self, steps: int, gaps: object | None) -> tuple[int, int]:
+    def apply_through(self, steps: int, gaps: GapHistogram | None) -> tuple[int, int]:
         """Emit the tokens of steps [applied, steps); returns that range."""
         lo, hi = self.applied, min(steps, self.steps)
         if hi <= lo:

@@ -9,7 +9,9 @@ between pools when disaggregated, see ``KVTransfer``).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -25,6 +27,24 @@ from llmsim.results import GapHistogram
 from llmsim.schedulers import make_scheduler
 from llmsim.schedulers.base import TRANSFERRING
 from llmsim.schedulers.queue import enqueue
+
+STEP_COLUMNS = [
+    "pool",
+    "replica",
+    "start_s",
+    "duration_s",
+    "prefill_tokens",
+    "decode_tokens",
+    "batch_size",
+    "preempted",
+    "kv_blocks_used",
+    "kv_utilization",
+    "kv_fragmentation",
+    "waiting",
+    "swap_s",
+    "draft_s",
+    "spec_tokens",
+]
 
 
 @dataclass
@@ -45,25 +65,6 @@ class StepLog:
         """Rows in time order (decode runs log their steps when the run ends)."""
         df = pd.DataFrame(self.cols, columns=STEP_COLUMNS)
         return df.sort_values(["start_s", "replica"], kind="stable").reset_index(drop=True)
-
-
-STEP_COLUMNS = [
-    "pool",
-    "replica",
-    "start_s",
-    "duration_s",
-    "prefill_tokens",
-    "decode_tokens",
-    "batch_size",
-    "preempted",
-    "kv_blocks_used",
-    "kv_utilization",
-    "kv_fragmentation",
-    "waiting",
-    "swap_s",
-    "draft_s",
-    "spec_tokens",
-]
 
 
 @dataclass
@@ -158,7 +159,7 @@ class Replica:
         self.spec_time_s = 0.0  # what draft + verify cost
         self.max_step_tokens = 0
         self.steps_taken = 0
-        self.handoff = None  # disaggregated prefill replicas: KVTransfer.start
+        self.handoff: Callable[[Replica, Request, float], None] | None = None  # disaggregated prefill: KVTransfer.start
         self.decode_role = False  # disaggregated decode replicas: requests arrive prefilled
         self.incoming = 0  # disaggregated decode replicas: transfers in flight to this replica
         self.link = simpy.Resource(env, capacity=1)  # outbound KV link (disaggregated prefill)
@@ -596,7 +597,21 @@ class KVTransfer:
         dst.accept_prefilled(req, blocks)
 
 
-def route(replicas: list[Replica], policy: str, counter: int, req: Request | None = None) -> Replica:
+class Routable(Protocol):
+    """What a router reads of a replica (tests route over stand-ins with just these)."""
+
+    index: int
+    outstanding_tokens: int
+    kv: Any
+    waiting: Any
+
+    def sync(self) -> None: ...
+
+
+R = TypeVar("R", bound=Routable)
+
+
+def route(replicas: list[R], policy: str, counter: int, req: Request | None = None) -> R:
     if policy == "least_outstanding":
         return min(replicas, key=lambda r: (r.outstanding_tokens, r.index))
     if policy == "kv_aware":
@@ -606,7 +621,7 @@ def route(replicas: list[Replica], policy: str, counter: int, req: Request | Non
     if policy == "prefix_affinity" and req is not None:
         # least work left once the cached prefix is not prefilled again: affinity without piling
         # every request that shares a popular first block onto one replica
-        def work(r: Replica) -> tuple[int, int]:
+        def work(r: R) -> tuple[int, int]:
             return r.outstanding_tokens - r.kv.cached_prefix_blocks(req.prefix_chain) * r.kv.block_tokens, r.index
 
         return min(replicas, key=work)
@@ -718,7 +733,8 @@ def simulate(
         rep.finish()
     gaps = GapHistogram()
     for rep in replicas:
-        gaps.merge(rep.sched.gaps)
+        if rep.sched.gaps is not None:
+            gaps.merge(rep.sched.gaps)
     m = len(reqs)
     queue = pd.DataFrame({"time_s": q_time[:m], "waiting": q_wait[:m]})
     # requests arriving after the horizon are reported as unfinished, never dropped

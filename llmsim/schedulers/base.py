@@ -14,11 +14,15 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from llmsim.costmodel.ops import BatchShape, chunk_pairs
 from llmsim.decodeset import DecodeSet
 from llmsim.kvcache import BlockManager
 from llmsim.request import FINISHED, RUNNING, WAITING, Request
+
+if TYPE_CHECKING:
+    from llmsim.results import GapHistogram
 
 TRANSFERRING = "transferring"  # disaggregated: prompt done, KV on its way to a decode replica
 
@@ -129,7 +133,7 @@ class Scheduler:
     def __init__(self, cfg: SchedulerConfig, kv: BlockManager) -> None:
         self.cfg = cfg
         self.kv = kv
-        self.gaps = None  # optional GapHistogram fed with every inter-token gap
+        self.gaps: GapHistogram | None = None  # fed with every inter-token gap, if set
         self.predict_s: Callable[[BatchShape], float] | None = None  # dynamic chunk budget only
         spec = cfg.speculative
         self._rng = random.Random(spec.seed) if spec else None

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections import deque
 
+from llmsim.kvcache import BlockManager
 from llmsim.request import Request
-from llmsim.schedulers.base import BatchPlan, Scheduler
+from llmsim.schedulers.base import BatchPlan, Scheduler, SchedulerConfig
 
 
 class TraditionalScheduler(Scheduler):
@@ -46,8 +47,8 @@ class StaticScheduler(TraditionalScheduler):
 
     name = "static"
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(*args, **kwargs)
+    def __init__(self, cfg: SchedulerConfig, kv: BlockManager) -> None:
+        super().__init__(cfg, kv)
         self.batch: list[Request] = []
 
     def schedule(self, waiting: deque[Request], running: list[Request]) -> BatchPlan:
