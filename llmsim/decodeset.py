@@ -21,7 +21,6 @@ simulator checks this before giving a replica a ``DecodeSet`` (``Replica._column
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from typing import TYPE_CHECKING
 
@@ -32,13 +31,14 @@ from llmsim.kvcache import BlockManager
 from llmsim.request import FINISHED, Request
 
 if TYPE_CHECKING:
-    from llmsim.results import GapHistogram
+    from llmsim.gaps import GapHistogram
+
+
+TRIM_TICKS = 4096  # tick end times kept before the first trim of those no member needs
 
 
 class DecodeSet:
-    BUFFER_TICKS = 4096  # initial (and smallest) room for tick end times
-
-    def __init__(self, kv: BlockManager, gaps: GapHistogram | None) -> None:
+    def __init__(self, kv: BlockManager, gaps: GapHistogram | None, trim_ticks: int = TRIM_TICKS) -> None:
         self.kv = kv
         self.bt = kv.block_tokens
         self.gaps = gaps  # GapHistogram or None
@@ -47,8 +47,9 @@ class DecodeSet:
         self.ctx = 0  # Σ kv_tokens of the members (at a step boundary)
         # end times of ticks _base, _base + 1, ...: from the oldest tick a member still needs
         # (its first) on, so memory follows the members' lifetimes, not the run's length
-        self._ends = np.empty(self.BUFFER_TICKS)
+        self._ends: list[float] = []
         self._base = 0
+        self._trim_ticks = self._trim_at = trim_ticks
         self._residue = [0] * self.bt  # members by (kv_at_join - tick_at_join) % bt
         self._members: dict[int, Request] = {}
         self._finish: list[tuple[int, int, Request]] = []  # (tick count when it is done, admit_seq, request)
@@ -77,15 +78,19 @@ class DecodeSet:
         d = tick - r.tick0
         if d <= 0:
             return
-        ends = self._ends[r.tick0 - self._base : tick - self._base]  # the ticks it took part in
-        worst = ends[0] - r.last_token_s
-        if d > 1:
-            worst = max(worst, float((ends[1:] - ends[:-1]).max()))  # (np.diff's overhead, per finish)
+        ends, lo, hi = self._ends, r.tick0 - self._base, tick - self._base  # the ticks it took part in
+        prev = ends[lo]
+        worst = prev - r.last_token_s
+        for i in range(lo + 1, hi):  # the largest gap between its ticks (a compiled loop)
+            e = ends[i]
+            if e - prev > worst:
+                worst = e - prev
+            prev = e
         if worst > r.max_tbt_s:
-            r.max_tbt_s = float(worst)
+            r.max_tbt_s = worst
         r.kv_tokens += d
         r.generated += d
-        r.last_token_s = float(ends[-1])
+        r.last_token_s = prev
         r.blocks = -(-r.kv_tokens // self.bt)
         r.tick0 = tick
 
@@ -122,40 +127,38 @@ class DecodeSet:
         return self._finish[0][0] if self._finish else 1 << 62
 
     def tick_once(self, end_s: float) -> list[Request]:
-        """``advance`` for one tick (the step-by-step path), without array temporaries."""
-        self._store_ends(1)
-        self._ends[self.tick - self._base] = end_s
+        """``advance`` for one tick (the step-by-step path)."""
         self._first_tick_gaps(end_s)
-        self.tick += 1
-        self.ctx += self.n
+        self._ends.append(end_s)
+        self._ticked(1)
         return self._finished() if self._finish and self._finish[0][0] <= self.tick else []
 
-    def advance(self, ends: np.ndarray) -> list[Request]:
+    def advance(self, ends: list[float]) -> list[Request]:
         """Apply ticks ending at ``ends``: gaps into the histogram, members that finish freed.
         Returns the finished requests (in admission order among those finishing together)."""
         m = len(ends)
         if not m:
             return []
-        self._store_ends(m)
-        self._ends[self.tick - self._base : self.tick - self._base + m] = ends
-        self._first_tick_gaps(float(ends[0]))
+        self._first_tick_gaps(ends[0])
         if m > 1 and self.gaps is not None:  # later ticks: every member's gap is the same
-            self.gaps.add_many(ends[1:] - ends[:-1], self.n)
-        self.tick += m
-        self.ctx += self.n * m
+            self.gaps.add_many([ends[i] - ends[i - 1] for i in range(1, m)], self.n)
+        self._ends.extend(ends)
+        self._ticked(m)
         return self._finished()
 
-    def _store_ends(self, m: int) -> None:
-        """Room for ``m`` more tick end times; when full, drop the ticks no member needs (before
-        every member's first tick and before the last tick, whose end the next gap needs)."""
-        live = self.tick - self._base
-        if live + m <= len(self._ends):
-            return
+    def _ticked(self, m: int) -> None:
+        self.tick += m
+        self.ctx += self.n * m
+        if len(self._ends) >= self._trim_at:
+            self._trim()
+
+    def _trim(self) -> None:
+        """Drop the end times no member needs: before every member's first tick, and before the
+        last tick (whose end the next gap needs)."""
         keep = min(min((r.tick0 for r in self._members.values()), default=self.tick), max(self.tick - 1, 0))
-        kept = self._ends[keep - self._base : live]
-        self._ends = np.empty(max(self.BUFFER_TICKS, 2 * (len(kept) + m)))
-        self._ends[: len(kept)] = kept
+        del self._ends[: keep - self._base]
         self._base = keep
+        self._trim_at = max(self._trim_ticks, 2 * len(self._ends))
 
     def _first_tick_gaps(self, end_s: float) -> None:
         """The gaps of the next tick: one shared by the members that had a token at the tick
@@ -164,7 +167,7 @@ class DecodeSet:
         if gaps is not None:
             fresh = len(self._fresh)
             if self.n > fresh:
-                gaps.add(end_s - float(self._ends[self.tick - 1 - self._base]), self.n - fresh)
+                gaps.add(end_s - self._ends[self.tick - 1 - self._base], self.n - fresh)
             for r in self._fresh:
                 gaps.add(end_s - r.last_token_s)
         self._fresh.clear()
@@ -203,16 +206,15 @@ def _blocks_over(residue: list[int], members: int, first: int, count: int) -> in
     return cycles * members + tail
 
 
-@dataclasses.dataclass
 class ColumnRun(Run):
     """A run of decode-only steps of a ``DecodeSet`` (the interface of ``fastpath.DecodeRun``);
-    it ends at the first finish at the latest. Its ``members`` is the ``DecodeSet``."""
+    it ends at the first finish at the latest."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.size = self._n = self.members.n
-        self._tick0 = self.members.tick
-        self._residue0 = list(self.members._residue)  # members leave at the run's end; keep who ran
+    def __init__(self, members: DecodeSet, kv: BlockManager, start_s: float, durations: list[float]) -> None:
+        super().__init__(members, kv, start_s, durations)
+        self.size = self._n = members.n
+        self._tick0 = members.tick
+        self._residue0 = list(members._residue)  # members leave at the run's end; keep who ran
 
     def allocate_through(self, steps: int) -> None:
         steps = min(steps, self.steps)

@@ -21,7 +21,7 @@ prefix caching, parallel sampling); columnar replicas use ``decodeset.ColumnRun`
 
 from __future__ import annotations
 
-import dataclasses
+import bisect
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,7 +30,7 @@ from llmsim.kvcache import BlockManager
 from llmsim.request import Request
 
 if TYPE_CHECKING:
-    from llmsim.results import GapHistogram
+    from llmsim.gaps import GapHistogram
 
 MIN_RUN = 4  # shorter runs are cheaper to step one by one
 
@@ -56,7 +56,6 @@ def run_length(members: list[Request], kv: BlockManager, window: int | None, lim
     return 0
 
 
-@dataclasses.dataclass
 class Run:
     """A run of decode-only steps started at ``start_s``: what every kind of run shares.
 
@@ -64,21 +63,25 @@ class Run:
     allocated (``allocated`` starts at 1).
     """
 
-    members: Any  # list[Request] (DecodeRun) or DecodeSet (ColumnRun)
-    kv: BlockManager
-    start_s: float
-    durations: np.ndarray
-    applied: int = 0  # steps whose tokens have been emitted
-    allocated: int = 1  # steps whose KV slots have been allocated (a step allocates when it starts)
-    external: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (step, blocks) held by others
-    finished: list[Request] = dataclasses.field(default_factory=list)  # requests done at its last step
-    waiting0: int = 0  # requests waiting when it started (steps.csv)
-
-    def __post_init__(self) -> None:
-        self.ends = self.durations.cumsum()  # (the method: np.cumsum's dispatch costs 3x on short runs)
-        self.ends += self.start_s
-        self._used0 = self.kv.used  # state at the start, for steps.csv rows
-        self._held0 = self.kv.tokens_held
+    def __init__(self, members: Any, kv: BlockManager, start_s: float, durations: list[float]) -> None:
+        self.members = members  # list[Request] (DecodeRun) or the DecodeSet (ColumnRun)
+        self.kv = kv
+        self.start_s = start_s
+        self.durations = durations
+        self.applied = 0  # steps whose tokens have been emitted
+        self.allocated = 1  # steps whose KV slots have been allocated (a step allocates when it starts)
+        self.external: list[tuple[int, int]] = []  # (step, blocks) held by others
+        self.finished: list[Request] = []  # requests done at its last step
+        self.waiting0 = 0  # requests waiting when it started (steps.csv)
+        # end time of every step; Python floats, not arrays: runs are ~10-50 steps, where a
+        # compiled loop beats numpy's per-call overhead (the sums are numpy's cumsum's, in order)
+        self.ends: list[float] = []
+        acc = 0.0
+        for d in durations:
+            acc += d
+            self.ends.append(acc + start_s)
+        self._used0 = kv.used  # state at the start, for steps.csv rows
+        self._held0 = kv.tokens_held
 
     @property
     def steps(self) -> int:
@@ -90,20 +93,19 @@ class Run:
 
     def busy_s(self, steps: int) -> float:
         """Seconds the first ``steps`` steps took."""
-        return float(self.ends[steps - 1]) - self.start_s
+        return self.ends[steps - 1] - self.start_s
 
     def steps_done_by(self, now: float) -> int:
-        return int(self.ends.searchsorted(now, side="right"))
+        return bisect.bisect_right(self.ends, now)
 
 
-@dataclasses.dataclass
 class DecodeRun(Run):
     """A run of the same ``members`` (Request objects), stopping short of the first finish."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._kv0 = np.fromiter((r.kv_tokens for r in self.members), dtype=np.int64, count=len(self.members))
-        self._blocks0 = np.fromiter((r.blocks for r in self.members), dtype=np.int64, count=len(self.members))
+    def __init__(self, members: list[Request], kv: BlockManager, start_s: float, durations: list[float]) -> None:
+        super().__init__(members, kv, start_s, durations)
+        self._kv0 = np.fromiter((r.kv_tokens for r in members), dtype=np.int64, count=len(members))
+        self._blocks0 = np.fromiter((r.blocks for r in members), dtype=np.int64, count=len(members))
 
     @property
     def size(self) -> int:
@@ -123,10 +125,9 @@ class DecodeRun(Run):
         if hi <= lo:
             return lo, lo
         self.allocate_through(hi)
-        d = self.durations[lo:hi]
-        first_end = float(self.ends[lo])
-        rest_max = float(d[1:].max()) if hi - lo > 1 else 0.0
-        end = float(self.ends[hi - 1])
+        rest = self.durations[lo + 1 : hi]
+        rest_max = max(rest) if rest else 0.0
+        first_end, end = self.ends[lo], self.ends[hi - 1]
         n = hi - lo
         for r in self.members:
             first_gap = first_end - r.last_token_s  # includes any stall before the run
@@ -139,8 +140,8 @@ class DecodeRun(Run):
             r.generated += n
             r.last_token_s = end
         if gaps is not None:
-            for g in d[1:]:
-                gaps.add(float(g), len(self.members))
+            for g in rest:
+                gaps.add(g, len(self.members))
         self.applied = hi
         return lo, hi
 

@@ -31,6 +31,7 @@ COMPILED = (
     "llmsim.kvcache",
     "llmsim.fastpath",
     "llmsim.decodeset",
+    "llmsim.gaps",
     "llmsim.costmodel.comm",
     "llmsim.costmodel.gemm",
     "llmsim.costmodel.ops",

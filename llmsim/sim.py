@@ -21,9 +21,9 @@ from llmsim.build import PoolSpec
 from llmsim.costmodel.ops import batch_shape
 from llmsim.decodeset import ColumnRun, DecodeSet, column_run_length
 from llmsim.fastpath import MIN_RUN, DecodeRun, run_length
+from llmsim.gaps import GapHistogram
 from llmsim.kvcache import BlockManager, chain_hashes
 from llmsim.request import REJECTED, RUNNING, Request, blocks_for
-from llmsim.results import GapHistogram
 from llmsim.schedulers import make_scheduler
 from llmsim.schedulers.base import TRANSFERRING
 from llmsim.schedulers.queue import enqueue
@@ -350,12 +350,12 @@ class Replica:
             self._run = None
         run.apply_through(done, self.sched.gaps)
         if run.finished:
-            self._settle(run.finished, float(run.durations[done - 1]))
+            self._settle(run.finished, run.durations[done - 1])
             self._signal_freed()
         self.busy_s += run.busy_s(done)
         self.max_step_tokens = max(self.max_step_tokens, run.size)
         self._log_run(run, done)
-        return float(run.ends[done - 1])
+        return run.ends[done - 1]
 
     def _log_run(self, run: DecodeRun | ColumnRun, steps: int, live_last: bool = True) -> None:
         """steps.csv rows of a decode run, as the step-by-step loop would have written them. The
@@ -365,7 +365,7 @@ class Replica:
             self.steps.seen += steps
             return
         used, held = run.kv_after_steps(0, steps)
-        starts = np.concatenate(([run.start_s], run.ends[: steps - 1]))
+        starts = [run.start_s, *run.ends[: steps - 1]]
         n, cap, bt = run.size, self.kv.num_blocks, self.kv.block_tokens
         for i in range(steps):
             if i < steps - 1 or not live_last:
@@ -377,8 +377,8 @@ class Replica:
                 (
                     self.pool.name,
                     self.index,
-                    float(starts[i]),
-                    float(run.durations[i]),
+                    starts[i],
+                    run.durations[i],
                     0,
                     n,
                     n,

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from llmsim.decodeset import DecodeSet
+from llmsim.gaps import GapHistogram
 from llmsim.kvcache import BlockManager
 from llmsim.request import FINISHED, Request
-from llmsim.results import GapHistogram
 
 
 def _joined(kv: BlockManager, rid: int, prompt: int, output: int, now: float) -> Request:
@@ -25,14 +25,13 @@ def _joined(kv: BlockManager, rid: int, prompt: int, output: int, now: float) ->
     return r
 
 
-@pytest.mark.parametrize("buffer_ticks", [4096, 4])  # 4: end times are trimmed and moved often
-def test_columns_match_stepping_each_request(monkeypatch: pytest.MonkeyPatch, buffer_ticks: int) -> None:
-    monkeypatch.setattr(DecodeSet, "BUFFER_TICKS", buffer_ticks)
+@pytest.mark.parametrize("trim_ticks", [4096, 4])  # 4: end times are trimmed often
+def test_columns_match_stepping_each_request(trim_ticks: int) -> None:
     rng = random.Random(7)
     bt = 16
     kv = BlockManager(100_000, bt, track_ids=False)  # as on a simulated columnar replica
     gaps = GapHistogram()
-    cols = DecodeSet(kv, gaps)
+    cols = DecodeSet(kv, gaps, trim_ticks)
     plain: dict[int, dict] = {}  # the same requests stepped one by one
     plain_gaps: list[float] = []
     now, rid = 0.0, 0

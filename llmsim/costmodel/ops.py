@@ -21,7 +21,7 @@ from llmsim.models import DTYPE_BYTES, ModelSpec
 OpKind = Literal["gemm", "attention", "elementwise", "comm"]
 
 
-@dataclass(slots=True)  # not frozen: built once per simulated step, and frozen init costs 3x
+@dataclass(slots=True, init=False)  # not frozen: built once per simulated step, and frozen init costs 3x
 class BatchShape:
     """Aggregates of one step's batch.
 
@@ -33,16 +33,42 @@ class BatchShape:
     (speculative decoding).
     """
 
-    prefill_tokens: int = 0
-    prefill_seqs: int = 0
-    prefill_attn_pairs: int = 0
-    prefill_kv_tokens: int = 0
-    prefill_score_elems: int = 0  # Σ c·(p + c): score matrix a naive kernel writes to HBM
-    decode_seqs: int = 0
-    decode_tokens: int = 0
-    decode_ctx_tokens: int = 0
-    logits_rows: int = -1  # rows that go through the LM head; -1 = prefill_seqs + decode_tokens
-    local: BatchShape | None = None  # local+global models: the aggregates seen by the windowed layers
+    prefill_tokens: int
+    prefill_seqs: int
+    prefill_attn_pairs: int
+    prefill_kv_tokens: int
+    prefill_score_elems: int  # Σ c·(p + c): score matrix a naive kernel writes to HBM
+    decode_seqs: int
+    decode_tokens: int
+    decode_ctx_tokens: int
+    logits_rows: int  # rows that go through the LM head; -1 = prefill_seqs + decode_tokens
+    local: BatchShape | None  # local+global models: the aggregates seen by the windowed layers
+
+    # written out (init=False) so that the compiled module builds it natively: a dataclass's
+    # generated __init__ stays interpreted and took ~1 µs of every simulated step
+    def __init__(
+        self,
+        prefill_tokens: int = 0,
+        prefill_seqs: int = 0,
+        prefill_attn_pairs: int = 0,
+        prefill_kv_tokens: int = 0,
+        prefill_score_elems: int = 0,
+        decode_seqs: int = 0,
+        decode_tokens: int = 0,
+        decode_ctx_tokens: int = 0,
+        logits_rows: int = -1,
+        local: BatchShape | None = None,
+    ) -> None:
+        self.prefill_tokens = prefill_tokens
+        self.prefill_seqs = prefill_seqs
+        self.prefill_attn_pairs = prefill_attn_pairs
+        self.prefill_kv_tokens = prefill_kv_tokens
+        self.prefill_score_elems = prefill_score_elems
+        self.decode_seqs = decode_seqs
+        self.decode_tokens = decode_tokens
+        self.decode_ctx_tokens = decode_ctx_tokens
+        self.logits_rows = logits_rows
+        self.local = local
 
     @property
     def tokens(self) -> int:

@@ -213,7 +213,7 @@ class CostModel:
             return stage + self._step_overhead
         return stage * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + self._step_overhead
 
-    def decode_steps_s(self, shape: BatchShape, steps: int) -> np.ndarray:
+    def decode_steps_s(self, shape: BatchShape, steps: int) -> list[float]:
         """``step_time`` of ``steps`` successive decode-only steps from ``shape``, each with every
         context one token longer (a run never crosses a sliding window, so the local view grows the
         same), vectorised: the same arithmetic as ``_attention_s`` on an array of contexts."""
@@ -235,17 +235,18 @@ class CostModel:
             )
         if self.cfg.pp == 1 and isinstance(att, np.ndarray):
             att += stage + self._step_overhead
-            return att
-        return (stage + att) * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + self._step_overhead
+            return att.tolist()
+        out = (stage + att) * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + self._step_overhead
+        return out.tolist() if isinstance(out, np.ndarray) else [float(out)] * steps
 
-    def _affine_decode_steps_s(self, shape: BatchShape, steps: int, stage_s: float) -> np.ndarray | None:
+    def _affine_decode_steps_s(self, shape: BatchShape, steps: int, stage_s: float) -> list[float] | None:
         """The run's step times as ``first + slope * i`` where that is exact to rounding, else None.
 
         Decode attention's time is convex and piecewise linear in the context (the max of compute
         and memory time, then of that and the launch latency), so it is linear over the run exactly
         when one inner step lies on the chord between the first and the last (a convex function
         that meets its chord inside an interval is that chord). Most runs sit in one regime, and
-        two array operations replace the ten of the general path."""
+        one compiled loop replaces the ten array operations of the general path."""
         n, seqs, ctx = shape.decode_tokens, shape.decode_seqs, shape.decode_ctx_tokens
         last, mid = steps - 1, (steps - 1) // 2
         a0 = self._decode_attention_s(ctx, n, seqs, self._layers, True)
@@ -253,10 +254,8 @@ class CostModel:
         a1 = self._decode_attention_s(ctx + n * last, n, seqs, self._layers, True)
         if abs(a0 + (a1 - a0) * mid / last - am) > 1e-12 * a1:  # a kink inside the run
             return None
-        out = np.arange(steps, dtype=np.float64)
-        out *= (a1 - a0) / last
-        out += stage_s + a0 + self._step_overhead
-        return out
+        slope, first = (a1 - a0) / last, stage_s + a0 + self._step_overhead
+        return [i * slope + first for i in range(steps)]
 
     # ---- attention from aggregates ------------------------------------------------------
     def _attention_s(self, s: BatchShape, decode_only: bool) -> float:

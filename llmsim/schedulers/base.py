@@ -22,7 +22,7 @@ from llmsim.kvcache import BlockManager
 from llmsim.request import FINISHED, RUNNING, WAITING, Request
 
 if TYPE_CHECKING:
-    from llmsim.results import GapHistogram
+    from llmsim.gaps import GapHistogram
 
 TRANSFERRING = "transferring"  # disaggregated: prompt done, KV on its way to a decode replica
 
@@ -50,19 +50,28 @@ class SchedulerConfig:
     speculative: SpecConfig | None = None
 
 
-@dataclass
+@dataclass(init=False)
 class BatchPlan:
-    prefill: list[tuple[Request, int]] = field(default_factory=list)  # (request, new prompt tokens)
-    decode: list[Request] = field(default_factory=list)
-    preempted: list[Request] = field(default_factory=list)
-    padding: list[Request] = field(default_factory=list)  # static batching: finished slots still computed
-    swap_in_tokens: int = 0  # KV tokens copied host -> device before this step
-    swap_out_tokens: int = 0  # KV tokens copied device -> host (swap preemption)
-    spec_k: int = 0  # speculative decoding: each decode verifies spec_k drafts (spec_k + 1 tokens)
+    prefill: list[tuple[Request, int]]  # (request, new prompt tokens)
+    decode: list[Request]
+    preempted: list[Request]
+    padding: list[Request]  # static batching: finished slots still computed
+    swap_in_tokens: int  # KV tokens copied host -> device before this step
+    swap_out_tokens: int  # KV tokens copied device -> host (swap preemption)
+    spec_k: int  # speculative decoding: each decode verifies spec_k drafts (spec_k + 1 tokens)
     # columnar replicas: every member of this set decodes too; its size and Σ context when planned
-    decode_set: DecodeSet | None = None
-    set_n: int = 0
-    set_ctx: int = 0
+    decode_set: DecodeSet | None
+    set_n: int
+    set_ctx: int
+
+    def __init__(self) -> None:  # written out: compiled natively, one per step (see BatchShape)
+        self.prefill = []
+        self.decode = []
+        self.preempted = []
+        self.padding = []
+        self.swap_in_tokens = self.swap_out_tokens = self.spec_k = 0
+        self.decode_set = None
+        self.set_n = self.set_ctx = 0
 
     @property
     def num_decode(self) -> int:

@@ -1,0 +1,92 @@
+"""Inter-token gaps (TBT) of every token of a run, in a log-binned histogram of O(1) memory.
+
+Its own module so that it is compiled with the simulator (llmsim/native.py): the step loop adds
+to it for every step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class GapHistogram:
+    """Log-binned histogram of inter-token gaps (TBT) across every token, O(1) memory.
+
+    Bins are 0.5% wide in log space from 1 µs to 1000 s, so percentiles are exact to 0.5%.
+    """
+
+    LO = 1e-6  # s
+    HI = 1e3  # s
+    BINS = 4200
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(self.BINS + 2, dtype=np.int64)
+        self._scale = self.BINS / math.log(self.HI / self.LO)
+        # gaps are buffered and binned in bulk with numpy: a list append per token is cheap
+        self._gaps: list[float] = []
+        self._weighted: list[tuple[float, int]] = []
+        self._many: list[float] = []  # add_many's gaps, back to back
+        self._many_runs: list[tuple[int, int]] = []  # (gaps, count) of each add_many
+
+    def add(self, gap_s: float, count: int = 1) -> None:
+        if count == 1:
+            self._gaps.append(gap_s)
+            if len(self._gaps) >= 65536:
+                self._flush()
+        else:
+            self._weighted.append((gap_s, count))
+            if len(self._weighted) >= 65536:
+                self._flush()
+
+    def add_many(self, gaps_s: list[float], count: int) -> None:
+        """Each gap in ``gaps_s`` seen ``count`` times (a run of decode steps of a whole batch)."""
+        self._many.extend(gaps_s)
+        self._many_runs.append((len(gaps_s), count))
+        if len(self._many_runs) >= 4096:
+            self._flush()
+
+    def _bin(self, gaps: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            idx = 1 + np.floor(np.log(np.maximum(gaps, 1e-300) / self.LO) * self._scale)
+        idx = np.where(gaps <= self.LO, 0, np.where(gaps >= self.HI, self.BINS + 1, idx))
+        return idx.astype(np.int64)
+
+    def _flush(self) -> None:
+        if self._gaps:
+            self.counts += np.bincount(self._bin(np.asarray(self._gaps)), minlength=self.BINS + 2)
+            self._gaps = []
+        if self._weighted:
+            g = np.asarray([w[0] for w in self._weighted])
+            c = np.asarray([w[1] for w in self._weighted], dtype=np.int64)
+            self.counts += np.bincount(self._bin(g), weights=c, minlength=self.BINS + 2).astype(np.int64)
+            self._weighted = []
+        if self._many_runs:
+            lengths = [k for k, _ in self._many_runs]
+            c = np.repeat([c for _, c in self._many_runs], lengths)
+            g = np.asarray(self._many)
+            self.counts += np.bincount(self._bin(g), weights=c, minlength=self.BINS + 2).astype(np.int64)
+            self._many, self._many_runs = [], []
+
+    def merge(self, other: GapHistogram) -> None:
+        self._flush()
+        other._flush()
+        self.counts += other.counts
+
+    @property
+    def total(self) -> int:
+        self._flush()
+        return int(self.counts.sum())
+
+    def percentile(self, q: float) -> float:
+        total = self.total
+        if total == 0:
+            return math.nan
+        idx = int(np.searchsorted(np.cumsum(self.counts), q / 100.0 * total, side="left"))
+        if idx == 0:
+            return self.LO
+        if idx >= self.BINS + 1:
+            return self.HI
+        # geometric middle of the bin
+        return self.LO * math.exp((idx - 0.5) / self._scale)
