@@ -682,8 +682,8 @@ def simulate(
         replicas = front
     n = len(workload)
     reqs: list[Request] = []
-    q_time = np.zeros(n)
-    q_wait = np.zeros(n, dtype=np.int64)
+    q_time: list[float] = []  # arrival instants of the requests routed, and the queue then
+    q_wait: list[int] = []
     klass = workload.klass
     hashes = workload.block_hashes
     want_chain = hashes is not None and (opts.prefix_caching or router == "prefix_affinity")
@@ -698,17 +698,24 @@ def simulate(
         rep.next_input_s = next_input_s
         rep.sole = len(replicas) == 1
 
+    # Python numbers once, not a numpy scalar per request
+    arrival_s, prompts, outputs = (
+        workload.arrival_s.tolist(),
+        workload.prompt_tokens.tolist(),
+        workload.output_tokens.tolist(),
+    )
+
     def arrivals():
         for i in range(n):
-            t = float(workload.arrival_s[i])
+            t = arrival_s[i]
             next_input[0] = t
             if t > env.now:
                 yield env.timeout(t - env.now)
             r = Request(
                 i,
                 t,
-                int(workload.prompt_tokens[i]),
-                int(workload.output_tokens[i]),
+                prompts[i],
+                outputs[i],
                 "" if klass is None else str(klass[i]),
                 None if hashes is None else hashes[i],
             )
@@ -723,8 +730,11 @@ def simulate(
                     r.status, r.reject_reason = REJECTED, f"decode pool: {reason}"
                     continue
             route(front, router, i, r).submit(r)
-            q_time[i] = t
-            q_wait[i] = sum(len(rep.waiting) for rep in replicas)
+            q_time.append(t)
+            waiting = 0
+            for rep in replicas:
+                waiting += len(rep.waiting)
+            q_wait.append(waiting)
         next_input[0] = np.inf
 
     env.process(arrivals())

@@ -133,7 +133,7 @@ def batch_shape(
     return shape
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # init written out: compiled natively (see BatchShape)
 class Op:
     """One kernel (or collective), repeated ``count`` times per step (e.g. once per layer)."""
 
@@ -143,11 +143,29 @@ class Op:
     bytes_read: float
     bytes_written: float
     dtype: str  # compute dtype (the peak it runs against)
-    count: int = 1
-    m: int = 0  # GEMM shape [m, k] @ [k, n]; attention: m = query rows
-    n: int = 0
-    k: int = 0
-    weight_bytes: float = 0.0  # part of bytes_read that is weights (for quantisation studies)
+    count: int
+    m: int  # GEMM shape [m, k] @ [k, n]; attention: m = query rows
+    n: int
+    k: int
+    weight_bytes: float  # part of bytes_read that is weights (for quantisation studies)
+
+    def __init__(
+        self,
+        name: str,
+        kind: OpKind,
+        flops: float,
+        bytes_read: float,
+        bytes_written: float,
+        dtype: str,
+        count: int = 1,
+        m: int = 0,
+        n: int = 0,
+        k: int = 0,
+        weight_bytes: float = 0.0,
+    ) -> None:
+        self.name, self.kind, self.dtype, self.count = name, kind, dtype, count
+        self.flops, self.bytes_read, self.bytes_written = flops, bytes_read, bytes_written
+        self.m, self.n, self.k, self.weight_bytes = m, n, k, weight_bytes
 
     @property
     def bytes(self) -> float:

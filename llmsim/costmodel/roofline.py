@@ -24,7 +24,7 @@ DEFAULT_DEQUANT_FLOPS = 4.0
 _EXPERT_OPS = ("mlp_up_proj", "mlp_down_proj")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # init written out: compiled natively (see BatchShape)
 class OpTime:
     """An op priced on a device: per-call compute and memory times, and its total per step."""
 
@@ -32,8 +32,14 @@ class OpTime:
     compute_s: float
     memory_s: float
     launch_s: float
-    fixed_s: float = 0.0  # device-side minimum kernel duration (kept under CUDA graphs)
-    dequant_s: float = 0.0  # part of compute_s spent unpacking quantised weights
+    fixed_s: float  # device-side minimum kernel duration (kept under CUDA graphs)
+    dequant_s: float  # part of compute_s spent unpacking quantised weights
+
+    def __init__(
+        self, op: Op, compute_s: float, memory_s: float, launch_s: float, fixed_s: float = 0.0, dequant_s: float = 0.0
+    ) -> None:
+        self.op, self.compute_s, self.memory_s, self.launch_s = op, compute_s, memory_s, launch_s
+        self.fixed_s, self.dequant_s = fixed_s, dequant_s
 
     @property
     def kernel_s(self) -> float:
@@ -75,6 +81,7 @@ class CostModel:
     def __post_init__(self) -> None:
         self._body_cache: dict[tuple[int, bool], float] = {}
         self._head_cache: dict[tuple[int, bool], float] = {}
+        self._peaks: dict[str, float] = {}  # dtype -> hw.peak(dtype)
         eff = self.hw.efficiency
         self._bw = self.hw.bandwidth * eff.memory_fraction.value * self._numa_factor()
         self._elem_bw = self.hw.bandwidth * eff.elementwise_memory_fraction.value * self._numa_factor()
@@ -147,7 +154,9 @@ class CostModel:
         if op.kind == "comm":
             t = all_reduce_s(op.bytes_read, self.cfg.tp, self._link, self.hw.efficiency.allreduce_bus_fraction.value)
             return OpTime(op, 0.0, t, 0.0)
-        peak = self.hw.peak(op.dtype)
+        peak = self._peaks.get(op.dtype)
+        if peak is None:
+            peak = self._peaks[op.dtype] = self.hw.peak(op.dtype)
         dequant = 0.0
         if op.kind == "gemm":
             flops = self.padded_flops(op)
