@@ -47,12 +47,14 @@ format: $(STAMP)
 bench: $(NATIVE)
 	$(BIN)/python benchmarks/bench_sim.py
 
-# where a benchmark case spends its time: a py-spy flame graph (CASE=a, b-chunked, c100k, ...)
+# where a benchmark case spends its time: a py-spy flame graph (CASE=a, b-chunked, c100k, ...) of
+# the pure-Python modules (py-spy cannot see inside compiled ones: for those, `perf record
+# --call-graph dwarf`, as in docs/performance.md)
 CASE ?= a
 profile: $(NATIVE)
 	$(BIN)/python -m pip install --quiet -e ".[profile]"
 	mkdir -p results
-	$(BIN)/py-spy record --subprocesses --rate 500 -o results/profile-$(CASE).svg -- $(BIN)/python benchmarks/bench_sim.py $(CASE)
+	LLMSIM_PURE_PYTHON=1 $(BIN)/py-spy record --subprocesses --rate 500 -o results/profile-$(CASE).svg -- $(BIN)/python benchmarks/bench_sim.py $(CASE)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .ruff_cache build

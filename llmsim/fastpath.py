@@ -3,7 +3,7 @@
 Between events that change a batch (an arrival, a prompt chunk, a request finishing, a KV
 block that cannot be had), a replica repeats the same decode step with every context one token
 longer. Only the attention kernels depend on the context, so the whole run's step times come
-from one vectorised pricing (``CostModel.decode_steps_s``): one SimPy event for the run instead
+from one pricing call (``CostModel.decode_steps_s``): one SimPy event for the run instead
 of one per step. The run's
 outcome is applied per request in one go, or up to any instant inside the run when something
 outside needs the replica's exact state (``Replica.sync``).
