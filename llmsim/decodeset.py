@@ -202,7 +202,11 @@ def _blocks_over(residue: list[int], members: int, first: int, count: int) -> in
     # ticks first .. first+part-1 read residue[(-first) % bt], then the entries before it (wrapping)
     s = (-first) % bt
     lo = s - part + 1
-    tail = sum(residue[lo : s + 1]) if lo >= 0 else sum(residue[: s + 1]) + sum(residue[lo:])
+    tail = 0
+    for i in range(max(lo, 0), s + 1):  # (compiled loops: no slices)
+        tail += residue[i]
+    for i in range(bt + lo if lo < 0 else bt, bt):
+        tail += residue[i]
     return cycles * members + tail
 
 

@@ -307,9 +307,12 @@ class CostModel:
         hd, heads, a = self._head_dim, self._heads, self._act_bytes
         q_per_seq = tokens // max(1, seqs)
         # scalars are grouped before they meet ``ctx``: one array operation per term, not four
-        compute = ctx * (4.0 * q_per_seq * hd * heads / (self._act_peak * self._decode_attn_frac))
-        q_bytes = tokens * self._q_width * a  # read once, written once
-        memory = ctx * (2 * self._kv_width * self._kv_bytes / self._bw) + 2 * q_bytes / self._bw
+        # (and declared floats: machine arithmetic when compiled)
+        compute_per_ctx: float = 4.0 * q_per_seq * hd * heads / (self._act_peak * self._decode_attn_frac)
+        memory_per_ctx: float = 2 * self._kv_width * self._kv_bytes / self._bw
+        q_memory: float = 2 * (tokens * self._q_width * a) / self._bw  # q read once, written once
+        compute = ctx * compute_per_ctx
+        memory = ctx * memory_per_ctx + q_memory
         launch = self.launch_latency(decode_only)
         if isinstance(ctx, np.ndarray):  # the arithmetic of _kernel_total_s, in place
             busy = np.maximum(compute, memory, out=compute)
