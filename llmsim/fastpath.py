@@ -98,6 +98,11 @@ class Run:
     def steps_done_by(self, now: float) -> int:
         return bisect.bisect_right(self.ends, now)
 
+    def steps_through(self, t: float) -> int:
+        """Steps done once the step in progress at ``t`` completes: where the run ends when
+        something reaches the replica at ``t`` (a step boundary is the earliest it can react)."""
+        return min(self.steps_done_by(t) + 1, self.steps)
+
 
 class DecodeRun(Run):
     """A run of the same ``members`` (Request objects), stopping short of the first finish."""

@@ -219,7 +219,7 @@ class Replica:
             self._jumping = False
             run = self._run
             assert run is not None  # (set with _jumping)
-            done = min(run.steps_done_by(self.env.now) + 1, run.steps)
+            done = run.steps_through(self.env.now)
             run.allocate_through(done)  # the step in progress holds its KV slots (readers see them)
             self._run_cut = done
             _retarget(self._proc, self.env.timeout(max(0.0, run.ends[done - 1] - self.env.now)))
@@ -336,8 +336,8 @@ class Replica:
             done = run.steps  # nothing can interrupt it: no event needed
         elif ahead and self.sole:
             # the next arrival comes here: the run ends with the step in progress at that instant,
-            # as an interrupt would end it, without the interrupt
-            done = min(run.steps, run.steps_done_by(self.next_input_s()) + 1)
+            # where wake() would cut it, without the second timeout
+            done = run.steps_through(self.next_input_s())
             self._run = run  # (for the end of the simulation, if the horizon comes first)
             yield env.timeout(run.ends[done - 1] - env.now)
             self._run = None
@@ -757,7 +757,7 @@ def simulate(
         if rep.sched.gaps is not None:
             gaps.merge(rep.sched.gaps)
     m = len(reqs)
-    queue = pd.DataFrame({"time_s": q_time[:m], "waiting": q_wait[:m]})
+    queue = pd.DataFrame({"time_s": q_time, "waiting": q_wait})
     # requests arriving after the horizon are reported as unfinished, never dropped
     for i in range(m, n):
         k = "" if klass is None else str(klass[i])

@@ -212,7 +212,7 @@ class CostModel:
         every op but attention depends only on (tokens, sampled rows), so that part is cached on
         those two numbers, and the attention kernels are priced straight from the aggregates.
         """
-        tokens = shape.prefill_tokens + shape.decode_tokens
+        tokens = shape.tokens
         if not tokens:
             return 0.0
         decode_only = shape.prefill_tokens == 0
