@@ -10,7 +10,10 @@ import pytest
 import llmsim
 from llmsim.build import build_workload
 from llmsim.errors import UserError
-from llmsim.planning import Base, goodput_search, pareto_front, rate_knob, rate_overrides
+from llmsim.planning.base import Base
+from llmsim.planning.goodput import goodput_search
+from llmsim.planning.ranking import pareto_front
+from llmsim.planning.rate import rate_knob, rate_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
@@ -91,7 +94,7 @@ def test_pareto_front_keeps_only_undominated_rows():
 def test_infeasible_lists_each_failing_candidate_once_at_its_last_replica_count():
     import pandas as pd
 
-    from llmsim.planning import _infeasible
+    from llmsim.planning.ranking import infeasible_candidates as _infeasible
 
     t = pd.DataFrame(
         {

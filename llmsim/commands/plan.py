@@ -25,7 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from llmsim.commands.run import parse_overrides, prepare_output
-    from llmsim.planning import Base, capacity_plan, write_plan
+    from llmsim.planning.base import Base
+    from llmsim.planning.capacity import capacity_plan
+    from llmsim.planning.output import write_plan
 
     base = Base.from_path(args.scenario, parse_overrides(args.set))
     sc = base.scenario()  # validates everything before any work

@@ -1,0 +1,73 @@
+"""What a plan starts from: the scenario as plain data (``Base``) and its ``plan:`` section (``PlanConfig``)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llmsim.errors import UserError, load_yaml_file, pydantic_message
+from llmsim.scenario import Scenario, scenario_from_dict, set_path
+
+
+class PlanConfig(BaseModel):
+    """The ``plan:`` section of a scenario: the search space and what to report."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target_rps: float | None = Field(None, gt=0)  # default: the workload's own mean rate
+    hardware: list[str] = []  # default: the scenario's hardware
+    tp: list[int] = []  # default: the scenario's cluster.tp
+    replicas: list[int] = [1, 2, 4, 8]  # tried in increasing order until the SLOs are met
+    policies: list[str] = []  # default: the scenario's policy.kind
+    chunk_tokens: list[int] = []  # chunked policy only; default: the scenario's
+    pd_ratios: list[str] = ["1:1"]  # disaggregated policy only: prefill:decode replicas per unit
+    top: int = Field(5, gt=0)  # winners listed
+    sensitivity: float = Field(0.15, ge=0, lt=1)  # efficiencies scaled by 1 ± this for the winners
+    goodput_search: bool = True  # search the winner's goodput (also gives the load curves)
+
+
+@dataclass
+class Base:
+    """A scenario as plain data (what worker processes receive), its folder and its name for errors."""
+
+    data: dict
+    base_dir: str
+    origin: str
+
+    @classmethod
+    def from_path(cls, path: str | Path, overrides: dict[str, object] | None = None) -> Base:
+        path = Path(path)
+        data = load_yaml_file(path)
+        if not isinstance(data, dict):
+            raise UserError(f"{path}: expected a mapping of sections")
+        for key, value in (overrides or {}).items():
+            set_path(data, key, value)
+        return cls(data, str(path.resolve().parent), str(path))
+
+    @classmethod
+    def from_scenario(cls, sc: Scenario) -> Base:
+        return cls(sc.model_dump(exclude={"base_dir"}), sc.base_dir, sc.name)
+
+    def scenario(self, overrides: dict[str, object] | None = None) -> Scenario:
+        d = copy.deepcopy(self.data)
+        for key, value in (overrides or {}).items():
+            set_path(d, key, value)
+        return scenario_from_dict(d, self.origin, Path(self.base_dir))
+
+    def plan_config(self) -> PlanConfig:
+        try:
+            return PlanConfig.model_validate(self.data.get("plan") or {})
+        except ValidationError as exc:
+            raise UserError(pydantic_message(exc, f"{self.origin}: plan")) from None
+
+
+def as_base(x: Base | Scenario | str | Path) -> Base:
+    """Accept what users hold: a ``Base``, a loaded ``Scenario`` or a path to its YAML."""
+    if isinstance(x, Base):
+        return x
+    if isinstance(x, Scenario):
+        return Base.from_scenario(x)
+    return Base.from_path(x)

@@ -1,0 +1,97 @@
+"""The capacity plan: walk the candidates at a target rate, keep those that meet the SLOs, rank them, explain the rest.
+
+Each round runs every still-open candidate at the next replica count (in parallel through
+``llmsim.sweep.run_points``: local processes or Dask); a candidate leaves the rounds once it meets
+the SLOs or fails in a way more replicas cannot fix (memory, invalid)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from llmsim.planning.base import Base, as_base
+from llmsim.planning.goodput import GoodputResult, goodput_search
+from llmsim.planning.prose import recommend
+from llmsim.planning.ranking import cheapest_first, infeasible_candidates, pareto_front
+from llmsim.planning.rate import offered_rate, rate_knob, rate_overrides
+from llmsim.planning.robustness import sensitivity
+from llmsim.planning.rows import PLAN_COLUMNS, plan_row, worth_more_replicas
+from llmsim.planning.space import Point, candidates
+from llmsim.scenario import Scenario
+from llmsim.sweep import run_points
+
+SENSITIVITY_WINNERS = 3  # the cheapest winners re-run with scaled efficiencies
+
+
+@dataclass
+class Plan:
+    target_rps: float
+    target_attainment: float
+    table: pd.DataFrame  # every evaluated point (PLAN_COLUMNS)
+    winners: pd.DataFrame  # feasible, cheapest first
+    pareto: pd.DataFrame  # feasible, not dominated in (usd_per_hour, ttft_p99_s)
+    infeasible: pd.DataFrame  # one row per candidate that never met the SLOs, with its reason
+    sensitivity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    goodput: GoodputResult | None = None
+    recommendation: str = ""
+    best: Point | None = None  # what winners' first row describes (None: no winner)
+
+
+def capacity_plan(
+    base: Base | Scenario | str | Path,
+    target_rps: float | None = None,
+    workers: int | None = None,
+    dask: str | object | None = None,
+    progress: bool = True,
+) -> Plan:
+    """Search the ``plan:`` candidates at ``target_rps``; the cheapest SLO-meeting configs win."""
+    from llmsim.hardware import load_profile
+
+    base = as_base(base)
+    cfg = base.plan_config()
+    sc = base.scenario()
+    knob = rate_knob(base)
+    target_rps = target_rps or cfg.target_rps or offered_rate(base, knob)
+    rate = rate_overrides(base, target_rps, knob)
+    cands = candidates(base, cfg)
+    power_w = {c.hardware: load_profile(c.hardware, Path(base.base_dir)).power_w.value for c in cands}
+    rows: list[dict] = []
+    points: list[Point] = []  # points[i] is what rows[i] (and so table.loc[i]) describes
+    open_ = list(range(len(cands)))  # candidates still looking for a replica count that works
+    for n in sorted(set(cfg.replicas)):
+        batch = [Point(cands[i], n) for i in open_]
+        overrides = [{**p.overrides(), **rate} for p in batch]
+        results = run_points(base.data, base.base_dir, base.origin, overrides, workers, dask, progress, f"plan x{n}")
+        still = []
+        for i, p, res in zip(open_, batch, results, strict=True):
+            row = plan_row(p, res, power_w[p.candidate.hardware], sc.slo.attainment)
+            rows.append(row)
+            points.append(p)
+            if worth_more_replicas(row):
+                still.append(i)
+        open_ = still
+        if not open_:
+            break
+    table = pd.DataFrame(rows, columns=PLAN_COLUMNS)
+    feasible = cheapest_first(table)
+    ranked = [points[i] for i in feasible.index]  # ranked[k] is what feasible.iloc[k] describes
+    winners = feasible.head(cfg.top).reset_index(drop=True)
+    owner = pd.Series([p.candidate for p in points], index=table.index, dtype=object)  # each row's candidate
+    plan = Plan(
+        target_rps=target_rps,
+        target_attainment=sc.slo.attainment,
+        table=table,
+        winners=winners,
+        pareto=pareto_front(feasible, "usd_per_hour", "ttft_p99_s"),
+        infeasible=infeasible_candidates(table, owner),
+        best=ranked[0] if ranked else None,
+    )
+    if plan.best is not None and cfg.sensitivity > 0:
+        top = winners.head(SENSITIVITY_WINNERS)
+        plan.sensitivity = sensitivity(base, top, ranked[: len(top)], rate, cfg.sensitivity, workers, progress)
+    if plan.best is not None and cfg.goodput_search:
+        plan.goodput = goodput_search(base, plan.best.overrides(), start_rps=target_rps)
+    plan.recommendation = recommend(plan)
+    return plan

@@ -1,0 +1,61 @@
+"""Writing a plan: its tables (Parquet + CSV), ``plan.json``, and the winner's full run for the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from llmsim.errors import atomic_write_text
+from llmsim.planning.base import Base
+from llmsim.planning.rate import rate_overrides
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from llmsim.planning.capacity import Plan
+
+
+def write_plan(plan: Plan, base: Base, out_dir: Path, progress: bool = True) -> list[Path]:
+    """Tables (Parquet + CSV), plan.json, and the winner's full run (requests/steps/summary) for the report."""
+    from llmsim.sweep import write_table
+
+    out_dir = Path(out_dir)
+    written = write_table(plan.table, out_dir, "plan")
+    for name, df in (("winners", plan.winners), ("pareto", plan.pareto), ("sensitivity", plan.sensitivity)):
+        written.append(_write_csv(df, out_dir / f"{name}.csv"))
+    if plan.goodput is not None:
+        written.append(_write_csv(plan.goodput.frame(), out_dir / "load.csv"))
+    atomic_write_text(out_dir / "plan.json", json.dumps(_meta(plan), indent=2, default=str) + "\n")
+    written.append(out_dir / "plan.json")
+    if plan.best is not None:
+        written += _write_winner_run(plan, base, out_dir)
+    return written
+
+
+def _write_csv(df: pd.DataFrame, path: Path) -> Path:
+    atomic_write_text(path, df.to_csv(index=False, float_format="%.9g"))
+    return path
+
+
+def _meta(plan: Plan) -> dict:
+    g = plan.goodput
+    return {
+        "target_rps": plan.target_rps,
+        "target_attainment": plan.target_attainment,
+        "recommendation": plan.recommendation,
+        "winner": None if plan.winners.empty else plan.winners.iloc[0]["config"],
+        "goodput": None
+        if g is None
+        else {"rate_rps": g.rate_rps, "fail_rps": g.fail_rps, "attainment": g.attainment, "verdict": g.verdict},
+    }
+
+
+def _write_winner_run(plan: Plan, base: Base, out_dir: Path) -> list[Path]:
+    """Re-run the winner at the target rate and write its requests, steps, summary and scenario."""
+    from llmsim.api import run
+    from llmsim.report import write_scenario
+
+    assert plan.best is not None
+    sc = base.scenario({**plan.best.overrides(), **rate_overrides(base, plan.target_rps)})
+    return [*run(sc).write(out_dir), write_scenario(sc, out_dir)]

@@ -1,0 +1,74 @@
+"""The plan in plain language, built only from the plan's own numbers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # capacity imports this module to fill Plan.recommendation
+    import pandas as pd
+
+    from llmsim.planning.capacity import Plan
+
+
+def recommend(plan: Plan) -> str:
+    """What to deploy, its runner-up, headroom and robustness; or, with no winner, why every candidate failed."""
+    if plan.winners.empty:
+        return _no_winner(plan)
+    w = plan.winners.iloc[0]
+    lines = [
+        f"Deploy {w['config']} ({int(w['devices'])} devices): it meets the SLOs for "
+        f"{w['slo_attainment']:.1%} of requests at {plan.target_rps:.2f} req/s, for ${w['usd_per_hour']:.2f}/hour, "
+        f"${w['usd_per_mtok']:.3f} per million tokens and {w['j_per_token']:.3f} J per token at TDP."
+    ]
+    if len(plan.winners) > 1:
+        r = plan.winners.iloc[1]
+        lines.append(f"Runner-up: {r['config']} at ${r['usd_per_hour']:.2f}/hour.")
+    if plan.goodput is not None:
+        lines += _headroom(plan)
+    if not plan.sensitivity.empty:
+        lines.append(_robustness(plan.sensitivity[plan.sensitivity["config"] == w["config"]]))
+    n_bad = len(plan.infeasible)
+    if n_bad:
+        kinds = plan.infeasible["reason"].str.split(":").str[0].value_counts()
+        lines.append(
+            f"{n_bad} candidate(s) never met the SLOs: " + ", ".join(f"{n} {k}" for k, n in kinds.items()) + "."
+        )
+    return " ".join(lines)
+
+
+def _no_winner(plan: Plan) -> str:
+    reasons = plan.infeasible["reason"].str.split(":").str[0].value_counts()
+    return (
+        f"No candidate meets the SLOs at {plan.target_rps:.2f} req/s "
+        f"(target attainment {plan.target_attainment:.0%}). Why: "
+        + ", ".join(f"{n} failed on {k}" for k, n in reasons.items())
+        + ". Widen the search (more replicas, larger tp, other hardware) or relax the SLOs."
+    )
+
+
+def _headroom(plan: Plan) -> list[str]:
+    """The winner's goodput over the target, and a warning when that rate is already overloaded."""
+    assert plan.goodput is not None
+    g = plan.goodput
+    head = g.rate_rps / plan.target_rps - 1 if plan.target_rps else 0.0
+    lines = [
+        f"Its goodput is {g.rate_rps:.2f} req/s ({head:+.0%} headroom over the target; verdict there: {g.verdict})."
+    ]
+    if g.verdict == "overloaded":
+        lines.append(
+            "That rate is overloaded: the queue grows, and the SLOs hold only because the workload ends "
+            "first; replay a longer slice before relying on the headroom."
+        )
+    return lines
+
+
+def _robustness(winner_rows: pd.DataFrame) -> str:
+    """Whether the winner still meets the SLOs with every efficiency lower (its sensitivity rows)."""
+    low = winner_rows[winner_rows["efficiency_factor"] < 1]
+    holds = bool(low["meets_slos"].all())
+    return (
+        "With every efficiency 15% lower it "
+        + ("still meets the SLOs" if holds else "MISSES the SLOs")
+        + f" (attainment {low['slo_attainment'].iloc[0]:.1%})"
+        + ("; the choice holds." if holds else "; budget one more replica or re-check the efficiencies.")
+    )

@@ -1,0 +1,88 @@
+"""The search space: every ``Candidate`` a ``plan:`` section names, and a ``Point`` (a candidate at a replica count).
+
+A ``Point`` is what one row of the plan table describes; the planner carries it beside the row, so
+nothing has to find a candidate again from the row's ``config`` text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmsim.errors import UserError
+from llmsim.planning.base import Base, PlanConfig
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration of the search space (before choosing the replica count)."""
+
+    hardware: str
+    tp: int
+    policy: str
+    chunk_tokens: int | None
+    pd_ratio: str | None
+
+    @property
+    def label(self) -> str:
+        extra = f" chunk{self.chunk_tokens}" if self.chunk_tokens else ""
+        extra += f" P:D {self.pd_ratio}" if self.pd_ratio else ""
+        return f"{self.hardware} tp{self.tp} {self.policy}{extra}"
+
+    def overrides(self, replicas: int) -> dict[str, object]:
+        out: dict[str, object] = {"hardware": self.hardware, "policy.kind": self.policy}
+        if self.chunk_tokens:
+            out["policy.chunk_tokens"] = self.chunk_tokens
+        if self.pd_ratio:
+            p, d = (int(x) for x in self.pd_ratio.split(":"))
+            out["cluster.prefill_pool"] = {"hardware": self.hardware, "replicas": p * replicas, "tp": self.tp}
+            out["cluster.decode_pool"] = {"hardware": self.hardware, "replicas": d * replicas, "tp": self.tp}
+        else:
+            out["cluster.replicas"] = replicas
+            out["cluster.tp"] = self.tp
+        return out
+
+    def devices(self, replicas: int) -> int:
+        if self.pd_ratio:
+            p, d = (int(x) for x in self.pd_ratio.split(":"))
+            return (p + d) * replicas * self.tp
+        return replicas * self.tp
+
+
+@dataclass(frozen=True)
+class Point:
+    """A candidate at a replica count (for disaggregated candidates: units of ``pd_ratio``)."""
+
+    candidate: Candidate
+    replicas: int
+
+    @property
+    def label(self) -> str:
+        """The plan table's ``config`` cell."""
+        return f"{self.replicas}x {self.candidate.label}"
+
+    def overrides(self) -> dict[str, object]:
+        return self.candidate.overrides(self.replicas)
+
+    def devices(self) -> int:
+        return self.candidate.devices(self.replicas)
+
+
+def candidates(base: Base, cfg: PlanConfig) -> list[Candidate]:
+    """Every combination of the ``plan:`` lists, defaulting each to the scenario's own value."""
+    sc = base.scenario()
+    out = []
+    for hw in cfg.hardware or [sc.hardware]:
+        for tp in cfg.tp or [sc.cluster.tp]:
+            for policy in cfg.policies or [sc.policy.kind]:
+                chunks = (cfg.chunk_tokens or [sc.policy.chunk_tokens]) if policy == "chunked" else [None]
+                ratios = cfg.pd_ratios if policy == "disaggregated" else [None]
+                for chunk in chunks:
+                    for ratio in ratios:
+                        if ratio is not None and not _valid_ratio(ratio):
+                            raise UserError(f"{base.origin}: plan.pd_ratios: {ratio!r} is not like '1:2'")
+                        out.append(Candidate(hw, tp, policy, chunk, ratio))
+    return out
+
+
+def _valid_ratio(r: str) -> bool:
+    parts = r.split(":")
+    return len(parts) == 2 and all(p.strip().isdigit() and int(p) > 0 for p in parts)
