@@ -119,8 +119,5 @@ def test_calibrate_cli_writes_loadable_profile(tmp_path, capsys) -> None:
 
 @pytest.mark.slow  # measures this machine for real
 def test_calibrate_local_cpu(tmp_path) -> None:
-    bench = pytest.importorskip("llmsim.reference.cpubench")
-    if not hasattr(bench, "measure_and_write"):
-        pytest.skip("cpubench.measure_and_write not written yet")
     assert main(["calibrate", "--local-cpu", "--quick", "--out", str(tmp_path / "cpu.yaml")]) == 0
     assert load_profile(tmp_path / "cpu.yaml").family == "cpu"

@@ -8,18 +8,10 @@ import numpy as np
 import pytest
 
 from llmsim.models import CATALOG, ModelSpec
-from llmsim.reference.model import (
-    Model,
-    PagedKVCache,
-    Segment,
-    Sequence,
-    contiguous_logits,
-    greedy_generate,
-    init_weights,
-    int8_weights,
-    speculative_generate,
-    truncated,
-)
+from llmsim.reference.generate import Sequence, contiguous_logits, greedy_generate, speculative_generate
+from llmsim.reference.model import Model, Segment
+from llmsim.reference.paged_kv import PagedKVCache
+from llmsim.reference.weights import init_weights, int8_weights, truncated
 
 TOL = {np.float64: 1e-10, np.float32: 1e-4}
 LLAMA = ModelSpec("tiny-llama", 64, 128, 2, 4, 2, 16, 97)  # GQA 4 heads / 2 KV heads

@@ -1,5 +1,5 @@
 """The twin's plumbing on a tiny model: engine and simulator see the same workload and scheduler,
-the comparison frame and files are well formed, and the profile cpubench writes is valid.
+the comparison frame and files are well formed, and the profile `llmsim calibrate --local-cpu` writes is valid.
 (Timing accuracy is a benchmark: benchmarks/bench_twin.py, i.e. `llmsim twin`.)"""
 
 import json
@@ -10,12 +10,19 @@ import pandas as pd
 import pytest
 import yaml
 
+from llmsim.calibration import enginefit, localcpu, microbench, steptimes
+from llmsim.calibration.enginefit import FP32
 from llmsim.errors import UserError
 from llmsim.hardware import load_profile
 from llmsim.models import ModelSpec
-from llmsim.reference import cpubench, twin
+from llmsim.reference import twin, twin_report
 from llmsim.reference.engine import ReferenceEngine, SpeedProbe
-from llmsim.reference.model import Model, PagedKVCache, greedy_generate, init_weights
+from llmsim.reference.generate import greedy_generate
+from llmsim.reference.model import Model
+from llmsim.reference.paged_kv import PagedKVCache
+from llmsim.reference.timing import TWIN_SPEC
+from llmsim.reference.twin_compare import METRICS
+from llmsim.reference.weights import init_weights
 from llmsim.schedulers import SchedulerConfig
 
 TINY = ModelSpec("tiny", 32, 64, 2, 4, 2, 8, 61, weight_dtype="fp32")
@@ -209,10 +216,10 @@ def test_twin_compares_the_same_requests(tmp_path, monkeypatch):
     result = twin.run_twin(path, fake_profile(tmp_path))
     f = result.requests
     assert len(f) == 6 and f["id"].tolist() == list(range(6))
-    for m in twin.METRICS:
+    for m in METRICS:
         assert (f[f"{m}_meas"].dropna() > 0).all()
         assert np.allclose(f[f"{m}_err"], f[f"{m}_pred"] / f[f"{m}_meas"] - 1, equal_nan=True)
-    assert set(result.summary["error"]) <= set(twin.METRICS)
+    assert set(result.summary["error"]) <= set(METRICS)
     # both clocks are reported: the engine ran on the normalised clock, the raw one is the same run unscaled
     s = result.summary
     assert s["normalised"] and s["speed_factor"]["probes"] >= 1
@@ -223,24 +230,28 @@ def test_twin_compares_the_same_requests(tmp_path, monkeypatch):
     assert np.allclose(st["duration_s"] * st["speed_factor"], st["raw_duration_s"])
     assert s["engine_step_error_raw"]["median_abs"] >= 0
     steps = pd.DataFrame({"step": ["a"], "predicted_s": [1.1], "measured_s": [1.0], "error": [0.1]})
-    paths = twin.write(tmp_path / "out", result, steps)
+    paths = twin_report.write(tmp_path / "out", result, steps)
     assert all(p.exists() for p in paths)
     summary = json.loads((tmp_path / "out" / "twin_summary.json").read_text())
     assert summary["steps"]["median_abs_error"] == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize("policy", ["traditional", "chunked"])
+@pytest.mark.parametrize("policy", ["traditional", "chunked", "chunked-dynamic"])
 def test_engine_on_the_cost_models_clock_reproduces_the_simulator(tmp_path, policy):
     """Every difference between the twin's two sides comes from step times: an engine whose clock
     advances by the cost model's price of each step takes exactly the simulator's steps and gives
-    every request the simulator's times (the scenario's scheduler, KV pool and workload; a tiny model)."""
+    every request the simulator's times (the scenario's scheduler, KV pool and workload; a tiny model).
+    With ``chunk_budget: dynamic`` the engine's scheduler predicts step times as the simulator's
+    does (``twin.twin_engine`` passes the cost model): before, the engine ran a fixed budget."""
     import llmsim.api
     from llmsim.build import build_model, build_pools, build_workload
     from llmsim.scenario import load_scenario
 
     sc_data = yaml.safe_load(Path("scenarios/twin_small.yaml").read_text())
     sc_data["model"]["hf_config"] = str(Path("scenarios/twin_small_config.json").resolve())
-    sc_data["policy"]["kind"] = policy
+    sc_data["policy"]["kind"] = policy.removesuffix("-dynamic")
+    if policy.endswith("-dynamic"):  # every step's prediction misses the target: chunks shrink to the floor
+        sc_data["policy"].update(chunk_budget="dynamic", tbt_target_s=1e-9, min_chunk_tokens=32)
     sc_data["workload"]["num_requests"] = 16
     sc_data["hardware"] = str(fake_profile(tmp_path))
     path = tmp_path / "twin.yaml"
@@ -250,8 +261,7 @@ def test_engine_on_the_cost_models_clock_reproduces_the_simulator(tmp_path, poli
     wl = build_workload(sc)
     sim = llmsim.api.run(sc, exact_steps=True)
     now = [0.0]
-    eng = ReferenceEngine(init_weights(TINY, 0, np.float32), policy, pool.sched, pool.kv_blocks,
-                          sc.kv_cache.block_tokens, sc.kv_cache.watermark, seed=sc.seed, clock=lambda: now[0])  # fmt: skip
+    eng = twin.twin_engine(sc, pool, init_weights(TINY, 0, np.float32), clock=lambda: now[0])
     execute = eng.execute
 
     def priced(plan):  # noqa: ANN001, ANN202
@@ -266,6 +276,8 @@ def test_engine_on_the_cost_models_clock_reproduces_the_simulator(tmp_path, poli
     assert (out.steps[cols].to_numpy() == sim.steps[cols].to_numpy()).all()
     assert np.allclose(out.steps["start_s"], sim.steps["start_s"], rtol=1e-9, atol=1e-12)
     assert np.allclose([r.finish_s for r in out.requests], sim.requests["finish_s"], rtol=1e-9)
+    if policy.endswith("-dynamic"):
+        assert out.steps["prefill_tokens"].max() <= 32 < pool.sched.chunk_tokens
     assert np.allclose([r.first_token_s for r in out.requests], sim.requests["first_token_s"], rtol=1e-9)
 
 
@@ -288,7 +300,7 @@ def test_fit_gemm_recovers_a_known_roofline():
             t = max(2 * m * n * k / (peak * m / (m + half)), 4 * (m * k + k * n + m * n) / (bw * frac))
             rows.append({"m": m, "n": n, "k": k, "s": t})
     rows.append({"m": 4096, "n": 4096, "k": 4096, "s": 2 * 4096**3 / peak})  # the best shape sets the peak
-    got_peak, got_half, got_frac = cpubench.fit_gemm(rows, bw)
+    got_peak, got_half, got_frac = microbench.fit_gemm(rows, bw)
     assert got_peak == pytest.approx(peak)
     assert got_half == pytest.approx(half, rel=0.1)
     assert got_frac == pytest.approx(frac, rel=0.1)
@@ -299,7 +311,7 @@ def test_profile_section_values_are_replaced_not_their_sources():
         "efficiency": {"gemm_half_m": {"value": 1.0, "source": "x"}},
         "overheads": {"kernel_fixed_s": {"value": 2.0, "source": "y"}},
     }
-    out = cpubench._with_values(prof, {"gemm_half_m": 5.0, "kernel_fixed_s": 3.0})
+    out = enginefit.with_values(prof, {"gemm_half_m": 5.0, "kernel_fixed_s": 3.0})
     assert out["efficiency"]["gemm_half_m"] == {"value": 5.0, "source": "x"}
     assert out["overheads"]["kernel_fixed_s"]["value"] == 3.0
     assert prof["efficiency"]["gemm_half_m"]["value"] == 1.0  # the input is not mutated
@@ -307,13 +319,13 @@ def test_profile_section_values_are_replaced_not_their_sources():
 
 @pytest.mark.slow
 def test_measure_and_write_produces_a_valid_local_cpu_profile(tmp_path):
-    path = cpubench.measure_and_write(tmp_path / "local-cpu.yaml", quick=True)
+    path = localcpu.measure_and_write(tmp_path / "local-cpu.yaml", quick=True)
     prof = load_profile(path)
     assert prof.name == "local-cpu" and prof.family == "cpu"
     assert all("measured by llmsim calibrate --local-cpu on" in f.source for f in [prof.peak_flops["fp32"]])
     assert "measured by llmsim calibrate --local-cpu" in prof.efficiency.gemm_half_m.source
     table = prof.efficiency.gemm_small_m  # m = 1..SMALL_M measured; it covers m = 1, so no GEMV figure
-    assert len(table.value) == cpubench.SMALL_M and all(0 < v <= 1.5 for v in table.value)
+    assert len(table.value) == microbench.SMALL_M and all(0 < v <= 1.5 for v in table.value)
     assert "measured by llmsim calibrate --local-cpu" in table.source
     assert prof.calibration["probe_prefill_step"]["step"] == "prefill 128"  # both drift probes' references
     assert prof.calibration["probe_prefill_step"]["measured_s"] > 0 and prof.calibration["probe_step"]["measured_s"] > 0
@@ -335,14 +347,14 @@ def test_calibration_samples_are_rescaled_to_the_probes_reference_speed():
                 readings[kind].append(refs[kind] * slow[kind][i])
             row.append(steady[j] * slow["prefill" if chunks else "decode"][i])
         samples.append(row)
-    got = cpubench.normalised_medians(cases, samples, readings, refs)
+    got = steptimes.normalised_medians(cases, samples, readings, refs)
     assert got == pytest.approx(steady, rel=1e-12)
     # the raw medians are off: the slow round is the median for the prefill kind
     assert np.median([row[0] for row in samples]) == pytest.approx(0.048)
 
 
 def test_spread_contexts_have_the_requested_batch_and_mean():
-    ctx = cpubench.spread_contexts(12, 600)
+    ctx = enginefit.spread_contexts(12, 600)
     assert len(ctx) == 12 and abs(np.mean(ctx) - 600) < 1 and min(ctx) < 300 < 1200 < max(ctx)
 
 
@@ -362,9 +374,9 @@ def test_cpu_regimes_price_only_their_ops(tmp_path):
     from llmsim.costmodel import CostModel
     from llmsim.costmodel.ops import batch_shape
 
-    plain = CostModel(cpubench.TWIN_SPEC, _cpu_profile(tmp_path), twin.FP32)
-    cpu = CostModel(cpubench.TWIN_SPEC, _cpu_profile(tmp_path, gemv_memory_fraction=2.0, decode_attention_fraction=0.01),
-                    twin.FP32)  # fmt: skip
+    plain = CostModel(TWIN_SPEC, _cpu_profile(tmp_path), FP32)
+    cpu = CostModel(TWIN_SPEC, _cpu_profile(tmp_path, gemv_memory_fraction=2.0, decode_attention_fraction=0.01),
+                    FP32)  # fmt: skip
     for shape in (batch_shape([], [300]), batch_shape([], [300] * 4), batch_shape([(64, 0)], [200, 500])):
         for a, b in zip(plain.priced(shape), cpu.priced(shape), strict=True):
             if a.op.kind == "gemm" and a.op.m == 1:
@@ -385,7 +397,7 @@ def test_fastpath_stays_exact_with_cpu_regimes(tmp_path):
 
     prof = _cpu_profile(tmp_path, gemv_memory_fraction=0.8, decode_attention_fraction=0.03)
     for ctxs in ([100], [100, 700, 2000]):
-        cost = CostModel(cpubench.TWIN_SPEC, prof, twin.FP32)
+        cost = CostModel(TWIN_SPEC, prof, FP32)
         got = cost.decode_steps_s(batch_shape([], ctxs), 50)
         want = [cost.step_time(batch_shape([], [c + i for c in ctxs])) for i in range(50)]
         assert np.allclose(got, want, rtol=1e-9)
@@ -404,9 +416,9 @@ def test_length_groups_cover_every_sequence_and_bound_the_padding():
 
 
 def test_twin_spec_matches_the_shipped_config() -> None:
-    """TWIN_SPEC (used by cpubench and the twin) and scenarios/twin_small_config.json describe one model."""
+    """TWIN_SPEC (used by the calibration and the twin) and scenarios/twin_small_config.json describe one model."""
     from llmsim.models import from_hf_config
 
     shipped = from_hf_config(Path(__file__).resolve().parents[1] / "scenarios" / "twin_small_config.json")
     fields = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size")
-    assert {f: getattr(shipped, f) for f in fields} == {f: getattr(cpubench.TWIN_SPEC, f) for f in fields}
+    assert {f: getattr(shipped, f) for f in fields} == {f: getattr(TWIN_SPEC, f) for f in fields}

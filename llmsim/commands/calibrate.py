@@ -47,12 +47,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _local_cpu(args: argparse.Namespace) -> int:
-    try:
-        from llmsim.reference.cpubench import measure_and_write
-    except ImportError:
-        raise UserError(
-            "--local-cpu needs llmsim.reference.cpubench.measure_and_write, which is not installed"
-        ) from None
+    from llmsim.calibration.localcpu import measure_and_write
+
     out = Path(args.out) if args.out else Path("hardware_profiles/calibrated/local-cpu.yaml")
     out.parent.mkdir(parents=True, exist_ok=True)
     written = measure_and_write(out, args.quick)

@@ -33,8 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_twin(args: argparse.Namespace) -> int:
     from llmsim.build import build_model
-    from llmsim.reference import twin
-    from llmsim.reference.cpubench import measure_and_write
+    from llmsim.calibration.localcpu import measure_and_write
+    from llmsim.calibration.stepgrid import measure_steps
+    from llmsim.reference import twin_report, twin_runs
     from llmsim.scenario import load_scenario
 
     if args.recalibrate or not args.profile.exists():
@@ -49,7 +50,7 @@ def cmd_twin(args: argparse.Namespace) -> int:
         raise UserError("--repeats: must be at least 1")
     steps = None
     if not args.skip_grid:
-        steps = twin.measure_steps(build_model(sc), args.profile, quick=args.quick, normalise=not args.raw_clock)
+        steps = measure_steps(build_model(sc), args.profile, quick=args.quick, normalise=not args.raw_clock)
         rows = [
             [r.step, r.predicted_s * 1e3, r.measured_s * 1e3, f"{r.error:+.1%}", r.measured_raw_s * 1e3]
             + [f"{r.error_raw:+.1%}", f"{r.speed_factor:.2f}"]
@@ -62,28 +63,28 @@ def cmd_twin(args: argparse.Namespace) -> int:
             f"{steps['error_raw'].abs().median():.1%} raw"
         )
     if args.steps_only:
-        for p in twin.write(out_dir, None, steps):
+        for p in twin_report.write(out_dir, None, steps):
             print(f"wrote {p}")
         return 0
-    runs = twin.run_repeats(
+    runs = twin_runs.run_repeats(
         args.scenario, args.profile, policies, args.repeats, not args.raw_clock, args.probe_interval, progress=print
     )
     for policy, results in runs.items():
         sub = out_dir / policy if len(policies) > 1 else out_dir
-        chosen = twin.median_run(results)
+        chosen = twin_runs.median_run(results)
         print_run(chosen, len(results))
-        for p in twin.write(sub, chosen, steps):
+        for p in twin_report.write(sub, chosen, steps):
             print(f"wrote {p}")
         if len(results) > 1:  # every run's tables (no plot), to look into the bad ones
             for k, r in enumerate(results, 1):
-                twin.write(sub / f"run{k}", r, None, plot_it=False)
+                twin_report.write(sub / f"run{k}", r, None, plot_it=False)
             print(f"wrote {sub}/run1..{len(results)}")
-    frame = twin.runs_frame(runs)
+    frame = twin_runs.runs_frame(runs)
     print()
-    print(table(twin.runs_table(frame), twin.RUNS_HEADERS))
-    for line in twin.runs_verdict(frame):
+    print(table(twin_runs.runs_table(frame), twin_runs.RUNS_HEADERS))
+    for line in twin_runs.runs_verdict(frame):
         print(line)
-    twin.write_runs(out_dir / "twin_runs.csv", frame)
+    twin_runs.write_runs(out_dir / "twin_runs.csv", frame)
     print(f"wrote {out_dir / 'twin_runs.csv'}")
     return 0
 

@@ -1,8 +1,9 @@
 """The reference inference engine: the simulator's own scheduler decisions, executed for real.
 
 The engine holds the same objects a simulated replica holds (``BlockManager`` and a scheduler
-from ``make_scheduler``), calls ``schedule`` and ``complete`` exactly as ``llmsim.sim.Replica``
-does, and in between runs the plan through the NumPy model and reads ``time.perf_counter``.
+from ``make_scheduler``, with the same collaborators), calls ``schedule`` and ``complete`` exactly
+as ``llmsim.replica.Replica`` does, and in between runs the plan through the NumPy model and reads
+``time.perf_counter``.
 Physical KV blocks are the manager's: ``req.block_ids`` is the block table the model indexes
 its paged cache with (so prefix sharing and preemption act on real K/V).
 
@@ -26,7 +27,6 @@ duration; ``EngineOutput.raw_times`` maps the normalised timeline back to the ra
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,7 +35,9 @@ import pandas as pd
 
 from llmsim.costmodel.ops import BatchShape
 from llmsim.kvcache import BlockManager
-from llmsim.reference.model import Model, PagedKVCache, Segment, Weights
+from llmsim.reference.model import Model, Segment
+from llmsim.reference.paged_kv import PagedKVCache
+from llmsim.reference.weights import Weights
 from llmsim.request import REJECTED, Request
 from llmsim.schedulers import BatchPlan, SchedulerConfig, make_scheduler
 
@@ -116,6 +118,7 @@ class ReferenceEngine:
         clock: str | Callable[[], float] = "wall",
         probe: SpeedProbe | None = None,
         prefill_probe: SpeedProbe | None = None,
+        predict_s: Callable[[BatchShape], float] | None = None,
     ) -> None:
         self.clock = CLOCKS[clock] if isinstance(clock, str) else clock
         # ``probe`` (a decode step) scales every step; with ``prefill_probe`` (a prefill step, sampled
@@ -124,7 +127,9 @@ class ReferenceEngine:
         self.probe, self.prefill_probe = probe, prefill_probe if probe is not None else None
         self.weights = weights
         self.kv = BlockManager(num_blocks, block_tokens, watermark)
-        self.sched = make_scheduler(policy, sched_cfg, self.kv)
+        # built as a simulated replica builds its own (replica.Replica): the dynamic chunk budget
+        # predicts step times with ``predict_s``, the profile's cost model of this machine
+        self.sched = make_scheduler(policy, sched_cfg, self.kv, predict_s=predict_s)
         self.cache = PagedKVCache(weights.spec, block_tokens, weights.dtype)
         self.model = Model(weights, self.cache)
         self.window = weights.spec.sliding_window
@@ -173,19 +178,18 @@ class ReferenceEngine:
         clock ``t_raw`` advances by the measured durations themselves; a step starts on it no
         earlier than the arrivals it serves, so the raw timeline is the same schedule as
         measured, had nobody rescaled it."""
-        waiting: deque[Request] = deque()
-        running: list[Request] = []
+        sched = self.sched
         cols: dict[str, list] = {k: [] for k in STEP_COLUMNS}
         shapes: list[BatchShape] = []
         clock, probe, pprobe = self.clock, self.probe, self.prefill_probe
         t = t_raw = 0.0
         factor, pfactor, next_probe, reading = 1.0, 1.0, 0.0, float("nan")
         i, n = 0, len(requests)
-        while i < n or waiting or running:
+        while i < n or sched.has_work():
             while i < n and requests[i].arrival_s <= t:
-                self._submit(requests[i], waiting)
+                self._submit(requests[i])
                 i += 1
-            if not waiting and not running:
+            if not sched.has_work():
                 t = max(t, requests[i].arrival_s)  # idle: jump to the next arrival
                 continue
             if probe is not None and t >= next_probe:  # outside both clocks
@@ -194,7 +198,7 @@ class ReferenceEngine:
                 if pprobe is not None:
                     pfactor = pprobe.sample(t)
             c0 = clock()
-            plan = self.sched.schedule(waiting, running)
+            plan = sched.schedule()
             if plan.empty:
                 if i >= n:
                     raise RuntimeError("reference engine stalled: requests wait but nothing can be scheduled")
@@ -209,7 +213,7 @@ class ReferenceEngine:
             f1 = clock()
             step_factor = pfactor if pprobe is not None and plan.prefill_tokens else factor
             end = t + (f1 - c0) / step_factor
-            self.sched.complete(plan, end, running)
+            sched.complete(plan, end)
             raw = clock() - c0
             dur = raw / step_factor
             # the raw timeline: no step starts before the requests it serves have arrived
@@ -228,12 +232,12 @@ class ReferenceEngine:
             list(pprobe.samples) if pprobe else [],
         )
 
-    def _submit(self, r: Request, waiting: deque[Request]) -> None:
+    def _submit(self, r: Request) -> None:
         reason = self.sched.rejection_reason(r)
         if reason:
             r.status, r.reject_reason = REJECTED, reason
             return
-        waiting.append(r)
+        self.sched.add(r)
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}

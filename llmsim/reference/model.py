@@ -1,209 +1,31 @@
-"""A decoder-only transformer in NumPy, sized by a ``llmsim.models.ModelSpec``.
+"""A decoder-only transformer's forward pass in NumPy, sized by a ``llmsim.models.ModelSpec``.
 
 Written in the spirit of picoGPT: pure functions with their shape contracts as comments.
 Llama style (RMSNorm, RoPE, grouped-query attention, SwiGLU, optional top-k MoE) and GPT-2
 style (LayerNorm, learned positions, GELU, biases, tied embeddings) come from the same code,
-switched by the spec's fields. Weights are seeded random numbers (the numbers checked here are
-FLOPs, bytes, times and equivalences, not text quality).
+switched by the spec's fields. The weights are ``weights.Weights``, the K/V live in a
+``paged_kv.PagedKVCache``, and ``generate`` runs whole sequences through a ``Model``.
 
 A step runs a batch of ``Segment``s: each is one sequence's new tokens (a prefill chunk, or a
 decode token) after ``past`` tokens already in the paged KV cache. All segments' rows go through
 the GEMMs together (that is what batching buys); attention is per sequence, through the block
-table of that sequence.
+table of that sequence. Given a ``Counter``, the model also counts every op's FLOPs and bytes
+as it runs (``counters``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmsim.models import ModelSpec
+from llmsim.costmodel.ops import norm_flops_per_elem
 from llmsim.reference.counters import Counter
+from llmsim.reference.paged_kv import PagedKVCache
+from llmsim.reference.weights import Weights
 
 ROPE_THETA = 10000.0  # Llama-2 default (HF config rope_theta)
 NORM_EPS = 1e-5
-
-
-# ---- weights --------------------------------------------------------------------------------
-@dataclass
-class Weights:
-    spec: ModelSpec
-    wte: np.ndarray  # [n_vocab, n_embd]
-    wpe: np.ndarray | None  # [n_pos, n_embd] (GPT-2 learned positions)
-    layers: list[dict[str, np.ndarray]]
-    ln_f: dict[str, np.ndarray]
-    lm_head: np.ndarray  # [n_embd, n_vocab] (a view of wte.T when tied)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.wte.dtype
-
-
-def init_weights(spec: ModelSpec, seed: int = 0, dtype: type = np.float32, std: float = 0.02) -> Weights:
-    """Seeded random weights (normal, std 0.02 as GPT-2's init); norms start at 1."""
-    rng = np.random.default_rng(seed)
-    H, q, kv, inter = spec.hidden_size, spec.q_size, spec.kv_size, spec.intermediate_size
-    up_n = 2 * inter if spec.gated_mlp else inter
-
-    def w(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * std).astype(dtype)
-
-    def norm() -> dict[str, np.ndarray]:
-        d = {"g": np.ones(H, dtype)}
-        if spec.norm == "layernorm":
-            d["b"] = np.zeros(H, dtype)
-        return d
-
-    layers = []
-    for _ in range(spec.num_layers):
-        lay: dict[str, np.ndarray] = {"w_qkv": w(H, q + 2 * kv), "w_o": w(q, H)}
-        lay.update({f"ln1_{k}": v for k, v in norm().items()})
-        lay.update({f"ln2_{k}": v for k, v in norm().items()})
-        if spec.qkv_bias or spec.linear_bias:
-            lay["b_qkv"] = w(q + 2 * kv)
-        if spec.linear_bias:
-            lay["b_o"] = w(H)
-        if spec.is_moe:
-            lay["w_router"] = w(H, spec.num_experts)
-            lay["w_up"] = w(spec.num_experts, H, up_n)
-            lay["w_down"] = w(spec.num_experts, inter, H)
-        else:
-            lay["w_up"], lay["w_down"] = w(H, up_n), w(inter, H)
-            if spec.linear_bias:
-                lay["b_up"], lay["b_down"] = w(up_n), w(H)
-        layers.append(lay)
-    wte = w(spec.vocab_size, H)
-    wpe = w(spec.learned_positions, H) if spec.learned_positions else None
-    lm_head = wte.T if spec.tie_embeddings else w(H, spec.vocab_size)
-    return Weights(spec, wte, wpe, layers, norm(), lm_head)
-
-
-def truncated(weights: Weights, num_layers: int) -> Weights:
-    """A smaller draft model: the first ``num_layers`` layers with the same embeddings and head."""
-    spec = weights.spec.with_(num_layers=num_layers, name=weights.spec.name + f"-draft{num_layers}")
-    return replace(weights, spec=spec, layers=weights.layers[:num_layers])
-
-
-def quantize_int8(w: np.ndarray, axis: int = -2) -> np.ndarray:
-    """Symmetric INT8 with one scale per output channel (absmax over the input dim ``axis``),
-    dequantised back: the weight-only INT8 path's numbers, computed in the float dtype."""
-    scale = np.abs(w).max(axis=axis, keepdims=True) / 127.0
-    scale = np.where(scale == 0, 1.0, scale)
-    return (np.clip(np.rint(w / scale), -127, 127) * scale).astype(w.dtype)
-
-
-def int8_weights(weights: Weights) -> Weights:
-    """Every linear weight (not norms, biases or embeddings) through INT8 and back."""
-    layers = [{k: quantize_int8(v) if k.startswith("w_") else v for k, v in lay.items()} for lay in weights.layers]
-    lm_head = weights.lm_head if weights.spec.tie_embeddings else quantize_int8(weights.lm_head)
-    return replace(weights, layers=layers, lm_head=lm_head)
-
-
-# ---- KV quantisation emulation ---------------------------------------------------------------
-def fake_quant_kv(x: np.ndarray, kind: str | None) -> np.ndarray:
-    """[rows, n_kv, head_dim] -> same, rounded as an INT8 (per row and head absmax scale) or FP8
-    E4M3 (3 mantissa bits, max 448) cache would store it."""
-    if kind is None:
-        return x
-    if kind == "int8":
-        scale = np.abs(x).max(axis=-1, keepdims=True) / 127.0
-        scale = np.where(scale == 0, 1.0, scale)
-        return (np.rint(x / scale) * scale).astype(x.dtype)
-    if kind == "fp8":
-        y = np.clip(x, -448.0, 448.0)
-        _, exp = np.frexp(y)  # |y| in [2**(exp-1), 2**exp)
-        quantum = np.ldexp(1.0, np.maximum(exp, -5) - 4)  # 3 mantissa bits; subnormals below 2**-6
-        return (np.rint(y / quantum) * quantum).astype(x.dtype)
-    raise ValueError(f"unknown KV quantisation {kind!r} (int8 or fp8)")
-
-
-# ---- paged KV cache -------------------------------------------------------------------------
-class PagedKVCache:
-    """K/V storage in fixed-size blocks; a sequence's block table maps position -> slot.
-
-    Same semantics as ``llmsim.kvcache.BlockManager``: ``block_tokens`` tokens per block, a
-    sequence of ``t`` tokens holds ``ceil(t / block_tokens)`` blocks. Storage grows on demand, so
-    a manager with a huge block count costs only what is used. Blocks are reference counted so a
-    prefix can be shared by several sequences.
-    """
-
-    def __init__(self, spec: ModelSpec, block_tokens: int, dtype: type = np.float32, quant: str | None = None):
-        self.spec, self.block_tokens, self.dtype, self.quant = spec, block_tokens, np.dtype(dtype), quant
-        self.capacity = 0
-        # [L, blocks, block_tokens, n_kv, hd]: a block's tokens are contiguous, so gathering a
-        # sequence's K/V copies whole blocks (a NumPy fancy index per block, not per token)
-        self.k = np.zeros((spec.num_layers, 0, block_tokens, spec.num_kv_heads, spec.head_dim), self.dtype)
-        self.v = self.k.copy()
-        self.free_ids: list[int] = []
-        self.refs: dict[int, int] = {}
-
-    def _grow(self, blocks: int) -> None:
-        new = max(blocks, 2 * self.capacity, 16)
-        shape = (self.spec.num_layers, new, self.block_tokens, self.spec.num_kv_heads, self.spec.head_dim)
-        k, v = np.zeros(shape, self.dtype), np.zeros(shape, self.dtype)
-        k[:, : self.k.shape[1]], v[:, : self.v.shape[1]] = self.k, self.v
-        self.k, self.v = k, v
-        self.free_ids.extend(range(new - 1, self.capacity - 1, -1))
-        self.capacity = new
-
-    def ensure(self, block_id: int) -> None:
-        """Make physical block ``block_id`` addressable (ids handed out by a ``BlockManager``)."""
-        if block_id >= self.capacity:
-            self._grow(block_id + 1)
-            self.free_ids.clear()  # the manager owns the ids: this cache only stores them
-
-    def allocate(self, n: int) -> list[int]:
-        if n > len(self.free_ids):
-            self._grow(self.capacity + n)
-        ids = [self.free_ids.pop() for _ in range(n)]
-        for i in ids:
-            self.refs[i] = 1
-        return ids
-
-    def share(self, ids: list[int]) -> list[int]:
-        """Another sequence reuses these (full, prefix) blocks."""
-        for i in ids:
-            self.refs[i] += 1
-        return list(ids)
-
-    def release(self, ids: list[int]) -> None:
-        for i in ids:
-            self.refs[i] -= 1
-            if self.refs[i] == 0:
-                del self.refs[i]
-                self.free_ids.append(i)
-
-    @property
-    def used_blocks(self) -> int:
-        return len(self.refs)
-
-    def slots(self, table: list[int], start: int, stop: int) -> np.ndarray:
-        """Positions [start, stop) of a sequence -> flat slot indices."""
-        pos = np.arange(start, stop)
-        return np.asarray(table, dtype=np.int64)[pos // self.block_tokens] * self.block_tokens + pos % self.block_tokens
-
-    def write(self, layer: int, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
-        flat = (-1, self.spec.num_kv_heads, self.spec.head_dim)
-        self.k[layer].reshape(flat)[slots] = fake_quant_kv(k, self.quant)
-        self.v[layer].reshape(flat)[slots] = fake_quant_kv(v, self.quant)
-
-    def gather(self, layer: int, tables: list[list[int]], spans: list[tuple[int, int]]):  # noqa: ANN201
-        """K and V of positions [lo, hi) of each sequence, padded to one length:
-        -> K, V [b, n_keys, n_kv, hd], valid [b, n_keys] and the first position of each row."""
-        bt = self.block_tokens
-        first = [lo // bt for lo, _ in spans]
-        n_blk = max(-(-hi // bt) - f for (_, hi), f in zip(spans, first, strict=True))
-        idx = np.zeros((len(spans), n_blk), np.int64)
-        for j, (t, f, (_, hi)) in enumerate(zip(tables, first, spans, strict=True)):
-            row = t[f : -(-hi // bt)]
-            idx[j, : len(row)] = row
-        shape = (len(spans), n_blk * bt, self.spec.num_kv_heads, self.spec.head_dim)
-        K, V = self.k[layer, idx].reshape(shape), self.v[layer, idx].reshape(shape)
-        start = np.array(first)[:, None] * bt
-        pos = start + np.arange(n_blk * bt)[None, :]  # [b, n_keys] absolute positions
-        lo, hi = np.array(spans).T
-        return K, V, (pos >= lo[:, None]) & (pos < hi[:, None]), pos
 
 
 # ---- building blocks (pure functions) -------------------------------------------------------
@@ -278,7 +100,7 @@ class Model:
 
     def _norm(self, name: str, x: np.ndarray, p: dict[str, np.ndarray], prefix: str) -> np.ndarray:
         if self.counter is not None:
-            flops = 4.0 if self.spec.norm == "rmsnorm" else 7.0  # cost model's convention per element
+            flops = norm_flops_per_elem(self.spec)  # the cost model's convention (ops.norm_flops_per_elem)
             self.counter.elementwise(name, x.size, flops, 1, self.a)
         if self.spec.norm == "rmsnorm":
             return rmsnorm(x, p[prefix + "g"])
@@ -455,7 +277,7 @@ class Model:
 
 
 # One more group costs about as much as this many padded key rows (a group is ~10 NumPy calls
-# per layer, ~0.1 ms on this machine's CPU; a padded row ~0.4 us: cpubench's decode attention).
+# per layer, ~0.1 ms on this machine's CPU; a padded row ~0.4 us: calibration.microbench's decode attention).
 GROUP_PAD_ROWS = 256
 
 
@@ -473,74 +295,3 @@ def _length_groups(lengths: list[int], pad_rows: int = GROUP_PAD_ROWS) -> list[l
         else:
             groups.append([i])
     return groups
-
-
-# ---- convenience paths used by tests and examples -------------------------------------------
-def contiguous_logits(weights: Weights, tokens: np.ndarray, window: int | None = None) -> np.ndarray:
-    """Whole sequence in one prefill through a contiguous (one block) cache: [n] -> [n, n_vocab]."""
-    cache = PagedKVCache(weights.spec, block_tokens=max(1, len(tokens)), dtype=weights.dtype)
-    table = cache.allocate(1)
-    (out,) = Model(weights, cache).forward([Segment(tokens, 0, table, logits="all", window=window)])
-    return out  # type: ignore[return-value]
-
-
-class Sequence:
-    """A sequence's token ids and block table in a shared paged cache (for chunked/spec tests)."""
-
-    def __init__(self, model: Model, tokens: list[int] | np.ndarray) -> None:
-        self.model, self.tokens, self.table, self.cached = model, list(tokens), [], 0
-
-    def _ensure(self, total: int) -> None:
-        bt = self.model.cache.block_tokens
-        need = -(-total // bt) - len(self.table)
-        if need > 0:
-            self.table += self.model.cache.allocate(need)
-
-    def feed(self, new: list[int], logits: str = "last") -> np.ndarray:
-        """Append tokens and run them as one chunk after what is cached."""
-        self._ensure(self.cached + len(new))
-        seg = Segment(np.asarray(new), self.cached, self.table, "decode" if len(new) == 1 else "prefill", logits)
-        (out,) = self.model.forward([seg])
-        self.cached += len(new)
-        return out  # type: ignore[return-value]
-
-    def rollback(self, cached: int) -> None:
-        """Forget cached tokens past ``cached`` (rejected speculative tokens): later writes overwrite them."""
-        self.cached = cached
-
-
-def greedy_generate(model: Model, prompt: list[int], n: int) -> list[int]:
-    seq = Sequence(model, prompt)
-    out = [int(np.argmax(seq.feed(list(prompt))[-1]))]
-    while len(out) < n:
-        out.append(int(np.argmax(seq.feed([out[-1]])[-1])))
-    return out
-
-
-def speculative_generate(target: Model, draft: Model, prompt: list[int], n: int, k: int = 4) -> tuple[list[int], int]:
-    """Greedy speculative decoding: the draft proposes ``k`` tokens, the target checks them in one
-    forward pass and keeps the longest agreeing prefix plus its own next token. Returns the
-    tokens and the number of target verification passes."""
-    tseq, dseq = Sequence(target, prompt), Sequence(draft, prompt)
-    out = [int(np.argmax(tseq.feed(list(prompt))[-1]))]
-    dseq.feed(list(prompt), logits="none")
-    passes = 0
-    while len(out) < n:
-        base = tseq.cached  # tokens of prompt + out[:-1] are cached in both models
-        proposal, nxt = [], out[-1]
-        for _ in range(k):
-            nxt = int(np.argmax(dseq.feed([nxt])[-1]))
-            proposal.append(nxt)
-        logits = tseq.feed([out[-1], *proposal[:-1]], logits="all")  # [k, n_vocab]
-        passes += 1
-        want = np.argmax(logits, axis=-1)
-        accepted = 0
-        while accepted < k and proposal[accepted] == int(want[accepted]):
-            accepted += 1
-        new = proposal[:accepted] + ([int(want[accepted])] if accepted < k else [])
-        out.extend(new)
-        # keep the K/V of out[-1..] that were fed and agreed; the rest is overwritten later
-        kept = base + 1 + min(accepted, k - 1)
-        tseq.rollback(kept)
-        dseq.rollback(kept)
-    return out[:n], passes

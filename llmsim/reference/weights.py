@@ -1,0 +1,91 @@
+"""The reference model's weights: seeded random numbers in a ``ModelSpec``'s shapes, a truncated
+draft model, and weight-only INT8 emulation.
+
+Random numbers do: what the reference model checks is FLOPs, bytes, times and equivalences, not
+text quality. Per layer: ``w_qkv`` [n_embd, q + 2kv], ``w_o`` [q, n_embd], ``w_up`` [n_embd, up_n] (a
+gated MLP's gate and up side by side: up_n = 2 x intermediate), ``w_down`` [intermediate, n_embd]
+(MoE: both with a leading [n_experts] axis, and ``w_router`` [n_embd, n_experts]), the norms'
+``ln1_*`` / ``ln2_*`` and the optional biases ``b_*``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from llmsim.models import ModelSpec
+
+
+@dataclass
+class Weights:
+    spec: ModelSpec
+    wte: np.ndarray  # [n_vocab, n_embd]
+    wpe: np.ndarray | None  # [n_pos, n_embd] (GPT-2 learned positions)
+    layers: list[dict[str, np.ndarray]]
+    ln_f: dict[str, np.ndarray]
+    lm_head: np.ndarray  # [n_embd, n_vocab] (a view of wte.T when tied)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.wte.dtype
+
+
+def init_weights(spec: ModelSpec, seed: int = 0, dtype: type = np.float32, std: float = 0.02) -> Weights:
+    """Seeded random weights (normal, std 0.02 as GPT-2's init); norms start at 1."""
+    rng = np.random.default_rng(seed)
+    H, q, kv, inter = spec.hidden_size, spec.q_size, spec.kv_size, spec.intermediate_size
+    up_n = 2 * inter if spec.gated_mlp else inter
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(dtype)
+
+    def norm() -> dict[str, np.ndarray]:
+        d = {"g": np.ones(H, dtype)}
+        if spec.norm == "layernorm":
+            d["b"] = np.zeros(H, dtype)
+        return d
+
+    layers = []
+    for _ in range(spec.num_layers):
+        lay: dict[str, np.ndarray] = {"w_qkv": w(H, q + 2 * kv), "w_o": w(q, H)}
+        lay.update({f"ln1_{k}": v for k, v in norm().items()})
+        lay.update({f"ln2_{k}": v for k, v in norm().items()})
+        if spec.qkv_bias or spec.linear_bias:
+            lay["b_qkv"] = w(q + 2 * kv)
+        if spec.linear_bias:
+            lay["b_o"] = w(H)
+        if spec.is_moe:
+            lay["w_router"] = w(H, spec.num_experts)
+            lay["w_up"] = w(spec.num_experts, H, up_n)
+            lay["w_down"] = w(spec.num_experts, inter, H)
+        else:
+            lay["w_up"], lay["w_down"] = w(H, up_n), w(inter, H)
+            if spec.linear_bias:
+                lay["b_up"], lay["b_down"] = w(up_n), w(H)
+        layers.append(lay)
+    wte = w(spec.vocab_size, H)
+    wpe = w(spec.learned_positions, H) if spec.learned_positions else None
+    lm_head = wte.T if spec.tie_embeddings else w(H, spec.vocab_size)
+    return Weights(spec, wte, wpe, layers, norm(), lm_head)
+
+
+def truncated(weights: Weights, num_layers: int) -> Weights:
+    """A smaller draft model: the first ``num_layers`` layers with the same embeddings and head."""
+    spec = weights.spec.with_(num_layers=num_layers, name=weights.spec.name + f"-draft{num_layers}")
+    return replace(weights, spec=spec, layers=weights.layers[:num_layers])
+
+
+def quantize_int8(w: np.ndarray, axis: int = -2) -> np.ndarray:
+    """Symmetric INT8 with one scale per output channel (absmax over the input dim ``axis``),
+    dequantised back: the weight-only INT8 path's numbers, computed in the float dtype."""
+    scale = np.abs(w).max(axis=axis, keepdims=True) / 127.0
+    scale = np.where(scale == 0, 1.0, scale)
+    return (np.clip(np.rint(w / scale), -127, 127) * scale).astype(w.dtype)
+
+
+def int8_weights(weights: Weights) -> Weights:
+    """Every linear weight (not norms, biases or embeddings) through INT8 and back."""
+    layers = [{k: quantize_int8(v) if k.startswith("w_") else v for k, v in lay.items()} for lay in weights.layers]
+    lm_head = weights.lm_head if weights.spec.tie_embeddings else quantize_int8(weights.lm_head)
+    return replace(weights, layers=layers, lm_head=lm_head)
