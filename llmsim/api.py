@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from llmsim.build import PoolSpec, activation_bytes, build_model, build_pools, build_workload, prewarm_prefixes
 from llmsim.errors import UserError
@@ -86,8 +87,9 @@ def run(
         "p90": out.gaps.percentile(90),
         "p99": out.gaps.percentile(99),
     }
-    busy = sum(r.busy_s for r in out.replicas)
-    summary["steps_total"] = int(sum(r.steps_taken for r in out.replicas)) if out.replicas else 0
+    reps = out.replicas
+    busy = sum(reps["busy_s"].tolist())
+    summary["steps_total"] = int(sum(reps["steps"].tolist()))
     summary["utilization"] = {"replica_busy_fraction": busy / (len(out.replicas) * max(out.horizon_s, 1e-12))}
     if summary["throughput"]["makespan_s"] > 0:
         span = summary["throughput"]["makespan_s"]
@@ -104,7 +106,7 @@ def run(
     summary.update(mechanism_summary(sc, model, pools, out))
     if checks:
         capacity = {p.name: p.kv_blocks for p in pools}
-        check_run(req, out.steps, summary, len(workload), capacity, out.replicas, out.requests, out.horizon_s)
+        check_run(req, out.steps, summary, len(workload), capacity, reps, out.requests, out.horizon_s, out.events_left)
     return Results(requests=req, steps=out.steps, summary=summary, queue=out.queue)
 
 
@@ -123,8 +125,6 @@ def sim_options(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], exact_ste
             layerwise_overlap=lk.layerwise_overlap,
         )
     return SimOptions(
-        queue_order=sc.policy.queue_order,
-        max_bypass=sc.policy.max_bypass,
         prefix_caching=sc.kv_cache.prefix_caching,
         prewarm=prefixes,
         hash_block_tokens=prefix_block_tokens,
@@ -140,64 +140,69 @@ def sim_options(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], exact_ste
 
 def mechanism_summary(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], out: SimOutput) -> dict:
     """Per-mechanism numbers: memory peaks, preemption/swap, prefix cache, KV transfer, speculation."""
-    reps = out.replicas
+    reps = out.replicas  # one row per replica (Replica.counters)
     res: dict = {}
     steps = out.steps
     if not steps.empty:
         res["kv_fragmentation_mean"] = float(steps["kv_fragmentation"].mean())
-    peak_tokens = max((r.max_step_tokens for r in reps), default=0)
+
+    def total(col: str, rows: pd.DataFrame = reps) -> float:  # in replica order, as the counters were kept
+        return sum(rows[col].tolist())
+
+    peak_tokens = max(reps["max_step_tokens"].tolist(), default=0)
     p0 = pools[0]
     res["memory"] = {
         "max_step_tokens": peak_tokens,
         "activation_peak_bytes": activation_bytes(model, peak_tokens, p0.sched.max_num_seqs, p0.tp, sc.model.act_dtype),
-        "kv_peak_blocks": max(r.kv.peak_used for r in reps),
+        "kv_peak_blocks": max(reps["kv_peak_blocks"].tolist()),
     }
     res["preemption"] = {
         "mode": sc.kv_cache.preemption,
-        "swap_s": sum(r.swap_s for r in reps),
+        "swap_s": total("swap_s"),
         "requests_preempted": int(sum(1 for r in out.requests if r.preemptions)),
     }
     if sc.kv_cache.prefix_caching:
-        hit = sum(r.kv.hit_tokens for r in reps)
-        query = sum(r.kv.query_tokens for r in reps)
+        hit = int(total("prefix_hit_tokens"))
+        query = int(total("prefix_query_tokens"))
         res["prefix_cache"] = {
             "hit_rate": hit / query if query else 0.0,
             "saved_prefill_tokens": hit,
             "queried_prompt_tokens": query,
-            "evictions": sum(r.kv.evictions for r in reps),
+            "evictions": int(total("prefix_evictions")),
         }
     if out.transfer is not None:
         tr = out.transfer
         ts = np.array([r.transfer_s for r in out.requests if r.transfer_s > 0])
         finish = [r.finish_s for r in out.requests if r.finish_s == r.finish_s]
         span = max(finish, default=0.0)
-        links = len([r for r in reps if not r.decode_role])
+        links = int((reps["side"] == "prefill").sum())
         res["kv_transfer"] = {
-            "link": tr.link.kind,
+            "link": tr["link"],
             "transfers": int(len(ts)),
-            "bytes": tr.bytes,
+            "bytes": tr["bytes"],
             "transfer_s_mean": float(ts.mean()) if len(ts) else 0.0,
             "transfer_s_p99": float(np.percentile(ts, 99)) if len(ts) else 0.0,
-            "wait_for_decode_blocks_s": tr.waits_s,
-            "link_utilization": tr.busy_s / (links * span) if span > 0 else 0.0,
+            "wait_for_decode_blocks_s": tr["waits_s"],
+            "link_utilization": tr["busy_s"] / (links * span) if span > 0 else 0.0,
         }
-    pp_reps = [r for r in reps if r.stages]
-    if pp_reps:
-        active = sum(max(r.last_end_s - r.first_start_s, 0.0) for r in pp_reps)
-        busy = [sum(r.stage_busy_s[i] for r in pp_reps) for i in range(len(pp_reps[0].stages))]
+    if "active_s" in reps:  # pipelined replicas
+        pp_reps = reps[reps["active_s"].notna()]
+        active = total("active_s", pp_reps)
+        stages = [c for c in reps.columns if c.startswith("stage") and c.endswith("_busy_s")]
+        busy = [total(c, pp_reps) for c in stages]
         res["pipeline"] = {
             "stages": len(busy),
             # share of each stage's active span (first micro-batch start to last landing) spent computing
             "stage_utilization": [b / active if active > 0 else 0.0 for b in busy],
             "bubble_s": sum(active - b for b in busy),
         }
-    spec_reps = [r for r in reps if r.sched.spec_slots]
-    if sc.speculative is not None and spec_reps:
-        slots = sum(r.sched.spec_slots for r in spec_reps)
-        emitted = sum(r.sched.spec_emitted for r in spec_reps)
-        base = sum(r.spec_base_s for r in spec_reps)
-        spent = sum(r.spec_time_s for r in spec_reps)
-        draft = sum(r.draft_s for r in spec_reps)
+    spec_reps = reps[reps["spec_slots"] > 0]
+    if sc.speculative is not None and len(spec_reps):
+        slots = int(total("spec_slots", spec_reps))
+        emitted = int(total("spec_emitted", spec_reps))
+        base = total("spec_base_s", spec_reps)
+        spent = total("spec_time_s", spec_reps)
+        draft = total("draft_s", spec_reps)
         res["speculative"] = {
             "method": sc.speculative.method,
             "k": sc.speculative.k,

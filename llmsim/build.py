@@ -148,6 +148,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         tbt_target_s=sc.policy.tbt_target_s or sc.slo.tbt_s or 0.0,
         min_chunk_tokens=sc.policy.min_chunk_tokens,
         prefill_only=name == "prefill",
+        queue_order=sc.policy.queue_order,
+        max_bypass=sc.policy.max_bypass,
     )
     draft = None
     spec = sc.speculative

@@ -16,7 +16,8 @@ before, and each new member's first gap on its own.
 
 Used only where every member holds ``ceil(kv_tokens / block_tokens)`` blocks and decodes one
 token per step (no prefix sharing, parallel sampling, speculation or sliding window): the
-simulator checks this before giving a replica a ``DecodeSet`` (``Replica._columnar``).
+simulator checks this before giving a replica a ``DecodeSet`` (``FastPath.columnar``); its runs of
+decode steps are ``runs.ColumnRun``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from llmsim.fastpath import Run
 from llmsim.kvcache import BlockManager
 from llmsim.request import FINISHED, Request
 
@@ -106,13 +106,17 @@ class DecodeSet:
         self.n = self.ctx = 0
         return members
 
+    def residue(self) -> list[int]:
+        """Members by (kv_at_join - tick_at_join) % block_tokens: who needs a block at which tick."""
+        return list(self._residue)
+
     # ---- ticks -------------------------------------------------------------------------
     def blocks_for_ticks(self, first: int, count: int) -> np.ndarray:
         """New KV blocks the members need at each of ticks ``first .. first+count-1``."""
-        return _blocks_for_ticks(self._residue, first, count)
+        return blocks_for_ticks(self._residue, first, count)
 
     def blocks_over(self, first: int, count: int) -> int:
-        return _blocks_over(self._residue, self.n, first, count)
+        return blocks_over(self._residue, self.n, first, count)
 
     def blocks_next(self) -> int:
         return self._residue[(-self.tick) % self.bt]
@@ -189,12 +193,12 @@ def _admit_seq(r: Request) -> int:
     return r.admit_seq
 
 
-def _blocks_for_ticks(residue: list[int], first: int, count: int) -> np.ndarray:
+def blocks_for_ticks(residue: list[int], first: int, count: int) -> np.ndarray:
     return np.asarray(residue)[(-(first + np.arange(count))) % len(residue)]
 
 
-def _blocks_over(residue: list[int], members: int, first: int, count: int) -> int:
-    """Σ ``_blocks_for_ticks``: every member needs one block per ``len(residue)`` ticks."""
+def blocks_over(residue: list[int], members: int, first: int, count: int) -> int:
+    """Σ ``blocks_for_ticks``: every member needs one block per ``len(residue)`` ticks."""
     bt = len(residue)
     cycles, part = divmod(count, bt)
     if not part:
@@ -208,52 +212,3 @@ def _blocks_over(residue: list[int], members: int, first: int, count: int) -> in
     for i in range(bt + lo if lo < 0 else bt, bt):
         tail += residue[i]
     return cycles * members + tail
-
-
-class ColumnRun(Run):
-    """A run of decode-only steps of a ``DecodeSet`` (the interface of ``fastpath.DecodeRun``);
-    it ends at the first finish at the latest."""
-
-    def __init__(self, members: DecodeSet, kv: BlockManager, start_s: float, durations: list[float]) -> None:
-        super().__init__(members, kv, start_s, durations)
-        self.size = self._n = members.n
-        self._tick0 = members.tick
-        self._residue0 = list(members._residue)  # members leave at the run's end; keep who ran
-
-    def allocate_through(self, steps: int) -> None:
-        steps = min(steps, self.steps)
-        if steps > self.allocated:
-            blocks = _blocks_over(self._residue0, self._n, self._tick0 + self.allocated, steps - self.allocated)
-            self.members.allocate(blocks, steps - self.allocated)
-            self.allocated = steps
-
-    def apply_through(self, steps: int, gaps: GapHistogram | None = None) -> tuple[int, int]:
-        lo, hi = self.applied, min(steps, self.steps)
-        if hi <= lo:
-            return lo, lo
-        self.allocate_through(hi)
-        self.finished += self.members.advance(self.ends[lo:hi])
-        self.applied = hi
-        return lo, hi
-
-    def kv_after_steps(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """Blocks in use and token slots held after each step in [lo, hi) (steps.csv columns)."""
-        need = _blocks_for_ticks(self._residue0, self._tick0, hi)
-        need[0] = 0  # the first step's blocks were held when the run started
-        used = self._used0 + need.cumsum()[lo:hi]
-        for step, blocks in self.external:
-            used[max(0, step - lo) :] += blocks
-        held = self._held0 + self._n * np.arange(lo, hi, dtype=np.int64)
-        return used, held
-
-
-def column_run_length(members: DecodeSet, free_blocks: int, limit: int, min_run: int) -> int:
-    """Decode steps that can run before the first finish (included) with the free blocks; 0 if
-    fewer than ``min_run``. Step 0 is the plan just made: its blocks are held already."""
-    k = min(limit, members.next_finish - members.tick)
-    if k < min_run:
-        return 0
-    if members.blocks_over(members.tick + 1, k - 1) > free_blocks:
-        cum = members.blocks_for_ticks(members.tick + 1, k - 1).cumsum()
-        k = 1 + int(cum.searchsorted(free_blocks, side="right"))  # steps whose blocks all fit
-    return k if k >= min_run else 0

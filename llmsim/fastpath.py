@@ -1,162 +1,222 @@
-"""Closed-form jumps over runs of identical decode-only steps, with exact results.
+"""A replica's exact shortcuts, behind one interface: the replica asks, this module decides.
 
-Between events that change a batch (an arrival, a prompt chunk, a request finishing, a KV
-block that cannot be had), a replica repeats the same decode step with every context one token
-longer. Only the attention kernels depend on the context, so the whole run's step times come
-from one pricing call (``CostModel.decode_steps_s``): one SimPy event for the run instead
-of one per step. The run's
-outcome is applied per request in one go, or up to any instant inside the run when something
-outside needs the replica's exact state (``Replica.sync``).
+Three shortcuts, each giving the same results as one SimPy event per step with every request
+touched every step (``llmsim.run(..., exact_steps=True)`` turns them all off;
+``tests/test_fastpath.py`` holds the two equal, docs/performance.md measures them):
 
-Why the jump is exact: during a decode-only run no request finishes (this run stops one step
-short of the first finish; a ``DecodeSet`` run, ``decodeset.ColumnRun``, ends with it), no block
-allocation can fail (the run is as long as the free blocks allow), and a waiting request that
-could not be admitted at the start cannot be admitted later (free blocks only shrink and the
-batch keeps its size). Arrivals interrupt the run at the next step boundary, as the step-by-step
-loop would see them.
-
-``DecodeRun`` serves replicas whose requests are Python objects each step (sliding windows,
-prefix caching, parallel sampling); columnar replicas use ``decodeset.ColumnRun``.
+- **Columnar decoders**: requests past their prompt are held as columns (``decodeset.DecodeSet``)
+  where each decodes one token per step and holds ``ceil(tokens / block)`` blocks of its own
+  (``FastPath.columnar``): a step costs O(1) in the batch size.
+- **Closed-form decode runs** (``runs.py``): a plan that starts a run of identical decode-only
+  steps is priced in one call and waited out with one event (``decode_run``, ``wait``); an arrival
+  that reaches the replica during the run ends it with the step in progress (``cut``).
+- **Steps without events** (``Clock``): while nothing from outside can reach the replica before a
+  step ends (the next arrival is later), the step completes without a SimPy event; the replica's
+  clock runs ahead of SimPy's and SimPy's catches up before the replica waits on anything.
 """
 
 from __future__ import annotations
 
-import bisect
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
+import simpy
 
-from llmsim.kvcache import BlockManager
-from llmsim.request import Request
+from llmsim.costmodel.ops import BatchShape
+from llmsim.decodeset import DecodeSet
+from llmsim.runs import MIN_RUN, ColumnRun, DecodeRun, column_run_length, run_length
+from llmsim.schedulers import FAST_PATH_POLICIES
+from llmsim.schedulers.plan import BatchPlan
 
 if TYPE_CHECKING:
-    from llmsim.gaps import GapHistogram
+    from llmsim.replica import Replica
+    from llmsim.sim import SimOptions
 
-MIN_RUN = 4  # shorter runs are cheaper to step one by one
+MAX_RUN = 1 << 20  # longest decode run priced in one go
 
 
-def run_length(members: list[Request], kv: BlockManager, window: int | None, limit: int) -> int:
-    """Decode steps that can run with no request finishing, no KV shortage and (with a sliding
-    window) no context reaching the window; 0 if shorter than ``MIN_RUN``."""
-    k = limit
-    for r in members:
-        k = min(k, r.remaining_output - 1)  # the finishing step goes through the normal path
-        if window is not None:
-            k = min(k, window - r.kv_tokens - 1)  # contexts grow linearly only below the window
+class Clock:
+    """A replica's clock: ahead of SimPy's while its steps complete without an event."""
+
+    def __init__(self, env: simpy.Environment, ahead: bool, next_input_s: Callable[[], float]) -> None:
+        self.env = env
+        self.ahead = ahead  # may steps complete without an event at all (the replica's kind allows it)
+        self.next_input_s = next_input_s  # when something from outside can next reach the replica
+        self.now = env.now
+
+    def advance(self, dt: float) -> simpy.Timeout | None:
+        """Move on by one step of ``dt`` seconds; the event to wait for, or None if no other
+        process can read or change the replica's state before the step ends."""
+        start = self.now
+        self.now = start + dt
+        if self.ahead and self.now < self.next_input_s():
+            return None
+        env = self.env
+        return env.timeout(dt) if env.now == start else env.timeout(self.now - env.now)
+
+
+def retarget(old: simpy.Event, new: simpy.Event) -> None:
+    """Whoever waits on ``old`` (a pending timeout) resumes on ``new`` instead; ``old`` still fires,
+    with nobody waiting. Cheaper than SimPy's ``Process.interrupt`` (no exception thrown into the
+    generator: ~1 µs against ~10 µs), and a run is cut short at about every arrival of a busy
+    multi-replica cluster. Uses only ``Event.callbacks``, SimPy's public list of waiters."""
+    new.callbacks.extend(old.callbacks)  # type: ignore[union-attr]
+    old.callbacks.clear()  # type: ignore[union-attr]
+
+
+class FastPath:
+    """Which shortcuts a replica may take, and the decode run in progress."""
+
+    def __init__(
+        self, rep: Replica, policy: str, opts: SimOptions, next_input_s: Callable[[], float], sole: bool
+    ) -> None:
+        pool = rep.pool
+        self.rep = rep
+        # closed-form runs: every decode step of a run is the same one-token step
+        self.runs = (
+            not opts.exact_steps
+            and pool.pp == 1
+            and policy in FAST_PATH_POLICIES
+            and pool.sched.speculative is None
+            and pool.sched.chunk_budget == "fixed"
+            and opts.n_seqs == 1
+        )
+        window, local = pool.cost.model.attention_windows()
+        self.columnar = self.runs and not opts.prefix_caching and window is None and local is None
+        self.clock = Clock(rep.env, not opts.exact_steps and rep.runs_ahead(), next_input_s)
+        self.sole = sole  # every arrival comes to this replica (one replica, nothing routed past it)
+        self.run: DecodeRun | ColumnRun | None = None  # the run in progress, while readers from outside may see it
+        self._cuttable = False  # the replica waits out ``run`` on ``_pending``, and cut() may end it early
+        self._pending: simpy.Event | None = None
+        self._cut_at = 0  # steps of that run done when it ends
+
+    def decode_run(self, plan: BatchPlan, shape: BatchShape) -> DecodeRun | ColumnRun | None:
+        """A closed-form run if this plan starts a run of identical decode-only steps (no swap
+        copies or drafting in the step either: they would make its time differ from the next's)."""
+        if (
+            not self.runs
+            or plan.prefill
+            or plan.preempted
+            or plan.padding
+            or plan.spec_k
+            or plan.swap_in_tokens
+            or plan.swap_out_tokens
+        ):
+            return None
+        rep, start = self.rep, self.clock.now
+        kv = rep.kv
+        if plan.decode_set is not None:
+            if plan.decode:
+                return None
+            cols = cast(DecodeSet, plan.decode_set)
+            k = column_run_length(cols, kv.free_blocks, MAX_RUN, MIN_RUN)
+            return ColumnRun(cols, kv, start, rep.cost.decode_steps_s(shape, k)) if k else None
+        if not plan.decode:
+            return None
+        k = run_length(plan.decode, kv, rep.local_window or rep.window, MAX_RUN)
         if k < MIN_RUN:
-            return 0
-    bt = kv.block_tokens
-    kv_tokens = np.fromiter((r.kv_tokens for r in members), dtype=np.int64, count=len(members))
-    held = int(sum(r.blocks for r in members))
-    while k >= MIN_RUN:
-        need = int((-(-(kv_tokens + k) // bt)).sum()) - held
-        if need <= kv.free_blocks:
-            return k
-        k //= 2
-    return 0
+            return None
+        return DecodeRun(list(plan.decode), kv, start, rep.cost.decode_steps_s(shape, k))
 
+    def wait(self, run: DecodeRun | ColumnRun) -> Generator[simpy.Event, Any, None]:
+        """Wait out a decode run (an arrival may end it after the step in progress) and apply it."""
+        rep, env, clock = self.rep, self.rep.env, self.clock
+        run.waiting0 = len(rep.sched.waiting)
+        nxt = clock.next_input_s()
+        if clock.ahead and run.ends[-1] < nxt:
+            done = run.steps  # nothing can interrupt it: no event needed
+        elif clock.ahead and self.sole:
+            # the next arrival comes here: the run ends with the step in progress at that instant,
+            # where cut() would end it, without a second timeout
+            done = run.steps_through(nxt)
+            self.run = run  # (for the end of the simulation, if the horizon comes first)
+            yield env.timeout(run.ends[done - 1] - env.now)
+            self.run = None
+        else:
+            self.run, self._cuttable, self._cut_at = run, True, run.steps
+            self._pending = env.timeout(run.ends[-1] - env.now)
+            yield self._pending  # or earlier: cut() moves the replica onto an earlier timeout
+            done = self._cut_at
+            self.run, self._cuttable, self._pending = None, False, None
+        run.apply_through(done, rep.sched.gaps)
+        if run.finished:
+            rep.settle(run.finished, run.durations[done - 1])
+            rep.signal_freed()
+        rep.busy_s += run.busy_s(done)
+        rep.max_step_tokens = max(rep.max_step_tokens, run.size)
+        self.log(run, done)
+        clock.now = run.ends[done - 1]
 
-class Run:
-    """A run of decode-only steps started at ``start_s``: what every kind of run shares.
+    def cut(self) -> None:
+        """Something reached the replica during a run: end it with the step in progress."""
+        if not self._cuttable:
+            return
+        self._cuttable = False
+        run, env = self.run, self.rep.env
+        assert run is not None and self._pending is not None  # (set with _cuttable)
+        done = run.steps_through(env.now)
+        run.allocate_through(done)  # the step in progress holds its KV slots (readers see them)
+        self._cut_at = done
+        retarget(self._pending, env.timeout(max(0.0, run.ends[done - 1] - env.now)))
 
-    The run's first step is the plan the scheduler just made, so its KV slots are already
-    allocated (``allocated`` starts at 1).
-    """
+    def sync(self) -> None:
+        """Bring KV blocks and tokens up to now inside a decode run, for readers from outside
+        (KV-aware routing, disaggregated back-pressure, the end of the run)."""
+        run = self.run
+        if run is not None:
+            done = min(run.steps_done_by(self.rep.env.now), run.steps - 1)  # the run's end settles itself
+            run.apply_through(done, self.rep.sched.gaps)
+            run.allocate_through(done + 1)
 
-    def __init__(self, members: Any, kv: BlockManager, start_s: float, durations: list[float]) -> None:
-        self.members = members  # list[Request] (DecodeRun) or the DecodeSet (ColumnRun)
-        self.kv = kv
-        self.start_s = start_s
-        self.durations = durations
-        self.applied = 0  # steps whose tokens have been emitted
-        self.allocated = 1  # steps whose KV slots have been allocated (a step allocates when it starts)
-        self.external: list[tuple[int, int]] = []  # (step, blocks) held by others
-        self.finished: list[Request] = []  # requests done at its last step
-        self.waiting0 = 0  # requests waiting when it started (steps.csv)
-        # end time of every step; Python floats, not arrays: runs are ~10-50 steps, where a
-        # compiled loop beats numpy's per-call overhead (the sums are numpy's cumsum's, in order)
-        self.ends: list[float] = []
-        acc = 0.0
-        for d in durations:
-            acc += d
-            self.ends.append(acc + start_s)
-        self._used0 = kv.used  # state at the start, for steps.csv rows
-        self._held0 = kv.tokens_held
+    def note_external_blocks(self, blocks: int) -> None:
+        """Blocks of this replica's cache taken by someone else now (a KV transfer's reservation)."""
+        if self.run is not None:
+            self.run.note_external_blocks(self.rep.env.now, blocks)
 
-    @property
-    def steps(self) -> int:
-        return len(self.durations)
+    def finish(self) -> None:
+        """At the end of the simulation: the steps of a run cut by the horizon that did complete
+        counted and logged, and the columnar members' counters up to date."""
+        run, rep = self.run, self.rep
+        if run is not None:
+            self.sync()
+            if run.applied:
+                rep.busy_s += run.busy_s(run.applied)
+                rep.max_step_tokens = max(rep.max_step_tokens, run.size)
+                self.log(run, run.applied, live_last=False)
+        if rep.sched.columns is not None:
+            rep.sched.columns.flush()
 
-    def note_external_blocks(self, now: float, blocks: int) -> None:
-        """Blocks taken from this cache by someone else during the run (a KV transfer's reservation)."""
-        self.external.append((self.steps_done_by(now), blocks))
-
-    def busy_s(self, steps: int) -> float:
-        """Seconds the first ``steps`` steps took."""
-        return self.ends[steps - 1] - self.start_s
-
-    def steps_done_by(self, now: float) -> int:
-        return bisect.bisect_right(self.ends, now)
-
-    def steps_through(self, t: float) -> int:
-        """Steps done once the step in progress at ``t`` completes: where the run ends when
-        something reaches the replica at ``t`` (a step boundary is the earliest it can react)."""
-        return min(self.steps_done_by(t) + 1, self.steps)
-
-
-class DecodeRun(Run):
-    """A run of the same ``members`` (Request objects), stopping short of the first finish."""
-
-    def __init__(self, members: list[Request], kv: BlockManager, start_s: float, durations: list[float]) -> None:
-        super().__init__(members, kv, start_s, durations)
-        self._kv0 = np.fromiter((r.kv_tokens for r in members), dtype=np.int64, count=len(members))
-        self._blocks0 = np.fromiter((r.blocks for r in members), dtype=np.int64, count=len(members))
-
-    @property
-    def size(self) -> int:
-        return len(self.members)
-
-    def allocate_through(self, steps: int) -> None:
-        steps = min(steps, self.steps)
-        if steps > self.allocated:
-            ahead, new = steps - self.applied, steps - self.allocated  # tokens not yet applied / slots
-            for r in self.members:
-                self.kv.grow(r, ahead, new)
-            self.allocated = steps
-
-    def apply_through(self, steps: int, gaps: GapHistogram | None) -> tuple[int, int]:
-        """Emit the tokens of steps [applied, steps); returns that range."""
-        lo, hi = self.applied, min(steps, self.steps)
-        if hi <= lo:
-            return lo, lo
-        self.allocate_through(hi)
-        rest = self.durations[lo + 1 : hi]
-        rest_max = max(rest) if rest else 0.0
-        first_end, end = self.ends[lo], self.ends[hi - 1]
-        n = hi - lo
-        for r in self.members:
-            first_gap = first_end - r.last_token_s  # includes any stall before the run
-            worst = first_gap if first_gap > rest_max else rest_max
-            if worst > r.max_tbt_s:
-                r.max_tbt_s = worst
-            if gaps is not None:
-                gaps.add(first_gap)
-            r.kv_tokens += n
-            r.generated += n
-            r.last_token_s = end
-        if gaps is not None:
-            for g in rest:
-                gaps.add(g, len(self.members))
-        self.applied = hi
-        return lo, hi
-
-    def kv_after_steps(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """Blocks in use and token slots held after each step in [lo, hi) (steps.csv columns)."""
-        bt = self.kv.block_tokens
-        i = np.arange(lo + 1, hi + 1, dtype=np.int64)[:, None]  # steps allocated after step lo+1..hi
-        grown = np.maximum(0, -(-(self._kv0[None, :] + i) // bt) - self._blocks0[None, :]).sum(axis=1)
-        used = self._used0 + grown
-        for step, blocks in self.external:  # seen from the end of the step it happened in
-            used[max(0, step - lo) :] += blocks
-        held = self._held0 + len(self.members) * (i[:, 0] - 1)
-        return used, held
+    def log(self, run: DecodeRun | ColumnRun, steps: int, live_last: bool = True) -> None:
+        """steps.csv rows of a decode run, as the step-by-step loop would have written them. The
+        last row of a run that ended normally is the live state (finished requests freed)."""
+        rep = self.rep
+        rep.steps_taken += steps
+        if rep.steps.skip(steps):
+            return
+        used, held = run.kv_after_steps(0, steps)
+        starts = [run.start_s, *run.ends[: steps - 1]]
+        n, kv = run.size, rep.kv
+        bt = kv.block_tokens
+        for i in range(steps):
+            if i < steps - 1 or not live_last:
+                u, waiting = int(used[i]), run.waiting0
+                frag = max(0.0, 1.0 - held[i] / (u * bt)) if u else 0.0
+            else:  # the run ends now: what the step-by-step loop logs here is the live state
+                u, waiting, frag = kv.used, len(rep.sched.waiting), kv.fragmentation
+            rep.steps.add(
+                rep.pool.name,
+                rep.index,
+                starts[i],
+                run.durations[i],
+                0,
+                n,
+                n,
+                0,
+                u,
+                kv.num_blocks,
+                frag,
+                waiting,
+                0.0,
+                0.0,
+                0,
+            )

@@ -22,13 +22,11 @@ The invariants (docs/reliability.md explains each):
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from simpy.core import StopSimulation
 
 from llmsim.errors import InvariantError
 
@@ -136,37 +134,30 @@ def _step(steps: pd.DataFrame, i: int) -> str:
     return f"step {i} of steps.csv (pool {row['pool']}, replica {row['replica']}, t={row['start_s']:.6g} s)"
 
 
-def check_kv_freed(replicas: Sequence, requests: Sequence) -> None:
-    """Every block a replica holds belongs to a request still in flight."""
+def check_kv_freed(replicas: pd.DataFrame, requests: Sequence) -> None:
+    """Every block a replica holds belongs to a request still in flight (``replicas``: one row per
+    replica with its ``pool``, ``replica`` index and ``kv_blocks_used`` at the end)."""
     for r in requests:
         if r.blocks and r.status in ("finished", "rejected"):
             fail("kv_freed", f"request {r.id} (replica {r.replica})", f"{r.status} but still holds {r.blocks} blocks")
     in_flight = [r for r in requests if r.status not in ("finished", "rejected")]
+    rows = list(zip(replicas["replica"].tolist(), replicas["kv_blocks_used"].tolist(), strict=True))
     if not in_flight:
-        for rep in replicas:
-            if rep.kv.used:
-                fail("kv_freed", f"replica {rep.index}", f"every request is done but {rep.kv.used} blocks are held")
+        for index, used in rows:
+            if used:
+                fail("kv_freed", f"replica {index}", f"every request is done but {used} blocks are held")
     busy = {r.replica for r in in_flight}
-    pools = {getattr(getattr(rep, "pool", None), "name", "") for rep in replicas}
-    if len(pools) == 1:  # replica indices are unique only within one pool
-        for rep in replicas:
-            if rep.index not in busy and rep.kv.used:
-                fail("kv_freed", f"replica {rep.index}", f"all its requests are done but {rep.kv.used} blocks are held")
+    if replicas["pool"].nunique() == 1:  # replica indices are unique only within one pool
+        for index, used in rows:
+            if index not in busy and used:
+                fail("kv_freed", f"replica {index}", f"all its requests are done but {used} blocks are held")
 
 
-def _event_queue_empty(env) -> bool:  # type: ignore[no-untyped-def]
-    """True if nothing is scheduled after ``env.run(until=...)`` returned. SimPy leaves its own
-    stop marker (the most urgent event at the horizon) in the queue: step over it first."""
-    if env.peek() == env.now:
-        with contextlib.suppress(StopSimulation):
-            env.step()
-    return env.peek() == math.inf
-
-
-def check_no_stall(replicas: Sequence, requests: Sequence, horizon_s: float) -> None:
-    """no_stall: when no event is left in SimPy's queue at the end, nothing can ever happen again,
-    so a request still waiting or running is stuck for good (a scheduler deadlock)."""
-    if not replicas or not _event_queue_empty(replicas[0].env):
+def check_no_stall(events_left: bool, requests: Sequence, horizon_s: float) -> None:
+    """no_stall: when no event is left in SimPy's queue at the end (``sim.events_pending``),
+    nothing can ever happen again, so a request still waiting or running is stuck for good (a
+    scheduler deadlock)."""
+    if events_left:
         return  # the horizon cut off work still in progress: those requests are merely unfinished
     for r in requests:
         if r.status not in ("finished", "rejected"):
@@ -217,14 +208,17 @@ def check_run(
     summary: dict,
     n_requests: int,
     capacity_blocks: dict[str, int],
-    replicas: Sequence = (),
+    replicas: pd.DataFrame | None = None,
     request_objects: Sequence = (),
     horizon_s: float = math.inf,
+    events_left: bool = True,
 ) -> None:
-    """Check every invariant of a finished run; raise ``InvariantError`` on the first broken one."""
+    """Check every invariant of a finished run; raise ``InvariantError`` on the first broken one.
+    ``replicas`` is ``SimOutput.replicas`` (the counters frame), ``events_left`` its
+    ``events_left``."""
     check_requests(requests, n_requests)
     check_steps(steps, capacity_blocks)
-    if replicas:
-        check_no_stall(replicas, request_objects, horizon_s)
+    if replicas is not None and len(replicas):
+        check_no_stall(events_left, request_objects, horizon_s)
         check_kv_freed(replicas, request_objects)
     check_summary(requests, summary)

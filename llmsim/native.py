@@ -25,21 +25,29 @@ import sys
 import warnings
 from pathlib import Path
 
-# the simulation's inner loop: replica, decode sets and runs, KV blocks, schedulers, step pricing
+# the simulation's inner loop: replicas, decode sets and runs, KV blocks, schedulers, step pricing
 COMPILED = (
     "llmsim.request",
     "llmsim.kvcache",
+    "llmsim.runs",
     "llmsim.fastpath",
     "llmsim.decodeset",
     "llmsim.gaps",
+    "llmsim.steplog",
+    "llmsim.stepcost",
     "llmsim.costmodel.comm",
     "llmsim.costmodel.gemm",
     "llmsim.costmodel.ops",
     "llmsim.costmodel.roofline",
+    "llmsim.schedulers.plan",
     "llmsim.schedulers.base",
     "llmsim.schedulers.queue",
     "llmsim.schedulers.chunked",
     "llmsim.schedulers.traditional",
+    "llmsim.router",
+    "llmsim.replica",
+    "llmsim.pipeline",
+    "llmsim.disagg",
     "llmsim.sim",
 )
 PURE_ENV = "LLMSIM_PURE_PYTHON"

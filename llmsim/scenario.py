@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from llmsim.errors import UserError, load_yaml_file, pydantic_message
 
@@ -72,7 +72,7 @@ class ClusterConfig(_Strict):
 
 
 class PolicyConfig(_Strict):
-    kind: Literal["traditional", "static", "chunked", "disaggregated"] = "traditional"
+    kind: str = "traditional"  # a registered scheduler (schedulers.SCHEDULERS) or disaggregated
     max_num_seqs: PosInt = 256
     max_batch_tokens: PosInt = 8192
     chunk_tokens: PosInt = 512  # chunked prefill budget per step (decode tokens count against it)
@@ -84,6 +84,16 @@ class PolicyConfig(_Strict):
     max_queue: PosInt | None = None  # per replica; arrivals beyond it are rejected (load shedding)
     # disaggregated: how the prefill pool batches prompts (whole prompts, or chunk_tokens per step)
     prefill_pool_policy: Literal["traditional", "chunked"] = "traditional"
+
+    @field_validator("kind")
+    @classmethod
+    def _known_policy(cls, kind: str) -> str:
+        from llmsim.schedulers import SCHEDULERS  # the registry: policies added at run time count
+
+        known = [*SCHEDULERS, "disaggregated"]
+        if kind not in known:
+            raise ValueError(f"unknown policy {kind!r}; expected one of {', '.join(known)}")
+        return kind
 
     @model_validator(mode="after")
     def _prefill_pool_policy_needs_disaggregation(self) -> PolicyConfig:

@@ -7,12 +7,14 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 import llmsim
 from llmsim.errors import InvariantError
 from llmsim.invariants import check_kv_freed, check_no_stall, check_requests, check_steps, check_summary
 from llmsim.scenario import scenario_from_dict
+from llmsim.sim import events_pending
 
 
 def scenario(**workload) -> dict:
@@ -104,11 +106,11 @@ def test_summary_that_disagrees_with_requests_is_caught(clean):
 
 
 def test_leaked_kv_blocks_are_caught():
-    rep = SimpleNamespace(index=0, kv=SimpleNamespace(used=3), pool=SimpleNamespace(name="main"))
+    reps = pd.DataFrame([{"pool": "main", "replica": 0, "kv_blocks_used": 3}])
     done = SimpleNamespace(id=1, replica=0, status="finished", blocks=0)
-    expect("kv_freed", "replica 0", check_kv_freed, [rep], [done])
+    expect("kv_freed", "replica 0", check_kv_freed, reps, [done])
     holder = SimpleNamespace(id=2, replica=0, status="finished", blocks=3)
-    expect("kv_freed", "request 2", check_kv_freed, [rep], [holder])
+    expect("kv_freed", "request 2", check_kv_freed, reps, [holder])
 
 
 def test_requests_after_the_horizon_are_reported_not_dropped():
@@ -122,8 +124,6 @@ def test_requests_after_the_horizon_are_reported_not_dropped():
 
 def test_prompt_larger_than_the_watermarked_pool_still_runs_on_an_idle_replica():
     """Regression: a prompt that fits the KV pool but not pool minus watermark used to wait forever."""
-    from collections import deque
-
     from llmsim.kvcache import BlockManager
     from llmsim.request import Request
     from llmsim.schedulers import SchedulerConfig, make_scheduler
@@ -133,10 +133,10 @@ def test_prompt_larger_than_the_watermarked_pool_still_runs_on_an_idle_replica()
         sched = make_scheduler(policy, SchedulerConfig(chunk_tokens=512), kv)
         req = Request(0, 0.0, 150, 1)  # 10 blocks
         assert sched.rejection_reason(req) == ""
-        waiting, running = deque([req]), []
-        plan = sched.schedule(waiting, running)
+        sched.add(req)
+        plan = sched.schedule()
         assert not plan.empty, policy
-        sched.complete(plan, 1.0, running)
+        sched.complete(plan, 1.0)
         assert req.status == "finished" and kv.used == 0
 
 
@@ -192,11 +192,10 @@ def test_a_deadlock_is_caught_not_reported_as_unfinished():
     env = simpy.Environment()
     env.process(stuck(env))
     env.run(until=10.0)
-    rep = SimpleNamespace(env=env, index=0, kv=SimpleNamespace(used=0), pool=SimpleNamespace(name="main"))
     req = SimpleNamespace(
         id=5, replica=0, status="waiting", prefilled=0, prefill_target=9, generated=0, output_tokens=3, blocks=0
     )
-    expect("no_stall", "request 5", check_no_stall, [rep], [req], 10.0)
+    expect("no_stall", "request 5", check_no_stall, events_pending(env), [req], 10.0)
 
 
 def test_work_cut_off_by_the_horizon_is_not_a_stall():
@@ -208,6 +207,5 @@ def test_work_cut_off_by_the_horizon_is_not_a_stall():
     env = simpy.Environment()
     env.process(busy(env))
     env.run(until=10.0)
-    rep = SimpleNamespace(env=env)
     req = SimpleNamespace(id=5, replica=0, status="running")
-    check_no_stall([rep], [req], 10.0)
+    check_no_stall(events_pending(env), [req], 10.0)

@@ -3,7 +3,6 @@ synthetic prefixes shows up in the summary."""
 
 from __future__ import annotations
 
-from collections import deque
 from pathlib import Path
 
 import llmsim
@@ -23,11 +22,12 @@ def test_hit_skips_exactly_the_cached_blocks() -> None:
     b = Request(1, 0.0, 250, 2)
     a.prefix_chain = chain_hashes(shared + [100, 101, 102], 16, 16, a.prompt_tokens)
     b.prefix_chain = chain_hashes(shared + [200, 201, 202, 203, 204, 205], 16, 16, b.prompt_tokens)
-    running: list[Request] = []
-    plan = sched.schedule(deque([a]), running)
+    sched.add(a)
+    plan = sched.schedule()
     assert plan.prefill == [(a, 200)]
-    sched.complete(plan, 1.0, running)
-    plan = sched.schedule(deque([b]), running)
+    sched.complete(plan, 1.0)
+    sched.add(b)
+    plan = sched.schedule()
     chunk = dict((r.id, c) for r, c in plan.prefill)[1]
     assert b.cached_tokens == 160 and chunk == 250 - 160
     assert b.block_ids[:10] == a.block_ids[:10]

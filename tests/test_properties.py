@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -282,13 +281,13 @@ def _prefill_steps(chunk: int, prompts: list[int]) -> int:
     """Steps the chunked scheduler takes to prefill ``prompts`` (all waiting at t=0, one output token)."""
     kv = BlockManager(num_blocks=sum(prompts) // 16 + 2 * len(prompts) + 1, block_tokens=16, watermark=0.0)
     sched = make_scheduler("chunked", SchedulerConfig(max_num_seqs=256, chunk_tokens=chunk), kv)
-    waiting = deque(Request(i, 0.0, p, 1) for i, p in enumerate(prompts))
-    running: list[Request] = []
+    for i, p in enumerate(prompts):
+        sched.add(Request(i, 0.0, p, 1))
     steps = 0
-    while waiting or running:
-        plan = sched.schedule(waiting, running)
+    while sched.has_work():
+        plan = sched.schedule()
         assert not plan.empty, "the scheduler stalled with work left"
-        sched.complete(plan, float(steps), running)
+        sched.complete(plan, float(steps))
         steps += 1
     return steps
 

@@ -5,8 +5,6 @@ mask really allowed x head_dim x heads). Bytes: exactly under the rule in docs/r
 (float32 everywhere, so the cost model runs with fp32 weights, activations and KV).
 """
 
-from collections import deque
-
 import numpy as np
 import pytest
 
@@ -14,7 +12,9 @@ from llmsim.costmodel.ops import OpConfig, batch_shape
 from llmsim.models import CATALOG, ModelSpec
 from llmsim.reference.counters import Counter, OpCount, expected_counts
 from llmsim.reference.engine import ReferenceEngine
-from llmsim.reference.model import Model, PagedKVCache, Segment, init_weights
+from llmsim.reference.model import Model, Segment
+from llmsim.reference.paged_kv import PagedKVCache
+from llmsim.reference.weights import init_weights
 from llmsim.schedulers import SchedulerConfig
 
 FP32 = OpConfig(weight_dtype="fp32", kv_dtype="fp32", act_dtype="fp32")
@@ -137,18 +137,18 @@ def test_engine_steps_count_what_the_scheduler_planned():
     eng = ReferenceEngine(w, "chunked", SchedulerConfig(max_num_seqs=4, chunk_tokens=24), 64, 8)
     eng.model.counter = counter = Counter()
     eng.model.count_kernel = "flash"
-    waiting = deque(eng.new_request(i, 0.0, p, o) for i, (p, o) in enumerate([(30, 4), (7, 6), (50, 3), (12, 5)]))
-    running: list = []
+    for i, (p, o) in enumerate([(30, 4), (7, 6), (50, 3), (12, 5)]):
+        eng.sched.add(eng.new_request(i, 0.0, p, o))
     kinds = set()
     for step in range(40):
-        if not waiting and not running:
+        if not eng.sched.has_work():
             break
-        plan = eng.sched.schedule(waiting, running)
+        plan = eng.sched.schedule()
         shape = plan.shape(GQA.sliding_window)
         counter.clear()
         eng.execute(plan)
         assert_counts_match(GQA, counter, shape)
         kinds.add((bool(plan.prefill), bool(plan.decode)))
-        eng.sched.complete(plan, float(step), running)
+        eng.sched.complete(plan, float(step))
     assert (True, True) in kinds  # saw mixed prefill+decode steps
-    assert not waiting and not running
+    assert not eng.sched.has_work()

@@ -16,15 +16,16 @@ def drive(policy: str, reqs: list[Request], blocks: int, **cfg: object) -> tuple
     """Run the scheduler to completion with 1-second steps; returns the plans and finished requests."""
     kv = BlockManager(blocks, 16, watermark=0.0)
     sched = make_scheduler(policy, SchedulerConfig(**cfg), kv)
-    waiting, running = deque(reqs), []
+    for r in reqs:
+        sched.add(r)
     plans, done = [], []
     t = 0.0
-    while waiting or running:
-        plan = sched.schedule(waiting, running)
+    while sched.has_work():
+        plan = sched.schedule()
         assert not plan.empty, "scheduler stalled"
         t += 1.0
         plans.append(plan)
-        done += sched.complete(plan, t, running)
+        done += sched.complete(plan, t)
         assert kv.used <= kv.num_blocks
     assert kv.used == 0
     return plans, done
@@ -66,14 +67,14 @@ def test_traditional_prefill_steps_stall_decodes() -> None:
 
 def test_dynamic_budget_shrinks_when_a_step_would_miss_the_tbt_target() -> None:
     kv = BlockManager(1000, 16)
-    sched = make_scheduler("chunked", SchedulerConfig(chunk_tokens=1024, chunk_budget="dynamic", tbt_target_s=0.05), kv)
-    sched.predict_s = lambda shape: 0.01 + shape.prefill_tokens * 1e-4  # 1024 tokens -> 0.11 s
-    waiting = deque([Request(0, 0.0, 4000, 4)])
-    plan = sched.schedule(waiting, [])
+    cfg = SchedulerConfig(chunk_tokens=1024, chunk_budget="dynamic", tbt_target_s=0.05)
+    sched = make_scheduler("chunked", cfg, kv, predict_s=lambda shape: 0.01 + shape.prefill_tokens * 1e-4)
+    sched.add(Request(0, 0.0, 4000, 4))  # 1024 tokens would take 0.11 s
+    plan = sched.schedule()
     assert plan.prefill_tokens == 256  # 1024 -> 512 -> 256 (0.0356 s <= 0.05 s)
-    sched.cfg.chunk_budget = "fixed"
-    plan = sched.schedule(deque([Request(1, 0.0, 4000, 4)]), [])
-    assert plan.prefill_tokens == 1024
+    sched = make_scheduler("chunked", SchedulerConfig(chunk_tokens=1024), BlockManager(1000, 16))
+    sched.add(Request(1, 0.0, 4000, 4))
+    assert sched.schedule().prefill_tokens == 1024
 
 
 def test_shortest_prompt_first_with_starvation_protection() -> None:

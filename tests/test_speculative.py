@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,12 @@ def decode_steps(acceptance: float, k: int, output: int) -> tuple[int, Request, 
     cfg = SchedulerConfig(speculative=SpecConfig(k=k, acceptance=[acceptance] * k))
     sched = make_scheduler("chunked", cfg, kv)
     r = Request(0, 0.0, 20, output)
-    waiting, running, plans, t = deque([r]), [], [], 0.0
-    while waiting or running:
-        plan = sched.schedule(waiting, running)
+    sched.add(r)
+    plans, t = [], 0.0
+    while sched.has_work():
+        plan = sched.schedule()
         t += 1.0
-        sched.complete(plan, t, running)
+        sched.complete(plan, t)
         plans.append(plan)
     assert kv.used == 0 and r.generated == output
     return sum(1 for p in plans if p.decode), r, plans

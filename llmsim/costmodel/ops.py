@@ -96,6 +96,22 @@ def chunk_pairs(chunk: int, past: int, window: int | None = None) -> int:
     return total
 
 
+def chunk_aggregates(chunk: int, past: int, window: int | None = None) -> tuple[int, int, int]:
+    """(causal pairs, distinct keys seen, score elements) of one prefill chunk of ``chunk`` tokens
+    after ``past`` cached ones: its terms of ``prefill_attn_pairs``, ``prefill_kv_tokens`` and
+    ``prefill_score_elems``. The one source of those sums, for ``batch_shape`` and for
+    ``BatchPlan.shape`` (every simulated step; a native tuple when compiled, so nothing is built)."""
+    # under a window the chunk's queries together see its own keys and the window - 1 before them
+    keys_seen = past + chunk if window is None else min(past + chunk, window + chunk - 1)
+    return chunk_pairs(chunk, past, window), keys_seen, chunk * keys_seen
+
+
+def decode_keys_seen(ctx: int, new_tokens: int, window: int | None = None) -> int:
+    """Keys one decoding sequence's attention reads: its ``ctx`` cached tokens plus its
+    ``new_tokens``, at most ``window`` (its term of ``decode_ctx_tokens``)."""
+    return ctx + new_tokens if window is None else min(ctx + new_tokens, window)
+
+
 def batch_shape(
     prefill_chunks: list[tuple[int, int]],
     decode_contexts: list[int],
@@ -108,17 +124,18 @@ def batch_shape(
     A decode sequence's context is the number of tokens already in its KV cache; the new
     token(s) attend to those plus themselves.
     """
-    pairs = kv = score = 0
+    tokens = pairs = kv = score = 0
     for c, p in prefill_chunks:
-        pairs += chunk_pairs(c, p, window)
-        seen = p + c if window is None else min(p + c, window + c - 1)  # distinct keys the chunk sees
-        kv += seen
-        score += c * seen
+        chunk_pairs_, keys_seen, score_elems = chunk_aggregates(c, p, window)
+        tokens += c
+        pairs += chunk_pairs_
+        kv += keys_seen
+        score += score_elems
     d_ctx = 0
     for ctx in decode_contexts:
-        d_ctx += (ctx + tokens_per_decode) if window is None else min(ctx + tokens_per_decode, window)
+        d_ctx += decode_keys_seen(ctx, tokens_per_decode, window)
     shape = BatchShape(
-        prefill_tokens=sum(c for c, _ in prefill_chunks),
+        prefill_tokens=tokens,
         prefill_seqs=len(prefill_chunks),
         prefill_attn_pairs=pairs,
         prefill_kv_tokens=kv,
@@ -128,8 +145,7 @@ def batch_shape(
         decode_ctx_tokens=d_ctx,
     )
     if local_window is not None:
-        local = batch_shape(prefill_chunks, decode_contexts, local_window, tokens_per_decode)
-        shape = dataclasses.replace(shape, local=local)
+        shape.local = batch_shape(prefill_chunks, decode_contexts, local_window, tokens_per_decode)
     return shape
 
 
@@ -220,6 +236,13 @@ def elementwise(name: str, elems: int, flops_per_elem: float, reads: int, cfg: O
     return Op(name, "elementwise", flops_per_elem * elems, reads * elems * a, elems * a, cfg.act_dtype, count)
 
 
+def norm_flops_per_elem(model: ModelSpec) -> float:
+    """FLOPs per activation of one normalisation pass: 4 for RMSNorm (square, sum, scale by the
+    inverse RMS, gain), 7 for LayerNorm (the mean's sum and subtraction, and a bias, besides).
+    The one source of this convention: the cost model's norms and the NumPy reference's counts."""
+    return 4.0 if model.norm == "rmsnorm" else 7.0
+
+
 def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     """Ops of the decoder layers on one pipeline stage (count = layers per stage)."""
     tp, L = cfg.tp, model.num_layers // cfg.pp
@@ -230,7 +253,7 @@ def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     ops: list[Op] = []
     if T == 0:
         return ops
-    norm_flops = 4.0 if model.norm == "rmsnorm" else 7.0
+    norm_flops = norm_flops_per_elem(model)
     ops.append(elementwise("input_layernorm", T * H, norm_flops, 1, cfg, L))
     ops.append(gemm("attn_pre_proj", T, q + 2 * kv, H, cfg, L))
     if not model.learned_positions:
@@ -276,30 +299,64 @@ def prefill_scores(s: BatchShape, kernel: str) -> int:
     return s.prefill_score_elems if kernel == "naive" else s.prefill_attn_pairs
 
 
+@dataclass(slots=True, init=False)  # init written out: compiled natively (see BatchShape)
+class AttentionDims:
+    """The per-device sizes of attention and the FLOPs and bytes that follow from them: the one
+    source of those formulas. ``attention_ops`` turns them into ``Op``s; ``CostModel`` prices a
+    step from them directly (it builds one of these per model, and no ops per step)."""
+
+    heads: int  # query heads per device
+    head_dim: int
+    q_width: int  # query (= output) elements per token per device
+    act_bytes: float
+    kv_row_bytes: float  # K and V bytes of one cached token per device
+    kernel: str  # "flash", or "naive": scores and probabilities go through HBM
+
+    def __init__(self, model: ModelSpec, cfg: OpConfig) -> None:
+        tp = cfg.tp
+        self.heads, self.head_dim = model.num_heads // tp, model.head_dim
+        self.q_width = model.q_size // tp
+        self.act_bytes = DTYPE_BYTES[cfg.act_dtype]
+        self.kv_row_bytes = 2 * (kv_heads_per_device(model, tp) * model.head_dim) * DTYPE_BYTES[cfg.kv_dtype]
+        self.kernel = cfg.attention_kernel
+
+    def q_bytes(self, tokens: int) -> float:
+        """Query bytes the kernel reads for ``tokens`` new tokens (its output writes as many)."""
+        return tokens * self.q_width * self.act_bytes
+
+    def prefill(self, s: BatchShape) -> tuple[float, float, float]:
+        """(FLOPs, bytes read, bytes written) of one layer's prefill attention over ``s``'s chunks."""
+        flops = 4.0 * prefill_scores(s, self.kernel) * self.head_dim * self.heads  # QK^T and PV, 2 FLOPs per MAC
+        read = self.q_bytes(s.prefill_tokens) + s.prefill_kv_tokens * self.kv_row_bytes
+        written = self.q_bytes(s.prefill_tokens)
+        if self.kernel == "naive":
+            # scores S and probabilities P are materialised in HBM: written once, read back once
+            score_bytes = s.prefill_score_elems * self.heads * self.act_bytes
+            read += 2 * score_bytes
+            written += 2 * score_bytes
+        return flops, read, written
+
+    def decode_flops_per_ctx(self, tokens: int, seqs: int) -> float:
+        """One layer's decode-attention FLOPs per token of ``decode_ctx_tokens``: QK^T and PV of
+        each of a sequence's new tokens (``tokens / seqs``) against every key it reads. Its bytes
+        are ``kv_row_bytes`` per context token plus ``q_bytes(tokens)`` each way."""
+        return 4.0 * (tokens // max(1, seqs)) * self.head_dim * self.heads
+
+
 def _attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int, suffix: str) -> list[Op]:
-    tp = cfg.tp
-    q, kv = model.q_size // tp, kv_heads_per_device(model, tp) * model.head_dim
-    heads, hd = model.num_heads // tp, model.head_dim
-    a, kvb = DTYPE_BYTES[cfg.act_dtype], DTYPE_BYTES[cfg.kv_dtype]
+    dims = AttentionDims(model, cfg)
+    hd = dims.head_dim
     ops: list[Op] = []
     if L <= 0:
         return ops
     if s.prefill_tokens:
-        flops = 4.0 * prefill_scores(s, cfg.attention_kernel) * hd * heads  # QK^T and PV, 2 FLOPs per MAC
-        read = s.prefill_tokens * q * a + s.prefill_kv_tokens * 2 * kv * kvb
-        written = s.prefill_tokens * q * a
-        if cfg.attention_kernel == "naive":
-            # scores S and probabilities P are materialised in HBM: written once, read back once
-            score_bytes = s.prefill_score_elems * heads * a
-            read += 2 * score_bytes
-            written += 2 * score_bytes
+        flops, read, written = dims.prefill(s)
         name = "attention_prefill" + suffix
         ops.append(Op(name, "attention", flops, read, written, cfg.act_dtype, L, m=s.prefill_tokens, n=hd, k=hd))
     if s.decode_tokens:
-        q_per_seq = s.decode_tokens // max(1, s.decode_seqs)
-        flops = 4.0 * s.decode_ctx_tokens * q_per_seq * hd * heads
-        read = s.decode_tokens * q * a + s.decode_ctx_tokens * 2 * kv * kvb
-        written = s.decode_tokens * q * a
+        flops = s.decode_ctx_tokens * dims.decode_flops_per_ctx(s.decode_tokens, s.decode_seqs)
+        read = dims.q_bytes(s.decode_tokens) + s.decode_ctx_tokens * dims.kv_row_bytes
+        written = dims.q_bytes(s.decode_tokens)
         name = "attention_decode" + suffix
         ops.append(Op(name, "attention", flops, read, written, cfg.act_dtype, L, m=s.decode_tokens, n=hd, k=hd))
     return ops
@@ -361,7 +418,7 @@ def head_ops(model: ModelSpec, rows: int, cfg: OpConfig) -> list[Op]:
     if not rows:
         return []
     H = model.hidden_size
-    norm_flops = 4.0 if model.norm == "rmsnorm" else 7.0
+    norm_flops = norm_flops_per_elem(model)
     return [
         elementwise("final_norm", rows * H, norm_flops, 1, cfg, 1),
         gemm("lm_head", rows, model.vocab_size // cfg.tp, H, cfg, 1),

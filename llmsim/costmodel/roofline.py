@@ -14,7 +14,7 @@ import numpy as np
 
 from llmsim.costmodel.comm import all_reduce_s, send_s, tp_link
 from llmsim.costmodel.gemm import GemmCurve
-from llmsim.costmodel.ops import BatchShape, Op, OpConfig, head_ops, kv_heads_per_device, prefill_scores, step_ops
+from llmsim.costmodel.ops import AttentionDims, BatchShape, Op, OpConfig, head_ops, step_ops
 from llmsim.hardware import HardwareProfile
 from llmsim.models import DTYPE_BYTES, ModelSpec
 
@@ -104,11 +104,8 @@ class CostModel:
         self._link = tp_link(self.hw, self.cfg.tp)
         self._mxu = self.hw.tpu.mxu_dim if self.hw.tpu else 0
         # attention kernels are priced from the step's aggregates directly (see _attention_s)
-        m, tp = self.model, self.cfg.tp
-        self._layers = m.num_layers // self.cfg.pp
-        self._heads, self._head_dim = m.num_heads // tp, m.head_dim
-        self._q_width, self._kv_width = m.q_size // tp, kv_heads_per_device(m, tp) * m.head_dim
-        self._act_bytes, self._kv_bytes = DTYPE_BYTES[self.cfg.act_dtype], DTYPE_BYTES[self.cfg.kv_dtype]
+        self._layers = self.model.num_layers // self.cfg.pp
+        self._attn = AttentionDims(self.model, self.cfg)
         self._act_peak = self.hw.peak(self.cfg.act_dtype)
 
     def _numa_factor(self) -> float:
@@ -270,9 +267,11 @@ class CostModel:
 
     # ---- attention from aggregates ------------------------------------------------------
     def _attention_s(self, s: BatchShape, decode_only: bool) -> float:
-        """Stage time of the step's attention kernels: what ``price`` gives for ``attention_ops``
-        (a test checks it), without building the ops. Local+global models price the global
-        layers on ``s`` and the windowed ones on ``s.local``."""
+        """Stage time of the step's attention kernels: what ``price`` gives for ``attention_ops``,
+        without building the ops. The FLOPs and bytes come from ``ops.AttentionDims`` as the ops'
+        do; the time arithmetic here is the speed copy of ``price``'s, held to it by
+        ``tests/test_one_source.py::test_fast_attention_pricing_matches_priced_ops``. Local+global
+        models price the global layers on ``s`` and the windowed ones on ``s.local``."""
         if s.local is None:
             return self._attention_layers_s(s, self._layers, decode_only)
         glob = self.model.global_layers(self._layers)
@@ -285,14 +284,7 @@ class CostModel:
             return 0.0
         t = 0.0
         if s.prefill_tokens:
-            hd, heads, a = self._head_dim, self._heads, self._act_bytes
-            flops = 4.0 * prefill_scores(s, self.cfg.attention_kernel) * hd * heads  # QK^T and PV
-            read = s.prefill_tokens * self._q_width * a + s.prefill_kv_tokens * 2 * self._kv_width * self._kv_bytes
-            written = s.prefill_tokens * self._q_width * a
-            if self.cfg.attention_kernel == "naive":  # scores and probabilities go through HBM
-                score_bytes = s.prefill_score_elems * heads * a
-                read += 2 * score_bytes
-                written += 2 * score_bytes
+            flops, read, written = self._attn.prefill(s)
             compute = flops / (self._act_peak * self._attn_frac)
             memory = (read + written) / self._bw
             t += _kernel_total_s(compute, memory, self._fixed, self.launch_latency(decode_only)) * layers
@@ -301,16 +293,17 @@ class CostModel:
         return t
 
     def _decode_attention_s(self, ctx, tokens: int, seqs: int, layers: int, decode_only: bool):  # type: ignore[no-untyped-def]
-        """Decode attention over ``ctx`` total context (an int, or an array of them)."""
+        """Decode attention over ``ctx`` total context (an int, or an array of them), priced from
+        ``AttentionDims``' per-context FLOPs and bytes; a speed copy of ``price`` held to it by
+        ``tests/test_one_source.py::test_fast_attention_pricing_matches_priced_ops``."""
         if layers <= 0:
             return 0.0
-        hd, heads, a = self._head_dim, self._heads, self._act_bytes
-        q_per_seq = tokens // max(1, seqs)
+        dims = self._attn
         # scalars are grouped before they meet ``ctx``: one array operation per term, not four
         # (and declared floats: machine arithmetic when compiled)
-        compute_per_ctx: float = 4.0 * q_per_seq * hd * heads / (self._act_peak * self._decode_attn_frac)
-        memory_per_ctx: float = 2 * self._kv_width * self._kv_bytes / self._bw
-        q_memory: float = 2 * (tokens * self._q_width * a) / self._bw  # q read once, written once
+        compute_per_ctx: float = dims.decode_flops_per_ctx(tokens, seqs) / (self._act_peak * self._decode_attn_frac)
+        memory_per_ctx: float = dims.kv_row_bytes / self._bw
+        q_memory: float = 2 * dims.q_bytes(tokens) / self._bw  # q read once, written once
         compute = ctx * compute_per_ctx
         memory = ctx * memory_per_ctx + q_memory
         launch = self.launch_latency(decode_only)
@@ -381,6 +374,7 @@ class CostModel:
 
 def _kernel_total_s(compute_s: float, memory_s: float, fixed_s: float, launch_s: float) -> float:
     """One kernel's time per call as ``CostModel.price`` computes it: the launch latency counts
-    only where it exceeds the kernel (``_decode_attention_s`` repeats this on arrays)."""
+    only where it exceeds the kernel (``_decode_attention_s`` repeats this on arrays). A speed
+    copy held to ``price`` by ``tests/test_one_source.py::test_fast_attention_pricing_matches_priced_ops``."""
     busy = max(compute_s, memory_s) + fixed_s
     return busy if busy >= launch_s else launch_s  # = busy + max(0, launch_s - busy)

@@ -1,25 +1,34 @@
 """The scheduler seam: pure decisions about which tokens run in the next step.
 
-``schedule(waiting, running)`` picks the step's prefill chunks and decodes (moving admitted
-requests from ``waiting`` to ``running``, allocating KV blocks, preempting when blocks run
-out) and returns a ``BatchPlan``. ``complete(plan, now)`` applies the step's outcome: tokens
-prefilled and sampled, timestamps, finished requests freed. Neither knows how long a step takes:
-the simulator asks the cost model, the NumPy reference engine runs the model and reads a clock.
+A scheduler owns its replica's queue and running set (nano-vllm's shape: state in one owner).
+``add(req)`` queues an arrival; ``schedule()`` picks the step's prefill chunks and decodes
+(moving admitted requests from ``waiting`` to ``running``, allocating KV blocks, preempting when
+blocks run out) and returns a ``BatchPlan``; ``complete(plan, now)`` applies the step's outcome:
+tokens prefilled and sampled, timestamps, finished requests freed. Neither knows how long a step
+takes: the simulator prices the plan with the cost model, the NumPy reference engine runs it and
+reads a clock.
+
+Collaborators come in through the constructor, built by ``make_scheduler`` the same way for the
+simulator and the reference engine: the KV block manager, a TBT histogram to feed (``gaps``), a
+step-time predictor for the dynamic chunk budget (``predict_s``), and optionally a columnar set
+for decoding requests (``columns``, the simulator's fast path; see ``plan.DecodeColumns``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmsim.costmodel.ops import BatchShape, chunk_pairs
-from llmsim.decodeset import DecodeSet
+from mypy_extensions import mypyc_attr
+
+from llmsim.costmodel.ops import BatchShape
 from llmsim.kvcache import BlockManager
 from llmsim.request import FINISHED, RUNNING, WAITING, Request
+from llmsim.schedulers.plan import BatchPlan, DecodeColumns
+from llmsim.schedulers.queue import enqueue
 
 if TYPE_CHECKING:
     from llmsim.gaps import GapHistogram
@@ -48,120 +57,77 @@ class SchedulerConfig:
     min_chunk_tokens: int = 64  # dynamic budget: never shrink below this
     prefill_only: bool = False  # disaggregated prefill pool: hand requests off after their prompt
     speculative: SpecConfig | None = None
+    queue_order: str = "fcfs"  # where an arrival joins the queue (schedulers/queue.py)
+    max_bypass: int = 16  # starvation protection for non-FCFS queue orders
 
 
-@dataclass(init=False)
-class BatchPlan:
-    prefill: list[tuple[Request, int]]  # (request, new prompt tokens)
-    decode: list[Request]
-    preempted: list[Request]
-    padding: list[Request]  # static batching: finished slots still computed
-    swap_in_tokens: int  # KV tokens copied host -> device before this step
-    swap_out_tokens: int  # KV tokens copied device -> host (swap preemption)
-    spec_k: int  # speculative decoding: each decode verifies spec_k drafts (spec_k + 1 tokens)
-    # columnar replicas: every member of this set decodes too; its size and Σ context when planned
-    decode_set: DecodeSet | None
-    set_n: int
-    set_ctx: int
-
-    def __init__(self) -> None:  # written out: compiled natively, one per step (see BatchShape)
-        self.prefill = []
-        self.decode = []
-        self.preempted = []
-        self.padding = []
-        self.swap_in_tokens = self.swap_out_tokens = self.spec_k = 0
-        self.decode_set = None
-        self.set_n = self.set_ctx = 0
-
-    @property
-    def num_decode(self) -> int:
-        return len(self.decode) + self.set_n
-
-    @property
-    def empty(self) -> bool:
-        return not self.prefill and not self.num_decode
-
-    @property
-    def prefill_tokens(self) -> int:
-        return sum(c for _, c in self.prefill)
-
-    @property
-    def size(self) -> int:
-        return len(self.prefill) + self.num_decode + len(self.padding)
-
-    def shape(self, window: int | None = None, local_window: int | None = None) -> BatchShape:
-        """The step's aggregates for the cost model (context = tokens already cached). Speculative
-        verification of k drafts is priced as a (k+1)-token chunk per decoding sequence. Models that
-        interleave local and global layers pass ``local_window`` too (``ModelSpec.attention_windows``)."""
-        if local_window is not None:
-            return dataclasses.replace(self.shape(window), local=self.shape(local_window))
-        chunks = [(c, r.kv_tokens) for r, c in self.prefill]
-        decodes = (*self.decode, *self.padding) if self.decode or self.padding else ()
-        if self.spec_k:
-            chunks += [(self.spec_k + 1, r.kv_tokens) for r in self.decode]
-            decodes = tuple(self.padding)
-        pairs = kv = score = p_tokens = 0
-        for c, p in chunks:
-            pairs += chunk_pairs(c, p, window)
-            seen = p + c if window is None else min(p + c, window + c - 1)  # distinct keys the chunk sees
-            kv += seen
-            score += c * seen
-            p_tokens += c
-        d_ctx = n_dec = 0
-        if decodes:  # parallel sampling: every sequence of a request decodes its own row
-            if window is None:
-                d_ctx = sum((r.kv_tokens + 1) * r.n_seqs for r in decodes)
-            else:
-                d_ctx = sum(min(r.kv_tokens + 1, window) * r.n_seqs for r in decodes)
-            n_dec = sum(r.n_seqs for r in decodes)
-        if self.set_n:  # each member's context plus its new token
-            d_ctx += self.set_ctx + self.set_n
-            n_dec += self.set_n
-        sampled = 0
-        for r, c in self.prefill:
-            sampled += r.prefilled + c == r.prefill_target
-        return BatchShape(
-            prefill_tokens=p_tokens,
-            prefill_seqs=len(chunks),
-            prefill_attn_pairs=pairs,
-            prefill_kv_tokens=kv,
-            prefill_score_elems=score,
-            decode_seqs=n_dec,
-            decode_tokens=n_dec,
-            decode_ctx_tokens=d_ctx,
-            # only prompts that finish in this step are sampled; verification samples every position
-            logits_rows=sampled + n_dec + len(self.decode) * (self.spec_k + 1 if self.spec_k else 0),
-        )
-
-
+@mypyc_attr(allow_interpreted_subclasses=True)  # a policy may be plain Python (register_policy)
 class Scheduler:
     """Base class: admission checks, token bookkeeping and preemption shared by all policies."""
 
     name = "base"
 
-    def __init__(self, cfg: SchedulerConfig, kv: BlockManager) -> None:
+    def __init__(
+        self,
+        cfg: SchedulerConfig,
+        kv: BlockManager,
+        gaps: GapHistogram | None = None,
+        predict_s: Callable[[BatchShape], float] | None = None,
+        columns: DecodeColumns | None = None,
+    ) -> None:
         self.cfg = cfg
         self.kv = kv
-        self.gaps: GapHistogram | None = None  # fed with every inter-token gap, if set
-        self.predict_s: Callable[[BatchShape], float] | None = None  # dynamic chunk budget only
+        self.gaps = gaps  # fed with every inter-token gap, if given
+        self.predict_s = predict_s  # step seconds of a shape: the dynamic chunk budget asks it
+        # Columnar decoders (the simulator's fast path): requests past their prompt live in this
+        # set instead of ``running``, which then holds prompts in progress only.
+        self.columns = columns
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # newest last: preemption takes the newest first
+        self._bypassed: dict[int, int] = {}  # overtakes per request id (queue orders)
         spec = cfg.speculative
         self._rng = random.Random(spec.seed) if spec else None
         self.spec_emitted = 0  # tokens emitted by verify steps
         self.spec_slots = 0  # (sequence, verify step) pairs
-        # Columnar replicas (the simulator's fast path, decodeset.py): requests past their prompt
-        # live in this set instead of ``running``, which then holds prompts in progress only.
-        self.columns: DecodeSet | None = None
         self._admissions = 0
 
-    def num_running(self, running: list[Request]) -> int:
-        return len(running) + (self.columns.n if self.columns is not None else 0)
+    # ---- the replica's view ------------------------------------------------------------
+    def add(self, req: Request) -> None:
+        """An arrival joins the queue, where the queue order puts it."""
+        enqueue(self.waiting, req, self.cfg.queue_order, self._bypassed, self.cfg.max_bypass)
 
-    def start_running(self, req: Request, running: list[Request]) -> None:
+    def num_running(self) -> int:
+        return len(self.running) + (self.columns.n if self.columns is not None else 0)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting) or self.num_running() > 0
+
+    def start_running(self, req: Request) -> None:
         """``req`` joins the running set (newest last: preemption takes the newest first)."""
         req.status = RUNNING
         req.admit_seq = self._admissions
         self._admissions += 1
-        running.append(req)
+        self.running.append(req)
+
+    def resume_prefilled(self, req: Request, now: float) -> None:
+        """Disaggregated decode side: a request arrives with its prompt's KV (already in ``kv``)
+        and its first token, which reaches the user now; it decodes from the next step."""
+        req.prefill_only = False
+        req.status = RUNNING
+        self._emit(req, now, [])
+        self.start_running(req)
+
+    def hold(self, plan: BatchPlan) -> list[Request]:
+        """Pipelining: the plan's requests leave the running set while their micro-batch is in
+        flight (the next micro-batch must not schedule them again). Returns them."""
+        members = [r for r, _ in plan.prefill] + list(plan.decode)
+        ids = {id(r) for r in members}
+        self.running[:] = [r for r in self.running if id(r) not in ids]
+        return members
+
+    def release(self, members: list[Request]) -> None:
+        """Pipelining: a landed micro-batch's requests that still run rejoin the running set."""
+        self.running.extend(r for r in members if r.status == RUNNING)
 
     # ---- admission ---------------------------------------------------------------------
     def rejection_reason(self, req: Request) -> str:
@@ -172,7 +138,7 @@ class Scheduler:
             return f"needs {total} tokens of KV cache ({blocks} blocks), capacity is {self.kv.num_blocks} blocks"
         return ""
 
-    def schedule(self, waiting: deque[Request], running: list[Request]) -> BatchPlan:  # pragma: no cover
+    def schedule(self) -> BatchPlan:  # pragma: no cover
         raise NotImplementedError
 
     # ---- shared pieces -----------------------------------------------------------------
@@ -180,14 +146,15 @@ class Scheduler:
         spec = self.cfg.speculative
         return spec.k + 1 if spec else 1
 
-    def _schedule_decodes(self, waiting: deque[Request], running: list[Request], plan: BatchPlan) -> None:
+    def _schedule_decodes(self, plan: BatchPlan) -> None:
         """Give every running, fully prefilled request one decode slot, preempting the newest
         running requests (vLLM's policy) when the cache has no block for the next token."""
+        running = self.running
         ahead = self._lookahead()
         kv = self.kv
         cols = self.columns
         if cols is not None:
-            self._join_columns(running)  # requests swapped back in
+            self._join_columns()  # requests swapped back in
             need = cols.blocks_next()
             if need <= kv.free_blocks:
                 if cols.n:
@@ -219,7 +186,7 @@ class Scheduler:
             need = self.kv.blocks_needed(r, ahead)
             while need > 0 and not self.kv.can_allocate(need):
                 victim = running.pop()
-                self._preempt(victim, waiting, plan)
+                self._preempt(victim, plan)
                 if victim is r:
                     break
             if r.status != RUNNING:
@@ -230,7 +197,7 @@ class Scheduler:
         if plan.decode and self.cfg.speculative:
             plan.spec_k = self.cfg.speculative.k
 
-    def _preempt(self, victim: Request, waiting: deque[Request], plan: BatchPlan) -> None:
+    def _preempt(self, victim: Request, plan: BatchPlan) -> None:
         if self.cfg.preemption == "swap" and victim.kv_tokens:
             plan.swap_out_tokens += victim.kv_tokens
             self.kv.free(victim)
@@ -239,27 +206,26 @@ class Scheduler:
             self.kv.free(victim)
             victim.preempt_for_recompute()
         victim.status = WAITING
-        waiting.appendleft(victim)
+        self.waiting.appendleft(victim)
         plan.preempted.append(victim)
         # a victim already planned for prefill in this step must not run
         plan.prefill = [(r, c) for r, c in plan.prefill if r is not victim]
 
-    def _swap_in(self, waiting: deque[Request], running: list[Request], plan: BatchPlan) -> None:
+    def _swap_in(self, plan: BatchPlan) -> None:
         """Swapped-out requests come back first (vLLM's order), as blocks allow."""
-        while waiting and waiting[0].swapped and self.num_running(running) < self.cfg.max_num_seqs:
+        waiting = self.waiting
+        while waiting and waiting[0].swapped and self.num_running() < self.cfg.max_num_seqs:
             r = waiting[0]
             need = self.kv.blocks_for_request(r, r.kv_tokens + 1)
             # the watermark protects running requests' growth; an idle replica admits into it,
             # or a request needing more than capacity minus watermark would wait forever
-            if not self.kv.can_allocate(need, admission=self.num_running(running) > 0):
+            if not self.kv.can_allocate(need, admission=self.num_running() > 0):
                 return
             waiting.popleft()
             plan.swap_in_tokens += self.kv.swap_in(r)
-            self.start_running(r, running)
+            self.start_running(r)
 
-    def _try_admit(
-        self, req: Request, budget: int, waiting: deque[Request], running: list[Request], whole: bool
-    ) -> int:
+    def _try_admit(self, req: Request, budget: int, whole: bool) -> int:
         """Start prefilling the head of ``waiting`` with up to ``budget`` tokens (all of its prompt
         if ``whole``), after sharing any cached prefix. Returns the tokens to prefill, 0 if not admitted."""
         if req.swapped:
@@ -269,24 +235,24 @@ class Scheduler:
         if c <= 0 or (whole and c < req.prompt_remaining):
             self.kv.unmatch(req)
             return 0
-        if not self.kv.can_allocate(self.kv.blocks_needed(req, c), admission=self.num_running(running) > 0):
+        if not self.kv.can_allocate(self.kv.blocks_needed(req, c), admission=self.num_running() > 0):
             self.kv.unmatch(req)  # (the watermark: see _swap_in)
             return 0
-        waiting.popleft()
+        self.waiting.popleft()
         self.kv.allocate(req, c)
-        self.start_running(req, running)
+        self.start_running(req)
         return c
 
-    def _admit(self, req: Request, tokens: int, waiting: deque[Request], running: list[Request]) -> bool:
+    def _admit(self, req: Request, tokens: int) -> bool:
         """Try to start prefilling ``tokens`` of the head of ``waiting``; False if KV is short."""
-        if not self.kv.can_allocate(self.kv.blocks_needed(req, tokens), admission=self.num_running(running) > 0):
+        if not self.kv.can_allocate(self.kv.blocks_needed(req, tokens), admission=self.num_running() > 0):
             return False  # (the watermark: see _swap_in)
-        waiting.popleft()
+        self.waiting.popleft()
         self.kv.allocate(req, tokens)
-        self.start_running(req, running)
+        self.start_running(req)
         return True
 
-    def complete(self, plan: BatchPlan, now: float, running: list[Request]) -> list[Request]:
+    def complete(self, plan: BatchPlan, now: float) -> list[Request]:
         """Apply a finished step: advance tokens, stamp times, free finished requests. Requests
         handed off to a decode pool come back too, with status ``transferring``."""
         finished: list[Request] = []
@@ -313,22 +279,22 @@ class Scheduler:
         if plan.decode_set is not None:
             finished += plan.decode_set.tick_once(now)
         if self.columns is not None:
-            self._join_columns(running)
+            self._join_columns()
         elif finished:
-            running[:] = [r for r in running if r.status == RUNNING]
+            self.running[:] = [r for r in self.running if r.status == RUNNING]
         return finished
 
-    def _join_columns(self, running: list[Request]) -> None:
+    def _join_columns(self) -> None:
         """Requests past their prompt move from ``running`` into the columnar set; others leave."""
         keep = []
-        for r in running:
+        for r in self.running:
             if r.status != RUNNING:
                 continue
             if r.prefilled < r.prefill_target:
                 keep.append(r)
             else:
                 self.columns.add(r)  # type: ignore[union-attr]
-        running[:] = keep
+        self.running[:] = keep
 
     def _emit_speculative(self, r: Request, k: int, now: float, finished: list[Request]) -> None:
         acc = self.cfg.speculative.acceptance  # type: ignore[union-attr]

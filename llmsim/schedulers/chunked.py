@@ -12,22 +12,20 @@ TBT when the batch is large and long prompts finish faster when it is small.
 
 from __future__ import annotations
 
-from collections import deque
-
 from llmsim.costmodel.ops import batch_shape
-from llmsim.request import Request
-from llmsim.schedulers.base import BatchPlan, Scheduler
+from llmsim.schedulers.base import Scheduler
+from llmsim.schedulers.plan import BatchPlan
 
 
 class ChunkedScheduler(Scheduler):
     name = "chunked"
 
-    def budget(self, plan: BatchPlan, running: list[Request], waiting: deque[Request]) -> int:
+    def budget(self, plan: BatchPlan) -> int:
         """Token budget of the next step, decodes included."""
         b = self.cfg.chunk_tokens
         if self.cfg.chunk_budget != "dynamic" or self.predict_s is None or self.cfg.tbt_target_s <= 0:
             return b
-        past = next((r.kv_tokens for r in running if r.in_prefill), 0)
+        past = next((r.kv_tokens for r in self.running if r.in_prefill), 0)
         contexts = [r.kv_tokens for r in plan.decode]
         lookahead = plan.spec_k + 1 if plan.spec_k else 1
         while b > self.cfg.min_chunk_tokens:
@@ -38,14 +36,15 @@ class ChunkedScheduler(Scheduler):
             b //= 2
         return max(b, self.cfg.min_chunk_tokens)
 
-    def schedule(self, waiting: deque[Request], running: list[Request]) -> BatchPlan:
+    def schedule(self) -> BatchPlan:
         plan = BatchPlan()
-        self._swap_in(waiting, running, plan)
-        self._schedule_decodes(waiting, running, plan)
+        waiting, running = self.waiting, self.running
+        self._swap_in(plan)
+        self._schedule_decodes(plan)
         if not waiting and not any(r.in_prefill for r in running):
             return plan
         lookahead = plan.spec_k + 1 if plan.spec_k else 1
-        budget = self.budget(plan, running, waiting) - plan.num_decode * lookahead
+        budget = self.budget(plan) - plan.num_decode * lookahead
         # 1. continue prompts already being prefilled
         for r in running:
             if budget <= 0:
@@ -58,8 +57,8 @@ class ChunkedScheduler(Scheduler):
                 plan.prefill.append((r, c))
                 budget -= c
         # 2. start new prompts
-        while budget > 0 and waiting and self.num_running(running) < self.cfg.max_num_seqs:
-            c = self._try_admit(waiting[0], budget, waiting, running, whole=False)
+        while budget > 0 and waiting and self.num_running() < self.cfg.max_num_seqs:
+            c = self._try_admit(waiting[0], budget, whole=False)
             if not c:
                 break
             plan.prefill.append((running[-1], c))
@@ -67,8 +66,8 @@ class ChunkedScheduler(Scheduler):
         if plan.empty and len(running) > 1 and any(r.in_prefill for r in running):
             # partial prompts fill the cache and none can grow (pipelined micro-batches admit
             # several at once): preempt the newest so the others can finish, or they wait forever
-            self._preempt(running.pop(), waiting, plan)
-            again = self.schedule(waiting, running)
+            self._preempt(running.pop(), plan)
+            again = self.schedule()
             again.preempted[:0] = plan.preempted
             again.swap_out_tokens += plan.swap_out_tokens
             return again

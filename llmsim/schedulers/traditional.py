@@ -8,11 +8,17 @@ being computed until the longest request in the batch is done (HF ``generate`` s
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from llmsim.costmodel.ops import BatchShape
 from llmsim.kvcache import BlockManager
 from llmsim.request import Request
-from llmsim.schedulers.base import BatchPlan, Scheduler, SchedulerConfig
+from llmsim.schedulers.base import Scheduler, SchedulerConfig
+from llmsim.schedulers.plan import BatchPlan, DecodeColumns
+
+if TYPE_CHECKING:
+    from llmsim.gaps import GapHistogram
 
 
 class TraditionalScheduler(Scheduler):
@@ -23,22 +29,23 @@ class TraditionalScheduler(Scheduler):
             return f"prompt of {req.prompt_tokens} tokens exceeds max_batch_tokens={self.cfg.max_batch_tokens}"
         return super().rejection_reason(req)
 
-    def schedule(self, waiting: deque[Request], running: list[Request]) -> BatchPlan:
+    def schedule(self) -> BatchPlan:
         plan = BatchPlan()
-        self._swap_in(waiting, running, plan)
+        self._swap_in(plan)
+        waiting = self.waiting
         tokens = 0
-        while waiting and self.num_running(running) < self.cfg.max_num_seqs:
+        while waiting and self.num_running() < self.cfg.max_num_seqs:
             r = waiting[0]
             # a recomputed request (prompt + generated) may exceed the budget: it then runs alone
             budget = self.cfg.max_batch_tokens - tokens if tokens else 1 << 62
-            need = self._try_admit(r, budget, waiting, running, whole=True)
+            need = self._try_admit(r, budget, whole=True)
             if not need:
                 break
             plan.prefill.append((r, need))
             tokens += need
         if plan.prefill:
             return plan
-        self._schedule_decodes(waiting, running, plan)
+        self._schedule_decodes(plan)
         return plan
 
 
@@ -47,12 +54,20 @@ class StaticScheduler(TraditionalScheduler):
 
     name = "static"
 
-    def __init__(self, cfg: SchedulerConfig, kv: BlockManager) -> None:
-        super().__init__(cfg, kv)
+    def __init__(
+        self,
+        cfg: SchedulerConfig,
+        kv: BlockManager,
+        gaps: GapHistogram | None = None,
+        predict_s: Callable[[BatchShape], float] | None = None,
+        columns: DecodeColumns | None = None,
+    ) -> None:
+        super().__init__(cfg, kv, gaps, predict_s, columns)
         self.batch: list[Request] = []
 
-    def schedule(self, waiting: deque[Request], running: list[Request]) -> BatchPlan:
+    def schedule(self) -> BatchPlan:
         plan = BatchPlan()
+        waiting, running = self.waiting, self.running
         if not running:
             self.batch = []
             tokens = 0
@@ -62,7 +77,7 @@ class StaticScheduler(TraditionalScheduler):
                 total = r.prompt_remaining + max(r.output_tokens - r.generated - 1, 0)
                 if tokens + r.prompt_remaining > self.cfg.max_batch_tokens:
                     break
-                if not self._admit(r, total, waiting, running):
+                if not self._admit(r, total):
                     break
                 plan.prefill.append((r, r.prompt_remaining))
                 tokens += r.prompt_remaining

@@ -1,0 +1,225 @@
+"""One serving instance (tp × pp devices) as a SimPy process: schedule → price → advance → apply.
+
+The replica owns its KV block manager and scheduler (built with ``make_scheduler``, as the
+reference engine builds its own), prices each plan with the pool's cost model plus the host link
+for swap copies and the drafting of speculative decoding, waits the step out and hands the
+scheduler the outcome. The exact shortcuts (closed-form decode runs, steps completed without an
+event) are ``fastpath.FastPath``'s; pipelining is ``pipeline.PipelineReplica``; the two sides of
+disaggregated serving are in ``disagg.py``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+import simpy
+
+from llmsim.decodeset import DecodeSet
+from llmsim.fastpath import FastPath
+from llmsim.gaps import GapHistogram
+from llmsim.kvcache import BlockManager, chain_hashes
+from llmsim.request import REJECTED, Request
+from llmsim.schedulers import TRANSFERRING, make_scheduler
+from llmsim.schedulers.plan import BatchPlan
+from llmsim.stepcost import StepCost
+from llmsim.steplog import StepLog
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from llmsim.build import PoolSpec
+    from llmsim.sim import SimOptions
+
+
+class Replica:
+    """A replica running one scheduler; its counters are read once the run is over (``counters``)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        pool: PoolSpec,
+        policy: str,
+        block_tokens: int,
+        watermark: float,
+        steps: StepLog,
+        max_queue: int | None,
+        opts: SimOptions,
+        next_input_s: Callable[[], float],
+        sole: bool = False,
+        handoff: Callable[[Replica, Request, float], None] | None = None,
+        takes_prefilled: bool = False,
+    ) -> None:
+        self.env = env
+        self.index = index
+        self.pool = pool
+        self.cost = pool.cost
+        self.steps = steps
+        self.max_queue = max_queue
+        self.window, self.local_window = pool.cost.model.attention_windows()
+        # disaggregated serving (disagg.py): a prefill replica hands finished prompts to ``handoff``;
+        # a decode replica takes prefilled requests (``accept_prefilled``) instead of arrivals
+        self.handoff = handoff
+        self.takes_prefilled = takes_prefilled
+        self.fast = FastPath(self, policy, opts, next_input_s, sole)
+        self.kv = BlockManager(pool.kv_blocks, block_tokens, watermark, opts.prefix_caching, not self.fast.columnar)
+        gaps = GapHistogram()
+        columns = DecodeSet(self.kv, gaps) if self.fast.columnar else None
+        self.sched = make_scheduler(policy, pool.sched, self.kv, gaps, self.cost.step_time, columns)
+        for prefix in opts.prewarm:
+            self.kv.prewarm(chain_hashes(prefix, opts.hash_block_tokens, block_tokens, 1 << 62))
+        self.price = StepCost(pool, opts.kv_bytes_per_token)
+        self.outstanding_tokens = 0  # prompt + output tokens of unfinished requests (for routing)
+        self.busy_s = 0.0
+        self.max_step_tokens = self.steps_taken = 0
+        self._idle = True
+        self._wake = env.event()
+        self._freed = env.event()
+        self.setup()
+        self.proc = env.process(self.loop())
+
+    def setup(self) -> None:
+        """What a kind of replica adds before its process starts (``pipeline.PipelineReplica``)."""
+
+    @property
+    def waiting(self) -> deque[Request]:
+        return self.sched.waiting
+
+    def runs_ahead(self) -> bool:
+        """May steps complete without an event while no arrival can reach the replica? Not when
+        KV transfers read or change its state at other instants (either side of disaggregation)."""
+        return self.handoff is None and not self.takes_prefilled
+
+    # ---- from outside ------------------------------------------------------------------
+    def submit(self, req: Request) -> None:
+        req.replica = self.index
+        reason = self.sched.rejection_reason(req)
+        if not reason and self.max_queue is not None and len(self.sched.waiting) >= self.max_queue:
+            reason = f"queue full (max_queue={self.max_queue})"
+        if reason:
+            req.status, req.reject_reason = REJECTED, reason
+            return
+        self.sched.add(req)
+        self.outstanding_tokens += req.prompt_tokens + req.output_tokens
+        self.wake()
+
+    def accept_prefilled(self, req: Request, reserved_blocks: int) -> None:
+        """Decode side: a request arrives with its prompt's KV (into the blocks reserved for it)
+        and its first token."""
+        self.kv.unreserve(reserved_blocks)
+        self.kv.swap_in(req)
+        req.replica = self.index
+        self.sched.resume_prefilled(req, self.env.now)
+        self.outstanding_tokens += req.output_tokens
+        self.wake()
+
+    def release_transferred(self, req: Request) -> None:
+        """Prefill side: ``req``'s KV has left for a decode replica; its blocks are free."""
+        self.kv.free(req)
+        self.signal_freed()
+        self.wake()
+
+    def wake(self) -> None:
+        """Something changed (an arrival, a prefilled request): reconsider at the next step boundary."""
+        if self._idle:
+            self._idle = False
+            self._wake.succeed()
+        else:
+            self.fast.cut()  # a decode run in progress ends with the step in progress
+
+    def sync(self) -> None:
+        """Bring KV blocks and tokens up to now, for readers from outside (routers, transfers)."""
+        self.fast.sync()
+
+    def blocks_freed(self) -> simpy.Event:
+        """An event that fires after the next step that released KV blocks."""
+        return self._freed
+
+    # ---- the process -------------------------------------------------------------------
+    def loop(self):  # simpy process
+        clock = self.fast.clock
+        while True:
+            plan = self.sched.schedule() if self.sched.has_work() else None
+            if plan is None or plan.empty:  # nothing can run until something arrives or blocks free up
+                yield from self._sleep()
+                continue
+            shape = plan.shape(self.window, self.local_window)
+            run = self.fast.decode_run(plan, shape)
+            if run is not None:  # a closed-form run of identical decode steps
+                yield from self.fast.wait(run)
+                continue
+            start = clock.now
+            dt, swap, draft = self.price.price(plan, shape)
+            wait = clock.advance(dt)  # None: nothing can reach the replica before the step ends
+            if wait is not None:
+                yield wait
+            self._apply(plan, start, dt, swap, draft)
+
+    def _apply(self, plan: BatchPlan, start_s: float, dt: float, swap: float, draft: float) -> None:
+        """The step's outcome: tokens and timestamps (the scheduler's), counters, the step's row."""
+        self.busy_s += dt
+        used_before = self.kv.used
+        self.settle(self.sched.complete(plan, start_s + dt), dt)
+        if self.kv.used < used_before or plan.preempted:
+            self.signal_freed()
+        self.max_step_tokens = max(self.max_step_tokens, plan.prefill_tokens + plan.num_decode)
+        self.log_step(plan, start_s, dt, swap, draft)
+
+    def _sleep(self):  # type: ignore[no-untyped-def]
+        self._idle = True
+        self._wake = self.env.event()
+        yield self._wake
+        self.fast.clock.now = self.env.now
+
+    # ---- pieces the loop and its variants share ----------------------------------------
+    def settle(self, done: list[Request], step_s: float) -> None:
+        """Finished requests leave the routing load; prompts done in a prefill pool move on."""
+        for r in done:
+            if r.status == TRANSFERRING:
+                self.outstanding_tokens -= r.prompt_tokens + r.output_tokens
+                self.handoff(self, r, step_s)  # type: ignore[misc]
+            elif self.takes_prefilled:
+                self.outstanding_tokens -= r.output_tokens
+            else:
+                self.outstanding_tokens -= r.prompt_tokens + r.output_tokens
+
+    def signal_freed(self) -> None:
+        if self._freed.callbacks:  # someone waits for blocks (a KV transfer's back-pressure)
+            ev, self._freed = self._freed, self.env.event()
+            ev.succeed()
+
+    def log_step(self, plan: BatchPlan, start_s: float, dt: float, swap: float, draft: float) -> None:
+        self.steps_taken += 1
+        self.steps.add_plan(
+            self.pool.name, self.index, plan, start_s, dt, self.kv, len(self.sched.waiting), swap, draft
+        )
+
+    def finish(self) -> None:
+        """At the end of the simulation: every request's counters up to date."""
+        self.fast.finish()
+
+    def counters(self) -> dict[str, object]:
+        """What the summary reads of this replica once the run is over (one row of a frame)."""
+        kv, sched = self.kv, self.sched
+        side = "prefill" if self.handoff is not None else "decode" if self.takes_prefilled else "colocated"
+        return {
+            "pool": self.pool.name,
+            "replica": self.index,
+            "side": side,
+            "busy_s": self.busy_s,
+            "steps": self.steps_taken,
+            "max_step_tokens": self.max_step_tokens,
+            "kv_blocks": kv.num_blocks,
+            "kv_blocks_used": kv.used,
+            "kv_peak_blocks": kv.peak_used,
+            "prefix_hit_tokens": kv.hit_tokens,
+            "prefix_query_tokens": kv.query_tokens,
+            "prefix_evictions": kv.evictions,
+            "swap_s": self.price.swap_s,
+            "draft_s": self.price.draft_s,
+            "spec_base_s": self.price.spec_base_s,
+            "spec_time_s": self.price.spec_time_s,
+            "spec_slots": sched.spec_slots,
+            "spec_emitted": sched.spec_emitted,
+        }

@@ -1,0 +1,213 @@
+"""Runs of identical decode-only steps, priced in one call and applied in one go, with exact results.
+
+Between events that change a batch (an arrival, a prompt chunk, a request finishing, a KV
+block that cannot be had), a replica repeats the same decode step with every context one token
+longer. Only the attention kernels depend on the context, so the whole run's step times come
+from one pricing call (``CostModel.decode_steps_s``): one SimPy event for the run instead
+of one per step. The run's
+outcome is applied per request in one go, or up to any instant inside the run when something
+outside needs the replica's exact state (``FastPath.sync``).
+
+Why the jump is exact: during a decode-only run no request finishes (this run stops one step
+short of the first finish; a ``DecodeSet`` run, ``ColumnRun``, ends with it), no block
+allocation can fail (the run is as long as the free blocks allow), and a waiting request that
+could not be admitted at the start cannot be admitted later (free blocks only shrink and the
+batch keeps its size). Arrivals interrupt the run at the next step boundary, as the step-by-step
+loop would see them.
+
+``DecodeRun`` serves replicas whose requests are Python objects each step (sliding windows,
+prefix caching, parallel sampling); columnar replicas (``decodeset.DecodeSet``) use ``ColumnRun``.
+``fastpath.FastPath`` decides when a replica takes a run and waits it out.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from llmsim.decodeset import DecodeSet, blocks_for_ticks, blocks_over
+from llmsim.kvcache import BlockManager
+from llmsim.request import Request
+
+if TYPE_CHECKING:
+    from llmsim.gaps import GapHistogram
+
+MIN_RUN = 4  # shorter runs are cheaper to step one by one
+
+
+def run_length(members: list[Request], kv: BlockManager, window: int | None, limit: int) -> int:
+    """Decode steps that can run with no request finishing, no KV shortage and (with a sliding
+    window) no context reaching the window; 0 if shorter than ``MIN_RUN``."""
+    k = limit
+    for r in members:
+        k = min(k, r.remaining_output - 1)  # the finishing step goes through the normal path
+        if window is not None:
+            k = min(k, window - r.kv_tokens - 1)  # contexts grow linearly only below the window
+        if k < MIN_RUN:
+            return 0
+    bt = kv.block_tokens
+    kv_tokens = np.fromiter((r.kv_tokens for r in members), dtype=np.int64, count=len(members))
+    held = int(sum(r.blocks for r in members))
+    while k >= MIN_RUN:
+        need = int((-(-(kv_tokens + k) // bt)).sum()) - held
+        if need <= kv.free_blocks:
+            return k
+        k //= 2
+    return 0
+
+
+class Run:
+    """A run of decode-only steps started at ``start_s``: what every kind of run shares.
+
+    The run's first step is the plan the scheduler just made, so its KV slots are already
+    allocated (``allocated`` starts at 1).
+    """
+
+    def __init__(self, members: Any, kv: BlockManager, start_s: float, durations: list[float]) -> None:
+        self.members = members  # list[Request] (DecodeRun) or the DecodeSet (ColumnRun)
+        self.kv = kv
+        self.start_s = start_s
+        self.durations = durations
+        self.applied = 0  # steps whose tokens have been emitted
+        self.allocated = 1  # steps whose KV slots have been allocated (a step allocates when it starts)
+        self.external: list[tuple[int, int]] = []  # (step, blocks) held by others
+        self.finished: list[Request] = []  # requests done at its last step
+        self.waiting0 = 0  # requests waiting when it started (steps.csv)
+        # end time of every step; Python floats, not arrays: runs are ~10-50 steps, where a
+        # compiled loop beats numpy's per-call overhead (the sums are numpy's cumsum's, in order)
+        self.ends: list[float] = []
+        acc = 0.0
+        for d in durations:
+            acc += d
+            self.ends.append(acc + start_s)
+        self._used0 = kv.used  # state at the start, for steps.csv rows
+        self._held0 = kv.tokens_held
+
+    @property
+    def steps(self) -> int:
+        return len(self.durations)
+
+    def note_external_blocks(self, now: float, blocks: int) -> None:
+        """Blocks taken from this cache by someone else during the run (a KV transfer's reservation)."""
+        self.external.append((self.steps_done_by(now), blocks))
+
+    def busy_s(self, steps: int) -> float:
+        """Seconds the first ``steps`` steps took."""
+        return self.ends[steps - 1] - self.start_s
+
+    def steps_done_by(self, now: float) -> int:
+        return bisect.bisect_right(self.ends, now)
+
+    def steps_through(self, t: float) -> int:
+        """Steps done once the step in progress at ``t`` completes: where the run ends when
+        something reaches the replica at ``t`` (a step boundary is the earliest it can react)."""
+        return min(self.steps_done_by(t) + 1, self.steps)
+
+
+class DecodeRun(Run):
+    """A run of the same ``members`` (Request objects), stopping short of the first finish."""
+
+    def __init__(self, members: list[Request], kv: BlockManager, start_s: float, durations: list[float]) -> None:
+        super().__init__(members, kv, start_s, durations)
+        self._kv0 = np.fromiter((r.kv_tokens for r in members), dtype=np.int64, count=len(members))
+        self._blocks0 = np.fromiter((r.blocks for r in members), dtype=np.int64, count=len(members))
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def allocate_through(self, steps: int) -> None:
+        steps = min(steps, self.steps)
+        if steps > self.allocated:
+            ahead, new = steps - self.applied, steps - self.allocated  # tokens not yet applied / slots
+            for r in self.members:
+                self.kv.grow(r, ahead, new)
+            self.allocated = steps
+
+    def apply_through(self, steps: int, gaps: GapHistogram | None) -> tuple[int, int]:
+        """Emit the tokens of steps [applied, steps); returns that range."""
+        lo, hi = self.applied, min(steps, self.steps)
+        if hi <= lo:
+            return lo, lo
+        self.allocate_through(hi)
+        rest = self.durations[lo + 1 : hi]
+        rest_max = max(rest) if rest else 0.0
+        first_end, end = self.ends[lo], self.ends[hi - 1]
+        n = hi - lo
+        for r in self.members:
+            first_gap = first_end - r.last_token_s  # includes any stall before the run
+            worst = first_gap if first_gap > rest_max else rest_max
+            if worst > r.max_tbt_s:
+                r.max_tbt_s = worst
+            if gaps is not None:
+                gaps.add(first_gap)
+            r.kv_tokens += n
+            r.generated += n
+            r.last_token_s = end
+        if gaps is not None:
+            for g in rest:
+                gaps.add(g, len(self.members))
+        self.applied = hi
+        return lo, hi
+
+    def kv_after_steps(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Blocks in use and token slots held after each step in [lo, hi) (steps.csv columns)."""
+        bt = self.kv.block_tokens
+        i = np.arange(lo + 1, hi + 1, dtype=np.int64)[:, None]  # steps allocated after step lo+1..hi
+        grown = np.maximum(0, -(-(self._kv0[None, :] + i) // bt) - self._blocks0[None, :]).sum(axis=1)
+        used = self._used0 + grown
+        for step, blocks in self.external:  # seen from the end of the step it happened in
+            used[max(0, step - lo) :] += blocks
+        held = self._held0 + len(self.members) * (i[:, 0] - 1)
+        return used, held
+
+
+class ColumnRun(Run):
+    """A run of decode-only steps of a ``DecodeSet`` (the interface of ``DecodeRun``);
+    it ends at the first finish at the latest."""
+
+    def __init__(self, members: DecodeSet, kv: BlockManager, start_s: float, durations: list[float]) -> None:
+        super().__init__(members, kv, start_s, durations)
+        self.size = self._n = members.n
+        self._tick0 = members.tick
+        self._residue0 = members.residue()  # members leave at the run's end; keep who ran
+
+    def allocate_through(self, steps: int) -> None:
+        steps = min(steps, self.steps)
+        if steps > self.allocated:
+            blocks = blocks_over(self._residue0, self._n, self._tick0 + self.allocated, steps - self.allocated)
+            self.members.allocate(blocks, steps - self.allocated)
+            self.allocated = steps
+
+    def apply_through(self, steps: int, gaps: GapHistogram | None = None) -> tuple[int, int]:
+        lo, hi = self.applied, min(steps, self.steps)
+        if hi <= lo:
+            return lo, lo
+        self.allocate_through(hi)
+        self.finished += self.members.advance(self.ends[lo:hi])
+        self.applied = hi
+        return lo, hi
+
+    def kv_after_steps(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Blocks in use and token slots held after each step in [lo, hi) (steps.csv columns)."""
+        need = blocks_for_ticks(self._residue0, self._tick0, hi)
+        need[0] = 0  # the first step's blocks were held when the run started
+        used = self._used0 + need.cumsum()[lo:hi]
+        for step, blocks in self.external:
+            used[max(0, step - lo) :] += blocks
+        held = self._held0 + self._n * np.arange(lo, hi, dtype=np.int64)
+        return used, held
+
+
+def column_run_length(members: DecodeSet, free_blocks: int, limit: int, min_run: int) -> int:
+    """Decode steps that can run before the first finish (included) with the free blocks; 0 if
+    fewer than ``min_run``. Step 0 is the plan just made: its blocks are held already."""
+    k = min(limit, members.next_finish - members.tick)
+    if k < min_run:
+        return 0
+    if members.blocks_over(members.tick + 1, k - 1) > free_blocks:
+        cum = members.blocks_for_ticks(members.tick + 1, k - 1).cumsum()
+        k = 1 + int(cum.searchsorted(free_blocks, side="right"))  # steps whose blocks all fit
+    return k if k >= min_run else 0

@@ -1,0 +1,58 @@
+"""What one planned step costs a replica: the model step, swap copies, speculative drafting.
+
+The cost model prices the plan's shape (``CostModel.step_time``); a replica adds the copies of
+preempted KV to or from host memory over the host link before the step, and the draft model's
+(or MTP heads') proposals of speculative decoding. The totals are the replica's counters.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmsim.costmodel.ops import BatchShape, batch_shape
+from llmsim.schedulers.plan import BatchPlan
+
+if TYPE_CHECKING:
+    from llmsim.build import PoolSpec
+
+
+class StepCost:
+    """Prices a replica's plans and keeps the totals of what was added to the model step."""
+
+    def __init__(self, pool: PoolSpec, kv_bytes_per_token: float) -> None:
+        self.cost = pool.cost
+        self.draft_cost = pool.draft_cost
+        host = pool.hw.host_link
+        self._host_bw = host.bandwidth_bytes_per_s.value * pool.tp * pool.pp
+        self._host_lat = host.latency_s.value
+        self._kv_bytes_per_token = kv_bytes_per_token
+        self.swap_s = 0.0
+        self.draft_s = 0.0
+        self.spec_base_s = 0.0  # what the verify steps would have cost as plain decodes
+        self.spec_time_s = 0.0  # what draft + verify cost
+
+    def price(self, plan: BatchPlan, shape: BatchShape) -> tuple[float, float, float]:
+        """(step seconds, of which swap copies, of which drafting)."""
+        dt = self.cost.step_time(shape)
+        swap = self.swap_time(plan)
+        draft = 0.0
+        if plan.spec_k and plan.decode:
+            contexts = [r.kv_tokens for r in plan.decode]
+            plain = self.cost.step_time(batch_shape([], contexts))
+            if self.draft_cost is None:  # self-speculation: each MTP head costs about one layer
+                draft = plan.spec_k * plain / self.cost.model.num_layers
+            else:
+                draft = plan.spec_k * self.draft_cost.step_time(batch_shape([], contexts))
+            self.draft_s += draft
+            self.spec_base_s += plain
+            self.spec_time_s += dt + draft
+        return dt + swap + draft, swap, draft
+
+    def swap_time(self, plan: BatchPlan) -> float:
+        """Copying preempted KV to or from host memory before the step, over the host link."""
+        moved = plan.swap_in_tokens + plan.swap_out_tokens
+        if not moved:
+            return 0.0
+        swap = self._host_lat + moved * self._kv_bytes_per_token / self._host_bw
+        self.swap_s += swap
+        return swap
