@@ -6,13 +6,13 @@ waits until that replica has blocks for the KV and a batch slot (back-pressure: 
 stays in the prefill replica's memory and keeps its blocks), sends it over the prefill replica's
 outbound link, then frees the source's blocks (``Replica.release_transferred``) and gives the
 request to the decode replica (``Replica.accept_prefilled``), whose first token reaches the user
-then. Both sides talk only through those public methods.
+then. Both sides are reached only through public methods and attributes (KV capacity, the running
+count, ``FastPath.note_external_blocks`` for a reservation during a decode run), never private state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -22,17 +22,7 @@ from llmsim.request import Request, blocks_for
 from llmsim.router import route
 
 if TYPE_CHECKING:
-    from llmsim.sim import SimOptions
-
-
-@dataclass
-class LinkSpec:
-    """The KV-transfer link between pools, per device and direction."""
-
-    kind: str
-    bandwidth_bytes_per_s: float
-    latency_s: float
-    layerwise_overlap: bool = False
+    from llmsim.options import SimOptions
 
 
 class KVTransfer:

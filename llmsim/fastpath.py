@@ -29,8 +29,12 @@ from llmsim.schedulers import FAST_PATH_POLICIES
 from llmsim.schedulers.plan import BatchPlan
 
 if TYPE_CHECKING:
-    from llmsim.replica import Replica
-    from llmsim.sim import SimOptions
+    from llmsim.build import PoolSpec
+    from llmsim.costmodel.roofline import CostModel
+    from llmsim.kvcache import BlockManager
+    from llmsim.options import SimOptions
+    from llmsim.schedulers.base import Scheduler
+    from llmsim.steplog import StepLog
 
 MAX_RUN = 1 << 20  # longest decode run priced in one go
 
@@ -64,26 +68,50 @@ def retarget(old: simpy.Event, new: simpy.Event) -> None:
     old.callbacks.clear()  # type: ignore[union-attr]
 
 
+def shortcuts(policy: str, pool: PoolSpec, opts: SimOptions) -> tuple[bool, bool]:
+    """(closed-form decode runs, columnar decoders) for a replica of ``pool`` under ``policy``."""
+    # runs: every decode step of a run is the same one-token step
+    runs = (
+        not opts.exact_steps
+        and pool.pp == 1
+        and policy in FAST_PATH_POLICIES
+        and pool.sched.speculative is None
+        and pool.sched.chunk_budget == "fixed"
+        and opts.n_seqs == 1
+    )
+    # columns: besides, each decoder holds ceil(tokens / block) blocks of its own
+    window, local = pool.cost.model.attention_windows()
+    return runs, runs and not opts.prefix_caching and window is None and local is None
+
+
 class FastPath:
-    """Which shortcuts a replica may take, and the decode run in progress."""
+    """A replica's decode runs: which plans start one, waiting one out, and its steps' rows.
+
+    It holds the replica's collaborators it needs (KV cache, scheduler, cost model, step log), not
+    the replica: the replica applies a run's outcome to its own counters (``Replica.loop``)."""
 
     def __init__(
-        self, rep: Replica, policy: str, opts: SimOptions, next_input_s: Callable[[], float], sole: bool
+        self,
+        env: simpy.Environment,
+        kv: BlockManager,
+        sched: Scheduler,
+        cost: CostModel,
+        steps: StepLog,
+        where: tuple[str, int],
+        runs: bool,
+        clock: Clock,
+        sole: bool,
     ) -> None:
-        pool = rep.pool
-        self.rep = rep
-        # closed-form runs: every decode step of a run is the same one-token step
-        self.runs = (
-            not opts.exact_steps
-            and pool.pp == 1
-            and policy in FAST_PATH_POLICIES
-            and pool.sched.speculative is None
-            and pool.sched.chunk_budget == "fixed"
-            and opts.n_seqs == 1
-        )
-        window, local = pool.cost.model.attention_windows()
-        self.columnar = self.runs and not opts.prefix_caching and window is None and local is None
-        self.clock = Clock(rep.env, not opts.exact_steps and rep.runs_ahead(), next_input_s)
+        self.env = env
+        self.kv = kv
+        self.sched = sched
+        self.cost = cost
+        self.steps = steps
+        self.pool_name, self.index = where  # the replica's steps.csv identity
+        self.runs = runs
+        window, local = cost.model.attention_windows()
+        self.window = local or window  # contexts grow linearly only below the (local) window
+        self.clock = clock
         self.sole = sole  # every arrival comes to this replica (one replica, nothing routed past it)
         self.run: DecodeRun | ColumnRun | None = None  # the run in progress, while readers from outside may see it
         self._cuttable = False  # the replica waits out ``run`` on ``_pending``, and cut() may end it early
@@ -103,25 +131,25 @@ class FastPath:
             or plan.swap_out_tokens
         ):
             return None
-        rep, start = self.rep, self.clock.now
-        kv = rep.kv
+        kv, start = self.kv, self.clock.now
         if plan.decode_set is not None:
             if plan.decode:
                 return None
             cols = cast(DecodeSet, plan.decode_set)
             k = column_run_length(cols, kv.free_blocks, MAX_RUN, MIN_RUN)
-            return ColumnRun(cols, kv, start, rep.cost.decode_steps_s(shape, k)) if k else None
+            return ColumnRun(cols, kv, start, self.cost.decode_steps_s(shape, k)) if k else None
         if not plan.decode:
             return None
-        k = run_length(plan.decode, kv, rep.local_window or rep.window, MAX_RUN)
+        k = run_length(plan.decode, kv, self.window, MAX_RUN)
         if k < MIN_RUN:
             return None
-        return DecodeRun(list(plan.decode), kv, start, rep.cost.decode_steps_s(shape, k))
+        return DecodeRun(list(plan.decode), kv, start, self.cost.decode_steps_s(shape, k))
 
-    def wait(self, run: DecodeRun | ColumnRun) -> Generator[simpy.Event, Any, None]:
-        """Wait out a decode run (an arrival may end it after the step in progress) and apply it."""
-        rep, env, clock = self.rep, self.rep.env, self.clock
-        run.waiting0 = len(rep.sched.waiting)
+    def wait(self, run: DecodeRun | ColumnRun) -> Generator[simpy.Event, Any, int]:
+        """Wait out a decode run (an arrival may end it after the step in progress), emit its
+        tokens and log its steps; returns the steps done."""
+        env, clock = self.env, self.clock
+        run.waiting0 = len(self.sched.waiting)
         nxt = clock.next_input_s()
         if clock.ahead and run.ends[-1] < nxt:
             done = run.steps  # nothing can interrupt it: no event needed
@@ -138,21 +166,16 @@ class FastPath:
             yield self._pending  # or earlier: cut() moves the replica onto an earlier timeout
             done = self._cut_at
             self.run, self._cuttable, self._pending = None, False, None
-        run.apply_through(done, rep.sched.gaps)
-        if run.finished:
-            rep.settle(run.finished, run.durations[done - 1])
-            rep.signal_freed()
-        rep.busy_s += run.busy_s(done)
-        rep.max_step_tokens = max(rep.max_step_tokens, run.size)
-        self.log(run, done)
+        run.apply_through(done, self.sched.gaps)
         clock.now = run.ends[done - 1]
+        return done
 
     def cut(self) -> None:
         """Something reached the replica during a run: end it with the step in progress."""
         if not self._cuttable:
             return
         self._cuttable = False
-        run, env = self.run, self.rep.env
+        run, env = self.run, self.env
         assert run is not None and self._pending is not None  # (set with _cuttable)
         done = run.steps_through(env.now)
         run.allocate_through(done)  # the step in progress holds its KV slots (readers see them)
@@ -164,48 +187,44 @@ class FastPath:
         (KV-aware routing, disaggregated back-pressure, the end of the run)."""
         run = self.run
         if run is not None:
-            done = min(run.steps_done_by(self.rep.env.now), run.steps - 1)  # the run's end settles itself
-            run.apply_through(done, self.rep.sched.gaps)
+            done = min(run.steps_done_by(self.env.now), run.steps - 1)  # the run's end settles itself
+            run.apply_through(done, self.sched.gaps)
             run.allocate_through(done + 1)
 
     def note_external_blocks(self, blocks: int) -> None:
         """Blocks of this replica's cache taken by someone else now (a KV transfer's reservation)."""
         if self.run is not None:
-            self.run.note_external_blocks(self.rep.env.now, blocks)
+            self.run.note_external_blocks(self.env.now, blocks)
 
-    def finish(self) -> None:
-        """At the end of the simulation: the steps of a run cut by the horizon that did complete
-        counted and logged, and the columnar members' counters up to date."""
-        run, rep = self.run, self.rep
+    def finish(self) -> DecodeRun | ColumnRun | None:
+        """At the end of the simulation: a run cut by the horizon with the steps that did complete
+        applied (``run.applied``; the caller counts and logs them), and the columnar members'
+        counters up to date."""
+        run = self.run
         if run is not None:
             self.sync()
-            if run.applied:
-                rep.busy_s += run.busy_s(run.applied)
-                rep.max_step_tokens = max(rep.max_step_tokens, run.size)
-                self.log(run, run.applied, live_last=False)
-        if rep.sched.columns is not None:
-            rep.sched.columns.flush()
+        if self.sched.columns is not None:
+            self.sched.columns.flush()
+        return run
 
     def log(self, run: DecodeRun | ColumnRun, steps: int, live_last: bool = True) -> None:
         """steps.csv rows of a decode run, as the step-by-step loop would have written them. The
         last row of a run that ended normally is the live state (finished requests freed)."""
-        rep = self.rep
-        rep.steps_taken += steps
-        if rep.steps.skip(steps):
+        if self.steps.skip(steps):
             return
         used, held = run.kv_after_steps(0, steps)
         starts = [run.start_s, *run.ends[: steps - 1]]
-        n, kv = run.size, rep.kv
+        n, kv = run.size, self.kv
         bt = kv.block_tokens
         for i in range(steps):
             if i < steps - 1 or not live_last:
                 u, waiting = int(used[i]), run.waiting0
                 frag = max(0.0, 1.0 - held[i] / (u * bt)) if u else 0.0
             else:  # the run ends now: what the step-by-step loop logs here is the live state
-                u, waiting, frag = kv.used, len(rep.sched.waiting), kv.fragmentation
-            rep.steps.add(
-                rep.pool.name,
-                rep.index,
+                u, waiting, frag = kv.used, len(self.sched.waiting), kv.fragmentation
+            self.steps.add(
+                self.pool_name,
+                self.index,
                 starts[i],
                 run.durations[i],
                 0,

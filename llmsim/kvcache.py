@@ -109,6 +109,17 @@ class BlockManager:
         slots = self.used * self.block_tokens
         return max(0.0, 1.0 - self.tokens_held / slots) if slots else 0.0
 
+    def counters(self) -> dict[str, int]:
+        """Capacity, use at the end, peak use and prefix-cache statistics (a replica's counters)."""
+        return {
+            "kv_blocks": self.num_blocks,
+            "kv_blocks_used": self.used,
+            "kv_peak_blocks": self.peak_used,
+            "prefix_hit_tokens": self.hit_tokens,
+            "prefix_query_tokens": self.query_tokens,
+            "prefix_evictions": self.evictions,
+        }
+
     def cached_prefix_blocks(self, chain: list[int] | None) -> int:
         """How many leading blocks of ``chain`` this cache holds (prefix-affinity routing)."""
         n = 0

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 import simpy
 
 from llmsim.decodeset import DecodeSet
-from llmsim.fastpath import FastPath
+from llmsim.fastpath import Clock, FastPath, shortcuts
 from llmsim.gaps import GapHistogram
 from llmsim.kvcache import BlockManager, chain_hashes
 from llmsim.request import REJECTED, Request
+from llmsim.runs import ColumnRun, DecodeRun
 from llmsim.schedulers import TRANSFERRING, make_scheduler
 from llmsim.schedulers.plan import BatchPlan
 from llmsim.stepcost import StepCost
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from llmsim.build import PoolSpec
-    from llmsim.sim import SimOptions
+    from llmsim.options import SimOptions
 
 
 class Replica:
@@ -62,11 +63,13 @@ class Replica:
         # a decode replica takes prefilled requests (``accept_prefilled``) instead of arrivals
         self.handoff = handoff
         self.takes_prefilled = takes_prefilled
-        self.fast = FastPath(self, policy, opts, next_input_s, sole)
-        self.kv = BlockManager(pool.kv_blocks, block_tokens, watermark, opts.prefix_caching, not self.fast.columnar)
+        runs, columnar = shortcuts(policy, pool, opts)
+        self.kv = BlockManager(pool.kv_blocks, block_tokens, watermark, opts.prefix_caching, not columnar)
         gaps = GapHistogram()
-        columns = DecodeSet(self.kv, gaps) if self.fast.columnar else None
+        columns = DecodeSet(self.kv, gaps) if columnar else None
         self.sched = make_scheduler(policy, pool.sched, self.kv, gaps, self.cost.step_time, columns)
+        self.clock = Clock(env, not opts.exact_steps and self.runs_ahead(), next_input_s)
+        self.fast = FastPath(env, self.kv, self.sched, self.cost, steps, (pool.name, index), runs, self.clock, sole)
         for prefix in opts.prewarm:
             self.kv.prewarm(chain_hashes(prefix, opts.hash_block_tokens, block_tokens, 1 << 62))
         self.price = StepCost(pool, opts.kv_bytes_per_token)
@@ -77,7 +80,7 @@ class Replica:
         self._wake = env.event()
         self._freed = env.event()
         self.setup()
-        self.proc = env.process(self.loop())
+        env.process(self.loop())
 
     def setup(self) -> None:
         """What a kind of replica adds before its process starts (``pipeline.PipelineReplica``)."""
@@ -138,7 +141,7 @@ class Replica:
 
     # ---- the process -------------------------------------------------------------------
     def loop(self):  # simpy process
-        clock = self.fast.clock
+        clock = self.clock
         while True:
             plan = self.sched.schedule() if self.sched.has_work() else None
             if plan is None or plan.empty:  # nothing can run until something arrives or blocks free up
@@ -147,7 +150,8 @@ class Replica:
             shape = plan.shape(self.window, self.local_window)
             run = self.fast.decode_run(plan, shape)
             if run is not None:  # a closed-form run of identical decode steps
-                yield from self.fast.wait(run)
+                done = yield from self.fast.wait(run)
+                self._apply_run(run, done)
                 continue
             start = clock.now
             dt, swap, draft = self.price.price(plan, shape)
@@ -166,11 +170,21 @@ class Replica:
         self.max_step_tokens = max(self.max_step_tokens, plan.prefill_tokens + plan.num_decode)
         self.log_step(plan, start_s, dt, swap, draft)
 
+    def _apply_run(self, run: DecodeRun | ColumnRun, steps: int, live_last: bool = True) -> None:
+        """The outcome of a run's first ``steps`` steps (tokens already emitted): counters, rows."""
+        if run.finished:
+            self.settle(run.finished, run.durations[steps - 1])
+            self.signal_freed()
+        self.busy_s += run.busy_s(steps)
+        self.max_step_tokens = max(self.max_step_tokens, run.size)
+        self.steps_taken += steps
+        self.fast.log(run, steps, live_last)
+
     def _sleep(self):  # type: ignore[no-untyped-def]
         self._idle = True
         self._wake = self.env.event()
         yield self._wake
-        self.fast.clock.now = self.env.now
+        self.clock.now = self.env.now
 
     # ---- pieces the loop and its variants share ----------------------------------------
     def settle(self, done: list[Request], step_s: float) -> None:
@@ -196,30 +210,16 @@ class Replica:
         )
 
     def finish(self) -> None:
-        """At the end of the simulation: every request's counters up to date."""
-        self.fast.finish()
+        """At the end of the simulation: every request's counters up to date, and the steps of a
+        decode run cut by the horizon that did complete counted and logged."""
+        run = self.fast.finish()
+        if run is not None and run.applied:
+            self._apply_run(run, run.applied, live_last=False)
 
     def counters(self) -> dict[str, object]:
         """What the summary reads of this replica once the run is over (one row of a frame)."""
-        kv, sched = self.kv, self.sched
         side = "prefill" if self.handoff is not None else "decode" if self.takes_prefilled else "colocated"
-        return {
-            "pool": self.pool.name,
-            "replica": self.index,
-            "side": side,
-            "busy_s": self.busy_s,
-            "steps": self.steps_taken,
-            "max_step_tokens": self.max_step_tokens,
-            "kv_blocks": kv.num_blocks,
-            "kv_blocks_used": kv.used,
-            "kv_peak_blocks": kv.peak_used,
-            "prefix_hit_tokens": kv.hit_tokens,
-            "prefix_query_tokens": kv.query_tokens,
-            "prefix_evictions": kv.evictions,
-            "swap_s": self.price.swap_s,
-            "draft_s": self.price.draft_s,
-            "spec_base_s": self.price.spec_base_s,
-            "spec_time_s": self.price.spec_time_s,
-            "spec_slots": sched.spec_slots,
-            "spec_emitted": sched.spec_emitted,
-        }
+        mine = {"pool": self.pool.name, "replica": self.index, "side": side, "busy_s": self.busy_s}
+        mine |= {"steps": self.steps_taken, "max_step_tokens": self.max_step_tokens}
+        sched = {"spec_slots": self.sched.spec_slots, "spec_emitted": self.sched.spec_emitted}
+        return mine | self.kv.counters() | self.price.counters() | sched

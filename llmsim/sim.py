@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -20,9 +20,10 @@ import simpy
 from simpy.core import StopSimulation
 
 from llmsim.build import PoolSpec
-from llmsim.disagg import KVTransfer, LinkSpec
+from llmsim.disagg import KVTransfer
 from llmsim.gaps import GapHistogram
 from llmsim.kvcache import chain_hashes
+from llmsim.options import LinkSpec, SimOptions
 from llmsim.pipeline import PipelineReplica
 from llmsim.replica import Replica
 from llmsim.request import REJECTED, Request
@@ -31,22 +32,6 @@ from llmsim.steplog import StepLog
 from llmsim.workload.base import Workload
 
 __all__ = ["LinkSpec", "SimOptions", "SimOutput", "events_pending", "simulate"]
-
-
-@dataclass
-class SimOptions:
-    """Everything beyond the basic loop; defaults reproduce plain colocated serving."""
-
-    prefix_caching: bool = False
-    prewarm: list[list[int]] = field(default_factory=list)  # hash-id prefixes cached at t=0
-    hash_block_tokens: int = 0  # tokens per id in ``prewarm`` (default: the workload's)
-    kv_link: LinkSpec | None = None  # disaggregated only
-    decode_router: str = "least_outstanding"
-    kv_bytes_per_token: float = 0.0  # whole model (all layers), for KV transfers
-    num_layers: int = 1
-    n_seqs: int = 1  # parallel samples / beams per request
-    exact_steps: bool = False  # one event per step: no shortcuts (fastpath.py)
-    prefill_policy: str = "traditional"  # disaggregated: the prefill pool's scheduler
 
 
 @dataclass

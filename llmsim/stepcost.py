@@ -56,3 +56,11 @@ class StepCost:
         swap = self._host_lat + moved * self._kv_bytes_per_token / self._host_bw
         self.swap_s += swap
         return swap
+
+    def counters(self) -> dict[str, float]:
+        return {
+            "swap_s": self.swap_s,
+            "draft_s": self.draft_s,
+            "spec_base_s": self.spec_base_s,
+            "spec_time_s": self.spec_time_s,
+        }

@@ -23,6 +23,7 @@ One module per idea, in the order a plan uses them:
 ``ranking``       cheapest first, the Pareto front, the candidates that never met the SLOs
 ``robustness``    the sensitivity runs: the winners re-run with scaled efficiencies
 ``capacity``      ``capacity_plan``, which runs the rounds and fills a ``Plan``
+``result``        ``Plan``: the evaluated points, winners, Pareto front and conclusions
 ``prose``         the plain-language recommendation
 ``output``        ``write_plan``: the tables, ``plan.json`` and the winner's run
 
@@ -31,12 +32,13 @@ llmsim imports them from the module that owns them.
 """
 
 from llmsim.planning.base import Base, PlanConfig
-from llmsim.planning.capacity import Plan, capacity_plan
+from llmsim.planning.capacity import capacity_plan
 from llmsim.planning.goodput import GoodputResult, goodput_search
 from llmsim.planning.output import write_plan
 from llmsim.planning.prose import recommend
 from llmsim.planning.ranking import pareto_front
 from llmsim.planning.rate import offered_rate, rate_knob, rate_overrides
+from llmsim.planning.result import Plan
 from llmsim.planning.robustness import scaled_profile, sensitivity
 from llmsim.planning.rows import PLAN_COLUMNS
 from llmsim.planning.space import Candidate, Point, candidates

@@ -6,16 +6,16 @@ the SLOs or fails in a way more replicas cannot fix (memory, invalid)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from llmsim.planning.base import Base, as_base
-from llmsim.planning.goodput import GoodputResult, goodput_search
+from llmsim.planning.goodput import goodput_search
 from llmsim.planning.prose import recommend
 from llmsim.planning.ranking import cheapest_first, infeasible_candidates, pareto_front
 from llmsim.planning.rate import offered_rate, rate_knob, rate_overrides
+from llmsim.planning.result import Plan
 from llmsim.planning.robustness import sensitivity
 from llmsim.planning.rows import PLAN_COLUMNS, plan_row, worth_more_replicas
 from llmsim.planning.space import Point, candidates
@@ -23,20 +23,6 @@ from llmsim.scenario import Scenario
 from llmsim.sweep import run_points
 
 SENSITIVITY_WINNERS = 3  # the cheapest winners re-run with scaled efficiencies
-
-
-@dataclass
-class Plan:
-    target_rps: float
-    target_attainment: float
-    table: pd.DataFrame  # every evaluated point (PLAN_COLUMNS)
-    winners: pd.DataFrame  # feasible, cheapest first
-    pareto: pd.DataFrame  # feasible, not dominated in (usd_per_hour, ttft_p99_s)
-    infeasible: pd.DataFrame  # one row per candidate that never met the SLOs, with its reason
-    sensitivity: pd.DataFrame = field(default_factory=pd.DataFrame)
-    goodput: GoodputResult | None = None
-    recommendation: str = ""
-    best: Point | None = None  # what winners' first row describes (None: no winner)
 
 
 def capacity_plan(

@@ -13,7 +13,7 @@ from llmsim.planning.rate import rate_overrides
 if TYPE_CHECKING:
     import pandas as pd
 
-    from llmsim.planning.capacity import Plan
+    from llmsim.planning.result import Plan
 
 
 def write_plan(plan: Plan, base: Base, out_dir: Path, progress: bool = True) -> list[Path]:

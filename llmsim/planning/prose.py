@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # capacity imports this module to fill Plan.recommendation
+if TYPE_CHECKING:
     import pandas as pd
 
-    from llmsim.planning.capacity import Plan
+    from llmsim.planning.result import Plan
 
 
 def recommend(plan: Plan) -> str:

@@ -1,7 +1,7 @@
 """The reference inference engine: the simulator's own scheduler decisions, executed for real.
 
 The engine holds the same objects a simulated replica holds (``BlockManager`` and a scheduler
-from ``make_scheduler``, with the same collaborators), calls ``schedule`` and ``complete`` exactly
+from ``make_scheduler``, the one factory both use), calls ``schedule`` and ``complete`` exactly
 as ``llmsim.replica.Replica`` does, and in between runs the plan through the NumPy model and reads
 ``time.perf_counter``.
 Physical KV blocks are the manager's: ``req.block_ids`` is the block table the model indexes

@@ -23,7 +23,8 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
 # Policies whose decisions the simulator's shortcuts reproduce exactly (fastpath.py: columnar
 # decoders and closed-form decode runs assume that during a run of decode-only steps the policy
 # decodes every running request and admits nobody new). tests/test_fastpath.py holds each equal
-# to ``exact_steps``; a policy joins only with such a test. Others run one event per step.
+# to ``exact_steps``; a policy joins only with such a test. Others get neither (steps completing
+# without an event still apply to every policy: they depend on no scheduling decision).
 FAST_PATH_POLICIES = {"traditional", "chunked"}
 
 

@@ -1,0 +1,31 @@
+"""What a simulation runs with beyond the pools and the workload (built by ``api.sim_options``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LinkSpec:
+    """The KV-transfer link between pools, per device and direction."""
+
+    kind: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    layerwise_overlap: bool = False
+
+
+@dataclass
+class SimOptions:
+    """Everything beyond the basic loop; defaults reproduce plain colocated serving."""
+
+    prefix_caching: bool = False
+    prewarm: list[list[int]] = field(default_factory=list)  # hash-id prefixes cached at t=0
+    hash_block_tokens: int = 0  # tokens per id in ``prewarm`` (default: the workload's)
+    kv_link: LinkSpec | None = None  # disaggregated only
+    decode_router: str = "least_outstanding"
+    kv_bytes_per_token: float = 0.0  # whole model (all layers), for KV transfers
+    num_layers: int = 1
+    n_seqs: int = 1  # parallel samples / beams per request
+    exact_steps: bool = False  # one event per step: no shortcuts (fastpath.py)
+    prefill_policy: str = "traditional"  # disaggregated: the prefill pool's scheduler

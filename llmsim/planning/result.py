@@ -1,0 +1,24 @@
+"""A capacity plan's result: every evaluated point, the winners, and what the plan concludes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from llmsim.planning.goodput import GoodputResult
+from llmsim.planning.space import Point
+
+
+@dataclass
+class Plan:
+    target_rps: float
+    target_attainment: float
+    table: pd.DataFrame  # every evaluated point (PLAN_COLUMNS)
+    winners: pd.DataFrame  # feasible, cheapest first
+    pareto: pd.DataFrame  # feasible, not dominated in (usd_per_hour, ttft_p99_s)
+    infeasible: pd.DataFrame  # one row per candidate that never met the SLOs, with its reason
+    sensitivity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    goodput: GoodputResult | None = None
+    recommendation: str = ""
+    best: Point | None = None  # what winners' first row describes (None: no winner)
