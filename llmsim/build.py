@@ -32,7 +32,7 @@ def build_workload(sc: Scenario) -> Workload:
     if w.kind == "trace":
         assert w.trace is not None
         t = w.trace
-        wl = load_trace(sc.path(t.path), t.format)
+        wl = load_trace(sc.path(t.path), t.format, t.hash_block_tokens or sc.kv_cache.block_tokens)
         wl = slice_and_scale(wl, t.start_s, t.duration_s, t.max_requests, t.speedup)
     else:
         n = w.num_requests or max(1, int(round((w.rate_rps or 0) * (w.duration_s or 0))))
@@ -42,7 +42,22 @@ def build_workload(sc: Scenario) -> Workload:
             arrivals = gen.gamma_arrivals(rng, w.rate_rps, w.cv, n)  # type: ignore[arg-type]
         else:
             arrivals = gen.batch_arrivals(n, w.batch_size, w.batch_interval_s)
-        wl = _synthetic(sc, rng, arrivals)
+        if w.shared_prefix is not None:
+            s = w.shared_prefix
+            shape = (s.num_groups, s.num_prompts_per_group)
+
+            def per_user(key: str, spec: object) -> np.ndarray:  # one length per user, group by group
+                if isinstance(spec, int):
+                    return np.full(shape, spec, dtype=np.int64)
+                return np.stack([_lengths(sc, key, rng, shape[1], spec) for _ in range(shape[0])])
+
+            q = np.maximum(per_user("prompt_tokens", s.question_len), 1)
+            o = np.maximum(per_user("output_tokens", s.output_len), 1)
+            wl = gen.shared_prefix(
+                rng, arrivals, s.system_prompt_len, q, o, s.enable_multi_turn_chat, sc.kv_cache.block_tokens
+            )
+        else:
+            wl = _synthetic(sc, rng, arrivals)
     wl.validate(f"workload of {sc.name}")
     return wl
 

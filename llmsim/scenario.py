@@ -9,7 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from llmsim.errors import UserError, load_yaml_file, pydantic_message
 
@@ -17,6 +26,7 @@ PosInt = Annotated[int, Field(gt=0)]
 PosFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+TraceFormat = Literal["azure", "mooncake", "burstgpt", "generic", "llmservingsim"]
 
 
 class _Strict(BaseModel):
@@ -122,7 +132,7 @@ class LengthSpec(_Strict):
     median: PosFloat | None = None  # lognormal
     sigma: PosFloat | None = None
     trace: str | None = None  # empirical: a trace file whose lengths are resampled
-    format: Literal["azure", "mooncake", "burstgpt", "generic"] = "azure"
+    format: TraceFormat = "azure"
 
     @model_validator(mode="after")
     def _fields_for_dist(self) -> LengthSpec:
@@ -157,6 +167,20 @@ class ConversationConfig(_Strict):
     think_s: NonNegFloat = 30.0  # mean pause between a turn's arrival and the next (exponential)
 
 
+class SharedPrefixConfig(_Strict):
+    """inference-perf's ``shared_prefix`` data: ``num_groups`` system prompts, each shared by
+    ``num_prompts_per_group`` users (questions); request i asks prompt i mod (groups x users)."""
+
+    num_groups: PosInt = Field(10, validation_alias=AliasChoices("num_groups", "num_unique_system_prompts"))
+    num_prompts_per_group: PosInt = Field(
+        10, validation_alias=AliasChoices("num_prompts_per_group", "num_users_per_system_prompt")
+    )
+    system_prompt_len: PosInt = 100  # tokens of each group's shared system prompt
+    question_len: PosInt | LengthSpec = 50  # tokens per question (a length spec: drawn per user)
+    output_len: PosInt | LengthSpec = 50  # output tokens, generated in full (ignore_eos)
+    enable_multi_turn_chat: bool = False  # each user's turn = its whole chat so far + a new question
+
+
 class ClassConfig(_Strict):
     """A request class of a synthetic mix (its own lengths; its SLO goes in slo.classes)."""
 
@@ -167,11 +191,13 @@ class ClassConfig(_Strict):
 
 class TraceConfig(_Strict):
     path: str
-    format: Literal["azure", "mooncake", "burstgpt", "generic"] = "azure"
+    format: TraceFormat = "azure"
     speedup: PosFloat = 1.0  # 2.0 replays twice as fast (twice the rate)
     start_s: NonNegFloat = 0.0
     duration_s: PosFloat | None = None
     max_requests: PosInt | None = None
+    # tokens per hashed block of prompt content (token ids, prompt ids); default kv_cache.block_tokens
+    hash_block_tokens: PosInt | None = None
 
 
 class WorkloadConfig(_Strict):
@@ -191,15 +217,31 @@ class WorkloadConfig(_Strict):
     beam_width: PosInt | None = None  # beam search: width sequences per request (priced like n samples)
     conversations: ConversationConfig | None = None
     classes: dict[str, ClassConfig] = {}
+    shared_prefix: SharedPrefixConfig | None = None  # replaces prompt_tokens / output_tokens
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadConfig:
         if self.kind == "trace":
             if self.trace is None:
                 raise ValueError("kind 'trace' needs a `trace:` section")
+            if self.shared_prefix is not None:
+                raise ValueError("`shared_prefix` generates synthetic requests; a trace brings its own")
             return self
-        if self.prompt_tokens is None or self.output_tokens is None:
-            raise ValueError(f"kind {self.kind!r} needs `prompt_tokens` and `output_tokens` length specs")
+        if self.shared_prefix is not None:
+            clash = [
+                k
+                for k in ("prompt_tokens", "output_tokens", "system_prompts", "conversations", "classes")
+                if getattr(self, k)
+            ]
+            if clash:
+                raise ValueError(
+                    f"`shared_prefix` sets the lengths, system prompts and turns itself; remove {clash} "
+                    "(multi-turn: shared_prefix.enable_multi_turn_chat)"
+                )
+        elif self.prompt_tokens is None or self.output_tokens is None:
+            raise ValueError(
+                f"kind {self.kind!r} needs `prompt_tokens` and `output_tokens` length specs (or a `shared_prefix` section)"
+            )
         if self.kind in ("poisson", "gamma"):
             if self.rate_rps is None:
                 raise ValueError(f"kind {self.kind!r} needs `rate_rps`")
@@ -292,6 +334,7 @@ def _section_keys() -> dict[str, list[str]]:
     out["speculative"] = list(SpeculativeConfig.model_fields)
     out["workload.system_prompts"] = list(SystemPromptConfig.model_fields)
     out["workload.conversations"] = list(ConversationConfig.model_fields)
+    out["workload.shared_prefix"] = list(SharedPrefixConfig.model_fields)
     return out
 
 
@@ -389,4 +432,8 @@ def _paths(sc: Scenario) -> list[tuple[str, str]]:
         spec = getattr(w, key)
         if spec is not None and spec.trace:
             out.append((f"workload.{key}.trace", spec.trace))
+    for key in ("question_len", "output_len"):
+        spec = getattr(w.shared_prefix, key, None)
+        if isinstance(spec, LengthSpec) and spec.trace:
+            out.append((f"workload.shared_prefix.{key}.trace", spec.trace))
     return out

@@ -30,6 +30,21 @@ RUN_CATALOGUE = {
     "trace_negative_tokens.yaml": ["negative_tokens.csv", "row 4", "'output_tokens'", "must be >= 0"],
     "trace_unsorted_timestamps.yaml": ["unsorted_timestamps.csv", "row 4", "not sorted"],
     "trace_empty_trace.yaml": ["empty_trace.csv", "no rows"],
+    "trace_llmservingsim_malformed.yaml": ["llmservingsim_malformed.jsonl", "line 2", "not valid JSON"],
+    "trace_llmservingsim_missing_field.yaml": ["llmservingsim_missing_field.jsonl", "line 1", "['output_toks']"],
+    "trace_llmservingsim_bad_token_id.yaml": ["llmservingsim_bad_token_id.jsonl", "line 2", "input_tok_ids[1]", "2.5"],
+    "trace_llmservingsim_token_count.yaml": [
+        "llmservingsim_token_count.jsonl",
+        "line 1",
+        "has 4 ids",
+        "input_toks is 5",
+    ],
+    "trace_prefix_longer_than_prompt.yaml": [
+        "prefix_longer_than_prompt.csv",
+        "row 3",
+        "prefix_tokens (100)",
+        "80 tokens",
+    ],
     "does_not_exist.yaml": ["does_not_exist.yaml", "file not found"],
 }
 

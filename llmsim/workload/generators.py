@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmsim.workload.base import Workload
+from llmsim.workload.identity import segment_block_ids, segment_key
 
 
 def poisson_arrivals(rng: np.random.Generator, rate_rps: float, n: int) -> np.ndarray:
@@ -137,4 +138,63 @@ def conversations(rng: np.random.Generator, w: Workload, turns: int, think_s: fl
         hash_block_tokens=SYNTH_HASH_TOKENS,
         source=f"{w.source} as {turns}-turn conversations",
         meta=dict(w.meta, turns=turns, think_s=think_s),
+    )
+
+
+def shared_prefix(
+    rng: np.random.Generator,
+    arrival_s: np.ndarray,
+    system_prompt_len: int,
+    question_len: np.ndarray,
+    output_len: np.ndarray,
+    multi_turn: bool,
+    block_tokens: int,
+) -> Workload:
+    """inference-perf's ``shared_prefix`` data on an arrival process.
+
+    ``question_len`` / ``output_len`` are (groups, users per group) arrays: user (g, u) has a
+    question of ``question_len[g, u]`` tokens after group g's system prompt of
+    ``system_prompt_len`` tokens, and gets ``output_len[g, u]`` tokens back (in full, as with
+    ``ignore_eos``). The users are shuffled once (seeded); request i goes to user i mod P
+    (P = groups x users). Single turn: every request of a user repeats its prompt (system prompt +
+    question). Multi-turn: request i is round i // P of its user's chat: its prompt is the whole
+    chat so far (system prompt, then each earlier question and answer) plus a new question.
+
+    Prompt content is named, not sampled (identity.segment_block_ids): prompts share exactly their
+    common system prompt / chat history, hashed into chained ids of ``block_tokens`` tokens."""
+    groups, per = question_len.shape
+    users = [(g, u) for g in range(groups) for u in range(per)]
+    order = rng.permutation(len(users))
+    n = len(arrival_s)
+    prm = np.zeros(n, dtype=np.int64)
+    out = np.zeros(n, dtype=np.int64)
+    ids: list[list[int]] = []
+    state: dict[int, tuple[list[tuple[int, int]], list[int]]] = {}  # user -> (chat so far, its ids)
+    for i in range(n):
+        k = int(order[i % len(users)])
+        g, u = users[k]
+        q, o = int(question_len[g, u]), int(output_len[g, u])
+        rnd = i // len(users) if multi_turn else 0
+        if k in state:
+            history, known = state[k]
+        else:
+            history, known = [(segment_key("system", g), system_prompt_len)], []
+        segments = [*history, (segment_key("question", g, u, rnd), q)]
+        chain = segment_block_ids(segments, block_tokens, known)
+        prm[i] = sum(length for _, length in segments)
+        out[i] = o
+        ids.append(chain)
+        if multi_turn:  # the answer joins the chat; the next turn's prompt extends this one
+            state[k] = ([*segments, (segment_key("answer", g, u, rnd), o)], chain)
+        else:
+            state[k] = (history, chain)
+    mode = "multi-turn chats" if multi_turn else "single-turn prompts"
+    return Workload(
+        arrival_s,
+        prm,
+        out,
+        block_hashes=ids,
+        hash_block_tokens=block_tokens,
+        source=f"shared_prefix: {groups} system prompt(s) of {system_prompt_len} tokens x {per} users, {mode}",
+        meta={"shared_prefix_groups": groups, "shared_prefix_users": groups * per},
     )

@@ -1,4 +1,5 @@
-"""Loaders for real request traces: Azure LLM 2023, Mooncake FAST'25, BurstGPT, and a generic format.
+"""Loaders for real request traces: Azure LLM 2023, Mooncake FAST'25, BurstGPT, LLMServingSim /
+vLLM-bench JSONL with token ids, and a generic format (with optional prompt identity columns).
 
 Every loader names the file and row of any problem. Formats and licences: docs/workloads.md and
 data/traces/README.md.
@@ -14,8 +15,9 @@ import pandas as pd
 
 from llmsim.errors import UserError
 from llmsim.workload.base import Workload
+from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
 
-FORMATS = ("azure", "mooncake", "burstgpt", "generic")
+FORMATS = ("azure", "mooncake", "burstgpt", "generic", "llmservingsim")
 
 
 def _read_csv(path: Path, required: list[str]) -> pd.DataFrame:
@@ -109,8 +111,9 @@ def load_mooncake(path: Path) -> Workload:
     )
 
 
-def load_generic(path: Path) -> Workload:
-    """Generic CSV or JSONL with ``arrival_s, prompt_tokens, output_tokens`` and optional ``class``."""
+def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS) -> Workload:
+    """Generic CSV or JSONL with ``arrival_s, prompt_tokens, output_tokens`` and optional ``class``,
+    ``prompt_id``, ``prefix_group`` and ``prefix_tokens`` (prompt identity, see ``_identity``)."""
     if path.suffix == ".jsonl":
         if not path.exists():
             raise UserError(f"{path}: trace file not found")
@@ -135,16 +138,171 @@ def load_generic(path: Path) -> Workload:
         raise UserError(f"{path}: row {row + 2}: arrival_s must be >= 0, got {t[row]}")
     _check_sorted(t, path, 2)
     klass = df["class"].astype(str).to_numpy(dtype=object) if "class" in df.columns else None
+    prompt = _ints(df, "prompt_tokens", path)
+    hashes = _identity(df, prompt, path, hash_block_tokens)
     return Workload(
-        t, _ints(df, "prompt_tokens", path), _ints(df, "output_tokens", path), klass=klass, source=str(path)
+        t,
+        prompt,
+        _ints(df, "output_tokens", path),
+        klass=klass,
+        block_hashes=hashes,
+        hash_block_tokens=hash_block_tokens if hashes is not None else 0,
+        source=str(path),
     )
 
 
-def load_trace(path: Path, fmt: str) -> Workload:
-    loaders = {"azure": load_azure, "mooncake": load_mooncake, "burstgpt": load_burstgpt, "generic": load_generic}
+def _labels(df: pd.DataFrame, col: str) -> list[str | None]:
+    """A label column as text, empty cells as None (a float-looking id ``7.0`` reads as ``7``)."""
+    out: list[str | None] = []
+    for v in df[col].tolist():
+        if v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip()):
+            out.append(None)
+        elif isinstance(v, float) and v.is_integer():
+            out.append(str(int(v)))
+        else:
+            out.append(str(v).strip())
+    return out
+
+
+def _identity(df: pd.DataFrame, prompt: np.ndarray, path: Path, block_tokens: int) -> list[list[int]] | None:
+    """Prefix ids from the optional identity columns, or None when the trace has neither.
+
+    - ``prompt_id``: rows with the same id have the same prompt content (a prompt of n tokens is
+      the first n tokens of that id's text, so a shorter prompt is a prefix of a longer one);
+    - ``prefix_group`` with ``prefix_tokens``: rows of one group start with the same
+      ``prefix_tokens`` tokens (a shared system prompt); the rest is the row's own, or its
+      ``prompt_id``'s. An empty cell means "none" for that row."""
+    has_prompt, has_group = "prompt_id" in df.columns, "prefix_group" in df.columns
+    if not has_prompt and not has_group:
+        if "prefix_tokens" in df.columns:
+            raise UserError(f"{path}: column 'prefix_tokens' needs a 'prefix_group' column (which prefix)")
+        return None
+    n = len(prompt)
+    prompt_ids = _labels(df, "prompt_id") if has_prompt else [None] * n
+    groups = _labels(df, "prefix_group") if has_group else [None] * n
+    if has_group and "prefix_tokens" not in df.columns:
+        raise UserError(f"{path}: column 'prefix_group' needs a 'prefix_tokens' column (the shared length)")
+    pre = np.zeros(n, dtype=np.int64)
+    if has_group:
+        given = np.array([g is not None for g in groups])
+        col = df[["prefix_tokens"]].astype(object)
+        col.loc[~given, "prefix_tokens"] = 0  # no group: no shared prefix, whatever the cell says
+        pre = _ints(col, "prefix_tokens", path)
+        over = np.flatnonzero(pre > prompt)
+        if len(over):
+            i = int(over[0])
+            raise UserError(
+                f"{path}: row {i + 2}: prefix_tokens ({pre[i]}) is longer than the prompt ({prompt[i]} tokens)"
+            )
+    out = []
+    for i in range(n):
+        segments = []
+        if groups[i] is not None and pre[i] > 0:
+            segments.append((segment_key("group", groups[i]), int(pre[i])))
+        rest = segment_key("prompt", prompt_ids[i]) if prompt_ids[i] is not None else segment_key("row", i)
+        segments.append((rest, int(prompt[i] - pre[i])))
+        out.append(segment_block_ids(segments, block_tokens))
+    return out
+
+
+def _whole(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def load_llmservingsim(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS) -> Workload:
+    """LLMServingSim / vLLM-bench JSONL: ``input_toks``, ``output_toks``, ``arrival_time_ns`` and
+    optional ``input_tok_ids`` (the prompt's token ids, hashed into chained full-block ids as vLLM's
+    prefix cache does, then dropped). ``output_tok_ids`` is ignored. Agentic sessions
+    (``sub_requests``, each call waiting for the previous one) are not an open-loop trace: refused."""
+    if not path.exists():
+        raise UserError(f"{path}: trace file not found")
+    t: list[float] = []
+    p: list[int] = []
+    o: list[int] = []
+    hashes: list[list[int]] = []
+    with_ids = 0
+    with path.open() as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}: line {line_no}"
+            try:
+                row = json.loads(line.strip())
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+            if not isinstance(row, dict):
+                raise UserError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            if "sub_requests" in row:
+                raise UserError(
+                    f"{where}: agentic session records (sub_requests) are not supported: each call waits for "
+                    "the previous one to finish, which an open-loop trace cannot express"
+                )
+            missing = [k for k in ("input_toks", "output_toks", "arrival_time_ns") if k not in row]
+            if missing:
+                raise UserError(f"{where}: missing field(s) {missing}; found {sorted(row)}")
+            for key, lo in (("input_toks", 1), ("output_toks", 0)):
+                if not _whole(row[key]) or row[key] < lo:
+                    raise UserError(f"{where}: {key} must be a whole number >= {lo}, got {row[key]!r}")
+            arr = row["arrival_time_ns"]
+            if isinstance(arr, bool) or not isinstance(arr, int | float) or not np.isfinite(arr) or arr < 0:
+                raise UserError(f"{where}: arrival_time_ns must be a number of nanoseconds >= 0, got {arr!r}")
+            t.append(float(arr) / 1e9)
+            p.append(row["input_toks"])
+            o.append(row["output_toks"])
+            ids = row.get("input_tok_ids")
+            if ids is None:
+                hashes.append([])
+                continue
+            hashes.append(token_block_ids(_token_ids(ids, row["input_toks"], where), hash_block_tokens))
+            with_ids += 1
+    if not t:
+        raise UserError(f"{path}: the trace has no rows")
+    arr_s = np.asarray(t)
+    _check_sorted(arr_s, path, 1)
+    return Workload(
+        arr_s,
+        np.asarray(p),
+        np.asarray(o),
+        block_hashes=hashes if with_ids else None,
+        hash_block_tokens=hash_block_tokens if with_ids else 0,
+        source=str(path),
+        meta={"requests_with_token_ids": with_ids},
+    )
+
+
+def _token_ids(ids: object, count: int, where: str) -> np.ndarray:
+    """A prompt's token ids as int64, or a UserError naming the first bad one."""
+    if not isinstance(ids, list):
+        raise UserError(f"{where}: input_tok_ids must be a list of token ids, got {type(ids).__name__}")
+    arr = np.asarray(ids) if ids else np.zeros(0, dtype=np.int64)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or (len(arr) and arr.min() < 0):
+        for k, v in enumerate(ids):
+            if not _whole(v) or v < 0:
+                raise UserError(f"{where}: input_tok_ids[{k}]: token ids are whole numbers >= 0, got {v!r}")
+        raise UserError(f"{where}: input_tok_ids: token ids out of range")  # pragma: no cover - > int64
+    if len(arr) != count:
+        raise UserError(f"{where}: input_tok_ids has {len(arr)} ids but input_toks is {count}")
+    return arr
+
+
+def load_trace(path: Path, fmt: str, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS) -> Workload:
+    """Load a trace; formats that carry prompt content (token ids, prompt ids) are hashed into
+    chained ids of ``hash_block_tokens``-token blocks (Mooncake's ids are 512-token, by the format)."""
+    loaders = {
+        "azure": load_azure,
+        "mooncake": load_mooncake,
+        "burstgpt": load_burstgpt,
+        "generic": load_generic,
+        "llmservingsim": load_llmservingsim,
+    }
     if fmt not in loaders:
         raise UserError(f"unknown trace format {fmt!r}; expected one of {list(loaders)}")
-    w = loaders[fmt](Path(path))
+    if fmt == "generic":
+        w = load_generic(Path(path), hash_block_tokens)
+    elif fmt == "llmservingsim":
+        w = load_llmservingsim(Path(path), hash_block_tokens)
+    else:
+        w = loaders[fmt](Path(path))
     prompt0 = np.flatnonzero(w.prompt_tokens < 1)
     if len(prompt0):
         raise UserError(f"{path}: request {int(prompt0[0])}: prompt tokens must be >= 1")
