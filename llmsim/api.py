@@ -127,7 +127,7 @@ def sim_options(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], exact_ste
     return SimOptions(
         prefix_caching=sc.kv_cache.prefix_caching,
         prewarm=prefixes,
-        hash_block_tokens=prefix_block_tokens,
+        prewarm_block_tokens=prefix_block_tokens,
         kv_link=link,
         decode_router=sc.cluster.decode_router,
         kv_bytes_per_token=model.kv_bytes_per_token(sc.kv_cache.dtype),

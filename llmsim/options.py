@@ -21,7 +21,7 @@ class SimOptions:
 
     prefix_caching: bool = False
     prewarm: list[list[int]] = field(default_factory=list)  # hash-id prefixes cached at t=0
-    hash_block_tokens: int = 0  # tokens per id in ``prewarm`` (default: the workload's)
+    prewarm_block_tokens: int = 0  # tokens per id in ``prewarm`` (0: the workload's)
     kv_link: LinkSpec | None = None  # disaggregated only
     decode_router: str = "least_outstanding"
     kv_bytes_per_token: float = 0.0  # whole model (all layers), for KV transfers

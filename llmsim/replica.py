@@ -71,7 +71,7 @@ class Replica:
         self.clock = Clock(env, not opts.exact_steps and self.runs_ahead(), next_input_s)
         self.fast = FastPath(env, self.kv, self.sched, self.cost, steps, (pool.name, index), runs, self.clock, sole)
         for prefix in opts.prewarm:
-            self.kv.prewarm(chain_hashes(prefix, opts.hash_block_tokens, block_tokens, 1 << 62))
+            self.kv.prewarm(chain_hashes(prefix, opts.prewarm_block_tokens, block_tokens, 1 << 62))
         self.price = StepCost(pool, opts.kv_bytes_per_token)
         self.outstanding_tokens = 0  # prompt + output tokens of unfinished requests (for routing)
         self.busy_s = 0.0

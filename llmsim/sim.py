@@ -11,6 +11,7 @@ and the KV link between pools).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -87,8 +88,9 @@ def simulate(
 ) -> SimOutput:
     """Replay ``workload`` through the pools until every request is done or ``horizon_s``."""
     opts = opts or SimOptions()
-    if not opts.hash_block_tokens:
-        opts.hash_block_tokens = workload.hash_block_tokens or block_tokens
+    # tokens per content id: the workload's for its requests; the prewarm's own, if it says so
+    id_tokens = workload.hash_block_tokens or block_tokens
+    opts = dataclasses.replace(opts, prewarm_block_tokens=opts.prewarm_block_tokens or id_tokens)
     env = simpy.Environment()
     steps = StepLog(every=step_sample_every)
     n = len(workload)
@@ -130,7 +132,7 @@ def simulate(
             )
             r.n_seqs = opts.n_seqs
             if want_chain and r.block_hashes:
-                r.prefix_chain = chain_hashes(r.block_hashes, opts.hash_block_tokens, block_tokens, r.prompt_tokens)
+                r.prefix_chain = chain_hashes(r.block_hashes, id_tokens, block_tokens, r.prompt_tokens)
             reqs.append(r)
             if transfer is not None:
                 r.prefill_only = True

@@ -94,3 +94,29 @@ def test_mooncake_trace_replays_with_its_real_reuse() -> None:
     assert on["prefix_cache"]["saved_prefill_tokens"] > 0 and on["tokens"]["cached"] > 0
     assert off["tokens"]["cached"] == 0
     assert on["latency_s"]["ttft"]["mean"] < off["latency_s"]["ttft"]["mean"]
+
+
+def test_prewarm_block_size_describes_the_prewarm_only():
+    """`kv_cache.prewarm_block_tokens` is the size of the prewarmed ids; requests keep their
+    workload's (regression: the requests' chains were built with the prewarm's size)."""
+
+    def saved(**kv: object) -> int:
+        spec = {
+            "name": "prewarm-size",
+            "model": "llama-3.1-8b",
+            "hardware": "H100-SXM",
+            "kv_cache": {"block_tokens": 16, "prefix_caching": True, **kv},
+            "workload": {
+                "kind": "poisson",
+                "rate_rps": 2.0,
+                "num_requests": 12,
+                "shared_prefix": {"num_groups": 2, "num_prompts_per_group": 3, "system_prompt_len": 160,
+                                  "question_len": 40, "output_len": 4},
+            },
+        }  # fmt: skip
+        res = llmsim.run(scenario_from_dict(spec, "test", ROOT))
+        return res.summary["prefix_cache"]["saved_prefill_tokens"]
+
+    plain = saved()
+    assert plain > 0
+    assert saved(prewarm=[[7, 8, 9]], prewarm_block_tokens=64) == plain  # ids no request shares
