@@ -16,7 +16,7 @@ before, and each new member's first gap on its own.
 
 Used only where every member holds ``ceil(kv_tokens / block_tokens)`` blocks and decodes one
 token per step (no prefix sharing, parallel sampling, speculation or sliding window): the
-simulator checks this before giving a replica a ``DecodeSet`` (``FastPath.columnar``); its runs of
+simulator checks this before giving a replica a ``DecodeSet`` (``fastpath.shortcuts``); its runs of
 decode steps are ``runs.ColumnRun``.
 """
 

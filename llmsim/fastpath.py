@@ -6,7 +6,7 @@ touched every step (``llmsim.run(..., exact_steps=True)`` turns them all off;
 
 - **Columnar decoders**: requests past their prompt are held as columns (``decodeset.DecodeSet``)
   where each decodes one token per step and holds ``ceil(tokens / block)`` blocks of its own
-  (``FastPath.columnar``): a step costs O(1) in the batch size.
+  (``shortcuts``): a step costs O(1) in the batch size.
 - **Closed-form decode runs** (``runs.py``): a plan that starts a run of identical decode-only
   steps is priced in one call and waited out with one event (``decode_run``, ``wait``); an arrival
   that reaches the replica during the run ends it with the step in progress (``cut``).
@@ -88,7 +88,7 @@ class FastPath:
     """A replica's decode runs: which plans start one, waiting one out, and its steps' rows.
 
     It holds the replica's collaborators it needs (KV cache, scheduler, cost model, step log), not
-    the replica: the replica applies a run's outcome to its own counters (``Replica.loop``)."""
+    the replica: the replica applies a run's outcome to its own counters (``Replica._apply_run``)."""
 
     def __init__(
         self,
@@ -146,8 +146,8 @@ class FastPath:
         return DecodeRun(list(plan.decode), kv, start, self.cost.decode_steps_s(shape, k))
 
     def wait(self, run: DecodeRun | ColumnRun) -> Generator[simpy.Event, Any, int]:
-        """Wait out a decode run (an arrival may end it after the step in progress), emit its
-        tokens and log its steps; returns the steps done."""
+        """Wait out a decode run (an arrival may end it after the step in progress) and emit its
+        tokens; returns the steps done (the replica counts and logs them)."""
         env, clock = self.env, self.clock
         run.waiting0 = len(self.sched.waiting)
         nxt = clock.next_input_s()

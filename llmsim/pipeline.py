@@ -78,13 +78,8 @@ class PipelineReplica(Replica):
         self.in_flight -= 1
         dt = env.now - start_s
         self.last_end_s = env.now
-        used_before = self.kv.used
-        self.settle(self.sched.complete(plan, env.now), dt)
+        self.outcome(plan, start_s, dt, env.now, 0.0, 0.0)
         self.sched.release(members)
-        if self.kv.used < used_before or plan.preempted:
-            self.signal_freed()
-        self.max_step_tokens = max(self.max_step_tokens, plan.prefill_tokens + len(plan.decode))
-        self.log_step(plan, start_s, dt, 0.0, 0.0)
         ev, self._landed = self._landed, env.event()
         ev.succeed()
         self.wake()

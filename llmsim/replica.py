@@ -161,10 +161,14 @@ class Replica:
             self._apply(plan, start, dt, swap, draft)
 
     def _apply(self, plan: BatchPlan, start_s: float, dt: float, swap: float, draft: float) -> None:
-        """The step's outcome: tokens and timestamps (the scheduler's), counters, the step's row."""
         self.busy_s += dt
+        self.outcome(plan, start_s, dt, start_s + dt, swap, draft)
+
+    def outcome(self, plan: BatchPlan, start_s: float, dt: float, end_s: float, swap: float, draft: float) -> None:
+        """A step's outcome at ``end_s`` (``dt`` after ``start_s``, as the step was priced or waited):
+        tokens and timestamps (the scheduler's), counters, the step's row."""
         used_before = self.kv.used
-        self.settle(self.sched.complete(plan, start_s + dt), dt)
+        self.settle(self.sched.complete(plan, end_s), dt)
         if self.kv.used < used_before or plan.preempted:
             self.signal_freed()
         self.max_step_tokens = max(self.max_step_tokens, plan.prefill_tokens + plan.num_decode)

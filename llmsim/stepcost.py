@@ -37,12 +37,12 @@ class StepCost:
         swap = self.swap_time(plan)
         draft = 0.0
         if plan.spec_k and plan.decode:
-            contexts = [r.kv_tokens for r in plan.decode]
-            plain = self.cost.step_time(batch_shape([], contexts))
+            decodes = batch_shape([], [r.kv_tokens for r in plan.decode])  # the same rows, one token each
+            plain = self.cost.step_time(decodes)
             if self.draft_cost is None:  # self-speculation: each MTP head costs about one layer
                 draft = plan.spec_k * plain / self.cost.model.num_layers
             else:
-                draft = plan.spec_k * self.draft_cost.step_time(batch_shape([], contexts))
+                draft = plan.spec_k * self.draft_cost.step_time(decodes)
             self.draft_s += draft
             self.spec_base_s += plain
             self.spec_time_s += dt + draft

@@ -111,3 +111,10 @@ def test_parallel_samples_share_prompt_blocks_copy_on_write() -> None:
     assert r.generated == 10 and done == [r]
     decode = next(p for p in plans if p.decode)
     assert decode.shape().decode_seqs == 4  # four rows per step
+
+
+def test_a_dynamic_budget_without_a_predictor_is_refused() -> None:
+    """It would run the fixed budget without saying so (what the twin's engine used to do)."""
+    cfg = SchedulerConfig(chunk_tokens=1024, chunk_budget="dynamic", tbt_target_s=0.05)
+    with pytest.raises(ValueError, match="predict_s"):
+        make_scheduler("chunked", cfg, BlockManager(1000, 16))

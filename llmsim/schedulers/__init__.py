@@ -49,6 +49,8 @@ def make_scheduler(
     """The one way a scheduler is built, with its collaborators (the simulator's replicas and the
     reference engine both call it): the KV manager, a TBT histogram, a step-time predictor (the
     dynamic chunk budget asks it) and, on the simulator's fast path, a columnar decode set."""
+    if cfg.chunk_budget == "dynamic" and predict_s is None:  # it would silently run a fixed budget
+        raise ValueError("chunk_budget: dynamic needs a step-time predictor (predict_s)")
     return SCHEDULERS[policy](cfg, kv, gaps=gaps, predict_s=predict_s, columns=columns)
 
 

@@ -24,6 +24,7 @@ class ChunkedScheduler(Scheduler):
         """Token budget of the next step, decodes included."""
         b = self.cfg.chunk_tokens
         if self.cfg.chunk_budget != "dynamic" or self.predict_s is None or self.cfg.tbt_target_s <= 0:
+            # (predict_s is never None with a dynamic budget: make_scheduler refuses that)
             return b
         past = next((r.kv_tokens for r in self.running if r.in_prefill), 0)
         contexts = [r.kv_tokens for r in plan.decode]

@@ -74,7 +74,10 @@ class BatchPlan:
     def shape(self, window: int | None = None, local_window: int | None = None) -> BatchShape:
         """The step's aggregates for the cost model (context = tokens already cached). Speculative
         verification of k drafts is priced as a (k+1)-token chunk per decoding sequence. Models that
-        interleave local and global layers pass ``local_window`` too (``ModelSpec.attention_windows``)."""
+        interleave local and global layers pass ``local_window`` too (``ModelSpec.attention_windows``).
+        The same aggregates as ``ops.batch_shape`` of the plan's rows, written over the plan's own
+        lists for the step loop; ``tests/test_one_source.py::test_batch_plan_shape_is_batch_shape_of_its_rows``
+        holds the two equal."""
         if local_window is not None:  # (set on the fresh shape: dataclasses.replace took ~5 µs a step)
             shape = self.shape(window)
             shape.local = self.shape(local_window)
