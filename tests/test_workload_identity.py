@@ -238,3 +238,12 @@ def test_the_shipped_shared_prefix_scenario_saves_what_the_hand_count_says() -> 
     # system prompt (125 full blocks) unless it is the group's first; the other 88 requests
     # repeat a 2,200-token prompt and save 137 blocks (2,192 tokens)
     assert res.summary["prefix_cache"]["saved_prefill_tokens"] == 496 * 2000 + 88 * 2192
+
+
+def test_every_trace_format_has_a_loader_and_a_scenario_name():
+    import typing
+
+    from llmsim.scenario import TraceFormat
+    from llmsim.workload.traces import FORMATS
+
+    assert set(typing.get_args(TraceFormat)) == set(FORMATS)

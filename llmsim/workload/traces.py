@@ -17,8 +17,6 @@ from llmsim.errors import UserError
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
 
-FORMATS = ("azure", "mooncake", "burstgpt", "generic", "llmservingsim")
-
 
 def _read_csv(path: Path, required: list[str]) -> pd.DataFrame:
     if not path.exists():
@@ -288,22 +286,19 @@ def _token_ids(ids: object, count: int, where: str) -> np.ndarray:
 def load_trace(path: Path, fmt: str, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS) -> Workload:
     """Load a trace; formats that carry prompt content (token ids, prompt ids) are hashed into
     chained ids of ``hash_block_tokens``-token blocks (Mooncake's ids are 512-token, by the format)."""
-    loaders = {
-        "azure": load_azure,
-        "mooncake": load_mooncake,
-        "burstgpt": load_burstgpt,
-        "generic": load_generic,
-        "llmservingsim": load_llmservingsim,
-    }
-    if fmt not in loaders:
-        raise UserError(f"unknown trace format {fmt!r}; expected one of {list(loaders)}")
-    if fmt == "generic":
-        w = load_generic(Path(path), hash_block_tokens)
-    elif fmt == "llmservingsim":
-        w = load_llmservingsim(Path(path), hash_block_tokens)
+    if fmt not in FORMATS:
+        raise UserError(f"unknown trace format {fmt!r}; expected one of {list(FORMATS)}")
+    if fmt in _CONTENT_LOADERS:
+        w = _CONTENT_LOADERS[fmt](Path(path), hash_block_tokens)
     else:
-        w = loaders[fmt](Path(path))
+        w = _LOADERS[fmt](Path(path))
     prompt0 = np.flatnonzero(w.prompt_tokens < 1)
     if len(prompt0):
         raise UserError(f"{path}: request {int(prompt0[0])}: prompt tokens must be >= 1")
     return w
+
+
+# the formats (scenario.TraceFormat names the same; tests/test_workload_identity.py holds them equal)
+_LOADERS = {"azure": load_azure, "mooncake": load_mooncake, "burstgpt": load_burstgpt}
+_CONTENT_LOADERS = {"generic": load_generic, "llmservingsim": load_llmservingsim}  # hash at a block size
+FORMATS = (*_LOADERS, *_CONTENT_LOADERS)
