@@ -29,6 +29,7 @@ import argparse
 import hashlib
 import json
 import multiprocessing as mp
+import os
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ BENCH_CASES = ("a", "b-traditional", "b-chunked", "b-disaggregated", "c100k", "d
 MOONCAKE = str(ROOT / "data" / "traces" / "conversation_trace.jsonl")
 HASHED = ("requests", "steps")  # requests.csv, steps.csv
 EXACT = "+exact"  # suffix of a case run with exact_steps
+ENGINE_ENV = "LLMSIM_HASH_ENGINE"  # --engine, for the spawned runs
 # prompts and outputs of the synthetic coverage cases (Azure-conversation-like)
 LENGTHS = {
     "prompt_tokens": {"dist": "lognormal", "median": 1020, "sigma": 0.8, "min": 16, "max": 8192},
@@ -165,8 +167,11 @@ def all_cases() -> dict[str, dict]:
     """Every case's scenario dict, with steps.csv written in full."""
     bench = cases()
     specs = {name: bench[name] for name in BENCH_CASES} | coverage_cases()
+    engine = os.environ.get(ENGINE_ENV)
     for spec in specs.values():
         spec["output"] = {"steps": "all"}  # Results.write gets the folder; output.dir is unused
+        if engine:
+            spec["engine"] = engine
     return specs
 
 
@@ -426,7 +431,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", default="", help="with --write: appended to the file's commit line")
     ap.add_argument("--check", type=Path, metavar="FILE", help="compare with saved hashes; exit 1 on a mismatch")
     ap.add_argument("--list", action="store_true", help="list the runs and exit")
+    ap.add_argument("--engine", help="run every case under this engine (e.g. ideal: the pre-engine baseline)")
     args = ap.parse_args(argv)
+    if args.engine:
+        os.environ[ENGINE_ENV] = args.engine  # the spawned runs read it
     if args.list:
         list_cases()
         return 0

@@ -52,7 +52,7 @@ def run(
         sc.policy.max_queue,
         sim_options(sc, model, pools, exact_steps),
     )
-    req = requests_frame(out.requests)
+    req = requests_frame(out.requests, sc.engine_spec.output_delay_s)
     slo = sc.slo.model_dump(exclude={"classes"})
     slo["attainment_target"] = slo.pop("attainment")
     classes = {k: v.model_dump(exclude={"classes", "attainment"}) for k, v in sc.slo.classes.items()}
@@ -135,6 +135,7 @@ def sim_options(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], exact_ste
         n_seqs=sc.workload.beam_width or sc.workload.parallel_samples,
         exact_steps=exact_steps,
         prefill_policy=sc.policy.prefill_pool_policy,
+        async_scheduling=sc.engine_spec.async_scheduling,
     )
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from llmsim.costmodel import CostConfig, CostModel
+from llmsim.engine import EngineSpec, for_hardware
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, load_profile
 from llmsim.models import DTYPE_BYTES, ModelSpec, get_model
@@ -138,6 +139,7 @@ def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
 
 def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     hw = load_profile(p.hardware or sc.hardware, Path(sc.base_dir))
+    engine = for_hardware(sc.engine_spec, hw)
     key = "cluster" if name == "main" else f"cluster.{name}_pool"
     check_parallelism(model, p.tp, p.pp, key)
     weight_dtype = sc.model.weight_dtype or model.weight_dtype
@@ -151,7 +153,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         kv_dtype=sc.kv_cache.dtype,
         act_dtype=act,
         attention_kernel=sc.model.attention_kernel,
-        cuda_graphs=sc.cluster.cuda_graphs,
+        cuda_graphs=sc.cluster.cuda_graphs if engine.cuda_graphs is None else engine.cuda_graphs,
+        cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, sc.policy.chunk_tokens),
         numa_aware=sc.cluster.numa_aware,
     )
     sched = SchedulerConfig(
@@ -165,6 +168,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         prefill_only=name == "prefill",
         queue_order=sc.policy.queue_order,
         max_bypass=sc.policy.max_bypass,
+        reserve_full_prompt=sc.policy.reserve_full_prompt,
+        long_prefill_token_threshold=sc.policy.long_prefill_token_threshold,
     )
     draft = None
     spec = sc.speculative
@@ -172,7 +177,9 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         sched.speculative = SpecConfig(k=spec.k, acceptance=spec.rates(), seed=sc.seed)
         if spec.method == "draft":
             draft = get_model(spec.draft_model or "").with_(weight_dtype=weight_dtype)
-    chunked = sc.policy.kind == "chunked" or (name == "prefill" and sc.policy.prefill_pool_policy == "chunked")
+    chunked = sc.policy.kind in ("chunked", "vllm") or (
+        name == "prefill" and sc.policy.prefill_pool_policy == "chunked"
+    )
     step_tokens = sched.chunk_tokens if chunked else sched.max_batch_tokens
     blocks, memory = kv_blocks(
         sc, model, hw, p.tp, p.pp, weight_dtype, step_tokens, sched.max_num_seqs, key, draft=draft
@@ -180,10 +187,19 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     draft_cost = None
     if draft is not None:
         # the draft is small: it runs unsharded next to the target's shard
-        draft_cost = CostModel(draft, hw, replace(cfg, tp=1, pp=1))
-    return PoolSpec(
-        name, hw, p.replicas, p.tp, p.pp, CostModel(model, hw, cfg), blocks, sched, memory, draft_cost=draft_cost
-    )
+        draft_cost = CostModel(draft, hw, replace(cfg, tp=1, pp=1), engine)
+    cost = CostModel(model, hw, cfg, engine)
+    return PoolSpec(name, hw, p.replicas, p.tp, p.pp, cost, blocks, sched, memory, draft_cost=draft_cost)
+
+
+def graph_sizes(engine: EngineSpec, max_num_seqs: int, max_batched_tokens: int) -> tuple[int, ...]:
+    """The CUDA-graph sizes an engine captures for this batch limit: vLLM caps them at
+    min(2 x max_num_seqs, 512, max_num_batched_tokens) (vllm/config/vllm.py, 0.32)."""
+    sizes = engine.cuda_graph_sizes
+    if not sizes or engine.defaults != "vllm":
+        return sizes
+    cap = min(2 * max_num_seqs, sizes[-1], max_batched_tokens)
+    return tuple(s for s in sizes if s <= cap) or sizes[:1]
 
 
 def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
@@ -248,6 +264,9 @@ def kv_blocks(
     }
     block_bytes = per_token * sc.kv_cache.block_tokens
     blocks = int(free // block_bytes) if free > 0 else 0
+    if sc.kv_cache.num_blocks is not None:  # as the engine reported it (vLLM: num_gpu_blocks)
+        blocks = sc.kv_cache.num_blocks
+        memory["kv_bytes"] = blocks * block_bytes
     if blocks < 1:
         raise UserError(
             f"{key}: {model.name} does not fit on {hw.name} x{devices} (tp={tp}, pp={pp}): weights need "

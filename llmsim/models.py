@@ -299,6 +299,34 @@ CATALOG: dict[str, ModelSpec] = {
             weight_dtype="fp32",
             source=_REF + " [HFLOG-GPT2]",
         ),
+        ModelSpec(
+            name="qwen3-32b",
+            hidden_size=5120,
+            intermediate_size=25600,
+            num_layers=64,
+            num_heads=64,
+            num_kv_heads=8,
+            head_dim=128,  # q_size 8192 != hidden_size: Qwen3 sets head_dim explicitly
+            vocab_size=151936,
+            max_position_embeddings=40960,
+            source="Qwen/Qwen3-32B config.json (model_type qwen3, no attention bias, untied embeddings; "
+            "per-head q/k RMSNorm not counted)",
+        ),
+        ModelSpec(
+            name="qwen3-30b-a3b-instruct-2507",
+            hidden_size=2048,
+            intermediate_size=768,  # moe_intermediate_size; the config's intermediate_size 6144 is unused
+            num_layers=48,
+            num_heads=32,
+            num_kv_heads=4,
+            head_dim=128,
+            vocab_size=151936,
+            num_experts=128,
+            experts_per_token=8,
+            max_position_embeddings=262144,
+            source="Qwen/Qwen3-30B-A3B-Instruct-2507 config.json (model_type qwen3_moe, 128 experts, top-8, "
+            "moe_intermediate_size 768, every layer MoE, no shared expert; per-head q/k RMSNorm not counted)",
+        ),
     ]
 }
 
@@ -315,6 +343,8 @@ PUBLISHED_PARAMS = {
     "qwen2.5-72b": (72.7e9, "Qwen2.5-72B model card: 72.7B [QWEN-72B-README]"),
     "gpt2": (124.44e6, "GPT-2 small: 124M (HF printout 124.4M) [HFLOG-GPT2]"),
     "gemma-2-9b": (9.24e9, "Gemma 2 9B model card: 9.24B parameters"),
+    "qwen3-32b": (32.8e9, "Qwen3-32B model card: 32.8B parameters"),
+    "qwen3-30b-a3b-instruct-2507": (30.5e9, "Qwen3-30B-A3B-Instruct-2507 model card: 30.5B total, 3.3B activated"),
 }
 
 

@@ -44,6 +44,7 @@ COMPILED = (
     "llmsim.schedulers.queue",
     "llmsim.schedulers.chunked",
     "llmsim.schedulers.traditional",
+    "llmsim.schedulers.vllm",
     "llmsim.options",
     "llmsim.router",
     "llmsim.replica",

@@ -29,7 +29,7 @@ class PipelineReplica(Replica):
         self.first_start_s = -1.0
         self.last_end_s = 0.0
         self._landed = self.env.event()
-        self._step_overhead_s = self.pool.hw.overheads.step_overhead_s.value  # paid once, at stage 0
+        self.async_scheduling = False  # the micro-batch queue already plans ahead (vLLM: a batch queue of pp)
 
     def loop(self):  # simpy process
         env = self.env
@@ -58,7 +58,9 @@ class PipelineReplica(Replica):
             shape = plan.shape(self.window, self.local_window)
             stage_s = self.cost.stage_time(shape)
             send_s = self.cost.pp_send_time(shape)
-            first = stage_s + self._step_overhead_s + self.price.swap_time(plan)
+            # the engine's host work is paid once, at stage 0
+            first = self.cost.with_host(stage_s, shape.prefill_seqs + shape.decode_seqs, shape.tokens)
+            first += self.price.swap_time(plan)
             yield env.timeout(first)
             self.stage_busy_s[0] += first
             self.busy_s += first

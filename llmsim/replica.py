@@ -73,6 +73,12 @@ class Replica:
         for prefix in opts.prewarm:
             self.kv.prewarm(chain_hashes(prefix, opts.prewarm_block_tokens, block_tokens, 1 << 62))
         self.price = StepCost(pool, opts.kv_bytes_per_token)
+        # async scheduling (engine.py): the step after the one running was planned when it started,
+        # so an arrival during a step joins the plan after next; ``_late`` holds such arrivals
+        self.async_scheduling = opts.async_scheduling
+        self._late: list[Request] = []
+        self._last_start_s = 0.0  # when the step that just ended started (its successor's plan)
+        self._step_start_s = 0.0  # when the step (or run) in progress started
         self.outstanding_tokens = 0  # prompt + output tokens of unfinished requests (for routing)
         self.busy_s = 0.0
         self.max_step_tokens = self.steps_taken = 0
@@ -98,12 +104,15 @@ class Replica:
     def submit(self, req: Request) -> None:
         req.replica = self.index
         reason = self.sched.rejection_reason(req)
-        if not reason and self.max_queue is not None and len(self.sched.waiting) >= self.max_queue:
+        if not reason and self.max_queue is not None and len(self.sched.waiting) + len(self._late) >= self.max_queue:
             reason = f"queue full (max_queue={self.max_queue})"
         if reason:
             req.status, req.reject_reason = REJECTED, reason
             return
-        self.sched.add(req)
+        if self.async_scheduling and not self._idle and self.env.now > self._step_start_s:
+            self._late.append(req)  # a step is running, and the next one is planned already
+        else:
+            self.sched.add(req)
         self.outstanding_tokens += req.prompt_tokens + req.output_tokens
         self.wake()
 
@@ -143,22 +152,41 @@ class Replica:
     def loop(self):  # simpy process
         clock = self.clock
         while True:
+            if self._late:
+                self._admit_late()
             plan = self.sched.schedule() if self.sched.has_work() else None
             if plan is None or plan.empty:  # nothing can run until something arrives or blocks free up
+                if self._late:  # an idle engine plans the new arrivals at once
+                    self._admit_late(everyone=True)
+                    continue
                 yield from self._sleep()
                 continue
             shape = plan.shape(self.window, self.local_window)
-            run = self.fast.decode_run(plan, shape)
+            run = None if self._late else self.fast.decode_run(plan, shape)
+            self._step_start_s = clock.now
             if run is not None:  # a closed-form run of identical decode steps
                 done = yield from self.fast.wait(run)
+                self._last_start_s = run.ends[done - 2] if done > 1 else run.start_s
                 self._apply_run(run, done)
                 continue
-            start = clock.now
+            start = self._last_start_s = clock.now
             dt, swap, draft = self.price.price(plan, shape)
             wait = clock.advance(dt)  # None: nothing can reach the replica before the step ends
             if wait is not None:
                 yield wait
             self._apply(plan, start, dt, swap, draft)
+
+    def _admit_late(self, everyone: bool = False) -> None:
+        """Async scheduling: arrivals from before the last step started reach the scheduler now
+        (the plan being made is the one after next for later arrivals)."""
+        cutoff = self._last_start_s
+        keep = []
+        for r in self._late:
+            if everyone or r.arrival_s < cutoff:
+                self.sched.add(r)
+            else:
+                keep.append(r)
+        self._late = keep
 
     def _apply(self, plan: BatchPlan, start_s: float, dt: float, swap: float, draft: float) -> None:
         self.busy_s += dt

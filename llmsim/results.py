@@ -69,8 +69,9 @@ REQUEST_COLUMNS = [
 ]
 
 
-def requests_frame(reqs: list) -> pd.DataFrame:
-    """One row per request, in arrival order."""
+def requests_frame(reqs: list, output_delay_s: float = 0.0) -> pd.DataFrame:
+    """One row per request, in arrival order. Client-side times (first token, last token,
+    finish) come ``output_delay_s`` after the step that produced them (engine.output_delay_s)."""
     cols = {
         "id": [r.id for r in reqs],
         "class": [r.klass for r in reqs],
@@ -91,6 +92,9 @@ def requests_frame(reqs: list) -> pd.DataFrame:
         "transfer_s": [r.transfer_s for r in reqs],
     }
     df = pd.DataFrame(cols)
+    if output_delay_s:
+        for c in ("first_token_s", "finish_s", "last_token_s"):
+            df[c] += output_delay_s
     df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
     gaps = df["generated_tokens"] - 1
     df["tbt_mean_s"] = np.where(gaps > 0, (df["last_token_s"] - df["first_token_s"]) / gaps.clip(lower=1), np.nan)

@@ -92,6 +92,10 @@ class PolicyConfig(_Strict):
     tbt_target_s: PosFloat | None = None  # dynamic budget target (default: slo.tbt_s)
     min_chunk_tokens: PosInt = 64
     max_queue: PosInt | None = None  # per replica; arrivals beyond it are rejected (load shedding)
+    # vllm policy: admit a prompt only if all of it fits (scheduler_reserve_full_isl); cap a prompt's
+    # tokens per step (long_prefill_token_threshold, 0 = off)
+    reserve_full_prompt: bool = True
+    long_prefill_token_threshold: Annotated[int, Field(ge=0)] = 0
     # disaggregated: how the prefill pool batches prompts (whole prompts, or chunk_tokens per step)
     prefill_pool_policy: Literal["traditional", "chunked"] = "traditional"
 
@@ -118,6 +122,7 @@ class KVCacheConfig(_Strict):
     memory_fraction: float = Field(0.9, gt=0, le=1)  # of device memory usable by weights + KV
     reserve_gb: NonNegFloat = 0.0  # extra reserve (activations, CUDA context) in GB
     watermark: float = Field(0.01, ge=0, lt=1)
+    num_blocks: PosInt | None = None  # KV blocks per replica as the engine reported them (overrides the memory budget)
     preemption: Literal["recompute", "swap"] = "recompute"
     prefix_caching: bool = False
     prewarm: list[list[int]] = []  # prefixes (lists of content ids) cached on every replica at t=0
@@ -292,6 +297,16 @@ class OutputConfig(_Strict):
 
 class Scenario(_Strict):
     _origin: str = PrivateAttr(default="scenario")  # the file it came from, for error messages
+    _engine: object = PrivateAttr(default=None)  # the resolved engine.EngineSpec (engine.apply_engine)
+
+    @property
+    def engine_spec(self):  # type: ignore[no-untyped-def]
+        """The serving engine this scenario runs under (``engine.EngineSpec``)."""
+        if self._engine is None:
+            from llmsim.engine import load_engine
+
+            self._engine = load_engine(self.engine, Path(self.base_dir), self._origin)
+        return self._engine
 
     name: str
     seed: int = 0
@@ -305,6 +320,7 @@ class Scenario(_Strict):
     speculative: SpeculativeConfig | None = None
     output: OutputConfig = OutputConfig()
     plan: dict | None = None  # capacity-plan search space; validated by llmsim.planning.PlanConfig
+    engine: str | dict | None = None  # serving engine: a preset, a profile path, or a mapping (engine.py)
     base_dir: str = "."  # folder relative paths resolve against (set by the loader)
 
     @model_validator(mode="before")
@@ -348,7 +364,32 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
     except ValidationError as exc:
         raise UserError(pydantic_message(exc, origin, _section_keys())) from None
     _check_names(sc, origin)
+    return apply_engine(sc, origin)
+
+
+def apply_engine(sc: Scenario, origin: str) -> Scenario:
+    """The scenario as its engine runs it: the engine resolved (``sc.engine_spec``), and the policy
+    and kv_cache keys the file leaves unset filled with the engine's defaults."""
+    from llmsim.engine import for_hardware, load_engine, vllm_defaults
+    from llmsim.hardware import load_profile
+
+    spec = load_engine(sc.engine, Path(sc.base_dir), origin)
+    hw = load_profile(sc.hardware, Path(sc.base_dir))
+    spec = for_hardware(spec, hw)
+    if spec.defaults == "vllm":
+        policy, kv = vllm_defaults(hw)
+        if sc.policy.kind == "disaggregated":
+            policy.pop("kind")
+        p_unset = {k: v for k, v in policy.items() if k not in sc.policy.model_fields_set}
+        kv_unset = {k: v for k, v in kv.items() if k not in sc.kv_cache.model_fields_set}
+        sc = sc.model_copy(
+            update={
+                "policy": sc.policy.model_copy(update=p_unset),
+                "kv_cache": sc.kv_cache.model_copy(update=kv_unset),
+            }
+        )
     sc._origin = origin
+    sc._engine = spec
     return sc
 
 

@@ -11,6 +11,7 @@ import pytest
 
 import llmsim
 from llmsim.costmodel import CostConfig, CostModel, batch_shape
+from llmsim.engine import PRESETS
 from llmsim.hardware import load_profile
 from llmsim.models import CATALOG
 from llmsim.scenario import scenario_from_dict
@@ -21,9 +22,10 @@ LENGTHS = {
 }
 
 
-def _scenario(policy: str, **extra: object) -> llmsim.Scenario:
+def _scenario(policy: str, engine: str = "ideal", **extra: object) -> llmsim.Scenario:
     d: dict = {
         "name": f"fast-{policy}",
+        "engine": engine,
         "seed": 3,
         "model": "llama-3.1-8b",
         "hardware": "A100-SXM-80GB",
@@ -78,6 +80,14 @@ STEP_COLUMNS = ["start_s", "duration_s", "decode_tokens", "batch_size", "preempt
         # local+global attention, contexts crossing the 4096-token window
         ("chunked", {"model__name": "gemma-2-9b", "workload__rate_rps": 3.0}),
         ("traditional", {"model__name": "mistral-7b", "workload__rate_rps": 3.0}),
+        # the vLLM engine: its scheduler, async scheduling (arrivals join the plan after next),
+        # host terms and CUDA-graph padding in every step's price
+        ("vllm", {"engine": "vllm-v1"}),
+        ("vllm", {"engine": "vllm-v1", "cluster__replicas": 1, "workload__rate_rps": 3.0}),
+        ("vllm", {"engine": "vllm-v1", "cluster__replicas": 1, "workload__kind": "all_at_once"}),
+        ("vllm", {"engine": "vllm-v1", **TIGHT}),
+        ("chunked", {"engine": "vllm-v1", "kv_cache__prefix_caching": False}),
+        ("disaggregated", {"engine": "vllm-v1"}),
     ],
 )
 def test_fast_paths_match_exact_steps(policy: str, extra: dict) -> None:
@@ -123,11 +133,14 @@ def test_fast_paths_need_far_fewer_events_than_steps(monkeypatch: pytest.MonkeyP
     assert fast_events < exact_events / 3, (fast_events, exact_events)
 
 
+@pytest.mark.parametrize("engine", ["ideal", "vllm-v1"])
 @pytest.mark.parametrize("hw", ["H100-SXM", "TPU-v5e", "Xeon-8480+"])
-def test_decode_steps_s_equals_step_by_step_pricing(hw: str) -> None:
+def test_decode_steps_s_equals_step_by_step_pricing(hw: str, engine: str) -> None:
     model = CATALOG["llama-3.1-8b"]
+    spec = PRESETS[engine]
     for graphs in (False, True):
-        cm = CostModel(model, load_profile(hw), CostConfig(cuda_graphs=graphs))
+        cfg = CostConfig(cuda_graphs=graphs, cuda_graph_sizes=spec.cuda_graph_sizes)
+        cm = CostModel(model, load_profile(hw), cfg, spec)
         shape = batch_shape([], [100 + 37 * i for i in range(48)])
         times = cm.decode_steps_s(shape, 300)
         exact = [
@@ -145,7 +158,8 @@ def test_affine_run_pricing_only_where_linear(contexts: list[int], kink: bool) -
     cm = CostModel(CATALOG["llama-3.1-8b"], load_profile("Xeon-8480+"), CostConfig())
     shape = batch_shape([], contexts)
     stage = cm._dense_stage_time(shape.tokens, shape.lm_rows, True)
-    assert (cm._affine_decode_steps_s(shape, 2000, stage) is None) == kink
+    host = cm.host_s(shape.decode_seqs, shape.tokens)
+    assert (cm._affine_decode_steps_s(shape, 2000, stage, host, True) is None) == kink
     n = len(contexts)
     exact = [
         cm.step_time(dataclasses.replace(shape, decode_ctx_tokens=shape.decode_ctx_tokens + n * j)) for j in range(2000)

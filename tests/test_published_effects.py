@@ -58,18 +58,25 @@ def test_chunked_prefill_sustains_more_load_under_strict_tbt() -> None:
     assert 1.5 <= chunked / traditional <= 6.5, (chunked, traditional)
 
 
-def _goodput(path: str) -> float:
+def _goodput(path: str, **over: object) -> float:
     def ok(rate: float) -> bool:
-        r = _run(path, **{"workload.rate_rps": rate, "workload.num_requests": 100, **SHORT_CHAT})
+        r = _run(path, **{"workload.rate_rps": rate, "workload.num_requests": 100, **SHORT_CHAT, **over})
         return r.summary["slo"]["attainment"] >= r.summary["slo"]["attainment_target"]
 
     return _bisect(ok, 1.0, 32.0)
 
 
+def _goodput_ratio(engine: str) -> float:
+    over = {"engine": engine}
+    return _goodput("colocated_vs_disaggregated.yaml", **over) / _goodput("colocated.yaml", **over)
+
+
 def test_disaggregation_gives_more_goodput_per_gpu() -> None:
-    # both arms use two A100s, so goodput per GPU compares like goodput
-    disagg, colo = _goodput("colocated_vs_disaggregated.yaml"), _goodput("colocated.yaml")
-    assert 1.3 <= disagg / colo <= 11.0, (disagg, colo)
+    # both arms use two A100s, so goodput per GPU compares like goodput. DistServe reports 2-4.6x
+    # against the vLLM of its day; under the ideal engine llmsim gives 1.9x, under vllm-v1 (today's
+    # vLLM scheduler: a 2048-token budget serves the colocated arm better) 1.24x (docs/validation.md)
+    assert 1.3 <= _goodput_ratio("ideal") <= 11.0
+    assert 1.0 < _goodput_ratio("vllm-v1") <= 11.0
 
 
 def test_chunking_cuts_p99_tbt_and_slightly_raises_ttft() -> None:

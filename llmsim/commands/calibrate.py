@@ -17,12 +17,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="calibrated profile YAML (default hardware_profiles/calibrated/<name>.yaml)")
     p.add_argument("--local-cpu", action="store_true", help="measure this machine's CPU and write a profile")
     p.add_argument("--quick", action="store_true", help="with --local-cpu: fewer, smaller measurements")
+    p.add_argument(
+        "--serving", nargs="+", metavar="RUN", help="fit the engine's host terms to measured serving runs (folders)"
+    )
+    p.add_argument("--model", help="with --serving: the served model (catalog name or config.json)")
+    p.add_argument("--fit-hardware", action="store_true", help="with --serving: refine the profile's efficiencies too")
     p.set_defaults(func=cmd_calibrate)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.local_cpu:
         return _local_cpu(args)
+    if args.serving:
+        return _serving(args)
     if not args.hardware or not args.profile:
         raise UserError("calibrate needs --hardware and --profile FILE... (or --local-cpu)")
     from llmsim.calibration.fit import calibrate
@@ -53,4 +60,46 @@ def _local_cpu(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     written = measure_and_write(out, args.quick)
     print(f"wrote {written}")
+    return 0
+
+
+def _serving(args: argparse.Namespace) -> int:
+    """Engine profile (and with --fit-hardware a refined hardware profile) from serving runs."""
+    import json
+
+    import yaml
+
+    from llmsim.calibration.serving import fit_serving, read_run
+    from llmsim.hardware import load_profile
+    from llmsim.models import get_model
+
+    if not args.hardware or not args.model:
+        raise UserError("calibrate --serving needs --hardware (the device's profile) and --model (the served model)")
+    hw = load_profile(args.hardware)
+    runs = [read_run(Path(f)) for f in args.serving]
+    model = get_model(args.model).with_(weight_dtype="fp32") if args.fit_hardware else get_model(args.model)
+    hw_data = hw.model_dump(mode="json", exclude_none=True)
+    engine, fitted_hw, report = fit_serving(runs, model, hw_data, args.fit_hardware)
+    out = Path(args.out) if args.out else Path("results/engine-fit")
+    out.mkdir(parents=True, exist_ok=True)
+    sched = runs[0].meta.get("resolved", {}).get("scheduler", {})
+    engine["defaults"] = "vllm"  # a vLLM deployment's unset keys get vLLM's defaults
+    engine["async_scheduling"] = bool(sched.get("async_scheduling", False))
+    engine["cuda_graphs"] = bool(runs[0].meta.get("resolved", {}).get("cudagraph_capture_sizes"))
+    engine["fit"] = report
+    (out / "engine.yaml").write_text(yaml.safe_dump(engine, sort_keys=False))
+    written = [out / "engine.yaml"]
+    if fitted_hw is not None:
+        (out / "hardware.yaml").write_text(yaml.safe_dump(fitted_hw, sort_keys=False))
+        written.append(out / "hardware.yaml")
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"fitted {report['steps']} steps of {len(runs)} run(s): {', '.join(report['runs'])}")
+    for k in ("schedule", "prepare", "output"):
+        t = engine[k]
+        print(
+            f"  {k:9s} {t['base_s'] * 1e3:7.3f} ms + {t['per_seq_s'] * 1e6:7.2f} us/seq + {t['per_token_s'] * 1e9:7.1f} ns/token"
+        )
+    for k, v in report["mape"].items():
+        print(f"  {k:9s} fit MAPE {v:.1%}")
+    print("wrote " + ", ".join(map(str, written)))
     return 0

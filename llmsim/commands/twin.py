@@ -15,7 +15,20 @@ POLICIES = ("traditional", "chunked")
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("twin", help="digital twin: NumPy reference engine on this CPU vs the simulator")
-    p.add_argument("scenario", type=Path, help="scenario YAML (one replica, traditional or chunked policy)")
+    p.add_argument(
+        "scenario",
+        type=Path,
+        nargs="*",
+        help="scenario YAML (one replica, traditional or chunked policy); with --engine vllm: measured run folders",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("reference", "vllm"),
+        default="reference",
+        help="reference: the NumPy engine run now; vllm: replay measured real vLLM runs (default: the validation split)",
+    )
+    p.add_argument("--engine-profile", type=Path, default=None, help="with --engine vllm: engine profile YAML")
+    p.add_argument("--hardware", type=Path, default=None, help="with --engine vllm: hardware profile YAML")
     p.add_argument("--steps-only", action="store_true", help="only compare single steps across a grid")
     p.add_argument("--skip-grid", action="store_true", help="skip the single-step grid, run the scenario only")
     p.add_argument(
@@ -32,6 +45,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_twin(args: argparse.Namespace) -> int:
+    if args.engine == "vllm":
+        return _vllm(args)
+    if len(args.scenario) != 1:
+        raise UserError("twin: give one scenario YAML (or --engine vllm with run folders)")
+    args.scenario = args.scenario[0]
     from llmsim.build import build_model
     from llmsim.calibration.localcpu import measure_and_write
     from llmsim.calibration.stepgrid import measure_steps
@@ -120,3 +138,33 @@ def print_run(result, repeats: int) -> None:  # noqa: ANN001
             f"prefill probe (applied to steps that prefill): {pf['probes']} readings {pf['min']:.2f}..{pf['max']:.2f} "
             f"(median {pf['median']:.2f})"
         )
+
+
+VLLM_HEADERS = ["run", "split", "TTFT mean", "TTFT p99", "E2E mean", "E2E p99", "ITL mean", "E2E per-req median |err|"]
+
+
+def _vllm(args: argparse.Namespace) -> int:
+    """Replay measured vLLM runs (data/validation/vllm-cpu by default) and print the errors."""
+    import json
+
+    from llmsim.calibration import replay
+
+    split = replay.split()
+    folders = [Path(f) for f in args.scenario] or [replay.DATA / n for n in split["validation"]]
+    kind = {n: "validation" for n in split["validation"]} | {n: "calibration" for n in split["calibration"]}
+    hardware = args.hardware or replay.HOST_PROFILE
+    engine = args.engine_profile or replay.ENGINE_PROFILE
+    rows, scores = [], []
+    for folder in folders:
+        s, _, _ = replay.replay(folder, hardware, engine)
+        scores.append(s)
+        cells = [f"{s[k]:+.1%}" for k in ("err_ttft_mean", "err_ttft_p99", "err_e2el_mean", "err_e2el_p99")]
+        cells += [f"{s['err_itl_mean']:+.1%}", f"{s['e2el_request_median_abs_err']:.1%}"]
+        rows.append([folder.name, kind.get(folder.name, "repeat" if "-rep" in folder.name else "other"), *cells])
+    print(table(rows, VLLM_HEADERS))
+    print("errors are (simulated - measured) / measured; ITL is the mean gap between tokens over all tokens")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "vllm_twin.json").write_text(json.dumps(scores, indent=1) + "\n")
+        print(f"wrote {args.out / 'vllm_twin.json'}")
+    return 0

@@ -7,6 +7,7 @@ array). Every overhead is a named term in the step breakdown.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ import numpy as np
 from llmsim.costmodel.comm import all_reduce_s, send_s, tp_link
 from llmsim.costmodel.gemm import GemmCurve
 from llmsim.costmodel.ops import AttentionDims, BatchShape, Op, OpConfig, head_ops, step_ops
+from llmsim.engine import PRESETS, EngineSpec
 from llmsim.hardware import HardwareProfile
 from llmsim.models import DTYPE_BYTES, ModelSpec
 
@@ -66,6 +68,10 @@ class CostConfig(OpConfig):
     """OpConfig plus how kernels are launched and placed."""
 
     cuda_graphs: bool = False  # decode-only steps replay a captured graph: no launch gaps
+    # captured batch sizes (engine.EngineSpec): a step of up to the largest runs its non-attention
+    # kernels in a graph padded to the next size (attention too when decode-only); bigger steps run
+    # eager. Empty: every decode-only step is graphed at its own size (the engine-less model)
+    cuda_graph_sizes: tuple[int, ...] = ()
     numa_aware: bool = True  # CPU: each socket reads its own memory (else half the reads cross)
     moe_imbalance: float = 1.0  # MoE: tokens of the busiest expert / mean tokens per expert (>= 1)
 
@@ -77,6 +83,7 @@ class CostModel:
     model: ModelSpec
     hw: HardwareProfile
     cfg: CostConfig = field(default_factory=CostConfig)
+    engine: EngineSpec = PRESETS["ideal"]  # the host terms of a step (engine.py)
 
     def __post_init__(self) -> None:
         self._body_cache: dict[tuple[int, bool], float] = {}
@@ -101,6 +108,14 @@ class CostModel:
         self._small_m: tuple[float, ...] = tuple(small.value) if small else ()
         self._launch = self.hw.overheads.kernel_launch_s.value
         self._step_overhead = self.hw.overheads.step_overhead_s.value
+        # host seconds per step: the profile's constant (the ideal engine) or the engine's terms
+        self._host_const = self.engine.hardware_step_overhead
+        self._async = self.engine.async_scheduling
+        self._graph_sizes = self.cfg.cuda_graph_sizes
+        e = self.engine  # its host terms summed into one affine form, read per step
+        self._host_base = e.schedule.base_s + e.prepare.base_s + e.output.base_s
+        self._host_seq = e.schedule.per_seq_s + e.prepare.per_seq_s + e.output.per_seq_s
+        self._host_tok = e.schedule.per_token_s + e.prepare.per_token_s + e.output.per_token_s
         self._link = tp_link(self.hw, self.cfg.tp)
         self._mxu = self.hw.tpu.mxu_dim if self.hw.tpu else 0
         # attention kernels are priced from the step's aggregates directly (see _attention_s)
@@ -195,8 +210,9 @@ class CostModel:
         return step_ops(self.model, shape, self.cfg)
 
     def priced(self, shape: BatchShape) -> list[OpTime]:
-        decode_only = shape.prefill_tokens == 0
-        return [self.price(op, decode_only) for op in self.ops(shape)]
+        """Every op of the step priced, launch gaps as the step's CUDA-graph view has them."""
+        _, body_graphed, attn_graphed = self.graph_view(shape.tokens, shape.prefill_tokens == 0)
+        return [self.price(op, attn_graphed if op.kind == "attention" else body_graphed) for op in self.ops(shape)]
 
     def stage_time(self, shape: BatchShape) -> float:
         """Device time of one pipeline stage's part of the step (no per-step CPU overhead)."""
@@ -212,40 +228,77 @@ class CostModel:
         tokens = shape.tokens
         if not tokens:
             return 0.0
-        decode_only = shape.prefill_tokens == 0
-        stage = self._dense_stage_time(tokens, shape.lm_rows, decode_only)
-        stage += self._attention_s(shape, decode_only)
-        if self.cfg.pp == 1:
-            return stage + self._step_overhead
-        return stage * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + self._step_overhead
+        body_tokens, body_graphed, attn_graphed = self.graph_view(tokens, shape.prefill_tokens == 0)
+        stage = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed)
+        stage += self._attention_s(shape, attn_graphed)
+        if self.cfg.pp > 1:
+            stage = stage * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1)
+        return self.with_host(stage, shape.prefill_seqs + shape.decode_seqs, tokens)
+
+    def graph_view(self, tokens: int, decode_only: bool) -> tuple[int, bool, bool]:
+        """How a step of ``tokens`` runs under CUDA graphs: (tokens its non-attention kernels
+        process, padding included; are those graphed; is attention graphed). Without capture sizes
+        decode-only steps are graphed whole at their own size; with them (vLLM's FULL_AND_PIECEWISE,
+        vllm/config/compilation.py) any step up to the largest size pads to the next one, runs
+        its GEMMs and norms in graphs, and its attention too when it is decode-only."""
+        if not self.cfg.cuda_graphs:
+            return tokens, decode_only, decode_only  # (the flags only matter with graphs)
+        sizes = self._graph_sizes
+        if not sizes:
+            return tokens, decode_only, decode_only
+        if tokens > sizes[-1]:
+            return tokens, False, False
+        return sizes[bisect.bisect_left(sizes, tokens)], True, decode_only
+
+    def host_s(self, seqs: int, tokens: int) -> float:
+        """Host seconds of a step: the profile's constant (ideal engine) or the engine's terms."""
+        if self._host_const:
+            return self._step_overhead
+        return self._host_base + self._host_seq * seqs + self._host_tok * tokens  # = engine.host_s
+
+    def with_host(self, device_s: float, seqs: int, tokens: int) -> float:
+        """A step's seconds from its device time: host work follows the device (sync), or
+        overlaps the previous step's device time (async scheduling) so the longer one sets the pace."""
+        host = self.host_s(seqs, tokens)
+        if self._async:
+            return device_s if device_s > host else host
+        return device_s + host
 
     def decode_steps_s(self, shape: BatchShape, steps: int) -> list[float]:
         """``step_time`` of ``steps`` successive decode-only steps from ``shape``, each with every
         context one token longer (a run never crosses a sliding window, so the local view grows the
         same), vectorised: the same arithmetic as ``_attention_s`` on an array of contexts."""
         n = shape.decode_tokens
-        stage = self._dense_stage_time(shape.tokens, shape.lm_rows, True)
+        body_tokens, body_graphed, graphed = self.graph_view(shape.tokens, True)
+        stage = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed)
+        host = self.host_s(shape.decode_seqs, shape.tokens)  # the batch is the same every step
         if shape.local is None and self.cfg.pp == 1 and steps > 2:
-            affine = self._affine_decode_steps_s(shape, steps, stage)
+            affine = self._affine_decode_steps_s(shape, steps, stage, host, graphed)
             if affine is not None:
                 return affine
         grow = np.arange(0, n * steps, n, dtype=np.int64) if n else np.zeros(steps, dtype=np.int64)
         if shape.local is None:
-            att = self._decode_attention_s(shape.decode_ctx_tokens + grow, n, shape.decode_seqs, self._layers, True)
+            att = self._decode_attention_s(shape.decode_ctx_tokens + grow, n, shape.decode_seqs, self._layers, graphed)
         else:
             glob = self.model.global_layers(self._layers)
-            att = self._decode_attention_s(shape.decode_ctx_tokens + grow, n, shape.decode_seqs, glob, True)
+            att = self._decode_attention_s(shape.decode_ctx_tokens + grow, n, shape.decode_seqs, glob, graphed)
             local = shape.local
             att = att + self._decode_attention_s(
-                local.decode_ctx_tokens + grow, n, local.decode_seqs, self._layers - glob, True
+                local.decode_ctx_tokens + grow, n, local.decode_seqs, self._layers - glob, graphed
             )
+        if self._async:
+            device = (stage + att) * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1)
+            out = np.maximum(device, host)
+            return out.tolist() if isinstance(out, np.ndarray) else [float(out)] * steps
         if self.cfg.pp == 1 and isinstance(att, np.ndarray):
-            att += stage + self._step_overhead
+            att += stage + host
             return att.tolist()
-        out = (stage + att) * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + self._step_overhead
+        out = (stage + att) * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + host
         return out.tolist() if isinstance(out, np.ndarray) else [float(out)] * steps
 
-    def _affine_decode_steps_s(self, shape: BatchShape, steps: int, stage_s: float) -> list[float] | None:
+    def _affine_decode_steps_s(
+        self, shape: BatchShape, steps: int, stage_s: float, host_s: float, graphed: bool
+    ) -> list[float] | None:
         """The run's step times as ``first + slope * i`` where that is exact to rounding, else None.
 
         Decode attention's time is convex and piecewise linear in the context (the max of compute
@@ -256,13 +309,16 @@ class CostModel:
         n, seqs, ctx = shape.decode_tokens, shape.decode_seqs, shape.decode_ctx_tokens
         last, mid = steps - 1, (steps - 1) // 2
         # (declared floats: the compiled loop below then does machine arithmetic, ~5x faster)
-        a0: float = self._decode_attention_s(ctx, n, seqs, self._layers, True)
-        am: float = self._decode_attention_s(ctx + n * mid, n, seqs, self._layers, True)
-        a1: float = self._decode_attention_s(ctx + n * last, n, seqs, self._layers, True)
+        a0: float = self._decode_attention_s(ctx, n, seqs, self._layers, graphed)
+        am: float = self._decode_attention_s(ctx + n * mid, n, seqs, self._layers, graphed)
+        a1: float = self._decode_attention_s(ctx + n * last, n, seqs, self._layers, graphed)
         if abs(a0 + (a1 - a0) * mid / last - am) > 1e-12 * a1:  # a kink inside the run
             return None
         slope: float = (a1 - a0) / last
-        first: float = stage_s + a0 + self._step_overhead
+        if self._async:  # max(device, host): the device time grows, so host may lead only at first
+            first_dev: float = stage_s + a0
+            return [max(i * slope + first_dev, host_s) for i in range(steps)]
+        first: float = stage_s + a0 + host_s
         return [i * slope + first for i in range(steps)]
 
     # ---- attention from aggregates ------------------------------------------------------
@@ -354,7 +410,24 @@ class CostModel:
         out["kernel_launch_overhead"] = launches
         out["kernel_fixed_latency"] = fixed
         out["pp_send"] = self.pp_send_time(shape) * (self.cfg.pp - 1)
-        out["step_overhead"] = self._step_overhead if not shape.is_empty else 0.0
+        if shape.is_empty:
+            out["step_overhead"] = 0.0
+            return out
+        decode_only = shape.prefill_tokens == 0
+        body_tokens, body_graphed, _ = self.graph_view(shape.tokens, decode_only)
+        if body_tokens != shape.tokens:  # rows a CUDA graph computes beyond the batch's
+            pad = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed)
+            out["cuda_graph_padding"] = (
+                pad - self._dense_stage_time(shape.tokens, shape.lm_rows, body_graphed)
+            ) * self.cfg.pp
+        seqs = shape.prefill_seqs + shape.decode_seqs
+        device = sum(out.values())
+        if self._host_const:
+            out["step_overhead"] = self._step_overhead
+        else:
+            out.update(self.engine.host_breakdown(seqs, shape.tokens))
+        if self._async:  # host work hidden under the device's time (negative: the terms sum to the step)
+            out["engine_async_overlap"] = -min(self.host_s(seqs, shape.tokens), device)
         return out
 
     # ---- convenience ------------------------------------------------------------------

@@ -11,6 +11,7 @@ from llmsim.schedulers.base import TRANSFERRING, Scheduler, SchedulerConfig, Spe
 from llmsim.schedulers.chunked import ChunkedScheduler
 from llmsim.schedulers.plan import BatchPlan, DecodeColumns
 from llmsim.schedulers.traditional import StaticScheduler, TraditionalScheduler
+from llmsim.schedulers.vllm import VllmScheduler
 
 if TYPE_CHECKING:
     from llmsim.gaps import GapHistogram
@@ -19,13 +20,14 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "traditional": TraditionalScheduler,
     "static": StaticScheduler,
     "chunked": ChunkedScheduler,
+    "vllm": VllmScheduler,
 }
 # Policies whose decisions the simulator's shortcuts reproduce exactly (fastpath.py: columnar
 # decoders and closed-form decode runs assume that during a run of decode-only steps the policy
 # decodes every running request and admits nobody new). tests/test_fastpath.py holds each equal
 # to ``exact_steps``; a policy joins only with such a test. Others get neither (steps completing
 # without an event still apply to every policy: they depend on no scheduling decision).
-FAST_PATH_POLICIES = {"traditional", "chunked"}
+FAST_PATH_POLICIES = {"traditional", "chunked", "vllm"}
 
 
 def register_policy(name: str, cls: type[Scheduler], fast_paths: bool = False) -> None:

@@ -59,6 +59,9 @@ class SchedulerConfig:
     speculative: SpecConfig | None = None
     queue_order: str = "fcfs"  # where an arrival joins the queue (schedulers/queue.py)
     max_bypass: int = 16  # starvation protection for non-FCFS queue orders
+    # vLLM's scheduler (schedulers/vllm.py): admit only when the whole prompt fits; cap a prompt's tokens per step
+    reserve_full_prompt: bool = True
+    long_prefill_token_threshold: int = 0
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a policy may be plain Python (register_policy)
@@ -90,6 +93,7 @@ class Scheduler:
         self.spec_emitted = 0  # tokens emitted by verify steps
         self.spec_slots = 0  # (sequence, verify step) pairs
         self._admissions = 0
+        self._held = 0  # pipelining: requests of micro-batches in flight (out of ``running``, still running)
 
     # ---- the replica's view ------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -97,7 +101,7 @@ class Scheduler:
         enqueue(self.waiting, req, self.cfg.queue_order, self._bypassed, self.cfg.max_bypass)
 
     def num_running(self) -> int:
-        return len(self.running) + (self.columns.n if self.columns is not None else 0)
+        return len(self.running) + self._held + (self.columns.n if self.columns is not None else 0)
 
     def has_work(self) -> bool:
         return bool(self.waiting) or self.num_running() > 0
@@ -123,10 +127,12 @@ class Scheduler:
         members = [r for r, _ in plan.prefill] + list(plan.decode)
         ids = {id(r) for r in members}
         self.running[:] = [r for r in self.running if id(r) not in ids]
+        self._held += len(members)
         return members
 
     def release(self, members: list[Request]) -> None:
         """Pipelining: a landed micro-batch's requests that still run rejoin the running set."""
+        self._held -= len(members)
         self.running.extend(r for r in members if r.status == RUNNING)
 
     # ---- admission ---------------------------------------------------------------------
@@ -231,17 +237,26 @@ class Scheduler:
         if req.swapped:
             return 0
         self.kv.match_prefix(req)
-        c = min(req.prompt_remaining, budget)
+        c = self.prefill_cap(req, budget)
         if c <= 0 or (whole and c < req.prompt_remaining):
             self.kv.unmatch(req)
             return 0
-        if not self.kv.can_allocate(self.kv.blocks_needed(req, c), admission=self.num_running() > 0):
+        need = self.kv.blocks_needed(req, self.admission_tokens(req, c))
+        if not self.kv.can_allocate(need, admission=self.num_running() > 0):
             self.kv.unmatch(req)  # (the watermark: see _swap_in)
             return 0
         self.waiting.popleft()
         self.kv.allocate(req, c)
         self.start_running(req)
         return c
+
+    def prefill_cap(self, r: Request, budget: int) -> int:
+        """Prompt tokens ``r`` may take this step: all it has left, up to the budget."""
+        return min(r.prompt_remaining, budget)
+
+    def admission_tokens(self, req: Request, chunk: int) -> int:
+        """Tokens whose blocks must be free to admit ``req`` with a first chunk of ``chunk``."""
+        return chunk
 
     def _admit(self, req: Request, tokens: int) -> bool:
         """Try to start prefilling ``tokens`` of the head of ``waiting``; False if KV is short."""

@@ -37,6 +37,10 @@ class ChunkedScheduler(Scheduler):
             b //= 2
         return max(b, self.cfg.min_chunk_tokens)
 
+    def may_admit(self, plan: BatchPlan) -> bool:
+        """May waiting requests start in this step (after the running ones were planned)?"""
+        return True
+
     def schedule(self) -> BatchPlan:
         plan = BatchPlan()
         waiting, running = self.waiting, self.running
@@ -51,14 +55,14 @@ class ChunkedScheduler(Scheduler):
             if budget <= 0:
                 break
             if r.in_prefill:
-                c = min(r.prompt_remaining, budget)
+                c = self.prefill_cap(r, budget)
                 if not self.kv.can_allocate(self.kv.blocks_needed(r, c)):
                     break
                 self.kv.allocate(r, c)
                 plan.prefill.append((r, c))
                 budget -= c
         # 2. start new prompts
-        while budget > 0 and waiting and self.num_running() < self.cfg.max_num_seqs:
+        while budget > 0 and waiting and self.num_running() < self.cfg.max_num_seqs and self.may_admit(plan):
             c = self._try_admit(waiting[0], budget, whole=False)
             if not c:
                 break

@@ -1,0 +1,333 @@
+"""Replay four real vLLM 0.19 GPU serving runs in llmsim and score them (issue #15 item 4).
+
+The runs (data/validation/vllm-gpu/, from LLMServingSim's bench/examples, MIT) are 300 ShareGPT
+requests each at ~10 req/s on an RTX 4090 or RTX PRO 6000 Blackwell. For each run this builds an
+llmsim scenario from the run's meta.json (model, hardware, tp, max_num_seqs, chunk budget =
+max_num_batched_tokens, chunked prefill, 16-token blocks, prefix caching, KV blocks as recorded),
+replays the run's own workload file (format ``llmservingsim``: arrival times and token ids), and
+prints TTFT, TPOT and E2E mean and p99 for the real run, llmsim and LLMServingSim's prediction.
+
+    .venv/bin/python benchmarks/vllm_gpu/replay.py [--runs NAME ...] [--max-requests N] [--out DIR]
+
+Metric definitions (LLMServingSim's bench/core/validate.py, applied to the real run):
+TTFT = first_token_ts - queued_ts, E2E = last_token_ts - queued_ts,
+TPOT = (last_token_ts - first_token_ts) / (output_toks - 1), over requests with output_toks > 1.
+llmsim's requests.csv measures the same spans from arrival.
+
+Qwen3-30B-A3B ran with data_parallel_size 2 + enable_expert_parallel. llmsim has no expert
+parallelism: it is replayed as 2 independent replicas (router least_outstanding), each holding the
+whole MoE model on one GPU (61 GB of bf16 weights fit in 96 GB). That ignores EP's all-to-all and the
+halved expert-weight reads per GPU, and the DP ranks' lock-step; the row is labelled "DP2 as 2
+replicas".
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "data" / "validation" / "vllm-gpu"
+
+METRICS = ("ttft", "tpot", "e2e")
+STATS = ("mean", "p99")
+
+
+@dataclass(frozen=True)
+class Run:
+    key: str  # folder under data/validation/vllm-gpu/
+    model: str  # llmsim catalog name
+    hardware: str  # hardware_profiles/ name
+    note: str = ""
+
+    @property
+    def dir(self) -> Path:
+        return DATA / self.key
+
+    def meta(self) -> dict:
+        return json.loads((self.dir / "meta.json").read_text())
+
+
+RUNS = [
+    Run("RTX4090/Llama-3.1-8B", "llama-3.1-8b", "RTX-4090"),
+    Run("RTXPRO6000/Llama-3.1-8B", "llama-3.1-8b", "RTX-PRO-6000"),
+    Run("RTXPRO6000/Qwen3-32B", "qwen3-32b", "RTX-PRO-6000", "TP2 over PCIe"),
+    Run(
+        "RTXPRO6000/Qwen3-30B-A3B-Instruct-2507",
+        "qwen3-30b-a3b-instruct-2507",
+        "RTX-PRO-6000",
+        "DP2+EP as 2 replicas (no EP in llmsim)",
+    ),
+]
+
+
+def read_jsonl_gz(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def real_requests(run: Run) -> pd.DataFrame:
+    """The measured run, one row per request, with ttft_s / tpot_s / e2e_s."""
+    df = pd.DataFrame(read_jsonl_gz(run.dir / "requests.jsonl.gz"))
+    df["ttft_s"] = df["first_token_ts"] - df["queued_ts"]
+    df["e2e_s"] = df["last_token_ts"] - df["queued_ts"]
+    many = df["output_toks"] > 1
+    df["tpot_s"] = np.where(
+        many, (df["last_token_ts"] - df["first_token_ts"]) / (df["output_toks"] - 1).clip(lower=1), np.nan
+    )
+    return df
+
+
+def peer_requests(run: Run) -> pd.DataFrame:
+    """LLMServingSim's per-request prediction (nanoseconds in sim.csv)."""
+    cols = ["request id", "output", "arrival", "end_time", "TTFT", "TPOT", "latency"]
+    df = pd.read_csv(run.dir / "llmservingsim_prediction" / "sim.csv.gz", usecols=cols)
+    df["ttft_s"], df["tpot_s"], df["e2e_s"] = df["TTFT"] / 1e9, df["TPOT"] / 1e9, df["latency"] / 1e9
+    return df.sort_values("request id").reset_index(drop=True)
+
+
+def _accuracy():
+    """llmsim.accuracy (the shared scorer) where this checkout has it, else None."""
+    try:
+        from llmsim import accuracy
+    except ImportError:
+        return None
+    return accuracy if hasattr(accuracy, "summary") and hasattr(accuracy, "compare") else None
+
+
+def scoring_frame(df: pd.DataFrame, side: str) -> pd.DataFrame:
+    """A side's requests as llmsim.accuracy reads them: id, arrival_s, first_token_s, finish_s,
+    output_tokens (seconds on that side's clock; the real run's start is queued_ts)."""
+    if side == "real":
+        ids = df["request_id"].str.replace("bench-", "", regex=False)
+        cols = (ids, df["queued_ts"], df["first_token_ts"], df["last_token_ts"], df["output_toks"])
+    elif side == "peer":
+        arrival = df["arrival"] / 1e9
+        cols = (df["request id"], arrival, arrival + df["TTFT"] / 1e9, df["end_time"] / 1e9, df["output"])
+    else:  # llmsim requests frame, finished requests
+        cols = (df["id"], df["arrival_s"], df["first_token_s"], df["finish_s"], df["output_tokens"])
+    names = ("id", "arrival_s", "first_token_s", "finish_s", "output_tokens")
+    out = pd.DataFrame({n: np.asarray(c) for n, c in zip(names, cols, strict=True)})
+    out["id"] = out["id"].astype(int).astype(str)
+    return out
+
+
+def stats(df: pd.DataFrame) -> dict[str, float]:
+    """mean and p99 of each metric in seconds, from a frame with ttft_s / tpot_s / e2e_s
+    (NaN where a frame has no rows)."""
+    out: dict[str, float] = {}
+    for m in METRICS:
+        s = df[f"{m}_s"].dropna()
+        out[f"{m}_mean"] = float(s.mean()) if len(s) else float("nan")
+        out[f"{m}_p99"] = float(np.percentile(s, 99)) if len(s) else float("nan")
+    return out
+
+
+def score(frame: pd.DataFrame, own: pd.DataFrame) -> dict[str, float]:
+    """``stats`` through llmsim.accuracy.summary when it exists (same definitions), else pandas here."""
+    acc = _accuracy()
+    if acc is None:
+        return stats(own)
+    s = acc.summary(frame)
+    return {f"{m}_{q}": s[f"{'e2el' if m == 'e2e' else m}_{q}"] / 1e3 for m in METRICS for q in STATS}
+
+
+def workload_file(run: Run, tmp: Path, max_requests: int | None) -> Path:
+    """The run's workload jsonl, decompressed (the trace loader reads plain files), optionally cut."""
+    src = DATA / run.meta()["dataset_path"]  # workloads/<name>.jsonl, stored gzipped
+    src = src.with_name(src.name + ".gz")
+    dst = tmp / f"{run.key.replace('/', '_')}.jsonl"
+    with gzip.open(src, "rt") as fin, dst.open("w") as fout:
+        if max_requests is None:
+            shutil.copyfileobj(fin, fout)
+        else:
+            for i, line in enumerate(fin):
+                if i >= max_requests:
+                    break
+                fout.write(line)
+    return dst
+
+
+def _supports_num_blocks() -> bool:
+    from llmsim.scenario import KVCacheConfig
+
+    return "num_blocks" in KVCacheConfig.model_fields
+
+
+def scenario_dict(run: Run, trace: Path, policy: str = "chunked") -> dict:
+    """The llmsim scenario of a run, from its meta.json."""
+    meta = run.meta()
+    kw = meta["engine_kwargs"]
+    kv = meta.get("kv_cache") or {}
+    dp = int(kw.get("data_parallel_size") or 1)
+    kv_cache: dict = {
+        "block_tokens": int(kv.get("block_size", 16)),  # vLLM 0.19 default 16
+        "prefix_caching": bool(kv.get("enable_prefix_caching", True)),  # vLLM 0.19 default on
+        "memory_fraction": float(kv.get("gpu_memory_utilization", 0.9)),  # vLLM default 0.9
+        "watermark": 0.0,  # vLLM v1's KV manager keeps no watermark
+    }
+    return {
+        "name": "vllm-gpu-" + run.key.replace("/", "-").lower(),
+        "seed": int(kw.get("seed") or 0),
+        "model": run.model,
+        "hardware": run.hardware,
+        "cluster": {
+            "replicas": dp,
+            "tp": int(kw.get("tensor_parallel_size") or 1),
+            "router": "least_outstanding" if dp > 1 else "round_robin",
+            "cuda_graphs": True,  # vLLM 0.19 default: full CUDA graphs for decode (cudagraph_mode FULL_AND_PIECEWISE)
+        },
+        "policy": {
+            "kind": policy,
+            "max_num_seqs": int(kw["max_num_seqs"]),
+            "chunk_tokens": int(kw["max_num_batched_tokens"]),
+            "max_batch_tokens": int(kw["max_num_batched_tokens"]),
+        },
+        "kv_cache": kv_cache,
+        "workload": {
+            "kind": "trace",
+            "trace": {"path": str(trace), "format": "llmservingsim", "hash_block_tokens": kv_cache["block_tokens"]},
+        },
+        "output": {"steps": "none"},
+    }
+
+
+def build_scenario(run: Run, trace: Path, policy: str = "chunked"):
+    """A validated Scenario, with the KV capacity set to the run's recorded block count where it has one."""
+    from llmsim.build import build_model, build_pools
+    from llmsim.scenario import scenario_from_dict
+
+    data = scenario_dict(run, trace, policy)
+    recorded = (run.meta().get("kv_cache") or {}).get("num_gpu_blocks")
+    how = "llmsim memory estimate (not recorded by the run)"
+    if recorded:
+        if _supports_num_blocks():
+            data["kv_cache"]["num_blocks"] = int(recorded) - 1  # block 0 is vLLM's null block (v1/core/block_pool.py)
+            how = f"recorded {recorded} blocks (kv_cache.num_blocks)"
+        else:  # no block-count key: hold back memory so the budget gives exactly the recorded blocks
+            sc = scenario_from_dict(json.loads(json.dumps(data)), run.key, ROOT)
+            mem = build_pools(sc, build_model(sc))[0].memory
+            block_bytes = mem["kv_bytes_per_token"] * data["kv_cache"]["block_tokens"]
+            reserve = mem["kv_bytes"] - (int(recorded) + 0.5) * block_bytes
+            if reserve >= 0:
+                data["kv_cache"]["reserve_gb"] = reserve / 1e9
+                how = f"recorded {recorded} blocks (via kv_cache.reserve_gb {reserve / 1e9:.3f})"
+            else:
+                how = f"llmsim estimate: cannot reach the recorded {recorded} blocks with reserve_gb >= 0"
+    sc = scenario_from_dict(data, run.key, ROOT)
+    return sc, how
+
+
+def replay(run: Run, max_requests: int | None = None, policy: str = "chunked", out: Path | None = None) -> dict:
+    """Simulate one run; returns its score row (real, llmsim and peer stats) and llmsim's frames."""
+    import llmsim
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = workload_file(run, Path(tmp), max_requests)
+        sc, kv_how = build_scenario(run, trace, policy)
+        res = llmsim.run(sc)
+    sim = res.requests
+    fin = sim[sim["status"] == "finished"]
+    real = real_requests(run)
+    peer = peer_requests(run)
+    if max_requests is not None:  # compare like with like: the same first requests
+        real = real.iloc[:max_requests]
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        sim.to_csv(out / f"{run.key.replace('/', '_')}_llmsim_requests.csv", index=False)
+    frames = {"real": scoring_frame(real, "real"), "llmsim": scoring_frame(fin, "llmsim")}
+    if max_requests is None:
+        frames["peer"] = scoring_frame(peer, "peer")
+    own = {"real": real, "llmsim": fin, "peer": peer}
+    acc = _accuracy()
+    e2e_mape = {}
+    if acc is not None:  # per-request E2E error over requests matched by id
+        for side in ("llmsim", "peer"):
+            if side in frames:
+                e2e_mape[side] = acc.compare(frames["real"], frames[side])["e2el_request_mape"]
+    return {
+        "run": run.key,
+        "note": run.note,
+        "kv": kv_how,
+        "kv_blocks": int(res.summary["pools"][0]["kv_blocks_per_replica"]),
+        "finished": int(len(fin)),
+        "requests": int(len(sim)),
+        "preemptions": int(sim["preemptions"].sum()),
+        "scorer": "llmsim.accuracy" if acc is not None else "pandas (replay.py)",
+        "e2e_request_mape": e2e_mape,
+        **{side: score(frames[side], own[side]) if side in frames else None for side in ("real", "llmsim", "peer")},
+    }
+
+
+def _err(sim: float | None, real: float) -> str:
+    if sim is None or not np.isfinite(sim) or not np.isfinite(real) or real == 0:
+        return "-"
+    return f"{100.0 * (sim - real) / real:+.1f}%"
+
+
+def table(rows: list[dict]) -> pd.DataFrame:
+    """One row per run x metric, values in ms."""
+    out = []
+    for r in rows:
+        for m in METRICS:
+            for s in STATS:
+                k = f"{m}_{s}"
+                real = r["real"][k]
+                sim = r["llmsim"][k]
+                peer = r["peer"][k] if r["peer"] else None
+                out.append(
+                    {
+                        "run": r["run"],
+                        "metric": f"{m.upper()} {s}",
+                        "real_ms": real * 1e3,
+                        "llmsim_ms": sim * 1e3,
+                        "llmsim_err": _err(sim, real),
+                        "llmservingsim_ms": peer * 1e3 if peer is not None else float("nan"),
+                        "llmservingsim_err": _err(peer, real),
+                    }
+                )
+    return pd.DataFrame(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", nargs="*", help="run folders (default: all four), e.g. RTX4090/Llama-3.1-8B")
+    ap.add_argument("--max-requests", type=int, default=None, help="replay only the first N requests")
+    ap.add_argument("--policy", default="chunked", help="llmsim policy.kind (default chunked)")
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "vllm_gpu", help="where score.csv goes")
+    args = ap.parse_args(argv)
+    runs = [r for r in RUNS if not args.runs or r.key in args.runs]
+    if not runs:
+        print(f"no such run; choose from {[r.key for r in RUNS]}", file=sys.stderr)
+        return 2
+    rows = []
+    for run in runs:
+        rows.append(replay(run, args.max_requests, args.policy, args.out))
+        r = rows[-1]
+        extra = f"; {r['note']}" if r["note"] else ""
+        print(
+            f"{r['run']}: {r['finished']}/{r['requests']} finished, {r['preemptions']} preemptions, "
+            f"KV {r['kv_blocks']} blocks/replica ({r['kv']}){extra}; scored by {r['scorer']}"
+            + "".join(f"; per-request E2E MAPE {k} {100 * v:.1f}%" for k, v in r["e2e_request_mape"].items()),
+            flush=True,
+        )
+    df = table(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(args.out / "score.csv", index=False)
+    with pd.option_context("display.width", 200, "display.max_rows", 200, "display.float_format", "{:,.1f}".format):
+        print(df.to_string(index=False))
+    print(f"wrote {args.out / 'score.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,121 @@
+"""Replay a measured serving run in the simulator and score it (``llmsim twin --engine vllm``).
+
+The run's own engine configuration (``meta.json: resolved``: token budget, sequence cap, block
+size, KV blocks, prefix caching, async scheduling) and its exact requests (``workload.jsonl.gz``:
+arrival, token ids, output length) become a scenario; the simulator prices it with a hardware
+profile and an engine profile (from ``calibrate --serving`` on the calibration runs), and the
+predicted requests are compared with the measured ones (``llmsim.accuracy``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from llmsim.calibration.serving import ServingRun, read_run
+from llmsim.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+DATA = ROOT / "data" / "validation" / "vllm-cpu"
+MODEL_CONFIG = ROOT / "benchmarks" / "vllm_cpu" / "model" / "config.json"
+HOST_PROFILE = DATA / "engine-fit" / "hardware.yaml"  # written by calibrate --serving --fit-hardware
+ENGINE_PROFILE = DATA / "engine-fit" / "engine.yaml"
+
+
+def workload_file(run: ServingRun) -> Path:
+    """The run's workload: its own, or its base run's for a repeat (``-repN``: the same requests)."""
+    own = run.folder / "workload.jsonl.gz"
+    if own.exists():
+        return own
+    base = run.folder.parent / re.sub(r"-rep\d+$", "", run.name) / "workload.jsonl.gz"
+    if base.exists():
+        return base
+    raise UserError(f"{run.folder}: no workload.jsonl.gz (nor in its base run {base.parent.name})")
+
+
+def to_llmservingsim(src: Path, dst: Path) -> None:
+    """The harness's workload lines as LLMServingSim JSONL (the trace format llmsim reads)."""
+    with gzip.open(src, "rt") as fh, dst.open("w") as out:
+        for line in fh:
+            r = json.loads(line)
+            ids = r["prompt_token_ids"]
+            row = {
+                "input_toks": len(ids),
+                "output_toks": int(r["output_tokens"]),
+                "arrival_time_ns": int(round(float(r["arrival_s"]) * 1e9)),
+                "input_tok_ids": ids,
+            }
+            out.write(json.dumps(row) + "\n")
+
+
+def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, model_config: Path) -> dict:
+    """The scenario of a measured run, from its resolved engine configuration."""
+    res = run.meta.get("resolved")
+    if not isinstance(res, dict) or "scheduler" not in res or "cache" not in res:
+        raise UserError(f"{run.folder}/meta.json: no resolved engine configuration (resolved.scheduler/cache)")
+    sch, cache = res["scheduler"], res["cache"]
+    blocks = int(res.get("num_kv_blocks") or cache.get("num_gpu_blocks") or 0)
+    if blocks < 2:
+        raise UserError(f"{run.folder}/meta.json: no KV block count (resolved.num_kv_blocks)")
+    return {
+        "name": f"replay-{run.name}",
+        "seed": 0,
+        "model": {"hf_config": str(model_config), "weight_dtype": "fp32", "act_dtype": "fp32"},
+        "hardware": str(hardware),
+        "engine": {"profile": str(engine), "async_scheduling": bool(sch.get("async_scheduling"))},
+        "policy": {
+            "kind": "vllm",
+            "chunk_tokens": int(sch["max_num_batched_tokens"]),
+            "max_batch_tokens": int(sch["max_num_batched_tokens"]),
+            "max_num_seqs": int(sch["max_num_seqs"]),
+            "long_prefill_token_threshold": int(sch.get("long_prefill_token_threshold") or 0),
+            "reserve_full_prompt": bool(sch.get("scheduler_reserve_full_isl", False)),
+        },
+        "kv_cache": {
+            "block_tokens": int(cache["block_size"]),
+            "num_blocks": blocks - 1,  # vLLM's block 0 is the null block (v1/core/block_pool.py)
+            "prefix_caching": bool(cache.get("enable_prefix_caching")),
+            "watermark": float(sch.get("watermark") or 0.0),
+            "dtype": "fp32",
+        },
+        "workload": {"kind": "trace", "trace": {"path": str(trace), "format": "llmservingsim"}},
+        "output": {"steps": "none"},
+    }
+
+
+def replay(
+    folder: Path,
+    hardware: Path = HOST_PROFILE,
+    engine: Path = ENGINE_PROFILE,
+    model_config: Path = MODEL_CONFIG,
+    overrides: dict | None = None,
+) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """(scores, measured requests, predicted requests) of one run."""
+    import llmsim
+    from llmsim.accuracy import compare
+    from llmsim.scenario import scenario_from_dict, set_path
+
+    run = read_run(folder)
+    if run.requests.empty:
+        raise UserError(f"{folder}: a step profile, not a serving run (no requests.csv)")
+    with tempfile.TemporaryDirectory(prefix="llmsim-replay-") as tmp:
+        trace = Path(tmp) / "workload.jsonl"
+        to_llmservingsim(workload_file(run), trace)
+        data = scenario_dict(run, trace, hardware, engine, model_config)
+        for k, v in (overrides or {}).items():
+            set_path(data, k, v)
+        res = llmsim.run(scenario_from_dict(data, f"replay of {folder}", Path(tmp)))
+    sim = res.requests.copy()
+    sim["id"] = [f"r{i}" for i in range(len(sim))]  # the harness numbers requests in arrival order
+    scores = compare(run.requests, sim)
+    scores["run"] = run.name  # type: ignore[assignment]
+    return scores, run.requests, sim
+
+
+def split() -> dict:
+    return json.loads((DATA / "split.json").read_text())

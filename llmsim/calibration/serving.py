@@ -1,0 +1,209 @@
+"""``llmsim calibrate --serving``: fit the engine's host terms (and, for a machine without a
+measured profile, the kernel model's efficiencies) to a real engine's serving runs.
+
+A run is a folder written by ``benchmarks/vllm_cpu/`` (data/validation/vllm-cpu/README.md):
+``meta.json`` (engine arguments, resolved configuration), ``requests.csv`` (every request's
+arrival, first token, finish) and ``steps.csv.gz`` (every engine step with its wall-clock
+phases: schedule, model execution, output processing, and its batch as ``tokens@computed``).
+Each step's phases are fitted separately, because each is its own named engine term:
+
+* ``schedule`` = step start -> end of ``Scheduler.schedule``;
+* ``prepare`` + device = end of scheduling -> start of ``update_from_output`` (input preparation,
+  the forward pass, sampling): the device part is the cost model's price of the step's batch,
+  the rest is ``prepare``;
+* ``output`` = ``update_from_output`` -> the next step's start when the engine stays busy.
+
+Each host term is ``base + per_seq · seqs + per_token · tokens``, a non-negative least squares
+fit. With ``fit_hardware`` the kernel model's efficiencies and launch overhead are refined too
+(bounded, on the log of the execution time, jointly with ``prepare``), as ``calibrate
+--local-cpu`` refines a profile on the reference engine's steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from llmsim.errors import UserError
+
+BUSY_GAP_S = 2e-3  # a gap between steps longer than this is idle time (waiting for arrivals)
+HW_FIT_KEYS = ("gemm_max_fraction", "memory_fraction", "attention_fraction", "elementwise_memory_fraction")
+HW_FIT_OVERHEADS = ("kernel_launch_s",)
+FIT_RANGE = 4.0  # a refined efficiency stays within this factor of the profile's prior
+MAX_FIT_STEPS = 1500  # steps used by the joint fit (evenly spaced over all calibration steps)
+
+
+@dataclass
+class ServingRun:
+    """One measured run: its folder, metadata, requests and steps."""
+
+    name: str
+    folder: Path
+    meta: dict
+    requests: pd.DataFrame
+    steps: pd.DataFrame | None
+
+
+def read_run(folder: Path) -> ServingRun:
+    """A run folder of the vLLM harness; a clear error naming what is missing."""
+    folder = Path(folder)
+    meta_path = folder / "meta.json"
+    if not meta_path.exists():
+        raise UserError(f"{folder}: not a serving run (no meta.json); see data/validation/vllm-cpu/README.md")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{meta_path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    req_path = folder / "requests.csv"
+    requests = pd.read_csv(req_path) if req_path.exists() else pd.DataFrame()  # a step profile has none
+    need = {"id", "arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens"}
+    missing = need - set(requests.columns)
+    if len(requests.columns) and missing:
+        raise UserError(f"{req_path}: missing column(s) {sorted(missing)}")
+    steps_path = folder / "steps.csv.gz"
+    steps = pd.read_csv(steps_path) if steps_path.exists() else None
+    if steps is None and requests.empty:
+        raise UserError(f"{folder}: neither requests.csv nor steps.csv.gz")
+    return ServingRun(folder.name, folder, meta, requests, steps)
+
+
+def parse_batch(batch: str) -> tuple[list[tuple[int, int]], list[int]]:
+    """``"365@0 1@365"`` -> prefill chunks [(tokens, computed before)] and decode contexts."""
+    chunks: list[tuple[int, int]] = []
+    decodes: list[int] = []
+    for item in str(batch).split():
+        n, _, done = item.partition("@")
+        tokens, computed = int(n), int(done)
+        if tokens == 1 and computed > 0:
+            decodes.append(computed)
+        else:
+            chunks.append((tokens, computed))
+    return chunks, decodes
+
+
+def step_phases(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step: seqs, tokens and the seconds of its three phases (``output`` includes the gap
+    to the next step when the engine stayed busy)."""
+    s = steps.sort_values("step_start_s").reset_index(drop=True)
+    gap = (s["step_start_s"].shift(-1) - s["step_end_s"]).fillna(0.0)
+    gap = gap.where(gap < BUSY_GAP_S, 0.0)
+    return pd.DataFrame(
+        {
+            "batch": s["batch"],
+            "seqs": s["num_scheduled_reqs"],
+            "tokens": s["num_scheduled_tokens"],
+            "schedule_s": s["sched_end_s"] - s["step_start_s"],
+            "exec_s": s["update_start_s"] - s["sched_end_s"],
+            "output_s": s["step_end_s"] - s["update_start_s"] + gap,
+        }
+    )
+
+
+def nnls_term(seqs: np.ndarray, tokens: np.ndarray, y: np.ndarray) -> tuple[list[float], float]:
+    """``base, per_seq, per_token`` >= 0 by non-negative least squares; and the fit's MAPE."""
+    from scipy.optimize import nnls
+
+    a = np.column_stack([np.ones(len(y)), seqs, tokens]).astype(float)
+    scale = a.max(axis=0)  # columns of similar size for a well-conditioned solve
+    coef, _ = nnls(a / scale, y)
+    coef = coef / scale
+    pred = a @ coef
+    return [float(c) for c in coef], float(np.mean(np.abs(pred - y) / y))
+
+
+def _term_dict(coef: list[float], source: str) -> dict:
+    return {"base_s": coef[0], "per_seq_s": coef[1], "per_token_s": coef[2], "source": source}
+
+
+def fit_serving(
+    runs: list[ServingRun], model_spec, hw_data: dict, fit_hardware: bool, kv_dtype: str = "fp32"
+) -> tuple[dict, dict | None, dict]:
+    """(engine profile fields, refined hardware profile data or None, fit report)."""
+    from scipy.optimize import least_squares
+
+    from llmsim.calibration.enginefit import with_values
+    from llmsim.costmodel import CostConfig, CostModel
+    from llmsim.costmodel.ops import batch_shape
+    from llmsim.engine import EngineSpec
+    from llmsim.hardware import HardwareProfile
+
+    phases = [step_phases(r.steps) for r in runs if r.steps is not None]
+    if not phases:
+        raise UserError("calibrate --serving: none of the runs has steps.csv.gz (per-step times are needed)")
+    ph = pd.concat(phases, ignore_index=True)
+    ph = ph[(ph["exec_s"] > 0) & (ph["schedule_s"] > 0) & (ph["output_s"] > 0)].reset_index(drop=True)
+    names = ", ".join(r.name for r in runs)
+    seqs, tokens = ph["seqs"].to_numpy(), ph["tokens"].to_numpy()
+    sched, sched_err = nnls_term(seqs, tokens, ph["schedule_s"].to_numpy())
+    out, out_err = nnls_term(seqs, tokens, ph["output_s"].to_numpy())
+
+    pick = np.unique(np.linspace(0, len(ph) - 1, min(MAX_FIT_STEPS, len(ph))).astype(int))
+    sub = ph.iloc[pick]
+    shapes = [batch_shape(*parse_batch(b)) for b in sub["batch"]]
+    y = sub["exec_s"].to_numpy()
+    s_seqs, s_tokens = sub["seqs"].to_numpy(), sub["tokens"].to_numpy()
+    cfg = CostConfig(weight_dtype="fp32", kv_dtype=kv_dtype, act_dtype="fp32", attention_kernel="flash")
+    device_only = EngineSpec("device", "device time only")  # no host terms: step_time = the kernels
+
+    def device_s(data: dict) -> np.ndarray:
+        cost = CostModel(model_spec, HardwareProfile.model_validate(data), cfg, device_only)
+        return np.array([cost.step_time(s) for s in shapes])
+
+    keys = [*HW_FIT_KEYS, *HW_FIT_OVERHEADS]
+    fitted_hw = None
+    if fit_hardware:
+        x0 = np.log([_value(hw_data, k) for k in keys])
+
+        def model(x: np.ndarray) -> tuple[np.ndarray, dict]:
+            data = with_values(hw_data, dict(zip(keys, np.exp(x[: len(keys)]), strict=True)))
+            return device_s(data) + x[len(keys)] + x[len(keys) + 1] * s_seqs + x[len(keys) + 2] * s_tokens, data
+
+        def resid(x: np.ndarray) -> np.ndarray:
+            return np.log(np.maximum(model(x)[0], 1e-9) / y)
+
+        lo = np.r_[x0 - math.log(FIT_RANGE), 0.0, 0.0, 0.0]
+        # efficiencies are fractions of a peak: never above 1 (an overhead has no such cap)
+        cap = np.array([0.0 if not k.endswith("_s") else np.inf for k in keys])
+        hi = np.r_[np.minimum(x0 + math.log(FIT_RANGE), cap), 0.1, 1e-3, 1e-5]
+        start = np.r_[x0, 1e-4, 1e-6, 0.0]
+        res = least_squares(resid, np.clip(start, lo, hi), bounds=(lo, hi), diff_step=1e-3, max_nfev=60)
+        pred, fitted_hw = model(res.x)
+        prep = [float(v) for v in res.x[len(keys) :]]
+        fitted_hw = {**fitted_hw, "calibration": {"method": "calibrate --serving --fit-hardware", "runs": names}}
+        for k, v in zip(keys, np.exp(res.x[: len(keys)]), strict=True):
+            section = "overheads" if k.endswith("_s") else "efficiency"
+            fitted_hw[section][k] = {
+                "value": float(v),
+                "source": f"fitted by calibrate --serving to model-execution times of {names}",
+            }
+    else:
+        dev = device_s(hw_data)
+        prep, _ = nnls_term(s_seqs, s_tokens, np.maximum(y - dev, 0.0))
+        pred = dev + prep[0] + prep[1] * s_seqs + prep[2] * s_tokens
+    exec_err = float(np.mean(np.abs(pred - y) / y))
+    src = f"calibrate --serving on {names}"
+    engine = {
+        "name": "fitted",
+        "source": src,
+        "schedule": _term_dict(sched, f"{src}: step start -> end of Scheduler.schedule"),
+        "prepare": _term_dict(prep, f"{src}: execution time beyond the kernel model (inputs, sampling)"),
+        "output": _term_dict(out, f"{src}: update_from_output -> next step (busy)"),
+    }
+    report = {
+        "runs": [r.name for r in runs],
+        "steps": int(len(ph)),
+        "exec_fit_steps": int(len(sub)),
+        "mape": {"schedule": sched_err, "exec": exec_err, "output": out_err},
+        "median_s": {k: float(ph[f"{k}_s"].median()) for k in ("schedule", "exec", "output")},
+    }
+    return engine, fitted_hw, report
+
+
+def _value(hw_data: dict, key: str) -> float:
+    section = "overheads" if key.endswith("_s") else "efficiency"
+    return float(hw_data[section][key]["value"])

@@ -1,0 +1,234 @@
+"""The serving engine: what the software adds to the hardware (scenario section ``engine:``).
+
+A step of a real engine is more than its kernels. The host schedules the batch, prepares the
+inputs and processes the outputs (named ``HostTerm`` s, each ``base + per_seq · seqs +
+per_token · tokens``); with async scheduling (vLLM v1's default on GPUs) that host work overlaps
+the device's previous step, so a step lasts ``max(device, host)`` instead of their sum, and a
+request that arrives while a step runs is planned one step later (the next step was planned
+when this one started). Decode batches run under CUDA graphs when their size is captured,
+padded up to the next captured size; bigger batches and mixed steps run eager (every kernel pays
+its launch gap). Each token reaches the client ``output_delay_s`` after the step that made it
+(detokenising, streaming).
+
+``EngineSpec`` carries those terms with their sources and the scheduler defaults of the engine
+(``policy_defaults``: what a scenario that leaves a key unset gets). Presets: ``ideal`` (the
+hardware alone, as llmsim priced it before there was an engine model) and ``vllm-v1`` (vLLM
+v1's scheduler and defaults; host terms measured on vLLM 0.32 on a CPU and carried as priors
+to GPUs, see ``PRESETS``). A calibrated engine profile (``llmsim calibrate --serving``) is a
+YAML file of the same fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from llmsim.errors import UserError, load_yaml_file
+
+if TYPE_CHECKING:
+    from llmsim.hardware import HardwareProfile
+
+
+@dataclass(frozen=True)
+class HostTerm:
+    """Host seconds of one part of a step: ``base_s + per_seq_s · seqs + per_token_s · tokens``."""
+
+    base_s: float = 0.0
+    per_seq_s: float = 0.0
+    per_token_s: float = 0.0
+    source: str = ""
+
+    def seconds(self, seqs: int, tokens: int) -> float:
+        return self.base_s + self.per_seq_s * seqs + self.per_token_s * tokens
+
+
+HOST_TERMS = ("schedule", "prepare", "output")  # the named host parts of a step, in order
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """A serving engine's behaviour: host terms, pipelining, CUDA graphs, scheduler defaults."""
+
+    name: str
+    source: str
+    schedule: HostTerm = HostTerm()  # the scheduler's decision (vLLM: Scheduler.schedule)
+    prepare: HostTerm = HostTerm()  # inputs and metadata for the forward, sampling
+    output: HostTerm = HostTerm()  # update_from_output, stop checks, handing outputs to the frontend
+    async_scheduling: bool = False  # plan step N+1 while step N runs (vLLM's batch queue of 2)
+    output_delay_s: float = 0.0  # step end -> the client sees the token (detokenise, stream)
+    cuda_graphs: bool | None = None  # None: the scenario's cluster.cuda_graphs
+    cuda_graph_sizes: tuple[int, ...] = ()  # captured decode batch sizes (empty: every size)
+    defaults: str = ""  # "vllm": policy/kv_cache keys a scenario leaves unset get vLLM's (vllm_defaults)
+    hardware_step_overhead: bool = False  # ideal: keep the profile's step_overhead_s instead
+
+    def host_s(self, seqs: int, tokens: int) -> float:
+        """Host seconds of a step of ``seqs`` sequences and ``tokens`` tokens (all terms)."""
+        return (
+            self.schedule.seconds(seqs, tokens) + self.prepare.seconds(seqs, tokens) + self.output.seconds(seqs, tokens)
+        )
+
+    def host_breakdown(self, seqs: int, tokens: int) -> dict[str, float]:
+        return {f"engine_{k}": getattr(self, k).seconds(seqs, tokens) for k in HOST_TERMS}
+
+    def graph_size(self, batch: int) -> int | None:
+        """The captured size a decode batch of ``batch`` rows is padded to; None if it runs eager."""
+        sizes = self.cuda_graph_sizes
+        if not sizes:
+            return batch
+        for s in sizes:
+            if s >= batch:
+                return s
+        return None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["cuda_graph_sizes"] = list(self.cuda_graph_sizes)
+        return d
+
+
+def vllm_capture_sizes(max_size: int = 512) -> tuple[int, ...]:
+    """vLLM's default CUDA-graph capture sizes: [1, 2, 4] + range(8, 256, 8) + range(256, max+1, 16)
+    (vllm/config/compilation.py, ``max_cudagraph_capture_size`` docstring, 0.19 and 0.32; the
+    RTX 4090 run's meta.json lists exactly these up to 512)."""
+    return tuple(s for s in [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)] if s <= max_size)
+
+
+# vLLM 0.32.0 on this project's 2-core CPU (data/validation/vllm-cpu/, calibration runs only:
+# `llmsim calibrate --serving`, fit written to data/validation/vllm-cpu/engine-fit.yaml). The
+# scheduler and output processing are Python on the host, so the same code path on a GPU server
+# costs about the same; a GPU host core is faster than one of this VM's, so these are upper
+# priors there (a `calibrate --serving` on the user's own runs replaces them).
+_VLLM_SCHEDULE = HostTerm(
+    1.6e-4, 4.0e-6, 0.0, "vLLM 0.32 CPU: median Scheduler.schedule wall time, fit over calibration steps"
+)
+_VLLM_OUTPUT = HostTerm(
+    2.6e-4, 2.0e-6, 0.0, "vLLM 0.32 CPU: update_from_output + step tail + inter-step gap, calibration steps"
+)
+_VLLM_PREPARE_GPU = HostTerm(
+    6.0e-4,
+    1.0e-6,
+    0.0,
+    "prior: GPU model runner input preparation + sampling; Vidur cpu_overheads.csv A100 prepare_inputs 0.85 + "
+    "sampler 0.6 ms (Sarathi engine) scaled to vLLM v1's persistent batch (~0.4x, vLLM v1 blog 2025-01-27)",
+)
+
+
+def vllm_defaults(hw: HardwareProfile) -> tuple[dict[str, object], dict[str, object]]:
+    """vLLM's defaults for a server on ``hw`` (OpenAI API server usage): policy and kv_cache keys.
+
+    ``max_num_batched_tokens`` / ``max_num_seqs``: vllm/engine/arg_utils.py (0.32.0, the same
+    table in 0.19): >= 160 GiB devices 16384 / 1024; >= 70 GiB except A100 8192 / 1024; other GPUs
+    2048 / 256; CPU 2048 / 128; TPU v6e 1024, v5e 512, v5p 256 tokens. Block size 16 on GPUs and
+    TPUs, 128 on CPU (vllm/platforms/cpu.py); prefix caching on; no watermark in v1."""
+    gib = hw.memory_bytes / 2**30
+    if hw.family == "cpu":
+        tokens, seqs, block = 2048, 128, 128
+    elif hw.family == "tpu":
+        tokens = {"TPU-v6e": 1024, "TPU-v5e": 512, "TPU-v5p": 256}.get(hw.name, 1024)
+        seqs, block = 256, 16
+    elif gib >= 160:
+        tokens, seqs, block = 16384, 1024, 16
+    elif gib >= 70 and "a100" not in hw.name.lower():
+        tokens, seqs, block = 8192, 1024, 16
+    else:
+        tokens, seqs, block = 2048, 256, 16
+    policy = {"kind": "vllm", "max_num_seqs": seqs, "chunk_tokens": tokens, "max_batch_tokens": tokens}
+    return policy, {"block_tokens": block, "watermark": 0.0, "prefix_caching": True}
+
+
+def for_hardware(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
+    """The engine as it runs on ``hw``: vLLM on a CPU forces async scheduling off ("not required
+    on CPU", vllm/platforms/cpu.py) and has no CUDA graphs."""
+    if spec.defaults == "vllm" and hw.family == "cpu":
+        return replace(spec, async_scheduling=False, cuda_graphs=False, cuda_graph_sizes=())
+    return spec
+
+
+PRESETS: dict[str, EngineSpec] = {
+    "ideal": EngineSpec(
+        "ideal",
+        "the hardware alone: the profile's step_overhead_s per step, no pipelining, the scenario's CUDA-graph "
+        "switch, llmsim's own scheduler defaults (what llmsim priced before the engine model)",
+        hardware_step_overhead=True,
+    ),
+    "vllm-v1": EngineSpec(
+        "vllm-v1",
+        "vLLM v1 (0.19-0.32): scheduler vllm/v1/core/sched/scheduler.py, defaults vllm/engine/arg_utils.py, "
+        "async scheduling on GPUs (vllm/config/scheduler.py), CUDA graphs FULL_AND_PIECEWISE with the default "
+        "capture sizes; host terms measured on vLLM 0.32 (CPU build), see llmsim/engine.py",
+        schedule=_VLLM_SCHEDULE,
+        prepare=_VLLM_PREPARE_GPU,
+        output=_VLLM_OUTPUT,
+        async_scheduling=True,
+        output_delay_s=0.0,
+        cuda_graphs=True,
+        cuda_graph_sizes=vllm_capture_sizes(512),
+        defaults="vllm",
+    ),
+}
+DEFAULT_ENGINE = "vllm-v1"
+
+
+def _term(d: object, key: str, origin: str) -> HostTerm:
+    if not isinstance(d, dict):
+        raise UserError(f"{origin}: engine.{key} must be a mapping of base_s, per_seq_s, per_token_s, source")
+    unknown = set(d) - {f.name for f in fields(HostTerm)}
+    if unknown:
+        raise UserError(f"{origin}: engine.{key}: unknown key(s) {sorted(unknown)}; expected base_s, per_seq_s, ...")
+    try:
+        vals = {k: float(v) for k, v in d.items() if k != "source"}
+    except (TypeError, ValueError) as e:
+        raise UserError(f"{origin}: engine.{key}: every term must be a number of seconds ({e})") from None
+    if any(v < 0 for v in vals.values()):
+        raise UserError(f"{origin}: engine.{key}: host seconds cannot be negative")
+    return HostTerm(**vals, source=str(d.get("source", "")))
+
+
+def engine_from_dict(d: dict, origin: str, base: EngineSpec | None = None) -> EngineSpec:
+    """An engine from a mapping of ``EngineSpec`` fields over ``base`` (a preset or a profile)."""
+    spec = base or PRESETS[DEFAULT_ENGINE]
+    known = {f.name for f in fields(EngineSpec)}
+    unknown = set(d) - known - {"preset", "profile", "fit"}
+    if unknown:
+        raise UserError(f"{origin}: engine: unknown key(s) {sorted(unknown)}; expected one of {sorted(known)}")
+    changes: dict[str, object] = {}
+    for k, v in d.items():
+        if k in ("preset", "profile", "fit"):
+            continue
+        if k in HOST_TERMS:
+            changes[k] = _term(v, k, origin)
+        elif k == "cuda_graph_sizes":
+            if not isinstance(v, list) or not all(isinstance(x, int) and x > 0 for x in v):
+                raise UserError(f"{origin}: engine.cuda_graph_sizes must be a list of positive batch sizes")
+            changes[k] = tuple(sorted(v))
+        elif k == "output_delay_s":
+            if not isinstance(v, int | float) or v < 0:
+                raise UserError(f"{origin}: engine.output_delay_s must be a number of seconds >= 0")
+            changes[k] = float(v)
+        else:
+            changes[k] = v
+    return replace(spec, **changes)
+
+
+def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> EngineSpec:
+    """The scenario's ``engine:``: a preset name, a profile path, or a mapping (``preset:`` or
+    ``profile:`` plus overrides). None: the default preset."""
+    if value is None:
+        return PRESETS[DEFAULT_ENGINE]
+    if isinstance(value, str):
+        value = {"preset": value} if value in PRESETS or not value.endswith((".yaml", ".yml")) else {"profile": value}
+    base = None
+    if "profile" in value:
+        path = Path(str(value["profile"]))
+        path = path if path.is_absolute() else base_dir / path
+        data = load_yaml_file(path)
+        if not isinstance(data, dict):
+            raise UserError(f"{path}: an engine profile must be a mapping of engine fields")
+        base = engine_from_dict({k: v for k, v in data.items() if k != "fit"}, str(path), EngineSpec("profile", ""))
+    elif "preset" in value:
+        name = str(value["preset"])
+        if name not in PRESETS:
+            raise UserError(f"{origin}: engine.preset {name!r} is unknown; expected one of {', '.join(PRESETS)}")
+        base = PRESETS[name]
+    return engine_from_dict(value, origin, base)

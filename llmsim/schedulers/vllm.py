@@ -1,0 +1,44 @@
+"""vLLM v1's scheduler (``vllm/v1/core/sched/scheduler.py``, vLLM 0.19-0.32), on llmsim's seams.
+
+One token budget per step (``max_num_batched_tokens``, here ``chunk_tokens``) is spent on the
+running requests first, in the order they were admitted (decodes take one token, a prompt in
+progress the rest of its prompt up to the budget and ``long_prefill_token_threshold``), then on
+waiting requests in queue order, each admitted with as many prompt tokens as the budget leaves.
+Differences from llmsim's ``chunked`` policy, each from the code:
+
+* admission reserves the whole prompt (``scheduler_reserve_full_isl``, on by default): a waiting
+  request starts only if the blocks for all of its uncached prompt are free, not just its chunk;
+* ``long_prefill_token_threshold`` (0 = off) caps the tokens one prompt takes per step;
+* no admission watermark (the engine preset sets ``kv_cache.watermark: 0``);
+* prefix hits are whole cached blocks and leave the prompt's last token to compute (``kvcache``);
+* a running request short of a block preempts the newest running request by recompute, as
+  ``base._schedule_decodes`` does, and then no waiting request starts in that step
+  (``if not preempted_reqs``, scheduler.py:900 in 0.32).
+
+Not modelled: blocks of generated tokens are not hashed for later hits (vLLM hashes them), and a
+block computed in a step can be hit by a request admitted in the same step in vLLM (blocks are
+cached at schedule time); here hits see blocks of completed steps.
+"""
+
+from __future__ import annotations
+
+from llmsim.request import Request
+from llmsim.schedulers.chunked import ChunkedScheduler
+from llmsim.schedulers.plan import BatchPlan
+
+
+class VllmScheduler(ChunkedScheduler):
+    name = "vllm"
+
+    def prefill_cap(self, r: Request, budget: int) -> int:
+        """Prompt tokens ``r`` may take this step (vLLM: ``num_new_tokens`` after the threshold)."""
+        c = min(r.prompt_remaining, budget)
+        limit = self.cfg.long_prefill_token_threshold
+        return min(c, limit) if limit > 0 else c
+
+    def admission_tokens(self, req: Request, chunk: int) -> int:
+        # scheduler_reserve_full_isl: the whole uncached prompt must fit, not only this chunk
+        return req.prompt_remaining if self.cfg.reserve_full_prompt else chunk
+
+    def may_admit(self, plan: BatchPlan) -> bool:
+        return not plan.preempted

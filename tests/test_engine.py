@@ -1,0 +1,205 @@
+"""The engine model: presets, vLLM's defaults and scheduler rules, async scheduling, host terms,
+CUDA graphs, and its calibration and validation on the committed real vLLM runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import llmsim
+from llmsim.costmodel import CostConfig, CostModel, batch_shape
+from llmsim.engine import PRESETS, vllm_capture_sizes
+from llmsim.errors import UserError
+from llmsim.hardware import load_profile
+from llmsim.kvcache import BlockManager
+from llmsim.models import CATALOG
+from llmsim.request import Request
+from llmsim.scenario import scenario_from_dict
+from llmsim.schedulers import SchedulerConfig, make_scheduler
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "validation" / "vllm-cpu"
+
+
+def _sc(**over: object) -> llmsim.Scenario:
+    d: dict = {
+        "name": "eng",
+        "seed": 1,
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "workload": {
+            "kind": "poisson",
+            "rate_rps": 4.0,
+            "num_requests": 40,
+            "prompt_tokens": {"dist": "uniform", "min": 64, "max": 1024},
+            "output_tokens": {"dist": "uniform", "min": 8, "max": 128},
+        },
+        "output": {"steps": "all"},
+    }
+    d.update(over)
+    return scenario_from_dict(d, "test", Path("."))
+
+
+def test_default_engine_is_vllm_v1_with_vllms_defaults_for_the_device() -> None:
+    sc = _sc()
+    assert sc.engine_spec.name == "vllm-v1"
+    # vllm/engine/arg_utils.py: >= 70 GiB and not an A100 -> 8192 tokens, 1024 sequences
+    assert (sc.policy.kind, sc.policy.chunk_tokens, sc.policy.max_num_seqs) == ("vllm", 8192, 1024)
+    assert (sc.kv_cache.watermark, sc.kv_cache.prefix_caching, sc.kv_cache.block_tokens) == (0.0, True, 16)
+    a100 = _sc(hardware="A100-SXM-80GB")
+    assert (a100.policy.chunk_tokens, a100.policy.max_num_seqs) == (2048, 256)
+    cpu = _sc(hardware="Xeon-8480+")
+    assert (cpu.policy.chunk_tokens, cpu.policy.max_num_seqs, cpu.kv_cache.block_tokens) == (2048, 128, 128)
+    assert not cpu.engine_spec.async_scheduling  # vllm/platforms/cpu.py forces it off
+    # keys the scenario sets win over the engine's defaults
+    own = _sc(policy={"kind": "chunked", "chunk_tokens": 512}, kv_cache={"watermark": 0.02})
+    assert (own.policy.kind, own.policy.chunk_tokens, own.kv_cache.watermark) == ("chunked", 512, 0.02)
+
+
+def test_ideal_engine_keeps_llmsims_own_defaults() -> None:
+    sc = _sc(engine="ideal")
+    assert (sc.policy.kind, sc.policy.chunk_tokens, sc.kv_cache.watermark) == ("traditional", 512, 0.01)
+    assert not sc.kv_cache.prefix_caching
+
+
+@pytest.mark.parametrize(
+    ("engine", "needle"),
+    [("vllm-v9", "engine.preset 'vllm-v9' is unknown"), ({"cuda_graph_sizes": [0]}, "cuda_graph_sizes")],
+)
+def test_bad_engine_is_a_clear_error(engine: object, needle: str) -> None:
+    with pytest.raises(UserError, match=needle):
+        _sc(engine=engine)
+    with pytest.raises(UserError, match="unknown key"):
+        _sc(engine={"preset": "vllm-v1", "shedule": {}})
+
+
+def _cost(engine: str, hw: str = "H100-SXM") -> CostModel:
+    spec = PRESETS[engine]
+    cfg = CostConfig(cuda_graphs=True, cuda_graph_sizes=spec.cuda_graph_sizes)
+    return CostModel(CATALOG["llama-3.1-8b"], load_profile(hw), cfg, spec)
+
+
+@pytest.mark.parametrize("engine", ["ideal", "vllm-v1"])
+def test_breakdown_names_the_engine_terms_and_sums_to_the_step(engine: str) -> None:
+    cm = _cost(engine)
+    for shape in (batch_shape([], [500] * 5), batch_shape([(300, 0)], [800] * 40), batch_shape([(4000, 0)], [])):
+        parts = cm.breakdown(shape)
+        assert sum(parts.values()) == pytest.approx(cm.step_time(shape), rel=1e-12)
+        if engine == "vllm-v1":
+            assert {"engine_schedule", "engine_prepare", "engine_output", "engine_async_overlap"} <= set(parts)
+        else:
+            assert "step_overhead" in parts
+
+
+def test_async_scheduling_hides_host_work_under_the_device() -> None:
+    sync = PRESETS["vllm-v1"].__class__(**{**PRESETS["vllm-v1"].__dict__, "async_scheduling": False})
+    cfg = CostConfig(cuda_graphs=True, cuda_graph_sizes=sync.cuda_graph_sizes)
+    cm_sync = CostModel(CATALOG["llama-3.1-8b"], load_profile("H100-SXM"), cfg, sync)
+    cm_async = _cost("vllm-v1")
+    shape = batch_shape([], [1000] * 64)
+    host = cm_async.host_s(64, 64)
+    assert cm_sync.step_time(shape) == pytest.approx(cm_async.step_time(shape) + host, rel=1e-12)
+    tiny = batch_shape([], [10])  # a tiny step: the host is the longer one and sets the pace
+    assert cm_async.step_time(tiny) >= host
+
+
+def test_cuda_graphs_pad_decode_batches_to_the_captured_size() -> None:
+    cm = _cost("vllm-v1")
+    sizes = vllm_capture_sizes(512)
+    assert sizes[:5] == (1, 2, 4, 8, 16) and sizes[-1] == 512 and 272 in sizes
+    assert cm.graph_view(5, True) == (8, True, True)  # full graph, padded
+    assert cm.graph_view(300, False) == (304, True, False)  # piecewise: attention eager
+    assert cm.graph_view(600, True) == (600, False, False)  # beyond the largest size: eager
+    # a padded batch costs what the captured size costs, attention aside (padded rows hold no context)
+    odd, even = batch_shape([], [100] * 300), batch_shape([], [100] * 304)
+    parts = cm.breakdown(odd)
+    assert parts["cuda_graph_padding"] > 0
+    # the layers run 304 rows either way: only attention and the LM head (outside the graph) differ
+    assert cm.step_time(odd) == pytest.approx(cm.step_time(even), rel=5e-3)
+    assert parts["kernel_launch_overhead"] == 0.0
+
+
+def _trace_run(rows: list[tuple[float, int, int]], async_scheduling: bool, tmp: Path) -> llmsim.Results:
+    trace = tmp / f"t{len(rows)}{async_scheduling}.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{a:.9f},{p},{o}\n" for a, p, o in rows))
+    engine = {"preset": "vllm-v1", "async_scheduling": async_scheduling}
+    return llmsim.run(
+        _sc(engine=engine, workload={"kind": "trace", "trace": {"path": str(trace), "format": "generic"}})
+    )
+
+
+def _two_requests(async_scheduling: bool, tmp: Path) -> tuple[float, float]:
+    """TTFT of a request arriving in the middle of a step of another one's decode, and that step's length."""
+    steps = _trace_run([(0.0, 64, 400)], async_scheduling, tmp).steps
+    step_s = float(steps["duration_s"].iloc[5])
+    at = float(steps["start_s"].iloc[100]) + 0.5 * step_s
+    req = _trace_run([(0.0, 64, 400), (at, 64, 4)], async_scheduling, tmp).requests
+    return float(req["ttft_s"].iloc[1]), step_s
+
+
+def test_async_scheduling_plans_an_arrival_one_step_later(tmp_path: Path) -> None:
+    # vLLM's batch queue: step N+1 was planned when step N started, so a request arriving during
+    # N joins N+2 (vllm/v1/engine/core.py step_with_batch_queue): about one decode step later
+    ttft_async, step_s = _two_requests(True, tmp_path)
+    ttft_sync, _ = _two_requests(False, tmp_path)
+    assert ttft_async - ttft_sync == pytest.approx(step_s, rel=0.35)
+
+
+def test_output_delay_shifts_every_client_time() -> None:
+    base = llmsim.run(_sc()).requests
+    late = llmsim.run(_sc(engine={"preset": "vllm-v1", "output_delay_s": 0.005})).requests
+    assert (late["ttft_s"] - base["ttft_s"]).to_numpy() == pytest.approx(0.005)
+    assert (late["e2e_s"] - base["e2e_s"]).to_numpy() == pytest.approx(0.005)
+    assert late["tpot_s"].to_numpy() == pytest.approx(base["tpot_s"].to_numpy(), nan_ok=True)
+
+
+def _vllm_sched(blocks: int, **cfg: object):  # noqa: ANN202
+    kv = BlockManager(blocks, 16, 0.0, False, True)
+    return make_scheduler("vllm", SchedulerConfig(chunk_tokens=64, max_num_seqs=8, **cfg), kv), kv
+
+
+def test_vllm_admits_a_prompt_only_when_all_of_it_fits() -> None:
+    # scheduler_reserve_full_isl: a 320-token prompt (20 blocks) waits while only 10 blocks are free
+    for reserve, admitted in ((True, False), (False, True)):
+        sched, kv = _vllm_sched(10, reserve_full_prompt=reserve)
+        sched.add(Request(0, 0.0, 320, 10))
+        plan = sched.schedule()
+        assert bool(plan.prefill) is admitted
+    sched, _ = _vllm_sched(40)
+    sched.add(Request(0, 0.0, 320, 10))
+    assert sched.schedule().prefill[0][1] == 64  # fits: chunked by the budget
+
+
+def test_vllm_caps_a_prompts_tokens_per_step() -> None:
+    sched, _ = _vllm_sched(100, long_prefill_token_threshold=48)
+    sched.add(Request(0, 0.0, 320, 10))
+    assert sched.schedule().prefill[0][1] == 48
+
+
+def test_the_vllm_cpu_twin_validates_on_the_committed_runs() -> None:
+    # the committed fit (calibration runs only) replayed on validation runs, as docs/validation.md
+    # reports them: per-request E2E median error <= 10 %, TTFT mean <= 15 %, ITL mean <= 10 %
+    from llmsim.calibration.replay import replay
+
+    passed = []
+    for name in ("poisson-light", "poisson-high", "gamma-bursty", "shared-prefix", "budget-512", "preempt"):
+        s, _, _ = replay(DATA / name)
+        ok = s["e2el_request_median_abs_err"] <= 0.10 and abs(s["err_ttft_mean"]) <= 0.15
+        passed.append(ok and abs(s["err_itl_mean"]) <= 0.10)
+    assert all(passed), passed
+
+
+def test_calibrate_serving_fits_the_measured_host_terms() -> None:
+    from llmsim.calibration.serving import fit_serving, read_run
+    from llmsim.models import get_model
+
+    run = read_run(DATA / "poisson-light-b")
+    model = get_model(str(DATA.parent.parent.parent / "benchmarks" / "vllm_cpu" / "model" / "config.json"))
+    hw = load_profile(str(DATA / "engine-fit" / "hardware.yaml"))
+    engine, fitted_hw, report = fit_serving([run], model, hw.model_dump(mode="json"), fit_hardware=False)
+    assert fitted_hw is None
+    # Scheduler.schedule on this machine takes ~0.1-0.4 ms a step (steps.csv medians)
+    assert 5e-5 < engine["schedule"]["base_s"] + engine["schedule"]["per_seq_s"] * 4 < 5e-4
+    assert report["mape"]["exec"] < 0.3
+    with pytest.raises(UserError, match="not a serving run"):
+        read_run(DATA)

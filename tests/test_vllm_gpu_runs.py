@@ -1,0 +1,108 @@
+"""The four real vLLM 0.19 GPU runs (data/validation/vllm-gpu/) load, their replay runs, and the
+RTX 4090 / RTX PRO 6000 profiles load. No accuracy thresholds: the engine model is still changing."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmsim.hardware import load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data" / "validation" / "vllm-gpu"
+
+
+def _replay_module():
+    spec = importlib.util.spec_from_file_location("vllm_gpu_replay", ROOT / "benchmarks" / "vllm_gpu" / "replay.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+replay = _replay_module()
+RUN_KEYS = [r.key for r in replay.RUNS]
+
+
+def test_data_folder_has_licence_and_readme():
+    assert "MIT" in (DATA / "LICENSE-LLMServingSim.txt").read_text()
+    readme = (DATA / "README.md").read_text()
+    assert "5daddb21a545658d5150b535712d0494584b5278" in readme
+
+
+@pytest.mark.parametrize("key", RUN_KEYS)
+def test_run_data_loads(key):
+    run = next(r for r in replay.RUNS if r.key == key)
+    meta = run.meta()
+    assert meta["vllm_version"] == "0.19.0"
+    real = replay.real_requests(run)
+    assert len(real) == meta["num_requests"] == 300
+    assert (real["ttft_s"] > 0).all() and (real["e2e_s"] >= real["ttft_s"]).all()
+    peer = replay.peer_requests(run)
+    assert len(peer) == 300 and peer.notna().all().all()
+    wl = DATA / (meta["dataset_path"] + ".gz")
+    with gzip.open(wl, "rb") as fh:
+        assert hashlib.sha256(fh.read()).hexdigest() == meta["dataset_hash"]  # the run's exact workload
+
+
+@pytest.mark.parametrize("key", RUN_KEYS)
+def test_real_metrics_match_the_sources_own_table(key):
+    """Our TTFT/TPOT/E2E of the measured run equal the 'vLLM' column of LLMServingSim's summary.txt."""
+    run = next(r for r in replay.RUNS if r.key == key)
+    got = replay.stats(replay.real_requests(run))
+    text = (run.dir / "llmservingsim_prediction" / "summary.txt").read_text()
+    for label, k in (("TTFT Mean", "ttft_mean"), ("TPOT Mean", "tpot_mean"), ("Latency Mean", "e2e_mean")):
+        vllm_ms = float(re.search(rf"^{label}\s+([\d.]+)", text, re.M).group(1))
+        assert got[k] * 1e3 == pytest.approx(vllm_ms, abs=0.11), label
+
+
+def test_replay_prefix_gives_finite_metrics():
+    run = next(r for r in replay.RUNS if r.key == "RTX4090/Llama-3.1-8B")
+    row = replay.replay(run, max_requests=60)
+    assert row["requests"] == 60 and row["finished"] == 60
+    # vLLM's block 0 is its null block: the recorded count less one holds KV
+    assert row["kv_blocks"] == run.meta()["kv_cache"]["num_gpu_blocks"] - 1 or "reserve_gb" in row["kv"]
+    for side in ("real", "llmsim"):
+        assert all(math.isfinite(v) and v > 0 for v in row[side].values()), side
+    assert len(replay.table([row])) == 6
+
+
+def test_scenarios_follow_meta():
+    for run in replay.RUNS:
+        kw = run.meta()["engine_kwargs"]
+        sc = replay.scenario_dict(run, Path("x.jsonl"))
+        assert sc["cluster"]["tp"] == kw["tensor_parallel_size"]
+        assert sc["cluster"]["replicas"] == kw["data_parallel_size"]
+        assert sc["policy"]["chunk_tokens"] == kw["max_num_batched_tokens"]
+        assert sc["policy"]["max_num_seqs"] == kw["max_num_seqs"]
+        assert sc["kv_cache"]["block_tokens"] == 16 and sc["kv_cache"]["prefix_caching"]
+
+
+@pytest.mark.parametrize("name", ["RTX-4090", "RTX-PRO-6000"])
+def test_profiles_load_and_are_dense(name):
+    p = load_profile(name)
+    assert p.name == name and p.family == "gpu"
+    assert "dense" in p.peak_flops["bf16"].source.lower()
+    assert "ASSUMPTION" in p.price_per_hour_usd.source
+    bf16 = p.peak("bf16")
+    for dt, factor in (("fp8", 2), ("int8", 2), ("int4", 4), ("fp4", 4)):
+        if dt in p.peak_flops:
+            assert p.peak_flops[dt].value <= factor * bf16 * 1.02, dt
+    assert p.scale_up is not None and p.host_link.bandwidth_bytes_per_s.value > 0
+
+
+def test_profile_figures():
+    rtx = load_profile("RTX-4090")
+    assert rtx.peak("bf16") == pytest.approx(165.2e12)  # FP32-accumulate, not the 330.3 FP16-accumulate rate
+    meta = (DATA / "RTX4090" / "Llama-3.1-8B" / "meta.json").read_text()
+    assert str(int(rtx.memory_bytes)) in meta  # the run's recorded device_total_memory_bytes
+    pro = load_profile("RTX-PRO-6000")
+    assert pro.bandwidth == pytest.approx(1597e9)
+    assert pro.memory_bytes > 96e9
