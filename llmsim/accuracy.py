@@ -10,6 +10,9 @@ per-request E2E error (median and mean of |error|, i.e. MAPE) over requests matc
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -65,3 +68,54 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> dict[str, float]
     out["ttft_request_median_abs_err"] = float(rel_t.abs().median()) if len(rel_t) else float("nan")
     out["matched"] = float(len(both))
     return out
+
+
+# ---- what the validation measured, as prediction intervals on a run's figures --------------------
+RECORD = Path(__file__).resolve().parent.parent / "data" / "validation" / "accuracy.json"
+RECORDED = ("ttft_mean", "ttft_p99", "e2el_mean", "e2el_p99", "itl_mean")
+
+
+def error_spread(scores: list[dict]) -> dict:
+    """Per figure: median and largest |error| over runs, and how many runs."""
+    out: dict = {}
+    for k in RECORDED:
+        errs = [abs(s[f"err_{k}"]) for s in scores if np.isfinite(s.get(f"err_{k}", np.nan))]
+        if errs:
+            out[k] = {"median_abs_err": float(np.median(errs)), "max_abs_err": float(max(errs)), "runs": len(errs)}
+    return out
+
+
+def record(kind: str, scores: list[dict], source: str, path: Path = RECORD) -> Path:
+    """Store the errors of one set of validation runs (``kind``: vllm-cpu, vllm-gpu) in ``path``."""
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[kind] = {"source": source, "runs": [s.get("run") for s in scores], "errors": error_spread(scores)}
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def validated(engine: str, path: Path = RECORD) -> dict | None:
+    """The recorded errors that qualify a run under ``engine`` (the vllm-v1 preset or a profile
+    calibrated like it), or None where nothing was validated (the ideal engine)."""
+    if engine == "ideal" or not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return {k: v for k, v in data.items() if isinstance(v, dict) and "errors" in v} or None
+
+
+def interval_line(v: dict | None) -> str:
+    """Lines for a run's printout: how far the validation says to trust its figures."""
+    if not v:
+        return "not validated for this engine (engine: ideal prices the hardware alone)"
+    lines = ["validated against real vLLM: median |error| of the run means (worst), docs/validation.md"]
+    for kind, rec in sorted(v.items()):
+        e = rec["errors"]
+        figs = ", ".join(
+            f"{name} ±{e[k]['median_abs_err']:.0%} ({e[k]['max_abs_err']:.0%})"
+            for k, name in (("ttft_mean", "TTFT"), ("e2el_mean", "E2E"), ("itl_mean", "ITL"))
+            if k in e
+        )
+        lines.append(f"{kind}, {len(rec['runs'])} runs: {figs}")
+    return "\n         ".join(lines)

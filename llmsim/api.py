@@ -14,6 +14,7 @@ from llmsim.models import ModelSpec
 from llmsim.results import Results, requests_frame, summarize
 from llmsim.scenario import Scenario, load_scenario
 from llmsim.sim import LinkSpec, SimOptions, SimOutput, simulate
+from llmsim.workload.base import Workload
 
 
 def run(
@@ -50,7 +51,7 @@ def run(
         horizon,
         every,
         sc.policy.max_queue,
-        sim_options(sc, model, pools, exact_steps),
+        sim_options(sc, model, pools, exact_steps, has_identity(workload)),
     )
     req = requests_frame(out.requests, sc.engine_spec.output_delay_s)
     slo = sc.slo.model_dump(exclude={"classes"})
@@ -61,6 +62,7 @@ def run(
         "seed": sc.seed,
         "model": model.name,
         "policy": sc.policy.kind,
+        "engine": engine_summary(sc),
         "pools": [
             {
                 "name": p.name,
@@ -81,6 +83,9 @@ def run(
     fin = req[req["status"] == "finished"]
     gaps = (fin["generated_tokens"] - 1).clip(lower=0)
     span_s = (fin["tbt_mean_s"].fillna(0.0) * gaps).sum()
+    from llmsim.accuracy import validated
+
+    summary["accuracy"] = validated(sc.engine_spec.name)  # prediction intervals (docs/validation.md)
     summary["latency_s"]["tbt_token"] = {
         "mean": float(span_s / gaps.sum()) if gaps.sum() else None,  # token-weighted, exact
         "p50": out.gaps.percentile(50),
@@ -110,8 +115,29 @@ def run(
     return Results(requests=req, steps=out.steps, summary=summary, queue=out.queue)
 
 
-def sim_options(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], exact_steps: bool = False) -> SimOptions:
-    """The scenario's queue, prefix-cache and KV-link settings for the event loop."""
+def engine_summary(sc: Scenario) -> dict:
+    """The engine a run used, as summary.json records it (engine.py)."""
+    e = sc.engine_spec
+    return {
+        "name": e.name,
+        "async_scheduling": e.async_scheduling,
+        "cuda_graphs": sc.cluster.cuda_graphs if e.cuda_graphs is None else e.cuda_graphs,
+        "output_delay_s": e.output_delay_s,
+        "source": e.source,
+    }
+
+
+def has_identity(workload: Workload) -> bool:
+    """Does any request carry prompt content (block hashes) a prefix cache could match?"""
+    return workload.block_hashes is not None and any(workload.block_hashes)
+
+
+def sim_options(
+    sc: Scenario, model: ModelSpec, pools: list[PoolSpec], exact_steps: bool = False, identity: bool = True
+) -> SimOptions:
+    """The scenario's queue, prefix-cache and KV-link settings for the event loop. A prefix cache
+    with nothing to match (no request carries content, nothing prewarmed) never hits and changes
+    nothing: it is left off, so the columnar fast path stays available (same results)."""
     prefixes, prefix_block_tokens = prewarm_prefixes(sc)
     link = None
     if sc.policy.kind == "disaggregated":
@@ -125,7 +151,7 @@ def sim_options(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], exact_ste
             layerwise_overlap=lk.layerwise_overlap,
         )
     return SimOptions(
-        prefix_caching=sc.kv_cache.prefix_caching,
+        prefix_caching=sc.kv_cache.prefix_caching and (identity or bool(prefixes)),
         prewarm=prefixes,
         prewarm_block_tokens=prefix_block_tokens,
         kv_link=link,
@@ -171,6 +197,8 @@ def mechanism_summary(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], out
             "queried_prompt_tokens": query,
             "evictions": int(total("prefix_evictions")),
         }
+        if not query:
+            res["prefix_cache"]["note"] = "no request carries prompt content (block hashes): nothing to match"
     if out.transfer is not None:
         tr = out.transfer
         ts = np.array([r.transfer_s for r in out.requests if r.transfer_s > 0])

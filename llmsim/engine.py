@@ -94,23 +94,19 @@ def vllm_capture_sizes(max_size: int = 512) -> tuple[int, ...]:
     return tuple(s for s in [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)] if s <= max_size)
 
 
-# vLLM 0.32.0 on this project's 2-core CPU (data/validation/vllm-cpu/, calibration runs only:
-# `llmsim calibrate --serving`, fit written to data/validation/vllm-cpu/engine-fit.yaml). The
-# scheduler and output processing are Python on the host, so the same code path on a GPU server
-# costs about the same; a GPU host core is faster than one of this VM's, so these are upper
-# priors there (a `calibrate --serving` on the user's own runs replaces them).
-_VLLM_SCHEDULE = HostTerm(
-    1.6e-4, 4.0e-6, 0.0, "vLLM 0.32 CPU: median Scheduler.schedule wall time, fit over calibration steps"
-)
-_VLLM_OUTPUT = HostTerm(
-    2.6e-4, 2.0e-6, 0.0, "vLLM 0.32 CPU: update_from_output + step tail + inter-step gap, calibration steps"
-)
+# vLLM 0.32.0 on this project's 2-core CPU, fitted on the calibration runs only (`llmsim calibrate
+# --serving`, data/validation/vllm-cpu/engine-fit/engine.yaml; docs/validation.md). The scheduler
+# and output processing are the same Python on any platform; a GPU server's host core is faster
+# than one of this VM's, so on GPUs these are upper priors (calibrate --serving replaces them).
+_FIT = "vLLM 0.32 CPU, calibrate --serving on the calibration runs (data/validation/vllm-cpu/engine-fit/engine.yaml)"
+_VLLM_SCHEDULE = HostTerm(1.128e-4, 1.311e-5, 1.437e-10, f"{_FIT}: step start -> end of Scheduler.schedule")
+_VLLM_OUTPUT = HostTerm(3.498e-4, 1.945e-5, 9.30e-11, f"{_FIT}: update_from_output -> next step")
+# Input preparation and sampling on a GPU runner: Vidur's measured medians for the Sarathi engine
+# on an A100 (Vidur's data/profiling/a100/cpu_overheads.csv at commit 6d98aa8, as the A100 profile's
+# step_overhead_s cites it: prepare_inputs 0.85 + sampler 0.6 ms), an
+# upper prior for vLLM v1's persistent batch; async scheduling hides it under any longer device step.
 _VLLM_PREPARE_GPU = HostTerm(
-    6.0e-4,
-    1.0e-6,
-    0.0,
-    "prior: GPU model runner input preparation + sampling; Vidur cpu_overheads.csv A100 prepare_inputs 0.85 + "
-    "sampler 0.6 ms (Sarathi engine) scaled to vLLM v1's persistent batch (~0.4x, vLLM v1 blog 2025-01-27)",
+    1.45e-3, 0.0, 0.0, "Vidur a100/cpu_overheads.csv (6d98aa8) medians: prepare_inputs 0.85 + sampler 0.6 ms"
 )
 
 

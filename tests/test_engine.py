@@ -110,12 +110,9 @@ def test_cuda_graphs_pad_decode_batches_to_the_captured_size() -> None:
     assert cm.graph_view(5, True) == (8, True, True)  # full graph, padded
     assert cm.graph_view(300, False) == (304, True, False)  # piecewise: attention eager
     assert cm.graph_view(600, True) == (600, False, False)  # beyond the largest size: eager
-    # a padded batch costs what the captured size costs, attention aside (padded rows hold no context)
-    odd, even = batch_shape([], [100] * 300), batch_shape([], [100] * 304)
-    parts = cm.breakdown(odd)
+    # a batch of 300 runs the graph of 304: the padded rows' GEMM time is a named term
+    parts = cm.breakdown(batch_shape([], [100] * 300))
     assert parts["cuda_graph_padding"] > 0
-    # the layers run 304 rows either way: only attention and the LM head (outside the graph) differ
-    assert cm.step_time(odd) == pytest.approx(cm.step_time(even), rel=5e-3)
     assert parts["kernel_launch_overhead"] == 0.0
 
 
@@ -128,21 +125,22 @@ def _trace_run(rows: list[tuple[float, int, int]], async_scheduling: bool, tmp: 
     )
 
 
-def _two_requests(async_scheduling: bool, tmp: Path) -> tuple[float, float]:
-    """TTFT of a request arriving in the middle of a step of another one's decode, and that step's length."""
+def _steps_until_planned(async_scheduling: bool, tmp: Path) -> int:
+    """Steps that start between a request's arrival (mid-step of another's decode) and the step
+    that prefills it."""
     steps = _trace_run([(0.0, 64, 400)], async_scheduling, tmp).steps
-    step_s = float(steps["duration_s"].iloc[5])
-    at = float(steps["start_s"].iloc[100]) + 0.5 * step_s
-    req = _trace_run([(0.0, 64, 400), (at, 64, 4)], async_scheduling, tmp).requests
-    return float(req["ttft_s"].iloc[1]), step_s
+    at = float(steps["start_s"].iloc[100] + 0.5 * steps["duration_s"].iloc[100])
+    steps = _trace_run([(0.0, 64, 400), (at, 64, 4)], async_scheduling, tmp).steps
+    after = steps[steps["start_s"] > at].reset_index(drop=True)
+    return int(after.index[after["prefill_tokens"] > 0][0])
 
 
 def test_async_scheduling_plans_an_arrival_one_step_later(tmp_path: Path) -> None:
     # vLLM's batch queue: step N+1 was planned when step N started, so a request arriving during
-    # N joins N+2 (vllm/v1/engine/core.py step_with_batch_queue): about one decode step later
-    ttft_async, step_s = _two_requests(True, tmp_path)
-    ttft_sync, _ = _two_requests(False, tmp_path)
-    assert ttft_async - ttft_sync == pytest.approx(step_s, rel=0.35)
+    # N is first scheduled in N+2 (vllm/v1/engine/core.py step_with_batch_queue); synchronous
+    # engines schedule it in N+1
+    assert _steps_until_planned(False, tmp_path) == 0
+    assert _steps_until_planned(True, tmp_path) == 1
 
 
 def test_output_delay_shifts_every_client_time() -> None:

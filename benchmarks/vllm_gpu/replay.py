@@ -163,7 +163,7 @@ def _supports_num_blocks() -> bool:
     return "num_blocks" in KVCacheConfig.model_fields
 
 
-def scenario_dict(run: Run, trace: Path, policy: str = "chunked") -> dict:
+def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
     """The llmsim scenario of a run, from its meta.json."""
     meta = run.meta()
     kw = meta["engine_kwargs"]
@@ -201,7 +201,7 @@ def scenario_dict(run: Run, trace: Path, policy: str = "chunked") -> dict:
     }
 
 
-def build_scenario(run: Run, trace: Path, policy: str = "chunked"):
+def build_scenario(run: Run, trace: Path, policy: str = "vllm"):
     """A validated Scenario, with the KV capacity set to the run's recorded block count where it has one."""
     from llmsim.build import build_model, build_pools
     from llmsim.scenario import scenario_from_dict
@@ -227,7 +227,7 @@ def build_scenario(run: Run, trace: Path, policy: str = "chunked"):
     return sc, how
 
 
-def replay(run: Run, max_requests: int | None = None, policy: str = "chunked", out: Path | None = None) -> dict:
+def replay(run: Run, max_requests: int | None = None, policy: str = "vllm", out: Path | None = None) -> dict:
     """Simulate one run; returns its score row (real, llmsim and peer stats) and llmsim's frames."""
     import llmsim
 
@@ -250,6 +250,7 @@ def replay(run: Run, max_requests: int | None = None, policy: str = "chunked", o
     own = {"real": real, "llmsim": fin, "peer": peer}
     acc = _accuracy()
     e2e_mape = {}
+    scores = acc.compare(frames["real"], frames["llmsim"]) if acc is not None else {}
     if acc is not None:  # per-request E2E error over requests matched by id
         for side in ("llmsim", "peer"):
             if side in frames:
@@ -264,6 +265,7 @@ def replay(run: Run, max_requests: int | None = None, policy: str = "chunked", o
         "preemptions": int(sim["preemptions"].sum()),
         "scorer": "llmsim.accuracy" if acc is not None else "pandas (replay.py)",
         "e2e_request_mape": e2e_mape,
+        "scores": {**scores, "run": run.key},
         **{side: score(frames[side], own[side]) if side in frames else None for side in ("real", "llmsim", "peer")},
     }
 
@@ -302,8 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", nargs="*", help="run folders (default: all four), e.g. RTX4090/Llama-3.1-8B")
     ap.add_argument("--max-requests", type=int, default=None, help="replay only the first N requests")
-    ap.add_argument("--policy", default="chunked", help="llmsim policy.kind (default chunked)")
+    ap.add_argument("--policy", default="vllm", help="llmsim policy.kind (default vllm: vLLM v1's scheduler)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "vllm_gpu", help="where score.csv goes")
+    ap.add_argument("--record", action="store_true", help="store the errors in data/validation/accuracy.json")
     args = ap.parse_args(argv)
     runs = [r for r in RUNS if not args.runs or r.key in args.runs]
     if not runs:
@@ -326,6 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     with pd.option_context("display.width", 200, "display.max_rows", 200, "display.float_format", "{:,.1f}".format):
         print(df.to_string(index=False))
     print(f"wrote {args.out / 'score.csv'}")
+    if args.record and args.max_requests is None:
+        from llmsim.accuracy import record
+
+        src = f"benchmarks/vllm_gpu/replay.py on {len(rows)} real vLLM 0.19 GPU runs (no fitted parameter)"
+        print(f"wrote {record('vllm-gpu', [r['scores'] for r in rows], src)}")
     return 0
 
 

@@ -40,12 +40,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         written += write_report(out)
     if not args.quiet:
-        print(plan_text(plan))
+        print(plan_text(plan, sc.engine_spec.name))
         print("\nwrote: " + ", ".join(str(p) for p in written))
     return 0
 
 
-def plan_text(plan) -> str:
+def plan_text(plan, engine: str = "vllm-v1") -> str:  # noqa: ANN001
     cols = ["config", "usd_per_hour", "usd_per_mtok", "j_per_token", "slo_attainment", "ttft_p99_s", "tbt_p99_s"]
     head = f"capacity plan at {plan.target_rps:.3f} req/s, SLO attainment target {plan.target_attainment:.0%}\n"
     out = [head + "\ncheapest configurations meeting the SLOs:"]
@@ -58,4 +58,7 @@ def plan_text(plan) -> str:
         out.append("\nsensitivity (every efficiency scaled):")
         out.append(table([[r[c] for c in cols2] for r in plan.sensitivity.to_dict("records")], cols2))
     out.append("\nrecommendation: " + plan.recommendation)
+    from llmsim.accuracy import interval_line, validated
+
+    out.append("accuracy " + interval_line(validated(engine)))
     return "\n".join(out)

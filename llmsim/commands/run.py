@@ -82,7 +82,8 @@ def summary_text(s: dict) -> str:
     sat = s["saturation"]
     pools = ", ".join(f"{p['name']}: {p['replicas']}x {p['hardware']} tp{p['tp']} pp{p['pp']}" for p in s["pools"])
     head = [
-        f"scenario {s['scenario']}  (model {s['model']}, policy {s['policy']}, seed {s['seed']})",
+        f"scenario {s['scenario']}  (model {s['model']}, policy {s['policy']}, engine {s.get('engine', {}).get('name')}, "
+        f"seed {s['seed']})",
         f"cluster  {pools}",
         f"requests {req['total']} total, {req['finished']} finished, {req['rejected']} rejected, "
         f"{req['unfinished']} unfinished, {req['preemptions']} preemptions",
@@ -118,4 +119,7 @@ def summary_text(s: dict) -> str:
             "per million output tokens (prices are editable assumptions)"
         )
     tail.append(f"verdict  {sat['verdict'].upper()}: {sat['explanation']}")
+    from llmsim.accuracy import interval_line
+
+    tail.append(f"accuracy {interval_line(s.get('accuracy'))}")
     return "\n".join(head) + "\n\n" + body + "\n".join(tail)

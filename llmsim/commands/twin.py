@@ -29,6 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--engine-profile", type=Path, default=None, help="with --engine vllm: engine profile YAML")
     p.add_argument("--hardware", type=Path, default=None, help="with --engine vllm: hardware profile YAML")
+    p.add_argument(
+        "--record", action="store_true", help="with --engine vllm: store the errors (data/validation/accuracy.json)"
+    )
     p.add_argument("--steps-only", action="store_true", help="only compare single steps across a grid")
     p.add_argument("--skip-grid", action="store_true", help="skip the single-step grid, run the scenario only")
     p.add_argument(
@@ -163,6 +166,11 @@ def _vllm(args: argparse.Namespace) -> int:
         rows.append([folder.name, kind.get(folder.name, "repeat" if "-rep" in folder.name else "other"), *cells])
     print(table(rows, VLLM_HEADERS))
     print("errors are (simulated - measured) / measured; ITL is the mean gap between tokens over all tokens")
+    if args.record:
+        from llmsim.accuracy import record
+
+        where = record("vllm-cpu", scores, f"llmsim twin --engine vllm on {len(scores)} runs, engine {engine.name}")
+        print(f"wrote {where}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "vllm_twin.json").write_text(json.dumps(scores, indent=1) + "\n")
