@@ -93,10 +93,13 @@ def record(kind: str, scores: list[dict], source: str, path: Path = RECORD) -> P
     return path
 
 
+VALIDATED_ENGINES = ("vllm-v1",)  # the presets the recorded runs validate (a fitted profile has its own report)
+
+
 def validated(engine: str, path: Path = RECORD) -> dict | None:
-    """The recorded errors that qualify a run under ``engine`` (the vllm-v1 preset or a profile
-    calibrated like it), or None where nothing was validated (the ideal engine)."""
-    if engine == "ideal" or not path.exists():
+    """The recorded errors that qualify a run under ``engine``, or None where nothing validated it
+    (the ideal engine, a preset with changed terms, a calibrated profile: see its fit report)."""
+    if engine not in VALIDATED_ENGINES or not path.exists():
         return None
     try:
         data = json.loads(path.read_text())
@@ -108,7 +111,7 @@ def validated(engine: str, path: Path = RECORD) -> dict | None:
 def interval_line(v: dict | None) -> str:
     """Lines for a run's printout: how far the validation says to trust its figures."""
     if not v:
-        return "not validated for this engine (engine: ideal prices the hardware alone)"
+        return "not validated for this engine (only the vllm-v1 preset is; docs/validation.md)"
     lines = ["validated against real vLLM: median |error| of the run means (worst), docs/validation.md"]
     for kind, rec in sorted(v.items()):
         e = rec["errors"]

@@ -161,7 +161,6 @@ def sim_options(
         n_seqs=sc.workload.beam_width or sc.workload.parallel_samples,
         exact_steps=exact_steps,
         prefill_policy=sc.policy.prefill_pool_policy,
-        async_scheduling=sc.engine_spec.async_scheduling,
     )
 
 

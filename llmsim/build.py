@@ -154,7 +154,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         act_dtype=act,
         attention_kernel=sc.model.attention_kernel,
         cuda_graphs=sc.cluster.cuda_graphs if engine.cuda_graphs is None else engine.cuda_graphs,
-        cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, sc.policy.chunk_tokens),
+        cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, step_budget(sc, p, name)),
         numa_aware=sc.cluster.numa_aware,
     )
     sched = SchedulerConfig(
@@ -177,10 +177,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         sched.speculative = SpecConfig(k=spec.k, acceptance=spec.rates(), seed=sc.seed)
         if spec.method == "draft":
             draft = get_model(spec.draft_model or "").with_(weight_dtype=weight_dtype)
-    chunked = sc.policy.kind in ("chunked", "vllm") or (
-        name == "prefill" and sc.policy.prefill_pool_policy == "chunked"
-    )
-    step_tokens = sched.chunk_tokens if chunked else sched.max_batch_tokens
+    step_tokens = step_budget(sc, p, name)
     blocks, memory = kv_blocks(
         sc, model, hw, p.tp, p.pp, weight_dtype, step_tokens, sched.max_num_seqs, key, draft=draft
     )
@@ -190,6 +187,14 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         draft_cost = CostModel(draft, hw, replace(cfg, tp=1, pp=1), engine)
     cost = CostModel(model, hw, cfg, engine)
     return PoolSpec(name, hw, p.replicas, p.tp, p.pp, cost, blocks, sched, memory, draft_cost=draft_cost)
+
+
+def step_budget(sc: Scenario, p: PoolConfig, name: str) -> int:
+    """Most tokens a step of this pool's policy holds: the chunk budget where prompts are chunked."""
+    chunked = sc.policy.kind in ("chunked", "vllm") or (
+        name == "prefill" and sc.policy.prefill_pool_policy == "chunked"
+    )
+    return sc.policy.chunk_tokens if chunked else (p.max_batch_tokens or sc.policy.max_batch_tokens)
 
 
 def graph_sizes(engine: EngineSpec, max_num_seqs: int, max_batched_tokens: int) -> tuple[int, ...]:

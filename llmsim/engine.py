@@ -20,6 +20,7 @@ YAML file of the same fields.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -135,9 +136,11 @@ def vllm_defaults(hw: HardwareProfile) -> tuple[dict[str, object], dict[str, obj
 
 def for_hardware(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
     """The engine as it runs on ``hw``: vLLM on a CPU forces async scheduling off ("not required
-    on CPU", vllm/platforms/cpu.py) and has no CUDA graphs."""
+    on CPU", vllm/platforms/cpu.py) and has no CUDA graphs; a TPU has no CUDA graphs either."""
     if spec.defaults == "vllm" and hw.family == "cpu":
         return replace(spec, async_scheduling=False, cuda_graphs=False, cuda_graph_sizes=())
+    if spec.defaults == "vllm" and hw.family == "tpu":  # XLA compiles the graphs: no CUDA graphs to pad to
+        return replace(spec, cuda_graphs=False, cuda_graph_sizes=())
     return spec
 
 
@@ -172,13 +175,49 @@ def _term(d: object, key: str, origin: str) -> HostTerm:
     unknown = set(d) - {f.name for f in fields(HostTerm)}
     if unknown:
         raise UserError(f"{origin}: engine.{key}: unknown key(s) {sorted(unknown)}; expected base_s, per_seq_s, ...")
-    try:
-        vals = {k: float(v) for k, v in d.items() if k != "source"}
-    except (TypeError, ValueError) as e:
-        raise UserError(f"{origin}: engine.{key}: every term must be a number of seconds ({e})") from None
-    if any(v < 0 for v in vals.values()):
-        raise UserError(f"{origin}: engine.{key}: host seconds cannot be negative")
+    vals: dict[str, float] = {}
+    for k, v in d.items():
+        if k == "source":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise UserError(f"{origin}: engine.{key}.{k} must be a finite number of seconds >= 0, got {v!r}")
+        vals[k] = float(v)
     return HostTerm(**vals, source=str(d.get("source", "")))
+
+
+_BOOLS = ("async_scheduling", "cuda_graphs", "hardware_step_overhead")
+_TEXTS = ("name", "source")
+DEFAULT_TABLES = ("", "vllm")
+
+
+def _field(k: str, v: object, origin: str) -> object:
+    """One engine field, checked: a clear error naming it, never a silent coercion."""
+    where = f"{origin}: engine.{k}"
+    if k in HOST_TERMS:
+        return _term(v, k, origin)
+    if k == "cuda_graph_sizes":
+        if not isinstance(v, list) or not v or not all(type(x) is int and x > 0 for x in v):
+            raise UserError(f"{where} must be a non-empty list of positive batch sizes, got {v!r}")
+        return tuple(sorted(set(v)))
+    if k == "output_delay_s":
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise UserError(f"{where} must be a finite number of seconds >= 0, got {v!r}")
+        return float(v)
+    if k in _BOOLS:
+        if k == "cuda_graphs" and v is None:
+            return None
+        if not isinstance(v, bool):
+            raise UserError(f"{where} must be true or false, got {v!r}")
+        return v
+    if k in _TEXTS:
+        if not isinstance(v, str):
+            raise UserError(f"{where} must be text, got {v!r}")
+        return v
+    if k == "defaults":
+        if v not in DEFAULT_TABLES:
+            raise UserError(f"{where} must be one of {', '.join(repr(t) for t in DEFAULT_TABLES)}, got {v!r}")
+        return v
+    return v
 
 
 def engine_from_dict(d: dict, origin: str, base: EngineSpec | None = None) -> EngineSpec:
@@ -188,22 +227,7 @@ def engine_from_dict(d: dict, origin: str, base: EngineSpec | None = None) -> En
     unknown = set(d) - known - {"preset", "profile", "fit"}
     if unknown:
         raise UserError(f"{origin}: engine: unknown key(s) {sorted(unknown)}; expected one of {sorted(known)}")
-    changes: dict[str, object] = {}
-    for k, v in d.items():
-        if k in ("preset", "profile", "fit"):
-            continue
-        if k in HOST_TERMS:
-            changes[k] = _term(v, k, origin)
-        elif k == "cuda_graph_sizes":
-            if not isinstance(v, list) or not all(isinstance(x, int) and x > 0 for x in v):
-                raise UserError(f"{origin}: engine.cuda_graph_sizes must be a list of positive batch sizes")
-            changes[k] = tuple(sorted(v))
-        elif k == "output_delay_s":
-            if not isinstance(v, int | float) or v < 0:
-                raise UserError(f"{origin}: engine.output_delay_s must be a number of seconds >= 0")
-            changes[k] = float(v)
-        else:
-            changes[k] = v
+    changes = {k: _field(k, v, origin) for k, v in d.items() if k not in ("preset", "profile", "fit")}
     return replace(spec, **changes)
 
 
@@ -214,10 +238,14 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
         return PRESETS[DEFAULT_ENGINE]
     if isinstance(value, str):
         value = {"preset": value} if value in PRESETS or not value.endswith((".yaml", ".yml")) else {"profile": value}
+    if "preset" in value and "profile" in value:
+        raise UserError(f"{origin}: engine: give a preset or a profile, not both")
     base = None
     if "profile" in value:
         path = Path(str(value["profile"]))
         path = path if path.is_absolute() else base_dir / path
+        if not path.exists():
+            raise UserError(f"{origin}: engine.profile: file not found: {path}")
         data = load_yaml_file(path)
         if not isinstance(data, dict):
             raise UserError(f"{path}: an engine profile must be a mapping of engine fields")
@@ -227,4 +255,8 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
         if name not in PRESETS:
             raise UserError(f"{origin}: engine.preset {name!r} is unknown; expected one of {', '.join(PRESETS)}")
         base = PRESETS[name]
-    return engine_from_dict(value, origin, base)
+    spec = engine_from_dict(value, origin, base)
+    changed = set(value) - {"preset", "profile", "name"}
+    if changed and "name" not in value:  # no longer the preset its accuracy was validated for
+        spec = replace(spec, name=f"{spec.name} (modified: {', '.join(sorted(changed))})")
+    return spec

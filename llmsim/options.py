@@ -29,4 +29,3 @@ class SimOptions:
     n_seqs: int = 1  # parallel samples / beams per request
     exact_steps: bool = False  # one event per step: no shortcuts (fastpath.py)
     prefill_policy: str = "traditional"  # disaggregated: the prefill pool's scheduler
-    async_scheduling: bool = False  # engine.py: arrivals during a step join the plan after next

@@ -75,7 +75,7 @@ class Replica:
         self.price = StepCost(pool, opts.kv_bytes_per_token)
         # async scheduling (engine.py): the step after the one running was planned when it started,
         # so an arrival during a step joins the plan after next; ``_late`` holds such arrivals
-        self.async_scheduling = opts.async_scheduling
+        self.async_scheduling = pool.cost.engine.async_scheduling  # (this pool's engine, engine.for_hardware)
         self._late: list[Request] = []
         self._last_start_s = 0.0  # when the step that just ended started (its successor's plan)
         self._step_start_s = 0.0  # when the step (or run) in progress started
@@ -104,7 +104,7 @@ class Replica:
     def submit(self, req: Request) -> None:
         req.replica = self.index
         reason = self.sched.rejection_reason(req)
-        if not reason and self.max_queue is not None and len(self.sched.waiting) + len(self._late) >= self.max_queue:
+        if not reason and self.max_queue is not None and self.num_waiting >= self.max_queue:
             reason = f"queue full (max_queue={self.max_queue})"
         if reason:
             req.status, req.reject_reason = REJECTED, reason
@@ -132,10 +132,16 @@ class Replica:
         self.signal_freed()
         self.wake()
 
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued here: in the scheduler's queue, or arrived for the plan after next."""
+        return len(self.sched.waiting) + len(self._late)
+
     def wake(self) -> None:
         """Something changed (an arrival, a prefilled request): reconsider at the next step boundary."""
         if self._idle:
             self._idle = False
+            self._step_start_s = self.env.now  # the next step starts now: arrivals now join its plan
             self._wake.succeed()
         else:
             self.fast.cut()  # a decode run in progress ends with the step in progress
@@ -237,9 +243,8 @@ class Replica:
 
     def log_step(self, plan: BatchPlan, start_s: float, dt: float, swap: float, draft: float) -> None:
         self.steps_taken += 1
-        self.steps.add_plan(
-            self.pool.name, self.index, plan, start_s, dt, self.kv, len(self.sched.waiting), swap, draft
-        )
+        waiting = len(self.sched.waiting)  # the scheduler's queue (arrivals for the plan after next are not in it)
+        self.steps.add_plan(self.pool.name, self.index, plan, start_s, dt, self.kv, waiting, swap, draft)
 
     def finish(self) -> None:
         """At the end of the simulation: every request's counters up to date, and the steps of a

@@ -16,7 +16,7 @@ class Routable(Protocol):
     kv: Any
 
     @property
-    def waiting(self) -> Any: ...  # the queue (len() is read)
+    def num_waiting(self) -> int: ...  # requests queued there
 
     def sync(self) -> None: ...
 
@@ -30,7 +30,7 @@ def route(replicas: list[R], policy: str, counter: int, req: Request | None = No
     if policy == "kv_aware":
         for r in replicas:
             r.sync()
-        return min(replicas, key=lambda r: (r.kv.utilization + len(r.waiting) / 1e6, r.index))
+        return min(replicas, key=lambda r: (r.kv.utilization + r.num_waiting / 1e6, r.index))
     if policy == "prefix_affinity" and req is not None:
         # least work left once the cached prefix is not prefilled again: affinity without piling
         # every request that shares a popular first block onto one replica

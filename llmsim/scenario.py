@@ -297,15 +297,18 @@ class OutputConfig(_Strict):
 
 class Scenario(_Strict):
     _origin: str = PrivateAttr(default="scenario")  # the file it came from, for error messages
-    _engine: object = PrivateAttr(default=None)  # the resolved engine.EngineSpec (engine.apply_engine)
+    _engine: object = PrivateAttr(default=None)  # the resolved engine.EngineSpec (apply_engine)
+    _engine_filled: dict = PrivateAttr(default_factory=dict)  # section -> keys the engine's defaults filled
 
     @property
     def engine_spec(self):  # type: ignore[no-untyped-def]
         """The serving engine this scenario runs under (``engine.EngineSpec``)."""
-        if self._engine is None:
-            from llmsim.engine import load_engine
+        if self._engine is None:  # built without scenario_from_dict: resolve for its hardware now
+            from llmsim.engine import for_hardware, load_engine
+            from llmsim.hardware import load_profile
 
-            self._engine = load_engine(self.engine, Path(self.base_dir), self._origin)
+            spec = load_engine(self.engine, Path(self.base_dir), self._origin)
+            self._engine = for_hardware(spec, load_profile(self.hardware, Path(self.base_dir)))
         return self._engine
 
     name: str
@@ -369,19 +372,29 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
 
 def apply_engine(sc: Scenario, origin: str) -> Scenario:
     """The scenario as its engine runs it: the engine resolved (``sc.engine_spec``), and the policy
-    and kv_cache keys the file leaves unset filled with the engine's defaults."""
+    and kv_cache keys the file leaves unset filled with the engine's defaults (``sc._engine_filled``
+    names them, so a copy for other hardware can resolve them again: planning/base.py)."""
+    from dataclasses import replace
+
     from llmsim.engine import for_hardware, load_engine, vllm_defaults
     from llmsim.hardware import load_profile
 
     spec = load_engine(sc.engine, Path(sc.base_dir), origin)
     hw = load_profile(sc.hardware, Path(sc.base_dir))
     spec = for_hardware(spec, hw)
+    if "cuda_graphs" in sc.cluster.model_fields_set:  # the scenario's own switch wins
+        spec = replace(spec, cuda_graphs=sc.cluster.cuda_graphs)
+    filled: dict[str, list[str]] = {}
     if spec.defaults == "vllm":
         policy, kv = vllm_defaults(hw)
-        if sc.policy.kind == "disaggregated":
-            policy.pop("kind")
+        kind = sc.policy.kind if "kind" in sc.policy.model_fields_set else policy["kind"]
+        if kind != "vllm":  # vLLM's token budget is its chunked-prefill budget; other policies keep theirs
+            policy = {k: v for k, v in policy.items() if k not in ("kind", "max_batch_tokens")}
+            if kind not in ("chunked", "disaggregated"):
+                policy.pop("chunk_tokens")
         p_unset = {k: v for k, v in policy.items() if k not in sc.policy.model_fields_set}
         kv_unset = {k: v for k, v in kv.items() if k not in sc.kv_cache.model_fields_set}
+        filled = {"policy": sorted(p_unset), "kv_cache": sorted(kv_unset)}
         sc = sc.model_copy(
             update={
                 "policy": sc.policy.model_copy(update=p_unset),
@@ -390,6 +403,7 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
         )
     sc._origin = origin
     sc._engine = spec
+    sc._engine_filled = filled
     return sc
 
 

@@ -144,7 +144,7 @@ def simulate(
             q_time.append(t)
             waiting = 0
             for rep in replicas:
-                waiting += len(rep.sched.waiting)
+                waiting += rep.num_waiting
             q_wait.append(waiting)
         next_input[0] = np.inf
 

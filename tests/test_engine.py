@@ -201,3 +201,55 @@ def test_calibrate_serving_fits_the_measured_host_terms() -> None:
     assert report["mape"]["exec"] < 0.3
     with pytest.raises(UserError, match="not a serving run"):
         read_run(DATA)
+
+
+def test_simultaneous_arrivals_at_an_idle_replica_share_its_next_step(tmp_path: Path) -> None:
+    # an idle engine plans at once: all of a burst lands in one plan, async or not
+    rows = [(0.0, 64, 4)] + [(1.0, 64, 4)] * 4
+    for async_scheduling in (True, False):
+        ttft = _trace_run(rows, async_scheduling, tmp_path).requests["ttft_s"].to_numpy()[1:]
+        assert ttft.max() == pytest.approx(ttft.min())
+
+
+def test_vllm_defaults_leave_other_policies_their_own_step_budget() -> None:
+    # vLLM's 2048-token budget is a chunked-prefill budget: a prefill-first policy keeps 8192
+    sc = _sc(hardware="A100-40GB", policy={"kind": "traditional"})
+    assert (sc.policy.max_batch_tokens, sc.policy.max_num_seqs) == (8192, 256)
+    assert _sc(hardware="A100-40GB").policy.max_batch_tokens == 2048
+
+
+def test_the_scenarios_own_cuda_graph_switch_wins() -> None:
+    assert _sc(cluster={"cuda_graphs": False}).engine_spec.cuda_graphs is False
+    assert _sc().engine_spec.cuda_graphs is True
+
+
+@pytest.mark.parametrize(
+    ("engine", "needle"),
+    [
+        ({"async_scheduling": "yes"}, "engine.async_scheduling must be true or false"),
+        ({"schedule": {"base_s": float("nan")}}, "engine.schedule.base_s must be a finite number"),
+        ({"cuda_graph_sizes": [True, 8]}, "engine.cuda_graph_sizes must be a non-empty list"),
+        ({"defaults": "sglang"}, "engine.defaults must be one of"),
+        ({"preset": "ideal", "profile": "x.yaml"}, "a preset or a profile, not both"),
+        ({"profile": "/nonexistent/engine.yaml"}, "engine.profile: file not found"),
+    ],
+)
+def test_engine_fields_are_checked(engine: dict, needle: str) -> None:
+    with pytest.raises(UserError, match=needle):
+        _sc(engine=engine)
+
+
+def test_a_modified_preset_is_not_reported_as_validated() -> None:
+    from llmsim.accuracy import validated
+
+    sc = _sc(engine={"preset": "vllm-v1", "async_scheduling": False})
+    assert sc.engine_spec.name.startswith("vllm-v1 (modified")
+    assert validated(sc.engine_spec.name) is None
+    assert validated("vllm-v1") is not None
+
+
+def test_a_plan_point_on_other_hardware_gets_that_hardwares_vllm_defaults() -> None:
+    from llmsim.planning.base import as_base
+
+    point = as_base(_sc()).scenario({"hardware": "A100-40GB"})  # from an H100 scenario
+    assert (point.policy.chunk_tokens, point.policy.max_num_seqs) == (2048, 256)

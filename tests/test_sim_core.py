@@ -92,6 +92,7 @@ def test_routers() -> None:
             kv = {"cached_prefix_blocks": lambda _s, chain: cached, "utilization": cached / 100, "block_tokens": 16}
             self.kv = type("KV", (), kv)()
             self.waiting = []
+            self.num_waiting = 0
 
         def sync(self) -> None:  # no decode run in flight
             pass

@@ -74,7 +74,7 @@ def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, mo
             "max_batch_tokens": int(sch["max_num_batched_tokens"]),
             "max_num_seqs": int(sch["max_num_seqs"]),
             "long_prefill_token_threshold": int(sch.get("long_prefill_token_threshold") or 0),
-            "reserve_full_prompt": bool(sch.get("scheduler_reserve_full_isl", False)),
+            "reserve_full_prompt": bool(sch.get("scheduler_reserve_full_isl", True)),  # vLLM 0.32's default
         },
         "kv_cache": {
             "block_tokens": int(cache["block_size"]),

@@ -31,6 +31,16 @@ import pandas as pd
 
 from llmsim.errors import UserError
 
+STEP_COLUMNS = {
+    "step_start_s",
+    "sched_end_s",
+    "update_start_s",
+    "step_end_s",
+    "num_scheduled_reqs",
+    "num_scheduled_tokens",
+    "batch",
+}
+DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "auto": "bf16"}
 BUSY_GAP_S = 2e-3  # a gap between steps longer than this is idle time (waiting for arrivals)
 HW_FIT_KEYS = ("gemm_max_fraction", "memory_fraction", "attention_fraction", "elementwise_memory_fraction")
 HW_FIT_OVERHEADS = ("kernel_launch_s",)
@@ -59,6 +69,8 @@ def read_run(folder: Path) -> ServingRun:
         meta = json.loads(meta_path.read_text())
     except json.JSONDecodeError as exc:
         raise UserError(f"{meta_path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"{meta_path}: expected a JSON object (run metadata), got {type(meta).__name__}")
     req_path = folder / "requests.csv"
     requests = pd.read_csv(req_path) if req_path.exists() else pd.DataFrame()  # a step profile has none
     need = {"id", "arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens"}
@@ -67,6 +79,8 @@ def read_run(folder: Path) -> ServingRun:
         raise UserError(f"{req_path}: missing column(s) {sorted(missing)}")
     steps_path = folder / "steps.csv.gz"
     steps = pd.read_csv(steps_path) if steps_path.exists() else None
+    if steps is not None and (missing := STEP_COLUMNS - set(steps.columns)):
+        raise UserError(f"{steps_path}: missing column(s) {sorted(missing)}; see data/validation/vllm-cpu/README.md")
     if steps is None and requests.empty:
         raise UserError(f"{folder}: neither requests.csv nor steps.csv.gz")
     return ServingRun(folder.name, folder, meta, requests, steps)
@@ -120,8 +134,16 @@ def _term_dict(coef: list[float], source: str) -> dict:
     return {"base_s": coef[0], "per_seq_s": coef[1], "per_token_s": coef[2], "source": source}
 
 
+def run_dtype(run: ServingRun) -> str:
+    """The dtype the run served in (meta.json engine_args.dtype), as llmsim names it."""
+    raw = str(run.meta.get("engine_args", {}).get("dtype", "auto")).removeprefix("torch.")
+    if raw not in DTYPES:
+        raise UserError(f"{run.folder}/meta.json: engine_args.dtype {raw!r} is not one of {sorted(DTYPES)}")
+    return DTYPES[raw]
+
+
 def fit_serving(
-    runs: list[ServingRun], model_spec, hw_data: dict, fit_hardware: bool, kv_dtype: str = "fp32"
+    runs: list[ServingRun], model_spec, hw_data: dict, fit_hardware: bool
 ) -> tuple[dict, dict | None, dict]:
     """(engine profile fields, refined hardware profile data or None, fit report)."""
     from scipy.optimize import least_squares
@@ -147,7 +169,11 @@ def fit_serving(
     shapes = [batch_shape(*parse_batch(b)) for b in sub["batch"]]
     y = sub["exec_s"].to_numpy()
     s_seqs, s_tokens = sub["seqs"].to_numpy(), sub["tokens"].to_numpy()
-    cfg = CostConfig(weight_dtype="fp32", kv_dtype=kv_dtype, act_dtype="fp32", attention_kernel="flash")
+    dtypes = {run_dtype(r) for r in runs}
+    if len(dtypes) > 1:
+        raise UserError(f"calibrate --serving: the runs served in different dtypes {sorted(dtypes)}; fit them apart")
+    dt = dtypes.pop()
+    cfg = CostConfig(weight_dtype=dt, kv_dtype=dt, act_dtype=dt, attention_kernel="flash")
     device_only = EngineSpec("device", "device time only")  # no host terms: step_time = the kernels
 
     def device_s(data: dict) -> np.ndarray:

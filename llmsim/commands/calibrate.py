@@ -77,15 +77,21 @@ def _serving(args: argparse.Namespace) -> int:
         raise UserError("calibrate --serving needs --hardware (the device's profile) and --model (the served model)")
     hw = load_profile(args.hardware)
     runs = [read_run(Path(f)) for f in args.serving]
-    model = get_model(args.model).with_(weight_dtype="fp32") if args.fit_hardware else get_model(args.model)
+    from llmsim.calibration.serving import run_dtype
+
+    model = get_model(args.model).with_(weight_dtype=run_dtype(runs[0]))
     hw_data = hw.model_dump(mode="json", exclude_none=True)
     engine, fitted_hw, report = fit_serving(runs, model, hw_data, args.fit_hardware)
     out = Path(args.out) if args.out else Path("results/engine-fit")
     out.mkdir(parents=True, exist_ok=True)
-    sched = runs[0].meta.get("resolved", {}).get("scheduler", {})
+    resolved = runs[0].meta.get("resolved") or {}
+    sched = resolved.get("scheduler") or {}
+    sizes = resolved.get("cudagraph_capture_sizes") or []
     engine["defaults"] = "vllm"  # a vLLM deployment's unset keys get vLLM's defaults
     engine["async_scheduling"] = bool(sched.get("async_scheduling", False))
-    engine["cuda_graphs"] = bool(runs[0].meta.get("resolved", {}).get("cudagraph_capture_sizes"))
+    engine["cuda_graphs"] = bool(sizes)
+    if sizes:
+        engine["cuda_graph_sizes"] = sorted(int(x) for x in sizes)
     engine["fit"] = report
     (out / "engine.yaml").write_text(yaml.safe_dump(engine, sort_keys=False))
     written = [out / "engine.yaml"]

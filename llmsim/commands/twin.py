@@ -62,7 +62,7 @@ def cmd_twin(args: argparse.Namespace) -> int:
     if args.recalibrate or not args.profile.exists():
         print(f"measuring this CPU -> {args.profile} ...", flush=True)
         measure_and_write(args.profile, args.quick)
-    sc = load_scenario(args.scenario, {"hardware": str(args.profile.resolve())})
+    sc = load_scenario(args.scenario, {"hardware": str(args.profile.resolve()), "engine": "ideal"})
     out_dir = args.out or Path(sc.output.dir) / "twin"  # relative to the working directory, as `llmsim run`
     policies = args.policies.split(",") if args.policies else [sc.policy.kind]
     if bad := [p for p in policies if p not in POLICIES]:

@@ -49,7 +49,11 @@ class Base:
 
     @classmethod
     def from_scenario(cls, sc: Scenario) -> Base:
-        return cls(sc.model_dump(exclude={"base_dir"}), sc.base_dir, sc.name)
+        data = sc.model_dump(exclude={"base_dir"})
+        for section, keys in sc._engine_filled.items():  # the engine's defaults follow the hardware of each point
+            for k in keys:
+                data[section].pop(k, None)
+        return cls(data, sc.base_dir, sc.name)
 
     def scenario(self, overrides: dict[str, object] | None = None) -> Scenario:
         d = copy.deepcopy(self.data)

@@ -73,7 +73,7 @@ def candidates(base: Base, cfg: PlanConfig) -> list[Candidate]:
     for hw in cfg.hardware or [sc.hardware]:
         for tp in cfg.tp or [sc.cluster.tp]:
             for policy in cfg.policies or [sc.policy.kind]:
-                chunks = (cfg.chunk_tokens or [sc.policy.chunk_tokens]) if policy == "chunked" else [None]
+                chunks = (cfg.chunk_tokens or [sc.policy.chunk_tokens]) if policy in ("chunked", "vllm") else [None]
                 ratios = cfg.pd_ratios if policy == "disaggregated" else [None]
                 for chunk in chunks:
                     for ratio in ratios:

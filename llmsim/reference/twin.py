@@ -151,8 +151,9 @@ def twin_engine(
 
 def twin_scenario(scenario: Path, profile_path: Path) -> Scenario:
     """The scenario on the local-cpu profile, if the twin can run it (one replica, tp = pp = 1,
-    a policy the reference engine runs)."""
-    sc = load_scenario(scenario, {"hardware": str(Path(profile_path).resolve())})
+    a policy the reference engine runs). The NumPy engine is the engine here, with its own measured
+    per-step overhead in the profile: the simulator prices it as the ideal engine does."""
+    sc = load_scenario(scenario, {"hardware": str(Path(profile_path).resolve()), "engine": "ideal"})
     if sc.policy.kind not in ("traditional", "chunked"):
         raise UserError(f"{scenario}: policy.kind: the twin supports traditional and chunked, not {sc.policy.kind!r}")
     if sc.cluster.replicas != 1 or sc.cluster.tp != 1 or sc.cluster.pp != 1:
