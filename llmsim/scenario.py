@@ -326,6 +326,13 @@ class Scenario(_Strict):
     engine: str | dict | None = None  # serving engine: a preset, a profile path, or a mapping (engine.py)
     base_dir: str = "."  # folder relative paths resolve against (set by the loader)
 
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_kind(cls, v: object) -> object:
+        if v is not None and not isinstance(v, str | dict):
+            raise ValueError(f"expected a preset name (vllm-v1, ideal), an engine profile path or a mapping, got {v!r}")
+        return v
+
     @model_validator(mode="before")
     @classmethod
     def _model_shorthand(cls, data: object) -> object:

@@ -232,9 +232,10 @@ def test_the_scenarios_own_cuda_graph_switch_wins() -> None:
         ({"defaults": "sglang"}, "engine.defaults must be one of"),
         ({"preset": "ideal", "profile": "x.yaml"}, "a preset or a profile, not both"),
         ({"profile": "/nonexistent/engine.yaml"}, "engine.profile: file not found"),
+        (5, "expected a preset name"),
     ],
 )
-def test_engine_fields_are_checked(engine: dict, needle: str) -> None:
+def test_engine_fields_are_checked(engine: object, needle: str) -> None:
     with pytest.raises(UserError, match=needle):
         _sc(engine=engine)
 
