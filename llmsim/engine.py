@@ -10,8 +10,8 @@ padded up to the next captured size; bigger batches and mixed steps run eager (e
 its launch gap). Each token reaches the client ``output_delay_s`` after the step that made it
 (detokenising, streaming).
 
-``EngineSpec`` carries those terms with their sources and the scheduler defaults of the engine
-(``policy_defaults``: what a scenario that leaves a key unset gets). Presets: ``ideal`` (the
+``EngineSpec`` carries those terms with their sources and names the table of scheduler defaults
+a scenario that leaves a key unset gets (``defaults``: ``vllm_defaults``). Presets: ``ideal`` (the
 hardware alone, as llmsim priced it before there was an engine model) and ``vllm-v1`` (vLLM
 v1's scheduler and defaults; host terms measured on vLLM 0.32 on a CPU and carried as priors
 to GPUs, see ``PRESETS``). A calibrated engine profile (``llmsim calibrate --serving``) is a
@@ -21,7 +21,7 @@ YAML file of the same fields.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,29 +63,9 @@ class EngineSpec:
     defaults: str = ""  # "vllm": policy/kv_cache keys a scenario leaves unset get vLLM's (vllm_defaults)
     hardware_step_overhead: bool = False  # ideal: keep the profile's step_overhead_s instead
 
-    def host_s(self, seqs: int, tokens: int) -> float:
-        """Host seconds of a step of ``seqs`` sequences and ``tokens`` tokens (all terms)."""
-        return (
-            self.schedule.seconds(seqs, tokens) + self.prepare.seconds(seqs, tokens) + self.output.seconds(seqs, tokens)
-        )
-
     def host_breakdown(self, seqs: int, tokens: int) -> dict[str, float]:
+        """Host seconds of each named term of a step (``CostModel.host_s`` prices their sum)."""
         return {f"engine_{k}": getattr(self, k).seconds(seqs, tokens) for k in HOST_TERMS}
-
-    def graph_size(self, batch: int) -> int | None:
-        """The captured size a decode batch of ``batch`` rows is padded to; None if it runs eager."""
-        sizes = self.cuda_graph_sizes
-        if not sizes:
-            return batch
-        for s in sizes:
-            if s >= batch:
-                return s
-        return None
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["cuda_graph_sizes"] = list(self.cuda_graph_sizes)
-        return d
 
 
 def vllm_capture_sizes(max_size: int = 512) -> tuple[int, ...]:
@@ -175,14 +155,15 @@ def _term(d: object, key: str, origin: str) -> HostTerm:
     unknown = set(d) - {f.name for f in fields(HostTerm)}
     if unknown:
         raise UserError(f"{origin}: engine.{key}: unknown key(s) {sorted(unknown)}; expected base_s, per_seq_s, ...")
-    vals: dict[str, float] = {}
-    for k, v in d.items():
-        if k == "source":
-            continue
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-            raise UserError(f"{origin}: engine.{key}.{k} must be a finite number of seconds >= 0, got {v!r}")
-        vals[k] = float(v)
+    vals = {k: _seconds(v, f"{origin}: engine.{key}.{k}") for k, v in d.items() if k != "source"}
     return HostTerm(**vals, source=str(d.get("source", "")))
+
+
+def _seconds(v: object, where: str) -> float:
+    """A duration from a YAML value: a finite number >= 0 (not a bool), or a clear error."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        raise UserError(f"{where} must be a finite number of seconds >= 0, got {v!r}")
+    return float(v)
 
 
 _BOOLS = ("async_scheduling", "cuda_graphs", "hardware_step_overhead")
@@ -200,9 +181,7 @@ def _field(k: str, v: object, origin: str) -> object:
             raise UserError(f"{where} must be a non-empty list of positive batch sizes, got {v!r}")
         return tuple(sorted(set(v)))
     if k == "output_delay_s":
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-            raise UserError(f"{where} must be a finite number of seconds >= 0, got {v!r}")
-        return float(v)
+        return _seconds(v, where)
     if k in _BOOLS:
         if k == "cuda_graphs" and v is None:
             return None

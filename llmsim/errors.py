@@ -7,6 +7,7 @@ message naming the file, key path or row. The CLI prints it and exits with code 
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -49,6 +50,23 @@ def load_yaml_file(path: Path) -> object:
         raise UserError(f"{path}: malformed YAML{where}: {problem}") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text file") from None
+
+
+def load_json_object(path: Path, hint: str = "") -> dict:
+    """Read a JSON file that must hold one object, naming the file (and ``hint``, the key that
+    named it) in any error."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: file not found" + (f" ({hint})" if hint else ""))
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def pydantic_message(exc: Exception, origin: str, suggestions: dict[str, list[str]] | None = None) -> str:

@@ -6,11 +6,10 @@ embeddings, biases), never typed in; tests check them against published counts.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from llmsim.errors import UserError, did_you_mean
+from llmsim.errors import UserError, did_you_mean, load_json_object
 
 DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
 
@@ -351,14 +350,7 @@ PUBLISHED_PARAMS = {
 def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a HuggingFace ``config.json`` (Llama, Mistral, Mixtral, Qwen2, GPT-2)."""
     path = Path(path)
-    if not path.exists():
-        raise UserError(f"{path}: file not found (model.hf_config)")
-    try:
-        cfg = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"{path}: expected a JSON object")
+    cfg = load_json_object(path, "model.hf_config")
 
     def need(*keys: str) -> int:
         for k in keys:

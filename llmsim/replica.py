@@ -77,8 +77,9 @@ class Replica:
         # so an arrival during a step joins the plan after next; ``_late`` holds such arrivals
         self.async_scheduling = pool.cost.engine.async_scheduling  # (this pool's engine, engine.for_hardware)
         self._late: list[Request] = []
-        self._last_start_s = 0.0  # when the step that just ended started (its successor's plan)
-        self._step_start_s = 0.0  # when the step (or run) in progress started
+        # when the step in progress started; once it ends (at the loop's top), when the step that just
+        # ended started: its successor was planned then, with the arrivals from before
+        self._step_start_s = 0.0
         self.outstanding_tokens = 0  # prompt + output tokens of unfinished requests (for routing)
         self.busy_s = 0.0
         self.max_step_tokens = self.steps_taken = 0
@@ -172,10 +173,10 @@ class Replica:
             self._step_start_s = clock.now
             if run is not None:  # a closed-form run of identical decode steps
                 done = yield from self.fast.wait(run)
-                self._last_start_s = run.ends[done - 2] if done > 1 else run.start_s
+                self._step_start_s = run.ends[done - 2] if done > 1 else run.start_s  # the last step's
                 self._apply_run(run, done)
                 continue
-            start = self._last_start_s = clock.now
+            start = clock.now
             dt, swap, draft = self.price.price(plan, shape)
             wait = clock.advance(dt)  # None: nothing can reach the replica before the step ends
             if wait is not None:
@@ -185,7 +186,7 @@ class Replica:
     def _admit_late(self, everyone: bool = False) -> None:
         """Async scheduling: arrivals from before the last step started reach the scheduler now
         (the plan being made is the one after next for later arrivals)."""
-        cutoff = self._last_start_s
+        cutoff = self._step_start_s
         keep = []
         for r in self._late:
             if everyone or r.arrival_s < cutoff:

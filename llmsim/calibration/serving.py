@@ -21,7 +21,6 @@ fit. With ``fit_hardware`` the kernel model's efficiencies and launch overhead a
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from llmsim.errors import UserError
+from llmsim.errors import UserError, load_json_object
 
 STEP_COLUMNS = {
     "step_start_s",
@@ -65,12 +64,7 @@ def read_run(folder: Path) -> ServingRun:
     meta_path = folder / "meta.json"
     if not meta_path.exists():
         raise UserError(f"{folder}: not a serving run (no meta.json); see data/validation/vllm-cpu/README.md")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{meta_path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(meta, dict):
-        raise UserError(f"{meta_path}: expected a JSON object (run metadata), got {type(meta).__name__}")
+    meta = load_json_object(meta_path)
     req_path = folder / "requests.csv"
     requests = pd.read_csv(req_path) if req_path.exists() else pd.DataFrame()  # a step profile has none
     need = {"id", "arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens"}

@@ -254,7 +254,8 @@ class CostModel:
         """Host seconds of a step: the profile's constant (ideal engine) or the engine's terms."""
         if self._host_const:
             return self._step_overhead
-        return self._host_base + self._host_seq * seqs + self._host_tok * tokens  # = engine.host_s
+        # the engine's HostTerm.seconds summed, from floats read once (breakdown names the terms)
+        return self._host_base + self._host_seq * seqs + self._host_tok * tokens
 
     def with_host(self, device_s: float, seqs: int, tokens: int) -> float:
         """A step's seconds from its device time: host work follows the device (sync), or
@@ -286,14 +287,11 @@ class CostModel:
             att = att + self._decode_attention_s(
                 local.decode_ctx_tokens + grow, n, local.decode_seqs, self._layers - glob, graphed
             )
-        if self._async:
-            device = (stage + att) * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1)
-            out = np.maximum(device, host)
-            return out.tolist() if isinstance(out, np.ndarray) else [float(out)] * steps
-        if self.cfg.pp == 1 and isinstance(att, np.ndarray):
-            att += stage + host
+        if self.cfg.pp == 1 and isinstance(att, np.ndarray) and not self._async:
+            att += stage + host  # in place (and in this order: the sums stay those of step_time's cache)
             return att.tolist()
-        out = (stage + att) * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1) + host
+        device = (stage + att) * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1)
+        out = np.maximum(device, host) if self._async else device + host
         return out.tolist() if isinstance(out, np.ndarray) else [float(out)] * steps
 
     def _affine_decode_steps_s(
