@@ -109,7 +109,7 @@ def _run_case(spec: dict, exact: bool, queue: mp.Queue) -> None:
             "requests": s["requests"]["total"],
             "steps": s.get("steps_total", len(res.steps)),
             "wall_s": wall,
-            "sim_s": s["throughput"]["makespan_s"],
+            "sim_s": s.get("duration", s.get("throughput", {}).get("makespan_s")),  # older code: throughput.makespan_s
             "rss_mb": rss_mb,
             "verdict": s["saturation"]["verdict"],
             "mode": llmsim.native.mode,

@@ -8,5 +8,13 @@ from llmsim.api import run  # noqa: E402
 from llmsim.results import Results  # noqa: E402
 from llmsim.scenario import Scenario, load_scenario  # noqa: E402
 
-__version__ = "0.1.0"
 __all__ = ["Results", "Scenario", "load_scenario", "run"]
+
+
+def __getattr__(name: str) -> str:
+    """``llmsim.__version__``, looked up when asked (pyproject.toml is its one source: cli.version)."""
+    if name == "__version__":
+        from llmsim.cli import version
+
+        return version()
+    raise AttributeError(f"module 'llmsim' has no attribute {name!r}")

@@ -1,11 +1,12 @@
 """Predicted vs measured serving runs, scored as the field scores them.
 
-Both sides are per-request tables with ``id``, ``arrival_s``, ``first_token_s``, ``finish_s``
-and ``output_tokens`` (seconds on one clock per side). Metrics follow vLLM's benchmark
-(``vllm bench serve``): TTFT, TPOT (per request, (E2E − TTFT) / (output − 1)), ITL (mean gap
-between successive tokens over all tokens) and E2EL, in ms; percentiles over requests. Errors
-are signed relative errors of the prediction, ``(predicted − measured) / measured``, and the
-per-request E2E error (median and mean of |error|, i.e. MAPE) over requests matched by id.
+Both sides are per-request tables with ``id``, ``arrival_s``, ``first_token_s``, ``finish_s``,
+``prompt_tokens`` and ``output_tokens`` (seconds on one clock per side). Their figures are
+``vllm bench serve``'s (llmsim/metrics.py: ``mean_ttft_ms``, ``p99_e2el_ms``, ...), so both
+sides carry the same keys. ITL is its mean alone here (token-weighted: every gap of every
+request), as a request table has no per-token times. Errors are signed relative errors of the
+prediction, ``(predicted − measured) / measured``, and the per-request E2E error (median and
+mean of |error|, i.e. MAPE) over requests matched by id.
 """
 
 from __future__ import annotations
@@ -16,49 +17,58 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-METRICS = ("ttft", "tpot", "itl", "e2el")
-STATS = ("mean", "p50", "p90", "p99")
+from llmsim.metrics import bench_metrics, dist_ms, latencies, mean_gap_s
+
+PERCENTILES = (90.0, 99.0)
 
 
 def request_metrics(df: pd.DataFrame) -> pd.DataFrame:
-    """Per request: ttft_ms, tpot_ms, e2el_ms (finished requests with a first token)."""
+    """Per request: ttft_ms, tpot_ms, e2el_ms and its gaps (finished requests with a first token)."""
     d = df[np.isfinite(df["first_token_s"]) & np.isfinite(df["finish_s"])]
-    out = pd.DataFrame({"id": d["id"].astype(str).to_numpy()})
-    ttft = (d["first_token_s"] - d["arrival_s"]).to_numpy() * 1e3
-    e2e = (d["finish_s"] - d["arrival_s"]).to_numpy() * 1e3
-    gaps = d["output_tokens"].to_numpy() - 1
-    out["ttft_ms"] = ttft
-    out["e2el_ms"] = e2e
-    out["tpot_ms"] = np.where(gaps > 0, (e2e - ttft) / np.maximum(gaps, 1), np.nan)
-    out["gaps"] = np.maximum(gaps, 0)
-    return out
+    lat = latencies(d)
+    return pd.DataFrame(
+        {
+            "id": d["id"].astype(str).to_numpy(),
+            "ttft_ms": lat["ttft_s"].to_numpy() * 1e3,
+            "e2el_ms": lat["e2e_s"].to_numpy() * 1e3,
+            "tpot_ms": lat["tpot_s"].to_numpy() * 1e3,
+            "gaps": np.maximum(d["output_tokens"].to_numpy() - 1, 0),
+        }
+    )
 
 
 def summary(df: pd.DataFrame) -> dict[str, float]:
-    """``{metric}_{stat}`` in ms for TTFT, TPOT, E2EL; ``itl_mean`` token-weighted."""
-    m = request_metrics(df)
-    out: dict[str, float] = {}
-    for k in ("ttft", "tpot", "e2el"):
-        col = m[f"{k}_ms"].dropna().to_numpy()
-        out[f"{k}_mean"] = float(col.mean()) if len(col) else float("nan")
-        for q in (50, 90, 99):
-            out[f"{k}_p{q}"] = float(np.percentile(col, q)) if len(col) else float("nan")
-    g = m["gaps"].sum()
-    out["itl_mean"] = float(((m["e2el_ms"] - m["ttft_ms"]) * (m["gaps"] > 0)).sum() / g) if g else float("nan")
-    out["requests"] = float(len(m))
-    return out
+    """The vLLM-bench figures of a request table (completed = a first token and a finish)."""
+    done = np.isfinite(df["first_token_s"]) & np.isfinite(df["finish_s"])
+    lat = latencies(df)
+    frame = pd.DataFrame(
+        {
+            "status": np.where(done, "finished", "failed"),
+            "arrival_s": df["arrival_s"],
+            "first_token_s": df["first_token_s"],
+            "finish_s": df["finish_s"],
+            "prompt_tokens": df.get("prompt_tokens", 0),
+            "generated_tokens": df["output_tokens"],
+            **{c: lat[c] for c in lat.columns},
+        }
+    )
+    itl = dist_ms("itl", np.empty(0), PERCENTILES)  # the keys, null: no per-token times here
+    mean_s = mean_gap_s((df["finish_s"] - df["first_token_s"])[done], df["output_tokens"][done])
+    itl["mean_itl_ms"] = None if mean_s is None else mean_s * 1e3
+    return bench_metrics(frame, None, itl, PERCENTILES)
 
 
 def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> dict[str, float]:
-    """Signed relative error of every summary figure (``err_<metric>_<stat>``), both sides'
-    figures (``real_...``, ``sim_...``), and per-request E2E errors over requests matched by id."""
+    """Signed relative error of every numeric figure (``err_<key>``), both sides' figures
+    (``real_<key>``, ``sim_<key>``), and per-request E2E and TTFT errors over requests matched by id."""
     real, sim = summary(measured), summary(predicted)
     out: dict[str, float] = {}
     for k, v in real.items():
+        if v is None or sim.get(k) is None:
+            continue
         out[f"real_{k}"] = v
         out[f"sim_{k}"] = sim[k]
-        if k != "requests":
-            out[f"err_{k}"] = (sim[k] - v) / v if v else float("nan")
+        out[f"err_{k}"] = (sim[k] - v) / v if v else float("nan")
     a, b = request_metrics(measured), request_metrics(predicted)
     both = a.merge(b, on="id", suffixes=("_real", "_sim"))
     rel = (both["e2el_ms_sim"] - both["e2el_ms_real"]) / both["e2el_ms_real"]
@@ -72,7 +82,7 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> dict[str, float]
 
 # ---- what the validation measured, as prediction intervals on a run's figures --------------------
 RECORD = Path(__file__).resolve().parent.parent / "data" / "validation" / "accuracy.json"
-RECORDED = ("ttft_mean", "ttft_p99", "e2el_mean", "e2el_p99", "itl_mean")
+RECORDED = ("mean_ttft_ms", "p99_ttft_ms", "mean_e2el_ms", "p99_e2el_ms", "mean_itl_ms")
 
 
 def error_spread(scores: list[dict]) -> dict:
@@ -117,7 +127,7 @@ def interval_line(v: dict | None) -> str:
         e = rec["errors"]
         figs = ", ".join(
             f"{name} ±{e[k]['median_abs_err']:.0%} ({e[k]['max_abs_err']:.0%})"
-            for k, name in (("ttft_mean", "TTFT"), ("e2el_mean", "E2E"), ("itl_mean", "ITL"))
+            for k, name in (("mean_ttft_ms", "TTFT"), ("mean_e2el_ms", "E2E"), ("mean_itl_ms", "ITL"))
             if k in e
         )
         lines.append(f"{kind}, {len(rec['runs'])} runs: {figs}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ def run(
     overrides: dict[str, object] | None = None,
     checks: bool = True,
     exact_steps: bool = False,
+    progress: Callable[[float, float], None] | None = None,
 ) -> Results:
     """Simulate a scenario (a ``Scenario`` or a path to its YAML) and return its frames and summary.
 
@@ -29,7 +31,8 @@ def run(
     step, instead of the fast paths (columnar decoders, decode runs priced in closed form, steps
     completed without events): the same results to float rounding, see docs/performance.md.
 
-    ``checks`` verifies the run's invariants (llmsim/invariants.py) and raises ``InvariantError``."""
+    ``checks`` verifies the run's invariants (llmsim/invariants.py) and raises ``InvariantError``.
+    ``progress(now_s, last_arrival_s)`` follows the simulated time up to the last arrival (``llmsim run``'s bar)."""
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides)
     try:
         model = build_model(sc)
@@ -52,6 +55,7 @@ def run(
         every,
         sc.policy.max_queue,
         sim_options(sc, model, pools, exact_steps, has_identity(workload)),
+        progress,
     )
     req = requests_frame(out.requests, sc.engine_spec.output_delay_s)
     slo = sc.slo.model_dump(exclude={"classes"})
@@ -79,35 +83,26 @@ def run(
         "horizon_s": horizon,
         "workload": workload.stats(),
     }
-    summary = summarize(req, out.steps, out.queue, slo, classes, pools[0].kv_blocks, meta)
-    fin = req[req["status"] == "finished"]
-    gaps = (fin["generated_tokens"] - 1).clip(lower=0)
-    span_s = (fin["tbt_mean_s"].fillna(0.0) * gaps).sum()
+    percentiles = tuple(sc.output.percentiles)
+    summary = summarize(req, out.steps, out.queue, slo, classes, pools[0].kv_blocks, meta, out.gaps, percentiles)
     from llmsim.accuracy import validated
 
     summary["accuracy"] = validated(sc.engine_spec.name)  # prediction intervals (docs/validation.md)
-    summary["latency_s"]["tbt_token"] = {
-        "mean": float(span_s / gaps.sum()) if gaps.sum() else None,  # token-weighted, exact
-        "p50": out.gaps.percentile(50),
-        "p90": out.gaps.percentile(90),
-        "p99": out.gaps.percentile(99),
-    }
     reps = out.replicas
     busy = sum(reps["busy_s"].tolist())
     summary["steps_total"] = int(sum(reps["steps"].tolist()))
-    summary["utilization"] = {"replica_busy_fraction": busy / (len(out.replicas) * max(out.horizon_s, 1e-12))}
-    if summary["throughput"]["makespan_s"] > 0:
-        span = summary["throughput"]["makespan_s"]
-        summary["utilization"]["replica_busy_fraction"] = min(1.0, busy / (len(out.replicas) * span))
-        cost_per_s = sum(p["price_per_hour_usd"] for p in meta["pools"]) / 3600.0
-        toks = summary["tokens"]["output"] + summary["tokens"]["prompt"]
-        summary["cost"] = {
-            "cluster_usd_per_hour": cost_per_s * 3600.0,
-            "usd_per_million_tokens": cost_per_s * span / toks * 1e6 if toks else None,
-            "usd_per_million_output_tokens": (
-                cost_per_s * span / summary["tokens"]["output"] * 1e6 if summary["tokens"]["output"] else None
-            ),
-        }
+    # busy over first arrival to last finish; over the horizon when nothing finished
+    span = summary["duration"] if summary["duration"] > 0 else max(out.horizon_s, 1e-12)
+    summary["utilization"] = {"replica_busy_fraction": min(1.0, busy / (len(out.replicas) * span))}
+    cost_per_s = sum(p["price_per_hour_usd"] for p in meta["pools"]) / 3600.0
+    toks = summary["tokens"]["output"] + summary["tokens"]["prompt"]
+    summary["cost"] = {
+        "cluster_usd_per_hour": cost_per_s * 3600.0,
+        "usd_per_million_tokens": cost_per_s * span / toks * 1e6 if toks else None,
+        "usd_per_million_output_tokens": (
+            cost_per_s * span / summary["tokens"]["output"] * 1e6 if summary["tokens"]["output"] else None
+        ),
+    }
     summary.update(mechanism_summary(sc, model, pools, out))
     if checks:
         capacity = {p.name: p.kv_blocks for p in pools}

@@ -21,7 +21,8 @@ from llmsim.workload.traces import load_trace
 
 
 def build_model(sc: Scenario) -> ModelSpec:
-    m = get_model(sc.model.name) if sc.model.name else get_model(str(sc.path(sc.model.hf_config or "")))
+    hf = sc.model.hf_config
+    m = get_model(str(sc.path(hf)), name=sc.model.name) if hf else get_model(sc.model.name or "")
     if sc.model.weight_dtype:
         m = m.with_(weight_dtype=sc.model.weight_dtype)
     return m

@@ -13,8 +13,43 @@ from llmsim.errors import InvariantError, UserError
 COMMANDS = ["run", "hardware", "models", "sweep", "roofline", "calibrate", "validate", "plan", "report", "twin"]
 
 
+def version() -> str:
+    """The installed distribution's version; from a source tree that was never installed, the
+    version pyproject.toml declares (the one place it is written)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("llmsim")
+    except PackageNotFoundError:
+        return _pyproject_version()
+
+
+def _pyproject_version() -> str:
+    import re
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    # a regex, not tomllib: tomllib is Python 3.11+ and the project supports 3.10
+    found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M) if pyproject.exists() else None
+    return found.group(1) if found else "unknown"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, looked up only when asked (argparse's own action needs the string up front,
+    which would cost every start-up a metadata lookup)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(f"llmsim {version()}")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmsim", description="Simulate LLM inference serving on real hardware.")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:

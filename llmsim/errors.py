@@ -10,6 +10,7 @@ import difflib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -91,11 +92,16 @@ def pydantic_message(exc: Exception, origin: str, suggestions: dict[str, list[st
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temporary name in the same folder, then rename: readers never see half a file."""
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)`` a temporary file in the same folder, then rename it to ``path``."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        write(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -87,17 +87,19 @@ class GapHistogram:
         self._flush()
         return int(self.counts.sum())
 
+    def centres(self) -> np.ndarray:
+        """The gap each bin stands for: the geometric middle of its bounds; LO and HI for the two
+        end bins (at or below LO, at or above HI)."""
+        c = self.LO * np.exp((np.arange(self.BINS + 2) - 0.5) / self._scale)
+        c[0], c[-1] = self.LO, self.HI
+        return c
+
     def percentile(self, q: float) -> float:
         total = self.total
         if total == 0:
             return math.nan
         idx = int(np.searchsorted(np.cumsum(self.counts), q / 100.0 * total, side="left"))
-        if idx == 0:
-            return self.LO
-        if idx >= self.BINS + 1:
-            return self.HI
-        # geometric middle of the bin
-        return self.LO * math.exp((idx - 0.5) / self._scale)
+        return float(self.centres()[min(idx, self.BINS + 1)])
 
 
 def _floats(values: list[float]) -> np.ndarray:

@@ -347,8 +347,30 @@ PUBLISHED_PARAMS = {
 }
 
 
+def hf_model_name(path: Path, cfg: dict) -> str:
+    """The name of a model read from a HuggingFace config: its ``_name_or_path``; else the file's
+    name when that says something (``llama-s5.json`` -> ``llama-s5``, not ``config.json``); else one
+    built from the config, ``{model_type}-{hidden}h{layers}L`` (``-{experts}e`` for MoE), with
+    ``architectures[0]`` standing in for a missing ``model_type``. A scenario overrides it with
+    ``model: {hf_config: PATH, name: NAME}``."""
+    given = cfg.get("_name_or_path")
+    if isinstance(given, str) and given.strip().strip("/"):
+        return given.strip().rstrip("/")
+    if path.stem.lower() != "config":
+        return path.stem
+    archs = cfg.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    kind = cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else None
+    base = kind or (arch.removesuffix("ForCausalLM").lower() if arch else "hf-model")
+    hidden = cfg.get("hidden_size") or cfg.get("n_embd")
+    layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts")
+    return base + (f"-{hidden}h{layers}L" if hidden and layers else "") + (f"-{experts}e" if experts else "")
+
+
 def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
-    """Build a ModelSpec from a HuggingFace ``config.json`` (Llama, Mistral, Mixtral, Qwen2, GPT-2)."""
+    """Build a ModelSpec from a HuggingFace ``config.json`` (Llama, Mistral, Mixtral, Qwen2, GPT-2),
+    named ``name`` when given, else by :func:`hf_model_name`."""
     path = Path(path)
     cfg = load_json_object(path, "model.hf_config")
 
@@ -371,7 +393,7 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
     torch_dtype = str(cfg.get("torch_dtype") or ("float32" if is_gpt2 else "bfloat16"))
     dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(torch_dtype, "bf16")
     return ModelSpec(
-        name=name or cfg.get("_name_or_path") or path.parent.name or path.stem,
+        name=name or hf_model_name(path, cfg),
         hidden_size=hidden,
         intermediate_size=int(inter),
         num_layers=need("num_hidden_layers", "n_layer"),
@@ -398,14 +420,15 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
     )
 
 
-def get_model(name_or_path: str | Path, base_dir: Path | None = None) -> ModelSpec:
-    """A catalog name (case-insensitive) or a path to a HuggingFace config.json."""
+def get_model(name_or_path: str | Path, base_dir: Path | None = None, name: str | None = None) -> ModelSpec:
+    """A catalog name (case-insensitive) or a path to a HuggingFace config.json (named ``name``
+    when given, else by :func:`hf_model_name`)."""
     text = str(name_or_path)
     if text.endswith(".json"):
         path = Path(text)
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
-        return from_hf_config(path)
+        return from_hf_config(path, name)
     key = text.lower()
     if key in CATALOG:
         return CATALOG[key]

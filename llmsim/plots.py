@@ -1,6 +1,9 @@
 """Plots for reports and notebooks: each is a function of the results frames and returns a Figure.
 
 matplotlib runs with the Agg backend (no display needed); ``png_bytes`` renders a figure.
+Latencies are drawn in ms under vLLM-bench names (TTFT, TPOT, ITL, E2EL; llmsim's TBT max is each
+request's worst token gap); the scenario's SLOs, in seconds, are converted once by
+``llmsim.planning.rows.slo_ms``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from llmsim.planning.rows import slo_ms  # noqa: E402
+
 PREFILL, DECODE, MIXED = "#d95f02", "#1b9e77", "#7570b3"
 
 
@@ -25,12 +30,12 @@ def png_bytes(fig: Figure, dpi: int = 90) -> bytes:
     return buf.getvalue()
 
 
-def _ecdf(ax, values: pd.Series, label: str, slo: float | None) -> None:
-    v = np.sort(values.dropna().to_numpy())
+def _ecdf(ax, values_s: pd.Series, label: str, slo_ms: float | None) -> None:
+    v = np.sort(values_s.dropna().to_numpy()) * 1e3
     if len(v):
-        ax.step(v * 1e3, np.arange(1, len(v) + 1) / len(v), where="post")
-    if slo:
-        ax.axvline(slo * 1e3, color="red", ls="--", lw=1, label=f"SLO {slo * 1e3:g} ms")
+        ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post")
+    if slo_ms:
+        ax.axvline(slo_ms, color="red", ls="--", lw=1, label=f"SLO {slo_ms:g} ms")
         ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel(f"{label} (ms)")
     ax.set_ylabel("fraction of requests")
@@ -38,43 +43,137 @@ def _ecdf(ax, values: pd.Series, label: str, slo: float | None) -> None:
 
 
 def latency_cdfs(requests: pd.DataFrame, slo: dict | None = None) -> Figure:
-    """CDFs of TTFT, TBT (worst gap per request) and end-to-end latency over finished requests."""
-    slo = slo or {}
+    """CDFs of TTFT, TPOT, TBT max (worst gap per request) and E2EL over finished requests; ``slo`` in seconds."""
+    bound = slo_ms(slo or {})
     fin = requests[requests["status"] == "finished"]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-    _ecdf(axes[0], fin["ttft_s"], "TTFT", slo.get("ttft_s"))
-    _ecdf(axes[1], fin["tbt_max_s"], "TBT, worst gap per request", slo.get("tbt_s"))
-    _ecdf(axes[2], fin["e2e_s"], "end-to-end", slo.get("e2e_s"))
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.2))
+    _ecdf(axes[0], fin["ttft_s"], "TTFT", bound.get("ttft"))
+    _ecdf(axes[1], fin["tpot_s"], "TPOT", bound.get("tpot"))
+    _ecdf(axes[2], fin["tbt_max_s"], "TBT max, worst gap per request", bound.get("tbt_max"))
+    _ecdf(axes[3], fin["e2e_s"], "E2EL", bound.get("e2el"))
     fig.suptitle("Latency CDFs")
+    fig.tight_layout()
     return fig
 
 
+def _col(d: pd.DataFrame, name: str) -> pd.Series:
+    """A metric column as floats (None, a missing percentile, becomes NaN and is not drawn)."""
+    return pd.to_numeric(d[name], errors="coerce") if name in d else pd.Series(np.nan, index=d.index)
+
+
 def load_curves(load: pd.DataFrame, slo: dict | None = None, knee_rps: float | None = None) -> Figure:
-    """TTFT/TBT p99 and throughput vs offered load, with the SLO knee (the goodput rate)."""
-    slo = slo or {}
+    """TTFT and token gaps (ms), request throughput and goodput (req/s) vs offered load, with the SLO
+    knee (the SLO capacity: the highest rate meeting the attainment target); ``slo`` in seconds."""
+    bound = slo_ms(slo or {})
     d = load.sort_values("rate_rps")
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-    axes[0].plot(d["rate_rps"], d["ttft_p99_s"] * 1e3, "o-", label="TTFT p99")
-    axes[0].plot(d["rate_rps"], d["ttft_p50_s"] * 1e3, "s--", label="TTFT p50")
-    axes[1].plot(d["rate_rps"], d["tbt_p99_s"] * 1e3, "o-", label="TBT p99 (per token)")
-    axes[1].plot(d["rate_rps"], d["tbt_max_p90_s"] * 1e3, "s--", label="worst gap p90")
-    for ax, key in ((axes[0], "ttft_s"), (axes[1], "tbt_s")):
-        if slo.get(key):
-            ax.axhline(slo[key] * 1e3, color="red", ls="--", lw=1, label="SLO")
-        ax.set_ylabel("ms")
-    axes[2].plot(d["rate_rps"], d["throughput_rps"], "o-", label="throughput")
-    axes[2].plot(d["rate_rps"], d["goodput_rps"], "s--", label="goodput (meets SLOs)")
-    lim = float(d["rate_rps"].max())
+    x = d["rate_rps"]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    axes[0].plot(x, _col(d, "p99_ttft_ms"), "o-", label="TTFT p99")
+    axes[0].plot(x, _col(d, "median_ttft_ms"), "s--", label="TTFT median")
+    axes[0].set_ylabel("TTFT (ms)")
+    if _col(d, "p99_ttft_ms").max() > 10 * max(bound.get("ttft", 0.0), _col(d, "median_ttft_ms").min()):
+        axes[0].set_yscale("log")  # past the knee TTFT grows with the run length; keep the SLO line readable
+    axes[1].plot(x, _col(d, "p99_tbt_max_ms"), "o-", label="TBT max p99 (worst gap)")
+    axes[1].plot(x, _col(d, "p99_itl_ms"), "s--", label="ITL p99")
+    axes[1].set_ylabel("token gap (ms)")
+    for ax, metric in ((axes[0], "ttft"), (axes[1], "tbt_max")):
+        if metric in bound:
+            ax.axhline(bound[metric], color="red", ls="--", lw=1, label=f"SLO {bound[metric]:g} ms")
+    axes[2].plot(x, _col(d, "request_throughput"), "o-", label="request throughput")
+    axes[2].plot(x, _col(d, "request_goodput"), "s--", label="request goodput (meets SLOs)")
+    lim = float(x.max())
     axes[2].plot([0, lim], [0, lim], color="grey", lw=0.8, label="offered")
     axes[2].set_ylabel("req/s")
     for ax in axes:
         if knee_rps:
-            ax.axvline(knee_rps, color="black", ls=":", lw=1, label=f"knee {knee_rps:.2f} req/s")
+            ax.axvline(knee_rps, color="black", ls=":", lw=1, label=f"SLO capacity {knee_rps:.2f} req/s")
         ax.set_xlabel("offered load (req/s)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle("Latency and throughput vs load")
+    fig.tight_layout()
     return fig
+
+
+# The panels of a sweep plot: (title, y label, [(column, line style)], SLO metric or None). Solid
+# (filled markers) is p99, dashed (hollow) the mean; in the last panel throughput and goodput.
+SWEEP_PANELS: list[tuple[str, str, list[tuple[str, str]], str | None]] = [
+    ("TTFT", "TTFT (ms)", [("p99_ttft_ms", "-"), ("mean_ttft_ms", "--")], "ttft"),
+    ("TPOT", "TPOT (ms)", [("p99_tpot_ms", "-"), ("mean_tpot_ms", "--")], "tpot"),
+    ("ITL", "ITL (ms)", [("p99_itl_ms", "-"), ("mean_itl_ms", "--")], None),
+    ("E2EL", "E2EL (ms)", [("p99_e2el_ms", "-"), ("mean_e2el_ms", "--")], "e2el"),
+    ("TBT max, worst gap per request (p99)", "TBT max (ms)", [("p99_tbt_max_ms", "-")], "tbt_max"),
+    ("Request throughput and goodput", "req/s", [("request_throughput", "-"), ("request_goodput", "--")], None),
+]
+MAX_LEGEND_GROUPS = 10
+
+
+def sweep_curves(table: pd.DataFrame, key: str, others: list[str], slo: dict | None = None) -> Figure:
+    """Each key metric of a sweep against the swept ``key``: one colour per combination of the
+    ``others`` swept keys, solid p99 and dashed mean; ``slo`` in seconds. Text values of ``key``
+    are categories in the table's order, drawn as points (nothing lies between two policies)."""
+    bound = slo_ms(slo or {})
+    d = table[table["error"].isna()] if "error" in table else table
+    values = list(dict.fromkeys(table[key]))
+    numeric = all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values)
+    groups = list(d.groupby(others, sort=False)) if others else [((), d)]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.6))
+    for ax, (title, ylabel, lines, metric) in zip(axes.flat, SWEEP_PANELS, strict=True):
+        for gi, (_, g) in enumerate(groups):
+            if numeric:
+                g = g.sort_values(key)
+                x = g[key].astype(float)
+            else:  # categories side by side, each group nudged so their points do not hide each other
+                x = g[key].map({v: i for i, v in enumerate(values)}) + 0.08 * (gi - (len(groups) - 1) / 2)
+            for col, style in lines:
+                fmt = ("o" if style == "-" else "s") + (style if numeric else "")
+                ax.plot(
+                    x, _col(g, col), fmt, color=colors[gi % len(colors)], ms=4, mfc="white" if style == "--" else None
+                )
+        if metric in bound:
+            ax.axhline(bound[metric], color="red", ls=":", lw=1.2)
+        _sweep_axis(ax, values, numeric)
+        ax.set_ylim(bottom=0)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(ylabel)
+        ax.set_xlabel(key)
+    fig.legend(handles=_sweep_legend(others, groups, colors, bool(bound)), loc="lower center", ncol=6, fontsize=8)
+    fig.suptitle(f"Key metrics vs {key}")
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
+def _sweep_axis(ax, values: list, numeric: bool) -> None:
+    """Whole-number axes get whole-number ticks (1, 2, 4 replicas, not 1.2); categories their names."""
+    if not numeric:
+        ax.set_xticks(range(len(values)), [str(v) for v in values])
+        ax.set_xlim(-0.5, len(values) - 0.5)
+    elif all(float(v).is_integer() for v in values) and len(values) <= 12:
+        ax.set_xticks(sorted(float(v) for v in values), [str(int(v)) for v in sorted(values)])
+    ax.grid(alpha=0.3)
+
+
+def _sweep_legend(others: list[str], groups: list, colors: list[str], slo: bool) -> list:
+    handles = [
+        plt.Line2D([], [], color="black", ls="-", marker="o", ms=4, label="p99; request throughput"),
+        plt.Line2D(
+            [], [], color="black", ls="--", marker="s", ms=4, mfc="white", label="mean; request goodput (meets SLOs)"
+        ),
+    ]
+    if slo:
+        handles.append(plt.Line2D([], [], color="red", ls=":", label="SLO"))
+    if others and len(groups) <= MAX_LEGEND_GROUPS:
+        handles += [
+            plt.Line2D([], [], color=colors[i % len(colors)], lw=3, label=_group_label(others, k))
+            for i, (k, _) in enumerate(groups)
+        ]
+    return handles
+
+
+def _group_label(keys: list[str], values: object) -> str:
+    vals = values if isinstance(values, tuple) else (values,)
+    return ", ".join(f"{k}={v}" for k, v in zip(keys, vals, strict=False))
 
 
 def timelines(steps: pd.DataFrame, kv_capacity_blocks: int | None) -> Figure:
@@ -112,7 +211,10 @@ def gantt(steps: pd.DataFrame, window_s: float | None = None) -> Figure:
     ax.set_yticks(range(len(rows)), [f"{p}/{r}" for (p, r), _ in rows])
     ax.set_xlabel("time (s)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (PREFILL, DECODE, MIXED)]
-    ax.legend(handles, ["prefill only", "decode only", "mixed"], fontsize=7, loc="upper right")
+    # outside the axes: inside, it would hide the last steps of the top replica
+    ax.legend(
+        handles, ["prefill only", "decode only", "mixed"], fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0)
+    )
     ax.set_title("Step timeline per replica")
     return fig
 
@@ -137,14 +239,15 @@ def pareto(table: pd.DataFrame, front: pd.DataFrame) -> Figure:
     """Price vs p99 TTFT of every evaluated configuration; the cost-latency Pareto front joined."""
     fig, ax = plt.subplots(figsize=(7, 4))
     ok = table[table["feasible"].astype(bool)]
-    bad = table[~table["feasible"].astype(bool)].dropna(subset=["ttft_p99_s"])
-    ax.scatter(bad["usd_per_hour"], bad["ttft_p99_s"] * 1e3, marker="x", color="grey", label="misses SLOs")
-    ax.scatter(ok["usd_per_hour"], ok["ttft_p99_s"] * 1e3, color="#1b9e77", label="meets SLOs")
+    bad = table[~table["feasible"].astype(bool)].dropna(subset=["p99_ttft_ms"])
+    ax.scatter(bad["usd_per_hour"], bad["p99_ttft_ms"], marker="x", color="grey", label="misses SLOs")
+    ax.scatter(ok["usd_per_hour"], ok["p99_ttft_ms"], color="#1b9e77", label="meets SLOs")
     if not front.empty:
-        ax.plot(front["usd_per_hour"], front["ttft_p99_s"] * 1e3, "o-", color="#d95f02", label="Pareto front")
+        ax.plot(front["usd_per_hour"], front["p99_ttft_ms"], "o-", color="#d95f02", label="Pareto front")
         for _, r in front.iterrows():
-            ax.annotate(r["config"], (r["usd_per_hour"], r["ttft_p99_s"] * 1e3), fontsize=6, alpha=0.8)
-    ax.set_yscale("log")
+            ax.annotate(r["config"], (r["usd_per_hour"], r["p99_ttft_ms"]), fontsize=6, alpha=0.8)
+    if (pd.to_numeric(table["p99_ttft_ms"], errors="coerce") > 0).any():  # nothing to log-scale otherwise
+        ax.set_yscale("log")
     ax.set_xlabel("cluster price ($/hour)")
     ax.set_ylabel("TTFT p99 (ms)")
     ax.grid(alpha=0.3, which="both")

@@ -1,27 +1,40 @@
-"""The report: one self-contained HTML file (plots embedded as base64 PNG) and a Markdown twin.
+"""The report of a results folder: one self-contained HTML file (plots embedded as base64 PNG)
+and a Markdown twin, both rendered from the jinja2 templates in ``llmsim/templates/``.
 
-A report is a function of a results folder: ``requests.csv``, ``steps.csv``, ``summary.json``
-and ``scenario.json`` from ``llmsim run``, plus ``plan.csv``, ``winners.csv``, ``pareto.csv``,
-``sensitivity.csv``, ``load.csv`` and ``plan.json`` when ``llmsim plan`` wrote the folder.
-It also exports the step timeline as a Chrome/Perfetto trace (``trace.json``).
+``llmsim report DIR`` tells the three kinds of folder apart by what they hold:
+
+* a **run** (``llmsim run``): ``summary.json``, ``requests`` and ``steps`` (Parquet or CSV), ``scenario.json``;
+* a **plan** (``llmsim plan``): ``plan.json``, ``plan.csv``, ``winners.csv``, ``pareto.csv``,
+  ``infeasible.csv``, ``sensitivity.csv``, ``load.csv``, and the winner's run as above;
+* a **sweep** (``llmsim sweep``): ``sweep.parquet`` / ``sweep.csv`` and ``sweep.json``.
+
+Python gathers the numbers into ``Table`` and ``Figure`` objects, already formatted as the CLI
+prints them (``llmsim.tables.fmt``, percentages with one decimal, the latency table from
+``llmsim.metrics.latency_table``), so the templates only lay them out. A run also exports its
+step timeline as a Chrome/Perfetto trace (``trace.json``).
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from llmsim.errors import UserError, atomic_write_text
+from llmsim.results import read_table, slo_targets
 from llmsim.scenario import Scenario
+from llmsim.tables import cells, fmt
+from llmsim.timeline import write_trace
 
 MAX_ROOFLINE_POINTS = 400
 GANTT_WINDOW_S = 5.0
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+PLAN_TABLES = ("plan", "winners", "pareto", "infeasible", "sensitivity", "load")
 
 
 def write_scenario(sc: Scenario, out_dir: Path) -> Path:
@@ -31,9 +44,31 @@ def write_scenario(sc: Scenario, out_dir: Path) -> Path:
     return path
 
 
+# ---------------------------------------------------------------- the folder
+
+
+def folder_kind(p: Path) -> str:
+    """``run``, ``plan`` or ``sweep``, from the files those commands write. A folder that holds both
+    a run and a sweep (the same ``--out`` twice) is reported as whichever was written last."""
+    if (p / "plan.json").exists():
+        return "plan"
+    run = p / "summary.json"
+    sweep = next((f for f in (p / "sweep.parquet", p / "sweep.csv") if f.exists()), None)
+    if run.exists() and sweep is not None:
+        return "run" if run.stat().st_mtime >= sweep.stat().st_mtime else "sweep"
+    if run.exists():
+        return "run"
+    if sweep is not None:
+        return "sweep"
+    raise UserError(
+        f"{p}: no summary.json, plan.json or sweep.csv here; point `llmsim report` at the output folder "
+        "of a run, a sweep or a plan"
+    )
+
+
 @dataclass
 class ResultsDir:
-    """Everything a report reads from one folder (absent files are empty frames / None)."""
+    """Everything a report reads from one folder (absent files are empty frames / None / {})."""
 
     path: Path
     summary: dict
@@ -42,27 +77,127 @@ class ResultsDir:
     scenario: Scenario | None = None
     plan: dict | None = None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    kind: str = "run"
+    sweep: pd.DataFrame = field(default_factory=pd.DataFrame)
+    sweep_meta: dict = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | Path) -> ResultsDir:
         p = Path(path)
-        if not (p / "summary.json").exists():
-            raise UserError(f"{p}: no summary.json here; point `llmsim report` at the output folder of a run or plan")
-        summary = json.loads((p / "summary.json").read_text())
+        kind = folder_kind(p)
+        if kind == "sweep":
+            meta = json.loads((p / "sweep.json").read_text()) if (p / "sweep.json").exists() else {}
+            table = pd.read_parquet(p / "sweep.parquet") if (p / "sweep.parquet").exists() else _csv(p / "sweep.csv")
+            return cls(p, {}, pd.DataFrame(), pd.DataFrame(), kind=kind, sweep=table, sweep_meta=meta)
+        # a plan with no winner has no winner's run: no summary.json, requests or steps
+        summary = json.loads((p / "summary.json").read_text()) if (p / "summary.json").exists() else {}
         sc = None
         if (p / "scenario.json").exists():
             sc = Scenario.model_validate(json.loads((p / "scenario.json").read_text()))
-        tables = {
-            name: pd.read_csv(p / f"{name}.csv")
-            for name in ("plan", "winners", "pareto", "sensitivity", "load")
-            if (p / f"{name}.csv").exists() and (p / f"{name}.csv").stat().st_size > 1
-        }
-        plan = json.loads((p / "plan.json").read_text()) if (p / "plan.json").exists() else None
-        return cls(p, summary, _csv(p / "requests.csv"), _csv(p / "steps.csv"), sc, plan, tables)
+        tables = {name: _floats(_csv(p / f"{name}.csv")) for name in PLAN_TABLES if (p / f"{name}.csv").exists()}
+        plan = json.loads((p / "plan.json").read_text()) if kind == "plan" else None
+        requests, steps = read_table(p, "requests"), read_table(p, "steps")  # Parquet or CSV
+        return cls(p, summary, requests, steps, sc, plan, tables, kind)
 
 
 def _csv(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
+    if not path.exists() or path.stat().st_size <= 1:
+        return pd.DataFrame()
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:  # a header-less empty table (no rows, no columns)
+        return pd.DataFrame()
+
+
+def _floats(df: pd.DataFrame) -> pd.DataFrame:
+    """A CSV gives back 3.0 as the integer 3, which the CLI printed as a float ("3.00"): every
+    integer column but the counts is a float again, so the report's cells are the CLI's."""
+    for col in df.columns:
+        ints = pd.api.types.is_integer_dtype(df[col]) and not pd.api.types.is_bool_dtype(df[col])
+        if ints and col not in INTEGER_COLUMNS:
+            df[col] = df[col].astype(float)
+    return df
+
+
+# ---------------------------------------------------------------- labels and cells
+
+_METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL", "tbt_max": "TBT max"}
+_LATENCY_COLUMN = re.compile(r"^(mean|median|std|p[\d.]+)_(ttft|tpot|itl|e2el|tbt_max)_ms$")
+LABELS = {
+    "completed": "completed",
+    "requests": "requests",
+    "offered_rps": "offered rate (req/s)",
+    "rate_rps": "offered rate (req/s)",
+    "request_throughput": "request throughput (req/s)",
+    "request_goodput": "request goodput (req/s)",
+    "output_throughput": "output throughput (tok/s)",
+    "total_token_throughput": "total token throughput (tok/s)",
+    "slo_attainment": "SLO attainment",
+    "slo_attainment_nominal": "SLO attainment at nominal efficiency",
+    "slo_met": "meets SLOs",
+    "meets_slos": "meets SLOs",
+    "efficiency_factor": "efficiency factor",
+    "usd_per_hour": "price ($/hour)",
+    "usd_per_mtok": "$ per million tokens (prompt + output)",
+    "usd_per_m_output_tok": "$ per million output tokens",
+    "power_w": "power at TDP (W)",
+    "j_per_token": "energy (J/token at TDP)",
+    "kv_util_mean": "KV cache utilisation (mean)",
+    "kv_util_peak": "KV cache utilisation (peak)",
+    "busy_fraction": "replica busy fraction",
+    "queue_growth_share": "queue growth (share of offered)",
+    "reason": "why",
+}
+PERCENT_COLUMNS = {
+    "slo_attainment",
+    "slo_attainment_nominal",
+    "kv_util_mean",
+    "kv_util_peak",
+    "busy_fraction",
+    "queue_growth_share",
+}
+# counts that a CSV with empty cells reads back as floats (512.0): printed as integers
+INTEGER_COLUMNS = {"tp", "replicas", "chunk_tokens", "devices", "completed", "requests", "rejected", "preemptions"}
+
+
+def column_label(col: str) -> str:
+    """A readable header with its unit: ``p99_ttft_ms`` -> ``TTFT p99 (ms)``; unknown names stay as they are."""
+    m = _LATENCY_COLUMN.match(col)
+    if m:
+        return f"{_METRIC_NAMES[m.group(2)]} {m.group(1)} (ms)"
+    return LABELS.get(col, col)
+
+
+def table_value(v: object, col: str = "") -> object:
+    """A table cell before the number format: shares as ``95.8%`` (as the CLI prints an attainment),
+    booleans as yes/no, counts read back as floats as ints, absent as None; other numbers stay numbers
+    so that ``tables.cells`` (the CLI's format) can give a column one scale."""
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):  # numpy / pandas scalars
+        v = v.item()  # type: ignore[union-attr]
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)) and col in PERCENT_COLUMNS:
+        return f"{v:.1%}"
+    if isinstance(v, float) and col in INTEGER_COLUMNS and v.is_integer():
+        return int(v)
+    return v
+
+
+def cell(v: object, col: str = "") -> str:
+    """One value on its own, as the CLI's summary lines print it (``llmsim.tables.fmt``), except that
+    a float of 1e5 and more is written out (123,456) rather than as 1.23e+05."""
+    v = table_value(v, col)
+    if v is None:
+        return "-"
+    if isinstance(v, float) and abs(v) >= 1e5:
+        return f"{v:,.0f}"
+    return fmt(v)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 # ---------------------------------------------------------------- sections (data, not markup)
@@ -70,20 +205,137 @@ def _csv(path: Path) -> pd.DataFrame:
 
 @dataclass
 class Table:
+    """A titled table of formatted cells; ``align`` is ``l`` or ``r`` per column (numbers right)."""
+
     title: str
     headers: list[str]
-    rows: list[list[object]]
+    rows: list[list[str]]
+    align: list[str] = field(default_factory=list)
     note: str = ""
 
+    def __post_init__(self) -> None:
+        self.align = self.align or ["l"] * len(self.headers)
 
-def _fmt(v: object) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.3e}"
-    return str(v)
+
+@dataclass
+class Figure:
+    """A plot: its caption, its PNG, and the file report.md links it from."""
+
+    caption: str
+    png: bytes
+    file: str = ""
+
+    @property
+    def b64(self) -> str:
+        return base64.b64encode(self.png).decode("ascii")
+
+
+def frame_table(title: str, df: pd.DataFrame, cols: list[str], note: str = "") -> Table:
+    """The columns ``cols`` of ``df`` (those it has), headers readable, cells as the CLI prints them."""
+    cols = [c for c in cols if c in df.columns]
+    raw = [[r[c] for c in cols] for r in df[cols].to_dict("records")]
+    rows = [[table_value(v, c) for v, c in zip(row, cols, strict=True)] for row in raw]
+    align = ["l"] * len(cols)
+    if rows:  # numbers (and shares) right-aligned, as the terminal prints them
+        columns = zip(zip(*rows, strict=True), cols, strict=True)
+        align = [
+            "r" if all(v is None or _is_number(v) or c in PERCENT_COLUMNS for v in vs) else "l" for vs, c in columns
+        ]
+    return Table(title, [column_label(c) for c in cols], cells(rows), align, note)
+
+
+def pairs_table(title: str, pairs: list[tuple[str, object]], headers: tuple[str, str] = ("metric", "value")) -> Table:
+    return Table(title, list(headers), [[k, v if isinstance(v, str) else cell(v)] for k, v in pairs])
+
+
+# ---------------------------------------------------------------- a run
+
+
+def run_table(s: dict) -> Table:
+    """The run's summary, line by line what ``llmsim run`` prints (same numbers, same formatting)."""
+    req, slo, sat = s["requests"], s["slo"], s["saturation"]
+    pools = ", ".join(f"{p['name']}: {p['replicas']}x {p['hardware']} tp{p['tp']} pp{p['pp']}" for p in s["pools"])
+    # the CLI's order (the scenario's), not summary.json's sorted keys
+    targets = slo_targets(slo)
+    pairs: list[tuple[str, object]] = [
+        ("cluster", pools),
+        (
+            "requests",
+            f"{req['total']} total, {req['finished']} finished, {req['rejected']} rejected, "
+            f"{req['unfinished']} unfinished, {req['preemptions']} preemptions",
+        ),
+        ("duration (s)", fmt(s["duration"])),
+        ("request throughput (req/s)", fmt(s["request_throughput"])),
+        ("output throughput (tok/s)", fmt(s["output_throughput"])),
+        ("total token throughput (tok/s)", fmt(s["total_token_throughput"])),
+        ("peak output throughput (tok/s, 1 s buckets)", fmt(s.get("max_output_tokens_per_s"))),
+        ("max concurrent requests", fmt(s.get("max_concurrent_requests"))),
+        ("SLOs", targets or "(none set)"),
+        ("SLO attainment", f"{slo['attainment']:.1%} (target {slo.get('attainment_target', 0.9):.0%})"),
+        ("request goodput (req/s)", fmt(s["request_goodput"])),
+    ]
+    if "kv_cache" in s:
+        kv = s["kv_cache"]
+        pairs.append(("KV cache utilisation", f"mean {kv['utilization_mean']:.1%}, peak {kv['utilization_peak']:.1%}"))
+    cost = s.get("cost") or {}
+    if cost.get("usd_per_million_output_tokens") is not None:
+        pairs.append(
+            (
+                "cost",
+                f"${fmt(cost['cluster_usd_per_hour'])}/h, ${fmt(cost['usd_per_million_output_tokens'])} "
+                "per million output tokens",
+            )
+        )
+    pairs.append(("verdict", f"{sat['verdict'].upper()}: {sat['explanation']}"))
+    title = (
+        f"Run: {s.get('scenario')} (model {s.get('model')}, policy {s.get('policy')}, "
+        f"engine {s.get('engine', {}).get('name')}, seed {s.get('seed')})"
+    )
+    return pairs_table(title, pairs)
+
+
+def latency_table(s: dict) -> Table:
+    """The CLI's latency table (``llmsim.metrics.latency_table``), cell for cell."""
+    from llmsim.metrics import latency_table as bench_table
+
+    rows, headers = bench_table(s)
+    return Table(
+        "Latency (ms)",
+        headers,
+        cells(rows),
+        ["l"] + ["r"] * (len(headers) - 1),
+        "vLLM bench serve's definitions: TTFT to the first token, TPOT per request after the first, ITL over "
+        "every token gap, E2EL arrival to last token; TBT max is each request's worst gap (what slo.tbt_s bounds).",
+    )
+
+
+def class_table(s: dict) -> Table | None:
+    classes = s.get("classes")
+    if not classes:
+        return None
+    df = pd.DataFrame([{"class": k, **v} for k, v in classes.items()]).rename(columns={"attainment": "slo_attainment"})
+    return frame_table(
+        "Per request class", df, ["class", "requests", "slo_attainment", "p99_ttft_ms", "median_tpot_ms"]
+    )
+
+
+def run_recommendation(s: dict) -> str:
+    slo, sat = s["slo"], s["saturation"]
+    target = slo.get("attainment_target", 0.9)
+    offered = s.get("workload", {}).get("mean_rate_rps")  # None for requests that arrive at once
+    at = f" at {offered:.2f} req/s offered" if offered is not None else ""
+    g = s.get("request_goodput")  # None: no latency SLO set
+    good = f", a request goodput of {fmt(g)} req/s" if g is not None else ""
+    verdict = "meets" if slo.get("met_target") else "misses"
+    text = (
+        f"This configuration {verdict} the SLOs: {slo['attainment']:.1%} of requests met every latency target "
+        f"(target {target:.0%}){at}{good}. Saturation verdict: {sat['verdict']} ({sat['explanation']})."
+    )
+    if sat["verdict"] != "stable":
+        text += " Add replicas or a faster device before trusting these latencies."
+    elif slo.get("met_target"):
+        text += " Run `llmsim plan` to see whether a cheaper configuration also meets them."
+    return text
 
 
 def assumption_tables(r: ResultsDir) -> list[Table]:
@@ -105,148 +357,62 @@ def assumption_tables(r: ResultsDir) -> list[Table]:
                 ["power", f"{hw.power_w.value:.0f} W", hw.power_w.source],
                 ["price", f"${hw.price_per_hour_usd.value:.2f}/hour", hw.price_per_hour_usd.source],
             ]
-            rows += [[f"efficiency {k}", _fmt(f.value), f.source] for k, f in hw.efficiency if f is not None]
+            rows += [[f"efficiency {k}", cell(f.value), f.source] for k, f in hw.efficiency if f is not None]
             rows += [[f"overhead {k}", f"{f.value * 1e6:.1f} µs", f.source] for k, f in hw.overheads if f is not None]
             out.append(Table(f"Hardware: {hw.name} (pool {pool.name})", ["figure", "value", "source"], rows))
         m = build_model(sc)
-        out.append(
-            Table(
-                f"Model: {m.name}",
-                ["field", "value"],
-                [
-                    ["layers", m.num_layers],
-                    ["hidden size", m.hidden_size],
-                    ["attention heads / KV heads", f"{m.num_heads} / {m.num_kv_heads}"],
-                    ["weights dtype", sc.model.weight_dtype or m.weight_dtype],
-                    ["KV cache dtype", sc.kv_cache.dtype],
-                    ["policy", f"{sc.policy.kind} (chunk {sc.policy.chunk_tokens}, max seqs {sc.policy.max_num_seqs})"],
-                ],
-            )
-        )
+        policy = f"{sc.policy.kind} (chunk {sc.policy.chunk_tokens}, max seqs {sc.policy.max_num_seqs})"
+        pairs: list[tuple[str, object]] = [
+            ("layers", m.num_layers),
+            ("hidden size", m.hidden_size),
+            ("attention heads / KV heads", f"{m.num_heads} / {m.num_kv_heads}"),
+            ("weights dtype", str(sc.model.weight_dtype or m.weight_dtype)),
+            ("KV cache dtype", str(sc.kv_cache.dtype)),
+            ("policy", policy),
+        ]
+        out.append(pairs_table(f"Model: {m.name}", pairs, ("field", "value")))
     wl = r.summary.get("workload", {})
     if wl:
-        out.append(Table("Workload", ["statistic", "value"], [[k, _fmt(v)] for k, v in wl.items()]))
-    slo = r.summary.get("slo", {})
-    out.append(Table("SLO", ["key", "value"], [[k, _fmt(v)] for k, v in slo.items()]))
+        out.append(pairs_table("Workload", list(wl.items()), ("statistic", "value")))
+    out.append(slo_table(r.summary.get("slo", {})))
     return out
 
 
-def result_tables(r: ResultsDir) -> list[Table]:
-    s = r.summary
-    lat = s.get("latency_s", {})
-    rows = []
-    for label, key in (
-        ("TTFT", "ttft"),
-        ("TBT per token", "tbt_token"),
-        ("TBT worst gap", "tbt_request_max"),
-        ("E2E", "e2e"),
-    ):
-        d = lat.get(key) or {}
-        rows.append([label, *[None if d.get(p) is None else d[p] * 1e3 for p in ("mean", "p50", "p90", "p99")]])
-    pools = ", ".join(f"{p['replicas']}x {p['hardware']} tp{p['tp']}" for p in s.get("pools", []))
-    thr = s.get("throughput", {})
-    out = [
-        Table(
-            f"Run: {s.get('scenario')} ({pools}, policy {s.get('policy')})",
-            ["metric", "value"],
-            [
-                ["requests finished / total", f"{s['requests']['finished']} / {s['requests']['total']}"],
-                ["throughput (req/s)", _fmt(thr.get("requests_per_s"))],
-                ["output tokens/s", _fmt(thr.get("output_tokens_per_s"))],
-                ["SLO attainment", _fmt(s["slo"].get("attainment"))],
-                ["goodput (req/s)", _fmt(s["slo"].get("goodput_rps"))],
-                ["saturation verdict", s["saturation"]["verdict"]],
-                ["price ($/hour)", _fmt(s.get("cost", {}).get("cluster_usd_per_hour"))],
-                ["$ per million tokens", _fmt(s.get("cost", {}).get("usd_per_million_tokens"))],
-            ],
-        ),
-        Table("Latency (ms)", ["", "mean", "p50", "p90", "p99"], rows),
-    ]
-    for name, title, cols in (
-        ("winners", "Cheapest configurations meeting the SLOs", _PLAN_COLS),
-        ("pareto", "Cost-latency Pareto front", _PLAN_COLS),
-        ("sensitivity", "Sensitivity: winners with every efficiency scaled", None),
-        ("load", "Load sweep of the winner (goodput search)", _LOAD_COLS),
-    ):
-        if name in r.tables:
-            df = r.tables[name]
-            cols = [c for c in (cols or list(df.columns)) if c in df.columns]
-            out.append(Table(title, cols, df[cols].values.tolist()))
-    if "plan" in r.tables:
-        t = r.tables["plan"]
-        bad = t[~t["feasible"].astype(bool)]
-        out.append(
-            Table(
-                "Configurations that miss the SLOs, and why",
-                ["config", "reason"],
-                bad[["config", "reason"]].values.tolist(),
-            )
-        )
-    return out
+def slo_table(slo: dict) -> Table:
+    """The SLOs as the scenario states them (seconds), shares as the CLI prints them."""
+    rows: list[tuple[str, object]] = []
+    for k, v in slo.items():
+        if v is None or k == "classes":
+            continue
+        if k.endswith("_s"):
+            rows.append((k, f"{v:g} s"))
+        elif k in ("attainment", "attainment_target"):
+            rows.append((k, f"{v:.1%}"))
+        else:
+            rows.append((k, v))
+    return pairs_table("SLO", rows, ("key", "value"))
 
 
-_PLAN_COLS = [
-    "config",
-    "devices",
-    "usd_per_hour",
-    "usd_per_mtok",
-    "power_w",
-    "j_per_token",
-    "slo_attainment",
-    "ttft_p99_s",
-    "tbt_p99_s",
-    "verdict",
-]
-_LOAD_COLS = ["rate_rps", "slo_attainment", "throughput_rps", "goodput_rps", "ttft_p99_s", "tbt_p99_s", "verdict"]
-
-
-def recommendation(r: ResultsDir) -> str:
-    if r.plan and r.plan.get("recommendation"):
-        return r.plan["recommendation"]
-    s = r.summary
-    slo, sat = s["slo"], s["saturation"]
-    target = slo.get("attainment_target", 0.9)
-    thr = s["throughput"]["requests_per_s"]
-    verdict = "meets" if slo.get("met_target") else "misses"
-    text = (
-        f"This configuration {verdict} the SLOs: {slo['attainment']:.1%} of requests met every latency target "
-        f"(target {target:.0%}) at {s.get('workload', {}).get('mean_rate_rps', thr):.2f} req/s offered. "
-        f"Saturation verdict: {sat['verdict']} ({sat['explanation']})."
-    )
-    if sat["verdict"] != "stable":
-        text += " Add replicas or a faster device before trusting these latencies."
-    elif slo.get("met_target"):
-        text += " Run `llmsim plan` to see whether a cheaper configuration also meets them."
-    return text
-
-
-# ---------------------------------------------------------------- plots
-
-
-def plot_pngs(r: ResultsDir) -> list[tuple[str, bytes]]:
-    """(caption, PNG) for every plot the folder has data for."""
+def run_figures(r: ResultsDir) -> list[Figure]:
     from llmsim import plots
 
-    out: list[tuple[str, bytes]] = []
+    out: list[Figure] = []
     slo = r.summary.get("slo", {})
     if not r.requests.empty:
-        out.append(("Latency CDFs (TTFT, TBT, E2E)", plots.png_bytes(plots.latency_cdfs(r.requests, slo))))
-    if "load" in r.tables:
-        knee = (r.plan or {}).get("goodput", {}) or {}
-        fig = plots.load_curves(r.tables["load"], slo, knee.get("rate_rps"))
-        out.append(("TTFT/TBT and throughput vs load, with the SLO knee", plots.png_bytes(fig)))
+        out.append(
+            Figure("Latency CDFs (TTFT, TPOT, TBT max, E2EL)", plots.png_bytes(plots.latency_cdfs(r.requests, slo)))
+        )
     if not r.steps.empty:
         kv = r.summary.get("kv_cache", {}).get("capacity_blocks_per_replica")
-        out.append(("Batch size and KV-cache utilisation over time", plots.png_bytes(plots.timelines(r.steps, kv))))
+        out.append(
+            Figure("Batch size and KV-cache utilisation over time", plots.png_bytes(plots.timelines(r.steps, kv)))
+        )
         fig = plots.gantt(r.steps, GANTT_WINDOW_S)
-        out.append((f"Per-replica step timeline (first {GANTT_WINDOW_S:g} s)", plots.png_bytes(fig)))
+        out.append(Figure(f"Per-replica step timeline (first {GANTT_WINDOW_S:g} s)", plots.png_bytes(fig)))
         roof = roofline_points(r)
         if roof is not None:
             pts, peak, bw, name = roof
-            out.append(("Roofline of the step mix", plots.png_bytes(plots.roofline(pts, peak, bw, name))))
-    if "plan" in r.tables:
-        front = r.tables.get("pareto", pd.DataFrame())
-        out.append(("Cost vs latency, Pareto front", plots.png_bytes(plots.pareto(r.tables["plan"], front))))
+            out.append(Figure("Roofline of the step mix", plots.png_bytes(plots.roofline(pts, peak, bw, name))))
     return out
 
 
@@ -295,100 +461,297 @@ def roofline_points(r: ResultsDir) -> tuple[pd.DataFrame, float, float, str] | N
     return pd.DataFrame(rows), peak, hw.bandwidth, hw.name
 
 
-# ---------------------------------------------------------------- Perfetto trace
+def run_context(r: ResultsDir) -> dict:
+    s = r.summary
+    return {
+        "recommendation": run_recommendation(s),
+        "run": run_table(s),
+        "latency": latency_table(s),
+        "classes": class_table(s),
+        "figures": run_figures(r),
+        "assumptions": assumption_tables(r),
+    }
 
 
-def perfetto_trace(steps: pd.DataFrame) -> dict:
-    """Chrome trace-event JSON (open in ui.perfetto.dev or chrome://tracing): one track per replica."""
-    events: list[dict] = []
-    pools = {p: i for i, p in enumerate(sorted(steps["pool"].unique()))} if not steps.empty else {}
-    for pool, pid in pools.items():
-        events.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"pool {pool}"}})
-    for st in steps.itertuples():
-        kind = "prefill" if st.decode_tokens == 0 else "decode" if st.prefill_tokens == 0 else "mixed"
-        events.append(
-            {
-                "name": f"{kind} p{st.prefill_tokens}+d{st.decode_tokens}",
-                "cat": kind,
-                "ph": "X",
-                "ts": st.start_s * 1e6,
-                "dur": st.duration_s * 1e6,
-                "pid": pools[st.pool],
-                "tid": int(st.replica),
-                "args": {
-                    "batch_size": int(st.batch_size),
-                    "kv_blocks_used": int(st.kv_blocks_used),
-                    "waiting": int(st.waiting),
-                },
-            }
+# ---------------------------------------------------------------- a plan
+
+PLAN_COLUMNS = [
+    "config",
+    "devices",
+    "usd_per_hour",
+    "usd_per_m_output_tok",
+    "usd_per_mtok",
+    "power_w",
+    "j_per_token",
+    "slo_attainment",
+    "request_goodput",
+    "p99_ttft_ms",
+    "p99_tpot_ms",
+    "p99_tbt_max_ms",
+    "verdict",
+]
+SENSITIVITY_COLUMNS = [
+    "config",
+    "efficiency_factor",
+    "slo_attainment_nominal",
+    "slo_attainment",
+    "request_goodput",
+    "p99_ttft_ms",
+    "p99_tbt_max_ms",
+    "verdict",
+    "meets_slos",
+]
+LOAD_COLUMNS = [
+    "rate_rps",
+    "slo_attainment",
+    "request_throughput",
+    "request_goodput",
+    "p99_ttft_ms",
+    "p99_itl_ms",
+    "p99_tbt_max_ms",
+    "verdict",
+]
+
+
+def never_met(r: ResultsDir) -> pd.DataFrame:
+    """The candidates that never met the SLOs, as ``llmsim plan`` printed and counted them
+    (``infeasible.csv``); a plan folder from before that file is re-derived from ``plan.csv``."""
+    if "infeasible" in r.tables:
+        return r.tables["infeasible"]
+    from llmsim.planning.ranking import infeasible_candidates
+
+    return infeasible_candidates(r.tables.get("plan", pd.DataFrame()))
+
+
+def plan_overview(r: ResultsDir) -> Table:
+    plan = r.plan or {}
+    cap = plan.get("slo_capacity") or {}
+    pairs: list[tuple[str, object]] = [
+        ("target rate (req/s)", fmt(plan.get("target_rps"))),
+        ("SLO attainment target", f"{plan.get('target_attainment', 0.9):.0%}"),
+        ("points evaluated", len(r.tables.get("plan", pd.DataFrame()))),
+        ("winner", plan.get("winner") or "(none)"),
+        ("candidates that never met the SLOs", len(never_met(r))),
+    ]
+    if cap:
+        # the recommendation's format for the same number
+        pairs.append(("winner's SLO capacity: highest rate still meeting the SLOs (req/s)", f"{cap['rate_rps']:.2f}"))
+    return pairs_table("Overview", pairs)
+
+
+def plan_figures(r: ResultsDir) -> list[Figure]:
+    from llmsim import plots
+
+    out: list[Figure] = []
+    slo = r.summary.get("slo", {})
+    if "load" in r.tables and not r.tables["load"].empty:
+        knee = ((r.plan or {}).get("slo_capacity") or {}).get("rate_rps")
+        fig = plots.load_curves(r.tables["load"], slo, knee)
+        out.append(
+            Figure("Latency, throughput and goodput vs offered load, with the SLO capacity", plots.png_bytes(fig))
         )
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
+    plan = r.tables.get("plan", pd.DataFrame())
+    if "p99_ttft_ms" in plan and plan["p99_ttft_ms"].notna().any():  # a point that ran: something to place
+        front = r.tables.get("pareto", pd.DataFrame())
+        out.append(Figure("Cost vs latency, Pareto front", plots.png_bytes(plots.pareto(r.tables["plan"], front))))
+    return out
+
+
+def plan_context(r: ResultsDir) -> dict:
+    t = r.tables
+    bad = never_met(r)
+    ctx = {
+        "recommendation": (r.plan or {}).get("recommendation", ""),
+        "overview": plan_overview(r),
+        "winners": frame_table(
+            "Cheapest configurations meeting the SLOs", t.get("winners", pd.DataFrame()), PLAN_COLUMNS
+        ),
+        "pareto": frame_table("Cost-latency Pareto front", t.get("pareto", pd.DataFrame()), PLAN_COLUMNS),
+        "never_met": frame_table(
+            f"Candidates that never met the SLOs ({len(bad)}), and why",
+            bad,
+            ["config", "reason"],
+            "each at the largest replica count tried",
+        ),
+        "sensitivity": frame_table(
+            "Sensitivity: winners with every efficiency scaled",
+            t.get("sensitivity", pd.DataFrame()),
+            SENSITIVITY_COLUMNS,
+        ),
+        "load": frame_table(
+            "SLO capacity search of the winner (offered rate vs attainment)",
+            t.get("load", pd.DataFrame()),
+            LOAD_COLUMNS,
+        ),
+        "figures": plan_figures(r),
+        "run": None,
+        "assumptions": assumption_tables(r) if r.summary else [],
+    }
+    if r.summary:  # the winner's run at the target rate
+        run = run_context(r)
+        ctx.update(run=run["run"], latency=run["latency"], classes=run["classes"])
+        ctx["figures"] = ctx["figures"] + run["figures"]
+    return ctx
+
+
+# ---------------------------------------------------------------- a sweep
+
+SWEEP_COLUMNS = [
+    "completed",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "mean_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "p99_tpot_ms",
+    "p99_itl_ms",  # ITL's mean is within a hair of TPOT's: in sweep.csv and the plots, not here
+    "mean_e2el_ms",
+    "p99_e2el_ms",
+    "p99_tbt_max_ms",
+    "slo_attainment",
+    "verdict",
+    "usd_per_hour",
+    "usd_per_m_output_tok",
+]
+
+
+def swept_keys(r: ResultsDir) -> list[str]:
+    """The grid's keys: from sweep.json, else the table's columns that are not metrics."""
+    if r.sweep_meta.get("grid"):
+        return list(r.sweep_meta["grid"])
+    from llmsim.sweep import METRICS
+
+    metrics = {c for c, _ in METRICS} | {"error"}
+    return [c for c in r.sweep.columns if c not in metrics]
+
+
+def _point(row: dict, keys: list[str]) -> str:
+    return ", ".join(f"{k}={row[k]}" for k in keys)
+
+
+def sweep_summary(r: ResultsDir, keys: list[str]) -> str:
+    """The sweep in one paragraph, from its own numbers: how many points met the SLOs, the best goodput, the cheapest."""
+    df = r.sweep
+    ok = df[df["error"].isna()] if "error" in df else df
+    target = (r.sweep_meta.get("slo") or {}).get("attainment_target", 0.9)
+    met = ok[ok["slo_met"].fillna(False).astype(bool)] if "slo_met" in ok else ok.iloc[0:0]
+    text = [f"{len(df)} points over {', '.join(keys)}; {len(met)} meet the SLOs (attainment target {target:.0%})."]
+    if len(ok) < len(df):
+        text.append(f"{len(df) - len(ok)} could not run (see the error column).")
+    goodput = pd.to_numeric(ok.get("request_goodput"), errors="coerce") if len(ok) else pd.Series(dtype=float)
+    if goodput.notna().any():
+        best = ok.loc[goodput.idxmax()].to_dict()
+        text.append(f"Highest request goodput: {fmt(best['request_goodput'])} req/s at {_point(best, keys)}.")
+    if len(met):
+        cheap = met.sort_values("usd_per_hour", kind="stable").iloc[0].to_dict()
+        text.append(f"Cheapest point meeting the SLOs: {_point(cheap, keys)} at ${fmt(cheap['usd_per_hour'])}/hour.")
+    return " ".join(text)
+
+
+def sweep_figures(r: ResultsDir, keys: list[str]) -> list[Figure]:
+    from llmsim import plots
+
+    slo = r.sweep_meta.get("slo") or {}
+    out = []
+    for key in keys:
+        if r.sweep[key].nunique() < 2:
+            continue
+        fig = plots.sweep_curves(r.sweep, key, [k for k in keys if k != key], slo)
+        out.append(
+            Figure(
+                f"TTFT, TPOT, ITL, E2EL (p99 and mean), TBT max, throughput and goodput vs {key}", plots.png_bytes(fig)
+            )
+        )
+    return out
+
+
+def sweep_context(r: ResultsDir) -> dict:
+    keys = swept_keys(r)
+    df = r.sweep
+    cols = [*keys, *SWEEP_COLUMNS]
+    if "error" in df and df["error"].notna().any():
+        cols.append("error")
+    meta = r.sweep_meta
+    pairs: list[tuple[str, object]] = [
+        ("scenario", str(meta.get("scenario", "?"))),
+        ("points", len(df)),
+        *((f"swept: {k}", ", ".join(str(v) for v in dict.fromkeys(df[k]))) for k in keys),
+        *((f"fixed: {k}", str(v)) for k, v in (meta.get("fixed") or {}).items()),
+    ]
+    slo = meta.get("slo") or {}
+    return {
+        "recommendation": sweep_summary(r, keys),
+        "overview": pairs_table("Sweep", pairs),
+        "points": frame_table("Every point", df, cols, "every metric of every point is in sweep.csv"),
+        "figures": sweep_figures(r, keys),
+        "slo": slo_table(slo) if slo else None,
+    }
 
 
 # ---------------------------------------------------------------- rendering
 
 
-def _html_table(t: Table) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(c))}</td>" for c in row) + "</tr>" for row in t.rows)
-    return f"<h3>{html.escape(t.title)}</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def _md_cell(v: object) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
 
 
-def _md_table(t: Table) -> str:
-    def cell(v: object) -> str:
-        return _fmt(v).replace("|", "\\|").replace("\n", " ")
+def _environment():  # noqa: ANN202 - jinja2 is imported only when a report is written
+    import jinja2
 
-    lines = [f"### {t.title}", "", "| " + " | ".join(t.headers) + " |", "|" + "---|" * len(t.headers)]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in t.rows]
-    return "\n".join(lines) + "\n"
-
-
-_CSS = (
-    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-    "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}"
-    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}"
-    "img{max-width:100%;border:1px solid #eee}.rec{background:#eef7ee;padding:1em;border-left:4px solid #1b9e77}"
-)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,  # a misspelled name in a template fails the test, not silently
+    )
+    env.filters["mdcell"] = _md_cell
+    return env
 
 
-def build_report(r: ResultsDir) -> tuple[str, str, list[tuple[str, bytes]]]:
-    """(html, markdown, plots). Markdown links the plots as files under ``report_plots/``."""
-    title = f"llmsim report: {r.summary.get('scenario', r.path.name)}"
-    rec = recommendation(r)
-    assumptions, results, pngs = assumption_tables(r), result_tables(r), plot_pngs(r)
-    h = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"]
-    h.append(f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>")
-    h.append(f"<h2>Recommendation</h2><p class='rec'>{html.escape(rec)}</p>")
-    h.append("<h2>Results</h2>" + "".join(_html_table(t) for t in results))
-    h.append("<h2>Plots</h2>")
-    for cap, png in pngs:
-        b64 = base64.b64encode(png).decode("ascii")
-        h.append(
-            f"<figure><img alt='{html.escape(cap)}' src='data:image/png;base64,{b64}'><figcaption>{html.escape(cap)}</figcaption></figure>"
-        )
-    h.append("<h2>Assumptions</h2>" + "".join(_html_table(t) for t in assumptions))
-    h.append("<p>Every hardware figure carries its source; prices are editable assumptions.</p></body></html>")
-    md = [f"# {title}", "", "## Recommendation", "", rec, "", "## Results", ""]
-    md += [_md_table(t) for t in results]
-    md += ["## Plots", ""]
-    md += [f"![{cap}](report_plots/{i:02d}.png)\n\n*{cap}*\n" for i, (cap, _) in enumerate(pngs)]
-    md += ["## Assumptions", ""] + [_md_table(t) for t in assumptions]
-    return "".join(h), "\n".join(md), pngs
+def report_context(r: ResultsDir) -> dict:
+    """What the ``{kind}.html.j2`` / ``{kind}.md.j2`` templates receive."""
+    if r.kind == "sweep":
+        name = r.sweep_meta.get("scenario") or r.path.name
+        ctx = sweep_context(r)
+    elif r.kind == "plan":
+        name = r.summary.get("scenario") or (r.scenario.name if r.scenario else r.path.name)
+        ctx = plan_context(r)
+    else:
+        name = r.summary.get("scenario", r.path.name)
+        ctx = run_context(r)
+    ctx.setdefault("latency", None)
+    ctx.setdefault("classes", None)
+    for i, f in enumerate(ctx["figures"]):
+        f.file = f"report_plots/{i:02d}.png"
+    kind = {"run": "run", "plan": "capacity plan", "sweep": "sweep"}[r.kind]
+    return {"title": f"llmsim {kind} report: {name}", "kind": r.kind, **ctx}
+
+
+def build_report(r: ResultsDir) -> tuple[str, str, list[Figure]]:
+    """(html, markdown, figures). Markdown links the figures as files under ``report_plots/``."""
+    ctx = report_context(r)
+    env = _environment()
+    page = env.get_template(f"{r.kind}.html.j2").render(**ctx)
+    md = env.get_template(f"{r.kind}.md.j2").render(**ctx)
+    return page, md, ctx["figures"]
 
 
 def write_report(path: str | Path) -> list[Path]:
     """report.html (self-contained), report.md (+ report_plots/*.png) and trace.json (Perfetto)."""
     r = ResultsDir.load(path)
-    page, md, pngs = build_report(r)
+    page, md, figures = build_report(r)
     out = Path(path)
     plots_dir = out / "report_plots"
     plots_dir.mkdir(exist_ok=True)
-    for i, (_, png) in enumerate(pngs):
-        (plots_dir / f"{i:02d}.png").write_bytes(png)
+    for old in plots_dir.glob("[0-9][0-9].png"):  # an earlier report's extra plots would look current
+        old.unlink()
+    for f in figures:
+        (out / f.file).write_bytes(f.png)
     atomic_write_text(out / "report.html", page)
     atomic_write_text(out / "report.md", md)
     written = [out / "report.html", out / "report.md"]
-    if not r.steps.empty:
-        atomic_write_text(out / "trace.json", json.dumps(perfetto_trace(r.steps)))
-        written.append(out / "trace.json")
+    written += write_trace(out, r.steps, r.requests, r.summary, r.scenario.output if r.scenario else None)
     return written

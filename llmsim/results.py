@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from llmsim.errors import atomic_write_text
-
-PERCENTILES = (50, 90, 99)
+from llmsim.errors import atomic_write, atomic_write_text
+from llmsim.gaps import GapHistogram
+from llmsim.metrics import DEFAULT_PERCENTILES, bench_metrics, dist_ms, itl_from_histogram, mean_gap_s
+from llmsim.progress import finite
 
 
 @dataclass
@@ -26,23 +27,45 @@ class Results:
     queue: pd.DataFrame = field(default_factory=pd.DataFrame)  # backlog samples over time
     extra: dict = field(default_factory=dict)  # pool/replica details, transfers, ...
 
-    def write(self, out_dir: Path) -> list[Path]:
-        """Write requests.csv, steps.csv and summary.json (each atomically)."""
+    def write(self, out_dir: Path, table_format: str = "parquet") -> list[Path]:
+        """Write requests and steps (Parquet, or CSV on request) and summary.json, each atomically;
+        the other format's file of a previous run is removed so the folder holds one run."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        paths = [out_dir / "requests.csv", out_dir / "summary.json", out_dir / "steps.csv"]
-        atomic_write_text(paths[0], self.requests.to_csv(index=False, float_format="%.9g"))
-        atomic_write_text(paths[2], self.steps.to_csv(index=False, float_format="%.9g"))
-        atomic_write_text(paths[1], json.dumps(self.summary, indent=2, sort_keys=True, default=_json_default) + "\n")
+        paths = []
+        for name, frame in (("requests", self.requests), ("steps", self.steps)):
+            paths.append(write_table(frame, out_dir / name, table_format))
+        paths.insert(1, out_dir / "summary.json")
+        text = json.dumps(finite(self.summary), indent=2, sort_keys=True, allow_nan=False)  # strict JSON
+        atomic_write_text(paths[1], text + "\n")
         return paths
 
 
-def _json_default(o: object) -> object:
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    raise TypeError(type(o))
+TABLE_SUFFIX = {"parquet": ".parquet", "csv": ".csv"}
+
+
+def write_table(frame: pd.DataFrame, stem: Path, table_format: str) -> Path:
+    """``stem``.parquet or ``stem``.csv (floats to 9 significant digits), written atomically."""
+    path = stem.with_suffix(TABLE_SUFFIX[table_format])
+    if table_format == "csv":
+        atomic_write_text(path, frame.to_csv(index=False, float_format="%.9g"))
+    else:
+        atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False, engine="pyarrow"))
+    for other in TABLE_SUFFIX.values():
+        if other != path.suffix:
+            stem.with_suffix(other).unlink(missing_ok=True)
+    return path
+
+
+def read_table(folder: Path, name: str) -> pd.DataFrame:
+    """A results folder's ``name`` table, whichever format it was written in (empty if absent)."""
+    for suffix in TABLE_SUFFIX.values():
+        path = Path(folder) / f"{name}{suffix}"
+        if path.exists():
+            if suffix == ".parquet":
+                return pd.read_parquet(path)
+            return pd.read_csv(path) if path.stat().st_size > 1 else pd.DataFrame()
+    return pd.DataFrame()
 
 
 REQUEST_COLUMNS = [
@@ -104,11 +127,18 @@ def requests_frame(reqs: list, output_delay_s: float = 0.0) -> pd.DataFrame:
     return df[REQUEST_COLUMNS]
 
 
-def _dist(s: pd.Series) -> dict:
-    s = s.dropna()
-    if s.empty:
-        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
-    return {"mean": float(s.mean()), **{f"p{p}": float(np.percentile(s, p)) for p in PERCENTILES}}
+LATENCY_SLOS = ("ttft_s", "tbt_s", "tpot_s", "e2e_s")
+
+
+def has_latency_slo(slo: dict, classes: dict | None = None) -> bool:
+    """Whether any latency target is set (at the top or for a request class)."""
+    sets = [slo, *(classes or {}).values()]
+    return any(s.get(k) is not None for s in sets for k in LATENCY_SLOS)
+
+
+def slo_targets(slo: dict) -> str:
+    """``ttft_s<=1.0, tbt_s<=0.1``: the targets as the CLI and the report print them."""
+    return ", ".join(f"{k}<={slo[k]}" for k in LATENCY_SLOS if slo.get(k) is not None)
 
 
 def slo_mask(req: pd.DataFrame, slo: dict, classes: dict | None = None) -> pd.Series:
@@ -175,14 +205,22 @@ def summarize(
     slo_classes: dict,
     kv_capacity_blocks: int,
     meta: dict,
+    gaps: GapHistogram | None = None,
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
 ) -> dict:
+    """summary.json: vLLM-bench metrics at the top level (llmsim/metrics.py), then llmsim's own
+    sections. ``gaps``: every inter-token gap of the run (ITL); None leaves ITL empty."""
     fin = req[req["status"] == "finished"]
     n = len(req)
-    start = float(req["arrival_s"].min()) if n else 0.0
-    end = float(fin["finish_s"].max()) if len(fin) else start
-    span = max(end - start, 1e-12)
     meets = slo_mask(req, slo, slo_classes)
+    # ITL over every gap the run produced (the histogram's), so its mean too: a request the
+    # horizon cut counts its gaps so far (vLLM's runs have none such, as its benchmark waits)
+    itl_mean_s = mean_gap_s(req["tbt_mean_s"] * (req["generated_tokens"] - 1), req["generated_tokens"])
+    itl = itl_from_histogram(gaps, itl_mean_s, percentiles)
+    good = meets if has_latency_slo(slo, slo_classes) else None  # vLLM: no --goodput, no goodput
     summary = {
+        **bench_metrics(req, good, itl, percentiles),
+        "percentiles": list(percentiles),
         **meta,
         "requests": {
             "total": n,
@@ -191,27 +229,14 @@ def summarize(
             "unfinished": int((req["status"] == "unfinished").sum()),
             "preemptions": int(req["preemptions"].sum()),
         },
-        "throughput": {
-            "makespan_s": span,
-            "requests_per_s": len(fin) / span,
-            "input_tokens_per_s": float(fin["prompt_tokens"].sum()) / span,
-            "output_tokens_per_s": float(fin["generated_tokens"].sum()) / span,
-        },
         "tokens": {
             "prompt": int(fin["prompt_tokens"].sum()),
             "output": int(fin["generated_tokens"].sum()),
             "cached": int(fin["cached_tokens"].sum()),
         },
-        "latency_s": {
-            "ttft": _dist(fin["ttft_s"]),
-            "tbt_request_max": _dist(fin["tbt_max_s"]),
-            "tpot": _dist(fin["tpot_s"]),
-            "e2e": _dist(fin["e2e_s"]),
-        },
         "slo": {
             **{k: v for k, v in slo.items() if v is not None},
             "attainment": float(meets.sum() / n) if n else 0.0,
-            "goodput_rps": float(meets.sum()) / span,
             "met_target": bool(n and meets.sum() / n >= slo.get("attainment_target", 0.9)),
         },
     }
@@ -220,8 +245,8 @@ def summarize(
             str(k): {
                 "requests": int(len(g)),
                 "attainment": float(meets[g.index].mean()),
-                "ttft_p99_s": _dist(g["ttft_s"])["p99"],
-                "tpot_p50_s": _dist(g["tpot_s"])["p50"],
+                **dist_ms("ttft", fin.loc[fin["class"] == k, "ttft_s"].to_numpy(), percentiles),
+                **dist_ms("tpot", fin.loc[fin["class"] == k, "tpot_s"].to_numpy(), percentiles),
             }
             for k, g in req.groupby("class")
         }

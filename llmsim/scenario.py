@@ -34,7 +34,7 @@ class _Strict(BaseModel):
 
 
 class ModelConfig(_Strict):
-    name: str | None = None  # catalog name
+    name: str | None = None  # catalog name; with hf_config, the name the model is shown under
     hf_config: str | None = None  # path to a HuggingFace config.json
     weight_dtype: Dtype | None = None  # default: bf16 (fp32 for GPT-2)
     act_dtype: Literal["fp32", "bf16", "fp16", "fp8"] = "bf16"  # fp8 = W8A8 on FP8 tensor cores
@@ -42,8 +42,8 @@ class ModelConfig(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
-        if (self.name is None) == (self.hf_config is None):
-            raise ValueError("give exactly one of `name` (catalog) or `hf_config` (path to config.json)")
+        if self.name is None and self.hf_config is None:
+            raise ValueError("give `name` (catalog) or `hf_config` (path to config.json; `name` then renames it)")
         return self
 
 
@@ -293,6 +293,12 @@ class OutputConfig(_Strict):
     dir: str = "results"
     steps: Literal["all", "sample", "none"] = "all"
     sample_every: PosInt = 100  # with steps: sample, keep every n-th step
+    # percentiles of TTFT/TPOT/ITL/E2EL reported beside mean and median (vllm bench serve's
+    # --metric-percentiles; its default is 99 alone)
+    percentiles: list[Annotated[float, Field(gt=0, lt=100)]] = Field(default_factory=lambda: [90.0, 99.0], min_length=1)
+    format: Literal["parquet", "csv"] = "parquet"  # requests and steps tables
+    trace: Literal["none", "sample", "full"] = "sample"  # trace.json: sampled requests, or every request
+    trace_requests: PosInt = 200  # with trace: sample, how many requests get their own track
 
 
 class Scenario(_Strict):

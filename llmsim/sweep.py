@@ -15,29 +15,26 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from llmsim.errors import UserError, atomic_write_text, load_yaml_file
+from llmsim.errors import UserError, atomic_write, atomic_write_text, load_yaml_file
 
-# Summary metrics copied into every sweep row: (column, path into summary.json).
+# Summary metrics copied into every sweep row: (column, path into summary.json). Latencies are
+# vLLM-bench keys in ms (llmsim/metrics.py): mean, median, p90 and p99, present where the
+# scenario's output.percentiles include 90 and 99 (the default).
+_LATENCY_COLUMNS = [
+    f"{stat}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el", "tbt_max") for stat in ("mean", "median", "p90", "p99")
+]
 METRICS: list[tuple[str, tuple[str, ...]]] = [
     ("requests", ("requests", "total")),
-    ("finished", ("requests", "finished")),
+    ("completed", ("completed",)),
     ("rejected", ("requests", "rejected")),
     ("preemptions", ("requests", "preemptions")),
     ("offered_rps", ("workload", "mean_rate_rps")),
-    ("throughput_rps", ("throughput", "requests_per_s")),
-    ("input_tok_s", ("throughput", "input_tokens_per_s")),
-    ("output_tok_s", ("throughput", "output_tokens_per_s")),
-    ("ttft_p50_s", ("latency_s", "ttft", "p50")),
-    ("ttft_p90_s", ("latency_s", "ttft", "p90")),
-    ("ttft_p99_s", ("latency_s", "ttft", "p99")),
-    ("tbt_p50_s", ("latency_s", "tbt_token", "p50")),
-    ("tbt_p99_s", ("latency_s", "tbt_token", "p99")),
-    ("tbt_max_p90_s", ("latency_s", "tbt_request_max", "p90")),
-    ("tpot_p50_s", ("latency_s", "tpot", "p50")),
-    ("e2e_p50_s", ("latency_s", "e2e", "p50")),
-    ("e2e_p99_s", ("latency_s", "e2e", "p99")),
+    ("request_throughput", ("request_throughput",)),
+    ("request_goodput", ("request_goodput",)),
+    ("output_throughput", ("output_throughput",)),
+    ("total_token_throughput", ("total_token_throughput",)),
+    *((col, (col,)) for col in _LATENCY_COLUMNS),
     ("slo_attainment", ("slo", "attainment")),
-    ("goodput_rps", ("slo", "goodput_rps")),
     ("slo_met", ("slo", "met_target")),
     ("verdict", ("saturation", "verdict")),
     ("queue_growth_share", ("saturation", "growth_share")),
@@ -46,6 +43,7 @@ METRICS: list[tuple[str, tuple[str, ...]]] = [
     ("busy_fraction", ("utilization", "replica_busy_fraction")),
     ("usd_per_hour", ("cost", "cluster_usd_per_hour")),
     ("usd_per_mtok", ("cost", "usd_per_million_tokens")),
+    ("usd_per_m_output_tok", ("cost", "usd_per_million_output_tokens")),
 ]
 
 
@@ -178,9 +176,9 @@ def table_of(rows: list[dict], input_cols: list[str]) -> pd.DataFrame:
 
 
 def _bar(total: int, progress: bool, desc: str):
-    from tqdm import tqdm
+    from llmsim.progress import bar
 
-    return tqdm(total=total, disable=not progress, desc=desc, unit="run", leave=False)
+    return bar(total, desc, progress, unit="run")
 
 
 def _run_local(tasks: list[tuple], workers: int | None, progress: bool, desc: str) -> list[dict]:
@@ -231,19 +229,9 @@ def _run_dask(tasks: list[tuple], dask: str | object, progress: bool, desc: str)
 
 def write_table(df: pd.DataFrame, out_dir: Path, stem: str = "sweep") -> list[Path]:
     """``sweep.parquet`` and ``sweep.csv`` (both written atomically)."""
-    import os
-    import tempfile
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv, pq = out_dir / f"{stem}.csv", out_dir / f"{stem}.parquet"
     atomic_write_text(csv, df.to_csv(index=False, float_format="%.9g"))
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{pq.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, pq)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(pq, lambda tmp: df.to_parquet(tmp, index=False))
     return [pq, csv]

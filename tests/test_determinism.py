@@ -1,4 +1,4 @@
-"""Same scenario + seed -> byte-identical requests.csv and summary.json; another seed differs."""
+"""Same scenario + seed -> byte-identical requests.parquet, steps.parquet and summary.json; another seed differs."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return {"a": run_to(tmp, "a", 11), "b": run_to(tmp, "b", 11), "c": run_to(tmp, "c", 12)}
 
 
-@pytest.mark.parametrize("name", ["requests.csv", "summary.json", "steps.csv"])
+@pytest.mark.parametrize("name", ["requests.parquet", "summary.json", "steps.parquet"])
 def test_same_seed_gives_identical_bytes(runs, name):
     assert (runs["a"] / name).read_bytes() == (runs["b"] / name).read_bytes()
 
@@ -56,7 +56,7 @@ def test_the_run_exercises_preemption(runs):
     assert summary["requests"]["finished"] == 60
 
 
-@pytest.mark.parametrize("name", ["requests.csv", "summary.json"])
+@pytest.mark.parametrize("name", ["requests.parquet", "summary.json"])
 def test_different_seed_differs(runs, name):
     assert (runs["a"] / name).read_bytes() != (runs["c"] / name).read_bytes()
 

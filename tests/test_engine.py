@@ -182,8 +182,8 @@ def test_the_vllm_cpu_twin_validates_on_the_committed_runs() -> None:
     passed = []
     for name in ("poisson-light", "poisson-high", "gamma-bursty", "shared-prefix", "budget-512", "preempt"):
         s, _, _ = replay(DATA / name)
-        ok = s["e2el_request_median_abs_err"] <= 0.10 and abs(s["err_ttft_mean"]) <= 0.15
-        passed.append(ok and abs(s["err_itl_mean"]) <= 0.10)
+        ok = s["e2el_request_median_abs_err"] <= 0.10 and abs(s["err_mean_ttft_ms"]) <= 0.15
+        passed.append(ok and abs(s["err_mean_itl_ms"]) <= 0.10)
     assert all(passed), passed
 
 

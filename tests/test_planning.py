@@ -53,6 +53,23 @@ def test_goodput_is_within_one_bisection_step_of_the_crossing(synth):
     assert g.verdict in ("stable", "backlogged", "overloaded")
     frame = g.frame()
     assert frame["rate_rps"].is_monotonic_increasing and len(frame) == len(g.evaluations)
+    # the search's answer is an offered rate (the SLO capacity); each run's request_goodput is vLLM's
+    # figure, the requests per second that met the SLOs, never above what the run served
+    assert (frame["request_goodput"] <= frame["request_throughput"] + 1e-12).all()
+    at = frame[frame["rate_rps"] == g.rate_rps].iloc[0]
+    assert at["request_goodput"] < g.rate_rps
+
+
+def test_slos_in_seconds_meet_the_metrics_in_ms_in_the_reason():
+    from llmsim.planning.rows import _verdict, slo_ms
+
+    slo = {"ttft_s": 2.0, "tbt_s": 0.15, "tpot_s": None, "e2e_s": None, "attainment": 0.9}
+    assert slo_ms(slo) == {"ttft": 2000.0, "tbt_max": 150.0}  # tbt_s bounds the worst gap, not ITL
+    res = {"error": None, "slo_met": False, "verdict": "stable", "slo_attainment": 0.175}
+    res.update(p99_ttft_ms=510.2, p99_tbt_max_ms=158.4, p99_itl_ms=40.0)
+    reason = _verdict(res, 0.9, slo)["reason"]
+    assert reason.startswith("latency:") and "17.5% < 90%" in reason
+    assert "TTFT p99 510 ms vs SLO 2000 ms" in reason and "TBT max p99 158 ms vs SLO 150 ms" in reason
 
 
 @pytest.mark.skipif(not TRACE.exists(), reason="Azure trace not copied into data/traces yet")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -67,9 +68,9 @@ def test_sweep_rows_follow_the_grid_and_record_errors(scenario, tmp_path):
     # 16 GB of weights + a 12 GB reserve do not fit a 24 GB L4: an error row, not a crash
     l4 = df[df["hardware"] == "L4"]
     assert l4["error"].str.contains("does not fit").all()
-    assert l4["throughput_rps"].isna().all()
+    assert l4["request_throughput"].isna().all()
     h100 = df[df["hardware"] == "H100-SXM"]
-    assert h100["error"].isna().all() and (h100["finished"] == 40).all()
+    assert h100["error"].isna().all() and (h100["completed"] == 40).all()
     # twice the devices, twice the price
     assert math.isclose(h100["usd_per_hour"].iloc[1], 2 * h100["usd_per_hour"].iloc[0])
     paths = write_table(df, tmp_path / "out")
@@ -92,8 +93,8 @@ def test_same_table_in_process_on_local_processes_and_on_dask(scenario):
     pd.testing.assert_frame_equal(serial, on_dask)
     pd.testing.assert_frame_equal(serial, on_client)
     assert serial["error"].isna().all()
-    # the sweep measured something: traditional batching stalls decodes behind prefills
-    assert (serial["tbt_p99_s"] > 0).all()
+    # the sweep measured something, in ms (vLLM-bench names): every token gap is positive
+    assert (serial["p99_itl_ms"] > 0).all() and (serial["p99_tbt_max_ms"] >= serial["median_tbt_max_ms"]).all()
 
 
 def test_cli_sweep_quiet_writes_the_table(scenario, tmp_path, capsys):
@@ -107,3 +108,15 @@ def test_cli_sweep_quiet_writes_the_table(scenario, tmp_path, capsys):
     assert capsys.readouterr().out == ""
     df = pd.read_parquet(out / "sweep.parquet")
     assert list(df["policy.chunk_tokens"]) == [128, 256]
+    # the report is written unless --no-report, and sweep.json names the axes for `llmsim report`
+    assert (out / "report.html").exists() and (out / "report.md").exists()
+    assert json.loads((out / "sweep.json").read_text())["grid"] == {"policy.chunk_tokens": [128, 256]}
+
+
+def test_cli_sweep_no_report_writes_the_table_only(scenario, tmp_path):
+    from llmsim.cli import main
+
+    out = tmp_path / "sw"
+    args = ["sweep", str(scenario), "--set", "cluster.replicas=1", "--workers", "1", "--out", str(out)]
+    assert main([*args, "--quiet", "--no-report"]) == 0
+    assert (out / "sweep.parquet").exists() and not (out / "report.html").exists()

@@ -138,7 +138,12 @@ def score(frame: pd.DataFrame, own: pd.DataFrame) -> dict[str, float]:
     if acc is None:
         return stats(own)
     s = acc.summary(frame)
-    return {f"{m}_{q}": s[f"{'e2el' if m == 'e2e' else m}_{q}"] / 1e3 for m in METRICS for q in STATS}
+
+    def fig(m: str, q: str) -> float:  # vLLM-bench keys (mean_ttft_ms); older llmsim: ttft_mean
+        v = s.get(f"{q}_{'e2el' if m == 'e2e' else m}_ms", s.get(f"{'e2el' if m == 'e2e' else m}_{q}"))
+        return float("nan") if v is None else v / 1e3
+
+    return {f"{m}_{q}": fig(m, q) for m in METRICS for q in STATS}
 
 
 def workload_file(run: Run, tmp: Path, max_requests: int | None) -> Path:

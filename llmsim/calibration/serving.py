@@ -118,10 +118,13 @@ def nnls_term(seqs: np.ndarray, tokens: np.ndarray, y: np.ndarray) -> tuple[list
 
     a = np.column_stack([np.ones(len(y)), seqs, tokens]).astype(float)
     scale = a.max(axis=0)  # columns of similar size for a well-conditioned solve
+    scale[scale <= 0] = 1.0  # (a column of zeros: nothing to scale)
     coef, _ = nnls(a / scale, y)
     coef = coef / scale
     pred = a @ coef
-    return [float(c) for c in coef], float(np.mean(np.abs(pred - y) / y))
+    timed = y > 0  # a phase the clock saw as 0 s has no relative error
+    mape = float(np.mean(np.abs(pred[timed] - y[timed]) / y[timed])) if timed.any() else float("nan")
+    return [float(c) for c in coef], mape
 
 
 def _term_dict(coef: list[float], source: str) -> dict:

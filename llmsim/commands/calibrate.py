@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from llmsim.errors import UserError
+from llmsim.progress import bar, printer
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", help="with --serving: the served model (catalog name or config.json)")
     p.add_argument("--fit-hardware", action="store_true", help="with --serving: refine the profile's efficiencies too")
+    p.add_argument("--quiet", action="store_true", help="no progress bar; print nothing but errors")
     p.set_defaults(func=cmd_calibrate)
 
 
@@ -33,23 +35,27 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.hardware or not args.profile:
         raise UserError("calibrate needs --hardware and --profile FILE... (or --local-cpu)")
     from llmsim.calibration.fit import calibrate
-    from llmsim.calibration.readers import read_profile
+    from llmsim.commands.validate import read_profiles
     from llmsim.hardware import PROFILES_DIR, dump_profile, load_profile
 
     hw = load_profile(args.hardware)
-    rows = [r for f in args.profile for r in read_profile(f)]
-    new, res = calibrate(hw, rows, args.profile)
+    with bar(len(args.profile) + 1, "calibrate", not args.quiet, unit="step") as b:
+        rows = read_profiles(args.profile, b, "calibrate")
+        b.set_description("calibrate: fitting")
+        new, res = calibrate(hw, rows, args.profile)
+        b.update()
     out = Path(args.out) if args.out else PROFILES_DIR / "calibrated" / f"{hw.name}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     dump_profile(new, out)
-    print(f"fitted {res.gemm_rows} GEMM rows and {res.comm_rows} all-reduce rows from {len(args.profile)} file(s)")
+    say = printer(args.quiet)
+    say(f"fitted {res.gemm_rows} GEMM rows and {res.comm_rows} all-reduce rows from {len(args.profile)} file(s)")
     for key, value in res.params.items():
-        print(f"  {key:24s} {value:.4g}")
+        say(f"  {key:24s} {value:.4g}")
     if res.gemm_rows:
-        print(f"  GEMM fit MAPE           {res.gemm_mape:.1%}")
+        say(f"  GEMM fit MAPE           {res.gemm_mape:.1%}")
     if res.comm_rows:
-        print(f"  all-reduce fit MAPE     {res.comm_mape:.1%}")
-    print(f"wrote {out}")
+        say(f"  all-reduce fit MAPE     {res.comm_mape:.1%}")
+    say(f"wrote {out}")
     return 0
 
 
@@ -58,9 +64,30 @@ def _local_cpu(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else Path("hardware_profiles/calibrated/local-cpu.yaml")
     out.parent.mkdir(parents=True, exist_ok=True)
-    written = measure_and_write(out, args.quick)
-    print(f"wrote {written}")
+    written = measure_and_write(out, args.quick)  # its benchmarks have no hook for a bar
+    printer(args.quiet)(f"wrote {written}")
     return 0
+
+
+def _fit_runs(args: argparse.Namespace) -> tuple[list, dict, dict | None, dict]:
+    """Read the serving runs and fit them: one bar step per run read, one for the fit."""
+    from llmsim.calibration.serving import fit_serving, read_run, run_dtype
+    from llmsim.hardware import load_profile
+    from llmsim.models import get_model
+
+    hw = load_profile(args.hardware)
+    with bar(len(args.serving) + 1, "calibrate", not args.quiet, unit="step") as b:
+        runs = []
+        for f in args.serving:
+            b.set_description(f"calibrate: reading {Path(f).name}")
+            runs.append(read_run(Path(f)))
+            b.update()
+        model = get_model(args.model).with_(weight_dtype=run_dtype(runs[0]))
+        hw_data = hw.model_dump(mode="json", exclude_none=True)
+        b.set_description("calibrate: fitting")
+        engine, fitted_hw, report = fit_serving(runs, model, hw_data, args.fit_hardware)
+        b.update()
+    return runs, engine, fitted_hw, report
 
 
 def _serving(args: argparse.Namespace) -> int:
@@ -69,19 +96,9 @@ def _serving(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from llmsim.calibration.serving import fit_serving, read_run
-    from llmsim.hardware import load_profile
-    from llmsim.models import get_model
-
     if not args.hardware or not args.model:
         raise UserError("calibrate --serving needs --hardware (the device's profile) and --model (the served model)")
-    hw = load_profile(args.hardware)
-    runs = [read_run(Path(f)) for f in args.serving]
-    from llmsim.calibration.serving import run_dtype
-
-    model = get_model(args.model).with_(weight_dtype=run_dtype(runs[0]))
-    hw_data = hw.model_dump(mode="json", exclude_none=True)
-    engine, fitted_hw, report = fit_serving(runs, model, hw_data, args.fit_hardware)
+    runs, engine, fitted_hw, report = _fit_runs(args)
     out = Path(args.out) if args.out else Path("results/engine-fit")
     out.mkdir(parents=True, exist_ok=True)
     resolved = runs[0].meta.get("resolved") or {}
@@ -99,13 +116,14 @@ def _serving(args: argparse.Namespace) -> int:
         (out / "hardware.yaml").write_text(yaml.safe_dump(fitted_hw, sort_keys=False))
         written.append(out / "hardware.yaml")
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-    print(f"fitted {report['steps']} steps of {len(runs)} run(s): {', '.join(report['runs'])}")
+    say = printer(args.quiet)
+    say(f"fitted {report['steps']} steps of {len(runs)} run(s): {', '.join(report['runs'])}")
     for k in ("schedule", "prepare", "output"):
         t = engine[k]
-        print(
+        say(
             f"  {k:9s} {t['base_s'] * 1e3:7.3f} ms + {t['per_seq_s'] * 1e6:7.2f} us/seq + {t['per_token_s'] * 1e9:7.1f} ns/token"
         )
     for k, v in report["mape"].items():
-        print(f"  {k:9s} fit MAPE {v:.1%}")
-    print("wrote " + ", ".join(map(str, written)))
+        say(f"  {k:9s} fit MAPE {v:.1%}")
+    say("wrote " + ", ".join(map(str, written)))
     return 0

@@ -1,83 +1,116 @@
-"""``llmsim hardware``: the shipped device profiles as a table."""
+"""``llmsim hardware``: the shipped device profiles as a table (``--json``: the same figures)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
+from llmsim.progress import printer, to_json
 from llmsim.tables import table
+
+if TYPE_CHECKING:  # the profile models load pydantic: only when a command runs
+    from llmsim.hardware import HardwareProfile
+
+LIST_NOTE = "Dense peaks (no sparsity). * prices are editable assumptions. `llmsim hardware NAME` shows sources."
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hardware", help="list hardware profiles")
     p.add_argument("name", nargs="?", help="show one profile with every figure's source")
+    p.add_argument("--json", action="store_true", help="print JSON: the list's figures, or one profile's raw values")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_hardware)
 
 
 def cmd_hardware(args: argparse.Namespace) -> int:
     from llmsim.hardware import available_profiles, load_profile
 
+    say = printer(args.quiet)
     if args.name:
         hw = load_profile(args.name)
-        rows = [[f"peak {k}", f"{v.value / 1e12:.1f} TFLOP/s", v.source] for k, v in hw.peak_flops.items()]
-        rows += [
-            ["memory", f"{hw.memory_bytes / 1e9:.0f} GB", hw.memory_capacity_bytes.source],
-            ["bandwidth", f"{hw.bandwidth / 1e12:.2f} TB/s", hw.memory_bandwidth_bytes_per_s.source],
-        ]
-        for key in ("scale_up", "scale_out", "host_link"):
-            link = getattr(hw, key)
-            if link:
-                rows.append(
-                    [
-                        f"{key} ({link.name})",
-                        f"{link.bandwidth_bytes_per_s.value / 1e9:.0f} GB/s",
-                        link.bandwidth_bytes_per_s.source,
-                    ]
-                )
-        for section in ("efficiency", "overheads"):
-            for name, fig in getattr(hw, section):
-                if fig is not None:  # optional shape terms may be absent
-                    rows.append([f"{section}.{name}", f"{fig.value:g}", fig.source])
-        rows += [
-            ["power", f"{hw.power_w.value:.0f} W", hw.power_w.source],
-            ["price", f"${hw.price_per_hour_usd.value:.2f}/h", hw.price_per_hour_usd.source],
-        ]
-        print(f"{hw.name} ({hw.family}, {hw.vendor}): {hw.description}")
-        print(table(rows, ["figure", "value", "source"], "lrl"))
+        if args.json:  # the raw profile: every value in SI units (key names say which) with its source
+            say(to_json(hw.model_dump(mode="json", exclude_none=True)))
+            return 0
+        say(f"{hw.name} ({hw.family}, {hw.vendor}): {hw.description}")
+        say(table(detail_rows(hw), ["figure", "value", "source"], "lrl"))
         return 0
-    rows = []
-    for stem in available_profiles():
-        hw = load_profile(stem)
-        bf16 = hw.peak("bf16") / 1e12
-        fp8 = hw.peak_flops.get("fp8")
-        link = hw.scale_up.bandwidth_bytes_per_s.value / 1e9 if hw.scale_up else None
-        rows.append(
-            [
-                stem,
-                hw.family,
-                f"{bf16:.0f}",
-                f"{fp8.value / 1e12:.0f}" if fp8 else "-",
-                f"{hw.memory_bytes / 1e9:.0f}",
-                f"{hw.bandwidth / 1e12:.2f}",
-                f"{link:.0f}" if link else "-",
-                f"{hw.power_w.value:.0f}",
-                f"{hw.price_per_hour_usd.value:.2f}",
-            ]
-        )
-    print(
-        table(
-            rows,
-            [
-                "name",
-                "family",
-                "bf16 TFLOP/s",
-                "fp8 TFLOP/s",
-                "memory GB",
-                "HBM TB/s",
-                "scale-up GB/s",
-                "power W",
-                "$/hour*",
-            ],
-        )
-    )
-    print("\nDense peaks (no sparsity). * prices are editable assumptions. `llmsim hardware NAME` shows sources.")
+    profiles = [list_entry(stem, load_profile(stem)) for stem in available_profiles()]
+    if args.json:
+        say(to_json({"profiles": profiles, "note": LIST_NOTE}))
+        return 0
+    say(table([list_row(e) for e in profiles], LIST_HEADERS))
+    say("\n" + LIST_NOTE)
     return 0
+
+
+def detail_rows(hw: HardwareProfile) -> list[list[str]]:
+    """``llmsim hardware NAME``: one row per figure, formatted, with its source."""
+    rows = [[f"peak {k}", f"{v.value / 1e12:.1f} TFLOP/s", v.source] for k, v in hw.peak_flops.items()]
+    rows += [
+        ["memory", f"{hw.memory_bytes / 1e9:.0f} GB", hw.memory_capacity_bytes.source],
+        ["bandwidth", f"{hw.bandwidth / 1e12:.2f} TB/s", hw.memory_bandwidth_bytes_per_s.source],
+    ]
+    for key in ("scale_up", "scale_out", "host_link"):
+        link = getattr(hw, key)
+        if link:
+            bw = link.bandwidth_bytes_per_s
+            rows.append([f"{key} ({link.name})", f"{bw.value / 1e9:.0f} GB/s", bw.source])
+    for section in ("efficiency", "overheads"):
+        for name, fig in getattr(hw, section):
+            if fig is not None:  # optional shape terms may be absent
+                rows.append([f"{section}.{name}", f"{fig.value:g}", fig.source])
+    rows += [
+        ["power", f"{hw.power_w.value:.0f} W", hw.power_w.source],
+        ["price", f"${hw.price_per_hour_usd.value:.2f}/h", hw.price_per_hour_usd.source],
+    ]
+    return rows
+
+
+LIST_HEADERS = [
+    "name",
+    "family",
+    "bf16 TFLOP/s",
+    "fp8 TFLOP/s",
+    "memory GB",
+    "HBM TB/s",
+    "scale-up GB/s",
+    "power W",
+    "$/hour*",
+]
+
+
+def list_entry(stem: str, hw: HardwareProfile) -> dict:
+    """The list's figures of one profile, unrounded, in the units the key names say (``None``: the
+    device has no such figure, shown as ``-`` in the table)."""
+    fp8 = hw.peak_flops.get("fp8")
+    scale_up = hw.scale_up
+    return {
+        "name": stem,
+        "family": hw.family,
+        "peak_bf16_tflops": hw.peak("bf16") / 1e12,
+        "peak_fp8_tflops": fp8.value / 1e12 if fp8 else None,
+        "memory_gb": hw.memory_bytes / 1e9,
+        "hbm_bandwidth_gb_s": hw.bandwidth / 1e9,
+        "scale_up_gb_s": scale_up.bandwidth_bytes_per_s.value / 1e9 if scale_up else None,
+        "power_w": hw.power_w.value,
+        "price_usd_per_hour": hw.price_per_hour_usd.value,
+    }
+
+
+def list_row(e: dict) -> list[str]:
+    """The table row of ``list_entry``: the table shows HBM in TB/s, the JSON in GB/s like the links."""
+
+    def num(v: float | None, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    return [
+        e["name"],
+        e["family"],
+        f"{e['peak_bf16_tflops']:.0f}",
+        num(e["peak_fp8_tflops"], ".0f"),
+        f"{e['memory_gb']:.0f}",
+        f"{e['hbm_bandwidth_gb_s'] / 1e3:.2f}",
+        num(e["scale_up_gb_s"], ".0f"),
+        f"{e['power_w']:.0f}",
+        f"{e['price_usd_per_hour']:.2f}",
+    ]

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmsim.tables import table
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from llmsim.planning.result import Plan
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -45,18 +51,37 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def plan_text(plan, engine: str = "vllm-v1") -> str:  # noqa: ANN001
-    cols = ["config", "usd_per_hour", "usd_per_mtok", "j_per_token", "slo_attainment", "ttft_p99_s", "tbt_p99_s"]
+# The printed columns (plan.csv has them all); TBT max is what slo.tbt_s bounds.
+WINNER_COLUMNS = [
+    "config",
+    "usd_per_hour",
+    "usd_per_mtok",
+    "j_per_token",
+    "slo_attainment",
+    "request_goodput",
+    "p99_ttft_ms",
+    "p99_tbt_max_ms",
+]
+SENSITIVITY_COLUMNS = ["config", "efficiency_factor", "slo_attainment", "meets_slos"]
+
+
+def _table(df: pd.DataFrame, cols: list[str]) -> str:
+    """``cols`` of ``df`` with the report's cells (``llmsim.report.table_value``: shares as 95.8%)."""
+    from llmsim.report import table_value
+
+    return table([[table_value(r[c], c) for c in cols] for r in df.to_dict("records")], cols)
+
+
+def plan_text(plan: Plan, engine: str = "vllm-v1") -> str:
     head = f"capacity plan at {plan.target_rps:.3f} req/s, SLO attainment target {plan.target_attainment:.0%}\n"
     out = [head + "\ncheapest configurations meeting the SLOs:"]
-    out.append(table([[r[c] for c in cols] for r in plan.winners.to_dict("records")], cols) or "(none)")
+    out.append(_table(plan.winners, WINNER_COLUMNS) if not plan.winners.empty else "(none)")
     if not plan.infeasible.empty:
-        out.append("\ncandidates that never met the SLOs:")
+        out.append(f"\ncandidates that never met the SLOs ({len(plan.infeasible)}):")
         out += [f"  {r['config']}: {r['reason']}" for r in plan.infeasible.to_dict("records")]
     if not plan.sensitivity.empty:
-        cols2 = ["config", "efficiency_factor", "slo_attainment", "meets_slos"]
         out.append("\nsensitivity (every efficiency scaled):")
-        out.append(table([[r[c] for c in cols2] for r in plan.sensitivity.to_dict("records")], cols2))
+        out.append(_table(plan.sensitivity, SENSITIVITY_COLUMNS))
     out.append("\nrecommendation: " + plan.recommendation)
     from llmsim.accuracy import interval_line, validated
 

@@ -7,7 +7,7 @@ import argparse
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="write report.html, report.md and trace.json for a results folder")
-    p.add_argument("results_dir", help="output folder of `llmsim run` or `llmsim plan`")
+    p.add_argument("results_dir", help="output folder of `llmsim run`, `llmsim sweep` or `llmsim plan`")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_report)
 

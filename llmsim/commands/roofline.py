@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from llmsim.errors import UserError
+from llmsim.progress import printer, to_json
 from llmsim.tables import table
 
 
@@ -22,6 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--act-dtype", default="bf16", help="activation/compute dtype (fp8 for W8A8)")
     p.add_argument("--attention-kernel", choices=["flash", "naive"], default="flash")
     p.add_argument("--out", default="roofline.png", help="chart path (PNG); '-' for none")
+    p.add_argument("--json", action="store_true", help="print JSON: the step, every op's figures, the overheads")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors (the chart is still written)")
     p.set_defaults(func=cmd_roofline)
 
 
@@ -55,35 +58,72 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     shape = batch_shape(chunks, [args.context] * args.decode_batch, window, local_window=local)
     rows = op_rows(cm, shape)
     step = cm.step_time(shape)
-    print(
+    overheads = {k: v for k, v in cm.breakdown(shape).items() if k in _OVERHEADS and v}
+    chart = None
+    if args.out != "-":
+        chart = save_chart(cm, rows, Path(args.out), f"{model.name} on {hw.name} (tp={args.tp})")
+    say = printer(args.quiet)
+    if args.json:
+        say(to_json(step_json(args, model.name, hw.name, step, rows, overheads, chart)))
+        return 0
+    say(
         f"{model.name} on {hw.name} tp={args.tp}: prefill {args.prefill_tokens} tokens + decode "
         f"{args.decode_batch} x context {args.context}; step {step * 1e3:.3f} ms"
     )
-    print(
-        table(
-            [
-                [
-                    r["op"],
-                    r["count"],
-                    f"{r['gflops']:.3g}",
-                    f"{r['mbytes']:.3g}",
-                    f"{r['intensity']:.3g}",
-                    r["bound"],
-                    f"{r['time_s'] * 1e6:.1f}",
-                    f"{r['time_s'] / step:.1%}",
-                ]
-                for r in rows
-            ],
-            ["op", "calls", "GFLOP", "MB", "FLOP/B", "bound", "time us", "share"],
-        )
-    )
-    other = {k: v for k, v in cm.breakdown(shape).items() if k in _OVERHEADS and v}
-    for k, v in other.items():
-        print(f"{k:24s} {v * 1e6:10.1f} us  {v / step:6.1%}")
-    if args.out != "-":
-        path = save_chart(cm, rows, Path(args.out), f"{model.name} on {hw.name} (tp={args.tp})")
-        print(f"wrote {path}")
+    say(table([op_cells(r, step) for r in rows], ["op", "calls", "GFLOP", "MB", "FLOP/B", "bound", "time us", "share"]))
+    for k, v in overheads.items():
+        say(f"{k:24s} {v * 1e6:10.1f} us  {v / step:6.1%}")
+    if chart is not None:
+        say(f"wrote {chart}")
     return 0
+
+
+def op_cells(r: dict, step: float) -> list:
+    """One op's table row (``op_rows`` entry, formatted)."""
+    return [
+        r["op"],
+        r["count"],
+        f"{r['gflops']:.3g}",
+        f"{r['mbytes']:.3g}",
+        f"{r['intensity']:.3g}",
+        r["bound"],
+        f"{r['time_s'] * 1e6:.1f}",
+        f"{r['time_s'] / step:.1%}",
+    ]
+
+
+def step_json(
+    args: argparse.Namespace, model: str, hw: str, step: float, rows: list[dict], overheads: dict, chart: Path | None
+) -> dict:
+    """The table's figures, unrounded, in SI units (an op that moves no bytes has intensity null)."""
+    ops = [
+        {
+            "op": r["op"],
+            "kind": r["kind"],
+            "calls": r["count"],
+            "flops": r["flops"],
+            "bytes": r["bytes"],
+            "intensity_flop_per_byte": r["intensity"],
+            "bound": r["bound"],
+            "time_s": r["time_s"],
+            "compute_s": r["compute_s"],
+            "memory_s": r["memory_s"],
+            "share": r["time_s"] / step,
+        }
+        for r in rows
+    ]
+    return {
+        "model": model,
+        "hardware": hw,
+        "tp": args.tp,
+        "prefill_tokens": args.prefill_tokens,
+        "decode_batch": args.decode_batch,
+        "context_tokens": args.context,
+        "step_s": step,
+        "ops": ops,
+        "overheads": {k: {"time_s": v, "share": v / step} for k, v in overheads.items()},
+        "chart": str(chart) if chart is not None else None,
+    }
 
 
 _OVERHEADS = ("kernel_launch_overhead", "kernel_fixed_latency", "pp_send", "step_overhead")

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from llmsim.errors import UserError
+from llmsim.metrics import latency_table
+from llmsim.results import slo_targets
 from llmsim.tables import fmt, table
 
 
@@ -21,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="override a scenario key, e.g. --set policy.chunk_tokens=256 (repeatable)",
     )
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--json", action="store_true", help="print summary.json (and nothing else) on stdout")
     p.add_argument("--no-report", action="store_true", help="skip report.html / report.md / trace.json")
     p.add_argument(
         "--exact-steps",
@@ -61,24 +67,48 @@ def cmd_run(args: argparse.Namespace) -> int:
     sc = load_scenario(path, parse_overrides(args.set))
     out = Path(args.out or sc.output.dir)  # --out wins over the scenario's output.dir
     prepare_output(out)
-    res = run(sc, exact_steps=args.exact_steps)
-    written = res.write(out)
+    with simulated_time_bar(sc, not args.quiet) as follow:
+        res = run(sc, exact_steps=args.exact_steps, progress=follow)
+    written = res.write(out, sc.output.format)
     if not args.no_report:
         from llmsim.report import write_report, write_scenario
 
         written.append(write_scenario(sc, out))
         written += write_report(out)
-    if not args.quiet:
+    if args.json:
+        from llmsim.progress import to_json
+
+        print(to_json(res.summary))
+    elif not args.quiet:
         print(summary_text(res.summary))
         print("\nwrote: " + ", ".join(str(p) for p in written))
     return 0
 
 
+@contextlib.contextmanager
+def simulated_time_bar(sc: object, enabled: bool) -> Iterator[Callable[[float, float], None] | None]:
+    """A bar over simulated seconds up to the last arrival (stderr, only where one is shown:
+    llmsim/progress.py), as the ``progress`` callback of ``llmsim.run``; None when not shown."""
+    from llmsim.progress import bar, shown
+
+    if not shown(enabled):
+        yield None
+        return
+    with bar(None, "simulating", unit="sim s") as b:
+        done = [0]
+
+        def follow(now_s: float, end_s: float) -> None:
+            if b.total is None:  # type: ignore[attr-defined]
+                b.total = math.ceil(end_s)  # type: ignore[attr-defined]  # whole simulated seconds
+            b.update(int(now_s) - done[0])
+            done[0] = int(now_s)
+
+        yield follow
+
+
 def summary_text(s: dict) -> str:
     """The human summary printed after a run."""
-    lat = s["latency_s"]
     req = s["requests"]
-    thr = s["throughput"]
     sat = s["saturation"]
     pools = ", ".join(f"{p['name']}: {p['replicas']}x {p['hardware']} tp{p['tp']} pp{p['pp']}" for p in s["pools"])
     head = [
@@ -87,27 +117,16 @@ def summary_text(s: dict) -> str:
         f"cluster  {pools}",
         f"requests {req['total']} total, {req['finished']} finished, {req['rejected']} rejected, "
         f"{req['unfinished']} unfinished, {req['preemptions']} preemptions",
-        f"throughput {fmt(thr['requests_per_s'])} req/s, {fmt(thr['input_tokens_per_s'])} input tok/s, "
-        f"{fmt(thr['output_tokens_per_s'])} output tok/s over {fmt(thr['makespan_s'])} s",
+        f"throughput {fmt(s['request_throughput'])} req/s, {fmt(s['output_throughput'])} output tok/s, "
+        f"{fmt(s['total_token_throughput'])} total tok/s over {fmt(s['duration'])} s",
     ]
-    rows = []
-    for label, key in (
-        ("TTFT", "ttft"),
-        ("TBT (per token)", "tbt_token"),
-        ("TBT (request max)", "tbt_request_max"),
-        ("TPOT", "tpot"),
-        ("E2E", "e2e"),
-    ):
-        d = lat.get(key, {})
-        rows.append([label, d.get("mean"), d.get("p50"), d.get("p90"), d.get("p99")])
-    rows = [[r[0], *[None if v is None else v * 1e3 for v in r[1:]]] for r in rows]
-    body = table(rows, ["latency (ms)", "mean", "p50", "p90", "p99"])
+    body = table(*latency_table(s))
     slo = s["slo"]
-    targets = ", ".join(f"{k}<={v}" for k, v in slo.items() if k in ("ttft_s", "tbt_s", "tpot_s", "e2e_s"))
+    targets = slo_targets(slo)
     tail = [
-        "",
+        "\n",
         f"SLO      {targets or '(none set)'}: attainment {slo['attainment']:.1%} "
-        f"(target {slo.get('attainment_target', 0.9):.0%}), goodput {fmt(slo['goodput_rps'])} req/s",
+        f"(target {slo.get('attainment_target', 0.9):.0%}), goodput {fmt(s['request_goodput'])} req/s",
     ]
     if "kv_cache" in s:
         kv = s["kv_cache"]

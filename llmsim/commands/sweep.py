@@ -1,15 +1,28 @@
-"""``llmsim sweep SCENARIO --set key=a,b,c --set key=1..8``: run a grid, write one table."""
+"""``llmsim sweep SCENARIO --set key=a,b,c --set key=1..8``: run a grid, write one table and its report."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmsim.tables import table
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from llmsim.scenario import Scenario
+
+# The columns printed after a sweep (every column is in sweep.csv); the report's table holds them all.
+PRINTED = ["request_throughput", "request_goodput", "p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "slo_attainment"]
+PRINTED_TAIL = ["verdict", "usd_per_hour"]
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="run every combination of scenario overrides; write a Parquet + CSV table")
+    p = sub.add_parser(
+        "sweep", help="run every combination of scenario overrides; write a Parquet + CSV table and a report"
+    )
     p.add_argument("scenario", help="path to a scenario YAML")
     p.add_argument(
         "--set",
@@ -22,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="output directory (default: <scenario output.dir>/sweep)")
     p.add_argument("--workers", type=int, default=None, help="local processes (default: all cores; 1 = in-process)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask scheduler, e.g. tcp://10.0.0.5:8786")
+    p.add_argument("--no-report", action="store_true", help="skip report.html / report.md")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no table; print nothing but errors")
     p.set_defaults(func=cmd_sweep)
 
@@ -41,12 +55,36 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     prepare_output(out)
     df = run_sweep(args.scenario, grid, fixed, workers=args.workers, dask=args.dask, progress=not args.quiet)
     written = write_table(df, out)
+    written.append(write_sweep_meta(out, sc, grid, fixed))
+    if not args.no_report:
+        from llmsim.report import write_report
+
+        written += write_report(out)
     if not args.quiet:
-        cols = [*grid, "throughput_rps", "ttft_p99_s", "tbt_p99_s", "slo_attainment", "verdict", "usd_per_hour"]
-        rows = [[r[c] for c in cols] for r in df.to_dict("records")]
-        print(table(rows, cols))
-        errors = df[df["error"].notna()]
-        for _, r in errors.iterrows():
-            print(f"  {dict((k, r[k]) for k in grid)}: {r['error']}")
+        print(sweep_text(df, list(grid)))
         print("\nwrote: " + ", ".join(str(p) for p in written))
     return 0
+
+
+def write_sweep_meta(out: Path, sc: Scenario, grid: dict, fixed: dict) -> Path:
+    """sweep.json: what the report needs beyond the table (the axes, the fixed overrides, the SLOs in seconds)."""
+    from llmsim.errors import atomic_write_text
+
+    slo = sc.slo.model_dump(exclude={"classes"})
+    slo["attainment_target"] = slo.pop("attainment")  # summary.json's name for it
+    meta = {"scenario": sc.name, "grid": grid, "fixed": fixed, "slo": slo}
+    path = Path(out) / "sweep.json"
+    atomic_write_text(path, json.dumps(meta, indent=2, default=str) + "\n")
+    return path
+
+
+def sweep_text(df: pd.DataFrame, keys: list[str]) -> str:
+    """The printed table (its cells are the report's: ``llmsim.report.table_value``) and the error rows."""
+    from llmsim.report import table_value
+
+    cols = [*keys, *PRINTED, *PRINTED_TAIL]
+    rows = [[table_value(r[c], c) for c in cols] for r in df.to_dict("records")]
+    lines = [table(rows, cols)]
+    for _, r in df[df["error"].notna()].iterrows():
+        lines.append(f"  {dict((k, r[k]) for k in keys)}: {r['error']}")
+    return "\n".join(lines)

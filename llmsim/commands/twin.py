@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmsim.errors import UserError
+from llmsim.progress import bar, printer
 from llmsim.tables import table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_PROFILE = Path("results/local-cpu.yaml")
 POLICIES = ("traditional", "chunked")
@@ -44,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--raw-clock", action="store_true", help="drive the engine by the raw clock (no drift probe)")
     p.add_argument("--probe-interval", type=float, default=0.1, help="engine seconds between speed probes")
     p.add_argument("--out", type=Path, default=None, help="output folder (default <scenario output.dir>/twin)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar; print nothing but errors")
     p.set_defaults(func=cmd_twin)
 
 
@@ -59,8 +66,9 @@ def cmd_twin(args: argparse.Namespace) -> int:
     from llmsim.reference import twin_report, twin_runs
     from llmsim.scenario import load_scenario
 
+    say = printer(args.quiet)
     if args.recalibrate or not args.profile.exists():
-        print(f"measuring this CPU -> {args.profile} ...", flush=True)
+        say(f"measuring this CPU -> {args.profile} ...", flush=True)
         measure_and_write(args.profile, args.quick)
     sc = load_scenario(args.scenario, {"hardware": str(args.profile.resolve()), "engine": "ideal"})
     out_dir = args.out or Path(sc.output.dir) / "twin"  # relative to the working directory, as `llmsim run`
@@ -78,66 +86,81 @@ def cmd_twin(args: argparse.Namespace) -> int:
             for r in steps.itertuples()
         ]
         heads = ["step", "predicted ms", "measured ms", "error", "raw ms", "raw error", "speed factor"]
-        print(table(rows, heads))
-        print(
+        say(table(rows, heads))
+        say(
             f"median |error| over {len(steps)} steps: {steps['error'].abs().median():.1%} normalised, "
             f"{steps['error_raw'].abs().median():.1%} raw"
         )
     if args.steps_only:
         for p in twin_report.write(out_dir, None, steps):
-            print(f"wrote {p}")
+            say(f"wrote {p}")
         return 0
-    runs = twin_runs.run_repeats(
-        args.scenario, args.profile, policies, args.repeats, not args.raw_clock, args.probe_interval, progress=print
-    )
+    runs = _twin_runs(args, policies)
     for policy, results in runs.items():
         sub = out_dir / policy if len(policies) > 1 else out_dir
         chosen = twin_runs.median_run(results)
-        print_run(chosen, len(results))
+        print_run(chosen, len(results), say)
         for p in twin_report.write(sub, chosen, steps):
-            print(f"wrote {p}")
+            say(f"wrote {p}")
         if len(results) > 1:  # every run's tables (no plot), to look into the bad ones
             for k, r in enumerate(results, 1):
                 twin_report.write(sub / f"run{k}", r, None, plot_it=False)
-            print(f"wrote {sub}/run1..{len(results)}")
+            say(f"wrote {sub}/run1..{len(results)}")
     frame = twin_runs.runs_frame(runs)
-    print()
-    print(table(twin_runs.runs_table(frame), twin_runs.RUNS_HEADERS))
+    say()
+    say(table(twin_runs.runs_table(frame), twin_runs.RUNS_HEADERS))
     for line in twin_runs.runs_verdict(frame):
-        print(line)
+        say(line)
     twin_runs.write_runs(out_dir / "twin_runs.csv", frame)
-    print(f"wrote {out_dir / 'twin_runs.csv'}")
+    say(f"wrote {out_dir / 'twin_runs.csv'}")
     return 0
 
 
-def print_run(result, repeats: int) -> None:  # noqa: ANN001
+def _twin_runs(args: argparse.Namespace, policies: list[str]) -> dict:
+    """The twin runs (``--repeats`` per policy), one bar step per run; each run's one-line result
+    goes through the bar so it does not tear it (and not at all under --quiet)."""
+    from llmsim.reference import twin_runs
+
+    with bar(args.repeats * len(policies), "twin", not args.quiet, unit="run") as b:
+
+        def done(line: str) -> None:
+            if not args.quiet:
+                b.write(line)
+            b.update()
+
+        return twin_runs.run_repeats(
+            args.scenario, args.profile, policies, args.repeats, not args.raw_clock, args.probe_interval, progress=done
+        )
+
+
+def print_run(result, repeats: int, say: Callable[..., None] = print) -> None:  # noqa: ANN001
     s = result.summary
     which = f" (the run with the median E2E error of {repeats})" if repeats > 1 else ""
-    print(f"\n{s['scenario']}, {s['policy']}{which}: {s['requests']} requests, {s['engine_steps']} engine steps")
+    say(f"\n{s['scenario']}, {s['policy']}{which}: {s['requests']} requests, {s['engine_steps']} engine steps")
     rows = []
     for clock_name, key in (("normalised", "error"), ("raw", "error_raw")):
         for m, e in s[key].items():
             row = [f"{m.removesuffix('_s')} ({clock_name})", f"{e['median_abs']:.1%}", f"{e['p90_abs']:.1%}"]
             rows.append([*row, f"{e['median_signed']:+.1%}"])
-    print(table(rows, ["per request", "median |err|", "p90 |err|", "median signed"]))
-    print(
+    say(table(rows, ["per request", "median |err|", "p90 |err|", "median signed"]))
+    say(
         f"makespan: measured {s['measured_makespan_s']:.2f} s (raw clock {s['measured_makespan_raw_s']:.2f} s), "
         f"predicted {s['predicted_makespan_s']:.2f} s"
     )
     st, raw = s["engine_step_error"], s["engine_step_error_raw"]
-    print(
+    say(
         f"the engine's own steps priced: median signed {st['median_signed']:+.1%} normalised, "
         f"{raw['median_signed']:+.1%} raw"
     )
     sf = s["speed_factor"]
     if sf["probes"]:
-        print(
+        say(
             f"speed factor: {sf['probes']} probe readings {sf['min']:.2f}..{sf['max']:.2f} (median {sf['median']:.2f}), "
             f"applied (median of the last 3) {sf['applied_min']:.2f}..{sf['applied_max']:.2f}"
         )
     pf = s.get("prefill_speed_factor", {})
     if pf.get("probes"):
-        print(
+        say(
             f"prefill probe (applied to steps that prefill): {pf['probes']} readings {pf['min']:.2f}..{pf['max']:.2f} "
             f"(median {pf['median']:.2f})"
         )
@@ -158,21 +181,40 @@ def _vllm(args: argparse.Namespace) -> int:
     hardware = args.hardware or replay.HOST_PROFILE
     engine = args.engine_profile or replay.ENGINE_PROFILE
     rows, scores = [], []
-    for folder in folders:
-        s, _, _ = replay.replay(folder, hardware, engine)
-        scores.append(s)
-        cells = [f"{s[k]:+.1%}" for k in ("err_ttft_mean", "err_ttft_p99", "err_e2el_mean", "err_e2el_p99")]
-        cells += [f"{s['err_itl_mean']:+.1%}", f"{s['e2el_request_median_abs_err']:.1%}"]
-        rows.append([folder.name, kind.get(folder.name, "repeat" if "-rep" in folder.name else "other"), *cells])
-    print(table(rows, VLLM_HEADERS))
-    print("errors are (simulated - measured) / measured; ITL is the mean gap between tokens over all tokens")
+    with bar(len(folders), "twin", not args.quiet, unit="run") as b:
+        for folder in folders:
+            b.set_description(f"twin: {folder.name}")
+            s, measured, simulated = replay.replay(folder, hardware, engine)
+            b.update()
+            scores.append(s)
+            if args.out:
+                bench_files(args.out / "bench", folder.name, measured, simulated)
+            cells = [
+                f"{s[k]:+.1%}" for k in ("err_mean_ttft_ms", "err_p99_ttft_ms", "err_mean_e2el_ms", "err_p99_e2el_ms")
+            ]
+            cells += [f"{s['err_mean_itl_ms']:+.1%}", f"{s['e2el_request_median_abs_err']:.1%}"]
+            rows.append([folder.name, kind.get(folder.name, "repeat" if "-rep" in folder.name else "other"), *cells])
+    say = printer(args.quiet)
+    say(table(rows, VLLM_HEADERS))
+    say("errors are (simulated - measured) / measured; ITL is the mean gap between tokens over all tokens")
     if args.record:
         from llmsim.accuracy import record
 
         where = record("vllm-cpu", scores, f"llmsim twin --engine vllm on {len(scores)} runs, engine {engine.name}")
-        print(f"wrote {where}")
+        say(f"wrote {where}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "vllm_twin.json").write_text(json.dumps(scores, indent=1) + "\n")
-        print(f"wrote {args.out / 'vllm_twin.json'}")
+        say(f"wrote {args.out / 'vllm_twin.json'} and {args.out / 'bench'}/<run>.{{measured,simulated}}.json")
     return 0
+
+
+def bench_files(folder: Path, run: str, measured: pd.DataFrame, simulated: pd.DataFrame) -> None:
+    """Both sides of a replayed run as ``vllm bench serve`` result JSON (llmsim/metrics.py keys),
+    to diff key by key with ``vllm bench serve --save-result`` files or with each other."""
+    from llmsim.accuracy import summary
+    from llmsim.progress import to_json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for side, frame in (("measured", measured), ("simulated", simulated)):
+        (folder / f"{run}.{side}.json").write_text(to_json(summary(frame)) + "\n")

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from llmsim.progress import Bar, bar, printer, to_json
 from llmsim.tables import table
+
+if TYPE_CHECKING:
+    from llmsim.calibration.readers import Measurement
+    from llmsim.calibration.validate import Report
+
+WORST = 5  # worst cases shown
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -15,41 +24,88 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--profile", required=True, nargs="+", metavar="FILE", help="Vidur mlp.csv/all_reduce.csv or generic CSV"
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object (errors as fractions)")
+    p.add_argument("--json", action="store_true", help="print JSON: every figure of the text (errors as fractions)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar; print nothing but errors")
     p.set_defaults(func=cmd_validate)
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def read_profiles(files: list[str], progress: Bar, label: str) -> list[Measurement]:
+    """Every measured row of ``files``, one step of ``progress`` per file (a calibration may read
+    dozens); ``label`` names the command on the bar."""
     from llmsim.calibration.readers import read_profile
+
+    rows: list[Measurement] = []
+    for f in files:
+        progress.set_description(f"{label}: reading {Path(f).name}")
+        rows += read_profile(f)
+        progress.update()
+    return rows
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
     from llmsim.calibration.validate import validate
     from llmsim.hardware import load_profile
     from llmsim.models import get_model
 
     hw, model = load_profile(args.hardware), get_model(args.model)
-    rows = [r for f in args.profile for r in read_profile(f)]
-    # multi-node all-reduces run over the network; the profile's scale-up link does not describe them
-    rows = [r for r in rows if r.op != "all_reduce_multinode"]
-    rep = validate(hw, model, rows)
+    with bar(len(args.profile) + 1, "validate", not args.quiet, unit="step") as b:
+        rows = read_profiles(args.profile, b, "validate")
+        # multi-node all-reduces run over the network; the profile's scale-up link does not describe them
+        rows = [r for r in rows if r.op != "all_reduce_multinode"]
+        b.set_description("validate: pricing")
+        rep = validate(hw, model, rows)
+        b.update()
+    say = printer(args.quiet)
     if args.json:
-        print(json.dumps(rep.as_json()))
+        say(to_json(report_json(rep, hw.name, model.name)))
         return 0
+    print_report(rep, hw.name, model.name, say)
+    return 0
+
+
+def report_json(rep: Report, hardware: str, model: str) -> dict:
+    """The text report's figures, unrounded: fractions for errors, seconds for times, bytes for
+    all-reduce sizes; a TP degree an op was not measured at is ``null``."""
+    by_tp = rep.per_op_tp()
+    return {
+        "hardware": hardware,
+        "model": model,
+        "measured_kernels": len(rep.frame),
+        "ops": {
+            op: {"mape": r.mape, "p90": r.p90, "worst": r.worst, "n": int(r.n)} for op, r in rep.per_op().iterrows()
+        },
+        "mape_per_tp": {op: {f"tp{c}": v for c, v in zip(by_tp.columns, r, strict=True)} for op, r in by_tp.iterrows()},
+        "worst_cases": [worst_json(r) for r in rep.frame.nlargest(WORST, "ape").itertuples()],
+        "overall_mape": rep.overall_mape,
+    }
+
+
+def worst_json(r: Any) -> dict:  # noqa: ANN401 - a pandas itertuples row
+    """One worst case: a GEMM's TP degree and shape, or an all-reduce's ranks and bytes."""
+    gemm = r.kind == "gemm"
+    shape = {"tp": r.tp, "m": r.m, "n": r.n, "k": r.k} if gemm else {"ranks": r.ranks, "bytes": r.bytes}
+    return {"op": r.op, **shape, "measured_s": r.seconds, "predicted_s": r.predicted_s, "error": r.ape}
+
+
+def print_report(rep: Report, hardware: str, model: str, out: Callable[..., None]) -> None:
+    """The text report: per-op MAPE, MAPE per op and TP degree, the worst cases, overall."""
     per_op = rep.per_op()
-    print(f"{hw.name} vs {len(rows)} measured kernels ({model.name}); MAPE = mean |predicted - measured| / measured")
-    print(
+    out(f"{hardware} vs {len(rep.frame)} measured kernels ({model}); MAPE = mean |predicted - measured| / measured")
+    out(
         table(
             [[op, f"{r.mape:.1%}", f"{r.p90:.1%}", f"{r.worst:.1%}", int(r.n)] for op, r in per_op.iterrows()],
             ["op", "MAPE", "p90", "worst", "rows"],
         )
     )
     by_tp = rep.per_op_tp()
-    print("\nMAPE per op and TP degree (ranks for all-reduce)")
-    print(
+    out("\nMAPE per op and TP degree (ranks for all-reduce)")
+    out(
         table(
             [[op, *(f"{v:.1%}" if v == v else "-" for v in r)] for op, r in by_tp.iterrows()],
             ["op", *[f"tp{c}" for c in by_tp.columns]],
         )
     )
-    print("\nworst cases")
+    out("\nworst cases")
     worst = [
         [
             r.op,
@@ -59,8 +115,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"{r.predicted_s * 1e6:.1f}",
             f"{r.ape:.1%}",
         ]
-        for r in rep.frame.nlargest(5, "ape").itertuples()
+        for r in rep.frame.nlargest(WORST, "ape").itertuples()
     ]
-    print(table(worst, ["op", "tp/ranks", "shape m x n x k", "measured us", "predicted us", "error"]))
-    print(f"\noverall MAPE {rep.overall_mape:.1%}")
-    return 0
+    out(table(worst, ["op", "tp/ranks", "shape m x n x k", "measured us", "predicted us", "error"]))
+    out(f"\noverall MAPE {rep.overall_mape:.1%}")

@@ -1,7 +1,8 @@
 """Capacity planning: goodput search and the cheapest configurations that meet the SLOs.
 
 * ``goodput_search`` finds the highest arrival rate at which SLO attainment stays at or above
-  the target, by bracketing (doubling/halving) and then bisection on the rate. The workload's
+  the target (the configuration's SLO capacity; "goodput" alone means vLLM's ``request_goodput``,
+  the requests per second meeting the SLOs in one run), by bracketing (doubling/halving) and then bisection on the rate. The workload's
   shape is kept: a trace is replayed faster or slower (``workload.trace.speedup``), a synthetic
   workload changes only ``workload.rate_rps``.
 * ``capacity_plan`` walks the candidates of a scenario's ``plan:`` section (hardware, tp,
@@ -17,7 +18,7 @@ One module per idea, in the order a plan uses them:
 
 ``base``          the scenario as plain data (``Base``) and its ``plan:`` section (``PlanConfig``)
 ``rate``          the arrival rate as one knob, the workload's shape kept
-``goodput``       the goodput search
+``goodput``       the goodput search (a configuration's SLO capacity)
 ``space``         the search space: ``Candidate``, and ``Point`` (a candidate at a replica count)
 ``rows``          one plan-table row per point: cost, energy, feasible and why not
 ``ranking``       cheapest first, the Pareto front, the candidates that never met the SLOs

@@ -26,7 +26,7 @@ class PlanConfig(BaseModel):
     pd_ratios: list[str] = ["1:1"]  # disaggregated policy only: prefill:decode replicas per unit
     top: int = Field(5, gt=0)  # winners listed
     sensitivity: float = Field(0.15, ge=0, lt=1)  # efficiencies scaled by 1 ± this for the winners
-    goodput_search: bool = True  # search the winner's goodput (also gives the load curves)
+    goodput_search: bool = True  # search the winner's SLO capacity (also gives the load curves)
 
 
 @dataclass

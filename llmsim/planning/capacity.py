@@ -42,6 +42,7 @@ def capacity_plan(
     target_rps = target_rps or cfg.target_rps or offered_rate(base, knob)
     rate = rate_overrides(base, target_rps, knob)
     cands = candidates(base, cfg)
+    slo = sc.slo.model_dump()  # seconds, as the scenario states them
     power_w = {c.hardware: load_profile(c.hardware, Path(base.base_dir)).power_w.value for c in cands}
     rows: list[dict] = []
     points: list[Point] = []  # points[i] is what rows[i] (and so table.loc[i]) describes
@@ -52,7 +53,7 @@ def capacity_plan(
         results = run_points(base.data, base.base_dir, base.origin, overrides, workers, dask, progress, f"plan x{n}")
         still = []
         for i, p, res in zip(open_, batch, results, strict=True):
-            row = plan_row(p, res, power_w[p.candidate.hardware], sc.slo.attainment)
+            row = plan_row(p, res, power_w[p.candidate.hardware], sc.slo.attainment, slo)
             rows.append(row)
             points.append(p)
             if worth_more_replicas(row):
@@ -70,7 +71,7 @@ def capacity_plan(
         target_attainment=sc.slo.attainment,
         table=table,
         winners=winners,
-        pareto=pareto_front(feasible, "usd_per_hour", "ttft_p99_s"),
+        pareto=pareto_front(feasible, "usd_per_hour", "p99_ttft_ms"),
         infeasible=infeasible_candidates(table, owner),
         best=ranked[0] if ranked else None,
     )
@@ -78,6 +79,6 @@ def capacity_plan(
         top = winners.head(SENSITIVITY_WINNERS)
         plan.sensitivity = sensitivity(base, top, ranked[: len(top)], rate, cfg.sensitivity, workers, progress)
     if plan.best is not None and cfg.goodput_search:
-        plan.goodput = goodput_search(base, plan.best.overrides(), start_rps=target_rps)
+        plan.slo_capacity = goodput_search(base, plan.best.overrides(), start_rps=target_rps)
     plan.recommendation = recommend(plan)
     return plan

@@ -1,7 +1,14 @@
 """Goodput search: the highest arrival rate at which SLO attainment stays at or above the target.
 
 Bracket (doubling or halving from the scenario's own rate), then bisect. Every evaluation is one
-``llmsim.run`` through ``llmsim.sweep.run_point``, kept as the load curve the report plots."""
+``llmsim.run`` through ``llmsim.sweep.run_point``, kept as the load curve the report plots.
+
+Two figures, two names. The search's answer, ``GoodputResult.rate_rps``, is the configuration's
+**SLO capacity**: the offered arrival rate it can take while the attainment target holds
+(DistServe calls this "goodput"). ``request_goodput`` is vLLM's: in one run, the requests per
+second that met every SLO (each evaluation row carries it). At the SLO capacity the second is
+about ``attainment x rate``; the plan's text and tables say "SLO capacity" for the first and
+"goodput" only for the second."""
 
 from __future__ import annotations
 
@@ -19,9 +26,9 @@ from llmsim.sweep import run_point
 
 @dataclass
 class GoodputResult:
-    """The highest rate found meeting the attainment target, and the lowest found missing it."""
+    """The highest rate found meeting the attainment target (the SLO capacity), and the lowest found missing it."""
 
-    rate_rps: float  # highest rate that met the target (0 if none did)
+    rate_rps: float  # SLO capacity: highest offered rate that met the target (0 if none did)
     fail_rps: float | None  # lowest rate that missed it (None: never missed up to the last doubling)
     target: float
     attainment: float | None  # at rate_rps

@@ -1,4 +1,8 @@
-"""Writing a plan: its tables (Parquet + CSV), ``plan.json``, and the winner's full run for the report."""
+"""Writing a plan: its tables (Parquet + CSV), ``plan.json``, and the winner's full run for the report.
+
+``plan.json``'s ``slo_capacity`` is the winner's SLO capacity from the goodput search (the highest
+arrival rate still meeting the SLOs); the winner's ``request_goodput`` (req/s meeting the SLOs at
+the target rate) is in its ``summary.json`` and the plan table."""
 
 from __future__ import annotations
 
@@ -24,8 +28,11 @@ def write_plan(plan: Plan, base: Base, out_dir: Path, progress: bool = True) -> 
     written = write_table(plan.table, out_dir, "plan")
     for name, df in (("winners", plan.winners), ("pareto", plan.pareto), ("sensitivity", plan.sensitivity)):
         written.append(_write_csv(df, out_dir / f"{name}.csv"))
-    if plan.goodput is not None:
-        written.append(_write_csv(plan.goodput.frame(), out_dir / "load.csv"))
+    # the candidates that never met the SLOs, as the CLI and the recommendation count them, so the
+    # report lists the same ones (plan.csv also holds the failed smaller replica counts of winners)
+    written.append(_write_csv(plan.infeasible, out_dir / "infeasible.csv"))
+    if plan.slo_capacity is not None:
+        written.append(_write_csv(plan.slo_capacity.frame(), out_dir / "load.csv"))
     atomic_write_text(out_dir / "plan.json", json.dumps(_meta(plan), indent=2, default=str) + "\n")
     written.append(out_dir / "plan.json")
     if plan.best is not None:
@@ -39,13 +46,15 @@ def _write_csv(df: pd.DataFrame, path: Path) -> Path:
 
 
 def _meta(plan: Plan) -> dict:
-    g = plan.goodput
+    g = plan.slo_capacity
     return {
         "target_rps": plan.target_rps,
         "target_attainment": plan.target_attainment,
         "recommendation": plan.recommendation,
         "winner": None if plan.winners.empty else plan.winners.iloc[0]["config"],
-        "goodput": None
+        "candidates_never_met": len(plan.infeasible),
+        # the winner's SLO capacity (goodput_search), not vLLM's request_goodput (that is in summary.json)
+        "slo_capacity": None
         if g is None
         else {"rate_rps": g.rate_rps, "fail_rps": g.fail_rps, "attainment": g.attainment, "verdict": g.verdict},
     }
@@ -58,4 +67,4 @@ def _write_winner_run(plan: Plan, base: Base, out_dir: Path) -> list[Path]:
 
     assert plan.best is not None
     sc = base.scenario({**plan.best.overrides(), **rate_overrides(base, plan.target_rps)})
-    return [*run(sc).write(out_dir), write_scenario(sc, out_dir)]
+    return [*run(sc).write(out_dir, sc.output.format), write_scenario(sc, out_dir)]

@@ -16,14 +16,14 @@ def recommend(plan: Plan) -> str:
         return _no_winner(plan)
     w = plan.winners.iloc[0]
     lines = [
-        f"Deploy {w['config']} ({int(w['devices'])} devices): it meets the SLOs for "
+        f"Deploy {w['config']} ({_devices(int(w['devices']))}): it meets the SLOs for "
         f"{w['slo_attainment']:.1%} of requests at {plan.target_rps:.2f} req/s, for ${w['usd_per_hour']:.2f}/hour, "
-        f"${w['usd_per_mtok']:.3f} per million tokens and {w['j_per_token']:.3f} J per token at TDP."
+        f"${w['usd_per_mtok']:.3f} per million tokens (prompt + output) and {w['j_per_token']:.3f} J per token at TDP."
     ]
     if len(plan.winners) > 1:
         r = plan.winners.iloc[1]
         lines.append(f"Runner-up: {r['config']} at ${r['usd_per_hour']:.2f}/hour.")
-    if plan.goodput is not None:
+    if plan.slo_capacity is not None:
         lines += _headroom(plan)
     if not plan.sensitivity.empty:
         lines.append(_robustness(plan.sensitivity[plan.sensitivity["config"] == w["config"]]))
@@ -47,12 +47,13 @@ def _no_winner(plan: Plan) -> str:
 
 
 def _headroom(plan: Plan) -> list[str]:
-    """The winner's goodput over the target, and a warning when that rate is already overloaded."""
-    assert plan.goodput is not None
-    g = plan.goodput
+    """The winner's SLO capacity over the target, and a warning when that rate is already overloaded."""
+    assert plan.slo_capacity is not None
+    g = plan.slo_capacity
     head = g.rate_rps / plan.target_rps - 1 if plan.target_rps else 0.0
     lines = [
-        f"Its goodput is {g.rate_rps:.2f} req/s ({head:+.0%} headroom over the target; verdict there: {g.verdict})."
+        f"Its SLO capacity (the highest arrival rate at which it still meets the SLOs) is {g.rate_rps:.2f} req/s "
+        f"({head:+.0%} headroom over the target; verdict there: {g.verdict})."
     ]
     if g.verdict == "overloaded":
         lines.append(
@@ -72,3 +73,7 @@ def _robustness(winner_rows: pd.DataFrame) -> str:
         + f" (attainment {low['slo_attainment'].iloc[0]:.1%})"
         + ("; the choice holds." if holds else "; budget one more replica or re-check the efficiencies.")
     )
+
+
+def _devices(n: int) -> str:
+    return f"{n} device" if n == 1 else f"{n} devices"

@@ -13,7 +13,7 @@ import pandas as pd
 
 def cheapest_first(table: pd.DataFrame) -> pd.DataFrame:
     """The points that meet the SLOs, by price then p99 TTFT (ties keep the order they were evaluated in)."""
-    return table[table["feasible"]].sort_values(["usd_per_hour", "ttft_p99_s"], kind="stable")
+    return table[table["feasible"]].sort_values(["usd_per_hour", "p99_ttft_ms"], kind="stable")
 
 
 def pareto_front(df: pd.DataFrame, cost: str, latency: str) -> pd.DataFrame:

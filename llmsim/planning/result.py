@@ -16,9 +16,10 @@ class Plan:
     target_attainment: float
     table: pd.DataFrame  # every evaluated point (PLAN_COLUMNS)
     winners: pd.DataFrame  # feasible, cheapest first
-    pareto: pd.DataFrame  # feasible, not dominated in (usd_per_hour, ttft_p99_s)
+    pareto: pd.DataFrame  # feasible, not dominated in (usd_per_hour, p99_ttft_ms)
     infeasible: pd.DataFrame  # one row per candidate that never met the SLOs, with its reason
     sensitivity: pd.DataFrame = field(default_factory=pd.DataFrame)
-    goodput: GoodputResult | None = None
+    # the winner's goodput search: its SLO capacity (rate_rps) and load curve; not vLLM's request_goodput
+    slo_capacity: GoodputResult | None = None
     recommendation: str = ""
     best: Point | None = None  # what winners' first row describes (None: no winner)

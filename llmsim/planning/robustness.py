@@ -60,8 +60,9 @@ def sensitivity(
                 "efficiency_factor": factor,
                 "slo_attainment_nominal": w["slo_attainment"],
                 "slo_attainment": r["slo_attainment"],
-                "ttft_p99_s": r["ttft_p99_s"],
-                "tbt_p99_s": r["tbt_p99_s"],
+                "request_goodput": r["request_goodput"],
+                "p99_ttft_ms": r["p99_ttft_ms"],
+                "p99_tbt_max_ms": r["p99_tbt_max_ms"],
                 "verdict": r["verdict"],
                 "meets_slos": bool(r["slo_met"]),
             }

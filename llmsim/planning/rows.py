@@ -1,4 +1,9 @@
-"""One plan-table row per evaluated point: what it costs, what it draws, and whether it meets the SLOs and why not."""
+"""One plan-table row per evaluated point: what it costs, what it draws, and whether it meets the SLOs and why not.
+
+Metrics carry the sweep's vLLM-bench names (llmsim/sweep.py ``METRICS``): latencies in ms
+(``p99_ttft_ms``), rates in req/s (``request_throughput``, ``request_goodput``: the requests per
+second that met every SLO). The scenario's SLOs stay in seconds (``slo.ttft_s``); ``slo_ms``
+turns them into the metrics' unit before anything compares or prints them side by side."""
 
 from __future__ import annotations
 
@@ -17,24 +22,39 @@ PLAN_COLUMNS = [
     "devices",
     "usd_per_hour",
     "usd_per_mtok",
+    "usd_per_m_output_tok",
     "power_w",
     "j_per_token",
     "slo_attainment",
-    "ttft_p99_s",
-    "tbt_p99_s",
-    "e2e_p99_s",
-    "throughput_rps",
+    "request_throughput",
+    "request_goodput",
+    "p99_ttft_ms",
+    "p99_tpot_ms",
+    "p99_itl_ms",
+    "p99_tbt_max_ms",
+    "p99_e2el_ms",
     "verdict",
     "feasible",
     "reason",
 ]
 
 
-def plan_row(point: Point, res: dict, power_w: float, target: float) -> dict:
-    """The row of ``point`` from its sweep result ``res``; ``power_w`` is one device's TDP."""
+# Each SLO key of a scenario (seconds) and the metric it constrains (llmsim/results.py
+# ``slo_mask``): tbt_s bounds each request's worst token gap, which is TBT max, not ITL.
+SLO_METRICS = {"ttft_s": "ttft", "tpot_s": "tpot", "tbt_s": "tbt_max", "e2e_s": "e2el"}
+
+
+def slo_ms(slo: dict) -> dict[str, float]:
+    """The scenario's latency SLOs (seconds) in ms, keyed by the metric they bound (``ttft``, ``tbt_max``, ...)."""
+    return {m: float(slo[k]) * 1e3 for k, m in SLO_METRICS.items() if slo.get(k) is not None}
+
+
+def plan_row(point: Point, res: dict, power_w: float, target: float, slo: dict | None = None) -> dict:
+    """The row of ``point`` from its sweep result ``res``; ``power_w`` is one device's TDP, ``slo`` the
+    scenario's SLOs (seconds), named in a failing row's reason."""
     c = point.candidate
     devices = point.devices()
-    tok_s = (res.get("input_tok_s") or 0.0) + (res.get("output_tok_s") or 0.0)
+    tok_s = res.get("total_token_throughput") or 0.0
     row = {
         "config": point.label,
         "hardware": c.hardware,
@@ -48,11 +68,11 @@ def plan_row(point: Point, res: dict, power_w: float, target: float) -> dict:
         "j_per_token": power_w * devices / tok_s if tok_s else None,
         **{k: res.get(k) for k in PLAN_COLUMNS if k in res},
     }
-    row.update(_verdict(res, target))
+    row.update(_verdict(res, target, slo or {}))
     return row
 
 
-def _verdict(res: dict, target: float) -> dict[str, object]:
+def _verdict(res: dict, target: float, slo: dict) -> dict[str, object]:
     """``feasible`` and ``reason``; the reason's first word (memory, invalid, overload, latency) is its kind."""
     err = res.get("error")
     if err:
@@ -69,9 +89,20 @@ def _verdict(res: dict, target: float) -> dict[str, object]:
     return {
         "feasible": False,
         "reason": f"latency: not overloaded ({res['verdict']}) but too slow per step: attainment "
-        f"{res['slo_attainment']:.1%} < {target:.0%} (TTFT p99 {_ms(res['ttft_p99_s'])}, "
-        f"TBT p99 {_ms(res['tbt_p99_s'])})",
+        f"{res['slo_attainment']:.1%} < {target:.0%} ({_against_slos(res, slo)})",
     }
+
+
+_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "tbt_max": "TBT max", "e2el": "E2EL"}
+
+
+def _against_slos(res: dict, slo: dict) -> str:
+    """p99 of each metric that has an SLO, beside it (both in ms): says which target is missed."""
+    bounds: dict[str, float | None] = {**slo_ms(slo)} or {"ttft": None, "tbt_max": None}
+    return ", ".join(
+        f"{_LABELS[m]} p99 {_ms(res.get(f'p99_{m}_ms'))}" + (f" vs SLO {b:g} ms" if b is not None else "")
+        for m, b in bounds.items()
+    )
 
 
 def worth_more_replicas(row: dict) -> bool:
@@ -80,4 +111,4 @@ def worth_more_replicas(row: dict) -> bool:
 
 
 def _ms(v: float | None) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 1e3:.0f} ms"
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.0f} ms"

@@ -105,8 +105,12 @@ def runs_table(frame: pd.DataFrame) -> list[list[object]]:
     sgn = lambda a, b: f"{a:+.1%} / {b:+.1%}"  # noqa: E731
     rows = []
     for r in frame.itertuples():
+        known = [r.factor_min, r.applied_min, r.applied_max, r.factor_median]
+        # --raw-clock applies no factor: its applied_* are None
         fac = (
-            "-" if r.factor_min != r.factor_min else f"{r.applied_min:.2f}..{r.applied_max:.2f} ({r.factor_median:.2f})"
+            "-"
+            if any(v is None or v != v for v in known)
+            else f"{r.applied_min:.2f}..{r.applied_max:.2f} ({r.factor_median:.2f})"
         )
         rows.append(
             [

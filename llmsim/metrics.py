@@ -1,0 +1,179 @@
+"""The serving metrics of a run under the names, units and definitions of ``vllm bench serve``.
+
+One function, :func:`bench_metrics`, turns a per-request table into the keys of vLLM's
+benchmark result JSON (vllm/benchmarks/serve.py, 0.32: ``calculate_metrics`` and
+``process_one_metric``), so that a simulated run and a measured one can be diffed key by key:
+
+- ``duration`` (s), ``completed``, ``failed``, ``total_input_tokens``, ``total_output_tokens``;
+- ``request_throughput`` (req/s), ``request_goodput`` (req/s meeting the SLOs),
+  ``output_throughput`` and ``total_token_throughput`` (tok/s);
+- ``max_output_tokens_per_s`` and ``max_concurrent_requests`` over one-second buckets;
+- ``{mean,median,std,p<P>}_{ttft,tpot,itl,e2el}_ms`` for the chosen percentiles ``P``.
+
+Definitions as vLLM's: TTFT = first token − arrival; TPOT per request = (E2EL − TTFT) /
+(output tokens − 1), requests of one token left out; ITL over every inter-token gap of every
+request (so its mean is token-weighted); E2EL = finish − arrival; percentiles by
+``np.percentile`` over completed requests. Where vLLM reports 0 for an empty set, these are
+``None`` (JSON null). llmsim's extra, the worst gap of each request (``*_tbt_max_ms``), follows
+the same pattern. docs/results.md has the mapping from the older llmsim names.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+DEFAULT_PERCENTILES = (90.0, 99.0)
+
+
+def p_word(p: float) -> str:
+    """vLLM's percentile label: ``99`` -> ``p99``, ``99.9`` -> ``p99.9``."""
+    return "p" + (str(int(p)) if int(p) == p else str(p))
+
+
+def dist_ms(name: str, values_s: np.ndarray, percentiles: tuple[float, ...]) -> dict[str, float | None]:
+    """``mean_/median_/std_/p<P>_{name}_ms`` of ``values_s`` (seconds; NaN left out)."""
+    v = np.asarray(values_s, dtype=float)
+    v = v[np.isfinite(v)] * 1e3
+    keys = ["mean", "median", "std", *(p_word(p) for p in percentiles)]
+    if not len(v):
+        return {f"{k}_{name}_ms": None for k in keys}
+    figs = [v.mean(), np.median(v), v.std(), *np.percentile(v, percentiles)]
+    return {f"{k}_{name}_ms": float(f) for k, f in zip(keys, figs, strict=True)}
+
+
+def itl_from_histogram(hist: object, mean_s: float | None, percentiles: tuple[float, ...]) -> dict:
+    """ITL figures of a run from its :class:`llmsim.gaps.GapHistogram` of every gap: the mean is
+    exact (``mean_s``, token-weighted), median, std and percentiles within the histogram's 0.5% bins."""
+    keys = ["mean", "median", "std", *(p_word(p) for p in percentiles)]
+    total = 0 if hist is None else hist.total  # type: ignore[attr-defined]
+    if not total or mean_s is None:
+        return {f"{k}_itl_ms": None for k in keys}
+    centres = hist.centres()  # type: ignore[attr-defined]
+    counts = hist.counts  # type: ignore[attr-defined]
+    var = float(np.dot(counts, (centres - mean_s) ** 2) / total)
+    figs = [mean_s, hist.percentile(50), math.sqrt(var), *(hist.percentile(p) for p in percentiles)]  # type: ignore[attr-defined]
+    return {f"{k}_itl_ms": float(f) * 1e3 for k, f in zip(keys, figs, strict=True)}
+
+
+def _max_concurrent(start_s: float, arrival_s: np.ndarray, finish_s: np.ndarray) -> int:
+    """vLLM's count: a request is active in every whole second from its start to its end bucket."""
+    if not len(arrival_s):
+        return 0
+    first = (arrival_s - start_s).astype(np.int64)
+    last = (finish_s - start_s).astype(np.int64)
+    diff = np.zeros(int(last.max()) + 2, dtype=np.int64)
+    np.add.at(diff, first, 1)
+    np.add.at(diff, last + 1, -1)
+    return int(np.cumsum(diff).max())
+
+
+def _max_tokens_per_s(start_s: float, first_s: np.ndarray, finish_s: np.ndarray, tokens: np.ndarray) -> float:
+    """Most output tokens in one second bucket. The first token is counted at ``first_s`` and the
+    other ``tokens - 1`` spread evenly up to ``finish_s``: the simulator keeps every gap in a
+    histogram, not each token's time (measured runs have them, but are scored the same way)."""
+    if not len(first_s):
+        return 0.0
+    a, b = first_s - start_s, finish_s - start_s
+    n = max(int(math.ceil(float(b.max()))) + 1, 1)
+    grid = np.arange(n + 1, dtype=float)
+    later = tokens.astype(float) - 1
+    span = b - a
+    ramp = span > 0  # a request with no span emits its later tokens at once, at its finish
+    rate = later[ramp] / span[ramp]
+    # emitted(t) = first tokens by t + each request's later tokens, linearly from a to b
+    emitted = _step_sum(a, np.ones_like(a), grid) + _step_sum(b[~ramp], later[~ramp], grid)
+    emitted += _ramp_sum(a[ramp], rate, grid) - _ramp_sum(b[ramp], rate, grid)
+    return float(np.diff(emitted).max())
+
+
+def _ramp_sum(kinks: np.ndarray, slope: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Σ slope·max(t − kink, 0) at every t of ``grid`` (sorted kinks, prefix sums)."""
+    order = np.argsort(kinks)
+    k, s = kinks[order], slope[order]
+    cs, cks = np.concatenate(([0.0], np.cumsum(s))), np.concatenate(([0.0], np.cumsum(s * k)))
+    i = np.searchsorted(k, grid, side="right")
+    return grid * cs[i] - cks[i]
+
+
+def _step_sum(at: np.ndarray, amount: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Σ amount·[t ≥ at] at every t of ``grid``."""
+    order = np.argsort(at)
+    cs = np.concatenate(([0.0], np.cumsum(amount[order].astype(float))))
+    return cs[np.searchsorted(at[order], grid, side="right")]
+
+
+def mean_gap_s(first_to_last_s: np.ndarray, tokens: np.ndarray) -> float | None:
+    """The token-weighted mean gap (mean ITL): the time from first to last token over all the
+    requests' gaps (``tokens - 1`` each), in seconds; None without gaps."""
+    gaps = np.maximum(np.asarray(tokens, dtype=float) - 1, 0)
+    span = np.where(gaps > 0, np.nan_to_num(np.asarray(first_to_last_s, dtype=float)), 0.0)
+    return float(span.sum() / gaps.sum()) if gaps.sum() else None
+
+
+def latencies(frame: pd.DataFrame) -> pd.DataFrame:
+    """``ttft_s``, ``tpot_s``, ``e2e_s`` of a table with arrival, first token, finish and output
+    tokens (a measured run's requests.csv), by vLLM's definitions."""
+    out_tokens = frame["output_tokens"].to_numpy(dtype=float)
+    ttft = frame["first_token_s"] - frame["arrival_s"]
+    e2e = frame["finish_s"] - frame["arrival_s"]
+    gaps = out_tokens - 1
+    tpot = np.where(gaps > 0, (e2e - ttft) / np.maximum(gaps, 1), np.nan)
+    return pd.DataFrame({"ttft_s": ttft.to_numpy(), "tpot_s": tpot, "e2e_s": e2e.to_numpy()}, index=frame.index)
+
+
+def bench_metrics(
+    req: pd.DataFrame,
+    good: pd.Series | None,
+    itl: dict,
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+) -> dict:
+    """vLLM-bench result keys of a run.
+
+    ``req``: one row per request with ``status`` ("finished" counts as completed), ``arrival_s``,
+    ``first_token_s``, ``finish_s``, ``prompt_tokens``, ``generated_tokens``, ``ttft_s``,
+    ``tpot_s``, ``e2e_s`` and optionally ``tbt_max_s``; ``good``: requests meeting the SLOs (or
+    None: no goodput, as vLLM without ``--goodput``); ``itl``: the ``*_itl_ms`` figures
+    (:func:`itl_from_histogram` or :func:`dist_ms` over every gap)."""
+    fin = req[req["status"] == "finished"]
+    n_done = len(fin)
+    start = float(req["arrival_s"].min()) if len(req) else 0.0
+    end = float(fin["finish_s"].max()) if n_done else start
+    dur = max(end - start, 1e-12)
+    tin, tout = int(fin["prompt_tokens"].sum()), int(fin["generated_tokens"].sum())
+    out: dict = {
+        "duration": end - start,
+        "completed": n_done,
+        "failed": len(req) - n_done,
+        "total_input_tokens": tin,
+        "total_output_tokens": tout,
+        "request_throughput": n_done / dur,
+        "request_goodput": float(good.sum()) / dur if good is not None else None,
+        "output_throughput": tout / dur,
+        "total_token_throughput": (tin + tout) / dur,
+        "max_output_tokens_per_s": _max_tokens_per_s(
+            start, fin["first_token_s"].to_numpy(), fin["finish_s"].to_numpy(), fin["generated_tokens"].to_numpy()
+        ),
+        "max_concurrent_requests": _max_concurrent(start, fin["arrival_s"].to_numpy(), fin["finish_s"].to_numpy()),
+    }
+    out.update(dist_ms("ttft", fin["ttft_s"].to_numpy(), percentiles))
+    out.update(dist_ms("tpot", fin["tpot_s"].to_numpy(), percentiles))
+    out.update(itl)
+    out.update(dist_ms("e2el", fin["e2e_s"].to_numpy(), percentiles))
+    if "tbt_max_s" in fin:
+        out.update(dist_ms("tbt_max", fin["tbt_max_s"].to_numpy(), percentiles))
+    return out
+
+
+LATENCY_ROWS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2EL", "e2el"), ("TBT max", "tbt_max"))
+
+
+def latency_table(s: dict) -> tuple[list[list[object]], list[str]]:
+    """The latency table of a summary (CLI and report), in vLLM-bench names (ms): mean, median and the run's
+    percentiles per metric; TBT max (each request's worst gap) is llmsim's extra."""
+    stats = ["mean", "median", *(p_word(p) for p in s.get("percentiles", DEFAULT_PERCENTILES))]
+    rows = [[label, *(s.get(f"{k}_{m}_ms") for k in stats)] for label, m in LATENCY_ROWS]
+    return rows, ["latency (ms)", *stats]
