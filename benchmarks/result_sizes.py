@@ -1,7 +1,7 @@
 """How big a run's results folder gets: bench_sim's case c1m (1M requests) or c100k, written as
 ``llmsim run`` writes it, in Parquet and in CSV, with the timeline sampled. Prints a table.
 
-    .venv/bin/python benchmarks/result_sizes.py [c100k|c1m]
+    .venv/bin/python benchmarks/result_sizes.py [c100k|c1m] [sample|all]   # steps: every 100th (default) or all
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from llmsim.scenario import scenario_from_dict  # noqa: E402
 from llmsim.tables import table  # noqa: E402
 
 
-def main(case: str = "c1m") -> None:
+def main(case: str = "c1m", steps: str = "sample") -> None:
     spec = cases()[case]
-    spec["output"] = {"steps": "all", "trace": "sample"}
+    spec["output"] = {"steps": steps, "trace": "sample"}
     sc = scenario_from_dict(spec, f"bench case {case}", ROOT)
     res = llmsim.run(sc)
     rows = []

@@ -12,9 +12,10 @@ from llmsim.build import PoolSpec, activation_bytes, build_model, build_pools, b
 from llmsim.errors import UserError
 from llmsim.invariants import check_run
 from llmsim.models import ModelSpec
-from llmsim.results import Results, requests_frame, summarize
+from llmsim.results import Results, chunks_frame, requests_frame, summarize
 from llmsim.scenario import Scenario, load_scenario
 from llmsim.sim import LinkSpec, SimOptions, SimOutput, simulate
+from llmsim.timeline import sample_indices
 from llmsim.workload.base import Workload
 
 
@@ -54,7 +55,7 @@ def run(
         horizon,
         every,
         sc.policy.max_queue,
-        sim_options(sc, model, pools, exact_steps, has_identity(workload)),
+        sim_options(sc, model, pools, exact_steps, has_identity(workload), len(workload)),
         progress,
     )
     req = requests_frame(out.requests, sc.engine_spec.output_delay_s)
@@ -107,7 +108,7 @@ def run(
     if checks:
         capacity = {p.name: p.kv_blocks for p in pools}
         check_run(req, out.steps, summary, len(workload), capacity, reps, out.requests, out.horizon_s, out.events_left)
-    return Results(requests=req, steps=out.steps, summary=summary, queue=out.queue)
+    return Results(requests=req, steps=out.steps, summary=summary, queue=out.queue, chunks=chunks_frame(out.requests))
 
 
 def engine_summary(sc: Scenario) -> dict:
@@ -128,7 +129,12 @@ def has_identity(workload: Workload) -> bool:
 
 
 def sim_options(
-    sc: Scenario, model: ModelSpec, pools: list[PoolSpec], exact_steps: bool = False, identity: bool = True
+    sc: Scenario,
+    model: ModelSpec,
+    pools: list[PoolSpec],
+    exact_steps: bool = False,
+    identity: bool = True,
+    n_requests: int = 0,
 ) -> SimOptions:
     """The scenario's queue, prefix-cache and KV-link settings for the event loop. A prefix cache
     with nothing to match (no request carries content, nothing prewarmed) never hits and changes
@@ -156,6 +162,8 @@ def sim_options(
         n_seqs=sc.workload.beam_width or sc.workload.parallel_samples,
         exact_steps=exact_steps,
         prefill_policy=sc.policy.prefill_pool_policy,
+        traced_ids=frozenset() if sc.output.trace == "full" else frozenset(sample_indices(n_requests, sc.output)),
+        trace_all=sc.output.trace == "full",
     )
 
 

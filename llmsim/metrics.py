@@ -15,7 +15,7 @@ Definitions as vLLM's: TTFT = first token − arrival; TPOT per request = (E2EL 
 request (so its mean is token-weighted); E2EL = finish − arrival; percentiles by
 ``np.percentile`` over completed requests. Where vLLM reports 0 for an empty set, these are
 ``None`` (JSON null). llmsim's extra, the worst gap of each request (``*_tbt_max_ms``), follows
-the same pattern. docs/results.md has the mapping from the older llmsim names.
+the same pattern, and so does ``input_throughput`` (tok/s). docs/results.md has the mapping from the older llmsim names.
 """
 
 from __future__ import annotations
@@ -154,6 +154,7 @@ def bench_metrics(
         "request_goodput": float(good.sum()) / dur if good is not None else None,
         "output_throughput": tout / dur,
         "total_token_throughput": (tin + tout) / dur,
+        "input_throughput": tin / dur,  # llmsim's extra: vLLM's JSON has the total alone
         "max_output_tokens_per_s": _max_tokens_per_s(
             start, fin["first_token_s"].to_numpy(), fin["finish_s"].to_numpy(), fin["generated_tokens"].to_numpy()
         ),

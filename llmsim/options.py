@@ -28,4 +28,7 @@ class SimOptions:
     num_layers: int = 1
     n_seqs: int = 1  # parallel samples / beams per request
     exact_steps: bool = False  # one event per step: no shortcuts (fastpath.py)
+    # requests whose prefill chunks are kept for the timeline (output.trace); all when trace_all
+    traced_ids: frozenset[int] = field(default_factory=frozenset)
+    trace_all: bool = False
     prefill_policy: str = "traditional"  # disaggregated: the prefill pool's scheduler

@@ -80,6 +80,7 @@ class ResultsDir:
     kind: str = "run"
     sweep: pd.DataFrame = field(default_factory=pd.DataFrame)
     sweep_meta: dict = field(default_factory=dict)
+    chunks: pd.DataFrame = field(default_factory=pd.DataFrame)  # traced requests' prefill chunks
 
     @classmethod
     def load(cls, path: str | Path) -> ResultsDir:
@@ -97,7 +98,7 @@ class ResultsDir:
         tables = {name: _floats(_csv(p / f"{name}.csv")) for name in PLAN_TABLES if (p / f"{name}.csv").exists()}
         plan = json.loads((p / "plan.json").read_text()) if kind == "plan" else None
         requests, steps = read_table(p, "requests"), read_table(p, "steps")  # Parquet or CSV
-        return cls(p, summary, requests, steps, sc, plan, tables, kind)
+        return cls(p, summary, requests, steps, sc, plan, tables, kind, chunks=read_table(p, "chunks"))
 
 
 def _csv(path: Path) -> pd.DataFrame:
@@ -130,6 +131,7 @@ LABELS = {
     "rate_rps": "offered rate (req/s)",
     "request_throughput": "request throughput (req/s)",
     "request_goodput": "request goodput (req/s)",
+    "input_throughput": "input throughput (tok/s)",
     "output_throughput": "output throughput (tok/s)",
     "total_token_throughput": "total token throughput (tok/s)",
     "slo_attainment": "SLO attainment",
@@ -266,6 +268,7 @@ def run_table(s: dict) -> Table:
         ),
         ("duration (s)", fmt(s["duration"])),
         ("request throughput (req/s)", fmt(s["request_throughput"])),
+        ("input throughput (tok/s)", fmt(s.get("input_throughput"))),
         ("output throughput (tok/s)", fmt(s["output_throughput"])),
         ("total token throughput (tok/s)", fmt(s["total_token_throughput"])),
         ("peak output throughput (tok/s, 1 s buckets)", fmt(s.get("max_output_tokens_per_s"))),
@@ -753,5 +756,5 @@ def write_report(path: str | Path) -> list[Path]:
     atomic_write_text(out / "report.html", page)
     atomic_write_text(out / "report.md", md)
     written = [out / "report.html", out / "report.md"]
-    written += write_trace(out, r.steps, r.requests, r.summary, r.scenario.output if r.scenario else None)
+    written += write_trace(out, r.steps, r.requests, r.summary, r.scenario.output if r.scenario else None, r.chunks)
     return written

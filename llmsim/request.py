@@ -45,6 +45,7 @@ class Request:
         "payload",
         "admit_seq",
         "tick0",
+        "chunks",
     )
 
     def __init__(
@@ -90,6 +91,9 @@ class Request:
         self.payload: object = None  # engine-specific data (token ids in the reference engine)
         self.admit_seq = -1  # order of (re)admission into the running set: newest is preempted first
         self.tick0 = 0  # DecodeSet member: the replica's decode step count its counters refer to
+        # traced requests (output.trace): (end of step, tokens) of every prefill chunk, for the
+        # timeline; None for the others, which keep nothing per step
+        self.chunks: list[tuple[float, int]] | None = None
 
     # ---- derived counters ------------------------------------------------------------
     @property

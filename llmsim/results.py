@@ -25,6 +25,7 @@ class Results:
     steps: pd.DataFrame
     summary: dict
     queue: pd.DataFrame = field(default_factory=pd.DataFrame)  # backlog samples over time
+    chunks: pd.DataFrame = field(default_factory=pd.DataFrame)  # traced requests' prefill chunks
     extra: dict = field(default_factory=dict)  # pool/replica details, transfers, ...
 
     def write(self, out_dir: Path, table_format: str = "parquet") -> list[Path]:
@@ -38,6 +39,11 @@ class Results:
         paths.insert(1, out_dir / "summary.json")
         text = json.dumps(finite(self.summary), indent=2, sort_keys=True, allow_nan=False)  # strict JSON
         atomic_write_text(paths[1], text + "\n")
+        if self.chunks.empty:  # (a chunks table of an earlier run would describe other requests)
+            for suffix in TABLE_SUFFIX.values():
+                (out_dir / "chunks").with_suffix(suffix).unlink(missing_ok=True)
+        else:
+            paths.append(write_table(self.chunks, out_dir / "chunks", table_format))
         return paths
 
 
@@ -66,6 +72,13 @@ def read_table(folder: Path, name: str) -> pd.DataFrame:
                 return pd.read_parquet(path)
             return pd.read_csv(path) if path.stat().st_size > 1 else pd.DataFrame()
     return pd.DataFrame()
+
+
+def chunks_frame(reqs: list) -> pd.DataFrame:
+    """The prefill chunks the traced requests kept (``Request.chunks``): id, the end of the step
+    that carried the chunk (engine time, s), its tokens; for the timeline (llmsim/timeline.py)."""
+    rows = [(r.id, t, c) for r in reqs if r.chunks for t, c in r.chunks]
+    return pd.DataFrame(rows, columns=["id", "end_s", "tokens"])
 
 
 REQUEST_COLUMNS = [

@@ -112,6 +112,7 @@ def simulate(
     klass = workload.klass
     hashes = workload.block_hashes
     want_chain = hashes is not None and (opts.prefix_caching or router == "prefix_affinity")
+    traced = opts.traced_ids
     # Python numbers once, not a numpy scalar per request
     arrival_s, prompts, outputs = (
         workload.arrival_s.tolist(),
@@ -134,6 +135,8 @@ def simulate(
                 None if hashes is None else hashes[i],
             )
             r.n_seqs = opts.n_seqs
+            if opts.trace_all or i in traced:
+                r.chunks = []
             if want_chain and r.block_hashes:
                 r.prefix_chain = chain_hashes(r.block_hashes, id_tokens, block_tokens, r.prompt_tokens)
             reqs.append(r)

@@ -22,10 +22,13 @@ scenario.json, so ``llmsim report DIR`` rebuilds the same file). What it shows:
   *end* of that first step; its start comes from the steps, or ``queued_s`` stands in when the
   step is not in them.)
 
-What the frames do not hold is not drawn. They hold no per-chunk prefill times, so ``prefill`` is
-one slice from the first schedule to the first token (the chunks of a chunked prompt, and other
-requests' steps between them, lie inside it); a preempted request's time back in the queue lies
-inside its ``prefill`` or ``decode`` slice (``args.preemptions`` counts them). An unfinished
+Inside ``prefill``, one slice per prefill chunk (``chunk 2: 512 tokens``: the step that carried
+it; the simulator keeps the chunk ends of the traced requests, the ``chunks`` table), the gaps
+between them the other requests' turns; after a preemption by recompute, the prompt prefilled
+again shows as ``recompute`` slices inside ``decode``. What the frames do not hold is not drawn: a
+chunk whose step is not in the steps table (``output.steps: sample`` or ``none``) is left out, and
+a preempted request's time back in the queue lies inside its ``prefill`` or ``decode`` slice
+(``args.preemptions`` counts them). An unfinished
 request's last known phase runs to the last instant the frames hold.
 
 Bounds: step slices are one per steps row, at most ``MAX_STEP_SLICES`` per replica under ``trace:
@@ -71,6 +74,7 @@ def write_trace(
     requests: pd.DataFrame,
     summary: dict,
     output: OutputConfig | None = None,
+    chunks: pd.DataFrame | None = None,
 ) -> list[Path]:
     """trace.json in ``out_dir`` (streamed, then renamed into place); [] when ``trace: none`` (which
     also removes a trace an earlier run left there, as it would describe another run) or when the
@@ -82,7 +86,7 @@ def write_trace(
         return []
     if steps.empty and requests.empty:
         return []
-    _write_json_atomic(path, trace_events(steps, requests, summary, out))
+    _write_json_atomic(path, trace_events(steps, requests, summary, out, chunks=chunks))
     return [path]
 
 
@@ -92,9 +96,10 @@ def perfetto_trace(
     summary: dict | None = None,
     output: OutputConfig | None = None,
     max_counter_points: int = MAX_COUNTER_POINTS,
+    chunks: pd.DataFrame | None = None,
 ) -> dict:
     """The whole trace as one dict (what trace.json holds)."""
-    events = trace_events(steps, requests, summary, output, max_counter_points)
+    events = trace_events(steps, requests, summary, output, max_counter_points, chunks)
     return {"traceEvents": list(events), "displayTimeUnit": "ms"}
 
 
@@ -104,8 +109,10 @@ def trace_events(
     summary: dict | None = None,
     output: OutputConfig | None = None,
     max_counter_points: int = MAX_COUNTER_POINTS,
+    chunks: pd.DataFrame | None = None,
 ) -> Iterator[dict]:
-    """Every event of the trace: metadata first, then steps, counters and requests."""
+    """Every event of the trace: metadata first, then steps, counters and requests (with their
+    prefill chunks where the ``chunks`` table has them)."""
     requests = pd.DataFrame() if requests is None else requests
     out = output or OutputConfig()
     pools = _pool_infos(steps, (summary or {}).get("pools") or [])
@@ -116,7 +123,7 @@ def trace_events(
             pid, info, steps, tids, max_counter_points, None if out.trace == "full" else MAX_STEP_SLICES
         )
     if out.trace != "none" and not requests.empty:
-        yield from _request_events(len(pools) + 1, requests, steps, out, tids)
+        yield from _request_events(len(pools) + 1, requests, steps, out, tids, chunks)
 
 
 # ---------------------------------------------------------------- pools, replicas, steps
@@ -276,21 +283,35 @@ def downsample(t: np.ndarray, v: np.ndarray, max_points: int) -> tuple[np.ndarra
 # ---------------------------------------------------------------- requests
 
 
+def sample_indices(n: int, output: OutputConfig) -> list[int]:
+    """Positions in arrival order of the requests that get tracks: all (``full``), none (``none``),
+    or ``trace_requests`` of them evenly spread (``sample``; the first and the last included, no
+    RNG). The simulator keeps these requests' prefill chunks (the workload is in arrival order)."""
+    if output.trace == "none" or n == 0:
+        return []
+    if output.trace == "full" or n <= output.trace_requests:
+        return list(range(n))
+    return np.unique(np.round(np.linspace(0, n - 1, output.trace_requests)).astype(int)).tolist()
+
+
 def sample_requests(requests: pd.DataFrame, output: OutputConfig) -> pd.DataFrame:
-    """The requests that get tracks: all (``full``), or ``trace_requests`` of them evenly spread
-    over arrival order (``sample``; the first and the last included, no RNG)."""
+    """The requests that get tracks (``sample_indices`` over the requests in arrival order)."""
     ordered = requests.sort_values(["arrival_s", "id"], kind="stable")
-    n = output.trace_requests
-    if output.trace == "full" or len(ordered) <= n:
+    if output.trace == "none":
         return ordered
-    idx = np.unique(np.round(np.linspace(0, len(ordered) - 1, n)).astype(int))
-    return ordered.iloc[idx]
+    return ordered.iloc[sample_indices(len(ordered), output)]
 
 
 def _request_events(
-    pid: int, requests: pd.DataFrame, steps: pd.DataFrame, output: OutputConfig, tids: _Tids
+    pid: int,
+    requests: pd.DataFrame,
+    steps: pd.DataFrame,
+    output: OutputConfig,
+    tids: _Tids,
+    chunks: pd.DataFrame | None = None,
 ) -> Iterator[dict]:
     chosen = sample_requests(requests, output)
+    spans = _chunk_spans_ns(chunks, steps)
     label = f"requests (all {len(requests)})" if len(chosen) == len(requests) else None
     label = label or f"requests ({len(chosen)} of {len(requests)}, evenly spread over arrival order)"
     yield from _process_meta(pid, label, 1_000_000)
@@ -302,7 +323,7 @@ def _request_events(
     for k, tid in enumerate(lane_tids):
         yield from _thread_meta(pid, tid, f"lane {k}", k)
     for i, row in enumerate(served.to_dict("records")):
-        yield from _request_slices(pid, lane_tids[int(lanes[i])], row, bounds[i])
+        yield from _request_slices(pid, lane_tids[int(lanes[i])], row, bounds[i], spans.get(int(row["id"]), []))
     if not rejected.empty:
         tid = tids.next()
         yield from _thread_meta(pid, tid, "rejected", len(lane_tids))
@@ -330,18 +351,42 @@ def _first_scheduled_s(served: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     rep = served["replica"].to_numpy(dtype=float)
     for r, g in steps.groupby("replica"):
         mine = np.flatnonzero((rep == r) & ~np.isnan(q))
-        if not len(mine):
-            continue
-        end = (g["start_s"] + g["duration_s"]).to_numpy()
-        order = np.argsort(end, kind="stable")
-        end, start = end[order], g["start_s"].to_numpy()[order]
-        qm = q[mine]
-        hi = np.minimum(np.searchsorted(end, qm), len(end) - 1)  # the nearest end: hi or the one before
-        lo = np.maximum(hi - 1, 0)
-        j = np.where(np.abs(end[lo] - qm) <= np.abs(end[hi] - qm), lo, hi)
-        hit = np.abs(end[j] - qm) <= CSV_REL_TOL * np.abs(qm) + 1e-9
-        q[mine[hit]] = start[j[hit]]
+        if len(mine):
+            start = _step_start_of(q[mine], g)
+            hit = ~np.isnan(start)
+            q[mine[hit]] = start[hit]
     return q
+
+
+def _step_start_of(end_s: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """The start of the step of ``steps`` that ended at each of ``end_s`` (the nearest end, within
+    CSV rounding); NaN where none did (steps sampled or off)."""
+    end = (steps["start_s"] + steps["duration_s"]).to_numpy(dtype=float)
+    order = np.argsort(end, kind="stable")
+    end, start = end[order], steps["start_s"].to_numpy(dtype=float)[order]
+    if not len(end) or not len(end_s):
+        return np.full(len(end_s), np.nan)
+    hi = np.minimum(np.searchsorted(end, end_s), len(end) - 1)  # the nearest end: hi or the one before
+    lo = np.maximum(hi - 1, 0)
+    j = np.where(np.abs(end[lo] - end_s) <= np.abs(end[hi] - end_s), lo, hi)
+    hit = np.abs(end[j] - end_s) <= CSV_REL_TOL * np.abs(end_s) + 1e-9
+    return np.where(hit, start[j], np.nan)
+
+
+def _chunk_spans_ns(chunks: pd.DataFrame | None, steps: pd.DataFrame) -> dict[int, list[tuple[int, int, int]]]:
+    """Per request id, its prefill chunks as (start, end, tokens): the steps that carried them
+    (the simulator keeps each traced request's chunk ends, ``chunks`` table); chunks whose step
+    is not in the steps table are left out."""
+    if chunks is None or chunks.empty or steps.empty:
+        return {}
+    start = _step_start_of(chunks["end_s"].to_numpy(dtype=float), steps)
+    found = ~np.isnan(start)
+    out: dict[int, list[tuple[int, int, int]]] = {}
+    ids, t0 = chunks["id"].to_numpy()[found], _ns(start[found])
+    t1, tok = _ns(chunks["end_s"].to_numpy(dtype=float)[found]), chunks["tokens"].to_numpy()[found]
+    for rid, a, b, n in zip(ids.tolist(), t0.tolist(), t1.tolist(), tok.tolist(), strict=True):
+        out.setdefault(int(rid), []).append((a, b, int(n)))
+    return out
 
 
 def _phase_bounds_ns(served: pd.DataFrame, scheduled_s: np.ndarray, last_s: float) -> np.ndarray:
@@ -369,7 +414,9 @@ def _last_instant_s(requests: pd.DataFrame, steps: pd.DataFrame) -> float:
     return last
 
 
-def _request_slices(pid: int, tid: int, row: dict, b: np.ndarray) -> Iterator[dict]:
+def _request_slices(
+    pid: int, tid: int, row: dict, b: np.ndarray, chunks: list[tuple[int, int, int]] | None = None
+) -> Iterator[dict]:
     rid = int(row["id"])
     status = str(row["status"])
     name = f"request {rid}" if status == "finished" else f"request {rid} ({status})"
@@ -402,6 +449,23 @@ def _request_slices(pid: int, tid: int, row: dict, b: np.ndarray) -> Iterator[di
                 "tid": tid,
                 "args": small,
             }
+    yield from _chunk_slices(pid, tid, t, chunks or [], small)
+
+
+def _chunk_slices(pid: int, tid: int, t: list[int], chunks: list[tuple[int, int, int]], args: dict) -> Iterator[dict]:
+    """A slice per prefill chunk (the step that carried it), inside the phase it lies in: the
+    prompt's chunks inside ``prefill``; after a preemption by recompute, the prompt and the tokens
+    generated so far prefilled again inside ``decode`` ("recompute")."""
+    for k, (a, e, tokens) in enumerate(chunks):
+        inside_prefill = e <= t[2]
+        # kept inside its phase (CSV rounding at the edges; a recompute that began within the
+        # client's output delay of the first token)
+        a, e = max(a, t[1] if inside_prefill else t[2]), min(e, t[3])
+        if e <= a:
+            continue
+        name = f"chunk {k + 1}: {tokens} tokens" if inside_prefill else f"recompute: {tokens} tokens"
+        ts, dur = _ts_dur(a, e)
+        yield {"name": name, "cat": "chunk", "ph": "X", "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
 
 
 def _request_args(row: dict) -> dict:

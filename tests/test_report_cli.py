@@ -128,7 +128,9 @@ def test_run_report_shows_the_cli_summary_and_latency_table(scenario, tmp_path, 
     text = capsys.readouterr().out
     headers, rows = cli_table(text, "latency (ms)")
     assert [r[0] for r in rows] == ["TTFT", "TPOT", "ITL", "E2EL", "TBT max"]
-    thr = re.search(r"throughput (\S+) req/s, (\S+) output tok/s, (\S+) total tok/s over (\S+) s", text)
+    thr = re.search(
+        r"throughput (\S+) req/s, (\S+) input tok/s, (\S+) output tok/s, (\S+) total tok/s over (\S+) s", text
+    )
     slo = re.search(r"attainment (\S+ \(target \d+%\)), goodput (\S+) req/s", text)
     cost = re.search(r"cost +(\$\S+/h, \$\S+ per million output tokens)", text)
     req = re.search(r"requests (\d+ total, .* preemptions)", text)
@@ -136,9 +138,10 @@ def test_run_report_shows_the_cli_summary_and_latency_table(scenario, tmp_path, 
     expected = [
         ["requests", req.group(1)],
         ["request throughput (req/s)", thr.group(1)],
-        ["output throughput (tok/s)", thr.group(2)],
-        ["total token throughput (tok/s)", thr.group(3)],
-        ["duration (s)", thr.group(4)],
+        ["input throughput (tok/s)", thr.group(2)],
+        ["output throughput (tok/s)", thr.group(3)],
+        ["total token throughput (tok/s)", thr.group(4)],
+        ["duration (s)", thr.group(5)],
         ["SLO attainment", slo.group(1)],
         ["request goodput (req/s)", slo.group(2)],
         ["cost", cost.group(1)],

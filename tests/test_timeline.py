@@ -27,7 +27,7 @@ import llmsim
 from llmsim.cli import main
 from llmsim.report import write_scenario
 from llmsim.scenario import OutputConfig, Scenario
-from llmsim.timeline import MAX_COUNTER_POINTS, MAX_STEP_SLICES, PHASES, perfetto_trace, write_trace
+from llmsim.timeline import MAX_COUNTER_POINTS, MAX_STEP_SLICES, PHASES, perfetto_trace, sample_requests, write_trace
 
 BASE = """
 name: timeline
@@ -64,7 +64,7 @@ def runs(tmp_path_factory):
 
 
 def trace_of(res, **output) -> dict:
-    return perfetto_trace(res.steps, res.requests, res.summary, OutputConfig(**output))
+    return perfetto_trace(res.steps, res.requests, res.summary, OutputConfig(**output), chunks=res.chunks)
 
 
 # ---------------------------------------------------------------- the structural check
@@ -124,7 +124,8 @@ def check_nesting(evs: list[dict], thread: str) -> None:
     """X slices of one thread nest or follow each other, both in the nanoseconds Perfetto reads
     (llround(ts * 1000) + llround(dur * 1000)) and in the floating-point microseconds DevTools adds
     up (ts + dur); nothing nests but a request's phases, one level deep, in order and together
-    covering the request."""
+    covering the request; prefill chunks one level below, inside ``prefill`` (or ``decode`` for a
+    recompute), never overlapping."""
     ns = {id(e): (round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000)) for e in evs}
     tree = nest(evs, lambda e: ns[id(e)], thread)
     assert tree == nest(evs, lambda e: (e["ts"], e["ts"] + e["dur"]), thread), f"{thread}: ns and µs disagree"
@@ -148,6 +149,11 @@ def nest(evs: list[dict], bounds, thread: str) -> list[tuple[dict, list[dict]]]:
         if stack:
             parent = stack[-1]
             assert end <= bounds(parent)[1], f"{thread}: {ev['name']} overlaps {parent['name']} without nesting"
+            if len(stack) == 2:  # a prefill chunk in its phase: the prompt's, or a recompute's
+                want = {"prefill": "chunk ", "decode": "recompute: "}.get(parent["name"])
+                assert ev["cat"] == "chunk" and want and ev["name"].startswith(want), (thread, parent, ev)
+                stack.append(ev)
+                continue
             assert len(stack) == 1 and ev["name"] in PHASES, f"{thread}: {ev['name']} nested in {parent['name']}"
             if not out or out[-1][0] is not parent:
                 out.append((parent, []))
@@ -205,6 +211,25 @@ def test_each_request_has_its_phases_in_order(runs):
     parent = got[f"request {row['id']}"]["args"]
     assert parent["prompt_tokens"] == row["prompt_tokens"] and parent["output_tokens"] == row["output_tokens"]
     assert parent["replica"] == row["replica"]
+
+
+def test_prefill_chunks_are_the_steps_that_carried_them(runs):
+    # chunked 512: a prompt's chunks are the steps it rode in, at most 512 tokens each, and they
+    # add up to the prompt less its prefix-cache hits (a request never preempted)
+    res = runs["base"]
+    trace = trace_of(res, trace="full")
+    chunks: dict[int, list[dict]] = defaultdict(list)
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X" and e["cat"] == "chunk":
+            chunks[e["args"]["id"]].append(e)
+    done = res.requests[(res.requests["status"] == "finished") & (res.requests["preemptions"] == 0)]
+    assert len(done) > 30 and set(done["id"]) <= set(chunks)
+    for row in done.itertuples():
+        tokens = [int(e["name"].split(": ")[1].split()[0]) for e in chunks[row.id]]
+        assert sum(tokens) == row.prompt_tokens - row.cached_tokens and max(tokens) <= 512
+    assert max(len(v) for v in chunks.values()) > 1  # long prompts took several steps
+    # the sampled trace keeps the chunks of the sampled requests only (the simulator kept no more)
+    assert set(res.chunks["id"]) == set(sample_requests(res.requests, OutputConfig())["id"])
 
 
 def test_sample_caps_request_tracks_evenly_over_arrival(runs):

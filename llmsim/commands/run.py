@@ -117,7 +117,8 @@ def summary_text(s: dict) -> str:
         f"cluster  {pools}",
         f"requests {req['total']} total, {req['finished']} finished, {req['rejected']} rejected, "
         f"{req['unfinished']} unfinished, {req['preemptions']} preemptions",
-        f"throughput {fmt(s['request_throughput'])} req/s, {fmt(s['output_throughput'])} output tok/s, "
+        f"throughput {fmt(s['request_throughput'])} req/s, {fmt(s['input_throughput'])} input tok/s, "
+        f"{fmt(s['output_throughput'])} output tok/s, "
         f"{fmt(s['total_token_throughput'])} total tok/s over {fmt(s['duration'])} s",
     ]
     body = table(*latency_table(s))

@@ -276,6 +276,8 @@ class Scheduler:
                 r.queued_s = now
             r.prefilled += c
             r.kv_tokens += c
+            if r.chunks is not None:
+                r.chunks.append((now, c))
             if self.kv.prefix_caching:
                 self.kv.commit(r)
             if r.prefilled == r.prefill_target:
