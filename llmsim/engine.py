@@ -124,6 +124,15 @@ def for_hardware(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
     return spec
 
 
+# The engines of DistServe's evaluation (OSDI'24) on an A100-80GB: host terms fitted by
+# llmsim/calibration/stepmodel.py to DistServe's step-time models of them (data/validation/distserve/,
+# Apache-2.0; OPT-13B TP1) over llmsim's A100 kernels. `benchmarks/distserve_presets.py` prints the
+# fit and tests/test_stepmodel.py refits these numbers; docs/validation.md has the errors (TP1 fit
+# 3.4% / 6.9% MAPE per step; held out TP2 and TP4 worse).
+_DS = "DistServe profiler-a100-80g.{}.json (OPT-13B TP1), residual over llmsim's A100 kernels, stepmodel.fit_host_terms"
+_VLLM_2024 = HostTerm(8.2318e-3, 0.0, 5.1353e-5, _DS.format("vllm"))
+_DISTSERVE_2024 = HostTerm(3.9383e-3, 1.0095e-4, 1.1552e-5, _DS.format("distserve"))
+
 PRESETS: dict[str, EngineSpec] = {
     "ideal": EngineSpec(
         "ideal",
@@ -144,6 +153,21 @@ PRESETS: dict[str, EngineSpec] = {
         cuda_graphs=True,
         cuda_graph_sizes=vllm_capture_sizes(512),
         defaults="vllm",
+    ),
+    "vllm-2024": EngineSpec(
+        "vllm-2024",
+        "vLLM of early 2024 as DistServe measured it (the baseline of the DistServe paper): synchronous "
+        "steps, decode CUDA graphs, host terms fitted to DistServe's step model of it (llmsim/engine.py); "
+        "pair with policy.kind traditional (no chunked prefill)",
+        prepare=_VLLM_2024,
+        cuda_graphs=True,
+    ),
+    "distserve-2024": EngineSpec(
+        "distserve-2024",
+        "DistServe's own engine (OSDI'24) as its authors measured it: synchronous steps, decode CUDA graphs, "
+        "host terms fitted to DistServe's step model of it (llmsim/engine.py); pair with policy.kind disaggregated",
+        prepare=_DISTSERVE_2024,
+        cuda_graphs=True,
     ),
 }
 DEFAULT_ENGINE = "vllm-v1"

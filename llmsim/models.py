@@ -281,6 +281,26 @@ CATALOG: dict[str, ModelSpec] = {
             "local/global alternation as in google-deepmind/gemma's gemma2 configs",
         ),
         ModelSpec(
+            name="opt-13b",
+            hidden_size=5120,
+            intermediate_size=20480,  # ffn_dim: fc1 / fc2 with ReLU, not gated
+            num_layers=40,
+            num_heads=40,
+            num_kv_heads=40,
+            head_dim=128,
+            vocab_size=50272,
+            tie_embeddings=True,
+            gated_mlp=False,
+            norm="layernorm",
+            linear_bias=True,
+            learned_positions=2050,  # 2048 positions + OPT's offset of 2
+            max_position_embeddings=2048,
+            weight_dtype="fp16",
+            source="facebook/opt-13b config.json (model_type opt: hidden_size 5120, ffn_dim 20480, 40 layers, "
+            "40 heads, vocab 50272, max_position_embeddings 2048, relu, do_layer_norm_before, tied lm_head); "
+            "the model of DistServe's evaluation (OSDI'24) and of its fitted step models",
+        ),
+        ModelSpec(
             name="gpt2",
             hidden_size=768,
             intermediate_size=3072,
