@@ -175,13 +175,15 @@ def slo_mask(req: pd.DataFrame, slo: dict, classes: dict | None = None) -> pd.Se
 
 
 def saturation_verdict(
-    queue: pd.DataFrame, n_requests: int, unfinished: int, last_arrival_s: float, shed: int = 0
+    queue: pd.DataFrame, n_requests: int, unfinished: int, last_arrival_s: float, shed: int = 0, finished: int = -1
 ) -> dict:
     """Stable / backlogged / overloaded, from how the waiting queue grows while requests arrive.
 
     The least-squares slope of the waiting-queue length over the arrival window, divided by
     the arrival rate, is the share of offered requests that pile up instead of being served.
-    Requests shed by a full queue (``shed``) count as piled up: a capped queue cannot grow.
+    Requests shed by a full queue (``shed``) count as piled up: a capped queue cannot grow. A run
+    in which no request finished (all rejected, shed or cut by the horizon) is ``unserved``: it has
+    no latencies to describe, whatever its queue did.
     """
     out = {"queue_growth_rps": 0.0, "growth_share": 0.0, "unfinished": unfinished, "final_queue": 0, "shed": shed}
     if not queue.empty and last_arrival_s > 0:
@@ -194,7 +196,9 @@ def saturation_verdict(
             out["growth_share"] = slope / rate if rate > 0 else 0.0
             out["final_queue"] = int(q[-1])
     share = out["growth_share"]
-    if share > 0.05 or unfinished + shed > 0.05 * max(n_requests, 1):
+    if n_requests and finished == 0:
+        verdict = "unserved"
+    elif share > 0.05 or unfinished + shed > 0.05 * max(n_requests, 1):
         verdict = "overloaded"
     elif share > 0.01 or unfinished + shed > 0:
         verdict = "backlogged"
@@ -206,6 +210,8 @@ def saturation_verdict(
         "backlogged": "the queue grows slowly or requests were left at the horizon; latencies include a backlog",
         "overloaded": "offered load exceeds capacity: the queue grows without bound and latencies depend on "
         "the run length, not the system",
+        "unserved": "no request finished: every one was rejected (see requests.rejected and each request's "
+        "reject_reason) or cut by the horizon; there are no latencies to describe",
     }[verdict]
     return out
 
@@ -273,5 +279,6 @@ def summarize(
         }
     last_arrival = float(req["arrival_s"].max()) if n else 0.0
     shed = int(req["reject_reason"].fillna("").str.startswith("queue full").sum()) if n else 0
-    summary["saturation"] = saturation_verdict(queue, n, summary["requests"]["unfinished"], last_arrival, shed)
+    unfinished = summary["requests"]["unfinished"]
+    summary["saturation"] = saturation_verdict(queue, n, unfinished, last_arrival, shed, int(len(fin)))
     return summary

@@ -16,6 +16,8 @@ from llmsim.invariants import check_kv_freed, check_no_stall, check_requests, ch
 from llmsim.scenario import scenario_from_dict
 from llmsim.sim import events_pending
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def scenario(**workload) -> dict:
     wl = {
@@ -209,3 +211,27 @@ def test_work_cut_off_by_the_horizon_is_not_a_stall():
     env.run(until=10.0)
     req = SimpleNamespace(id=5, replica=0, status="running")
     check_no_stall(events_pending(env), [req], 10.0)
+
+
+def test_a_run_where_nothing_finishes_is_unserved_not_stable() -> None:
+    # every prompt is longer than a replica's whole KV cache: all rejected, the queue never grows
+    sc = scenario_from_dict(
+        {
+            "name": "all-rejected",
+            "model": {"name": "llama-3.1-8b"},
+            "hardware": "H100-SXM",
+            "kv_cache": {"num_blocks": 8},
+            "workload": {
+                "kind": "poisson",
+                "rate_rps": 2.0,
+                "num_requests": 20,
+                "prompt_tokens": {"dist": "fixed", "value": 4000},
+                "output_tokens": {"dist": "fixed", "value": 10},
+            },
+        },
+        "test",
+        ROOT,
+    )
+    s = llmsim.run(sc).summary
+    assert s["requests"]["rejected"] == 20 and s["completed"] == 0
+    assert s["saturation"]["verdict"] == "unserved"
