@@ -285,3 +285,13 @@ def test_twin_on_the_raw_clock_prints_its_table(tiny_twin, capsys) -> None:
     # --raw-clock applies no speed factor: the runs table shows "-" for it (it used to crash)
     assert main([*tiny_twin, "--raw-clock"]) == 0
     assert "applied speed factor" in capsys.readouterr().out
+
+
+def test_hardware_detail_shows_a_table_figure_by_its_range(tmp_path, capsys) -> None:
+    # a measured local-cpu profile carries gemm_small_m as a table per m: shown as its range
+    hw = yaml.safe_load((ROOT / "hardware_profiles/EPYC-9654.yaml").read_text())
+    hw["name"] = "table-figure"
+    hw["efficiency"]["gemm_small_m"] = {"value": [0.1, 0.25, 0.5], "source": "test"}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(hw))
+    assert main(["hardware", str(tmp_path / "t.yaml")]) == 0
+    assert "3 values 0.1..0.5" in capsys.readouterr().out

@@ -319,7 +319,7 @@ def test_profile_section_values_are_replaced_not_their_sources():
 
 @pytest.mark.slow
 def test_measure_and_write_produces_a_valid_local_cpu_profile(tmp_path):
-    path = localcpu.measure_and_write(tmp_path / "local-cpu.yaml", quick=True)
+    path, _ = localcpu.measure_and_write(tmp_path / "local-cpu.yaml", quick=True)
     prof = load_profile(path)
     assert prof.name == "local-cpu" and prof.family == "cpu"
     assert all("measured by llmsim calibrate --local-cpu on" in f.source for f in [prof.peak_flops["fp32"]])

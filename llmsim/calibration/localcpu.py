@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,20 +58,30 @@ class MicroBench:
     step_s: float  # per engine step, around the forward
 
 
-def run_microbench(spec: ModelSpec, quick: bool) -> MicroBench:
-    """Every micro-benchmark, in this order, on ``BLAS_THREADS`` BLAS threads."""
+STAGES = ("bandwidth", "GEMMs", "small-m GEMMs", "attention", "elementwise", "overheads", "engine fit")
+
+
+def run_microbench(spec: ModelSpec, quick: bool, stage: Callable[[str], None] = lambda _: None) -> MicroBench:
+    """Every micro-benchmark, in this order, on ``BLAS_THREADS`` BLAS threads; ``stage(name)`` is
+    told as each of ``STAGES`` ends (a progress bar)."""
     min_s = 0.02 if quick else 0.08
     ms = [1, 24, 64, 256, 1024] if quick else [1, 2, 4, 8, 16, 20, 24, 32, 48, 64, 128, 256, 512, 1024, 2048]
     small_reps = 3 if quick else 9
     with threadpool_limits(BLAS_THREADS, "blas"):
         bw = stream_bandwidth(min_s, 256 if quick else 1024)
+        stage(STAGES[0])
         rows = gemm_table(spec, ms, 5 if quick else 15)
         peak, half_m, mem_frac = fit_gemm(rows, bw, min_m=SMALL_M + 1)
+        stage(STAGES[1])
         small_rows = engine_gemm_table(spec, list(range(1, SMALL_M + 1)), small_reps)
         small = small_m_table(small_rows, peak, SMALL_M)
+        stage(STAGES[2])
         attn, dec_attn, attn_rows = attention_fraction(spec, peak, bw * mem_frac, min_s, quick)
+        stage(STAGES[3])
         elem = elementwise_fraction(spec, bw, min_s)
+        stage(STAGES[4])
         launch, step = overheads(spec, min_s)
+        stage(STAGES[5])
     return MicroBench(
         ms,
         small_reps,
@@ -193,9 +204,11 @@ def apply_engine_fit(data: dict, fitted: dict, cal_rows: list[dict], references:
         data[section][k] = {"value": v, "source": old["source"] + cal.format(old["value"])}
 
 
-def measure(quick: bool = False, spec: ModelSpec = TWIN_SPEC) -> tuple[HardwareProfile, dict]:
+def measure(
+    quick: bool = False, spec: ModelSpec = TWIN_SPEC, stage: Callable[[str], None] = lambda _: None
+) -> tuple[HardwareProfile, dict]:
     """Run every benchmark and the fit; return the profile and the raw measurements."""
-    mb = run_microbench(spec, quick)
+    mb = run_microbench(spec, quick, stage)
     data = profile_data(spec, mb, quick)
     start = {"gemm_half_m": mb.half_m, "memory_fraction": mb.mem_frac}
     start.update({"attention_fraction": mb.attn, "decode_attention_fraction": mb.dec_attn})
@@ -204,6 +217,7 @@ def measure(quick: bool = False, spec: ModelSpec = TWIN_SPEC) -> tuple[HardwareP
     with threadpool_limits(BLAS_THREADS, "blas"):
         fitted, cal_rows, references = fit_to_engine(spec, start, quick)
     apply_engine_fit(data, fitted, cal_rows, references)
+    stage(STAGES[6])
     raw = {
         "gemm": mb.gemm_rows,
         "gemm_small_m": mb.small_rows,
@@ -214,13 +228,15 @@ def measure(quick: bool = False, spec: ModelSpec = TWIN_SPEC) -> tuple[HardwareP
     return HardwareProfile.model_validate(data), raw
 
 
-def measure_and_write(out_path: Path, quick: bool) -> Path:
+def measure_and_write(
+    out_path: Path, quick: bool, stage: Callable[[str], None] = lambda _: None
+) -> tuple[Path, HardwareProfile]:
     """Measure this machine and write the ``local-cpu`` profile YAML to ``out_path``."""
-    profile, _ = measure(quick)
+    profile, _ = measure(quick, stage=stage)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     dump_profile(profile, out_path)
-    return out_path
+    return out_path, profile
 
 
 def _cpu_name() -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from llmsim.errors import UserError
 from llmsim.progress import bar, printer
+from llmsim.tables import table
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -64,8 +65,20 @@ def _local_cpu(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else Path("hardware_profiles/calibrated/local-cpu.yaml")
     out.parent.mkdir(parents=True, exist_ok=True)
-    written = measure_and_write(out, args.quick)  # its benchmarks have no hook for a bar
-    printer(args.quiet)(f"wrote {written}")
+    from llmsim.calibration.localcpu import STAGES
+    from llmsim.commands.hardware import detail_rows
+
+    with bar(len(STAGES), "calibrate --local-cpu", not args.quiet, unit="stage") as b:
+
+        def stage(name: str) -> None:
+            b.set_description(f"calibrate --local-cpu: {name} done")
+            b.update()
+
+        written, profile = measure_and_write(out, args.quick, stage)
+    say = printer(args.quiet)
+    say(f"{profile.name}: the fitted figures, each with how it was measured")
+    say(table(detail_rows(profile), ["figure", "value", "source"], "lrl"))
+    say(f"wrote {written}")
     return 0
 
 

@@ -58,12 +58,20 @@ def detail_rows(hw: HardwareProfile) -> list[list[str]]:
     for section in ("efficiency", "overheads"):
         for name, fig in getattr(hw, section):
             if fig is not None:  # optional shape terms may be absent
-                rows.append([f"{section}.{name}", f"{fig.value:g}", fig.source])
+                rows.append([f"{section}.{name}", _figure_text(fig.value), fig.source])
     rows += [
         ["power", f"{hw.power_w.value:.0f} W", hw.power_w.source],
         ["price", f"${hw.price_per_hour_usd.value:.2f}/h", hw.price_per_hour_usd.source],
     ]
     return rows
+
+
+def _figure_text(value: object) -> str:
+    """A number as ``%g``; a table of them (e.g. the GEMM efficiency per small m) by its range."""
+    if isinstance(value, list):
+        nums = [float(v) for v in value]
+        return f"{len(nums)} values {min(nums):g}..{max(nums):g}" if nums else "[]"
+    return f"{value:g}"
 
 
 LIST_HEADERS = [
