@@ -403,12 +403,14 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
                 return v
         raise UserError(f"{path}: missing key {keys[0]!r} (HuggingFace config.json field)")
 
-    is_gpt2 = cfg.get("model_type") == "gpt2" or "n_embd" in cfg
+    family = hf_family(cfg, path)
+    is_gpt2 = family == "gpt2"
     hidden = need("hidden_size", "n_embd")
     heads = need("num_attention_heads", "n_head")
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    inter = cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * hidden
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+    kv_heads = _count(cfg, path, "num_key_value_heads", heads)
+    inter = _count(cfg, path, "intermediate_size", cfg.get("n_inner") or 4 * hidden)
+    experts = _count(cfg, path, "num_local_experts", cfg.get("num_experts") or 0, zero_ok=True)
+    _check_shapes(cfg, path, hidden, heads, kv_heads, experts)
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     torch_dtype = str(cfg.get("torch_dtype") or ("float32" if is_gpt2 else "bfloat16"))
     dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(torch_dtype, "bf16")
@@ -438,6 +440,98 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
         weight_dtype=dtype,
         source=f"HF config {path}",
     )
+
+
+# The HF model_types the importer reads, and what it makes of them: dense or MoE decoders with
+# RoPE (Llama-like: GQA, SwiGLU, RMSNorm; Qwen2 adds QKV biases; Gemma 2 alternates windows) or
+# GPT-2 (learned positions, LayerNorm, GELU, biases). Anything else would be priced as something
+# it is not: it is refused, naming the field (issue #17: never a silent dense fallback).
+HF_FAMILIES = {
+    "llama": "llama",
+    "mistral": "llama",
+    "mixtral": "llama",
+    "qwen2": "llama",
+    "qwen3": "llama",
+    "qwen3_moe": "llama",
+    "gemma2": "llama",
+    "gpt2": "gpt2",
+}
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Gemma2ForCausalLM": "gemma2",
+    "GPT2LMHeadModel": "gpt2",
+}
+# fields of architectures the cost model does not price: (field, what it means)
+UNSUPPORTED_FIELDS = (
+    ("kv_lora_rank", "multi-head latent attention (DeepSeek MLA)"),
+    ("q_lora_rank", "multi-head latent attention (DeepSeek MLA)"),
+    ("n_shared_experts", "shared experts"),
+    ("shared_expert_intermediate_size", "shared experts"),
+    ("linear_attn_config", "linear-attention layers"),
+)
+
+
+def hf_family(cfg: dict, path: Path) -> str:
+    """The importer's family of a config: by ``model_type``, else by ``architectures[0]``; a config
+    of another architecture, or with fields of one the cost model does not price, is refused."""
+    model_type = cfg.get("model_type")
+    if model_type is None:
+        archs = cfg.get("architectures") or []
+        model_type = ARCHITECTURES.get(archs[0]) if isinstance(archs, list) and archs else None
+        if model_type is None and "n_embd" in cfg:
+            model_type = "gpt2"  # (GPT-2's own field names)
+    supported = ", ".join(sorted(HF_FAMILIES))
+    if model_type is None:
+        raise UserError(f"{path}: model_type: missing, and no known architectures entry; supported: {supported}")
+    if model_type not in HF_FAMILIES:
+        raise UserError(
+            f"{path}: model_type: {model_type!r} is not an architecture llmsim prices; supported: {supported}"
+        )
+    for field, what in UNSUPPORTED_FIELDS:
+        if cfg.get(field):
+            raise UserError(
+                f"{path}: {field}: {what} is not modelled (model_type {model_type!r}); it would be priced wrong"
+            )
+    return HF_FAMILIES[model_type]
+
+
+def _count(cfg: dict, path: Path, key: str, default: object, zero_ok: bool = False) -> int:
+    """An optional count field: a positive integer (or 0 where allowed), else ``default``."""
+    v = cfg.get(key)
+    if v is None:
+        return int(default)  # type: ignore[call-overload]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and not zero_ok):
+        raise UserError(f"{path}: {key}: expected a {'non-negative' if zero_ok else 'positive'} integer, got {v!r}")
+    return v
+
+
+def _check_shapes(cfg: dict, path: Path, hidden: int, heads: int, kv_heads: int, experts: int) -> None:
+    """The config's numbers must make one model: heads divide the width (unless head_dim says),
+    KV heads divide the heads, an MoE names how many experts each token uses."""
+    head_dim = cfg.get("head_dim")
+    if head_dim is None and hidden % heads:
+        raise UserError(f"{path}: num_attention_heads: {heads} does not divide hidden_size {hidden} (and no head_dim)")
+    if head_dim is not None:
+        _count(cfg, path, "head_dim", 0)
+    if kv_heads > heads or heads % kv_heads:
+        raise UserError(f"{path}: num_key_value_heads: {kv_heads} must divide num_attention_heads {heads}")
+    if experts:
+        k = _count(cfg, path, "num_experts_per_tok", 0, zero_ok=True)
+        if not 0 < k <= experts:
+            raise UserError(
+                f"{path}: num_experts_per_tok: expected 1..{experts} for an MoE of {experts} experts, got {k}"
+            )
+    window = cfg.get("sliding_window")
+    if window is not None and cfg.get("use_sliding_window", True):
+        _count(cfg, path, "sliding_window", 0)
+    for key in ("max_position_embeddings", "n_positions"):
+        if cfg.get(key) is not None:
+            _count(cfg, path, key, 0)
 
 
 def get_model(name_or_path: str | Path, base_dir: Path | None = None, name: str | None = None) -> ModelSpec:

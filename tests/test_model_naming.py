@@ -4,6 +4,7 @@ scenario can rename it (``model: {hf_config: PATH, name: NAME}``)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,27 @@ def test_config_json_is_named_from_its_shape_not_its_folder(tmp_path):
     gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257}
     assert from_hf_config(write(tmp_path / "c" / "config.json", gpt2)).name == "gpt2-768h12L"
     bare = {k: v for k, v in SHAPE.items() if k not in ("model_type", "architectures")}
-    assert from_hf_config(write(tmp_path / "d" / "config.json", bare)).name == "hf-model-512h4L"
+    with pytest.raises(UserError, match="model_type: missing"):  # no architecture to name it by, or price it as
+        from_hf_config(write(tmp_path / "d" / "config.json", bare))
+
+
+@pytest.mark.parametrize(
+    ("change", "culprit"),
+    [
+        ({"model_type": "deepseek_v3"}, "model_type: 'deepseek_v3' is not an architecture"),
+        ({"kv_lora_rank": 512}, "kv_lora_rank: multi-head latent attention"),
+        ({"n_shared_experts": 1}, "n_shared_experts: shared experts"),
+        ({"num_attention_heads": 7}, "num_attention_heads: 7 does not divide hidden_size 512"),
+        ({"num_key_value_heads": -2}, "num_key_value_heads: expected a positive integer"),
+        ({"num_key_value_heads": 3}, "num_key_value_heads: 3 must divide num_attention_heads"),
+        ({"model_type": "mixtral", "num_local_experts": 8}, "num_experts_per_tok: expected 1..8"),
+        ({"max_position_embeddings": 0}, "max_position_embeddings: expected a positive integer"),
+    ],
+)
+def test_configs_that_do_not_make_one_model_are_refused(tmp_path, change, culprit):
+    # never a silent dense fallback, never negative KV bytes or zero active experts (#17, #19)
+    with pytest.raises(UserError, match=re.escape(culprit)):
+        from_hf_config(write(tmp_path / "config.json", {**SHAPE, **change}))
 
 
 def test_shipped_configs():
