@@ -4,10 +4,13 @@ exposes ``add_parser(subparsers)``; a ``UserError`` anywhere becomes one message
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
+from collections.abc import Iterator
 
-from llmsim.errors import InvariantError, UserError
+from llmsim.errors import InvariantError, Terminated, UserError, forget_outputs, interrupted_message
 
 # Command modules, in the order `llmsim --help` lists them.
 COMMANDS = ["run", "hardware", "models", "sweep", "roofline", "calibrate", "validate", "plan", "report", "twin"]
@@ -60,8 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    forget_outputs()
     try:
-        return int(args.func(args) or 0)
+        with sigterm_raises():
+            return int(args.func(args) or 0)
     except UserError as exc:
         print(f"llmsim: error: {exc}", file=sys.stderr)
         return 2
@@ -71,9 +76,32 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `llmsim ... | head`: the reader left; not an error
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
-        print("llmsim: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # SIGINT; output folders being written are left as they were
+        print(f"llmsim: {interrupted_message()}", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except Terminated:  # SIGTERM (kill, a scheduler's timeout): the same clean stop
+        print(f"llmsim: {interrupted_message()}", file=sys.stderr)
+        return 128 + signal.SIGTERM
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` (as SIGINT raises KeyboardInterrupt), so temporary files and
+    folders are cleaned up. Restored afterwards: ``main`` is also called in-process (tests, notebooks).
+    Only the main thread may set handlers; elsewhere SIGTERM keeps its default."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,11 +6,18 @@ message naming the file, key path or row. The CLI prints it and exits with code 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import errno
 import json
 import os
+import re
+import shutil
+import signal
+import sys
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import yaml
@@ -22,6 +29,13 @@ class UserError(Exception):
 
 class InvariantError(RuntimeError):
     """The simulation broke one of its own invariants: a bug, reported loudly, never hidden."""
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the signal lands (like KeyboardInterrupt for SIGINT), so cleanup
+    (``finally``, context managers) runs. A BaseException: ``except Exception`` must not eat it."""
+
+    signum = signal.SIGTERM
 
 
 def did_you_mean(name: str, choices: list[str]) -> str:
@@ -96,13 +110,180 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    """``write(tmp)`` a temporary file in the same folder, then rename it to ``path``."""
+    """``write(tmp)`` a temporary file in the same folder, then rename it to ``path``. The file gets
+    the mode a plain ``open(path, "w")`` would (mkstemp's 0600 ignores the umask)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~current_umask())  # after writing: a writer may have recreated it
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    """The process umask. Python can only read it by setting it, so set it back at once."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# ---------------------------------------------------------------- whole folders, all or nothing
+
+# output folders being made now: what an interrupt message names as unchanged
+_PENDING: list[Path] = []
+# set once a folder was swapped into place, so a signal landing afterwards is not "unchanged"
+_SWAPPED: list[Path] = []
+
+
+def temp_sibling(out: Path, kind: str = "tmp") -> Path:
+    """``.NAME.tmp-PID`` next to ``out``: same file system (renames are atomic), hidden, and named
+    by the process so a leftover of a killed (SIGKILL) run can be told from a live one's."""
+    return out.parent / f".{out.name}.{kind}-{os.getpid()}"
+
+
+@contextlib.contextmanager
+def atomic_folder(out_dir: Path, keep: bool = False, owned: Callable[[Path], bool] | None = None) -> Iterator[Path]:
+    """Yield a temporary sibling folder to write into; on success it replaces ``out_dir`` as a
+    whole, on any exception (signal, full disk, a bug) it is removed and ``out_dir`` is untouched.
+
+    ``keep``: start from a copy of ``out_dir`` (hard links, so cheap), for commands that add to a
+    folder (``llmsim report``). Otherwise the new folder starts empty and the old one is deleted,
+    so ``owned(entry)`` must hold for every entry of a non-empty ``out_dir``: refusing to replace
+    a folder holding files llmsim did not write beats deleting them (UserError, exit 2).
+
+    An OSError (ENOSPC, EFBIG, EACCES, ...) becomes a one-line UserError naming the folder.
+    """
+    out = Path(out_dir)
+    if out.is_symlink():  # replace the folder the link points to, not the link
+        out = out.resolve()
+    if owned is not None:
+        refuse_foreign_files(out, owned)
+    tmp = temp_sibling(out)
+    try:
+        _PENDING.append(out)
+        _make_temp_folder(out, tmp, keep)
+        yield tmp
+        test_pause("swap")
+        if owned is not None:  # a file may have appeared there while we simulated
+            refuse_foreign_files(out, owned)
+        with signals_deferred():
+            _swap_into_place(tmp, out)
+            _PENDING.remove(out)  # (left there on failure: the interrupt message names it)
+            _SWAPPED.append(out)
+    except OSError as exc:
+        raise UserError(f"{out}: could not write the results ({os_reason(exc)}); {out} is unchanged") from None
+    finally:
+        with signals_deferred():  # a second Ctrl-C must not interrupt the cleanup
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _make_temp_folder(out: Path, tmp: Path, keep: bool) -> None:
+    shutil.rmtree(tmp, ignore_errors=True)  # a leftover of an earlier process with our pid
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if keep and out.is_dir():
+        shutil.copytree(out, tmp, symlinks=True, copy_function=_link_or_copy)
+    else:
+        tmp.mkdir()  # mode 0777 & ~umask, as a plain mkdir (tempfile.mkdtemp would be 0700)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link: the file is never rewritten, only the new folder's entries change."""
+    try:
+        os.link(src, dst)
+    except OSError:  # a file system without hard links
+        shutil.copy2(src, dst)
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    """Rename the old folder aside, the new one in, then delete the old one. Runs with signals
+    deferred, so ``out`` is never missing when the process is told to stop."""
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    old = temp_sibling(out, "old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        os.rename(old, out)  # put the old results back
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def refuse_foreign_files(out: Path, owned: Callable[[Path], bool]) -> None:
+    """UserError if ``out`` holds an entry ``owned`` does not claim (or is not a folder)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise UserError(f"output directory {out}: not writable (Not a directory)")
+    foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if not owned(p))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise UserError(
+            f"output directory {out} holds files llmsim did not write ({shown}); it replaces the whole "
+            "folder, so pick a new or empty --out, or move them"
+        )
+
+
+def os_reason(exc: OSError) -> str:
+    """``File too large (EFBIG)``: the errno's message and name, or the exception's own text."""
+    code = exc.errno
+    if not code:  # pyarrow's OSError has no errno, only "... Detail: [errno 27] File too large"
+        found = re.search(r"\[errno (\d+)\]", str(exc))
+        code = int(found.group(1)) if found else None
+    if code:
+        return f"{os.strerror(code)} ({errno.errorcode.get(code, code)})"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block is done (their handlers then run at once)."""
+    block = {signal.SIGINT, signal.SIGTERM}
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, block)
+    except (AttributeError, OSError, ValueError):  # no POSIX signal masks here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def output_pending(out: Path) -> Iterator[None]:
+    """Mark ``out`` as about to be replaced (while simulating, before ``atomic_folder``), so an
+    interrupt says it was left unchanged."""
+    _PENDING.append(Path(out))
+    yield  # no ``finally``: after an exception the message still needs it (``forget_outputs``)
+    _PENDING.remove(Path(out))
+
+
+def forget_outputs() -> None:
+    """Start a command with no pending folders (``main`` may run several commands in-process)."""
+    _PENDING.clear()
+    _SWAPPED.clear()
+
+
+def interrupted_message() -> str:
+    """What ``llmsim`` says when a signal stops it: which output folders were left unchanged."""
+    if _PENDING:
+        folders = ", ".join(str(p) for p in dict.fromkeys(_PENDING))
+        return f"interrupted: results not written; {folders} unchanged"
+    if _SWAPPED:
+        return f"interrupted after the results were written: {', '.join(str(p) for p in _SWAPPED)} complete"
+    return "interrupted"
+
+
+def test_pause(point: str) -> None:
+    """Test hook: with ``LLMSIM_TEST_PAUSE_AT=point``, say so on stderr and sleep, so a test can
+    signal the process exactly there (tests/test_atomic_results.py). Costs one dict lookup."""
+    if os.environ.get("LLMSIM_TEST_PAUSE_AT") == point:
+        print(f"llmsim: test pause at {point}", file=sys.stderr, flush=True)
+        time.sleep(60)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from llmsim.errors import UserError, atomic_write_text
-from llmsim.results import read_table, slo_targets
+from llmsim.errors import UserError, atomic_write_text, test_pause
+from llmsim.results import read_table, slo_targets, table_run_id
 from llmsim.scenario import Scenario
 from llmsim.tables import cells, fmt
 from llmsim.timeline import write_trace
@@ -37,11 +37,39 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 PLAN_TABLES = ("plan", "winners", "pareto", "infeasible", "sensitivity", "load")
 
 
-def write_scenario(sc: Scenario, out_dir: Path) -> Path:
-    """The resolved scenario next to the results, so a report can rebuild model and hardware."""
+def write_scenario(sc: Scenario, out_dir: Path, run_id: str | None = None) -> Path:
+    """The resolved scenario next to the results, so a report can rebuild model and hardware;
+    ``run_id`` is a top-level key (``ResultsDir.load`` drops it before validating)."""
     path = Path(out_dir) / "scenario.json"
-    atomic_write_text(path, json.dumps(sc.model_dump(), indent=2) + "\n")
+    data = sc.model_dump() if run_id is None else {**sc.model_dump(), "run_id": run_id}
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
     return path
+
+
+def scenario_json(sc: Scenario) -> str:
+    """scenario.json's content without the run id: what ``make_run_id`` hashes."""
+    return json.dumps(sc.model_dump(), indent=2) + "\n"
+
+
+def check_one_run(p: Path, summary: dict, scenario: dict | None) -> None:
+    """UserError naming the files whose run id differs from summary.json's: a folder mixing two
+    runs' files (a copy, an interrupted older llmsim) must not be reported as one run. Folders
+    written before run ids (no ``run_id`` in summary.json) are not checked."""
+    expected = summary.get("run_id")
+    if expected is None:
+        return
+    ids = {"scenario.json": (scenario or {}).get("run_id")} if scenario is not None else {}
+    for name in ("requests", "steps", "chunks"):
+        for path in (p / f"{name}.parquet", p / f"{name}.csv"):
+            if path.exists():
+                ids[path.name] = table_run_id(path)
+    wrong = {name: got for name, got in ids.items() if got != expected}
+    if wrong:
+        listed = ", ".join(f"{name} (run {got or 'without id'})" for name, got in sorted(wrong.items()))
+        raise UserError(
+            f"{p}: files from different runs: {listed}, but summary.json is run {expected}; "
+            "run `llmsim run` again to rewrite the folder"
+        )
 
 
 # ---------------------------------------------------------------- the folder
@@ -92,9 +120,11 @@ class ResultsDir:
             return cls(p, {}, pd.DataFrame(), pd.DataFrame(), kind=kind, sweep=table, sweep_meta=meta)
         # a plan with no winner has no winner's run: no summary.json, requests or steps
         summary = json.loads((p / "summary.json").read_text()) if (p / "summary.json").exists() else {}
-        sc = None
+        sc, raw = None, None
         if (p / "scenario.json").exists():
-            sc = Scenario.model_validate(json.loads((p / "scenario.json").read_text()))
+            raw = json.loads((p / "scenario.json").read_text())
+            sc = Scenario.model_validate({k: v for k, v in raw.items() if k != "run_id"})
+        check_one_run(p, summary, raw)
         tables = {name: _floats(_csv(p / f"{name}.csv")) for name in PLAN_TABLES if (p / f"{name}.csv").exists()}
         plan = json.loads((p / "plan.json").read_text()) if kind == "plan" else None
         requests, steps = read_table(p, "requests"), read_table(p, "steps")  # Parquet or CSV
@@ -742,19 +772,25 @@ def build_report(r: ResultsDir) -> tuple[str, str, list[Figure]]:
     return page, md, ctx["figures"]
 
 
-def write_report(path: str | Path) -> list[Path]:
-    """report.html (self-contained), report.md (+ report_plots/*.png) and trace.json (Perfetto)."""
+def write_report(path: str | Path, into: str | Path | None = None) -> list[Path]:
+    """report.html (self-contained), report.md (+ report_plots/*.png) and trace.json (Perfetto)
+    of the folder ``path``, written into ``into`` (default: ``path``; ``llmsim report`` passes the
+    temporary copy it swaps into place, so errors still name the real folder)."""
     r = ResultsDir.load(path)
     page, md, figures = build_report(r)
-    out = Path(path)
+    out = Path(into if into is not None else path)
     plots_dir = out / "report_plots"
     plots_dir.mkdir(exist_ok=True)
     for old in plots_dir.glob("[0-9][0-9].png"):  # an earlier report's extra plots would look current
         old.unlink()
     for f in figures:
         (out / f.file).write_bytes(f.png)
-    atomic_write_text(out / "report.html", page)
-    atomic_write_text(out / "report.md", md)
+    run_id = r.summary.get("run_id")
+    stamp = f"\n<!-- llmsim run_id: {run_id} -->\n" if run_id else ""  # invisible in both renderings
+    atomic_write_text(out / "report.html", page + stamp)
+    atomic_write_text(out / "report.md", md + stamp)
     written = [out / "report.html", out / "report.md"]
-    written += write_trace(out, r.steps, r.requests, r.summary, r.scenario.output if r.scenario else None, r.chunks)
+    output = r.scenario.output if r.scenario else None
+    written += write_trace(out, r.steps, r.requests, r.summary, output, r.chunks, r.summary.get("run_id"))
+    test_pause("write:report")
     return written

@@ -6,6 +6,7 @@ functions on the same frames.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from llmsim.errors import atomic_write, atomic_write_text
+from llmsim.errors import atomic_write, atomic_write_text, test_pause
 from llmsim.gaps import GapHistogram
 from llmsim.metrics import DEFAULT_PERCENTILES, bench_metrics, dist_ms, itl_from_histogram, mean_gap_s
 from llmsim.progress import finite
@@ -28,39 +29,93 @@ class Results:
     chunks: pd.DataFrame = field(default_factory=pd.DataFrame)  # traced requests' prefill chunks
     extra: dict = field(default_factory=dict)  # pool/replica details, transfers, ...
 
-    def write(self, out_dir: Path, table_format: str = "parquet") -> list[Path]:
+    def write(self, out_dir: Path, table_format: str = "parquet", run_id: str | None = None) -> list[Path]:
         """Write requests and steps (Parquet, or CSV on request) and summary.json, each atomically;
-        the other format's file of a previous run is removed so the folder holds one run."""
+        the other format's file of a previous run is removed so the folder holds one run.
+        ``run_id`` (``make_run_id``) goes into summary.json and every table (docs/reliability.md)."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = []
         for name, frame in (("requests", self.requests), ("steps", self.steps)):
-            paths.append(write_table(frame, out_dir / name, table_format))
+            paths.append(write_table(frame, out_dir / name, table_format, run_id))
+            test_pause(f"write:{name}")
         paths.insert(1, out_dir / "summary.json")
-        text = json.dumps(finite(self.summary), indent=2, sort_keys=True, allow_nan=False)  # strict JSON
+        summary = self.summary if run_id is None else {**self.summary, "run_id": run_id}
+        text = json.dumps(finite(summary), indent=2, sort_keys=True, allow_nan=False)  # strict JSON
         atomic_write_text(paths[1], text + "\n")
+        test_pause("write:summary")
         if self.chunks.empty:  # (a chunks table of an earlier run would describe other requests)
             for suffix in TABLE_SUFFIX.values():
                 (out_dir / "chunks").with_suffix(suffix).unlink(missing_ok=True)
         else:
-            paths.append(write_table(self.chunks, out_dir / "chunks", table_format))
+            paths.append(write_table(self.chunks, out_dir / "chunks", table_format, run_id))
         return paths
 
 
 TABLE_SUFFIX = {"parquet": ".parquet", "csv": ".csv"}
+RUN_ID_KEY = b"llmsim.run_id"  # Parquet schema metadata key
+CSV_RUN_IDS = "csv_run_ids.json"  # CSV has no metadata: {file: {"run_id", "sha256"}} next to them
 
 
-def write_table(frame: pd.DataFrame, stem: Path, table_format: str) -> Path:
-    """``stem``.parquet or ``stem``.csv (floats to 9 significant digits), written atomically."""
+def make_run_id(scenario_json: str, exact_steps: bool = False) -> str:
+    """The run's id: a hash of what determines its results (the resolved scenario, seed included,
+    the engine mode and the llmsim version), so the same scenario and seed still give the same
+    bytes (tests/test_determinism.py) and two runs that differ never share an id."""
+    from llmsim.cli import version
+
+    key = json.dumps([scenario_json, bool(exact_steps), version()])
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def write_table(frame: pd.DataFrame, stem: Path, table_format: str, run_id: str | None = None) -> Path:
+    """``stem``.parquet or ``stem``.csv (floats to 9 significant digits), written atomically; with
+    ``run_id`` in the Parquet schema metadata, or for CSV in ``csv_run_ids.json`` with the hash."""
     path = stem.with_suffix(TABLE_SUFFIX[table_format])
     if table_format == "csv":
-        atomic_write_text(path, frame.to_csv(index=False, float_format="%.9g"))
+        text = frame.to_csv(index=False, float_format="%.9g")
+        atomic_write_text(path, text)
+        if run_id is not None:
+            _record_csv_run_id(path, run_id, hashlib.sha256(text.encode()).hexdigest())
     else:
-        atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False, engine="pyarrow"))
+        atomic_write(path, lambda tmp: _write_parquet(frame, tmp, run_id))
     for other in TABLE_SUFFIX.values():
         if other != path.suffix:
             stem.with_suffix(other).unlink(missing_ok=True)
     return path
+
+
+def _write_parquet(frame: pd.DataFrame, path: Path, run_id: str | None) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if run_id is not None:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), RUN_ID_KEY: run_id.encode()})
+    pq.write_table(table, path)
+
+
+def _record_csv_run_id(path: Path, run_id: str, sha256: str) -> None:
+    manifest = path.parent / CSV_RUN_IDS
+    ids = json.loads(manifest.read_text()) if manifest.exists() else {}
+    ids[path.name] = {"run_id": run_id, "sha256": sha256}
+    atomic_write_text(manifest, json.dumps(ids, indent=2, sort_keys=True) + "\n")
+
+
+def table_run_id(path: Path) -> str | None:
+    """The run id a table carries (None: written without one, e.g. by llmsim before run ids);
+    a CSV whose bytes are not the ones recorded is ``"(changed)"``: it came from somewhere else."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        meta = pq.read_schema(path).metadata or {}
+        return meta[RUN_ID_KEY].decode() if RUN_ID_KEY in meta else None
+    manifest = path.parent / CSV_RUN_IDS
+    entry = (json.loads(manifest.read_text()) if manifest.exists() else {}).get(path.name)
+    if entry is None:
+        return None
+    same = hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"]
+    return entry["run_id"] if same else "(changed)"
 
 
 def read_table(folder: Path, name: str) -> pd.DataFrame:

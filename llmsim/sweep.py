@@ -4,6 +4,15 @@ A grid maps dotted key paths to value lists (``--set policy.chunk_tokens=256,512
 ``--set cluster.replicas=1..8``). Points run on local processes (default), in this process
 (``workers=1``) or on a Dask distributed cluster; whichever runs them, rows come back in grid
 order, so the tables are identical.
+
+Two kinds of failure, told apart (docs/planning.md, "Exit statuses"):
+
+* an error of the grid (an unknown key, a value of the wrong type or one the scenario rejects) is
+  found by ``check_points`` before anything runs: every point's scenario is validated, without
+  simulating, and the first bad one is a ``UserError`` naming its axis value;
+* a point that fails at run time (the model does not fit that hardware, or any unexpected
+  exception while building or simulating it) is a result: its row carries an ``error`` cell
+  ("type: message" for an unexpected exception) and the other points still run.
 """
 
 from __future__ import annotations
@@ -11,11 +20,15 @@ from __future__ import annotations
 import itertools
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import yaml
 
 from llmsim.errors import UserError, atomic_write, atomic_write_text, load_yaml_file
+
+if TYPE_CHECKING:
+    from llmsim.scenario import Scenario
 
 # Summary metrics copied into every sweep row: (column, path into summary.json). Latencies are
 # vLLM-bench keys in ms (llmsim/metrics.py): mean, median, p90 and p99, present where the
@@ -95,30 +108,100 @@ def summary_row(summary: dict) -> dict[str, object]:
     return {col: _get(summary, path) for col, path in METRICS}
 
 
-def run_point(data: dict, base_dir: str, origin: str, overrides: dict[str, object]) -> dict[str, object]:
-    """Simulate one grid point; a user error (e.g. the model does not fit) becomes an ``error`` cell."""
+def point_scenario(data: dict, base_dir: str, origin: str, overrides: dict[str, object]) -> Scenario:
+    """The validated scenario of one grid point (no simulation): ``data`` with ``overrides`` applied."""
     import copy
 
-    from llmsim.api import run
     from llmsim.scenario import scenario_from_dict, set_path
 
-    row: dict[str, object] = {**overrides, **{col: None for col, _ in METRICS}, "error": None}
+    d = copy.deepcopy(data)
+    for key, value in overrides.items():
+        set_path(d, key, value)
+    return scenario_from_dict(d, origin, Path(base_dir))
+
+
+def check_points(data: dict, base_dir: str, origin: str, points: list[dict[str, object]]) -> None:
+    """Validate every point's scenario before the first simulation; the first bad one raises a
+    one-line ``UserError`` naming the axis value to blame (or the whole point when only the
+    combination is rejected). Validation is a few ms a point, a simulation seconds."""
+    seen: set[str] = set()
+    for point in points:
+        key = repr(sorted(point.items(), key=lambda kv: kv[0]))
+        if key in seen:  # the same overrides twice (e.g. a repeated axis value): validated once
+            continue
+        seen.add(key)
+        problem = _invalid(data, base_dir, origin, point)
+        if problem is not None:
+            raise UserError(f"{_blame(data, base_dir, origin, point)}: {problem}")
+
+
+def _invalid(data: dict, base_dir: str, origin: str, overrides: dict[str, object]) -> str | None:
+    """The first line of the validation error of ``overrides`` (the file name dropped), or None."""
     try:
-        d = copy.deepcopy(data)
-        for key, value in overrides.items():
-            set_path(d, key, value)
-        sc = scenario_from_dict(d, origin, Path(base_dir))
-        res = run(sc)
+        point_scenario(data, base_dir, origin, overrides)
     except UserError as exc:
-        row["error"] = str(exc).replace(f"{origin}: ", "")
+        return str(exc).splitlines()[0].replace(f"{origin}: ", "", 1)
+    return None
+
+
+def _blame(data: dict, base_dir: str, origin: str, point: dict[str, object]) -> str:
+    """``--set KEY=VALUE`` when that one value is rejected on its own, else the whole point."""
+    for key, value in point.items():
+        if _invalid(data, base_dir, origin, {key: value}) is not None:
+            return f"{origin}: --set {key}={_show(value)}"
+    return f"{origin}: sweep point " + ", ".join(f"{k}={_show(v)}" for k, v in point.items())
+
+
+def _show(value: object) -> str:
+    """A value as the user typed it on the command line (YAML flow style, not Python's repr)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+
+
+def failure(exc: BaseException, origin: str) -> str:
+    """The ``error`` cell of a point that failed at run time: a user error's own one-line message
+    (e.g. the model does not fit), anything else as ``Type: message`` (a bug, but one point's)."""
+    if isinstance(exc, UserError):
+        return str(exc).replace(f"{origin}: ", "")
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else '(no message)'}"
+
+
+def run_point(data: dict, base_dir: str, origin: str, overrides: dict[str, object]) -> dict[str, object]:
+    """Simulate one grid point; any exception (e.g. the model does not fit) becomes its ``error`` cell,
+    so one bad point never stops the others (nor prints a traceback)."""
+    from llmsim.api import run
+
+    row = empty_row(overrides)
+    try:
+        res = run(point_scenario(data, base_dir, origin, overrides))
+    except Exception as exc:  # noqa: BLE001 - reported in the row, by design
+        row["error"] = failure(exc, origin)
         return row
     row.update(summary_row(res.summary))
     return row
 
 
+def empty_row(overrides: dict[str, object], error: str | None = None) -> dict[str, object]:
+    """A row with the point's inputs and no metrics."""
+    return {**overrides, **{col: None for col, _ in METRICS}, "error": error}
+
+
 def _indexed(args: tuple[int, dict, str, str, dict]) -> tuple[int, dict]:
     i, data, base_dir, origin, overrides = args
     return i, run_point(data, base_dir, origin, overrides)
+
+
+def _sweep_data(path: Path, overrides: dict[str, object] | None) -> dict:
+    """The scenario file as plain data with the fixed overrides applied (what every point starts from)."""
+    from llmsim.scenario import set_path
+
+    data = load_yaml_file(path)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of sections")
+    data.pop("plan", None)  # the plan section is read by `llmsim plan`, not by single runs
+    for key, value in (overrides or {}).items():
+        set_path(data, key, value)
+    return data
 
 
 def run_sweep(
@@ -128,23 +211,32 @@ def run_sweep(
     workers: int | None = None,
     dask: str | object | None = None,
     progress: bool = True,
+    validate: bool = True,
 ) -> pd.DataFrame:
     """Run every point of ``grid`` on ``scenario_path`` and return one row per point, in grid order.
 
     ``dask`` is a scheduler address (``tcp://host:8786``) or a ``distributed.Client``; otherwise
     ``workers`` local processes run the points (``workers=1`` runs them in this process).
+    Every point is validated first (``check_points``: a ``UserError`` before anything runs);
+    ``validate=False`` skips that for callers that already did.
     """
     path = Path(scenario_path)
-    data = load_yaml_file(path)
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping of sections")
-    data.pop("plan", None)  # the plan section is read by `llmsim plan`, not by single runs
-    from llmsim.scenario import set_path
-
-    for key, value in (overrides or {}).items():
-        set_path(data, key, value)
-    rows = run_points(data, str(path.resolve().parent), str(path), expand(grid), workers, dask, progress)
+    data = _sweep_data(path, overrides)
+    points = expand(grid)
+    base_dir = str(path.resolve().parent)
+    if validate:
+        check_points(data, base_dir, str(path), points)
+    rows = run_points(data, base_dir, str(path), points, workers, dask, progress)
     return table_of(rows, list(grid))
+
+
+def check_sweep(
+    scenario_path: str | Path, grid: dict[str, list[object]], overrides: dict[str, object] | None = None
+) -> None:
+    """Validate every point of the sweep ``run_sweep`` would run (a ``UserError`` on the first bad one)."""
+    path = Path(scenario_path)
+    data = _sweep_data(path, overrides)
+    check_points(data, str(path.resolve().parent), str(path), expand(grid))
 
 
 def run_points(
@@ -194,37 +286,64 @@ def _run_local(tasks: list[tuple], workers: int | None, progress: bool, desc: st
                 bar.update()
         else:
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = [pool.submit(_indexed, t) for t in tasks]
+                futures = {pool.submit(_indexed, t): t for t in tasks}
                 for fut in as_completed(futures):
-                    i, row = fut.result()
+                    i, row = _collect(fut, futures[fut])
                     out[i] = row
                     bar.update()
     return [r for r in out if r is not None]
 
 
-def _run_dask(tasks: list[tuple], dask: str | object, progress: bool, desc: str) -> list[dict]:
+def _collect(fut: object, task: tuple) -> tuple[int, dict]:
+    """A finished future's row. ``run_point`` catches the point's own exceptions in the worker, so
+    what is left here is the machinery failing (a worker process killed, a result that cannot be
+    sent back, a Dask worker lost): that point's row says so and the sweep goes on."""
+    try:
+        return fut.result()  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001 - reported in the row, by design
+        i, _, _, origin, overrides = task
+        return i, empty_row(overrides, failure(exc, origin))
+
+
+def dask_client(address: str) -> object:
+    """A ``distributed.Client`` on the scheduler at ``address``; a malformed or unreachable address
+    is a one-line ``UserError`` (called before anything runs, so nothing is half-done)."""
     try:
         from distributed import Client
-        from distributed import as_completed as dask_completed
+        from distributed.comm import parse_address
+        from distributed.comm.registry import backends
     except ImportError:  # pragma: no cover - dask is a dependency
         raise UserError("--dask needs the `distributed` package: pip install 'dask[distributed]'") from None
-    own = isinstance(dask, str)
+    hint = "expected a scheduler address like tcp://10.0.0.5:8786"
+    scheme, loc = parse_address(address) if address.strip() else ("", "")
+    if scheme not in backends or not loc:  # an unknown scheme makes distributed wait, then assert
+        raise UserError(f"--dask {address!r}: not a Dask address ({hint})")
     try:
-        client = Client(dask, timeout="10s") if own else dask
-    except OSError as exc:
-        raise UserError(f"--dask {dask}: cannot connect to a Dask scheduler ({exc})") from None
+        return Client(address, timeout="10s")
+    except (ValueError, TypeError) as exc:  # e.g. 'missing port number in address'
+        raise UserError(f"--dask {address!r}: not a Dask address: {exc} ({hint})") from None
+    except (OSError, TimeoutError) as exc:
+        raise UserError(f"--dask {address!r}: cannot connect to a Dask scheduler ({exc})") from None
+
+
+def _run_dask(tasks: list[tuple], dask: str | object, progress: bool, desc: str) -> list[dict]:
+    from distributed import as_completed as dask_completed
+
+    own = isinstance(dask, str)
+    client = dask_client(dask) if isinstance(dask, str) else dask
     try:
         futures = client.map(_indexed, tasks, pure=False)  # type: ignore[attr-defined]
+        task_of = {f.key: t for f, t in zip(futures, tasks, strict=True)}
         out: list[dict | None] = [None] * len(tasks)
         with _bar(len(tasks), progress, f"{desc} (dask)") as bar:
             for fut in dask_completed(futures):
-                i, row = fut.result()
+                i, row = _collect(fut, task_of[fut.key])
                 out[i] = row
                 bar.update()
         return [r for r in out if r is not None]
     finally:
         if own:
-            client.close()
+            client.close()  # type: ignore[attr-defined]
 
 
 def write_table(df: pd.DataFrame, out_dir: Path, stem: str = "sweep") -> list[Path]:

@@ -75,10 +75,12 @@ def write_trace(
     summary: dict,
     output: OutputConfig | None = None,
     chunks: pd.DataFrame | None = None,
+    run_id: str | None = None,
 ) -> list[Path]:
     """trace.json in ``out_dir`` (streamed, then renamed into place); [] when ``trace: none`` (which
     also removes a trace an earlier run left there, as it would describe another run) or when the
-    frames are empty (a folder without a run: anything there is left alone)."""
+    frames are empty (a folder without a run: anything there is left alone). ``run_id`` goes in
+    the trace's ``metadata`` (shown by Perfetto under the trace's info)."""
     path = Path(out_dir) / TRACE_FILE
     out = output or OutputConfig()
     if out.trace == "none":
@@ -86,7 +88,8 @@ def write_trace(
         return []
     if steps.empty and requests.empty:
         return []
-    _write_json_atomic(path, trace_events(steps, requests, summary, out, chunks=chunks))
+    metadata = {"llmsim_run_id": run_id} if run_id else None
+    _write_json_atomic(path, trace_events(steps, requests, summary, out, chunks=chunks), metadata)
     return [path]
 
 
@@ -567,13 +570,15 @@ def _num(v: float) -> int | float:
     return int(v) if float(v).is_integer() else float(v)
 
 
-def _write_json_atomic(path: Path, events: Iterable[dict]) -> None:
+def _write_json_atomic(path: Path, events: Iterable[dict], metadata: dict | None = None) -> None:
     """One event per line, streamed (a trace of millions of steps never sits in memory as one
-    string), to a temporary name that is renamed into place. ``allow_nan=False``: JSON has no NaN."""
+    string), to a temporary name that is renamed into place. ``allow_nan=False``: JSON has no NaN.
+    ``metadata``: the trace format's top-level ``metadata`` object (before the events)."""
+    head = f'"metadata":{json.dumps(metadata, separators=(",", ":"))},' if metadata else ""
 
     def stream(tmp: Path) -> None:
         with tmp.open("w") as fh:
-            fh.write('{"displayTimeUnit":"ms","traceEvents":[')
+            fh.write('{"displayTimeUnit":"ms",' + head + '"traceEvents":[')
             for i, ev in enumerate(events):
                 fh.write(("\n" if i == 0 else ",\n") + json.dumps(ev, separators=(",", ":"), allow_nan=False))
             fh.write("\n]}\n")

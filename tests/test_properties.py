@@ -187,7 +187,8 @@ def test_random_scenarios_keep_every_invariant(d):
     # an unfinished request only exists if the horizon cut the run short
     if s["requests"]["unfinished"]:
         assert sc.workload.horizon_s is not None
-    assert s["saturation"]["verdict"] in ("stable", "backlogged", "overloaded")
+    assert s["saturation"]["verdict"] in ("stable", "backlogged", "overloaded", "unserved")
+    assert (s["saturation"]["verdict"] == "unserved") == (s["completed"] == 0)
 
 
 @settings(max_examples=max(20, settings().max_examples // 4))

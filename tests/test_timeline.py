@@ -72,7 +72,8 @@ def trace_of(res, **output) -> dict:
 
 def check_trace(trace: dict) -> dict:
     """Every rule a trace viewer relies on, asserted; returns {thread name: [X slices]}, counters."""
-    assert set(trace) == {"traceEvents", "displayTimeUnit"} and trace["displayTimeUnit"] == "ms"
+    # (a written trace.json also names its run: metadata.llmsim_run_id, as every file of the folder)
+    assert set(trace) - {"metadata"} == {"traceEvents", "displayTimeUnit"} and trace["displayTimeUnit"] == "ms"
     json.dumps(trace, allow_nan=False)  # valid JSON: no NaN or Infinity anywhere
     procs, threads = {}, {}
     slices: dict[tuple, list] = defaultdict(list)

@@ -30,16 +30,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    """Exit 0: the plan ran (candidates that fail, even all of them, are its findings); 2: bad input
+    (the scenario, its ``plan:`` section, --target-rps, --dask), nothing ran."""
     from llmsim.commands.run import parse_overrides, prepare_output
     from llmsim.planning.base import Base
     from llmsim.planning.capacity import capacity_plan
     from llmsim.planning.output import write_plan
+    from llmsim.planning.space import checked_space
+    from llmsim.sweep import dask_client
 
     base = Base.from_path(args.scenario, parse_overrides(args.set))
-    sc = base.scenario()  # validates everything before any work
+    sc = base.scenario()  # validates everything before any work: the scenario,
+    checked_space(base)  # ... the plan: section and every candidate it names,
     out = Path(args.out) if args.out else Path(sc.output.dir)
-    prepare_output(out)
-    plan = capacity_plan(base, args.target_rps, workers=args.workers, dask=args.dask, progress=not args.quiet)
+    client = dask_client(args.dask) if args.dask else None  # ... and the --dask address
+    try:
+        prepare_output(out)
+        plan = capacity_plan(base, args.target_rps, workers=args.workers, dask=client, progress=not args.quiet)
+    finally:
+        if client is not None:
+            client.close()  # type: ignore[attr-defined]
     written = write_plan(plan, base, out, progress=not args.quiet)
     if not args.no_report:
         from llmsim.report import write_report

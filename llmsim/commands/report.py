@@ -13,9 +13,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from llmsim.report import write_report
+    from pathlib import Path
 
-    written = write_report(args.results_dir)
+    from llmsim.errors import atomic_folder
+    from llmsim.report import folder_kind, write_report
+
+    folder = Path(args.results_dir)
+    folder_kind(folder)  # not a results folder: say so before copying anything
+    # the new report files are written into a hard-linked copy of the folder that then replaces
+    # it, so the folder never mixes an old report with a new trace (docs/reliability.md)
+    with atomic_folder(folder, keep=True) as tmp:
+        written = [folder / p.relative_to(tmp) for p in write_report(folder, into=tmp)]
     if not args.quiet:
         print("wrote: " + ", ".join(str(p) for p in written))
     return 0

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from llmsim.errors import UserError
+from llmsim.errors import UserError, atomic_folder, output_pending, refuse_foreign_files, temp_sibling, test_pause
 from llmsim.metrics import latency_table
 from llmsim.results import slo_targets
 from llmsim.tables import fmt, table
@@ -49,12 +49,40 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
 
 
 def prepare_output(out: Path) -> None:
-    """Fail before simulating if the output folder can't be written."""
+    """Fail before simulating if the output folder can't be written (``llmsim plan``; ``llmsim run``
+    replaces its folder as a whole: ``check_run_output``)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".llmsim_write_test"
         probe.write_text("")
         probe.unlink()
+    except OSError as exc:
+        raise UserError(f"output directory {out}: not writable ({exc.strerror})") from None
+
+
+# What `llmsim run` writes into its folder (and nothing else): it replaces the folder as a whole
+RUN_FILES = {
+    *(f"{stem}.{ext}" for stem in ("requests", "steps", "chunks") for ext in ("parquet", "csv")),
+    *("summary.json", "scenario.json", "csv_run_ids.json", "report.html", "report.md", "trace.json"),
+    *("report_plots", ".llmsim_write_test"),
+}
+
+
+def run_owns(entry: Path) -> bool:
+    """An entry a run writes (or an atomic write's temporary name, left by a killed older llmsim)."""
+    return entry.name in RUN_FILES or (entry.name.startswith(".") and entry.name.endswith(".tmp"))
+
+
+def check_run_output(out: Path) -> None:
+    """Fail before simulating if the results can't replace ``out``: its parent must be writable
+    (the new folder is built next to it) and ``out`` must hold only what a run writes."""
+    refuse_foreign_files(out, run_owns)
+    probe = temp_sibling(out, "probe")
+    try:
+        if not out.parent.is_dir():
+            out.parent.mkdir(parents=True)  # (under a regular file: NotADirectoryError, as it should)
+        probe.mkdir()
+        probe.rmdir()
     except OSError as exc:
         raise UserError(f"output directory {out}: not writable ({exc.strerror})") from None
 
@@ -66,15 +94,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     path = Path(args.scenario)
     sc = load_scenario(path, parse_overrides(args.set))
     out = Path(args.out or sc.output.dir)  # --out wins over the scenario's output.dir
-    prepare_output(out)
-    with simulated_time_bar(sc, not args.quiet) as follow:
-        res = run(sc, exact_steps=args.exact_steps, progress=follow)
-    written = res.write(out, sc.output.format)
-    if not args.no_report:
-        from llmsim.report import write_report, write_scenario
-
-        written.append(write_scenario(sc, out))
-        written += write_report(out)
+    check_run_output(out)
+    with output_pending(out):  # an interrupt from here on says `out` is unchanged
+        with simulated_time_bar(sc, not args.quiet) as follow:
+            res = run(sc, exact_steps=args.exact_steps, progress=follow)
+        test_pause("simulated")
+        with atomic_folder(out, owned=run_owns) as tmp:  # complete or untouched (docs/reliability.md)
+            written = write_run(res, sc, tmp, args.exact_steps, report=not args.no_report)
+    written = [out / p.relative_to(tmp) for p in written]
     if args.json:
         from llmsim.progress import to_json
 
@@ -83,6 +110,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(summary_text(res.summary))
         print("\nwrote: " + ", ".join(str(p) for p in written))
     return 0
+
+
+def write_run(res: object, sc: object, folder: Path, exact_steps: bool, report: bool) -> list[Path]:
+    """Every file of the run into ``folder``, each stamped with the same run id."""
+    from llmsim.report import scenario_json, write_report, write_scenario
+    from llmsim.results import make_run_id
+
+    run_id = make_run_id(scenario_json(sc), exact_steps)  # type: ignore[arg-type]
+    written = res.write(folder, sc.output.format, run_id=run_id)  # type: ignore[attr-defined]
+    written.append(write_scenario(sc, folder, run_id))  # type: ignore[arg-type]
+    if report:
+        written += write_report(folder)
+    return written
 
 
 @contextlib.contextmanager

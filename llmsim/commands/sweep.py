@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,28 +42,43 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    """Exit 0: every point ran; 1: the table and report are written but some points failed at run
+    time (their ``error`` cells say why); 2: bad input (an axis, a value, --dask), nothing ran."""
     from llmsim.commands.run import parse_overrides, prepare_output
     from llmsim.errors import UserError
     from llmsim.scenario import load_scenario
-    from llmsim.sweep import parse_grid, run_sweep, write_table
+    from llmsim.sweep import check_sweep, dask_client, parse_grid, run_sweep, write_table
 
     grid = parse_grid(args.set)
     if not grid:
         raise UserError("sweep: give at least one axis, e.g. --set cluster.replicas=1..4")
     fixed = parse_overrides(args.fix)
     sc = load_scenario(args.scenario, fixed)  # validates the base scenario before any work
+    check_sweep(args.scenario, grid, fixed)  # ... and every point of the grid, without simulating
     out = Path(args.out) if args.out else Path(sc.output.dir) / "sweep"
-    prepare_output(out)
-    df = run_sweep(args.scenario, grid, fixed, workers=args.workers, dask=args.dask, progress=not args.quiet)
+    client = dask_client(args.dask) if args.dask else None  # a bad address fails before anything is written
+    try:
+        prepare_output(out)
+        df = run_sweep(
+            args.scenario, grid, fixed, workers=args.workers, dask=client, progress=not args.quiet, validate=False
+        )
+    finally:
+        if client is not None:
+            client.close()  # type: ignore[attr-defined]
     written = write_table(df, out)
     written.append(write_sweep_meta(out, sc, grid, fixed))
-    if not args.no_report:
+    failed = int(df["error"].notna().sum())
+    if not args.no_report and failed < len(df):  # with no point run there is nothing to plot
         from llmsim.report import write_report
 
         written += write_report(out)
     if not args.quiet:
         print(sweep_text(df, list(grid)))
         print("\nwrote: " + ", ".join(str(p) for p in written))
+    if failed:
+        # on stderr even with --quiet: a script must learn that the table has holes
+        print(f"llmsim: {failed} of {len(df)} sweep points failed; their error column says why", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -6,7 +6,7 @@ import copy
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
 from llmsim.errors import UserError, load_yaml_file, pydantic_message
 from llmsim.scenario import Scenario, scenario_from_dict, set_path
@@ -19,11 +19,12 @@ class PlanConfig(BaseModel):
 
     target_rps: float | None = Field(None, gt=0)  # default: the workload's own mean rate
     hardware: list[str] = []  # default: the scenario's hardware
-    tp: list[int] = []  # default: the scenario's cluster.tp
-    replicas: list[int] = [1, 2, 4, 8]  # tried in increasing order until the SLOs are met
+    tp: list[PositiveInt] = []  # default: the scenario's cluster.tp
+    # tried in increasing order until the SLOs are met; an empty list would plan nothing
+    replicas: list[PositiveInt] = Field([1, 2, 4, 8], min_length=1)
     policies: list[str] = []  # default: the scenario's policy.kind
-    chunk_tokens: list[int] = []  # chunked policy only; default: the scenario's
-    pd_ratios: list[str] = ["1:1"]  # disaggregated policy only: prefill:decode replicas per unit
+    chunk_tokens: list[PositiveInt] = []  # chunked policy only; default: the scenario's
+    pd_ratios: list[str] = Field(["1:1"], min_length=1)  # disaggregated only: prefill:decode replicas per unit
     top: int = Field(5, gt=0)  # winners listed
     sensitivity: float = Field(0.15, ge=0, lt=1)  # efficiencies scaled by 1 ± this for the winners
     goodput_search: bool = True  # search the winner's SLO capacity (also gives the load curves)

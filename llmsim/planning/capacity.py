@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from llmsim.errors import UserError
 from llmsim.planning.base import Base, as_base
 from llmsim.planning.goodput import goodput_search
 from llmsim.planning.prose import recommend
@@ -18,7 +19,7 @@ from llmsim.planning.rate import offered_rate, rate_knob, rate_overrides
 from llmsim.planning.result import Plan
 from llmsim.planning.robustness import sensitivity
 from llmsim.planning.rows import PLAN_COLUMNS, plan_row, worth_more_replicas
-from llmsim.planning.space import Point, candidates
+from llmsim.planning.space import Point, checked_space
 from llmsim.scenario import Scenario
 from llmsim.sweep import run_points
 
@@ -36,12 +37,13 @@ def capacity_plan(
     from llmsim.hardware import load_profile
 
     base = as_base(base)
-    cfg = base.plan_config()
+    if target_rps is not None and not target_rps > 0:
+        raise UserError(f"--target-rps {target_rps}: expected a positive arrival rate in req/s")
+    cfg, cands = checked_space(base)  # the whole space is validated before the first simulation
     sc = base.scenario()
     knob = rate_knob(base)
     target_rps = target_rps or cfg.target_rps or offered_rate(base, knob)
     rate = rate_overrides(base, target_rps, knob)
-    cands = candidates(base, cfg)
     slo = sc.slo.model_dump()  # seconds, as the scenario states them
     power_w = {c.hardware: load_profile(c.hardware, Path(base.base_dir)).power_w.value for c in cands}
     rows: list[dict] = []

@@ -63,8 +63,10 @@ def _meta(plan: Plan) -> dict:
 def _write_winner_run(plan: Plan, base: Base, out_dir: Path) -> list[Path]:
     """Re-run the winner at the target rate and write its requests, steps, summary and scenario."""
     from llmsim.api import run
-    from llmsim.report import write_scenario
+    from llmsim.report import scenario_json, write_scenario
+    from llmsim.results import make_run_id
 
     assert plan.best is not None
     sc = base.scenario({**plan.best.overrides(), **rate_overrides(base, plan.target_rps)})
-    return [*run(sc).write(out_dir, sc.output.format), write_scenario(sc, out_dir)]
+    run_id = make_run_id(scenario_json(sc))  # its files carry one id, as a run's (docs/reliability.md)
+    return [*run(sc).write(out_dir, sc.output.format, run_id), write_scenario(sc, out_dir, run_id)]

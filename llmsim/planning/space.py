@@ -6,6 +6,7 @@ nothing has to find a candidate again from the row's ``config`` text."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from llmsim.errors import UserError
 from llmsim.planning.base import Base, PlanConfig
@@ -86,3 +87,26 @@ def candidates(base: Base, cfg: PlanConfig) -> list[Candidate]:
 def _valid_ratio(r: str) -> bool:
     parts = r.split(":")
     return len(parts) == 2 and all(p.strip().isdigit() and int(p) > 0 for p in parts)
+
+
+def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate]]:
+    """The ``plan:`` section and its candidates, every one validated before any search (a one-line
+    ``UserError`` naming the plan key or candidate): a bad plan fails in milliseconds, not after
+    the rounds before it ran."""
+    from llmsim.hardware import load_profile
+
+    cfg = base.plan_config()
+    for name in cfg.hardware:  # named here, before the candidates' scenarios would say `hardware:`
+        try:
+            load_profile(name, Path(base.base_dir))
+        except UserError as exc:
+            raise UserError(f"{base.origin}: plan.hardware: {exc}") from None
+    cands = candidates(base, cfg)
+    replicas = min(cfg.replicas)
+    for c in cands:
+        try:
+            base.scenario(c.overrides(replicas))
+        except UserError as exc:
+            msg = str(exc).splitlines()[0].replace(f"{base.origin}: ", "", 1)
+            raise UserError(f"{base.origin}: plan: candidate {replicas}x {c.label}: {msg}") from None
+    return cfg, cands

@@ -1,0 +1,169 @@
+"""Sweeps and plans that go wrong: bad input exits 2 before anything runs, a failing point is a row.
+
+Exit statuses (docs/planning.md, "Exit statuses"): 0 every point ran; 1 the table and report are
+written but some points failed at run time; 2 bad input, nothing ran."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+from test_sweep import SCENARIO as TINY
+
+import llmsim.api
+from llmsim.cli import main
+
+# test_sweep's tiny scenario, with fewer requests: these tests are about errors, not figures
+SCENARIO = TINY.replace("name: sweep_tiny", "name: sweep_errors").replace("num_requests: 40", "num_requests: 20")
+
+
+@pytest.fixture
+def scenario(tmp_path):
+    p = tmp_path / "tiny.yaml"
+    p.write_text(SCENARIO)
+    return p
+
+
+def sweep(scenario, out, *args: str) -> int:
+    return main(["sweep", str(scenario), "--out", str(out), "--quiet", *args])
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmsim: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def inject(monkeypatch, fail_when, action) -> None:
+    """Make ``llmsim.api.run`` (what ``run_point`` calls) misbehave for the points ``fail_when`` picks."""
+    real = llmsim.api.run
+
+    def run(sc, *args, **kwargs):
+        if fail_when(sc):
+            action()
+        return real(sc, *args, **kwargs)
+
+    monkeypatch.setattr(llmsim.api, "run", run)
+
+
+def raise_runtime_error() -> None:
+    raise RuntimeError("injected failure")
+
+
+@pytest.mark.parametrize(
+    ("axis", "named"),
+    [
+        ("polcy.kind=chunked,traditional", "--set polcy.kind=chunked: polcy: unknown key 'polcy'"),
+        ("cluster.replicas=two", "--set cluster.replicas=two: cluster.replicas: Input should be a valid integer"),
+        ("cluster.replicas=1,0", "--set cluster.replicas=0: cluster.replicas: Input should be greater than 0"),
+        ("hardware=H100-SXM,H999", "--set hardware=H999: hardware: unknown hardware 'H999'"),
+    ],
+)
+def test_a_bad_axis_or_value_exits_2_before_anything_runs(scenario, tmp_path, capsys, monkeypatch, axis, named):
+    inject(monkeypatch, lambda sc: True, lambda: pytest.fail("a point was simulated"))
+    out = tmp_path / "sw"
+    assert sweep(scenario, out, "--set", axis, "--workers", "1") == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert named in line and str(scenario) in line
+    assert not out.exists()  # nothing written
+
+
+def test_an_infeasible_point_is_a_row_and_the_others_run(scenario, tmp_path, capsys):
+    out = tmp_path / "sw"
+    # 16 GB of weights + a 12 GB reserve do not fit a 24 GB L4: a result of the grid, not an input error
+    code = sweep(scenario, out, "--set", "hardware=H100-SXM,L4", "--fix", "kv_cache.reserve_gb=12", "--workers", "1")
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "1 of 2 sweep points failed" in err and "Traceback" not in err
+    df = pd.read_parquet(out / "sweep.parquet")
+    assert df.loc[1, "hardware"] == "L4" and "does not fit on L4" in df.loc[1, "error"]
+    assert pd.isna(df.loc[0, "error"]) and df.loc[0, "completed"] == 20
+    assert (out / "report.html").exists() and (out / "report.md").exists()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])  # in this process, and on the local process pool (forked)
+def test_an_unexpected_exception_fails_its_point_only(scenario, tmp_path, capfd, monkeypatch, workers):
+    inject(monkeypatch, lambda sc: sc.policy.chunk_tokens == 128, raise_runtime_error)
+    out = tmp_path / "sw"
+    assert sweep(scenario, out, "--set", "policy.chunk_tokens=128,256", "--workers", workers) == 1
+    captured = capfd.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    assert "1 of 2 sweep points failed" in captured.err
+    df = pd.read_csv(out / "sweep.csv")
+    assert df.loc[0, "error"] == "RuntimeError: injected failure"
+    assert pd.isna(df.loc[1, "error"]) and df.loc[1, "completed"] == 20
+    assert (out / "report.md").exists()
+
+
+def test_a_worker_process_that_dies_fails_its_point_not_the_sweep(scenario, tmp_path, capfd, monkeypatch):
+    inject(monkeypatch, lambda sc: sc.policy.chunk_tokens == 128, lambda: os._exit(3))
+    out = tmp_path / "sw"
+    assert sweep(scenario, out, "--set", "policy.chunk_tokens=128,256", "--workers", "2", "--no-report") == 1
+    captured = capfd.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    df = pd.read_csv(out / "sweep.csv")
+    assert df.loc[0, "error"].startswith("BrokenProcessPool: ")  # the pool breaks for the points in flight
+
+
+def test_on_dask_a_failing_point_is_a_row_too(scenario, monkeypatch):
+    from distributed import Client, LocalCluster
+
+    from llmsim.sweep import run_sweep
+
+    inject(monkeypatch, lambda sc: sc.cluster.replicas == 2, raise_runtime_error)
+    # threads, not processes: the workers share this process, so they see the injected failure
+    cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)
+    with cluster, Client(cluster) as client:
+        df = run_sweep(
+            scenario, {"cluster.replicas": [1, 2]}, {"workload.num_requests": 10}, dask=client, progress=False
+        )
+    assert list(df["error"].isna()) == [True, False]
+    assert df.loc[1, "error"] == "RuntimeError: injected failure"
+
+
+def test_sweep_dask_address_that_is_not_one_exits_2(scenario, tmp_path, capsys):
+    out = tmp_path / "sw"
+    assert sweep(scenario, out, "--set", "cluster.replicas=1", "--dask", "notanaddress") == 2
+    assert "--dask 'notanaddress': not a Dask address" in one_error_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+def plan_scenario(tmp_path, plan: str):
+    p = tmp_path / "plan.yaml"
+    p.write_text(SCENARIO + plan)
+    return p
+
+
+@pytest.mark.parametrize(
+    ("plan", "named"),
+    [
+        ("plan: {replicas: []}", "plan: replicas: List should have at least 1 item"),
+        ("plan: {replicas: [1, -2]}", "plan: replicas.1: Input should be greater than 0"),
+        ("plan: {hardware: [H100-SXM, H999]}", "plan.hardware: unknown hardware 'H999'"),
+        ("plan: {policies: [chunkd]}", "plan: candidate 1x H100-SXM tp1 chunkd: policy.kind:"),
+        ("plan: {tp: [0]}", "plan: tp.0: Input should be greater than 0"),
+    ],
+)
+def test_plan_section_errors_exit_2_before_searching(tmp_path, capsys, monkeypatch, plan, named):
+    inject(monkeypatch, lambda sc: True, lambda: pytest.fail("a point was simulated"))
+    out = tmp_path / "plan_out"
+    assert main(["plan", str(plan_scenario(tmp_path, plan)), "--out", str(out), "--quiet", "--workers", "1"]) == 2
+    assert named in one_error_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_plan_dask_address_that_is_not_one_exits_2(tmp_path, capsys):
+    p = plan_scenario(tmp_path, "plan: {replicas: [1]}")
+    out = tmp_path / "plan_out"
+    assert main(["plan", str(p), "--out", str(out), "--quiet", "--dask", "notanaddress"]) == 2
+    assert "--dask 'notanaddress': not a Dask address" in one_error_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_when_no_point_ran_the_table_is_written_and_the_report_skipped(scenario, tmp_path, capsys):
+    out = tmp_path / "sw"
+    assert sweep(scenario, out, "--set", "hardware=L4", "--fix", "kv_cache.reserve_gb=12", "--workers", "1") == 1
+    assert "1 of 1 sweep points failed" in capsys.readouterr().err
+    assert (out / "sweep.parquet").exists() and not (out / "report.html").exists()
