@@ -46,25 +46,77 @@ def did_you_mean(name: str, choices: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+MAX_YAML_BYTES = 64 * 2**20  # a scenario or profile is kilobytes; a trace goes in its own file
+MAX_YAML_NODES = 1_000_000  # values after aliases are expanded (a "billion laughs" stays small on disk)
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, problem: str, mark: object) -> None:
+        super().__init__(problem)
+        self.problem, self.problem_mark = problem, mark
+
+
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader (plain data only; libyaml's is 8x faster), refusing a key given twice in one
+    mapping: YAML lets the last win silently, so a typo'd second ``rate_rps`` would quietly rule."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
+        if isinstance(node, yaml.MappingNode):
+            first: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, str | int | float | bool) and key in first:
+                    line = first[key] + 1
+                    raise _DuplicateKey(f"key {key!r} given twice (first on line {line})", key_node.start_mark)
+                first.setdefault(key, key_node.start_mark.line)
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_nodes(data: object, limit: int) -> int:
+    """How many values ``data`` holds with every alias expanded, counting up to ``limit``."""
+    n, todo = 0, [data]
+    while todo and n <= limit:
+        x = todo.pop()
+        n += 1
+        if isinstance(x, dict):
+            todo.extend(x.values())
+        elif isinstance(x, list):
+            todo.extend(x)
+    return n
+
+
 def load_yaml_file(path: Path) -> object:
-    """Read a YAML file safely (no object construction), naming the file in any error."""
+    """Read a YAML file safely (no object construction), naming the file in any error: malformed
+    YAML, a key given twice, a file or alias expansion past ``MAX_YAML_BYTES`` / ``MAX_YAML_NODES``."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: file not found")
     if path.is_dir():
         raise UserError(f"{path}: is a directory, expected a YAML file")
+    if not path.is_file():
+        raise UserError(f"{path}: not a regular file, expected a YAML file")
+    if path.stat().st_size > MAX_YAML_BYTES:
+        raise UserError(
+            f"{path}: {path.stat().st_size:,} bytes, more than a YAML file here may hold ({MAX_YAML_BYTES:,})"
+        )
     try:
-        # the safe loader builds only plain data (never Python objects); libyaml's is 8x faster
-        return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, _DuplicateKey):
+            raise UserError(f"{path}{where}: {problem}") from None
         if isinstance(exc, yaml.constructor.ConstructorError):
             raise UserError(f"{path}{where}: refused YAML tag: {problem}; only plain YAML data is read") from None
         raise UserError(f"{path}: malformed YAML{where}: {problem}") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text file") from None
+    if _expanded_nodes(data, MAX_YAML_NODES) > MAX_YAML_NODES:
+        raise UserError(f"{path}: expands to more than {MAX_YAML_NODES:,} values once its aliases are followed")
+    return data
 
 
 def load_json_object(path: Path, hint: str = "") -> dict:

@@ -23,7 +23,7 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 class Figure(BaseModel):
     """One sourced number."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     value: float
     source: str = Field(min_length=3)
 
@@ -38,7 +38,7 @@ class Figure(BaseModel):
 class FigureTable(BaseModel):
     """A sourced list of numbers indexed from 1 (``value[0]`` is for 1, ``value[1]`` for 2, ...)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     value: list[float] = Field(min_length=1)
     source: str = Field(min_length=3)
 
@@ -53,7 +53,7 @@ class FigureTable(BaseModel):
 class Link(BaseModel):
     """A point-to-point or switched link, per device and per direction (unidirectional)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: str
     bandwidth_bytes_per_s: Figure
     latency_s: Figure
@@ -69,7 +69,7 @@ class Efficiency(BaseModel):
     memory time, so small-m (decode) GEMMs end up bandwidth-bound as they are on real hardware.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     gemm_max_fraction: Figure  # best-shape dense GEMM / dense peak (MAMF-style)
     gemm_half_m: Figure  # tokens at which GEMM efficiency is half its max
     memory_fraction: Figure  # achievable / datasheet memory bandwidth for streaming reads
@@ -91,28 +91,28 @@ class Efficiency(BaseModel):
 
 
 class Overheads(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kernel_launch_s: Figure  # per kernel, removed by CUDA graphs in decode
     step_overhead_s: Figure  # per step CPU/scheduler work (schedule, prepare inputs, sample)
     kernel_fixed_s: Figure | None = None  # device-side minimum per kernel (ramp-up, tail); CUDA graphs keep it
 
 
 class CpuTopology(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     sockets: int = Field(ge=1)
     cores_per_socket: int = Field(ge=1)
     numa_remote_bandwidth_fraction: Figure  # cross-socket access bandwidth / local
 
 
 class TpuTopology(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     mxu_dim: int = Field(ge=1)  # systolic array edge: matrix dims pad to a multiple of it
 
 
 class HardwareProfile(BaseModel):
     """A device (one GPU, one TPU chip, or one CPU server node)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: str
     family: Literal["gpu", "tpu", "cpu"]
     vendor: str

@@ -30,7 +30,7 @@ TraceFormat = Literal["azure", "mooncake", "burstgpt", "generic", "llmservingsim
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # every number finite (issue #19)
 
 
 class ModelConfig(_Strict):

@@ -15,7 +15,7 @@ from llmsim.scenario import Scenario, scenario_from_dict, set_path
 class PlanConfig(BaseModel):
     """The ``plan:`` section of a scenario: the search space and what to report."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     target_rps: float | None = Field(None, gt=0)  # default: the workload's own mean rate
     hardware: list[str] = []  # default: the scenario's hardware
