@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from llmsim.schedulers import SchedulerConfig
 from llmsim.schedulers.base import SpecConfig
 from llmsim.workload import generators as gen
 from llmsim.workload.base import Workload, slice_and_scale
+from llmsim.workload.limits import MAX_REQUESTS, check_requests, check_tokens
 from llmsim.workload.traces import load_trace
 
 
@@ -31,30 +33,28 @@ def build_model(sc: Scenario) -> ModelSpec:
 def build_workload(sc: Scenario) -> Workload:
     w = sc.workload
     rng = np.random.default_rng(sc.seed)
+    origin = sc._origin
     if w.kind == "trace":
         assert w.trace is not None
         t = w.trace
         wl = load_trace(sc.path(t.path), t.format, t.hash_block_tokens or sc.kv_cache.block_tokens)
         wl = slice_and_scale(wl, t.start_s, t.duration_s, t.max_requests, t.speedup)
     else:
-        n = w.num_requests or max(1, int(round((w.rate_rps or 0) * (w.duration_s or 0))))
-        if w.kind == "poisson":
-            arrivals = gen.poisson_arrivals(rng, w.rate_rps, n)  # type: ignore[arg-type]
-        elif w.kind == "gamma":
-            arrivals = gen.gamma_arrivals(rng, w.rate_rps, w.cv, n)  # type: ignore[arg-type]
-        else:
-            arrivals = gen.batch_arrivals(n, w.batch_size, w.batch_interval_s)
+        _check_sizes(sc, origin)
+        arrivals = _arrivals(sc, rng, origin)
         if w.shared_prefix is not None:
             s = w.shared_prefix
             shape = (s.num_groups, s.num_prompts_per_group)
 
-            def per_user(key: str, spec: object) -> np.ndarray:  # one length per user, group by group
+            def per_user(key: str, spec: object, name: str) -> np.ndarray:  # one length per user, group by group
                 if isinstance(spec, int):
                     return np.full(shape, spec, dtype=np.int64)
-                return np.stack([_lengths(sc, key, rng, shape[1], spec) for _ in range(shape[0])])
+                where = f"{origin}: workload.shared_prefix.{name}"
+                return np.stack([_lengths(sc, key, rng, shape[1], spec, where) for _ in range(shape[0])])
 
-            q = np.maximum(per_user("prompt_tokens", s.question_len), 1)
-            o = np.maximum(per_user("output_tokens", s.output_len), 1)
+            q = np.maximum(per_user("prompt_tokens", s.question_len, "question_len"), 1)
+            o = np.maximum(per_user("output_tokens", s.output_len, "output_len"), 1)
+            _check_shared_prefix_prompt(sc, len(arrivals), q, o, origin)
             wl = gen.shared_prefix(
                 rng, arrivals, s.system_prompt_len, q, o, s.enable_multi_turn_chat, sc.kv_cache.block_tokens
             )
@@ -62,6 +62,93 @@ def build_workload(sc: Scenario) -> Workload:
             wl = _synthetic(sc, rng, arrivals)
     wl.validate(f"workload of {sc.name}")
     return wl
+
+
+def _request_count(sc: Scenario) -> float:
+    """Requests the synthetic workload asks for, as a float: rate x duration may be astronomically large."""
+    w = sc.workload
+    if w.num_requests:
+        return float(w.num_requests)
+    x = (w.rate_rps or 0) * (w.duration_s or 0)
+    return x if not math.isfinite(x) else float(max(1, round(x)))  # round(inf) would raise
+
+
+def _count_key(sc: Scenario) -> str:
+    return "workload.num_requests" if sc.workload.num_requests else "workload.rate_rps x workload.duration_s"
+
+
+def _arrivals(sc: Scenario, rng: np.random.Generator, origin: str) -> np.ndarray:
+    """Arrival times, drawn whole when the count fits MAX_REQUESTS (unchanged since before the
+    limit), else only up to ``workload.horizon_s`` (arrivals after it are never simulated)."""
+    w = sc.workload
+    n = _request_count(sc)
+    if n > MAX_REQUESTS and w.horizon_s is not None:
+        return _arrivals_to_horizon(sc, rng, n, w.horizon_s, origin)
+    check_requests(n, _count_key(sc), origin)
+    n = int(n)
+    if w.kind == "poisson":
+        return gen.poisson_arrivals(rng, w.rate_rps, n)  # type: ignore[arg-type]
+    if w.kind == "gamma":
+        return gen.gamma_arrivals(rng, w.rate_rps, w.cv, n)  # type: ignore[arg-type]
+    return gen.batch_arrivals(n, w.batch_size, w.batch_interval_s)
+
+
+def _arrivals_to_horizon(sc: Scenario, rng: np.random.Generator, n: float, horizon_s: float, origin: str) -> np.ndarray:
+    """The arrivals before the horizon of a workload too large to draw whole; the expected count
+    (rate x horizon) is checked first, so the drawing itself stays bounded."""
+    w = sc.workload
+    if w.kind == "all_at_once":
+        batches = math.floor(horizon_s / w.batch_interval_s) + 1 if w.batch_interval_s > 0 else math.inf
+        expected = min(n, batches * w.batch_size)
+        check_requests(expected, f"{_count_key(sc)} (before workload.horizon_s)", origin)
+        return gen.batch_arrivals(int(expected), w.batch_size, w.batch_interval_s)
+    rate = float(w.rate_rps or 0)
+    check_requests(rate * horizon_s, "workload.rate_rps x workload.horizon_s", origin)
+    if w.kind == "poisson":
+        draw = lambda k: rng.exponential(1.0 / rate, size=k)  # noqa: E731 - same draws as poisson_arrivals
+    else:
+        shape = 1.0 / (w.cv * w.cv)
+        draw = lambda k: rng.gamma(shape, 1.0 / (rate * shape), size=k)  # noqa: E731
+    return gen.arrivals_to_horizon(draw, int(min(n, 2**62)), horizon_s, origin)
+
+
+def _check_sizes(sc: Scenario, origin: str) -> None:
+    """Token bounds of every length spec and system prompt, and the request count of
+    conversations, before anything is drawn."""
+    w = sc.workload
+    specs = [("workload.prompt_tokens", w.prompt_tokens), ("workload.output_tokens", w.output_tokens)]
+    for name, c in sorted(w.classes.items()):
+        specs += [(f"workload.classes.{name}.prompt_tokens", c.prompt_tokens)]
+        specs += [(f"workload.classes.{name}.output_tokens", c.output_tokens)]
+    if w.shared_prefix is not None:
+        s = w.shared_prefix
+        check_tokens(s.system_prompt_len, "workload.shared_prefix.system_prompt_len", origin)
+        check_requests(s.num_groups * s.num_prompts_per_group, "workload.shared_prefix (num_groups x users)", origin)
+        for name in ("question_len", "output_len"):
+            spec = getattr(s, name)
+            if isinstance(spec, int):
+                check_tokens(spec, f"workload.shared_prefix.{name}", origin)
+            else:
+                specs.append((f"workload.shared_prefix.{name}", spec))
+    for key, spec in specs:
+        for field in ("value", "min", "max", "median") if spec is not None else ():
+            if getattr(spec, field) is not None:
+                check_tokens(getattr(spec, field), f"{key}.{field}", origin)
+    if w.system_prompts is not None:
+        check_tokens(w.system_prompts.tokens, "workload.system_prompts.tokens", origin)
+        check_requests(w.system_prompts.count, "workload.system_prompts.count", origin)
+    if w.conversations is not None:
+        n = _request_count(sc) * w.conversations.turns
+        check_requests(n, "workload.num_requests x workload.conversations.turns", origin)
+
+
+def _check_shared_prefix_prompt(sc: Scenario, n: int, q: np.ndarray, o: np.ndarray, origin: str) -> None:
+    """The longest prompt shared_prefix will build (multi-turn: the last round's whole chat)."""
+    s = sc.workload.shared_prefix
+    assert s is not None
+    rounds = -(-n // q.size) if s.enable_multi_turn_chat else 1
+    longest = s.system_prompt_len + (rounds - 1) * int((q + o).max()) + int(q.max())
+    check_tokens(longest, "workload.shared_prefix (system_prompt_len + the longest chat)", origin)
 
 
 def _synthetic(sc: Scenario, rng: np.random.Generator, arrivals: np.ndarray) -> Workload:
@@ -79,8 +166,12 @@ def _synthetic(sc: Scenario, rng: np.random.Generator, arrivals: np.ndarray) -> 
         for i, name in enumerate(names):
             sel = pick == i
             c = w.classes[name]
-            prompts[sel] = _lengths(sc, "prompt_tokens", rng, int(sel.sum()), c.prompt_tokens)
-            outputs[sel] = _lengths(sc, "output_tokens", rng, int(sel.sum()), c.output_tokens)
+            where = f"{sc._origin}: workload.classes.{name}"
+            # a class without its own spec draws from the workload's, reported under the workload's key
+            p_where = where + ".prompt_tokens" if c.prompt_tokens else ""
+            o_where = where + ".output_tokens" if c.output_tokens else ""
+            prompts[sel] = _lengths(sc, "prompt_tokens", rng, int(sel.sum()), c.prompt_tokens, p_where)
+            outputs[sel] = _lengths(sc, "output_tokens", rng, int(sel.sum()), c.output_tokens, o_where)
     else:
         prompts = _lengths(sc, "prompt_tokens", rng, n)
         outputs = _lengths(sc, "output_tokens", rng, n)
@@ -104,13 +195,16 @@ def prewarm_prefixes(sc: Scenario) -> tuple[list[list[int]], int]:
     return prefixes, sc.kv_cache.prewarm_block_tokens or 0
 
 
-def _lengths(sc: Scenario, key: str, rng: np.random.Generator, n: int, override: object | None = None) -> np.ndarray:
+def _lengths(
+    sc: Scenario, key: str, rng: np.random.Generator, n: int, override: object | None = None, where: str = ""
+) -> np.ndarray:
     spec = override or getattr(sc.workload, key)
+    where = where or f"{sc._origin}: workload.{key}"  # the key a bad draw is reported under
     empirical = None
     if spec.dist == "empirical":
         trace = load_trace(sc.path(spec.trace), spec.format)
         empirical = trace.prompt_tokens if key == "prompt_tokens" else trace.output_tokens
-    return gen.sample_lengths(rng, spec.model_dump(), n, empirical)
+    return gen.sample_lengths(rng, spec.model_dump(), n, empirical, where)
 
 
 @dataclass

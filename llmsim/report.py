@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from llmsim.errors import UserError, atomic_write_text, test_pause
+from llmsim.errors import UserError, atomic_write_text, load_json_object, test_pause
 from llmsim.results import read_table, slo_targets, table_run_id
 from llmsim.scenario import Scenario
 from llmsim.tables import cells, fmt
@@ -115,20 +115,40 @@ class ResultsDir:
         p = Path(path)
         kind = folder_kind(p)
         if kind == "sweep":
-            meta = json.loads((p / "sweep.json").read_text()) if (p / "sweep.json").exists() else {}
+            meta = load_json_object(p / "sweep.json") if (p / "sweep.json").exists() else {}
             table = pd.read_parquet(p / "sweep.parquet") if (p / "sweep.parquet").exists() else _csv(p / "sweep.csv")
             return cls(p, {}, pd.DataFrame(), pd.DataFrame(), kind=kind, sweep=table, sweep_meta=meta)
         # a plan with no winner has no winner's run: no summary.json, requests or steps
-        summary = json.loads((p / "summary.json").read_text()) if (p / "summary.json").exists() else {}
+        summary = load_json_object(p / "summary.json") if (p / "summary.json").exists() else {}
+        missing = [k for k in SUMMARY_KEYS if k not in summary]
+        if (p / "summary.json").exists() and missing:  # another tool's JSON, or a summary cut short
+            raise UserError(f"{p / 'summary.json'}: not an llmsim run summary (missing {', '.join(missing)})")
         sc, raw = None, None
         if (p / "scenario.json").exists():
-            raw = json.loads((p / "scenario.json").read_text())
-            sc = Scenario.model_validate({k: v for k, v in raw.items() if k != "run_id"})
+            raw = load_json_object(p / "scenario.json")
+            sc = _scenario_of(p / "scenario.json", {k: v for k, v in raw.items() if k != "run_id"})
         check_one_run(p, summary, raw)
         tables = {name: _floats(_csv(p / f"{name}.csv")) for name in PLAN_TABLES if (p / f"{name}.csv").exists()}
-        plan = json.loads((p / "plan.json").read_text()) if kind == "plan" else None
+        plan = load_json_object(p / "plan.json") if kind == "plan" else None
         requests, steps = read_table(p, "requests"), read_table(p, "steps")  # Parquet or CSV
         return cls(p, summary, requests, steps, sc, plan, tables, kind, chunks=read_table(p, "chunks"))
+
+
+SUMMARY_KEYS = ("requests", "slo", "saturation", "pools")  # what every run summary has and a report reads
+
+
+def _scenario_of(path: Path, data: dict) -> Scenario:
+    """scenario.json as a Scenario, or one line naming the file and the key that is wrong."""
+    from pydantic import ValidationError
+
+    from llmsim.errors import pydantic_message
+
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        lines = pydantic_message(exc, str(path), {}).splitlines()
+        more = f" (and {len(lines) - 1} more problem(s))" if len(lines) > 1 else ""
+        raise UserError(lines[0] + more) from None
 
 
 def _csv(path: Path) -> pd.DataFrame:

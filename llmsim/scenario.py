@@ -28,6 +28,37 @@ NonNegFloat = Annotated[float, Field(ge=0)]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 TraceFormat = Literal["azure", "mooncake", "burstgpt", "generic", "llmservingsim"]
 
+# Upper bounds on the sizes a scenario sets (issue #19). Each sits far above any real deployment
+# and low enough that a typo (an extra three zeros) fails here, naming the key and the limit,
+# instead of exhausting memory or time later. docs/scenario.md "Hostile command lines" lists them.
+# replicas: each is a Python object and a SimPy process (10,000 idle replicas take ~0.5 GB and a
+# few seconds); a few thousand GPUs is already a data centre.
+MAX_REPLICAS = 10_000
+# tp / pp: a degree must divide the attention heads / the layers, and no catalog model has more
+# than 128 of either; 1,024 leaves room for custom configs while catching 10**6.
+MAX_PARALLEL = 1_024
+# max_num_seqs: vLLM's default is 256 (1,024 on big GPUs); a million sequences decoding at once
+# would need more KV cache than any device holds even at one block each.
+MAX_SEQS = 1_000_000
+# max_batch_tokens / chunk_tokens: tokens in one step; vLLM's budgets are 2**11..2**16, and a
+# prompt is at most a model's context (~10**6 tokens); 2**24 catches exponents typed by mistake.
+MAX_STEP_TOKENS = 2**24
+# kv_cache.num_blocks: per replica; 192 GB (B200) of the smallest KV (gpt2 in fp8, 18 KB per
+# token) at one token per block is ~10**7 blocks, so 10**8 is above any engine's report.
+MAX_KV_BLOCKS = 100_000_000
+# block_tokens: vLLM offers 1..256 (hybrid attention/Mamba models stretch it to ~2k); a block
+# longer than a whole prompt only wastes memory.
+MAX_BLOCK_TOKENS = 8_192
+# seed: numpy's SeedSequence takes any integer >= 0 (a negative one is a traceback there); 64
+# bits keeps it an ordinary integer in summary.json for readers that parse int64.
+MAX_SEED = 2**64 - 1
+
+Replicas = Annotated[int, Field(gt=0, le=MAX_REPLICAS)]
+Parallel = Annotated[int, Field(gt=0, le=MAX_PARALLEL)]
+Seqs = Annotated[int, Field(gt=0, le=MAX_SEQS)]
+StepTokens = Annotated[int, Field(gt=0, le=MAX_STEP_TOKENS)]
+BlockTokens = Annotated[int, Field(gt=0, le=MAX_BLOCK_TOKENS)]
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # every number finite (issue #19)
@@ -51,11 +82,11 @@ class PoolConfig(_Strict):
     """A group of identical replicas (the whole cluster when colocated)."""
 
     hardware: str | None = None  # default: the scenario's `hardware`
-    replicas: PosInt = 1
-    tp: PosInt = 1  # tensor parallelism: devices per pipeline stage
-    pp: PosInt = 1  # pipeline stages
-    max_num_seqs: PosInt | None = None  # default: policy.max_num_seqs
-    max_batch_tokens: PosInt | None = None
+    replicas: Replicas = 1
+    tp: Parallel = 1  # tensor parallelism: devices per pipeline stage
+    pp: Parallel = 1  # pipeline stages
+    max_num_seqs: Seqs | None = None  # default: policy.max_num_seqs
+    max_batch_tokens: StepTokens | None = None
 
 
 class LinkConfig(_Strict):
@@ -68,9 +99,9 @@ class LinkConfig(_Strict):
 
 
 class ClusterConfig(_Strict):
-    replicas: PosInt = 1
-    tp: PosInt = 1
-    pp: PosInt = 1
+    replicas: Replicas = 1
+    tp: Parallel = 1
+    pp: Parallel = 1
     router: Literal["round_robin", "least_outstanding", "kv_aware", "prefix_affinity"] = "round_robin"
     # disaggregated: how a finished prompt picks its decode replica
     decode_router: Literal["round_robin", "least_outstanding", "kv_aware"] = "least_outstanding"
@@ -83,9 +114,9 @@ class ClusterConfig(_Strict):
 
 class PolicyConfig(_Strict):
     kind: str = "traditional"  # a registered scheduler (schedulers.SCHEDULERS) or disaggregated
-    max_num_seqs: PosInt = 256
-    max_batch_tokens: PosInt = 8192
-    chunk_tokens: PosInt = 512  # chunked prefill budget per step (decode tokens count against it)
+    max_num_seqs: Seqs = 256
+    max_batch_tokens: StepTokens = 8192
+    chunk_tokens: StepTokens = 512  # chunked prefill budget per step (decode tokens count against it)
     queue_order: Literal["fcfs", "shortest_prompt_first", "length_bucketed"] = "fcfs"
     max_bypass: PosInt = 16  # starvation protection: times a waiting request may be overtaken
     chunk_budget: Literal["fixed", "dynamic"] = "fixed"  # dynamic: shrink chunks when TBT is at risk
@@ -117,16 +148,18 @@ class PolicyConfig(_Strict):
 
 
 class KVCacheConfig(_Strict):
-    block_tokens: PosInt = 16
+    block_tokens: BlockTokens = 16
     dtype: Literal["bf16", "fp16", "fp8", "int8", "fp32"] = "bf16"
     memory_fraction: float = Field(0.9, gt=0, le=1)  # of device memory usable by weights + KV
     reserve_gb: NonNegFloat = 0.0  # extra reserve (activations, CUDA context) in GB
     watermark: float = Field(0.01, ge=0, lt=1)
-    num_blocks: PosInt | None = None  # KV blocks per replica as the engine reported them (overrides the memory budget)
+    num_blocks: Annotated[int, Field(gt=0, le=MAX_KV_BLOCKS)] | None = (
+        None  # KV blocks per replica as the engine reported them (overrides the memory budget)
+    )
     preemption: Literal["recompute", "swap"] = "recompute"
     prefix_caching: bool = False
     prewarm: list[list[int]] = []  # prefixes (lists of content ids) cached on every replica at t=0
-    prewarm_block_tokens: PosInt | None = None  # tokens per id in `prewarm` (default: the workload's)
+    prewarm_block_tokens: BlockTokens | None = None  # tokens per id in `prewarm` (default: the workload's)
 
 
 class LengthSpec(_Strict):
@@ -318,7 +351,7 @@ class Scenario(_Strict):
         return self._engine
 
     name: str
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     model: ModelConfig
     hardware: str
     cluster: ClusterConfig = ClusterConfig()
@@ -437,7 +470,10 @@ def set_path(data: dict, dotted: str, value: object) -> None:
     if dotted.startswith("model.") and isinstance(data.get("model"), str):
         data["model"] = {"name": data["model"]}  # expand the `model: NAME` shorthand first
     node = data
-    parts = dotted.split(".")
+    try:
+        parts = key_parts(dotted)
+    except UserError as exc:  # a sweep's or plan's key path: say which
+        raise UserError(f"--set {dotted}: {exc}") from None
     for p in parts[:-1]:
         if not isinstance(node.get(p), dict):
             if node.get(p) is not None:
@@ -445,6 +481,17 @@ def set_path(data: dict, dotted: str, value: object) -> None:
             node[p] = {}
         node = node[p]
     node[parts[-1]] = value
+
+
+def key_parts(dotted: str) -> list[str]:
+    """``"a.b.c"`` -> ``["a", "b", "c"]``, refusing an empty name (``""``, ``a..b``, ``a.``): it
+    would become a key ``''`` that pydantic reports as unknown, hiding the typo."""
+    parts = [p.strip() for p in dotted.split(".")]
+    if not dotted.strip():
+        raise UserError("empty key; expected KEY=VALUE, e.g. policy.chunk_tokens=256")
+    if not all(parts):
+        raise UserError(f"key {dotted!r} has an empty name between dots; expected e.g. policy.chunk_tokens")
+    return parts
 
 
 def _check_names(sc: Scenario, origin: str) -> None:

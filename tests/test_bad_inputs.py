@@ -3,6 +3,7 @@ clear message naming the file, key or row, exit code 2, no traceback, and no res
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,15 @@ import pytest
 from llmsim.cli import main
 
 BAD = Path(__file__).parent / "bad_inputs"
+
+# sizes that would exhaust memory: refused by key and limit before any array is allocated
+HOSTILE_SIZES = {
+    "huge_rate_duration.yaml": ["workload.rate_rps x workload.duration_s", "1e+18 requests", "limit of 10,000,000"],
+    "huge_rate_horizon.yaml": ["workload.rate_rps x workload.horizon_s", "60,000,000,000", "limit of 10,000,000"],
+    "huge_num_requests.yaml": ["workload.num_requests", "1,000,000,000,000 requests", "limit of 10,000,000"],
+    "huge_lognormal_median.yaml": ["workload.prompt_tokens.median", "1e+308 tokens", "limit of 10,000,000"],
+    "huge_system_prompt_len.yaml": ["workload.shared_prefix.system_prompt_len", "2,000,000,000", "10,000,000"],
+}
 
 # file -> fragments the message must contain (the file, key path or row, and what is wrong)
 RUN_CATALOGUE = {
@@ -45,6 +55,14 @@ RUN_CATALOGUE = {
         "prefix_tokens (100)",
         "80 tokens",
     ],
+    "trace_nan_timestamp.yaml": ["nan_timestamp.csv", "row 3", "arrival_s", "nan"],
+    "trace_nan_timestamp_mooncake.yaml": ["nan_timestamp_mooncake.jsonl", "line 2", "timestamp", "finite", "nan"],
+    "trace_fractional_tokens.yaml": ["fractional_tokens.csv", "row 3", "'prompt_tokens'", "whole number", "10.5"],
+    "trace_huge_tokens.yaml": ["huge_tokens.csv", "row 4", "'output_tokens'", "1e+30", "limit of 10,000,000"],
+    "trace_jsonl_line_number.yaml": ["jsonl_line_number.jsonl", "line 3", "'prompt_tokens'", "must be >= 0"],
+    "trace_directory.yaml": ["trace_dir.csv", "is a directory"],
+    "trace_gzipped_trace.yaml": ["gzipped_trace.csv", "gzip-compressed"],
+    **HOSTILE_SIZES,
     "does_not_exist.yaml": ["does_not_exist.yaml", "file not found"],
     "duplicate_key.yaml": ["duplicate_key.yaml", "line 8", "key 'rate_rps' given twice", "first on line 6"],
     "infinite_rate.yaml": ["infinite_rate.yaml", "workload.rate_rps", "finite number", "inf"],
@@ -139,3 +157,63 @@ def test_hostile_scenario_name_stays_inside_the_output_dir_and_is_escaped(tmp_pa
     html = (out / "report.html").read_text()
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;" in html
+
+
+_LIMITED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # 2 GiB of address space
+from llmsim.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_SIZES))
+def test_hostile_size_is_refused_under_a_memory_limit(name, tmp_path):
+    """Not a MemoryError, not the OOM killer: the real CLI under 2 GiB says which key is too big."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _LIMITED,
+            "run",
+            str(BAD / name),
+            "--out",
+            str(tmp_path / "o"),
+            "--quiet",
+            "--no-report",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},  # BLAS thread stacks would eat the address space
+    )
+    assert_one_clear_error(proc.returncode, proc.stderr, HOSTILE_SIZES[name])
+    assert "MemoryError" not in proc.stderr
+
+
+def test_a_workload_too_large_to_draw_whole_is_drawn_to_the_horizon():
+    """rate x duration far over the limit, but a horizon that lets through ~10k arrivals: only
+    those are generated (the later ones are never simulated)."""
+    from llmsim.build import build_workload
+    from llmsim.scenario import scenario_from_dict
+
+    sc = scenario_from_dict(
+        {
+            "name": "h",
+            "model": "gpt2",
+            "hardware": "H100-SXM",
+            "workload": {
+                "kind": "poisson",
+                "rate_rps": 1e9,
+                "duration_s": 1e9,
+                "horizon_s": 1e-5,
+                "prompt_tokens": {"dist": "fixed", "value": 16},
+                "output_tokens": {"dist": "fixed", "value": 4},
+            },
+        },
+        "h.yaml",
+        BAD,
+    )
+    w = build_workload(sc)
+    assert 9_000 < len(w) < 11_000
+    assert w.arrival_s[0] == 0.0 and w.arrival_s[-1] <= 1e-5

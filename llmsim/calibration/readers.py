@@ -7,6 +7,8 @@ A row carries the layer shape it was measured at, so a file validates without kn
 
 from __future__ import annotations
 
+import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,21 +61,21 @@ def read_profile(path: str | Path) -> list[Measurement]:
 
 def read_vidur_mlp(path: Path) -> list[Measurement]:
     """Vidur ``mlp.csv``: per row one token count and TP degree; four linear ops per row."""
-    df = pd.read_csv(path)
-    missing = [c for c in _MLP_SHAPE_COLS if c not in df.columns]
+    header, rows = _read_cells(path)
+    missing = [c for c in _MLP_SHAPE_COLS if c not in header]
     if missing:
         raise UserError(f"{path}: Vidur mlp.csv lacks column(s) {missing}")
     out: list[Measurement] = []
-    for i, row in enumerate(df.to_dict("records")):
-        tp = int(row["num_tensor_parallel_workers"])
-        heads, kv_heads, hidden = int(row["n_head"]), int(row["n_kv_head"]), int(row["n_embd"])
-        inter, m = int(row["n_expanded_embd"]), int(row["num_tokens"])
-        if tp < 1 or heads % tp or hidden % heads or m < 1:
-            raise UserError(f"{path}: row {i + 2}: bad shape (tp={tp}, n_head={heads}, n_embd={hidden}, tokens={m})")
+    for line, row in rows:
+        where = f"{path}: row {line}"
+        shape = {c: int(_number(row, c, where, whole=True, positive=True)) for c in _MLP_SHAPE_COLS}
+        tp, heads, kv_heads = shape["num_tensor_parallel_workers"], shape["n_head"], shape["n_kv_head"]
+        hidden, inter, m = shape["n_embd"], shape["n_expanded_embd"], shape["num_tokens"]
+        if heads % tp or hidden % heads:
+            raise UserError(f"{where}: bad shape (tp={tp}, n_head={heads}, n_embd={hidden}, tokens={m})")
         head_dim = hidden // heads
         q, kv = heads * head_dim // tp, max(1, kv_heads // tp) * head_dim
-        gated = bool(row.get("use_gated_mlp", True))
-        up_n = (2 if gated else 1) * inter // tp
+        up_n = (2 if _flag(row, "use_gated_mlp", where, default=True) else 1) * inter // tp
         shapes = {
             "attn_pre_proj": (q + 2 * kv, hidden),
             "attn_post_proj": (hidden, q),
@@ -81,12 +83,10 @@ def read_vidur_mlp(path: Path) -> list[Measurement]:
             "mlp_down_proj": (hidden, inter // tp),
         }
         for op, (n, k) in shapes.items():
-            ms = row.get(f"time_stats.{op}.median")
-            if ms is None or pd.isna(ms):
-                continue
-            if ms <= 0:
-                raise UserError(f"{path}: row {i + 2}: time_stats.{op}.median must be > 0 (got {ms})")
-            out.append(Measurement(op, "gemm", ms * 1e-3, tp=tp, m=m, n=n, k=k, source=str(path)))
+            col = f"time_stats.{op}.median"
+            ms = _number(row, col, where, positive=True, optional=True)  # an op left unmeasured is blank
+            if ms is not None:
+                out.append(Measurement(op, "gemm", ms * 1e-3, tp=tp, m=m, n=n, k=k, source=str(path)))
     return out
 
 
@@ -96,52 +96,116 @@ def read_vidur_all_reduce(path: Path) -> list[Measurement]:
     Rows spanning several nodes (``num_workers > devices_per_node``) go over the network, not
     NVLink; they are kept with ``op = all_reduce_multinode`` so NVLink fits can leave them out.
     """
-    df = pd.read_csv(path)
+    header, rows = _read_cells(path)
     for c in ("num_workers", "size", "time_stats.all_reduce.median"):
-        if c not in df.columns:
+        if c not in header:
             raise UserError(f"{path}: Vidur all_reduce.csv lacks column {c!r}")
-    if "rank" in df.columns:
-        df = df[df["rank"] == 0]
-    per_node = df["devices_per_node"] if "devices_per_node" in df.columns else df["num_workers"]
+    per_node_col = "devices_per_node" if "devices_per_node" in header else "num_workers"
     out = []
-    for w, size, ms, dpn in zip(
-        df["num_workers"], df["size"], df["time_stats.all_reduce.median"], per_node, strict=True
-    ):
-        op = "all_reduce" if int(w) <= int(dpn) else "all_reduce_multinode"
-        out.append(Measurement(op, "comm", float(ms) * 1e-3, bytes=float(size), ranks=int(w), source=str(path)))
+    for line, row in rows:
+        where = f"{path}: row {line}"
+        if "rank" in header and _number(row, "rank", where, whole=True) != 0:
+            continue
+        w = int(_number(row, "num_workers", where, whole=True, positive=True))
+        dpn = int(_number(row, per_node_col, where, whole=True, positive=True))
+        size = _number(row, "size", where, positive=True)
+        ms = _number(row, "time_stats.all_reduce.median", where, positive=True)
+        op = "all_reduce" if w <= dpn else "all_reduce_multinode"
+        out.append(Measurement(op, "comm", ms * 1e-3, bytes=size, ranks=w, source=str(path)))
     return out
 
 
 def read_generic(path: Path) -> list[Measurement]:
     """The generic CSV: ``gemm`` rows (m, n, k) and ``comm`` rows (num_workers, bytes) are used."""
-    df = pd.read_csv(path)
+    header, rows = _read_cells(path)
     out = []
-    for i, row in enumerate(df.to_dict("records")):
-        where = f"{path}: row {i + 2}"
-        kind, op = str(row["kind"]).strip(), str(row["op"]).strip()
-        secs = row["seconds"]
-        if pd.isna(secs) or float(secs) <= 0:
-            raise UserError(f"{where}: seconds must be a number > 0 (got {secs!r})")
-        dtype = str(row.get("dtype") or "bf16")
+    for line, row in rows:
+        where = f"{path}: row {line}"
+        kind, op = row["kind"].strip(), row["op"].strip()
+        secs = _number(row, "seconds", where, positive=True)
+        dtype = row.get("dtype", "").strip() or "bf16"
         dtype = "bf16" if dtype == "nan" else dtype
         if kind == "gemm":
-            m, n, k = (_int(row, c, where) for c in ("m", "n", "k"))
-            tp = int(row["tp"]) if "tp" in row and not pd.isna(row["tp"]) else 1
-            out.append(Measurement(op, "gemm", float(secs), tp=tp, m=m, n=n, k=k, dtype=dtype, source=str(path)))
+            m, n, k = (int(_number(row, c, where, whole=True, positive=True)) for c in ("m", "n", "k"))
+            tp = _number(row, "tp", where, whole=True, positive=True, optional=True) or 1
+            out.append(Measurement(op, "gemm", secs, tp=int(tp), m=m, n=n, k=k, dtype=dtype, source=str(path)))
         elif kind == "comm":
-            ranks, nbytes = _int(row, "num_workers", where), _int(row, "bytes", where)
-            out.append(Measurement(op, "comm", float(secs), bytes=nbytes, ranks=ranks, dtype=dtype, source=str(path)))
+            ranks = int(_number(row, "num_workers", where, whole=True, positive=True))
+            nbytes = _number(row, "bytes", where, whole=True, positive=True)
+            out.append(Measurement(op, "comm", secs, bytes=nbytes, ranks=ranks, dtype=dtype, source=str(path)))
         # other kinds (attention, elementwise, copy, layer) are documented but not fitted yet
     if not out:
         raise UserError(f"{path}: no gemm or comm rows to use")
     return out
 
 
-def _int(row: dict, col: str, where: str) -> int:
-    v = row.get(col)
-    if v is None or pd.isna(v) or int(v) < 1:
-        raise UserError(f"{where}: column {col!r} must be a positive integer (got {v!r})")
-    return int(v)
+# ------------------------------------------------------------------ every cell is checked here
+
+
+def _read_cells(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """The header and ``(file line, {column: raw text})`` per row; the header is line 1.
+
+    Cells stay text (the csv module, no NA or dtype guessing), so ``_number`` sees exactly what
+    the file says: pandas turns ``inf`` into a float and a blank into NaN, and reads a row with
+    one cell too many as if its first cell were an index, shifting every column."""
+    try:
+        with path.open(newline="") as f:
+            reader = csv.reader(f)
+            header = [c.strip() for c in next(reader, [])]
+            rows = [(reader.line_num, cells) for cells in reader if any(c.strip() for c in cells)]
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file") from None
+    except csv.Error as exc:
+        raise UserError(f"{path}: not a readable CSV ({exc})") from None
+    if len(set(header)) < len(header):
+        twice = sorted({c for c in header if header.count(c) > 1})
+        raise UserError(f"{path}: column(s) {twice} appear more than once in the header")
+    for line, cells in rows:
+        if len(cells) != len(header):
+            raise UserError(f"{path}: row {line}: {len(cells)} cells, but the header has {len(header)} columns")
+    return header, [(line, dict(zip(header, cells, strict=True))) for line, cells in rows]
+
+
+def _number(
+    row: dict[str, str],
+    col: str,
+    where: str,
+    *,
+    whole: bool = False,
+    positive: bool = False,
+    optional: bool = False,
+) -> float:
+    """The cell ``row[col]`` as a finite number >= 0 (> 0 with ``positive``, integral with
+    ``whole``), else a UserError naming ``where`` (file and row) and the column. A blank cell is
+    an error unless ``optional``; then it gives None (typed float for the callers' sake)."""
+    text = str(row.get(col, "")).strip()
+    if not text:
+        if optional:
+            return None  # type: ignore[return-value]
+        raise UserError(f"{where}: column {col!r}: blank, expected a number")
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"{where}: column {col!r}: expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise UserError(f"{where}: column {col!r}: must be a finite number, got {text!r}")
+    if value < 0 or (positive and value == 0):
+        raise UserError(f"{where}: column {col!r}: must be {'> 0' if positive else '>= 0'}, got {text}")
+    if whole and value != int(value):
+        raise UserError(f"{where}: column {col!r}: expected a whole number, got {text!r}")
+    return value
+
+
+def _flag(row: dict[str, str], col: str, where: str, default: bool) -> bool:
+    """A true/false cell (Vidur writes ``True`` / ``False``); blank or absent gives ``default``."""
+    text = str(row.get(col, "")).strip().lower()
+    if not text:
+        return default
+    if text in ("true", "1"):
+        return True
+    if text in ("false", "0"):
+        return False
+    raise UserError(f"{where}: column {col!r}: expected True or False, got {row[col]!r}")
 
 
 def to_frame(rows: list[Measurement]) -> pd.DataFrame:

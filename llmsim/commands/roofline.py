@@ -28,14 +28,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_roofline)
 
 
+# A step's context per sequence: no model llmsim prices reads more than ~10M cached tokens
+MAX_CONTEXT = 2**24
+
+
+def check_sizes(args: argparse.Namespace) -> None:
+    """Every size >= 0 and within the scenario's own bounds (llmsim/scenario.py): the decode batch
+    is materialised as one context per sequence, so 10**12 sequences would exhaust memory."""
+    from llmsim.scenario import MAX_SEQS, MAX_STEP_TOKENS
+
+    limits = [
+        ("--prefill-tokens", args.prefill_tokens, MAX_STEP_TOKENS, "the bound on policy.max_batch_tokens"),
+        ("--decode-batch", args.decode_batch, MAX_SEQS, "the bound on policy.max_num_seqs"),
+        ("--context", args.context, MAX_CONTEXT, "above any model's context length"),
+    ]
+    for flag, value, limit, why in limits:
+        if value < 0:
+            raise UserError(f"{flag} {value}: must be >= 0")
+        if value > limit:
+            raise UserError(f"{flag} {value}: must be at most {limit:,} ({why})")
+
+
 def cmd_roofline(args: argparse.Namespace) -> int:
     from llmsim.costmodel.ops import batch_shape
     from llmsim.costmodel.roofline import CostConfig, CostModel
     from llmsim.hardware import load_profile
     from llmsim.models import DTYPE_BYTES, get_model
 
-    if args.prefill_tokens < 0 or args.decode_batch < 0 or args.context < 0:
-        raise UserError("--prefill-tokens, --decode-batch and --context must be >= 0")
+    check_sizes(args)
     if args.prefill_tokens == 0 and args.decode_batch == 0:
         raise UserError("nothing to price: give --prefill-tokens and/or --decode-batch")
     model, hw = get_model(args.model), load_profile(args.hardware)

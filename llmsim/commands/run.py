@@ -37,15 +37,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_overrides(items: list[str]) -> dict[str, object]:
-    import yaml
+    """``--set KEY=VALUE`` items as ``{dotted key: value}``, each value read as YAML (``256``,
+    ``true``, ``[1, 2]``, ``{dist: fixed, value: 8}``); a malformed item is a UserError naming it."""
+    from llmsim.scenario import key_parts
 
     out: dict[str, object] = {}
     for item in items:
         if "=" not in item:
             raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. policy.chunk_tokens=256")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            key_parts(key)
+        except UserError as exc:
+            raise UserError(f"--set {item!r}: {exc}") from None
+        out[key.strip()] = _yaml_value(item, value)
     return out
+
+
+def _yaml_value(item: str, text: str) -> object:
+    """``text`` as plain YAML data (the safe loader: a ``!!python`` tag is refused, as in files)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, yaml.constructor.ConstructorError):
+            raise UserError(f"--set {item!r}: refused YAML tag: {problem}; only plain YAML data is read") from None
+        raise UserError(f"--set {item!r}: the value is not valid YAML{where}: {problem}") from None
 
 
 def prepare_output(out: Path) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from llmsim.errors import UserError
+from llmsim.workload.limits import MAX_TOKENS_PER_REQUEST
 
 
 @dataclass
@@ -55,6 +56,13 @@ class Workload:
         bad = _first(self.output_tokens < 0)
         if bad is not None:
             raise UserError(f"{origin}: row {bad}: output tokens must be >= 0, got {self.output_tokens[bad]}")
+        # a generated prompt can outgrow the bound its parts kept (conversations: the whole history)
+        bad = _first(np.maximum(self.prompt_tokens, self.output_tokens) > MAX_TOKENS_PER_REQUEST)
+        if bad is not None:
+            raise UserError(
+                f"{origin}: row {bad}: {max(self.prompt_tokens[bad], self.output_tokens[bad]):,} tokens is over "
+                f"the limit of {MAX_TOKENS_PER_REQUEST:,} tokens per request"
+            )
 
     def to_frame(self) -> pd.DataFrame:
         df = pd.DataFrame(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+from llmsim.errors import UserError
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import segment_block_ids, segment_key
+from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST
 
 
 def poisson_arrivals(rng: np.random.Generator, rate_rps: float, n: int) -> np.ndarray:
@@ -23,13 +27,47 @@ def gamma_arrivals(rng: np.random.Generator, rate_rps: float, cv: float, n: int)
     return np.cumsum(gaps)
 
 
+def arrivals_to_horizon(
+    draw_gaps: Callable[[int], np.ndarray], n: int, horizon_s: float, where: str, chunk: int = 1 << 20
+) -> np.ndarray:
+    """Arrival times of at most ``n`` requests, drawn ``chunk`` gaps at a time and cut at the horizon.
+
+    Only for a workload too large to draw whole (n > MAX_REQUESTS): the arrivals after the horizon
+    are never simulated, so they are not generated. A workload that fits is drawn whole, as before,
+    so its random stream (and every existing result) is unchanged."""
+    parts: list[np.ndarray] = []
+    drawn, t_end = 0, 0.0
+    while drawn < n and t_end <= horizon_s:
+        gaps = draw_gaps(min(chunk, n - drawn))
+        if drawn == 0:
+            gaps[0] = 0.0  # the first request arrives at t=0, as in the whole-array generators
+        parts.append(gaps)
+        drawn += len(gaps)
+        t_end += float(gaps.sum())
+        if drawn > MAX_REQUESTS + chunk:
+            break
+    arrivals = np.cumsum(np.concatenate(parts))
+    arrivals = arrivals[arrivals <= horizon_s]
+    if len(arrivals) > MAX_REQUESTS:
+        raise UserError(
+            f"{where}: more than {MAX_REQUESTS:,} requests arrive before workload.horizon_s "
+            f"({horizon_s:g} s), over the limit per run; lower rate_rps or horizon_s"
+        )
+    return arrivals
+
+
 def batch_arrivals(n: int, batch_size: int, interval_s: float) -> np.ndarray:
     """Fixed-size batches all arriving at once, ``interval_s`` apart (offline benchmarks)."""
     return (np.arange(n) // batch_size) * interval_s
 
 
-def sample_lengths(rng: np.random.Generator, spec: dict, n: int, empirical: np.ndarray | None = None) -> np.ndarray:
-    """Draw ``n`` token counts from a length spec (see docs/scenario.md, ``workload.prompt_tokens``)."""
+def sample_lengths(
+    rng: np.random.Generator, spec: dict, n: int, empirical: np.ndarray | None = None, key: str = "length spec"
+) -> np.ndarray:
+    """Draw ``n`` token counts from a length spec (see docs/scenario.md, ``workload.prompt_tokens``).
+
+    A draw over MAX_TOKENS_PER_REQUEST (a lognormal tail with no ``max``, an overflowing sigma) is
+    a UserError naming ``key``: cast to int64 it would wrap to a negative count, later a 1-token prompt."""
     dist = spec["dist"]
     if dist == "fixed":
         out = np.full(n, int(spec["value"]))
@@ -46,6 +84,12 @@ def sample_lengths(rng: np.random.Generator, spec: dict, n: int, empirical: np.n
     lo, hi = spec.get("min", 0 if dist != "uniform" else None), spec.get("max")
     if dist != "uniform":
         out = np.clip(out, lo if lo is not None else 0, hi if hi is not None else None)
+    over = ~np.isfinite(out) | (out > MAX_TOKENS_PER_REQUEST)
+    if over.any():
+        raise UserError(
+            f"{key}: a {dist} draw of {float(out[over][0]):.3g} tokens is over the limit of "
+            f"{MAX_TOKENS_PER_REQUEST:,} tokens per request; set `max`"
+        )
     return out.astype(np.int64)
 
 

@@ -16,11 +16,39 @@ import pandas as pd
 from llmsim.errors import UserError
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
+from llmsim.workload.limits import MAX_TOKENS_PER_REQUEST
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _check_file(path: Path) -> None:
+    """A trace path must be a readable, uncompressed file: a folder or gzip data would otherwise
+    end in a traceback (IsADirectoryError, UnicodeDecodeError) deep inside pandas or json."""
+    if not path.exists():
+        raise UserError(f"{path}: trace file not found")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, not a trace file")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(2)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
+    if head == _GZIP_MAGIC:
+        raise UserError(f"{path}: gzip-compressed data; decompress it first (gunzip)")
+
+
+def _json_lines(path: Path) -> list[tuple[int, str]]:
+    """The non-blank lines of a JSONL file with their physical (1-based) line numbers."""
+    _check_file(path)
+    try:
+        with path.open(encoding="utf-8") as fh:
+            return [(no, line) for no, line in enumerate(fh, start=1) if line.strip()]
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); is it a binary or compressed file?") from None
 
 
 def _read_csv(path: Path, required: list[str]) -> pd.DataFrame:
-    if not path.exists():
-        raise UserError(f"{path}: trace file not found")
+    _check_file(path)
     try:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -33,24 +61,65 @@ def _read_csv(path: Path, required: list[str]) -> pd.DataFrame:
     return df
 
 
-def _ints(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
+def _where(path: Path, row: int, lines: np.ndarray | None) -> str:
+    """File and line of data row ``row``: CSV counts the header as line 1 (``lines`` None), JSONL
+    gives each row's physical line."""
+    return f"{path}: row {row + 2}" if lines is None else f"{path}: line {int(lines[row])}"
+
+
+def _ints(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray | None = None) -> np.ndarray:
+    """A token-count column as int64: whole (2.0 is fine, 2.5 is not), finite, within
+    0..MAX_TOKENS_PER_REQUEST. Checked before the cast, which would wrap 1e30 to a negative."""
     values = pd.to_numeric(df[col], errors="coerce")
-    bad = values.isna() | (values != values.round())
+    bad = values.isna() | (values != values.round()) | ~np.isfinite(values.to_numpy(dtype=np.float64))
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise UserError(f"{path}: row {row + 2}: column {col!r}: expected a whole number, got {df[col].iloc[row]!r}")
-    out = values.to_numpy(dtype=np.int64)
-    neg = np.flatnonzero(out < 0)
+        got = _plain(df[col].iloc[row])
+        raise UserError(f"{_where(path, row, lines)}: column {col!r}: expected a whole number, got {got!r}")
+    neg = np.flatnonzero((values < 0).to_numpy())
     if len(neg):
-        raise UserError(f"{path}: row {int(neg[0]) + 2}: column {col!r}: must be >= 0, got {out[neg[0]]}")
-    return out
+        row = int(neg[0])
+        raise UserError(f"{_where(path, row, lines)}: column {col!r}: must be >= 0, got {df[col].iloc[row]}")
+    over = np.flatnonzero((values > MAX_TOKENS_PER_REQUEST).to_numpy())
+    if len(over):
+        row = int(over[0])
+        raise UserError(
+            f"{_where(path, row, lines)}: column {col!r}: {df[col].iloc[row]} tokens is over the limit of "
+            f"{MAX_TOKENS_PER_REQUEST:,} tokens per request"
+        )
+    return values.to_numpy(dtype=np.int64)
 
 
-def _check_sorted(t: np.ndarray, path: Path, line_offset: int) -> None:
+def _plain(v: object) -> object:
+    """A cell as plain Python, so a message shows ``10.5``, not ``np.float64(10.5)``."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _check_times(t: np.ndarray, path: Path, lines: np.ndarray | None, what: str) -> None:
+    """Timestamps finite (NaN would fall out of every time window, silently) and >= 0."""
+    bad = np.flatnonzero(~np.isfinite(t) | (t < 0))
+    if len(bad):
+        row = int(bad[0])
+        raise UserError(f"{_where(path, row, lines)}: {what} must be a finite number >= 0, got {t[row]}")
+
+
+def _check_sorted(t: np.ndarray, path: Path, lines: np.ndarray | None) -> None:
     bad = np.flatnonzero(np.diff(t) < 0)
     if len(bad):
         i = int(bad[0]) + 1
-        raise UserError(f"{path}: row {i + line_offset}: timestamps are not sorted ({t[i]} after {t[i - 1]})")
+        raise UserError(f"{_where(path, i, lines)}: timestamps are not sorted ({t[i]} after {t[i - 1]})")
+
+
+def _count(v: object, key: str, lo: int, where: str) -> int:
+    """One token count of a JSON record: a whole number (2.0 is fine), lo..MAX_TOKENS_PER_REQUEST."""
+    whole = _whole(v) or (isinstance(v, float) and v.is_integer())
+    if not whole or v < lo:  # type: ignore[operator]
+        raise UserError(f"{where}: {key} must be a whole number >= {lo}, got {v!r}")
+    if v > MAX_TOKENS_PER_REQUEST:  # type: ignore[operator]
+        raise UserError(
+            f"{where}: {key}: {v} tokens is over the limit of {MAX_TOKENS_PER_REQUEST:,} tokens per request"
+        )
+    return int(v)  # type: ignore[call-overload]
 
 
 def load_azure(path: Path) -> Workload:
@@ -61,7 +130,7 @@ def load_azure(path: Path) -> Workload:
         row = int(np.flatnonzero(ts.isna().to_numpy())[0])
         raise UserError(f"{path}: row {row + 2}: TIMESTAMP {df['TIMESTAMP'].iloc[row]!r} is not a date-time")
     t = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
-    _check_sorted(t, path, 2)
+    _check_sorted(t, path, None)
     return Workload(t, _ints(df, "ContextTokens", path), _ints(df, "GeneratedTokens", path), source=str(path))
 
 
@@ -74,7 +143,8 @@ def load_burstgpt(path: Path, drop_failed: bool = True) -> Workload:
         raise UserError(f"{path}: row {row + 2}: Timestamp must be a number of seconds")
     prompt, out = _ints(df, "Request tokens", path), _ints(df, "Response tokens", path)
     t = t.to_numpy(dtype=np.float64)
-    _check_sorted(t, path, 2)
+    _check_times(t, path, None, "Timestamp")
+    _check_sorted(t, path, None)
     keep = (out > 0) & (prompt > 0) if drop_failed else prompt > 0
     klass = df["Model"].astype(str).to_numpy(dtype=object)[keep] if "Model" in df.columns else None
     t = t[keep]
@@ -85,63 +155,74 @@ def load_burstgpt(path: Path, drop_failed: bool = True) -> Workload:
 
 def load_mooncake(path: Path) -> Workload:
     """Mooncake FAST'25 JSONL: timestamp (ms), input_length, output_length, hash_ids (512-token blocks)."""
-    if not path.exists():
-        raise UserError(f"{path}: trace file not found")
-    t, p, o, hashes = [], [], [], []
-    with path.open() as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                t.append(float(row["timestamp"]) / 1000.0)
-                p.append(int(row["input_length"]))
-                o.append(int(row["output_length"]))
-                hashes.append([int(h) for h in row.get("hash_ids", [])])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                raise UserError(f"{path}: line {line_no}: bad Mooncake record ({type(exc).__name__}: {exc})") from None
+    t, p, o, hashes, lines = [], [], [], [], []
+    for line_no, line in _json_lines(path):
+        where = f"{path}: line {line_no}"
+        try:
+            row = json.loads(line)
+            ts = float(row["timestamp"])
+            p.append(_count(row["input_length"], "input_length", 0, where))
+            o.append(_count(row["output_length"], "output_length", 0, where))
+            hashes.append([int(h) for h in row.get("hash_ids", [])])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"{where}: bad Mooncake record ({type(exc).__name__}: {exc})") from None
+        t.append(ts / 1000.0)
+        lines.append(line_no)
     if not t:
         raise UserError(f"{path}: the trace has no rows")
-    arr = np.asarray(t)
-    _check_sorted(arr, path, 1)
+    arr, at = np.asarray(t), np.asarray(lines)
+    _check_times(arr, path, at, "timestamp")
+    _check_sorted(arr, path, at)
     return Workload(
         arr - arr[0], np.asarray(p), np.asarray(o), block_hashes=hashes, hash_block_tokens=512, source=str(path)
     )
 
 
+def _read_jsonl(path: Path, required: tuple[str, ...]) -> tuple[pd.DataFrame, np.ndarray]:
+    """A generic JSONL trace as a frame, with each row's physical line number for messages."""
+    records, lines = [], []
+    for line_no, line in _json_lines(path):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}: line {line_no}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+        if not isinstance(row, dict):
+            raise UserError(f"{path}: line {line_no}: expected a JSON object, got {type(row).__name__}")
+        missing = [c for c in required if c not in row]
+        if missing:
+            raise UserError(f"{path}: line {line_no}: missing field(s) {missing}; found {sorted(row)}")
+        records.append(row)
+        lines.append(line_no)
+    if not records:
+        raise UserError(f"{path}: the trace has no rows")
+    return pd.DataFrame.from_records(records), np.asarray(lines)
+
+
 def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS) -> Workload:
     """Generic CSV or JSONL with ``arrival_s, prompt_tokens, output_tokens`` and optional ``class``,
     ``prompt_id``, ``prefix_group`` and ``prefix_tokens`` (prompt identity, see ``_identity``)."""
+    columns = ("arrival_s", "prompt_tokens", "output_tokens")
+    lines: np.ndarray | None = None  # CSV rows count from the header; JSONL rows are their lines
     if path.suffix == ".jsonl":
-        if not path.exists():
-            raise UserError(f"{path}: trace file not found")
-        try:
-            df = pd.read_json(path, lines=True)
-        except ValueError as exc:
-            raise UserError(f"{path}: not valid JSON lines: {exc}") from None
-        missing = [c for c in ("arrival_s", "prompt_tokens", "output_tokens") if c not in df.columns]
-        if missing or df.empty:
-            raise UserError(f"{path}: missing field(s) {missing or ['(no rows)']}")
+        df, lines = _read_jsonl(path, columns)
     else:
-        df = _read_csv(path, ["arrival_s", "prompt_tokens", "output_tokens"])
+        df = _read_csv(path, list(columns))
     t = pd.to_numeric(df["arrival_s"], errors="coerce")
     if t.isna().any():
         row = int(np.flatnonzero(t.isna().to_numpy())[0])
         raise UserError(
-            f"{path}: row {row + 2}: arrival_s must be a number of seconds, got {df['arrival_s'].iloc[row]!r}"
+            f"{_where(path, row, lines)}: arrival_s must be a number of seconds, got {_plain(df['arrival_s'].iloc[row])!r}"
         )
     t = t.to_numpy(dtype=np.float64)
-    if (t < 0).any():
-        row = int(np.flatnonzero(t < 0)[0])
-        raise UserError(f"{path}: row {row + 2}: arrival_s must be >= 0, got {t[row]}")
-    _check_sorted(t, path, 2)
+    _check_times(t, path, lines, "arrival_s")
+    _check_sorted(t, path, lines)
     klass = df["class"].astype(str).to_numpy(dtype=object) if "class" in df.columns else None
-    prompt = _ints(df, "prompt_tokens", path)
-    hashes = _identity(df, prompt, path, hash_block_tokens)
+    prompt = _ints(df, "prompt_tokens", path, lines)
+    hashes = _identity(df, prompt, path, hash_block_tokens, lines)
     return Workload(
         t,
         prompt,
-        _ints(df, "output_tokens", path),
+        _ints(df, "output_tokens", path, lines),
         klass=klass,
         block_hashes=hashes,
         hash_block_tokens=hash_block_tokens if hashes is not None else 0,
@@ -162,7 +243,9 @@ def _labels(df: pd.DataFrame, col: str) -> list[str | None]:
     return out
 
 
-def _identity(df: pd.DataFrame, prompt: np.ndarray, path: Path, block_tokens: int) -> list[list[int]] | None:
+def _identity(
+    df: pd.DataFrame, prompt: np.ndarray, path: Path, block_tokens: int, lines: np.ndarray | None = None
+) -> list[list[int]] | None:
     """Prefix ids from the optional identity columns, or None when the trace has neither.
 
     - ``prompt_id``: rows with the same id have the same prompt content (a prompt of n tokens is
@@ -185,12 +268,12 @@ def _identity(df: pd.DataFrame, prompt: np.ndarray, path: Path, block_tokens: in
         given = np.array([g is not None for g in groups])
         col = df[["prefix_tokens"]].astype(object)
         col.loc[~given, "prefix_tokens"] = 0  # no group: no shared prefix, whatever the cell says
-        pre = _ints(col, "prefix_tokens", path)
+        pre = _ints(col, "prefix_tokens", path, lines)
         over = np.flatnonzero(pre > prompt)
         if len(over):
             i = int(over[0])
             raise UserError(
-                f"{path}: row {i + 2}: prefix_tokens ({pre[i]}) is longer than the prompt ({prompt[i]} tokens)"
+                f"{_where(path, i, lines)}: prefix_tokens ({pre[i]}) is longer than the prompt ({prompt[i]} tokens)"
             )
     out = []
     for i in range(n):
@@ -212,51 +295,47 @@ def load_llmservingsim(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_T
     optional ``input_tok_ids`` (the prompt's token ids, hashed into chained full-block ids as vLLM's
     prefix cache does, then dropped). ``output_tok_ids`` is ignored. Agentic sessions
     (``sub_requests``, each call waiting for the previous one) are not an open-loop trace: refused."""
-    if not path.exists():
-        raise UserError(f"{path}: trace file not found")
     t: list[float] = []
     p: list[int] = []
     o: list[int] = []
     hashes: list[list[int]] = []
+    lines: list[int] = []
     with_ids = 0
-    with path.open() as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}: line {line_no}"
-            try:
-                row = json.loads(line.strip())
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            if "sub_requests" in row:
-                raise UserError(
-                    f"{where}: agentic session records (sub_requests) are not supported: each call waits for "
-                    "the previous one to finish, which an open-loop trace cannot express"
-                )
-            missing = [k for k in ("input_toks", "output_toks", "arrival_time_ns") if k not in row]
-            if missing:
-                raise UserError(f"{where}: missing field(s) {missing}; found {sorted(row)}")
-            for key, lo in (("input_toks", 1), ("output_toks", 0)):
-                if not _whole(row[key]) or row[key] < lo:
-                    raise UserError(f"{where}: {key} must be a whole number >= {lo}, got {row[key]!r}")
-            arr = row["arrival_time_ns"]
-            if isinstance(arr, bool) or not isinstance(arr, int | float) or not np.isfinite(arr) or arr < 0:
-                raise UserError(f"{where}: arrival_time_ns must be a number of nanoseconds >= 0, got {arr!r}")
-            t.append(float(arr) / 1e9)
-            p.append(row["input_toks"])
-            o.append(row["output_toks"])
-            ids = row.get("input_tok_ids")
-            if ids is None:
-                hashes.append([])
-                continue
-            hashes.append(token_block_ids(_token_ids(ids, row["input_toks"], where), hash_block_tokens))
-            with_ids += 1
+    for line_no, line in _json_lines(path):
+        where = f"{path}: line {line_no}"
+        try:
+            row = json.loads(line.strip())
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+        if not isinstance(row, dict):
+            raise UserError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        if "sub_requests" in row:
+            raise UserError(
+                f"{where}: agentic session records (sub_requests) are not supported: each call waits for "
+                "the previous one to finish, which an open-loop trace cannot express"
+            )
+        missing = [k for k in ("input_toks", "output_toks", "arrival_time_ns") if k not in row]
+        if missing:
+            raise UserError(f"{where}: missing field(s) {missing}; found {sorted(row)}")
+        n_in = _count(row["input_toks"], "input_toks", 1, where)
+        n_out = _count(row["output_toks"], "output_toks", 0, where)
+        arr = row["arrival_time_ns"]
+        if isinstance(arr, bool) or not isinstance(arr, int | float) or not np.isfinite(arr) or arr < 0:
+            raise UserError(f"{where}: arrival_time_ns must be a number of nanoseconds >= 0, got {arr!r}")
+        t.append(float(arr) / 1e9)
+        p.append(n_in)
+        o.append(n_out)
+        lines.append(line_no)
+        ids = row.get("input_tok_ids")
+        if ids is None:
+            hashes.append([])
+            continue
+        hashes.append(token_block_ids(_token_ids(ids, n_in, where), hash_block_tokens))
+        with_ids += 1
     if not t:
         raise UserError(f"{path}: the trace has no rows")
     arr_s = np.asarray(t)
-    _check_sorted(arr_s, path, 1)
+    _check_sorted(arr_s, path, np.asarray(lines))
     return Workload(
         arr_s,
         np.asarray(p),

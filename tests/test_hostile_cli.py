@@ -1,0 +1,229 @@
+"""Hostile command lines (issue #19; docs/scenario.md "Hostile command lines", docs/profile_format.md):
+malformed ``--set`` items, sizes past the scenario's bounds, unwritable ``--out``, corrupt result
+and profile files. Each ends in exit 2 and one ``llmsim: error:`` line naming the culprit, with
+no traceback, and writes nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmsim.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = str(ROOT / "scenarios/quickstart.yaml")
+VIDUR = ROOT / "data/calibration/vidur"
+MLP = VIDUR / "compute/a100/meta-llama/Meta-Llama-3-8B/mlp.csv"
+ALL_REDUCE = VIDUR / "network/a100_dgx/all_reduce.csv"
+GENERIC_HEAD = "op,kind,m,n,k,seconds\nmlp_up_proj,gemm,512,28672,4096,0.0004\n"
+
+
+def one_error(argv: list[str], capsys: pytest.CaptureFixture[str], *fragments: str) -> str:
+    """Run ``llmsim argv`` in-process (an uncaught exception fails the test, as a traceback would):
+    exit 2, exactly one stderr line, ``llmsim: error:`` and every fragment in it."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("llmsim: error: "), err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def run_argv(out: Path, *sets: str) -> list[str]:
+    argv = ["run", QUICK, "--out", str(out), "--quiet", "--no-report", "--set", "workload.num_requests=5"]
+    for s in sets:
+        argv += ["--set", s]
+    return argv
+
+
+# --set item -> fragments of its message
+BAD_SETS = {
+    "policy={": ["--set 'policy={'", "not valid YAML", "column 2"],
+    "seed=[1, 2": ["--set 'seed=[1, 2'", "not valid YAML"],
+    "seed=@x": ["--set 'seed=@x'", "not valid YAML", "'@'"],
+    "seed=!!python/object/apply:os.system [ls]": ["refused YAML tag", "python/object/apply:os.system"],
+    "=3": ["--set '=3'", "empty key"],
+    "a..b=1": ["--set 'a..b=1'", "key 'a..b' has an empty name between dots"],
+    "policy.=1": ["key 'policy.' has an empty name"],
+    "noequals": ["--set 'noequals'", "expected KEY=VALUE"],
+}
+
+
+@pytest.mark.parametrize("item", list(BAD_SETS))
+def test_malformed_set(item: str, tmp_path: Path, capsys) -> None:
+    one_error(run_argv(tmp_path / "out", item), capsys, *BAD_SETS[item])
+    assert not (tmp_path / "out").exists()
+
+
+# --set key=value -> the key and the limit its message names (bounds in llmsim/scenario.py)
+OUT_OF_BOUNDS = {
+    "seed=-1": ["seed", "greater than or equal to 0", "-1"],
+    f"seed={2**64}": ["seed", f"less than or equal to {2**64 - 1}"],
+    "cluster.replicas=1000000": ["cluster.replicas", "less than or equal to 10000", "1000000"],
+    "cluster.tp=100000": ["cluster.tp", "less than or equal to 1024"],
+    "cluster.pp=100000": ["cluster.pp", "less than or equal to 1024"],
+    "policy.max_num_seqs=1000000000000": ["policy.max_num_seqs", "less than or equal to 1000000"],
+    "kv_cache.num_blocks=1000000000000000": ["kv_cache.num_blocks", "less than or equal to 100000000"],
+    "kv_cache.block_tokens=1.0e+9": ["kv_cache.block_tokens", "less than or equal to 8192"],
+    "kv_cache.block_tokens=1000000000": ["kv_cache.block_tokens", "less than or equal to 8192"],
+    # YAML 1.1 reads 1e9 (no dot, no exponent sign) as a string: still the key, not "does not fit"
+    "kv_cache.block_tokens=1e9": ["kv_cache.block_tokens", "valid integer", "'1e9'"],
+    "policy.chunk_tokens=1000000000": ["policy.chunk_tokens", "less than or equal to 16777216"],
+}
+
+
+@pytest.mark.parametrize("item", list(OUT_OF_BOUNDS))
+def test_sizes_out_of_bounds_name_key_and_limit(item: str, tmp_path: Path, capsys) -> None:
+    one_error(run_argv(tmp_path / "out", item), capsys, "quickstart.yaml", *OUT_OF_BOUNDS[item])
+
+
+def test_pool_replicas_bounded(tmp_path: Path, capsys) -> None:
+    sets = ["policy.kind=disaggregated", "cluster.prefill_pool={replicas: 20000}", "cluster.decode_pool={replicas: 1}"]
+    one_error(run_argv(tmp_path / "out", *sets), capsys, "cluster.prefill_pool.replicas", "10000")
+
+
+def test_shipped_scenarios_stay_within_bounds() -> None:
+    """The bounds are pydantic's: every shipped scenario passes them (names are checked elsewhere;
+    twin_small's local-cpu profile exists only after `llmsim calibrate --local-cpu`)."""
+    from llmsim.errors import load_yaml_file
+    from llmsim.scenario import Scenario
+
+    for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+        Scenario.model_validate(dict(load_yaml_file(path), base_dir=str(path.parent)))
+
+
+@pytest.mark.parametrize(
+    "out, fragment",
+    [("/proc/llmsim-out", "not writable"), ("/proc", "holds files llmsim did not write"), ("FILE", "Not a directory")],
+)
+def test_unwritable_out(out: str, fragment: str, tmp_path: Path, capsys) -> None:
+    if out == "FILE":
+        out = str(tmp_path / "a_file")
+        Path(out).write_text("mine")
+    one_error(run_argv(Path(out)), capsys, f"output directory {out}", fragment)
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ('{"requests": ', "not valid JSON (line 1)"),
+        ("[1, 2]", "expected a JSON object, got list"),
+        (b"\xff\xfe", "not a text file"),
+        ("{}", "not an llmsim run summary (missing requests, slo, saturation, pools)"),
+    ],
+)
+def test_report_on_corrupt_summary(text: str | bytes, fragment: str, tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    summary = folder / "summary.json"
+    summary.write_bytes(text if isinstance(text, bytes) else text.encode())
+    one_error(["report", str(folder), "--quiet"], capsys, str(summary), fragment)
+    assert sorted(p.name for p in folder.iterdir()) == ["summary.json"]  # nothing written
+
+
+# generic-CSV body (after the header and one good row) -> fragments; the bad row is line 3
+BAD_CELLS = {
+    "inf": ("mlp_up_proj,gemm,512,28672,4096,inf\n", ["row 3", "column 'seconds'", "finite", "'inf'"]),
+    "nan": ("mlp_up_proj,gemm,512,28672,4096,nan\n", ["row 3", "column 'seconds'", "finite", "'nan'"]),
+    "blank": ("mlp_up_proj,gemm,512,28672,4096,\n", ["row 3", "column 'seconds'", "blank"]),
+    "text": ("mlp_up_proj,gemm,many,28672,4096,0.0004\n", ["row 3", "column 'm'", "expected a number", "'many'"]),
+    "negative": ("mlp_up_proj,gemm,512,28672,4096,-0.001\n", ["row 3", "column 'seconds'", "must be > 0", "-0.001"]),
+    "fraction": ("mlp_up_proj,gemm,512.5,28672,4096,0.0004\n", ["row 3", "column 'm'", "whole number"]),
+    "ragged": ("mlp_up_proj,gemm,512,28672,4096,0.0004,extra\n", ["row 3", "7 cells", "6 columns"]),
+}
+
+
+@pytest.mark.parametrize("command", ["calibrate", "validate"])
+@pytest.mark.parametrize("case", list(BAD_CELLS))
+def test_bad_generic_cells(command: str, case: str, tmp_path: Path, capsys) -> None:
+    body, fragments = BAD_CELLS[case]
+    csv = tmp_path / f"{case}.csv"
+    csv.write_text(GENERIC_HEAD + body)
+    one_error(profile_argv(command, csv, tmp_path), capsys, str(csv), *fragments)
+    assert not (tmp_path / "cal.yaml").exists()
+
+
+def profile_argv(command: str, csv: Path, tmp_path: Path) -> list[str]:
+    if command == "calibrate":
+        return [
+            "calibrate",
+            "--hardware",
+            "H100-SXM",
+            "--profile",
+            str(csv),
+            "--out",
+            str(tmp_path / "cal.yaml"),
+            "--quiet",
+        ]
+    return ["validate", "--hardware", "H100-SXM", "--model", "llama-3.1-8b", "--profile", str(csv), "--quiet"]
+
+
+def with_cell(src: Path, dst: Path, data_row: int, column: str, value: str) -> Path:
+    """``src``'s header and first ``data_row`` rows, the last one's ``column`` set to ``value``."""
+    lines = src.read_text().splitlines()[: data_row + 1]
+    col = lines[0].split(",").index(column)
+    cells = lines[-1].split(",")
+    cells[col] = value
+    dst.write_text("\n".join([*lines[:-1], ",".join(cells)]) + "\n")
+    return dst
+
+
+def test_vidur_mlp_nan_median(tmp_path: Path, capsys) -> None:
+    csv = with_cell(MLP, tmp_path / "mlp.csv", 2, "time_stats.mlp_up_proj.median", "nan")
+    one_error(profile_argv("validate", csv, tmp_path), capsys, "row 3", "'time_stats.mlp_up_proj.median'", "finite")
+
+
+def test_vidur_all_reduce_inf_and_negative(tmp_path: Path, capsys) -> None:
+    csv = with_cell(ALL_REDUCE, tmp_path / "inf.csv", 1, "time_stats.all_reduce.median", "inf")
+    one_error(profile_argv("calibrate", csv, tmp_path), capsys, "row 2", "'time_stats.all_reduce.median'", "'inf'")
+    csv = with_cell(ALL_REDUCE, tmp_path / "neg.csv", 3, "size", "-2048")
+    one_error(profile_argv("calibrate", csv, tmp_path), capsys, "row 4", "column 'size'", "must be > 0")
+
+
+ROOFLINE = ["roofline", "--model", "llama-3.1-8b", "--hardware", "H100-SXM", "--out", "-", "--quiet"]
+
+
+@pytest.mark.parametrize(
+    "flags, fragments",
+    [
+        (["--decode-batch", "-1"], ["--decode-batch -1", "must be >= 0"]),
+        (["--decode-batch", "1000000000000"], ["--decode-batch 1000000000000", "at most 1,000,000"]),
+        (["--decode-batch", "2", "--context", "-5"], ["--context -5", "must be >= 0"]),
+        (["--decode-batch", "2", "--context", "10000000000"], ["--context 10000000000", "at most 16,777,216"]),
+        (["--prefill-tokens", "10000000000"], ["--prefill-tokens 10000000000", "at most 16,777,216"]),
+    ],
+)
+def test_roofline_sizes(flags: list[str], fragments: list[str], capsys) -> None:
+    one_error([*ROOFLINE, *flags], capsys, *fragments)
+
+
+def test_twin_vllm_on_a_folder_that_is_not_a_run(tmp_path: Path, capsys) -> None:
+    one_error(["twin", "--engine", "vllm", str(tmp_path), "--quiet"], capsys, str(tmp_path), "not a serving run")
+
+
+def test_real_process_prints_one_line(tmp_path: Path) -> None:
+    """The installed entry point, end to end: exit 2, one line, no traceback, nothing written."""
+    argv = [sys.executable, "-m", "llmsim.cli", *run_argv(tmp_path / "out", "seed=-1")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"llmsim: error: {QUICK}: seed: Input should be greater than or equal to 0 (got -1)"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_on_a_scenario_json_that_is_not_a_scenario(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "run"
+    assert main(["run", str(ROOT / "scenarios/quickstart.yaml"), "--out", str(folder), "--quiet", "--no-report",
+                 "--set", "workload.num_requests=20"]) == 0  # fmt: skip
+    import json
+
+    data = json.loads((folder / "scenario.json").read_text())
+    (folder / "scenario.json").write_text(json.dumps({**data, "polcy": {}}))  # one key misspelled
+    one_error(["report", str(folder), "--quiet"], capsys, str(folder / "scenario.json"), "polcy")
