@@ -35,7 +35,7 @@ test: lint $(NATIVE)
 	$(BIN)/python -m pytest -q -n 2
 
 test-props-long: $(NATIVE)
-	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/test_properties.py -q
+	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/test_properties.py tests/test_fuzz_inputs.py -q
 
 test-slow: $(NATIVE)
 	$(BIN)/python -m pytest -q -m slow

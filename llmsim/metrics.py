@@ -60,34 +60,42 @@ def itl_from_histogram(hist: object, mean_s: float | None, percentiles: tuple[fl
 
 
 def _max_concurrent(start_s: float, arrival_s: np.ndarray, finish_s: np.ndarray) -> int:
-    """vLLM's count: a request is active in every whole second from its start to its end bucket."""
+    """vLLM's count: a request is active in every whole second from its start to its end bucket.
+    The count changes only at a bucket where a request starts, so those are the ones counted
+    (floats throughout: a run's length does not bound the buckets)."""
     if not len(arrival_s):
         return 0
-    first = (arrival_s - start_s).astype(np.int64)
-    last = (finish_s - start_s).astype(np.int64)
-    diff = np.zeros(int(last.max()) + 2, dtype=np.int64)
-    np.add.at(diff, first, 1)
-    np.add.at(diff, last + 1, -1)
-    return int(np.cumsum(diff).max())
+    first = np.sort(np.floor(arrival_s - start_s))
+    last = np.sort(np.floor(finish_s - start_s))
+    started = np.searchsorted(first, first, side="right")  # requests whose first bucket is <= k
+    ended = np.searchsorted(last, first, side="left")  # requests whose last bucket is < k
+    return int((started - ended).max())
 
 
 def _max_tokens_per_s(start_s: float, first_s: np.ndarray, finish_s: np.ndarray, tokens: np.ndarray) -> float:
     """Most output tokens in one second bucket. The first token is counted at ``first_s`` and the
     other ``tokens - 1`` spread evenly up to ``finish_s``: the simulator keeps every gap in a
-    histogram, not each token's time (measured runs have them, but are scored the same way)."""
+    histogram, not each token's time (measured runs have them, but are scored the same way).
+
+    Between two events (a first token, a finish) the count per bucket is constant, so only the
+    buckets next to an event can differ: those are the ones priced (bounded by the requests,
+    whatever the run's length)."""
     if not len(first_s):
         return 0.0
     a, b = first_s - start_s, finish_s - start_s
-    n = max(int(math.ceil(float(b.max()))) + 1, 1)
-    grid = np.arange(n + 1, dtype=float)
+    events = np.floor(np.concatenate([a, b]))
+    k = np.unique(np.concatenate([events - 1, events, events + 1]))
+    k = k[(k >= 0) & (k <= max(float(b.max()), 0.0))]
     later = tokens.astype(float) - 1
     span = b - a
     ramp = span > 0  # a request with no span emits its later tokens at once, at its finish
     rate = later[ramp] / span[ramp]
-    # emitted(t) = first tokens by t + each request's later tokens, linearly from a to b
-    emitted = _step_sum(a, np.ones_like(a), grid) + _step_sum(b[~ramp], later[~ramp], grid)
-    emitted += _ramp_sum(a[ramp], rate, grid) - _ramp_sum(b[ramp], rate, grid)
-    return float(np.diff(emitted).max())
+
+    def emitted(t: np.ndarray) -> np.ndarray:  # first tokens by t + each request's later tokens, linearly from a to b
+        out = _step_sum(a, np.ones_like(a), t) + _step_sum(b[~ramp], later[~ramp], t)
+        return out + _ramp_sum(a[ramp], rate, t) - _ramp_sum(b[ramp], rate, t)
+
+    return float((emitted(k + 1) - emitted(k)).max()) if len(k) else 0.0
 
 
 def _ramp_sum(kinks: np.ndarray, slope: np.ndarray, grid: np.ndarray) -> np.ndarray:

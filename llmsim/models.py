@@ -480,9 +480,12 @@ def hf_family(cfg: dict, path: Path) -> str:
     """The importer's family of a config: by ``model_type``, else by ``architectures[0]``; a config
     of another architecture, or with fields of one the cost model does not price, is refused."""
     model_type = cfg.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise UserError(f"{path}: model_type: expected a name such as 'llama', got {model_type!r}")
     if model_type is None:
         archs = cfg.get("architectures") or []
-        model_type = ARCHITECTURES.get(archs[0]) if isinstance(archs, list) and archs else None
+        first = archs[0] if isinstance(archs, list) and archs else None
+        model_type = ARCHITECTURES.get(first) if isinstance(first, str) else None
         if model_type is None and "n_embd" in cfg:
             model_type = "gpt2"  # (GPT-2's own field names)
     supported = ", ".join(sorted(HF_FAMILIES))
