@@ -185,3 +185,20 @@ def test_plan_report_lists_what_the_cli_printed(scenario, tmp_path, capsys):
         assert overview["candidates that never met the SLOs"] == count.group(1)
     page = (out / "report.html").read_text()
     assert recommendation.group(1).replace("'", "&#39;") in page
+
+
+def test_a_plan_folder_is_complete_or_untouched(scenario, tmp_path, capsys):
+    # as a run's: written beside the folder and swapped in whole; a folder holding someone
+    # else's file is refused before planning, and left as it was
+    out = tmp_path / "plan"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert main(["plan", str(scenario), "--out", str(out), "--workers", "1", "--quiet"]) == 2
+    assert "notes.txt" in capsys.readouterr().err and [p.name for p in out.iterdir()] == ["notes.txt"]
+    (out / "notes.txt").unlink()
+    assert main(["plan", str(scenario), "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    first = sorted(p.name for p in out.iterdir())
+    assert "plan.json" in first and not [n for n in first if n.startswith(".")]
+    assert main(["plan", str(scenario), "--out", str(out), "--workers", "1", "--quiet"]) == 0  # replaced whole
+    assert sorted(p.name for p in out.iterdir()) == first
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".plan")]  # no temp folder left

@@ -32,7 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     """Exit 0: the plan ran (candidates that fail, even all of them, are its findings); 2: bad input
     (the scenario, its ``plan:`` section, --target-rps, --dask), nothing ran."""
-    from llmsim.commands.run import parse_overrides, prepare_output
+    from llmsim.commands.run import parse_overrides
+    from llmsim.errors import atomic_folder, output_pending
     from llmsim.planning.base import Base
     from llmsim.planning.capacity import capacity_plan
     from llmsim.planning.output import write_plan
@@ -44,21 +45,42 @@ def cmd_plan(args: argparse.Namespace) -> int:
     checked_space(base)  # ... the plan: section and every candidate it names,
     out = Path(args.out) if args.out else Path(sc.output.dir)
     client = dask_client(args.dask) if args.dask else None  # ... and the --dask address
+    check_plan_output(out)
     try:
-        prepare_output(out)
-        plan = capacity_plan(base, args.target_rps, workers=args.workers, dask=client, progress=not args.quiet)
+        with output_pending(out):  # an interrupt from here on says `out` is unchanged
+            plan = capacity_plan(base, args.target_rps, workers=args.workers, dask=client, progress=not args.quiet)
     finally:
         if client is not None:
             client.close()  # type: ignore[attr-defined]
-    written = write_plan(plan, base, out, progress=not args.quiet)
-    if not args.no_report:
-        from llmsim.report import write_report
+    with output_pending(out), atomic_folder(out, owned=plan_owns) as tmp:  # complete or untouched, as a run's
+        written = write_plan(plan, base, tmp, progress=not args.quiet)
+        if not args.no_report:
+            from llmsim.report import write_report
 
-        written += write_report(out)
+            written += write_report(tmp)
+    written = [out / p.relative_to(tmp) for p in written]
     if not args.quiet:
         print(plan_text(plan, sc.engine_spec.name))
         print("\nwrote: " + ", ".join(str(p) for p in written))
     return 0
+
+
+def plan_owns(entry: Path) -> bool:
+    """An entry a plan writes: its tables, plan.json and the winner's run (with its report)."""
+    from llmsim.commands.run import run_owns
+    from llmsim.report import PLAN_TABLES
+
+    tables = {f"{t}.{ext}" for t in PLAN_TABLES for ext in ("csv", "parquet")}
+    return run_owns(entry) or entry.name in tables or entry.name == "plan.json"
+
+
+def check_plan_output(out: Path) -> None:
+    """Fail before planning if the plan's folder can't replace ``out`` (as ``llmsim run`` checks)."""
+    from llmsim.commands.run import check_writable_parent
+    from llmsim.errors import refuse_foreign_files
+
+    refuse_foreign_files(out, plan_owns)
+    check_writable_parent(out)
 
 
 # The printed columns (plan.csv has them all); TBT max is what slo.tbt_s bounds.

@@ -98,6 +98,11 @@ def check_run_output(out: Path) -> None:
     """Fail before simulating if the results can't replace ``out``: its parent must be writable
     (the new folder is built next to it) and ``out`` must hold only what a run writes."""
     refuse_foreign_files(out, run_owns)
+    check_writable_parent(out)
+
+
+def check_writable_parent(out: Path) -> None:
+    """``out``'s parent can take the new folder built next to it (a probe folder, made and removed)."""
     probe = temp_sibling(out, "probe")
     try:
         if not out.parent.is_dir():
