@@ -15,7 +15,6 @@ from llmsim.models import ModelSpec
 from llmsim.results import Results, chunks_frame, requests_frame, summarize
 from llmsim.scenario import Scenario, load_scenario
 from llmsim.sim import LinkSpec, SimOptions, SimOutput, simulate
-from llmsim.timeline import sample_indices
 from llmsim.workload.base import Workload
 
 
@@ -162,9 +161,17 @@ def sim_options(
         n_seqs=sc.workload.beam_width or sc.workload.parallel_samples,
         exact_steps=exact_steps,
         prefill_policy=sc.policy.prefill_pool_policy,
-        traced_ids=frozenset() if sc.output.trace == "full" else frozenset(sample_indices(n_requests, sc.output)),
+        traced_ids=frozenset() if sc.output.trace == "full" else frozenset(traced(n_requests, sc)),
         trace_all=sc.output.trace == "full",
     )
+
+
+def traced(n_requests: int, sc: Scenario) -> list[int]:
+    """The requests whose prefill chunks the timeline draws (imported here: a run without a
+    report never loads the timeline module at start-up)."""
+    from llmsim.timeline import sample_indices
+
+    return sample_indices(n_requests, sc.output)
 
 
 def mechanism_summary(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], out: SimOutput) -> dict:

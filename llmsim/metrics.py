@@ -25,7 +25,6 @@ import math
 import numpy as np
 import pandas as pd
 
-METRICS = ("ttft", "tpot", "itl", "e2el")
 DEFAULT_PERCENTILES = (90.0, 99.0)
 
 

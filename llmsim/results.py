@@ -195,7 +195,9 @@ def requests_frame(reqs: list, output_delay_s: float = 0.0) -> pd.DataFrame:
     return df[REQUEST_COLUMNS]
 
 
-LATENCY_SLOS = ("ttft_s", "tbt_s", "tpot_s", "e2e_s")
+# each latency SLO key and the requests column it bounds (tbt_s: each request's worst gap)
+SLO_COLUMNS = {"ttft_s": "ttft_s", "tbt_s": "tbt_max_s", "tpot_s": "tpot_s", "e2e_s": "e2e_s"}
+LATENCY_SLOS = tuple(SLO_COLUMNS)
 
 
 def has_latency_slo(slo: dict, classes: dict | None = None) -> bool:
@@ -215,7 +217,7 @@ def slo_mask(req: pd.DataFrame, slo: dict, classes: dict | None = None) -> pd.Se
 
     def meets(frame: pd.DataFrame, s: dict) -> pd.Series:
         m = pd.Series(True, index=frame.index)
-        for key, col in (("ttft_s", "ttft_s"), ("tbt_s", "tbt_max_s"), ("tpot_s", "tpot_s"), ("e2e_s", "e2e_s")):
+        for key, col in SLO_COLUMNS.items():
             if s.get(key) is not None:
                 m &= frame[col].fillna(0.0) <= s[key]
         return m

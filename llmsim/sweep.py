@@ -26,6 +26,7 @@ import pandas as pd
 import yaml
 
 from llmsim.errors import UserError, atomic_write, atomic_write_text, load_yaml_file
+from llmsim.metrics import LATENCY_ROWS
 
 if TYPE_CHECKING:
     from llmsim.scenario import Scenario
@@ -33,9 +34,7 @@ if TYPE_CHECKING:
 # Summary metrics copied into every sweep row: (column, path into summary.json). Latencies are
 # vLLM-bench keys in ms (llmsim/metrics.py): mean, median, p90 and p99, present where the
 # scenario's output.percentiles include 90 and 99 (the default).
-_LATENCY_COLUMNS = [
-    f"{stat}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el", "tbt_max") for stat in ("mean", "median", "p90", "p99")
-]
+_LATENCY_COLUMNS = [f"{stat}_{m}_ms" for _, m in LATENCY_ROWS for stat in ("mean", "median", "p90", "p99")]
 METRICS: list[tuple[str, tuple[str, ...]]] = [
     ("requests", ("requests", "total")),
     ("completed", ("completed",)),

@@ -70,8 +70,8 @@ def _yaml_value(item: str, text: str) -> object:
 
 
 def prepare_output(out: Path) -> None:
-    """Fail before simulating if the output folder can't be written (``llmsim plan``; ``llmsim run``
-    replaces its folder as a whole: ``check_run_output``)."""
+    """Fail before simulating if the output folder can't be written (``llmsim sweep``, which writes
+    its files in place; ``llmsim run`` and ``llmsim plan`` replace theirs whole: ``check_writable_parent``)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".llmsim_write_test"
