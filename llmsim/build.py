@@ -265,6 +265,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         max_bypass=sc.policy.max_bypass,
         reserve_full_prompt=sc.policy.reserve_full_prompt,
         long_prefill_token_threshold=sc.policy.long_prefill_token_threshold,
+        max_model_len=max_model_len(sc, model),
     )
     draft = None
     spec = sc.speculative
@@ -282,6 +283,21 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         draft_cost = CostModel(draft, hw, replace(cfg, tp=1, pp=1), engine)
     cost = CostModel(model, hw, cfg, engine)
     return PoolSpec(name, hw, p.replicas, p.tp, p.pp, cost, blocks, sched, memory, draft_cost=draft_cost)
+
+
+def max_model_len(sc: Scenario, model: ModelSpec) -> int:
+    """The context limit requests are checked against: ``policy.max_model_len``, by default the
+    model's ``max_position_embeddings`` as vLLM derives it (vllm/config/model.py,
+    _get_and_verify_max_len). Like vLLM, a limit past the model's context is refused."""
+    limit = sc.policy.max_model_len
+    if limit is None:
+        return model.max_position_embeddings
+    if limit > model.max_position_embeddings:
+        raise UserError(
+            f"policy.max_model_len: {limit:,} tokens is longer than the context of {model.name} "
+            f"({model.max_position_embeddings:,} tokens, max_position_embeddings)"
+        )
+    return limit
 
 
 def step_budget(sc: Scenario, p: PoolConfig, name: str) -> int:

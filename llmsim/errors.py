@@ -56,9 +56,9 @@ class _DuplicateKey(yaml.YAMLError):
         self.problem, self.problem_mark = problem, mark
 
 
-class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """The safe loader (plain data only; libyaml's is 8x faster), refusing a key given twice in one
-    mapping: YAML lets the last win silently, so a typo'd second ``rate_rps`` would quietly rule."""
+class _UniqueKeys:
+    """A safe loader's mixin refusing a key given twice in one mapping: YAML lets the last win
+    silently, so a typo'd second ``rate_rps`` would quietly rule."""
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
         if isinstance(node, yaml.MappingNode):
@@ -71,7 +71,15 @@ class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: 
                     line = first[key] + 1
                     raise _DuplicateKey(f"key {key!r} given twice (first on line {line})", key_node.start_mark)
                 first.setdefault(key, key_node.start_mark.line)
-        return super().construct_mapping(node, deep)
+        return super().construct_mapping(node, deep)  # type: ignore[misc]
+
+
+class _FastLoader(_UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's safe loader (plain data only, 8x faster than PyYAML's)."""
+
+
+class _ExactLoader(_UniqueKeys, yaml.SafeLoader):
+    """PyYAML's own: slower, but its messages name the character and column where libyaml's don't."""
 
 
 def _expanded_nodes(data: object, limit: int) -> int:
@@ -85,6 +93,25 @@ def _expanded_nodes(data: object, limit: int) -> int:
         elif isinstance(x, list):
             todo.extend(x)
     return n
+
+
+class YAMLTooLarge(yaml.YAMLError):
+    """An alias expansion past MAX_YAML_NODES (``problem`` says so; there is no position)."""
+
+    problem = f"expands to more than {MAX_YAML_NODES:,} values once its aliases are followed"
+
+
+def safe_yaml(text: str) -> object:
+    """``text`` as plain YAML data: the safe loader, a key given twice refused (``_DuplicateKey``),
+    an alias expansion past ``MAX_YAML_NODES`` refused (``YAMLTooLarge``). Raises yaml.YAMLError."""
+    try:
+        data = yaml.load(text, Loader=_FastLoader)
+    except yaml.YAMLError:
+        yaml.load(text, Loader=_ExactLoader)  # raises the same error, better told
+        raise
+    if _expanded_nodes(data, MAX_YAML_NODES) > MAX_YAML_NODES:
+        raise YAMLTooLarge()
+    return data
 
 
 def load_yaml_file(path: Path) -> object:
@@ -102,21 +129,24 @@ def load_yaml_file(path: Path) -> object:
             f"{path}: {path.stat().st_size:,} bytes, more than a YAML file here may hold ({MAX_YAML_BYTES:,})"
         )
     try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+        return safe_yaml(path.read_text())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        if isinstance(exc, _DuplicateKey):
-            raise UserError(f"{path}{where}: {problem}") from None
-        if isinstance(exc, yaml.constructor.ConstructorError):
-            raise UserError(f"{path}{where}: refused YAML tag: {problem}; only plain YAML data is read") from None
-        raise UserError(f"{path}: malformed YAML{where}: {problem}") from None
+        raise UserError(yaml_problem(exc, str(path), where, "malformed YAML")) from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text file") from None
-    if _expanded_nodes(data, MAX_YAML_NODES) > MAX_YAML_NODES:
-        raise UserError(f"{path}: expands to more than {MAX_YAML_NODES:,} values once its aliases are followed")
-    return data
+
+
+def yaml_problem(exc: yaml.YAMLError, origin: str, where: str, malformed: str) -> str:
+    """One line for a YAML error of ``safe_yaml``: ``origin where: problem``, the problem named as
+    a refused tag, a duplicate key or too large an expansion, else ``malformed``."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if isinstance(exc, _DuplicateKey | YAMLTooLarge):
+        return f"{origin}{where}: {problem}"
+    if isinstance(exc, yaml.constructor.ConstructorError):
+        return f"{origin}{where}: refused YAML tag: {problem}; only plain YAML data is read"
+    return f"{origin}: {malformed}{where}: {problem}"
 
 
 def load_json_object(path: Path, hint: str = "") -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from llmsim.errors import UserError, atomic_write_text, load_json_object, test_pause
-from llmsim.results import read_table, slo_targets, table_run_id
+from llmsim.results import read_table, requests_line, slo_targets, table_run_id
 from llmsim.scenario import Scenario
 from llmsim.tables import cells, fmt
 from llmsim.timeline import write_trace
@@ -305,17 +305,13 @@ def pairs_table(title: str, pairs: list[tuple[str, object]], headers: tuple[str,
 
 def run_table(s: dict) -> Table:
     """The run's summary, line by line what ``llmsim run`` prints (same numbers, same formatting)."""
-    req, slo, sat = s["requests"], s["slo"], s["saturation"]
+    slo, sat = s["slo"], s["saturation"]
     pools = ", ".join(f"{p['name']}: {p['replicas']}x {p['hardware']} tp{p['tp']} pp{p['pp']}" for p in s["pools"])
     # the CLI's order (the scenario's), not summary.json's sorted keys
     targets = slo_targets(slo)
     pairs: list[tuple[str, object]] = [
         ("cluster", pools),
-        (
-            "requests",
-            f"{req['total']} total, {req['finished']} finished, {req['rejected']} rejected, "
-            f"{req['unfinished']} unfinished, {req['preemptions']} preemptions",
-        ),
+        ("requests", requests_line(s)),
         ("duration (s)", fmt(s["duration"])),
         ("request throughput (req/s)", fmt(s["request_throughput"])),
         ("input throughput (tok/s)", fmt(s.get("input_throughput"))),

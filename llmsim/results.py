@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -231,6 +232,43 @@ def slo_mask(req: pd.DataFrame, slo: dict, classes: dict | None = None) -> pd.Se
     return ok & base
 
 
+# why requests were rejected, by the head of the reason the scheduler, replica or transfer gave
+# (schedulers/base.py, schedulers/traditional.py, replica.py, sim.py): summary.rejected_by's keys
+REJECTION_KINDS = (
+    ("max_model_len", r"prompt of \d+ tokens \+ \d+ output tokens exceeds max_model_len"),
+    ("kv_capacity", r"needs \d+ tokens of KV cache"),
+    ("max_batch_tokens", r"prompt of \d+ tokens exceeds max_batch_tokens"),
+    ("queue_full", r"queue full"),
+)
+
+
+def rejection_kind(reason: str) -> str:
+    """The kind of a rejection reason (REJECTION_KINDS; a decode pool's get ``decode_pool.`` first)."""
+    pool, sep, rest = reason.partition("decode pool: ")
+    if sep and not pool:
+        return "decode_pool." + rejection_kind(rest)
+    for kind, pattern in REJECTION_KINDS:
+        if re.match(pattern, reason):
+            return kind
+    return "other"
+
+
+def rejection_counts(reasons: pd.Series) -> dict[str, int]:
+    """Rejected requests per kind of reason, most common first."""
+    kinds = reasons.dropna().loc[lambda r: r != ""].map(rejection_kind).value_counts()
+    return {str(k): int(v) for k, v in kinds.items()}
+
+
+def requests_line(summary: dict) -> str:
+    """'N total, F finished, R rejected (by kind), U unfinished, P preemptions' (run output, report)."""
+    req, by = summary["requests"], summary.get("rejected_by")
+    why = f" ({', '.join(f'{n} {k}' for k, n in by.items())})" if by else ""
+    return (
+        f"{req['total']} total, {req['finished']} finished, {req['rejected']} rejected{why}, "
+        f"{req['unfinished']} unfinished, {req['preemptions']} preemptions"
+    )
+
+
 def saturation_verdict(
     queue: pd.DataFrame, n_requests: int, unfinished: int, last_arrival_s: float, shed: int = 0, finished: int = -1
 ) -> dict:
@@ -305,6 +343,7 @@ def summarize(
             "unfinished": int((req["status"] == "unfinished").sum()),
             "preemptions": int(req["preemptions"].sum()),
         },
+        **({"rejected_by": rejection_counts(req["reject_reason"])} if (req["status"] == "rejected").any() else {}),
         "tokens": {
             "prompt": int(fin["prompt_tokens"].sum()),
             "output": int(fin["generated_tokens"].sum()),

@@ -127,6 +127,8 @@ class PolicyConfig(_Strict):
     # tokens per step (long_prefill_token_threshold, 0 = off)
     reserve_full_prompt: bool = True
     long_prefill_token_threshold: Annotated[int, Field(ge=0)] = 0
+    # context limit per request (prompt + output), vLLM's --max-model-len; default: the model's context
+    max_model_len: Annotated[int, Field(gt=0, le=MAX_STEP_TOKENS)] | None = None
     # disaggregated: how the prefill pool batches prompts (whole prompts, or chunk_tokens per step)
     prefill_pool_policy: Literal["traditional", "chunked"] = "traditional"
 

@@ -52,6 +52,11 @@ BAD_SETS = {
     "a..b=1": ["--set 'a..b=1'", "key 'a..b' has an empty name between dots"],
     "policy.=1": ["key 'policy.' has an empty name"],
     "noequals": ["--set 'noequals'", "expected KEY=VALUE"],
+    # read as files are: a key given twice, an alias bomb
+    "workload={a: 1, a: 2}": ["--set 'workload={a: 1, a: 2}'", "key 'a' given twice"],
+    "workload=[&a [1,1,1,1,1,1,1,1,1,1], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], "
+    "&d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c], &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d], &f [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e], "
+    "[*f,*f]]": ["more than 1,000,000 values"],
 }
 
 

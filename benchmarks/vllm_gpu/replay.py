@@ -196,6 +196,8 @@ def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
             "max_num_seqs": int(kw["max_num_seqs"]),
             "chunk_tokens": int(kw["max_num_batched_tokens"]),
             "max_batch_tokens": int(kw["max_num_batched_tokens"]),
+            # --max-model-len where the run set one (null: the model's own context, llmsim's default too)
+            **({"max_model_len": int(kw["max_model_len"])} if kw.get("max_model_len") else {}),
         },
         "kv_cache": kv_cache,
         "workload": {

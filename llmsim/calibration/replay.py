@@ -75,6 +75,7 @@ def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, mo
             "max_num_seqs": int(sch["max_num_seqs"]),
             "long_prefill_token_threshold": int(sch.get("long_prefill_token_threshold") or 0),
             "reserve_full_prompt": bool(sch.get("scheduler_reserve_full_isl", True)),  # vLLM 0.32's default
+            **_max_model_len(res),
         },
         "kv_cache": {
             "block_tokens": int(cache["block_size"]),
@@ -86,6 +87,13 @@ def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, mo
         "workload": {"kind": "trace", "trace": {"path": str(trace), "format": "llmservingsim"}},
         "output": {"steps": "none"},
     }
+
+
+def _max_model_len(resolved: dict) -> dict:
+    """policy.max_model_len from the run's resolved model config, where it recorded one."""
+    model = resolved.get("model")
+    limit = model.get("max_model_len") if isinstance(model, dict) else None
+    return {"max_model_len": int(limit)} if limit else {}
 
 
 def replay(

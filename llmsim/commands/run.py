@@ -10,7 +10,7 @@ from pathlib import Path
 
 from llmsim.errors import UserError, atomic_folder, output_pending, refuse_foreign_files, temp_sibling, test_pause
 from llmsim.metrics import latency_table
-from llmsim.results import slo_targets
+from llmsim.results import requests_line, slo_targets
 from llmsim.tables import fmt, table
 
 
@@ -55,18 +55,18 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
 
 
 def _yaml_value(item: str, text: str) -> object:
-    """``text`` as plain YAML data (the safe loader: a ``!!python`` tag is refused, as in files)."""
+    """``text`` as plain YAML data, read as files are (errors.safe_yaml: no ``!!python`` tag, no key
+    given twice, no alias bomb)."""
     import yaml
 
+    from llmsim.errors import safe_yaml, yaml_problem
+
     try:
-        return yaml.safe_load(text)
+        return safe_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        if isinstance(exc, yaml.constructor.ConstructorError):
-            raise UserError(f"--set {item!r}: refused YAML tag: {problem}; only plain YAML data is read") from None
-        raise UserError(f"--set {item!r}: the value is not valid YAML{where}: {problem}") from None
+        raise UserError(yaml_problem(exc, f"--set {item!r}", where, "the value is not valid YAML")) from None
 
 
 def prepare_output(out: Path) -> None:
@@ -174,15 +174,13 @@ def simulated_time_bar(sc: object, enabled: bool) -> Iterator[Callable[[float, f
 
 def summary_text(s: dict) -> str:
     """The human summary printed after a run."""
-    req = s["requests"]
     sat = s["saturation"]
     pools = ", ".join(f"{p['name']}: {p['replicas']}x {p['hardware']} tp{p['tp']} pp{p['pp']}" for p in s["pools"])
     head = [
         f"scenario {s['scenario']}  (model {s['model']}, policy {s['policy']}, engine {s.get('engine', {}).get('name')}, "
         f"seed {s['seed']})",
         f"cluster  {pools}",
-        f"requests {req['total']} total, {req['finished']} finished, {req['rejected']} rejected, "
-        f"{req['unfinished']} unfinished, {req['preemptions']} preemptions",
+        f"requests {requests_line(s)}",
         f"throughput {fmt(s['request_throughput'])} req/s, {fmt(s['input_throughput'])} input tok/s, "
         f"{fmt(s['output_throughput'])} output tok/s, "
         f"{fmt(s['total_token_throughput'])} total tok/s over {fmt(s['duration'])} s",

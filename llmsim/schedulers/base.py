@@ -62,6 +62,8 @@ class SchedulerConfig:
     # vLLM's scheduler (schedulers/vllm.py): admit only when the whole prompt fits; cap a prompt's tokens per step
     reserve_full_prompt: bool = True
     long_prefill_token_threshold: int = 0
+    # the engine's context limit (vLLM's max_model_len; 0 = none): prompt + requested output must fit
+    max_model_len: int = 0
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a policy may be plain Python (register_policy)
@@ -138,6 +140,13 @@ class Scheduler:
     # ---- admission ---------------------------------------------------------------------
     def rejection_reason(self, req: Request) -> str:
         """Why a request can never be served here ('' if it can)."""
+        limit = self.cfg.max_model_len
+        if limit and req.prompt_tokens + req.output_tokens > limit:
+            # vLLM's OpenAI server answers 400 (max_tokens > max_model_len - prompt): never scheduled
+            return (
+                f"prompt of {req.prompt_tokens} tokens + {req.output_tokens} output tokens "
+                f"exceeds max_model_len={limit}"
+            )
         total = req.prompt_tokens + max(req.output_tokens - 1, 0)
         blocks = self.kv.blocks_for_request(req, total)
         if blocks > self.kv.num_blocks:

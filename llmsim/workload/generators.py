@@ -9,7 +9,7 @@ import numpy as np
 from llmsim.errors import UserError
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import segment_block_ids, segment_key
-from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST
+from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, check_prefix_blocks
 
 
 def poisson_arrivals(rng: np.random.Generator, rate_rps: float, n: int) -> np.ndarray:
@@ -210,6 +210,14 @@ def shared_prefix(
     users = [(g, u) for g in range(groups) for u in range(per)]
     order = rng.permutation(len(users))
     n = len(arrival_s)
+    # every prompt's length first (request i: user order[i mod P], round i // P, whose chat holds
+    # the system prompt, the earlier rounds' questions and answers and the new question), to
+    # refuse a workload whose content ids would not fit before making any
+    user = order[np.arange(n) % len(users)]
+    q_user = question_len.reshape(-1)[user].astype(np.int64)
+    rounds = np.arange(n) // len(users) if multi_turn else np.zeros(n, dtype=np.int64)
+    lengths = system_prompt_len + rounds * (q_user + output_len.reshape(-1)[user]) + q_user
+    check_prefix_blocks(lengths, block_tokens, "workload.shared_prefix")
     prm = np.zeros(n, dtype=np.int64)
     out = np.zeros(n, dtype=np.int64)
     ids: list[list[int]] = []
@@ -232,6 +240,7 @@ def shared_prefix(
             state[k] = ([*segments, (segment_key("answer", g, u, rnd), o)], chain)
         else:
             state[k] = (history, chain)
+    assert (prm == lengths).all()  # the lengths checked are the prompts made
     mode = "multi-turn chats" if multi_turn else "single-turn prompts"
     return Workload(
         arrival_s,

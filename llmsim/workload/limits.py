@@ -12,16 +12,37 @@ killer, or a silent overflow into 1-token prompts. The numbers (docs/workloads.m
   whole run (workload columns, its ``Request`` object, the results tables), so 10M requests need
   ~16 GB; the workload arrays alone (24 bytes per request plus generation temporaries) stay under
   1 GB, so the check itself never runs out of memory.
+- ``MAX_PREFIX_BLOCKS``: 50,000,000 content ids per run, the chained block hashes that name a
+  prompt's content for prefix caching when llmsim makes them up (shared-prefix workloads, a
+  trace's prefix groups): one per ``hash_block_tokens`` tokens of every prompt, ~56 bytes each
+  (measured: peak RSS over 2M ids), so the bound is ~2.8 GB, reached at 8*10**8 prompt tokens
+  in 16-token blocks (the one-hour Azure conversation trace needs ~10**6). Ids read from a trace
+  file (token ids, Mooncake hash_ids) are bounded by the file's size instead.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from llmsim.errors import UserError
 
 MAX_TOKENS_PER_REQUEST = 10_000_000
 MAX_REQUESTS = 10_000_000
+MAX_PREFIX_BLOCKS = 50_000_000
+
+
+def check_prefix_blocks(prompt_tokens: np.ndarray, block_tokens: int, origin: str) -> None:
+    """Refuse a workload whose made-up content ids (one per started block of every prompt) pass
+    MAX_PREFIX_BLOCKS, before any is made."""
+    blocks = int((-(-prompt_tokens.astype(np.int64) // block_tokens)).sum())
+    if blocks > MAX_PREFIX_BLOCKS:
+        raise UserError(
+            f"{origin}: the prompts need {blocks:,} content ids for prefix caching, over the limit of "
+            f"{MAX_PREFIX_BLOCKS:,} per run (one per {block_tokens}-token block of every prompt, ~56 bytes "
+            "each); simulate fewer or shorter prompts, or larger hash blocks"
+        )
 
 
 def check_requests(n: float, key: str, origin: str) -> None:

@@ -16,7 +16,7 @@ import pandas as pd
 from llmsim.errors import UserError
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
-from llmsim.workload.limits import MAX_TOKENS_PER_REQUEST
+from llmsim.workload.limits import MAX_TOKENS_PER_REQUEST, check_prefix_blocks
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -275,6 +275,7 @@ def _identity(
             raise UserError(
                 f"{_where(path, i, lines)}: prefix_tokens ({pre[i]}) is longer than the prompt ({prompt[i]} tokens)"
             )
+    check_prefix_blocks(prompt, block_tokens, str(path))
     out = []
     for i in range(n):
         segments = []

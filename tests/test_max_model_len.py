@@ -1,0 +1,87 @@
+"""Requests longer than the engine's context are rejected, one by one, as vLLM's server answers
+them (400: ``max_tokens`` > ``max_model_len`` - prompt), never served (issue #19 item 3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import llmsim
+from llmsim.errors import UserError
+from llmsim.results import rejection_kind, requests_line
+from llmsim.scenario import scenario_from_dict
+
+# gpt2's context is 1,024 tokens (n_positions in its config.json)
+ROWS = [(0.0, 1000, 24), (0.1, 1000, 25), (0.2, 1030, 1), (0.3, 500, 13), (0.4, 8, 4)]
+
+
+def run(tmp_path: Path, **policy) -> llmsim.Results:
+    trace = tmp_path / "trace.csv"
+    pd.DataFrame(ROWS, columns=["arrival_s", "prompt_tokens", "output_tokens"]).to_csv(trace, index=False)
+    d = {
+        "name": "ctx",
+        "model": "gpt2",
+        "hardware": "H100-SXM",
+        "policy": {"kind": "chunked", **policy},
+        "workload": {"kind": "trace", "trace": {"path": str(trace), "format": "generic"}},
+    }
+    return llmsim.run(scenario_from_dict(d, "test", tmp_path))
+
+
+def test_prompt_plus_output_past_the_context_is_rejected(tmp_path: Path) -> None:
+    res = run(tmp_path)
+    req = res.requests.set_index("id")
+    # exactly 1,024 fits (vLLM's check is max_tokens > max_model_len - prompt)
+    assert list(req["status"]) == ["finished", "rejected", "rejected", "finished", "finished"]
+    assert req.loc[1, "reject_reason"] == "prompt of 1000 tokens + 25 output tokens exceeds max_model_len=1024"
+    assert res.summary["rejected_by"] == {"max_model_len": 2}
+    assert "2 rejected (2 max_model_len)" in requests_line(res.summary)
+
+
+def test_policy_max_model_len_lowers_the_limit(tmp_path: Path) -> None:
+    res = run(tmp_path, max_model_len=512)
+    assert list(res.requests["status"]) == ["rejected", "rejected", "rejected", "rejected", "finished"]
+    assert "rejected_by" in res.summary and res.summary["requests"]["rejected"] == 4
+
+
+def test_a_limit_past_the_models_context_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"policy.max_model_len: 2,048 tokens is longer than the context of gpt2"):
+        run(tmp_path, max_model_len=2048)
+
+
+def test_no_rejection_no_breakdown(tmp_path: Path) -> None:
+    res_ok = llmsim.run(
+        scenario_from_dict(
+            {
+                "name": "ok",
+                "model": "gpt2",
+                "hardware": "H100-SXM",
+                "workload": {
+                    "kind": "all_at_once",
+                    "num_requests": 3,
+                    "prompt_tokens": {"dist": "fixed", "value": 8},
+                    "output_tokens": {"dist": "fixed", "value": 2},
+                },
+            },
+            "ok",
+            tmp_path,
+        )
+    )
+    assert "rejected_by" not in res_ok.summary
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind"),
+    [
+        ("prompt of 1000 tokens + 25 output tokens exceeds max_model_len=1024", "max_model_len"),
+        ("needs 5000 tokens of KV cache (313 blocks), capacity is 100 blocks", "kv_capacity"),
+        ("prompt of 9000 tokens exceeds max_batch_tokens=8192", "max_batch_tokens"),
+        ("queue full (max_queue=64)", "queue_full"),
+        ("decode pool: needs 5000 tokens of KV cache (313 blocks), capacity is 100 blocks", "decode_pool.kv_capacity"),
+        ("something new", "other"),
+    ],
+)
+def test_rejection_kinds(reason: str, kind: str) -> None:
+    assert rejection_kind(reason) == kind
