@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from llmsim.costmodel import CostConfig, CostModel
+from llmsim.costmodel.ops import storage_of
 from llmsim.engine import EngineSpec, for_hardware
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, load_profile
-from llmsim.models import DTYPE_BYTES, ModelSpec, get_model
+from llmsim.models import DTYPE_BYTES, ModelSpec, from_hf_config, get_model
 from llmsim.scenario import PoolConfig, Scenario
 from llmsim.schedulers import SchedulerConfig
 from llmsim.schedulers.base import SpecConfig
@@ -23,8 +24,7 @@ from llmsim.workload.traces import load_trace
 
 
 def build_model(sc: Scenario) -> ModelSpec:
-    hf = sc.model.hf_config
-    m = get_model(str(sc.path(hf)), name=sc.model.name) if hf else get_model(sc.model.name or "")
+    m = from_hf_config(sc.hf_config_path(), sc.model.name) if sc.model.hf_config else get_model(sc.model.name or "")
     if sc.model.weight_dtype:
         m = m.with_(weight_dtype=sc.model.weight_dtype)
     return m
@@ -239,8 +239,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     check_parallelism(model, p.tp, p.pp, key)
     weight_dtype = sc.model.weight_dtype or model.weight_dtype
     act = sc.model.act_dtype
-    if act == "fp8" and not hw.supports("fp8"):
-        raise UserError(f"{key}: model.act_dtype fp8 needs FP8 tensor cores; {hw.name} has none")
+    if not hw.computes_in(act):
+        raise UserError(f"{key}: model.act_dtype {act} needs {act.upper()} matrix units; {hw.name} has none")
     cfg = CostConfig(
         tp=p.tp,
         pp=p.pp,
@@ -336,7 +336,7 @@ def activation_bytes(model: ModelSpec, step_tokens: int, max_seqs: int, tp: int,
     """Peak activation memory of one step on one device: one layer's live buffers (residual,
     normed input, QKV, MLP intermediate) plus fp32 logits of the sampled rows. Grows with the
     tokens in a step, which is why chunking bounds it."""
-    a = DTYPE_BYTES[act_dtype]
+    a = DTYPE_BYTES[storage_of(act_dtype)]  # kept 16-bit between quantised GEMMs
     per_token = (
         3 * model.hidden_size + (model.q_size + 2 * model.kv_size) // tp + 3 * model.intermediate_size // tp
     ) * a
@@ -356,10 +356,13 @@ def kv_blocks(
     key: str,
     draft: ModelSpec | None = None,
 ) -> tuple[int, dict]:
-    """KV capacity in blocks = (usable memory − weights − activations − reserve) / block bytes.
-    A speculative draft model on the same devices adds its weights and its KV per token."""
+    """KV capacity in blocks = (usable memory − weights − activations − reserve) / block bytes,
+    usable memory being ``memory_fraction`` of the device (vLLM, SGLang); or, with
+    ``memory_fraction_of: free`` (TensorRT-LLM), ``memory_fraction`` of what is left once the rest
+    is placed. A speculative draft model on the same devices adds its weights and its KV per token."""
     devices = tp * pp
-    usable = hw.memory_bytes * sc.kv_cache.memory_fraction
+    of_free = sc.kv_cache.memory_fraction_of == "free"
+    usable = hw.memory_bytes * (1.0 if of_free else sc.kv_cache.memory_fraction)
     weights = model.weight_bytes(weight_dtype) / devices
     act = activation_bytes(model, step_tokens, max_seqs, tp, sc.model.act_dtype)
     reserve = sc.kv_cache.reserve_gb * 1e9
@@ -369,6 +372,8 @@ def kv_blocks(
         weights += draft.weight_bytes(weight_dtype) / devices
         per_token += draft.kv_bytes_per_token(sc.kv_cache.dtype) / devices
     free = usable - weights - act - reserve
+    if of_free:
+        free *= sc.kv_cache.memory_fraction
     memory = {
         "device_memory_bytes": hw.memory_bytes,
         "usable_bytes": usable,
@@ -387,7 +392,7 @@ def kv_blocks(
         raise UserError(
             f"{key}: {model.name} does not fit on {hw.name} x{devices} (tp={tp}, pp={pp}): weights need "
             f"{weights / 1e9:.1f} GB and activations {act / 1e9:.1f} GB per device, but only "
-            f"{usable / 1e9:.1f} GB is usable ({sc.kv_cache.memory_fraction:.0%} of {hw.memory_bytes / 1e9:.0f} GB)"
+            f"{usable / 1e9:.1f} GB is usable ({usable / hw.memory_bytes:.0%} of {hw.memory_bytes / 1e9:.0f} GB)"
             f"{' minus a ' + format(reserve / 1e9, '.1f') + ' GB reserve' if reserve else ''}; "
             "raise tp/pp, quantise the weights, or pick a larger device"
         )

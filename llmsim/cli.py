@@ -50,8 +50,17 @@ class _VersionAction(argparse.Action):
         parser.exit(0)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a command-line mistake (``--tp abc``, a missing argument) reported like any
+    other user error: one ``llmsim: error:`` line and exit 2, not the usage block argparse prints.
+    Subcommand parsers are of this class too (``add_subparsers`` builds them with the parent's)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="llmsim", description="Simulate LLM inference serving on real hardware.")
+    parser = _Parser(prog="llmsim", description="Simulate LLM inference serving on real hardware.")
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -62,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UserError as exc:
+        print(f"llmsim: error: {exc}", file=sys.stderr)
+        return 2
     forget_outputs()
     try:
         with sigterm_raises():

@@ -138,6 +138,17 @@ def load_yaml_file(path: Path) -> object:
         raise UserError(f"{path}: not a text file") from None
 
 
+def yaml_value(origin: str, text: str) -> object:
+    """A value typed on the command line (``--set KEY=VALUE``, a sweep axis) as plain YAML data,
+    read as files are (``safe_yaml``), a mistake named by ``origin``."""
+    try:
+        return safe_yaml(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (column {mark.column + 1})" if mark else ""
+        raise UserError(yaml_problem(exc, origin, where, "the value is not valid YAML")) from None
+
+
 def yaml_problem(exc: yaml.YAMLError, origin: str, where: str, malformed: str) -> str:
     """One line for a YAML error of ``safe_yaml``: ``origin where: problem``, the problem named as
     a refused tag, a duplicate key or too large an expansion, else ``malformed``."""
@@ -155,6 +166,8 @@ def load_json_object(path: Path, hint: str = "") -> dict:
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: file not found" + (f" ({hint})" if hint else ""))
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, expected a JSON file" + (f" ({hint})" if hint else ""))
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -182,8 +195,10 @@ def pydantic_message(exc: Exception, origin: str, suggestions: dict[str, list[st
             got = err.get("input")
             if got is not None and not isinstance(got, dict | list):
                 msg = f"{msg} (got {got!r})"
-        lines.append(f"{origin}: {loc}: {msg}")
-    return "\n".join(lines[:8]) + (f"\n... and {len(lines) - 8} more" if len(lines) > 8 else "")
+        lines.append(f"{loc}: {msg}")
+    # one line, as every error: the first few problems, then how many more
+    more = f"; and {len(lines) - 4} more" if len(lines) > 4 else ""
+    return f"{origin}: " + "; ".join(lines[:4]) + more
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -228,14 +243,21 @@ def temp_sibling(out: Path, kind: str = "tmp") -> Path:
 
 
 @contextlib.contextmanager
-def atomic_folder(out_dir: Path, keep: bool = False, owned: Callable[[Path], bool] | None = None) -> Iterator[Path]:
+def atomic_folder(
+    out_dir: Path,
+    keep: bool = False,
+    owned: Callable[[Path], bool] | None = None,
+    carry: Callable[[Path], bool] | None = None,
+) -> Iterator[Path]:
     """Yield a temporary sibling folder to write into; on success it replaces ``out_dir`` as a
     whole, on any exception (signal, full disk, a bug) it is removed and ``out_dir`` is untouched.
 
     ``keep``: start from a copy of ``out_dir`` (hard links, so cheap), for commands that add to a
     folder (``llmsim report``). Otherwise the new folder starts empty and the old one is deleted,
     so ``owned(entry)`` must hold for every entry of a non-empty ``out_dir``: refusing to replace
-    a folder holding files llmsim did not write beats deleting them (UserError, exit 2).
+    a folder holding files llmsim did not write beats deleting them (UserError, exit 2). Entries
+    for which ``carry(entry)`` holds (another command's folder inside this one, as a sweep's
+    ``sweep/`` inside its run's) start the new folder as they were (hard links).
 
     An OSError (ENOSPC, EFBIG, EACCES, ...) becomes a one-line UserError naming the folder.
     """
@@ -248,6 +270,10 @@ def atomic_folder(out_dir: Path, keep: bool = False, owned: Callable[[Path], boo
     try:
         _PENDING.append(out)
         _make_temp_folder(out, tmp, keep)
+        if carry is not None and not keep and out.is_dir():
+            for entry in sorted(out.iterdir()):
+                if carry(entry):
+                    shutil.copytree(entry, tmp / entry.name, symlinks=True, copy_function=_link_or_copy)
         yield tmp
         test_pause("swap")
         if owned is not None:  # a file may have appeared there while we simulated

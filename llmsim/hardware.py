@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from llmsim.errors import UserError, load_yaml_file, pydantic_message
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles"
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
+# below 16 bits a device computes only with its own tensor-core path (no fallback to a wider peak)
+NARROW_DTYPES = ("fp8", "int8", "int4", "fp4")
 
 
 class Figure(BaseModel):
@@ -50,6 +52,29 @@ class FigureTable(BaseModel):
         return v
 
 
+def _check(
+    fig: Figure | None,
+    unit: str,
+    *,
+    positive: bool = False,
+    at_least: float = 0.0,
+    at_most: float = float("inf"),
+) -> Figure | None:
+    """A figure's value within what its key can mean, else a ValueError for the key's message.
+    ``positive``: the cost model divides by it, so 0 is refused. ``at_least`` / ``at_most`` catch
+    a value in the wrong unit, off by 10**3 or more: TFLOP/s, GB/s or microseconds where the key
+    names FLOP/s, bytes/s or seconds, a percent where it is a fraction. ``unit`` says the key's."""
+    if fig is None:
+        return None
+    v = fig.value
+    if positive and v == 0:
+        raise ValueError(f"must be > 0, got 0; values are in {unit}")
+    if v < at_least or v > at_most:
+        bound = f"below {at_least:g}" if v < at_least else f"above {at_most:g}"
+        raise ValueError(f"{v:g} is {bound}: values are in {unit}, not another unit")
+    return fig
+
+
 class Link(BaseModel):
     """A point-to-point or switched link, per device and per direction (unidirectional)."""
 
@@ -57,6 +82,16 @@ class Link(BaseModel):
     name: str
     bandwidth_bytes_per_s: Figure
     latency_s: Figure
+
+    @field_validator("bandwidth_bytes_per_s")
+    @classmethod
+    def _rate(cls, v: Figure) -> Figure | None:
+        return _check(v, "bytes/s (25e9 for 25 GB/s)", positive=True, at_least=1e6)  # 1 MB/s: below any link
+
+    @field_validator("latency_s")
+    @classmethod
+    def _latency(cls, v: Figure) -> Figure | None:
+        return _check(v, "seconds (3e-6 for 3 us)", at_most=1.0)
 
 
 class Efficiency(BaseModel):
@@ -88,6 +123,54 @@ class Efficiency(BaseModel):
     # included): BLAS switches kernels at small m in steps no smooth curve follows. GEMMs with more
     # rows use the curve; where the table applies it replaces the curve and gemv_memory_fraction.
     gemm_small_m: FigureTable | None = None
+    # Best-shape GEMM fraction of a narrower dtype's own dense peak, where it was measured apart
+    # from gemm_max_fraction (a bf16 measurement): 8-bit GEMMs reach less of their doubled peak
+    # (scale epilogues, an operand feed that has to double too): H100 SXM fp8 0.71 against bf16
+    # 0.80 (MAMF). A dtype not listed uses gemm_max_fraction. ``gemm_fraction`` reads it.
+    gemm_dtype_fraction: dict[str, Figure] | None = None
+
+    def gemm_fraction(self, dtype: str) -> float:
+        """Best-shape GEMM fraction of ``dtype``'s dense peak."""
+        own = (self.gemm_dtype_fraction or {}).get(dtype)
+        return (own or self.gemm_max_fraction).value
+
+    @field_validator("gemm_dtype_fraction")
+    @classmethod
+    def _dtype_fractions(cls, v: dict[str, Figure] | None) -> dict[str, Figure] | None:
+        for dtype, figure in (v or {}).items():
+            if dtype not in DTYPES:
+                raise ValueError(f"unknown dtype {dtype!r}; expected some of {list(DTYPES)}")
+            _check(figure, "fractions of 1 (0.7 for 70%)", positive=True, at_most=1.0)
+        return v
+
+    # rates the cost model divides by. A fitted CPU profile may exceed 1 on the memory-side ones
+    # (a cache-resident stream beats the measured DRAM copy rate), so only 0 is refused there;
+    # the GEMM peak fraction and the all-reduce bus fraction are fractions by definition.
+    @field_validator(
+        "memory_fraction",
+        "attention_fraction",
+        "elementwise_memory_fraction",
+        "gemv_memory_fraction",
+        "decode_attention_fraction",
+        "gemm_wave_units",
+        "gemm_tile",
+    )
+    @classmethod
+    def _divisor(cls, v: Figure | None) -> Figure | None:
+        return _check(v, "ratios (0.8, not 80%)", positive=True)
+
+    @field_validator("gemm_max_fraction", "allreduce_bus_fraction")
+    @classmethod
+    def _fraction(cls, v: Figure) -> Figure | None:
+        return _check(v, "fractions of 1 (0.8 for 80%)", positive=True, at_most=1.0)
+
+    @field_validator("gemm_tile", "gemm_wave_exponent")
+    @classmethod
+    def _wave_term(cls, v: Figure | None, info: ValidationInfo) -> Figure | None:
+        # without the SM count the wave term is off: a tile or exponent alone would be ignored
+        if v is not None and info.data.get("gemm_wave_units") is None:
+            raise ValueError("given without gemm_wave_units (the SMs the tiles spread over), so it has no effect")
+        return v
 
 
 class Overheads(BaseModel):
@@ -96,12 +179,22 @@ class Overheads(BaseModel):
     step_overhead_s: Figure  # per step CPU/scheduler work (schedule, prepare inputs, sample)
     kernel_fixed_s: Figure | None = None  # device-side minimum per kernel (ramp-up, tail); CUDA graphs keep it
 
+    @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s")
+    @classmethod
+    def _seconds(cls, v: Figure | None) -> Figure | None:
+        return _check(v, "seconds (4e-6 for 4 us)", at_most=1.0)
+
 
 class CpuTopology(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     sockets: int = Field(ge=1)
     cores_per_socket: int = Field(ge=1)
     numa_remote_bandwidth_fraction: Figure  # cross-socket access bandwidth / local
+
+    @field_validator("numa_remote_bandwidth_fraction")
+    @classmethod
+    def _fraction(cls, v: Figure) -> Figure | None:
+        return _check(v, "fractions of the local bandwidth (0.5 for half)", positive=True, at_most=1.0)
 
 
 class TpuTopology(BaseModel):
@@ -128,8 +221,21 @@ class HardwareProfile(BaseModel):
     efficiency: Efficiency
     overheads: Overheads
     cpu: CpuTopology | None = None
-    tpu: TpuTopology | None = None
+    tpu: TpuTopology | None = Field(None, validate_default=True)  # validated when absent too
     calibration: dict | None = None  # provenance written by `llmsim calibrate`
+
+    @field_validator("cpu", "tpu")
+    @classmethod
+    def _family_section(cls, v: CpuTopology | TpuTopology | None, info: ValidationInfo) -> object:
+        """A ``cpu:`` / ``tpu:`` section belongs to a profile of that family (another family's is
+        a copied profile half edited), and a TPU needs its ``tpu.mxu_dim``: without it the cost
+        model prices it as a GPU, with no padding to the systolic array."""
+        family, key = info.data.get("family"), info.field_name
+        if v is not None and family is not None and family != key:
+            raise ValueError(f"a {key} section on a profile of family {family!r}; remove it or fix the family")
+        if v is None and key == "tpu" and family == "tpu":
+            raise ValueError("required for family 'tpu' (mxu_dim: the systolic array edge matmuls pad to)")
+        return v
 
     @field_validator("peak_flops")
     @classmethod
@@ -139,7 +245,22 @@ class HardwareProfile(BaseModel):
             raise ValueError(f"unknown dtype(s) {unknown}; expected some of {list(DTYPES)}")
         if "bf16" not in v and "fp16" not in v and "fp32" not in v:
             raise ValueError("needs at least one of bf16, fp16, fp32")
+        for dtype, fig in v.items():
+            try:  # 1 GFLOP/s: below one CPU core; 989.4 here is TFLOP/s meant as FLOP/s
+                _check(fig, "FLOP/s (989.4e12 for 989.4 TFLOP/s)", positive=True, at_least=1e9)
+            except ValueError as exc:
+                raise ValueError(f"{dtype}: {exc}") from None
         return v
+
+    @field_validator("memory_capacity_bytes")
+    @classmethod
+    def _capacity(cls, v: Figure) -> Figure | None:
+        return _check(v, "bytes (80e9 for 80 GB)", positive=True, at_least=1e8)
+
+    @field_validator("memory_bandwidth_bytes_per_s")
+    @classmethod
+    def _bandwidth(cls, v: Figure) -> Figure | None:
+        return _check(v, "bytes/s (3.35e12 for 3.35 TB/s)", positive=True, at_least=1e8)
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for a compute dtype, falling back to the nearest wider type."""
@@ -156,6 +277,11 @@ class HardwareProfile(BaseModel):
 
     def supports(self, dtype: str) -> bool:
         return dtype in self.peak_flops
+
+    def computes_in(self, dtype: str) -> bool:
+        """Whether the device runs matmuls in ``dtype``: a 16- or 32-bit type always (``peak``
+        falls back to a wider one), a narrower one only with its own peak (fp8 on an A100: no)."""
+        return dtype not in NARROW_DTYPES or self.supports(dtype)
 
     @property
     def memory_bytes(self) -> float:
@@ -212,16 +338,32 @@ def profile_from_dict(data: object, origin: str) -> HardwareProfile:
 
 
 def _match_name(name: str, names: list[str]) -> str:
+    if not name.strip():
+        raise UserError("hardware: an empty name; `llmsim hardware` lists the shipped profiles")
     lowered = {n.lower(): n for n in names}
     if name.lower() in lowered:
         return lowered[name.lower()]
+    if Path(name).exists() or "/" in name:  # meant as a file: only a .yaml/.yml name is read as one
+        raise UserError(
+            f"{name}: a hardware profile file must end in .yaml or .yml (a bare name is a shipped "
+            "profile; `llmsim hardware` lists them)"
+        )
     from llmsim.errors import did_you_mean
 
-    raise UserError(f"unknown hardware {name!r}{did_you_mean(name, names)}; `llmsim hardware` lists them")
+    # "H100" names a family: its variants beat difflib's closest spelling ("H200")
+    variants = [n for n in names if n.lower().startswith(name.lower())]
+    hint = f" (did you mean one of {', '.join(map(repr, variants))}?)" if variants else did_you_mean(name, names)
+    raise UserError(f"unknown hardware {name!r}{hint}; `llmsim hardware` lists them")
 
 
 def dump_profile(profile: HardwareProfile, path: Path) -> None:
-    """Write a profile YAML (used by calibration); written atomically."""
-    from llmsim.errors import atomic_write_text
+    """Write a profile YAML (used by calibration), creating its folder; written atomically, so a
+    full disk or a read-only folder leaves no half a profile, and says so in one line."""
+    from llmsim.errors import atomic_write_text, os_reason
 
-    atomic_write_text(path, yaml.safe_dump(profile.model_dump(exclude_none=True), sort_keys=False))
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, yaml.safe_dump(profile.model_dump(exclude_none=True), sort_keys=False))
+    except OSError as exc:
+        raise UserError(f"{path}: could not write the profile ({os_reason(exc)})") from None

@@ -101,7 +101,14 @@ class ModelSpec:
         )
 
     def weight_bytes(self, dtype: str | None = None) -> float:
-        return self.total_params() * DTYPE_BYTES[dtype or self.weight_dtype]
+        """Bytes of the weights in ``dtype``. A quantised checkpoint (fp8, int8, int4: FP8 and W8A8
+        from llm-compressor / ModelOpt, AWQ, GPTQ) quantises the decoder layers; the embeddings, the
+        final norm and the LM head stay 16-bit (their ``ignore: [lm_head]`` / unquantised modules)."""
+        per = DTYPE_BYTES[dtype or self.weight_dtype]
+        if per >= 2:
+            return self.total_params() * per
+        layers = self.num_layers * self.layer_params()
+        return layers * per + (self.total_params() - layers) * 2
 
     # ---- KV cache --------------------------------------------------------------------
     def kv_bytes_per_token_per_layer(self, kv_dtype: str = "bf16") -> float:

@@ -17,15 +17,18 @@ step timeline as a Chrome/Perfetto trace (``trace.json``).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from llmsim.errors import UserError, atomic_write_text, load_json_object, test_pause
+from llmsim.filekinds import file_kind
 from llmsim.results import read_table, requests_line, slo_targets, table_run_id
 from llmsim.scenario import Scenario
 from llmsim.tables import cells, fmt
@@ -62,7 +65,8 @@ def check_one_run(p: Path, summary: dict, scenario: dict | None) -> None:
     for name in ("requests", "steps", "chunks"):
         for path in (p / f"{name}.parquet", p / f"{name}.csv"):
             if path.exists():
-                ids[path.name] = table_run_id(path)
+                with readable(path):
+                    ids[path.name] = table_run_id(path)
     wrong = {name: got for name, got in ids.items() if got != expected}
     if wrong:
         listed = ", ".join(f"{name} (run {got or 'without id'})" for name, got in sorted(wrong.items()))
@@ -78,6 +82,13 @@ def check_one_run(p: Path, summary: dict, scenario: dict | None) -> None:
 def folder_kind(p: Path) -> str:
     """``run``, ``plan`` or ``sweep``, from the files those commands write. A folder that holds both
     a run and a sweep (the same ``--out`` twice) is reported as whichever was written last."""
+    if not p.exists():
+        raise UserError(f"{p}: no such folder; point `llmsim report` at the output folder of a run, a sweep or a plan")
+    if not p.is_dir():
+        raise UserError(
+            f"{p}: a file, not a folder; `llmsim report` takes the whole output folder of a run, a sweep or "
+            f"a plan: {p.parent}?"
+        )
     if (p / "plan.json").exists():
         return "plan"
     run = p / "summary.json"
@@ -88,10 +99,26 @@ def folder_kind(p: Path) -> str:
         return "run"
     if sweep is not None:
         return "sweep"
+    if (p / "twin_summary.json").exists():
+        raise UserError(
+            f"{p}: the output folder of `llmsim twin`, which writes its own figures and tables (twin.png, "
+            "twin_summary.json); `llmsim report` takes the output folder of a run, a sweep or a plan"
+        )
+    inside = sorted(q.name for q in p.iterdir() if q.is_dir() and any((q / f).exists() for f in RESULTS_FILES))
+    hint = ""
+    if inside:
+        hint = (
+            f" (its subfolder {inside[0]} is one)"
+            if len(inside) == 1
+            else f" (its subfolders {', '.join(inside[:5])} are)"
+        )
     raise UserError(
         f"{p}: no summary.json, plan.json or sweep.csv here; point `llmsim report` at the output folder "
-        "of a run, a sweep or a plan"
+        f"of a run, a sweep or a plan{hint}"
     )
+
+
+RESULTS_FILES = ("summary.json", "plan.json", "sweep.csv", "sweep.parquet")  # what folder_kind looks for
 
 
 @dataclass
@@ -116,25 +143,87 @@ class ResultsDir:
         kind = folder_kind(p)
         if kind == "sweep":
             meta = load_json_object(p / "sweep.json") if (p / "sweep.json").exists() else {}
-            table = pd.read_parquet(p / "sweep.parquet") if (p / "sweep.parquet").exists() else _csv(p / "sweep.csv")
+            table = _sweep_table(p, meta)
             return cls(p, {}, pd.DataFrame(), pd.DataFrame(), kind=kind, sweep=table, sweep_meta=meta)
         # a plan with no winner has no winner's run: no summary.json, requests or steps
         summary = load_json_object(p / "summary.json") if (p / "summary.json").exists() else {}
         missing = [k for k in SUMMARY_KEYS if k not in summary]
         if (p / "summary.json").exists() and missing:  # another tool's JSON, or a summary cut short
-            raise UserError(f"{p / 'summary.json'}: not an llmsim run summary (missing {', '.join(missing)})")
+            kind = file_kind(summary)
+            what = f"this is {kind}" if kind else f"missing {', '.join(missing)}"
+            raise UserError(f"{p / 'summary.json'}: not an llmsim run summary ({what})")
         sc, raw = None, None
         if (p / "scenario.json").exists():
             raw = load_json_object(p / "scenario.json")
             sc = _scenario_of(p / "scenario.json", {k: v for k, v in raw.items() if k != "run_id"})
         check_one_run(p, summary, raw)
         tables = {name: _floats(_csv(p / f"{name}.csv")) for name in PLAN_TABLES if (p / f"{name}.csv").exists()}
-        plan = load_json_object(p / "plan.json") if kind == "plan" else None
-        requests, steps = read_table(p, "requests"), read_table(p, "steps")  # Parquet or CSV
-        return cls(p, summary, requests, steps, sc, plan, tables, kind, chunks=read_table(p, "chunks"))
+        plan = _plan_of(p, tables) if kind == "plan" else None
+        requests, steps, chunks = (_table(p, name) for name in ("requests", "steps", "chunks"))  # Parquet or CSV
+        return cls(p, summary, requests, steps, sc, plan, tables, kind, chunks=chunks)
 
 
 SUMMARY_KEYS = ("requests", "slo", "saturation", "pools")  # what every run summary has and a report reads
+# what a sweep table always has and its report reads (sweep.py METRICS), and a plan's (planning/output.py)
+SWEEP_KEYS = ("request_throughput", "request_goodput", "slo_attainment", "slo_met")
+PLAN_KEYS = ("target_rps", "recommendation")
+PLAN_TABLE_KEYS = ("config", "feasible", "reason")
+
+
+@contextlib.contextmanager
+def readable(path: Path) -> Iterator[None]:
+    """A table that cannot be parsed (cut short, another format, binary) as one line naming it."""
+    import pyarrow
+
+    try:
+        yield
+    except (pyarrow.ArrowException, ValueError, OSError, EOFError) as exc:
+        if path.suffix == ".parquet":
+            why = "truncated, or not a Parquet file"
+        else:
+            text = str(exc).strip().splitlines()
+            why = text[0] if text else type(exc).__name__
+        raise UserError(f"{path}: not a readable table ({why}); rerun the command that wrote it") from None
+
+
+def _table(p: Path, name: str) -> pd.DataFrame:
+    """``read_table`` of a results folder, a file it cannot parse named."""
+    path = next((f for f in (p / f"{name}.parquet", p / f"{name}.csv") if f.exists()), p / name)
+    with readable(path):
+        return read_table(p, name)
+
+
+def _sweep_table(p: Path, meta: dict) -> pd.DataFrame:
+    """sweep.parquet (or sweep.csv), refused when it is not one sweep's table: another tool's CSV, a
+    header without rows, or a table whose columns are not the axes sweep.json names (two sweeps' files)."""
+    path = p / "sweep.parquet" if (p / "sweep.parquet").exists() else p / "sweep.csv"
+    with readable(path):
+        table = pd.read_parquet(path) if path.suffix == ".parquet" else _csv(path)
+    missing = [k for k in SWEEP_KEYS if k not in table.columns]
+    if missing:
+        raise UserError(f"{path}: not an llmsim sweep table (missing column(s) {', '.join(missing)})")
+    if table.empty:
+        raise UserError(f"{path}: no rows; a sweep table has one row per point of the grid")
+    axes = [k for k in meta.get("grid") or {} if k not in table.columns]
+    if axes:
+        raise UserError(
+            f"{p / 'sweep.json'}: grid axis {', '.join(axes)} is not a column of {path.name}: the two files come "
+            "from different sweeps; run `llmsim sweep` again to rewrite the folder"
+        )
+    return table
+
+
+def _plan_of(p: Path, tables: dict[str, pd.DataFrame]) -> dict:
+    """plan.json, and plan.csv's columns, refused when they are another tool's (or cut short)."""
+    plan = load_json_object(p / "plan.json")
+    missing = [k for k in PLAN_KEYS if k not in plan]
+    if missing:
+        raise UserError(f"{p / 'plan.json'}: not an llmsim plan (missing {', '.join(missing)})")
+    table = tables.get("plan", pd.DataFrame())
+    missing = [k for k in PLAN_TABLE_KEYS if k not in table.columns]
+    if missing:
+        raise UserError(f"{p / 'plan.csv'}: not an llmsim plan table (missing column(s) {', '.join(missing)})")
+    return plan
 
 
 def _scenario_of(path: Path, data: dict) -> Scenario:
@@ -154,10 +243,11 @@ def _scenario_of(path: Path, data: dict) -> Scenario:
 def _csv(path: Path) -> pd.DataFrame:
     if not path.exists() or path.stat().st_size <= 1:
         return pd.DataFrame()
-    try:
-        return pd.read_csv(path)
-    except pd.errors.EmptyDataError:  # a header-less empty table (no rows, no columns)
-        return pd.DataFrame()
+    with readable(path):
+        try:
+            return pd.read_csv(path)
+        except pd.errors.EmptyDataError:  # a header-less empty table (no rows, no columns)
+            return pd.DataFrame()
 
 
 def _floats(df: pd.DataFrame) -> pd.DataFrame:
@@ -406,7 +496,10 @@ def assumption_tables(r: ResultsDir) -> list[Table]:
                 ["power", f"{hw.power_w.value:.0f} W", hw.power_w.source],
                 ["price", f"${hw.price_per_hour_usd.value:.2f}/hour", hw.price_per_hour_usd.source],
             ]
-            rows += [[f"efficiency {k}", cell(f.value), f.source] for k, f in hw.efficiency if f is not None]
+            for k, f in hw.efficiency:
+                # a figure, or one per dtype (gemm_dtype_fraction: {fp8: ..., int8: ...})
+                figures = sorted(f.items()) if isinstance(f, dict) else [("", f)] if f is not None else []
+                rows += [[f"efficiency {k} {d}".rstrip(), cell(g.value), g.source] for d, g in figures]
             rows += [[f"overhead {k}", f"{f.value * 1e6:.1f} µs", f.source] for k, f in hw.overheads if f is not None]
             out.append(Table(f"Hardware: {hw.name} (pool {pool.name})", ["figure", "value", "source"], rows))
         m = build_model(sc)
@@ -788,11 +881,12 @@ def build_report(r: ResultsDir) -> tuple[str, str, list[Figure]]:
     return page, md, ctx["figures"]
 
 
-def write_report(path: str | Path, into: str | Path | None = None) -> list[Path]:
+def write_report(path: str | Path, into: str | Path | None = None, results: ResultsDir | None = None) -> list[Path]:
     """report.html (self-contained), report.md (+ report_plots/*.png) and trace.json (Perfetto)
     of the folder ``path``, written into ``into`` (default: ``path``; ``llmsim report`` passes the
-    temporary copy it swaps into place, so errors still name the real folder)."""
-    r = ResultsDir.load(path)
+    temporary copy it swaps into place, so errors still name the real folder); ``results``: the
+    folder already loaded (``llmsim report`` loads it first, so a bad folder is never copied)."""
+    r = results if results is not None else ResultsDir.load(path)
     page, md, figures = build_report(r)
     out = Path(into if into is not None else path)
     plots_dir = out / "report_plots"

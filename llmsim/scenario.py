@@ -68,7 +68,9 @@ class ModelConfig(_Strict):
     name: str | None = None  # catalog name; with hf_config, the name the model is shown under
     hf_config: str | None = None  # path to a HuggingFace config.json
     weight_dtype: Dtype | None = None  # default: bf16 (fp32 for GPT-2)
-    act_dtype: Literal["fp32", "bf16", "fp16", "fp8"] = "bf16"  # fp8 = W8A8 on FP8 tensor cores
+    # the GEMMs' compute dtype: fp8 / int8 = W8A8 on 8-bit tensor cores (activations between the
+    # GEMMs stay bf16), fp4 = NVFP4 / MXFP4 W4A4 on Blackwell; with int4 weights, int8 is W4A8
+    act_dtype: Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4"] = "bf16"
     attention_kernel: Literal["flash", "naive"] = "flash"
 
     @model_validator(mode="after")
@@ -105,7 +107,9 @@ class ClusterConfig(_Strict):
     router: Literal["round_robin", "least_outstanding", "kv_aware", "prefix_affinity"] = "round_robin"
     # disaggregated: how a finished prompt picks its decode replica
     decode_router: Literal["round_robin", "least_outstanding", "kv_aware"] = "least_outstanding"
-    cuda_graphs: bool = False  # decode-only steps replay CUDA graphs (no per-kernel launch gaps)
+    # decode-only steps replay CUDA graphs (no per-kernel launch gaps); unset: the engine's choice
+    # (apply_engine writes it in, so a run's scenario.json says what ran)
+    cuda_graphs: bool | None = None
     numa_aware: bool = True  # CPU devices: keep each socket's reads local
     prefill_pool: PoolConfig | None = None  # disaggregated policy only
     decode_pool: PoolConfig | None = None
@@ -153,6 +157,10 @@ class KVCacheConfig(_Strict):
     block_tokens: BlockTokens = 16
     dtype: Literal["bf16", "fp16", "fp8", "int8", "fp32"] = "bf16"
     memory_fraction: float = Field(0.9, gt=0, le=1)  # of device memory usable by weights + KV
+    # what memory_fraction is a fraction of: the device's total (vLLM's gpu_memory_utilization,
+    # SGLang's mem_fraction_static) or what is free once weights and activations are placed
+    # (TensorRT-LLM's KvCacheConfig.free_gpu_memory_fraction, default 0.9)
+    memory_fraction_of: Literal["total", "free"] = "total"
     reserve_gb: NonNegFloat = 0.0  # extra reserve (activations, CUDA context) in GB
     watermark: float = Field(0.01, ge=0, lt=1)
     num_blocks: Annotated[int, Field(gt=0, le=MAX_KV_BLOCKS)] | None = (
@@ -386,6 +394,19 @@ class Scenario(_Strict):
         q = Path(p)
         return q if q.is_absolute() else Path(self.base_dir) / q
 
+    def hf_config_path(self) -> Path:
+        """``model.hf_config`` resolved: a config.json, or a model folder (a HuggingFace snapshot)
+        holding one."""
+        assert self.model.hf_config
+        p = self.path(self.model.hf_config)
+        if p.is_dir():
+            if not (p / "config.json").is_file():
+                raise UserError(f"model.hf_config: {p} is a folder without a config.json")
+            return p / "config.json"
+        if not p.exists():
+            raise UserError(f"model.hf_config: file not found: {p}")
+        return p
+
 
 def _section_keys() -> dict[str, list[str]]:
     """Valid keys per section, for 'did you mean' suggestions."""
@@ -410,6 +431,12 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
         raise UserError(
             f"{origin}: expected a mapping of sections (name, model, hardware, ...), got {type(data).__name__}"
         )
+    data = dict(data)
+    if isinstance(data.get("run_id"), str) and isinstance(data.get("base_dir"), str):
+        # a run's scenario.json (llmsim wrote it): run it again as it ran, its relative paths
+        # resolved where the original scenario was, its run id left to the new run
+        del data["run_id"]
+        base_dir = Path(data["base_dir"])
     try:
         sc = Scenario.model_validate(dict(data, base_dir=str(base_dir)))
     except ValidationError as exc:
@@ -430,9 +457,13 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
     spec = load_engine(sc.engine, Path(sc.base_dir), origin)
     hw = load_profile(sc.hardware, Path(sc.base_dir))
     spec = for_hardware(spec, hw)
-    if "cuda_graphs" in sc.cluster.model_fields_set:  # the scenario's own switch wins
-        spec = replace(spec, cuda_graphs=sc.cluster.cuda_graphs)
     filled: dict[str, list[str]] = {}
+    if sc.cluster.cuda_graphs is not None:  # the scenario's own switch wins
+        spec = replace(spec, cuda_graphs=sc.cluster.cuda_graphs)
+    else:  # the engine's (off where it does not say, as the ideal engine), written in
+        graphs = bool(spec.cuda_graphs)
+        sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"cuda_graphs": graphs})})
+        filled["cluster"] = ["cuda_graphs"]
     if spec.defaults == "vllm":
         policy, kv = vllm_defaults(hw)
         kind = sc.policy.kind if "kind" in sc.policy.model_fields_set else policy["kind"]
@@ -442,7 +473,7 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
                 policy.pop("chunk_tokens")
         p_unset = {k: v for k, v in policy.items() if k not in sc.policy.model_fields_set}
         kv_unset = {k: v for k, v in kv.items() if k not in sc.kv_cache.model_fields_set}
-        filled = {"policy": sorted(p_unset), "kv_cache": sorted(kv_unset)}
+        filled |= {"policy": sorted(p_unset), "kv_cache": sorted(kv_unset)}
         sc = sc.model_copy(
             update={
                 "policy": sc.policy.model_copy(update=p_unset),
@@ -499,7 +530,7 @@ def key_parts(dotted: str) -> list[str]:
 def _check_names(sc: Scenario, origin: str) -> None:
     """Catalog and profile names resolve now, so a typo fails before any work."""
     from llmsim.hardware import load_profile
-    from llmsim.models import get_model
+    from llmsim.models import from_hf_config, get_model
 
     base = Path(sc.base_dir)
     for key, name in [("hardware", sc.hardware), *_pool_hardware(sc)]:
@@ -514,11 +545,12 @@ def _check_names(sc: Scenario, origin: str) -> None:
             raise UserError(f"{origin}: speculative.draft_model: {exc}") from None
     try:
         if sc.model.hf_config:
-            get_model(str(sc.path(sc.model.hf_config)) if sc.model.hf_config.endswith(".json") else sc.model.hf_config)
+            from_hf_config(sc.hf_config_path(), sc.model.name)
         else:
             get_model(sc.model.name or "")
     except UserError as exc:
-        raise UserError(f"{origin}: model: {exc}") from None
+        msg = str(exc)
+        raise UserError(f"{origin}: {msg if msg.startswith('model.') else 'model: ' + msg}") from None
     for key, p in _paths(sc):
         if not sc.path(p).exists():
             raise UserError(f"{origin}: {key}: file not found: {sc.path(p)}")

@@ -18,6 +18,7 @@ Two kinds of failure, told apart (docs/planning.md, "Exit statuses"):
 from __future__ import annotations
 
 import itertools
+import math
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import yaml
 
-from llmsim.errors import UserError, atomic_write, atomic_write_text, load_yaml_file
+from llmsim.errors import UserError, atomic_write, atomic_write_text, load_yaml_file, yaml_value
 from llmsim.metrics import LATENCY_ROWS
 
 if TYPE_CHECKING:
@@ -59,8 +60,15 @@ METRICS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
-def parse_values(text: str) -> list[object]:
-    """``a,b,c`` -> list; ``1..8`` -> 1..8 inclusive; ``1..8..2`` -> step 2; scalars via YAML."""
+# Most points one sweep may hold (the product of its axes). Every point is validated before the
+# first runs (a few ms each) and then simulated (seconds each), so a grid past this is a typo
+# (`1..100000`), and checking the count first keeps a huge range from being built in memory.
+MAX_POINTS = 10_000
+
+
+def parse_values(text: str, item: str | None = None) -> list[object]:
+    """``a,b,c`` -> list; ``1..8`` -> 1..8 inclusive; ``1..8..2`` -> step 2; scalars via YAML.
+    ``item`` is the whole ``--set`` argument, named in errors (default: ``text``)."""
     text = text.strip()
     if ".." in text and "," not in text:
         parts = text.split("..")
@@ -70,8 +78,12 @@ def parse_values(text: str) -> list[object]:
             raise UserError(f"range {text!r}: expected integers like 1..8 or 1..16..2") from None
         if len(nums) not in (2, 3) or (len(nums) == 3 and nums[2] <= 0) or nums[1] < nums[0]:
             raise UserError(f"range {text!r}: expected LO..HI or LO..HI..STEP with LO <= HI and STEP > 0")
-        return list(range(nums[0], nums[1] + 1, nums[2] if len(nums) == 3 else 1))
-    return [yaml.safe_load(v) for v in text.split(",") if v.strip() != ""]
+        values = range(nums[0], nums[1] + 1, nums[2] if len(nums) == 3 else 1)
+        if len(values) > MAX_POINTS:
+            raise UserError(f"range {text!r}: {len(values):,} values; a sweep runs at most {MAX_POINTS:,} points")
+        return list(values)
+    origin = f"--set {(item or text)!r}"  # the --set value rules of `llmsim run`: plain YAML data
+    return [yaml_value(origin, v) for v in text.split(",") if v.strip() != ""]
 
 
 def parse_grid(items: list[str]) -> dict[str, list[object]]:
@@ -81,11 +93,38 @@ def parse_grid(items: list[str]) -> dict[str, list[object]]:
         if "=" not in item:
             raise UserError(f"--set {item!r}: expected KEY=VALUES, e.g. cluster.replicas=1..8 or policy.kind=a,b")
         key, values = item.split("=", 1)
-        vals = parse_values(values)
+        vals = parse_values(values, item)
         if not vals:
-            raise UserError(f"--set {item!r}: no values")
+            raise UserError(f"--set {item!r}: no values; give a comma list or a range, e.g. {key.strip()}=1,2 or 1..4")
+        if key.strip() in grid:  # a dict would keep the last silently: one axis's values would vanish
+            raise UserError(f"--set {item!r}: the axis {key.strip()} is given twice; list all its values in one --set")
         grid[key.strip()] = vals
+    points = math.prod(len(v) for v in grid.values())
+    if points > MAX_POINTS:
+        sizes = " x ".join(f"{len(v)} {k}" for k, v in grid.items())
+        raise UserError(f"--set: {sizes} = {points:,} points; a sweep runs at most {MAX_POINTS:,}")
     return grid
+
+
+def check_axes(grid: dict[str, object], fixed: dict[str, object] | None = None) -> None:
+    """Axes a sweep cannot honour: one also given by ``--fix`` (the axis would silently win), and
+    keys of the ``plan:`` section, which only ``llmsim plan`` reads (every point would be the same run)."""
+    for key in grid:
+        if key in (fixed or {}):
+            raise UserError(f"--set {key}: the key is also given by --fix {key}; sweep it or fix it, not both")
+    for key in [*grid, *(fixed or {})]:
+        if key.split(".")[0].strip() == "plan":
+            flag = "--set" if key in grid else "--fix"
+            raise UserError(
+                f"{flag} {key}: the plan: section is read by `llmsim plan` only; a sweep's points ignore it "
+                "(sweep the scenario keys it names, e.g. cluster.replicas or hardware)"
+            )
+
+
+def check_workers(workers: int | None) -> None:
+    """``--workers``: None (every core) or at least one process."""
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers {workers}: expected a number of processes, at least 1 (1 runs in this process)")
 
 
 def expand(grid: dict[str, list[object]]) -> list[dict[str, object]]:
@@ -190,13 +229,29 @@ def _indexed(args: tuple[int, dict, str, str, dict]) -> tuple[int, dict]:
     return i, run_point(data, base_dir, origin, overrides)
 
 
+def scenario_data(path: Path) -> dict:
+    """A scenario file as plain data (what ``llmsim sweep`` and ``llmsim plan`` start from): a
+    mapping, and not another llmsim file given by mistake (a run's summary.json, a plan.json, a
+    hardware profile), which would fail as a list of every scenario key it lacks."""
+    from llmsim.filekinds import file_kind, refuse_kind
+
+    data = load_yaml_file(path)
+    if not isinstance(data, dict):
+        raise UserError(
+            f"{path}: expected a mapping of sections (name, model, hardware, ...), got {type(data).__name__}"
+        )
+    kind = file_kind(data)
+    if kind is not None and kind.startswith("the resolved scenario"):  # a run's scenario.json: runs again
+        return data
+    refuse_kind(data, str(path), "a scenario", "give a scenario YAML (docs/scenario.md)")
+    return data
+
+
 def _sweep_data(path: Path, overrides: dict[str, object] | None) -> dict:
     """The scenario file as plain data with the fixed overrides applied (what every point starts from)."""
     from llmsim.scenario import set_path
 
-    data = load_yaml_file(path)
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping of sections")
+    data = scenario_data(path)
     data.pop("plan", None)  # the plan section is read by `llmsim plan`, not by single runs
     for key, value in (overrides or {}).items():
         set_path(data, key, value)
@@ -220,6 +275,7 @@ def run_sweep(
     ``validate=False`` skips that for callers that already did.
     """
     path = Path(scenario_path)
+    check_axes(grid, overrides)
     data = _sweep_data(path, overrides)
     points = expand(grid)
     base_dir = str(path.resolve().parent)
@@ -234,6 +290,7 @@ def check_sweep(
 ) -> None:
     """Validate every point of the sweep ``run_sweep`` would run (a ``UserError`` on the first bad one)."""
     path = Path(scenario_path)
+    check_axes(grid, overrides)
     data = _sweep_data(path, overrides)
     check_points(data, str(path.resolve().parent), str(path), expand(grid))
 

@@ -194,6 +194,21 @@ def test_a_second_run_replaces_every_file(old, scenario):
     assert json.loads((old / "summary.json").read_text())["seed"] == 4
 
 
+def test_a_new_run_keeps_the_sweep_and_twin_folders_inside_it(old, scenario, capsys):
+    """`llmsim run S`, `llmsim sweep S` (into <run folder>/sweep by default), `llmsim run S`: the
+    second run keeps sweep/ and twin/ as they were; a folder that only shares the name does not pass."""
+    for name, marker in (("sweep", "sweep.json"), ("twin", "twin_runs.csv")):
+        (old / name).mkdir()
+        (old / name / marker).write_text("{}")
+    kept = {name: snapshot(old / name) for name in ("sweep", "twin")}
+    assert main(["run", str(scenario), "--out", str(old), "--set", "seed=5", "--quiet", "--no-report"]) == 0
+    assert {name: snapshot(old / name) for name in ("sweep", "twin")} == kept
+    assert json.loads((old / "summary.json").read_text())["seed"] == 5
+    (old / "sweep" / "sweep.json").unlink()  # now just a folder named sweep: someone else's
+    assert main(["run", str(scenario), "--out", str(old), "--quiet", "--no-report"]) == 2
+    assert "holds files llmsim did not write (sweep/)" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- file modes
 
 

@@ -31,7 +31,7 @@ RUN_CATALOGUE = {
     "wrong_unit.yaml": ["wrong_unit.yaml", "kv_cache.memory_fraction", "less than or equal to 1", "90"],
     "zero_size.yaml": ["zero_size.yaml", "kv_cache.block_tokens", "greater than 0", "got 0"],
     "negative_size.yaml": ["negative_size.yaml", "cluster.replicas", "greater than 0", "-2"],
-    "model_does_not_fit.yaml": ["llama-3.1-405b does not fit on L4", "weights need 811.7 GB", "21.7 GB is usable"],
+    "model_does_not_fit.yaml": ["llama-3.1-405b does not fit on L4", "weights need 811.7 GB", "21.2 GB is usable"],
     "tp_does_not_divide_heads.yaml": ["cluster.tp", "tensor parallelism 8 does not divide the 12 attention heads"],
     "python_object_tag.yaml": ["python_object_tag.yaml", "line 2", "refused YAML tag", "python/object"],
     "missing_file.yaml": ["missing_file.yaml", "workload.trace.path", "file not found", "no_such_trace.csv"],

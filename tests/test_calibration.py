@@ -4,6 +4,7 @@ checked on held-out Llama-3-8B (the issue's accuracy bar), plus readers and CLI.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,84 @@ def test_calibrate_cli_writes_loadable_profile(tmp_path, capsys) -> None:
 def test_calibrate_local_cpu(tmp_path) -> None:
     assert main(["calibrate", "--local-cpu", "--quick", "--out", str(tmp_path / "cpu.yaml")]) == 0
     assert load_profile(tmp_path / "cpu.yaml").family == "cpu"
+
+
+def test_profile_files_checked_before_reading(tmp_path) -> None:
+    """A profile larger than any real one is refused by its size (a sparse file: no disk used);
+    Excel's "CSV UTF-8" byte-order mark is read past, its UTF-16 export named."""
+    from llmsim.calibration.readers import MAX_PROFILE_BYTES
+
+    huge = tmp_path / "huge.csv"
+    with huge.open("wb") as f:
+        f.truncate(MAX_PROFILE_BYTES + 1)
+    with pytest.raises(UserError, match=r"huge.csv: 268,435,457 bytes, more than a profile CSV may hold"):
+        read_profile(huge)
+    text = "op,kind,m,n,k,seconds\r\nmlp_up_proj,gemm,512,28672,4096,0.000412\r\n"
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(text.encode("utf-8-sig"))
+    assert [(r.op, r.m, r.line) for r in read_profile(bom)] == [("mlp_up_proj", 512, 2)]
+    utf16 = tmp_path / "utf16.csv"
+    utf16.write_bytes(text.encode("utf-16"))
+    with pytest.raises(UserError, match="UTF-16 text"):
+        read_profile(utf16)
+
+
+def test_generic_rows_by_kind_and_op(tmp_path) -> None:
+    """Only gemm rows and all_reduce comm rows are measurements; the other documented kinds and
+    collectives are read past, a kind, op or dtype the format does not name is refused."""
+    csv = tmp_path / "m.csv"
+    head = "op,kind,dtype,m,n,k,num_workers,bytes,seconds\n"
+    csv.write_text(
+        head + "lm_head,gemm,fp8,16,128256,4096,,,0.00005\n"
+        "all_gather,comm,bf16,,,,8,1048576,0.00004\n"
+        "all_reduce,comm,bf16,,,,8,1048576,0.00005\n"
+        "attention_decode,attention,bf16,,,,,,0.00009\n"
+    )
+    assert [(r.op, r.kind, r.dtype) for r in read_profile(csv)] == [
+        ("lm_head", "gemm", "fp8"),
+        ("all_reduce", "comm", "bf16"),
+    ]
+    for row, fragment in [
+        ("mlp_up_proj,gemm,fp6,16,128,64,,,0.00005\n", "column 'dtype': 'fp6' is not a dtype"),
+        ("allreduce,comm,bf16,,,,8,1024,0.00005\n", "'allreduce' is not a comm row's op llmsim knows (did you mean 'all_reduce'?)"),
+        ("attn_pre_proj,matmul,bf16,16,128,64,,,0.00005\n", "column 'kind': 'matmul' is not a kind"),
+        ("mlp_up_proj,gemm,bf16,16,128,64,,,1e-12\n", "outside one kernel's 1e-09..3600"),
+    ]:  # fmt: skip
+        csv.write_text(head + row)
+        with pytest.raises(UserError, match=re.escape("m.csv: row 2: ") + ".*" + re.escape(fragment)):
+            read_profile(csv)
+
+
+def test_gemm_dtype_must_exist_on_the_hardware(tmp_path) -> None:
+    from llmsim.calibration.readers import check_dtypes
+
+    csv = tmp_path / "fp8.csv"
+    csv.write_text("op,kind,dtype,m,n,k,seconds\nmlp_up_proj,gemm,fp8,512,28672,4096,0.0002\n")
+    rows = read_profile(csv)
+    check_dtypes(rows, load_profile("H100-SXM"))  # Hopper has fp8 tensor cores
+    with pytest.raises(UserError, match=r"fp8.csv: row 2: column 'dtype': fp8 GEMMs need fp8 matmul units"):
+        check_dtypes(rows, load_profile("A100-SXM-80GB"))
+
+
+def test_nothing_to_fit_names_the_files() -> None:
+    rows = [r for r in read_profile(ALL_REDUCE) if r.op == "all_reduce_multinode"]
+    with pytest.raises(UserError, match=r"all_reduce.csv: no GEMM or single-node all-reduce rows"):
+        calibrate(load_profile("A100-SXM-80GB"), rows, [str(ALL_REDUCE)])
+
+
+def test_calibrate_checks_out_before_measuring(tmp_path, monkeypatch, capsys) -> None:
+    """--local-cpu measures for minutes: a bad --out or a flag of another mode is refused first."""
+    from llmsim.calibration import localcpu
+
+    def measure(*args: object, **kwargs: object) -> None:
+        raise AssertionError("measured before checking --out")
+
+    monkeypatch.setattr(localcpu, "measure_and_write", measure)
+    for argv, fragment in [
+        (["--out", str(tmp_path / "cpu.json")], "ending in .yaml or .yml"),
+        (["--out", str(tmp_path)], "is a directory"),
+        (["--model", "gpt2"], "calibrate --local-cpu: --model does not apply"),
+    ]:
+        assert main(["calibrate", "--local-cpu", "--quick", *argv, "--quiet"]) == 2
+        assert fragment in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

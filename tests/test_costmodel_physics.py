@@ -46,11 +46,47 @@ def test_fp8_weights_halve_decode_weight_bytes() -> None:
     shape = batch_shape([], [1024] * 8)
     bf16 = CostModel(L2_7B, hw, CostConfig(weight_dtype="bf16"))
     fp8 = CostModel(L2_7B, hw, CostConfig(weight_dtype="fp8", act_dtype="fp8"))
-    assert _weight_bytes(fp8, shape) == pytest.approx(_weight_bytes(bf16, shape) / 2)
+
+    def layer_weight_bytes(cm: CostModel) -> float:
+        return sum(t.op.weight_bytes * t.op.count for t in cm.priced(shape) if t.op.name != "lm_head")
+
+    assert layer_weight_bytes(fp8) == pytest.approx(layer_weight_bytes(bf16) / 2)
+    # FP8 checkpoints leave the LM head in bf16
+    head = [t.op for t in fp8.priced(shape) if t.op.name == "lm_head"]
+    assert head[0].dtype == "bf16" and head[0].weight_bytes == L2_7B.vocab_size * L2_7B.hidden_size * 2
     assert fp8.step_time(shape) < bf16.step_time(shape)
     # W8A8 runs the GEMMs at the FP8 tensor-core rate: prefill gets faster too
     big = batch_shape([(4096, 0)], [])
     assert fp8.stage_time(big) < 0.7 * bf16.stage_time(big)
+
+
+def test_w8a8_keeps_activations_between_gemms_in_bf16() -> None:
+    """Only the GEMMs run 8-bit: norms, residual adds, all-reduces and (with a bf16 KV cache)
+    attention stay bf16, at bf16 rates and bytes (vLLM Fp8LinearMethod, TRT-LLM FP8 GEMMs)."""
+    hw = load_profile("H100-SXM")
+    shape = batch_shape([(2048, 0)], [512] * 4)
+    bf16 = {t.op.name: t.op for t in CostModel(L2_7B, hw, CostConfig(tp=2)).priced(shape)}
+    fp8 = {
+        t.op.name: t.op
+        for t in CostModel(L2_7B, hw, CostConfig(tp=2, weight_dtype="fp8", act_dtype="fp8")).priced(shape)
+    }
+    for name in ("input_layernorm", "add", "tp_all_reduce", "attention_prefill", "attention_decode", "kv_cache_write"):
+        assert fp8[name].dtype == "bf16" and fp8[name].bytes == bf16[name].bytes, name
+    up = fp8["mlp_up_proj"]
+    assert up.dtype == "fp8" and up.bytes_written == bf16["mlp_up_proj"].bytes_written  # bf16 out
+    assert up.bytes_read < bf16["mlp_up_proj"].bytes_read  # fp8 input and weights
+    # an fp8 KV cache runs attention in fp8 (FlashAttention-3 / TRT-LLM FP8 FMHA)
+    kv8 = CostModel(L2_7B, hw, CostConfig(tp=2, weight_dtype="fp8", act_dtype="fp8", kv_dtype="fp8"))
+    assert {t.op.name: t.op for t in kv8.priced(shape)}["attention_prefill"].dtype == "fp8"
+
+
+def test_quantised_weights_keep_embeddings_and_lm_head_16_bit() -> None:
+    m = L2_7B
+    layers = m.num_layers * m.layer_params()
+    rest = m.total_params() - layers
+    assert m.weight_bytes("int4") == pytest.approx(layers * 0.5 + rest * 2)
+    assert m.weight_bytes("fp8") == pytest.approx(layers + rest * 2)
+    assert m.weight_bytes("bf16") == m.total_params() * 2
 
 
 def test_int4_weight_only_pays_dequantisation() -> None:
@@ -182,3 +218,25 @@ def test_local_global_attention_splits_layers_and_caps_local_context() -> None:
     assert mistral.attention_windows() == (4096, None)
     ops = CostModel(mistral, cm.hw).ops(batch_shape([], [16000], 4096))
     assert [op.name for op in ops if op.kind == "attention"] == ["attention_decode"]
+
+
+def test_each_compute_dtype_reaches_its_own_measured_fraction() -> None:
+    """FP8 GEMMs reach 0.709 of the FP8 peak on H100 (MAMF), not bf16's 0.803: a big FP8 GEMM is
+    1.77x a bf16 one, not 2x (hardware_profiles/H100-SXM.yaml gemm_dtype_fraction)."""
+    hw = load_profile("H100-SXM")
+    bf16 = CostModel(L2_7B, hw, CostConfig())
+    fp8 = CostModel(L2_7B, hw, CostConfig(weight_dtype="fp8", act_dtype="fp8"))
+    big = 8192
+    assert fp8.gemm_efficiency(big) / bf16.gemm_efficiency(big) == pytest.approx(0.709 / 0.803)
+    up = {t.op.name: t for t in bf16.priced(batch_shape([(big, 0)], []))}["mlp_up_proj"]
+    up8 = {t.op.name: t for t in fp8.priced(batch_shape([(big, 0)], []))}["mlp_up_proj"]
+    assert up.compute_s / up8.compute_s == pytest.approx(2 * 0.709 / 0.803, rel=1e-3)  # peaks 989.4 / 1978.9
+
+
+def test_w8a8_int8_computes_at_the_int8_rate() -> None:
+    hw = load_profile("A100-SXM-80GB")
+    int8 = CostModel(L2_7B, hw, CostConfig(weight_dtype="int8", act_dtype="int8"))
+    up = {t.op.name: t for t in int8.priced(batch_shape([(8192, 0)], []))}["mlp_up_proj"]
+    assert up.op.dtype == "int8" and up.dequant_s == 0.0  # int8 weights, int8 inputs: nothing to unpack
+    assert up.compute_s * hw.peak("int8") * int8.gemm_efficiency(8192, up.op.n) == pytest.approx(up.op.flops)
+    assert int8.gemm_efficiency(8192) < 0.813

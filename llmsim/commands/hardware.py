@@ -57,7 +57,9 @@ def detail_rows(hw: HardwareProfile) -> list[list[str]]:
             rows.append([f"{key} ({link.name})", f"{bw.value / 1e9:.0f} GB/s", bw.source])
     for section in ("efficiency", "overheads"):
         for name, fig in getattr(hw, section):
-            if fig is not None:  # optional shape terms may be absent
+            if isinstance(fig, dict):  # one figure per dtype (efficiency.gemm_dtype_fraction)
+                rows += [[f"{section}.{name}.{d}", _figure_text(f.value), f.source] for d, f in fig.items()]
+            elif fig is not None:  # optional shape terms may be absent
                 rows.append([f"{section}.{name}", _figure_text(fig.value), fig.source])
     rows += [
         ["power", f"{hw.power_w.value:.0f} W", hw.power_w.source],

@@ -1,10 +1,13 @@
-"""``llmsim models``: the model catalog with derived parameter counts and KV bytes per token."""
+"""``llmsim models``: the model catalog with derived parameter counts and KV bytes per token
+(``llmsim models NAME``: one catalog model or HuggingFace config.json, with where it came from)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llmsim.errors import UserError
 from llmsim.progress import printer, to_json
 from llmsim.tables import table
 
@@ -28,15 +31,39 @@ HEADERS = [
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list catalog models")
+    p.add_argument("name", nargs="?", help="show one model: a catalog name or a HuggingFace config.json")
     p.add_argument("--json", action="store_true", help="print JSON: every figure of the table, unrounded")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_models)
+
+
+def model_arg(text: str) -> ModelSpec:
+    """A command line's model (``--model``, ``llmsim models NAME``): a catalog name or a
+    HuggingFace config.json. A folder is refused by name here: the catalog lookup would call it
+    an unknown model, and a folder named ``*.json`` would fail to open as a file."""
+    from llmsim.models import get_model
+
+    path = Path(text)
+    if path.is_dir():
+        hint = f"; give its config.json ({path / 'config.json'})" if (path / "config.json").is_file() else ""
+        raise UserError(f"{text}: is a folder, expected a catalog model name or a HuggingFace config.json{hint}")
+    return get_model(text)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
     from llmsim.models import CATALOG
 
     say = printer(args.quiet)
+    if args.name:
+        m = model_arg(args.name)
+        one = {**entry(m), "source": m.source}
+        if args.json:
+            say(to_json(one))
+            return 0
+        say(table([row(one)], HEADERS))
+        if m.source:
+            say(f"\nsource: {m.source}")
+        return 0
     entries = [entry(m) for m in CATALOG.values()]
     if args.json:
         say(to_json({"models": entries, "note": NOTE}))

@@ -37,12 +37,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from llmsim.planning.base import Base
     from llmsim.planning.capacity import capacity_plan
     from llmsim.planning.output import write_plan
+    from llmsim.planning.rate import check_target
     from llmsim.planning.space import checked_space
-    from llmsim.sweep import dask_client
+    from llmsim.sweep import check_workers, dask_client
 
+    check_workers(args.workers)
     base = Base.from_path(args.scenario, parse_overrides(args.set))
     sc = base.scenario()  # validates everything before any work: the scenario,
     checked_space(base)  # ... the plan: section and every candidate it names,
+    check_target(base, args.target_rps)  # ... the rate to plan for,
     out = Path(args.out) if args.out else Path(sc.output.dir)
     client = dask_client(args.dask) if args.dask else None  # ... and the --dask address
     check_plan_output(out)

@@ -16,14 +16,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from llmsim.errors import atomic_folder
-    from llmsim.report import folder_kind, write_report
+    from llmsim.report import ResultsDir, write_report
 
     folder = Path(args.results_dir)
-    folder_kind(folder)  # not a results folder: say so before copying anything
+    results = ResultsDir.load(folder)  # not a results folder, or a broken one: say so before copying anything
     # the new report files are written into a hard-linked copy of the folder that then replaces
     # it, so the folder never mixes an old report with a new trace (docs/reliability.md)
     with atomic_folder(folder, keep=True) as tmp:
-        written = [folder / p.relative_to(tmp) for p in write_report(folder, into=tmp)]
+        written = [folder / p.relative_to(tmp) for p in write_report(folder, into=tmp, results=results)]
     if not args.quiet:
         print("wrote: " + ", ".join(str(p) for p in written))
     return 0

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llmsim.errors import UserError
+from llmsim.errors import UserError, atomic_write, os_reason
 from llmsim.progress import printer, to_json
 from llmsim.tables import table
+
+if TYPE_CHECKING:
+    from llmsim.hardware import HardwareProfile
+    from llmsim.models import ModelSpec
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-dtype", default="bf16")
     p.add_argument("--act-dtype", default="bf16", help="activation/compute dtype (fp8 for W8A8)")
     p.add_argument("--attention-kernel", choices=["flash", "naive"], default="flash")
-    p.add_argument("--out", default="roofline.png", help="chart path (PNG); '-' for none")
+    p.add_argument("--out", default="roofline.png", help="chart path (.png, .svg or .pdf); '-' for none")
     p.add_argument("--json", action="store_true", help="print JSON: the step, every op's figures, the overheads")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors (the chart is still written)")
     p.set_defaults(func=cmd_roofline)
@@ -49,22 +54,78 @@ def check_sizes(args: argparse.Namespace) -> None:
             raise UserError(f"{flag} {value}: must be at most {limit:,} ({why})")
 
 
-def cmd_roofline(args: argparse.Namespace) -> int:
-    from llmsim.costmodel.ops import batch_shape
-    from llmsim.costmodel.roofline import CostConfig, CostModel
-    from llmsim.hardware import load_profile
-    from llmsim.models import DTYPE_BYTES, get_model
+def check_step(args: argparse.Namespace, model: ModelSpec, hw: HardwareProfile) -> None:
+    """The step must be one the devices can run: TP splits the heads as a scenario's must
+    (``build.check_parallelism``), the dtypes exist and the device computes in ``--act-dtype``,
+    no sequence is longer than the model's context, and one device holds its share of the weights."""
+    from llmsim.build import check_parallelism
+    from llmsim.models import DTYPE_BYTES
 
-    check_sizes(args)
-    if args.prefill_tokens == 0 and args.decode_batch == 0:
-        raise UserError("nothing to price: give --prefill-tokens and/or --decode-batch")
-    model, hw = get_model(args.model), load_profile(args.hardware)
-    if args.tp < 1 or model.num_heads % args.tp:
-        raise UserError(f"--tp {args.tp} must divide the model's {model.num_heads} attention heads")
+    if args.tp < 1:
+        raise UserError(f"--tp {args.tp}: must be >= 1 (the devices the step's tensors are split over)")
+    try:
+        check_parallelism(model, args.tp, 1, "cluster")
+    except UserError as exc:  # the same rule, worded for the flag: "cluster.tp: tensor ..." -> "--tp 3: tensor ..."
+        raise UserError(f"--tp {args.tp}: {str(exc).split(': ', 1)[1]}") from None
     for flag in ("weight_dtype", "kv_dtype", "act_dtype"):
         value = getattr(args, flag) or model.weight_dtype
         if value not in DTYPE_BYTES:
             raise UserError(f"--{flag.replace('_', '-')} {value!r}: expected one of {sorted(DTYPE_BYTES)}")
+    if not hw.computes_in(args.act_dtype):
+        raise UserError(
+            f"--act-dtype {args.act_dtype}: {hw.name} has no {args.act_dtype} matmul units (peaks for "
+            f"{', '.join(hw.peak_flops)}); use --weight-dtype {args.act_dtype} for weight-only quantisation"
+        )
+    limit = model.max_position_embeddings  # what a scenario's policy.max_model_len defaults to
+    for flag, tokens in (
+        ("--prefill-tokens", args.prefill_tokens),
+        ("--context", args.context if args.decode_batch else 0),
+    ):
+        if tokens > limit:
+            raise UserError(
+                f"{flag} {tokens}: longer than the context of {model.name} ({limit:,} tokens, max_position_embeddings)"
+            )
+    weights = model.weight_bytes(args.weight_dtype or model.weight_dtype) / args.tp
+    if weights > hw.memory_bytes:
+        raise UserError(
+            f"--model {args.model} does not fit on {hw.name} at --tp {args.tp}: its weights need "
+            f"{weights / 1e9:.1f} GB per device, the device holds {hw.memory_bytes / 1e9:.1f} GB; raise --tp, "
+            "quantise the weights (--weight-dtype) or pick a larger device"
+        )
+
+
+CHART_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_chart_path(out: str) -> Path | None:
+    """``--out`` as a chart file that can be written, checked before any work: matplotlib would
+    append .png to a name without a suffix (so the file written is not the one named) and fail
+    late, with a traceback, on a folder or an unknown suffix."""
+    if out == "-":
+        return None
+    path = Path(out)
+    if path.is_dir():
+        raise UserError(f"--out {out}: is a directory, expected a chart file path")
+    if path.suffix.lower() not in CHART_SUFFIXES:
+        raise UserError(f"--out {out}: expected a chart file ending in {', '.join(CHART_SUFFIXES)}, or '-' for none")
+    from llmsim.commands.calibrate import check_out_parent
+
+    check_out_parent(path)
+    return path
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    from llmsim.commands.models import model_arg
+    from llmsim.costmodel.ops import batch_shape
+    from llmsim.costmodel.roofline import CostConfig, CostModel
+    from llmsim.hardware import load_profile
+
+    check_sizes(args)
+    if args.prefill_tokens == 0 and args.decode_batch == 0:
+        raise UserError("nothing to price: give --prefill-tokens and/or --decode-batch")
+    chart_path = check_chart_path(args.out)
+    model, hw = model_arg(args.model), load_profile(args.hardware)
+    check_step(args, model, hw)
     cfg = CostConfig(
         tp=args.tp,
         weight_dtype=args.weight_dtype or model.weight_dtype,
@@ -80,8 +141,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     step = cm.step_time(shape)
     overheads = {k: v for k, v in cm.breakdown(shape).items() if k in _OVERHEADS and v}
     chart = None
-    if args.out != "-":
-        chart = save_chart(cm, rows, Path(args.out), f"{model.name} on {hw.name} (tp={args.tp})")
+    if chart_path is not None:
+        chart = save_chart(cm, rows, chart_path, f"{model.name} on {hw.name} (tp={args.tp})")
     say = printer(args.quiet)
     if args.json:
         say(to_json(step_json(args, model.name, hw.name, step, rows, overheads, chart)))
@@ -194,7 +255,9 @@ def save_chart(cm: object, rows: list[dict], path: Path, title: str) -> Path:
     x = np.logspace(-1, 4, 200)
     fig, ax = plt.subplots(figsize=(8, 5.5))
     ax.loglog(x, np.minimum(peak, x * bw), "k-", label=f"datasheet: {peak / 1e12:.0f} TFLOP/s, {bw / 1e12:.2f} TB/s")
-    achievable = np.minimum(peak * hw.efficiency.gemm_max_fraction.value, x * bw * hw.efficiency.memory_fraction.value)
+    achievable = np.minimum(
+        peak * hw.efficiency.gemm_fraction(cm.cfg.act_dtype), x * bw * hw.efficiency.memory_fraction.value
+    )
     ax.loglog(x, achievable, "k--", label="achievable (profile efficiencies)")
     for r in rows:
         if r["kind"] == "comm" or not r["flops"] or not r["time_s"]:
@@ -208,7 +271,11 @@ def save_chart(cm: object, rows: list[dict], path: Path, title: str) -> Path:
     ax.set_title(title)
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    try:  # written whole or not at all: a full disk or a read-only folder leaves no half a PNG
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight", format=path.suffix[1:].lower()))
+    except OSError as exc:
+        raise UserError(f"--out {path}: could not write the chart ({os_reason(exc)})") from None
+    finally:
+        plt.close(fig)
     return path

@@ -8,7 +8,15 @@ import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from llmsim.errors import UserError, atomic_folder, output_pending, refuse_foreign_files, temp_sibling, test_pause
+from llmsim.errors import (
+    UserError,
+    atomic_folder,
+    output_pending,
+    refuse_foreign_files,
+    temp_sibling,
+    test_pause,
+    yaml_value,
+)
 from llmsim.metrics import latency_table
 from llmsim.results import requests_line, slo_targets
 from llmsim.tables import fmt, table
@@ -50,35 +58,8 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
             key_parts(key)
         except UserError as exc:
             raise UserError(f"--set {item!r}: {exc}") from None
-        out[key.strip()] = _yaml_value(item, value)
+        out[key.strip()] = yaml_value(f"--set {item!r}", value)
     return out
-
-
-def _yaml_value(item: str, text: str) -> object:
-    """``text`` as plain YAML data, read as files are (errors.safe_yaml: no ``!!python`` tag, no key
-    given twice, no alias bomb)."""
-    import yaml
-
-    from llmsim.errors import safe_yaml, yaml_problem
-
-    try:
-        return safe_yaml(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (column {mark.column + 1})" if mark else ""
-        raise UserError(yaml_problem(exc, f"--set {item!r}", where, "the value is not valid YAML")) from None
-
-
-def prepare_output(out: Path) -> None:
-    """Fail before simulating if the output folder can't be written (``llmsim sweep``, which writes
-    its files in place; ``llmsim run`` and ``llmsim plan`` replace theirs whole: ``check_writable_parent``)."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".llmsim_write_test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError(f"output directory {out}: not writable ({exc.strerror})") from None
 
 
 # What `llmsim run` writes into its folder (and nothing else): it replaces the folder as a whole
@@ -90,8 +71,19 @@ RUN_FILES = {
 
 
 def run_owns(entry: Path) -> bool:
-    """An entry a run writes (or an atomic write's temporary name, left by a killed older llmsim)."""
-    return entry.name in RUN_FILES or (entry.name.startswith(".") and entry.name.endswith(".tmp"))
+    """An entry a run writes (or an atomic write's temporary name, left by a killed older llmsim),
+    or one a new run keeps (``run_keeps``)."""
+    return entry.name in RUN_FILES or (entry.name.startswith(".") and entry.name.endswith(".tmp")) or run_keeps(entry)
+
+
+# Other commands' default folders inside a run's (`llmsim sweep S` writes <output.dir>/sweep, `llmsim
+# twin S` <output.dir>/twin): a new run of S keeps them as they were, so run, sweep, run works
+NESTED_OUTPUTS = {"sweep": ("sweep.json",), "twin": ("twin_runs.csv", "twin_summary.json", "vllm_twin.json")}
+
+
+def run_keeps(entry: Path) -> bool:
+    markers = NESTED_OUTPUTS.get(entry.name, ())
+    return entry.is_dir() and any((entry / m).is_file() for m in markers)
 
 
 def check_run_output(out: Path) -> None:
@@ -125,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with simulated_time_bar(sc, not args.quiet) as follow:
             res = run(sc, exact_steps=args.exact_steps, progress=follow)
         test_pause("simulated")
-        with atomic_folder(out, owned=run_owns) as tmp:  # complete or untouched (docs/reliability.md)
+        with atomic_folder(out, owned=run_owns, carry=run_keeps) as tmp:  # complete or untouched (docs/reliability.md)
             written = write_run(res, sc, tmp, args.exact_steps, report=not args.no_report)
     written = [out / p.relative_to(tmp) for p in written]
     if args.json:

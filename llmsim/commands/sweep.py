@@ -44,34 +44,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Exit 0: every point ran; 1: the table and report are written but some points failed at run
     time (their ``error`` cells say why); 2: bad input (an axis, a value, --dask), nothing ran."""
-    from llmsim.commands.run import parse_overrides, prepare_output
-    from llmsim.errors import UserError
+    from llmsim.commands.run import parse_overrides
+    from llmsim.errors import UserError, atomic_folder, output_pending
     from llmsim.scenario import load_scenario
-    from llmsim.sweep import check_sweep, dask_client, parse_grid, run_sweep, write_table
+    from llmsim.sweep import check_sweep, check_workers, dask_client, parse_grid, run_sweep, scenario_data
 
     grid = parse_grid(args.set)
     if not grid:
         raise UserError("sweep: give at least one axis, e.g. --set cluster.replicas=1..4")
     fixed = parse_overrides(args.fix)
+    check_workers(args.workers)
+    scenario_data(Path(args.scenario))  # a scenario, not another llmsim file given by mistake
     sc = load_scenario(args.scenario, fixed)  # validates the base scenario before any work
     check_sweep(args.scenario, grid, fixed)  # ... and every point of the grid, without simulating
     out = Path(args.out) if args.out else Path(sc.output.dir) / "sweep"
+    check_sweep_output(out)
     client = dask_client(args.dask) if args.dask else None  # a bad address fails before anything is written
     try:
-        prepare_output(out)
-        df = run_sweep(
-            args.scenario, grid, fixed, workers=args.workers, dask=client, progress=not args.quiet, validate=False
-        )
+        with output_pending(out):  # an interrupt from here on says `out` is unchanged
+            df = run_sweep(
+                args.scenario, grid, fixed, workers=args.workers, dask=client, progress=not args.quiet, validate=False
+            )
     finally:
         if client is not None:
             client.close()  # type: ignore[attr-defined]
-    written = write_table(df, out)
-    written.append(write_sweep_meta(out, sc, grid, fixed))
     failed = int(df["error"].notna().sum())
-    if not args.no_report and failed < len(df):  # with no point run there is nothing to plot
-        from llmsim.report import write_report
-
-        written += write_report(out)
+    # complete or untouched, as a run's folder (docs/planning.md): the table, sweep.json and the report
+    # are written into a temporary sibling that replaces `out` only once all of them are
+    with output_pending(out), atomic_folder(out, owned=sweep_owns) as tmp:
+        written = write_sweep(df, tmp, sc, grid, fixed, report=not args.no_report and failed < len(df))
+    written = [out / p.relative_to(tmp) for p in written]
     if not args.quiet:
         print(sweep_text(df, list(grid)))
         print("\nwrote: " + ", ".join(str(p) for p in written))
@@ -80,6 +82,47 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"llmsim: {failed} of {len(df)} sweep points failed; their error column says why", file=sys.stderr)
         return 1
     return 0
+
+
+def write_sweep(df: pd.DataFrame, folder: Path, sc: Scenario, grid: dict, fixed: dict, report: bool) -> list[Path]:
+    """Every file of a sweep into ``folder``: the table, sweep.json and (with ``report``: with no
+    point run there is nothing to plot) the report."""
+    from llmsim.sweep import write_table
+
+    written = write_table(df, folder)
+    written.append(write_sweep_meta(folder, sc, grid, fixed))
+    if report:
+        from llmsim.report import write_report
+
+        written += write_report(folder)
+    return written
+
+
+# What `llmsim sweep` writes into its folder (and nothing else): it replaces the folder as a whole
+SWEEP_FILES = {"sweep.parquet", "sweep.csv", "sweep.json", "report.html", "report.md", "report_plots"}
+SWEEP_FILES |= {".llmsim_write_test"}  # the probe of sweeps before they replaced their folder whole
+
+
+def sweep_owns(entry: Path) -> bool:
+    """An entry a sweep writes (or an atomic write's temporary name, left by a killed older llmsim)."""
+    return entry.name in SWEEP_FILES or (entry.name.startswith(".") and entry.name.endswith(".tmp"))
+
+
+def check_sweep_output(out: Path) -> None:
+    """Fail before simulating if the sweep's folder can't replace ``out`` (as ``llmsim run`` checks);
+    a run's or a plan's results are named as such: replacing them is never what a sweep means."""
+    from llmsim.commands.run import check_writable_parent
+    from llmsim.errors import UserError, refuse_foreign_files
+
+    other = next((out / f for f in ("plan.json", "summary.json") if (out / f).is_file()), None)
+    if other is not None:
+        command = "plan" if other.name == "plan.json" else "run"
+        raise UserError(
+            f"output directory {out} holds the results of `llmsim {command}` ({other.name}); a sweep replaces "
+            "its whole --out folder, so pick another (the default is <output.dir>/sweep)"
+        )
+    refuse_foreign_files(out, sweep_owns)
+    check_writable_parent(out)
 
 
 def write_sweep_meta(out: Path, sc: Scenario, grid: dict, fixed: dict) -> Path:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +15,8 @@ from llmsim.tables import table
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from llmsim.scenario import Scenario
 
 DEFAULT_PROFILE = Path("results/local-cpu.yaml")
 POLICIES = ("traditional", "chunked")
@@ -54,7 +57,94 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_twin)
 
 
+# The flags each engine takes (argparse defaults: None or False): a flag of the other engine would
+# be silently ignored, so the user would believe it was applied.
+VLLM_ONLY = ("engine_profile", "hardware", "record")
+REFERENCE_ONLY = ("steps_only", "skip_grid", "recalibrate", "quick", "policies", "raw_clock")
+# The NumPy reference engine holds the model's fp32 weights in memory and runs every matmul on this
+# CPU: twin_small (20 M parameters) takes a minute, an 8 B model would need 32 GB and days.
+MAX_TWIN_PARAMS = 1_000_000_000
+# The scenario is validated before this CPU is measured (minutes, when the profile is missing); its
+# keys do not depend on the hardware's figures, so a shipped CPU profile stands in until then.
+STAND_IN_PROFILE = "Xeon-8480+"
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Flags that contradict each other or belong to the other engine, before any work."""
+    other = VLLM_ONLY if args.engine == "reference" else REFERENCE_ONLY
+    given = [name for name in other if getattr(args, name) not in (None, False)]
+    if given:
+        needs = "--engine vllm" if args.engine == "reference" else "the reference engine (no --engine vllm)"
+        raise UserError(f"twin: {_flag(given[0])} is taken only with {needs}; drop it or change the engine")
+    if args.steps_only and args.skip_grid:
+        raise UserError("twin: --steps-only runs only the step grid and --skip-grid skips it: nothing would run")
+    if args.repeats < 1:
+        raise UserError(f"--repeats {args.repeats}: expected at least 1 twin run per policy")
+    if not (math.isfinite(args.probe_interval) and args.probe_interval > 0):
+        raise UserError(f"--probe-interval {args.probe_interval:g}: expected a positive number of engine seconds")
+
+
+def checked_scenario(args: argparse.Namespace, profile: str) -> Scenario:
+    """The scenario as the twin runs it (on ``profile``, the ideal engine), refused when the
+    reference engine cannot run it: a policy other than traditional or chunked, more than one
+    replica or device (as ``llmsim.reference.twin.twin_scenario``), a model too large for NumPy."""
+    from llmsim.build import build_model
+    from llmsim.scenario import load_scenario
+
+    sc = load_scenario(args.scenario, {"hardware": profile, "engine": "ideal"})
+    if not args.policies and sc.policy.kind not in POLICIES:
+        raise UserError(
+            f"{args.scenario}: policy.kind: the twin runs {' and '.join(POLICIES)}, not {sc.policy.kind!r} "
+            "(or pick them with --policies)"
+        )
+    if sc.cluster.replicas != 1 or sc.cluster.tp != 1 or sc.cluster.pp != 1:
+        raise UserError(
+            f"{args.scenario}: cluster: the twin runs one replica with tp=1, pp=1 (got {sc.cluster.replicas} "
+            f"replica(s), tp={sc.cluster.tp}, pp={sc.cluster.pp})"
+        )
+    model = build_model(sc)
+    if model.total_params() > MAX_TWIN_PARAMS:
+        raise UserError(
+            f"{args.scenario}: model: {model.name} has {model.total_params() / 1e9:.1f} B parameters; the NumPy "
+            f"reference engine runs models up to {MAX_TWIN_PARAMS / 1e9:g} B on this CPU (e.g. scenarios/twin_small.yaml)"
+        )
+    return sc
+
+
+def checked_profile(path: Path, replacing: bool) -> None:
+    """``--profile``, when it exists, is a hardware profile (not a scenario or a folder), also when
+    it is about to be measured again (``replacing``): a scenario given there would be overwritten.
+    A profile that no longer parses may be replaced: that is what --recalibrate is for."""
+    from llmsim.errors import load_yaml_file
+    from llmsim.filekinds import refuse_kind
+
+    if path.is_dir():
+        raise UserError(f"--profile {path}: a folder; expected the local-cpu profile YAML (default {DEFAULT_PROFILE})")
+    try:
+        data = load_yaml_file(path)
+    except UserError:
+        if replacing:
+            return
+        raise
+    hint = "give the profile `llmsim calibrate --local-cpu` wrote (or a missing path: the twin measures this CPU there)"
+    refuse_kind(data, f"--profile {path}", "a hardware profile", hint)
+
+
+def check_out(out: Path) -> None:
+    """The output folder can be written, before minutes of measuring (the twin writes it in place)."""
+    from llmsim.commands.run import check_writable_parent
+
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output directory {out}: not writable (Not a directory)")
+    check_writable_parent(out)
+
+
 def cmd_twin(args: argparse.Namespace) -> int:
+    check_flags(args)
     if args.engine == "vllm":
         return _vllm(args)
     if len(args.scenario) != 1:
@@ -63,20 +153,24 @@ def cmd_twin(args: argparse.Namespace) -> int:
     from llmsim.build import build_model
     from llmsim.calibration.localcpu import measure_and_write
     from llmsim.calibration.stepgrid import measure_steps
+    from llmsim.hardware import PROFILES_DIR
     from llmsim.reference import twin_report, twin_runs
-    from llmsim.scenario import load_scenario
 
     say = printer(args.quiet)
-    if args.recalibrate or not args.profile.exists():
-        say(f"measuring this CPU -> {args.profile} ...", flush=True)
-        measure_and_write(args.profile, args.quick)
-    sc = load_scenario(args.scenario, {"hardware": str(args.profile.resolve()), "engine": "ideal"})
+    measure = args.recalibrate or not args.profile.exists()
+    if args.profile.exists():
+        checked_profile(args.profile, replacing=measure)
+    profile = str(PROFILES_DIR / f"{STAND_IN_PROFILE}.yaml") if measure else str(args.profile.resolve())
+    sc = checked_scenario(args, profile)
     out_dir = args.out or Path(sc.output.dir) / "twin"  # relative to the working directory, as `llmsim run`
     policies = args.policies.split(",") if args.policies else [sc.policy.kind]
     if bad := [p for p in policies if p not in POLICIES]:
-        raise UserError(f"--policies: {bad} not supported by the twin (use {', '.join(POLICIES)})")
-    if args.repeats < 1:
-        raise UserError("--repeats: must be at least 1")
+        raise UserError(f"--policies {args.policies}: {', '.join(bad)} not run by the twin (use {', '.join(POLICIES)})")
+    check_out(out_dir)
+    if measure:
+        say(f"measuring this CPU -> {args.profile} ...", flush=True)
+        measure_and_write(args.profile, args.quick)
+        sc = checked_scenario(args, str(args.profile.resolve()))
     steps = None
     if not args.skip_grid:
         steps = measure_steps(build_model(sc), args.profile, quick=args.quick, normalise=not args.raw_clock)
@@ -178,8 +272,18 @@ def _vllm(args: argparse.Namespace) -> int:
     split = replay.split()
     folders = [Path(f) for f in args.scenario] or [replay.DATA / n for n in split["validation"]]
     kind = {n: "validation" for n in split["validation"]} | {n: "calibration" for n in split["calibration"]}
-    hardware = args.hardware or replay.HOST_PROFILE
-    engine = args.engine_profile or replay.ENGINE_PROFILE
+    # absolute: the replay's scenario lives in a temporary folder, which a relative path would name
+    hardware = _existing(args.hardware, "--hardware", "a hardware profile") or replay.HOST_PROFILE
+    engine = _existing(args.engine_profile, "--engine-profile", "an engine profile") or replay.ENGINE_PROFILE
+    for folder in folders:  # every folder is a run before the first replays (each takes seconds)
+        if not folder.is_dir():
+            raise UserError(
+                f"{folder}: {'no such folder' if not folder.exists() else 'a file'}; expected a "
+                "measured run folder (meta.json, requests.csv; data/validation/vllm-cpu/README.md)"
+            )
+        replay.read_run(folder)
+    if args.out:
+        check_out(args.out)
     rows, scores = [], []
     with bar(len(folders), "twin", not args.quiet, unit="run") as b:
         for folder in folders:
@@ -207,6 +311,20 @@ def _vllm(args: argparse.Namespace) -> int:
         (args.out / "vllm_twin.json").write_text(json.dumps(scores, indent=1) + "\n")
         say(f"wrote {args.out / 'vllm_twin.json'} and {args.out / 'bench'}/<run>.{{measured,simulated}}.json")
     return 0
+
+
+def _existing(path: Path | None, flag: str, kind: str) -> Path | None:
+    """``path`` made absolute, refused when there is no such file or it is another kind of file
+    (``llmsim.filekinds.FILE_KINDS``: a scenario given as a profile)."""
+    from llmsim.errors import load_yaml_file
+    from llmsim.filekinds import refuse_kind
+
+    if path is None:
+        return None
+    if not path.is_file():
+        raise UserError(f"{flag} {path}: {'no such file' if not path.exists() else 'not a file'}; expected {kind} YAML")
+    refuse_kind(load_yaml_file(path), f"{flag} {path}", kind, f"give {kind} YAML")
+    return path.resolve()
 
 
 def bench_files(folder: Path, run: str, measured: pd.DataFrame, simulated: pd.DataFrame) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmsim.errors import UserError
 from llmsim.progress import Bar, bar, printer, to_json
 from llmsim.tables import table
 
@@ -43,15 +44,22 @@ def read_profiles(files: list[str], progress: Bar, label: str) -> list[Measureme
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from llmsim.calibration.readers import check_dtypes
     from llmsim.calibration.validate import validate
+    from llmsim.commands.models import model_arg
     from llmsim.hardware import load_profile
-    from llmsim.models import get_model
 
-    hw, model = load_profile(args.hardware), get_model(args.model)
+    hw, model = load_profile(args.hardware), model_arg(args.model)
     with bar(len(args.profile) + 1, "validate", not args.quiet, unit="step") as b:
         rows = read_profiles(args.profile, b, "validate")
         # multi-node all-reduces run over the network; the profile's scale-up link does not describe them
         rows = [r for r in rows if r.op != "all_reduce_multinode"]
+        if not rows:
+            raise UserError(
+                f"{', '.join(args.profile)}: only multi-node all-reduce rows, which go over the network "
+                "and are not validated: nothing to compare"
+            )
+        check_dtypes(rows, hw)
         b.set_description("validate: pricing")
         rep = validate(hw, model, rows)
         b.update()

@@ -32,10 +32,11 @@ class GemmCurve:
     wave_exponent: float = 0.0
 
     @classmethod
-    def from_profile(cls, hw: HardwareProfile) -> GemmCurve:
+    def from_profile(cls, hw: HardwareProfile, dtype: str = "bf16") -> GemmCurve:
+        """The curve of GEMMs computing in ``dtype`` (its own best-shape fraction, same shape terms)."""
         e = hw.efficiency
         return cls(
-            max_fraction=e.gemm_max_fraction.value,
+            max_fraction=e.gemm_fraction(dtype),
             half_m=e.gemm_half_m.value,
             wave_units=e.gemm_wave_units.value if e.gemm_wave_units else 0.0,
             tile=e.gemm_tile.value if e.gemm_tile else DEFAULT_TILE,

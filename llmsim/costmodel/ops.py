@@ -205,16 +205,40 @@ class OpConfig:
     attention_kernel: Literal["flash", "naive"] = "flash"
 
 
+# 8- and 4-bit compute (W8A8, NVFP4 W4A4): each GEMM takes fp8/int8/fp4 inputs on the tensor cores, but what flows between
+# the GEMMs stays 16-bit: vLLM's Fp8LinearMethod / W8A8 int8 kernels quantise a GEMM's input
+# (per tensor, fused into the norm or activation before it) and return bf16 (vllm/model_executor/
+# layers/quantization/fp8.py, 0.32), as TensorRT-LLM's FP8 GEMM plugins do. So norms, residual
+# adds, RoPE, TP all-reduces and the LM head (left unquantised by FP8 checkpoints) stay bf16, and
+# attention too unless the KV cache is fp8 (FlashAttention-3 / TRT-LLM FP8 FMHA then run fp8).
+QUANTISED_COMPUTE = ("fp8", "int8", "fp4")
+
+
+def storage_of(act_dtype: str) -> str:
+    """The dtype activations are kept in between GEMMs that compute in ``act_dtype``."""
+    return "bf16" if act_dtype in QUANTISED_COMPUTE else act_dtype
+
+
+def storage_dtype(cfg: OpConfig) -> str:
+    return storage_of(cfg.act_dtype)
+
+
+def attention_dtype(cfg: OpConfig) -> str:
+    """The attention kernel's compute dtype: fp8 only with fp8/fp4 compute and an fp8 KV cache."""
+    return "fp8" if cfg.act_dtype in ("fp8", "fp4") and cfg.kv_dtype == "fp8" else storage_dtype(cfg)
+
+
 def gemm(name: str, m: int, n: int, k: int, cfg: OpConfig, count: int, weights: bool = True) -> Op:
-    """[m, k] @ [k, n] with a weight matrix [k, n] (read once per kernel)."""
-    a = DTYPE_BYTES[cfg.act_dtype]
-    w = DTYPE_BYTES[cfg.weight_dtype] * k * n if weights else a * k * n
+    """[m, k] @ [k, n] with a weight matrix [k, n] (read once per kernel): its input in the
+    compute dtype (``act_dtype``, quantised by the op before it), its output in the storage dtype."""
+    a_in, a_out = DTYPE_BYTES[cfg.act_dtype], DTYPE_BYTES[storage_dtype(cfg)]
+    w = DTYPE_BYTES[cfg.weight_dtype] * k * n if weights else a_in * k * n
     return Op(
         name=name,
         kind="gemm",
         flops=2.0 * m * n * k,
-        bytes_read=m * k * a + w,
-        bytes_written=m * n * a,
+        bytes_read=m * k * a_in + w,
+        bytes_written=m * n * a_out,
         dtype=_compute_dtype(cfg),
         count=count,
         m=m,
@@ -232,8 +256,9 @@ def _compute_dtype(cfg: OpConfig) -> str:
 
 def elementwise(name: str, elems: int, flops_per_elem: float, reads: int, cfg: OpConfig, count: int) -> Op:
     """A pass over ``elems`` activations reading ``reads`` tensors of that size, writing one."""
-    a = DTYPE_BYTES[cfg.act_dtype]
-    return Op(name, "elementwise", flops_per_elem * elems, reads * elems * a, elems * a, cfg.act_dtype, count)
+    dtype = storage_dtype(cfg)
+    a = DTYPE_BYTES[dtype]
+    return Op(name, "elementwise", flops_per_elem * elems, reads * elems * a, elems * a, dtype, count)
 
 
 def norm_flops_per_elem(model: ModelSpec) -> float:
@@ -249,7 +274,8 @@ def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     T = s.tokens
     H = model.hidden_size
     q, kv = model.q_size // tp, kv_heads_per_device(model, tp) * model.head_dim
-    a, kvb = DTYPE_BYTES[cfg.act_dtype], DTYPE_BYTES[cfg.kv_dtype]
+    act = storage_dtype(cfg)
+    a, kvb = DTYPE_BYTES[act], DTYPE_BYTES[cfg.kv_dtype]
     ops: list[Op] = []
     if T == 0:
         return ops
@@ -259,16 +285,16 @@ def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     if not model.learned_positions:
         ops.append(elementwise("attn_rope", T * (q + kv), 3.0, 1, cfg, L))
     # Writing the new tokens' K and V into the (paged) cache.
-    ops.append(Op("kv_cache_write", "elementwise", 0.0, T * 2 * kv * a, T * 2 * kv * kvb, cfg.act_dtype, L))
+    ops.append(Op("kv_cache_write", "elementwise", 0.0, T * 2 * kv * a, T * 2 * kv * kvb, act, L))
     ops.extend(attention_ops(model, s, cfg))
     ops.append(gemm("attn_post_proj", T, H, q, cfg, L))
     if tp > 1:
-        ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, cfg.act_dtype, L))
+        ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, act, L))
     ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
     ops.append(elementwise("post_attention_layernorm", T * H, norm_flops, 1, cfg, L))
     ops.extend(_mlp_ops(model, T, cfg, L))
     if tp > 1:
-        ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, cfg.act_dtype, L))
+        ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, act, L))
     ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
     return ops
 
@@ -316,7 +342,7 @@ class AttentionDims:
         tp = cfg.tp
         self.heads, self.head_dim = model.num_heads // tp, model.head_dim
         self.q_width = model.q_size // tp
-        self.act_bytes = DTYPE_BYTES[cfg.act_dtype]
+        self.act_bytes = DTYPE_BYTES[attention_dtype(cfg)]
         self.kv_row_bytes = 2 * (kv_heads_per_device(model, tp) * model.head_dim) * DTYPE_BYTES[cfg.kv_dtype]
         self.kernel = cfg.attention_kernel
 
@@ -352,13 +378,13 @@ def _attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int, suffix: s
     if s.prefill_tokens:
         flops, read, written = dims.prefill(s)
         name = "attention_prefill" + suffix
-        ops.append(Op(name, "attention", flops, read, written, cfg.act_dtype, L, m=s.prefill_tokens, n=hd, k=hd))
+        ops.append(Op(name, "attention", flops, read, written, attention_dtype(cfg), L, m=s.prefill_tokens, n=hd, k=hd))
     if s.decode_tokens:
         flops = s.decode_ctx_tokens * dims.decode_flops_per_ctx(s.decode_tokens, s.decode_seqs)
         read = dims.q_bytes(s.decode_tokens) + s.decode_ctx_tokens * dims.kv_row_bytes
         written = dims.q_bytes(s.decode_tokens)
         name = "attention_decode" + suffix
-        ops.append(Op(name, "attention", flops, read, written, cfg.act_dtype, L, m=s.decode_tokens, n=hd, k=hd))
+        ops.append(Op(name, "attention", flops, read, written, attention_dtype(cfg), L, m=s.decode_tokens, n=hd, k=hd))
     return ops
 
 
@@ -403,9 +429,10 @@ def step_ops(
     T, H = s.tokens, model.hidden_size
     if T == 0:
         return ops
-    a = DTYPE_BYTES[cfg.act_dtype]
+    act = storage_dtype(cfg)
+    a = DTYPE_BYTES[act]
     if first_stage:
-        ops.append(Op("emb", "elementwise", 0.0, T * H * a, T * H * a, cfg.act_dtype, 1))
+        ops.append(Op("emb", "elementwise", 0.0, T * H * a, T * H * a, act, 1))
     ops.extend(layer_ops(model, s, cfg))
     if last_stage:
         ops.extend(head_ops(model, s.lm_rows, cfg))
@@ -421,6 +448,14 @@ def head_ops(model: ModelSpec, rows: int, cfg: OpConfig) -> list[Op]:
     norm_flops = norm_flops_per_elem(model)
     return [
         elementwise("final_norm", rows * H, norm_flops, 1, cfg, 1),
-        gemm("lm_head", rows, model.vocab_size // cfg.tp, H, cfg, 1),
+        gemm("lm_head", rows, model.vocab_size // cfg.tp, H, _unquantised(cfg), 1),
         elementwise("sampling", rows * model.vocab_size // cfg.tp, 5.0, 1, cfg, 1),
     ]
+
+
+def _unquantised(cfg: OpConfig) -> OpConfig:
+    """The LM head's layout: quantised checkpoints (FP8, W8A8, AWQ/GPTQ) leave it in 16 bits."""
+    if cfg.act_dtype not in QUANTISED_COMPUTE and DTYPE_BYTES[cfg.weight_dtype] >= DTYPE_BYTES[cfg.act_dtype]:
+        return cfg
+    act = storage_dtype(cfg)
+    return dataclasses.replace(cfg, act_dtype=act, weight_dtype=act)

@@ -15,7 +15,16 @@ import numpy as np
 
 from llmsim.costmodel.comm import all_reduce_s, send_s, tp_link
 from llmsim.costmodel.gemm import GemmCurve
-from llmsim.costmodel.ops import AttentionDims, BatchShape, Op, OpConfig, head_ops, step_ops
+from llmsim.costmodel.ops import (
+    AttentionDims,
+    BatchShape,
+    Op,
+    OpConfig,
+    attention_dtype,
+    head_ops,
+    step_ops,
+    storage_dtype,
+)
 from llmsim.engine import PRESETS, EngineSpec
 from llmsim.hardware import HardwareProfile
 from llmsim.models import DTYPE_BYTES, ModelSpec
@@ -92,16 +101,17 @@ class CostModel:
         eff = self.hw.efficiency
         self._bw = self.hw.bandwidth * eff.memory_fraction.value * self._numa_factor()
         self._elem_bw = self.hw.bandwidth * eff.elementwise_memory_fraction.value * self._numa_factor()
-        self._curve = GemmCurve.from_profile(self.hw)
+        self._curve = GemmCurve.from_profile(self.hw, self.cfg.act_dtype)  # GEMMs compute in act_dtype
         self._fixed = self.hw.overheads.kernel_fixed_s.value if self.hw.overheads.kernel_fixed_s else 0.0
         dq = eff.dequant_flops_per_weight
         self._dequant_flops = dq.value if dq else DEFAULT_DEQUANT_FLOPS
         self._vector_peak = self.hw.peak("fp32")  # unpacking runs on the CUDA/vector cores, not tensor cores
-        self._attn_frac = eff.gemm_max_fraction.value * eff.attention_fraction.value
+        attn_best = eff.gemm_fraction(attention_dtype(self.cfg))  # attention's own compute dtype
+        self._attn_frac = attn_best * eff.attention_fraction.value
         # Optional regimes some CPU BLAS builds have (None on every shipped GPU/TPU profile):
         # single-row GEMMs run a GEMV kernel, and decode attention its own (gather + small matmuls).
         dec = eff.decode_attention_fraction
-        self._decode_attn_frac = eff.gemm_max_fraction.value * dec.value if dec else self._attn_frac
+        self._decode_attn_frac = attn_best * dec.value if dec else self._attn_frac
         gemv = eff.gemv_memory_fraction
         self._gemv_bw = self.hw.bandwidth * gemv.value * self._numa_factor() if gemv else None
         small = eff.gemm_small_m  # measured rate per m for m = 1..len (replaces the curve there)
@@ -121,7 +131,7 @@ class CostModel:
         # attention kernels are priced from the step's aggregates directly (see _attention_s)
         self._layers = self.model.num_layers // self.cfg.pp
         self._attn = AttentionDims(self.model, self.cfg)
-        self._act_peak = self.hw.peak(self.cfg.act_dtype)
+        self._act_peak = self.hw.peak(attention_dtype(self.cfg))  # the attention kernels' rate
 
     def _numa_factor(self) -> float:
         cpu = self.hw.cpu
@@ -394,7 +404,7 @@ class CostModel:
         """Activations sent from one pipeline stage to the next."""
         if self.cfg.pp <= 1:
             return 0.0
-        nbytes = shape.tokens * self.model.hidden_size * DTYPE_BYTES[self.cfg.act_dtype]
+        nbytes = shape.tokens * self.model.hidden_size * DTYPE_BYTES[storage_dtype(self.cfg)]
         return send_s(nbytes, self._link)
 
     def breakdown(self, shape: BatchShape) -> dict[str, float]:

@@ -6,9 +6,9 @@ import copy
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
-from llmsim.errors import UserError, load_yaml_file, pydantic_message
+from llmsim.errors import UserError, pydantic_message
 from llmsim.scenario import Scenario, scenario_from_dict, set_path
 
 
@@ -29,6 +29,26 @@ class PlanConfig(BaseModel):
     sensitivity: float = Field(0.15, ge=0, lt=1)  # efficiencies scaled by 1 ± this for the winners
     goodput_search: bool = True  # search the winner's SLO capacity (also gives the load curves)
 
+    @field_validator("sensitivity", mode="before")
+    @classmethod
+    def _a_fraction(cls, v: object) -> object:
+        # 15 meant as ±15%: say which unit the key takes (pydantic alone says "less than 1")
+        if isinstance(v, int | float) and not isinstance(v, bool) and v >= 1:
+            raise ValueError("a fraction, e.g. 0.15 for efficiencies ±15%, not a percentage")
+        return v
+
+    @field_validator("pd_ratios", mode="before")
+    @classmethod
+    def _quoted_ratios(cls, v: object) -> object:
+        # YAML 1.1 reads an unquoted 2:1 as the base-60 integer 121: name the ratio it was meant to be
+        for r in v if isinstance(v, list) else []:
+            if isinstance(r, int) and not isinstance(r, bool):
+                hi, lo = divmod(r, 60)
+                raise ValueError(
+                    f"got the number {r}: quote each ratio, '{hi}:{lo}' (unquoted, YAML reads {hi}:{lo} as {r})"
+                )
+        return v
+
 
 @dataclass
 class Base:
@@ -40,10 +60,10 @@ class Base:
 
     @classmethod
     def from_path(cls, path: str | Path, overrides: dict[str, object] | None = None) -> Base:
+        from llmsim.sweep import scenario_data
+
         path = Path(path)
-        data = load_yaml_file(path)
-        if not isinstance(data, dict):
-            raise UserError(f"{path}: expected a mapping of sections")
+        data = scenario_data(path)  # a scenario, not a plan.json or summary.json given by mistake
         for key, value in (overrides or {}).items():
             set_path(data, key, value)
         return cls(data, str(path.resolve().parent), str(path))
@@ -66,7 +86,10 @@ class Base:
         try:
             return PlanConfig.model_validate(self.data.get("plan") or {})
         except ValidationError as exc:
-            raise UserError(pydantic_message(exc, f"{self.origin}: plan")) from None
+            keys = {"": list(PlanConfig.model_fields)}  # "did you mean 'replicas'?"
+            first = pydantic_message(exc, f"{self.origin}: plan", keys).splitlines()[0]
+            more = len(exc.errors()) - 1
+            raise UserError(first + (f" (and {more} more problem(s))" if more else "")) from None
 
 
 def as_base(x: Base | Scenario | str | Path) -> Base:

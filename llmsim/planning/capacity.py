@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from llmsim.errors import UserError
 from llmsim.planning.base import Base, as_base
 from llmsim.planning.goodput import goodput_search
 from llmsim.planning.prose import recommend
 from llmsim.planning.ranking import cheapest_first, infeasible_candidates, pareto_front
-from llmsim.planning.rate import offered_rate, rate_knob, rate_overrides
+from llmsim.planning.rate import check_target, offered_rate, rate_knob, rate_overrides
 from llmsim.planning.result import Plan
 from llmsim.planning.robustness import sensitivity
 from llmsim.planning.rows import PLAN_COLUMNS, plan_row, worth_more_replicas
@@ -37,8 +36,7 @@ def capacity_plan(
     from llmsim.hardware import load_profile
 
     base = as_base(base)
-    if target_rps is not None and not target_rps > 0:
-        raise UserError(f"--target-rps {target_rps}: expected a positive arrival rate in req/s")
+    check_target(base, target_rps)
     cfg, cands = checked_space(base)  # the whole space is validated before the first simulation
     sc = base.scenario()
     knob = rate_knob(base)

@@ -45,3 +45,20 @@ def offered_rate(base: Base, knob: tuple[str, float] | None = None) -> float:
         return float(sc.workload.rate_rps or 0.0)
     assert sc.workload.trace is not None
     return sc.workload.trace.speedup * per_unit
+
+
+def check_target(base: Base, target_rps: float | None, flag: str = "--target-rps") -> None:
+    """A target rate the plan can run at: positive, finite, and one the scenario's limits accept
+    once applied (a trace's speedup; a synthetic workload's rate, and the request count rate x
+    duration, which only drawing the workload checks: llmsim/workload/limits.py)."""
+    from llmsim.build import build_workload
+
+    if target_rps is None:
+        return
+    if not (math.isfinite(target_rps) and target_rps > 0):
+        raise UserError(f"{flag} {target_rps:g}: expected a positive, finite arrival rate in req/s")
+    try:
+        build_workload(base.scenario(rate_overrides(base, target_rps)))
+    except UserError as exc:
+        msg = str(exc).splitlines()[0].replace(f"{base.origin}: ", "", 1)
+        raise UserError(f"{flag} {target_rps:g}: {msg}") from None

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from llmsim.errors import UserError
 from llmsim.planning.base import Base, PlanConfig
+from llmsim.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -102,11 +103,44 @@ def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate]]:
         except UserError as exc:
             raise UserError(f"{base.origin}: plan.hardware: {exc}") from None
     cands = candidates(base, cfg)
-    replicas = min(cfg.replicas)
+    _check_unused_lists(base, cfg, cands)
     for c in cands:
-        try:
-            base.scenario(c.overrides(replicas))
-        except UserError as exc:
-            msg = str(exc).splitlines()[0].replace(f"{base.origin}: ", "", 1)
-            raise UserError(f"{base.origin}: plan: candidate {replicas}x {c.label}: {msg}") from None
+        # the smallest and the largest replica count: a count past the scenario's limits would
+        # otherwise show up only as an `invalid` finding of the last round
+        for replicas in dict.fromkeys((min(cfg.replicas), max(cfg.replicas))):
+            try:
+                sc = base.scenario(c.overrides(replicas))
+            except UserError as exc:
+                msg = str(exc).splitlines()[0].replace(f"{base.origin}: ", "", 1)
+                raise UserError(f"{base.origin}: plan: candidate {replicas}x {c.label}: {msg}") from None
+        _check_parallelism(base, sc, c)
     return cfg, cands
+
+
+def _check_parallelism(base: Base, sc: Scenario, c: Candidate) -> None:
+    """A tp that does not divide the model's heads is a mistake of the plan, not one of its findings:
+    no replica count fixes it (llmsim.build.check_parallelism, the rule a run applies)."""
+    from llmsim.build import build_model, check_parallelism
+
+    try:
+        pp = 1 if c.pd_ratio else sc.cluster.pp  # a disaggregated candidate's pools are not pipelined
+        check_parallelism(build_model(sc), c.tp, pp, "plan")
+    except UserError as exc:
+        raise UserError(f"{base.origin}: plan: candidate {c.label}: {exc}") from None
+
+
+def _check_unused_lists(base: Base, cfg: PlanConfig, cands: list[Candidate]) -> None:
+    """A list the plan states but no candidate uses (``chunk_tokens`` with no chunked policy,
+    ``pd_ratios`` with no disaggregated one) would be silently ignored: the user meant to search it."""
+    if cfg.chunk_tokens and not any(c.chunk_tokens for c in cands):
+        raise UserError(
+            f"{base.origin}: plan.chunk_tokens: only the chunked and vllm policies take a chunk size, and the "
+            f"plan's policies are {', '.join(sorted({c.policy for c in cands}))}; add one to plan.policies or "
+            "drop chunk_tokens"
+        )
+    if "pd_ratios" in cfg.model_fields_set and not any(c.pd_ratio for c in cands):
+        raise UserError(
+            f"{base.origin}: plan.pd_ratios: only the disaggregated policy takes a prefill:decode ratio, and "
+            f"the plan's policies are {', '.join(sorted({c.policy for c in cands}))}; add it to plan.policies "
+            "or drop pd_ratios"
+        )

@@ -1,0 +1,38 @@
+"""Every case of the per-command bad-input catalogue (tests/catalogue.py, docs/bad_inputs.md):
+exit 2, one ``llmsim: error:`` line with every expected fragment, no traceback, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from catalogue import COMMANDS, DOC, load_cases, run_case
+
+CASES = load_cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_case_gives_one_clear_message(case, tmp_path: Path) -> None:
+    code, stdout, err = run_case(case, tmp_path)
+    assert code == case.exit, err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("llmsim: error: "), err
+    for fragment in case.expect:
+        assert fragment in lines[0], (fragment, lines[0])
+    out = tmp_path / "out"
+    assert not out.exists() or not any(out.iterdir()), sorted(out.iterdir())
+
+
+def test_every_file_is_a_case_or_used_by_one() -> None:
+    listed = {(c.command, c.file) for c in CASES} | {(c.command, u) for c in CASES for u in c.uses}
+    present = {(p.parent.name, p.name) for p in COMMANDS.glob("*/*") if p.name != "cases.yaml"}
+    assert present == listed
+
+
+def test_docs_table_lists_every_case() -> None:
+    doc = DOC.read_text()
+    assert f"{len(CASES)} cases." in doc
+    for case in CASES:
+        assert f"| `{case.command}` | {case.what} |" in doc, case.id
