@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +17,16 @@ from llmsim.results import Results, chunks_frame, requests_frame, summarize
 from llmsim.scenario import Scenario, load_scenario
 from llmsim.sim import LinkSpec, SimOptions, SimOutput, simulate
 from llmsim.workload.base import Workload
+
+
+def default_horizon_s(sc: Scenario, last_arrival_s: float) -> float:
+    """Where a run stops when ``workload.horizon_s`` is unset. Requests that arrive over time: twice
+    the last arrival plus 600 s, so an overloaded run still ends and says so. Requests all there at
+    t = 0 (``all_at_once``, an offline batch): no horizon, the run lasts until the last one is done,
+    as an offline benchmark (trtllm-bench, vLLM's benchmark_throughput) waits for them."""
+    if sc.workload.kind == "all_at_once":
+        return math.inf
+    return 2.0 * last_arrival_s + 600.0
 
 
 def run(
@@ -42,7 +53,7 @@ def run(
         msg = str(exc)
         raise UserError(msg if msg.startswith(sc._origin) else f"{sc._origin}: {msg}") from None
     last = float(workload.arrival_s[-1])
-    horizon = sc.workload.horizon_s or 2.0 * last + 600.0
+    horizon = sc.workload.horizon_s or default_horizon_s(sc, last)
     every = {"all": 1, "sample": sc.output.sample_every, "none": 0}[sc.output.steps]
     out = simulate(
         pools,
@@ -80,7 +91,7 @@ def run(
             }
             for p in pools
         ],
-        "horizon_s": horizon,
+        "horizon_s": horizon if math.isfinite(horizon) else None,  # None: run until every request was done
         "workload": workload.stats(),
     }
     percentiles = tuple(sc.output.percentiles)

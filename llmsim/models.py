@@ -353,6 +353,80 @@ CATALOG: dict[str, ModelSpec] = {
             source="Qwen/Qwen3-30B-A3B-Instruct-2507 config.json (model_type qwen3_moe, 128 experts, top-8, "
             "moe_intermediate_size 768, every layer MoE, no shared expert; per-head q/k RMSNorm not counted)",
         ),
+        # configs and their sources: data/models/configs.md
+        _llama(
+            "llama-2-13b",
+            5120,
+            13824,
+            40,
+            40,
+            40,
+            32000,
+            source="meta-llama/Llama-2-13b-hf config.json (verbatim copy, data/models/configs.md section 1)",
+        ),
+        _llama(
+            "llama-7b",
+            4096,
+            11008,
+            32,
+            32,
+            32,
+            32000,
+            max_position_embeddings=2048,
+            source="huggyllama/llama-7b (LLaMA-1 7B) config.json: Llama-2-7B's shape, 2048 context (configs.md section 7)",
+        ),
+        _llama(
+            "llama-3.2-3b",
+            3072,
+            8192,
+            28,
+            24,
+            8,
+            128256,
+            max_position_embeddings=131072,
+            tie_embeddings=True,
+            source="meta-llama/Llama-3.2-3B(-Instruct) config.json: head_dim 128, tied embeddings (configs.md section 2, 8)",
+        ),
+        _llama(
+            "llama-3.2-1b",
+            2048,
+            8192,
+            16,
+            32,
+            8,
+            128256,
+            max_position_embeddings=131072,
+            tie_embeddings=True,
+            source="meta-llama/Llama-3.2-1B config.json: head_dim 64, tied embeddings (configs.md section 2)",
+        ),
+        _llama(
+            "mixtral-8x22b",
+            6144,
+            16384,
+            56,
+            48,
+            8,
+            32000,
+            num_experts=8,
+            experts_per_token=2,
+            max_position_embeddings=65536,
+            source="mistralai/Mixtral-8x22B-v0.1 config.json (mistral-community copy @42a1ba7; configs.md section 3)",
+        ),
+        ModelSpec(
+            name="qwen3-235b-a22b",
+            hidden_size=4096,
+            intermediate_size=1536,  # moe_intermediate_size; the config's intermediate_size 12288 is unused
+            num_layers=94,
+            num_heads=64,
+            num_kv_heads=4,
+            head_dim=128,
+            vocab_size=151936,
+            num_experts=128,
+            experts_per_token=8,
+            max_position_embeddings=40960,
+            source="Qwen/Qwen3-235B-A22B config.json (model_type qwen3_moe, 128 experts, top-8, every layer MoE, "
+            "no shared expert; configs.md section 4; per-head q/k RMSNorm not counted)",
+        ),
     ]
 }
 
@@ -371,6 +445,11 @@ PUBLISHED_PARAMS = {
     "gemma-2-9b": (9.24e9, "Gemma 2 9B model card: 9.24B parameters"),
     "qwen3-32b": (32.8e9, "Qwen3-32B model card: 32.8B parameters"),
     "qwen3-30b-a3b-instruct-2507": (30.5e9, "Qwen3-30B-A3B-Instruct-2507 model card: 30.5B total, 3.3B activated"),
+    "llama-2-13b": (13.0e9, "Llama 2 model card: 13B (13.02B from the config, data/models/configs.md)"),
+    "llama-3.2-3b": (3.21e9, "Llama 3.2 model card: 3B (3.21B)"),
+    "llama-3.2-1b": (1.23e9, "Llama 3.2 model card: 1B (1.23B)"),
+    "mixtral-8x22b": (141e9, "Mistral AI, mistral.ai/news/mixtral-8x22b: 141B total, 39B active"),
+    "qwen3-235b-a22b": (235e9, "Qwen3-235B-A22B model card: 235B in total and 22B activated"),
 }
 
 

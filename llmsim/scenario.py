@@ -25,7 +25,7 @@ from llmsim.errors import UserError, load_yaml_file, pydantic_message
 PosInt = Annotated[int, Field(gt=0)]
 PosFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
-Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]  # fp4: NVFP4 / MXFP4 (4-bit floats, block scales)
 TraceFormat = Literal["azure", "mooncake", "burstgpt", "generic", "llmservingsim"]
 
 # Upper bounds on the sizes a scenario sets (issue #19). Each sits far above any real deployment

@@ -189,7 +189,9 @@ def run_until(
             if t > env.now:
                 env.run(until=t)
             progress(env.now, last_arrival_s)
-    if horizon_s > env.now:  # (a horizon before the last arrival was reached by the slices)
+    if horizon_s == math.inf:  # no horizon: until every request is done (no event left)
+        env.run()
+    elif horizon_s > env.now:  # (a horizon before the last arrival was reached by the slices)
         env.run(until=horizon_s)
 
 

@@ -93,7 +93,9 @@ def test_int4_weight_only_pays_dequantisation() -> None:
     hw = load_profile("A100-SXM-80GB")
     int4 = CostModel(L2_7B, hw, CostConfig(weight_dtype="int4"))
     decode = [t for t in int4.priced(batch_shape([], [512] * 4)) if t.op.kind == "gemm"]
-    assert all(t.dequant_s > 0 for t in decode)
+    assert all(t.dequant_s > 0 for t in decode if t.op.name != "lm_head")
+    # AWQ / GPTQ checkpoints leave the LM head 16-bit: nothing to unpack there
+    assert [t.dequant_s for t in decode if t.op.name == "lm_head"] == [0.0]
     bf16 = CostModel(L2_7B, hw)
     # fewer bytes make decode faster, though not the full 4x (dequantisation and fixed costs)
     ratio = bf16.stage_time(batch_shape([], [512] * 4)) / int4.stage_time(batch_shape([], [512] * 4))
@@ -240,3 +242,21 @@ def test_w8a8_int8_computes_at_the_int8_rate() -> None:
     assert up.op.dtype == "int8" and up.dequant_s == 0.0  # int8 weights, int8 inputs: nothing to unpack
     assert up.compute_s * hw.peak("int8") * int8.gemm_efficiency(8192, up.op.n) == pytest.approx(up.op.flops)
     assert int8.gemm_efficiency(8192) < 0.813
+
+
+def test_moe_expert_gemms_are_priced_at_the_rows_each_expert_gets() -> None:
+    """Mixtral, 1,024 prompt tokens, top-2 of 8 experts: 2,048 routed rows over 8 experts is 256
+    rows per expert GEMM, and the grouped kernel's tiles fill at 256 rows, not 2,048."""
+    from llmsim.models import get_model
+
+    mixtral = get_model("mixtral-8x7b")
+    hw = load_profile("H100-SXM")
+    cm = CostModel(mixtral, hw, CostConfig(tp=2))
+    up = {t.op.name: t for t in cm.priced(batch_shape([(1024, 0)], []))}["mlp_up_proj"]
+    assert up.op.m == 256 and up.op.flops == 2.0 * 2048 * up.op.n * up.op.k
+    assert up.compute_s == pytest.approx(up.op.flops / (hw.peak("bf16") * cm.gemm_efficiency(256, up.op.n)))
+    assert cm.gemm_efficiency(256, up.op.n) < cm.gemm_efficiency(2048, up.op.n)
+    # a TPU pads n and k to its MXU, whatever the rows: FLOPs scale, they are not recomputed from m
+    tpu = CostModel(mixtral, load_profile("TPU-v5e"), CostConfig(tp=2))
+    up_tpu = {t.op.name: t.op for t in tpu.priced(batch_shape([(1024, 0)], []))}["mlp_up_proj"]
+    assert tpu.padded_flops(up_tpu) >= up_tpu.flops

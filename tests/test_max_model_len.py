@@ -85,3 +85,24 @@ def test_no_rejection_no_breakdown(tmp_path: Path) -> None:
 )
 def test_rejection_kinds(reason: str, kind: str) -> None:
     assert rejection_kind(reason) == kind
+
+
+def test_an_offline_batch_runs_until_its_last_request_is_done(tmp_path: Path) -> None:
+    """all_at_once is an offline batch: no default horizon (the arrival processes keep 2 x last
+    arrival + 600 s), so a batch that takes an hour to serve is not cut at 600 s."""
+    d = {
+        "name": "offline",
+        "model": "llama-3.1-8b",
+        "hardware": "Xeon-8480+",
+        "policy": {"kind": "chunked", "max_num_seqs": 4},
+        "workload": {
+            "kind": "all_at_once",
+            "num_requests": 64,
+            "prompt_tokens": {"dist": "fixed", "value": 64},
+            "output_tokens": {"dist": "fixed", "value": 2000},
+        },
+        "output": {"steps": "none"},
+    }
+    res = llmsim.run(scenario_from_dict(d, "offline", tmp_path))
+    assert res.summary["duration"] > 600
+    assert res.summary["requests"]["finished"] == 64 and res.summary["horizon_s"] is None

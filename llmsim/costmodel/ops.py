@@ -164,6 +164,7 @@ class Op:
     n: int
     k: int
     weight_bytes: float  # part of bytes_read that is weights (for quantisation studies)
+    weight_dtype: str  # the dtype those weights are stored in ("" for an op without weights)
 
     def __init__(
         self,
@@ -178,10 +179,11 @@ class Op:
         n: int = 0,
         k: int = 0,
         weight_bytes: float = 0.0,
+        weight_dtype: str = "",
     ) -> None:
         self.name, self.kind, self.dtype, self.count = name, kind, dtype, count
         self.flops, self.bytes_read, self.bytes_written = flops, bytes_read, bytes_written
-        self.m, self.n, self.k, self.weight_bytes = m, n, k, weight_bytes
+        self.m, self.n, self.k, self.weight_bytes, self.weight_dtype = m, n, k, weight_bytes, weight_dtype
 
     @property
     def bytes(self) -> float:
@@ -245,6 +247,7 @@ def gemm(name: str, m: int, n: int, k: int, cfg: OpConfig, count: int, weights: 
         n=n,
         k=k,
         weight_bytes=w if weights else 0.0,
+        weight_dtype=cfg.weight_dtype if weights else "",
     )
 
 
@@ -415,10 +418,14 @@ def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
 
 
 def _expert_gemm(name: str, routed: int, n: int, k: int, touched: float, cfg: OpConfig, count: int) -> Op:
-    """A grouped expert GEMM: FLOPs of every routed token, weight bytes of the experts touched."""
+    """A grouped expert GEMM: FLOPs of every routed token, weight bytes of the experts touched.
+    Its ``m`` is the rows each touched expert multiplies (routed / touched): the grouped kernel
+    (vLLM's fused_moe, CUTLASS grouped GEMM) runs one GEMM per expert, so its tiles fill, and
+    its efficiency is priced, at that many rows, not at the routed total."""
     op = gemm(name, routed, n, k, cfg, count)
     w = touched * n * k * DTYPE_BYTES[cfg.weight_dtype]
-    return dataclasses.replace(op, bytes_read=routed * k * DTYPE_BYTES[cfg.act_dtype] + w, weight_bytes=w)
+    rows = max(1, round(routed / touched)) if touched > 0 else routed
+    return dataclasses.replace(op, bytes_read=routed * k * DTYPE_BYTES[cfg.act_dtype] + w, weight_bytes=w, m=rows)
 
 
 def step_ops(

@@ -102,6 +102,7 @@ class CostModel:
         self._bw = self.hw.bandwidth * eff.memory_fraction.value * self._numa_factor()
         self._elem_bw = self.hw.bandwidth * eff.elementwise_memory_fraction.value * self._numa_factor()
         self._curve = GemmCurve.from_profile(self.hw, self.cfg.act_dtype)  # GEMMs compute in act_dtype
+        self._curves: dict[str, GemmCurve] = {}  # other compute dtypes (a quantised model's LM head)
         self._fixed = self.hw.overheads.kernel_fixed_s.value if self.hw.overheads.kernel_fixed_s else 0.0
         dq = eff.dequant_flops_per_weight
         self._dequant_flops = dq.value if dq else DEFAULT_DEQUANT_FLOPS
@@ -143,24 +144,34 @@ class CostModel:
         return 1.0 / ((1 - remote) + remote / r)
 
     # ---- pricing one op ----------------------------------------------------------------
-    def gemm_efficiency(self, m: int, n: int = 0) -> float:
-        """Fraction of dense peak a GEMM with m rows (and n output columns) reaches, compute side.
+    def gemm_efficiency(self, m: int, n: int = 0, dtype: str = "", weight_dtype: str = "") -> float:
+        """Fraction of dense peak a GEMM with m rows (and n output columns) reaches, compute side,
+        computing in ``dtype`` with weights in ``weight_dtype`` (default: the model's layout; the
+        LM head of a quantised model passes its own 16-bit ones).
 
         ``n = 0`` leaves out wave quantisation (kept for callers that only know m). Where the
         profile has a measured ``gemm_small_m`` table the table's entry is returned instead."""
         if 0 < m <= len(self._small_m):
             return self._small_m[m - 1]
-        scale = min(1.0, DTYPE_BYTES[self.cfg.weight_dtype] / DTYPE_BYTES[self.cfg.act_dtype])
+        dtype, weight_dtype = dtype or self.cfg.act_dtype, weight_dtype or self.cfg.weight_dtype
+        curve = self._curve if dtype == self.cfg.act_dtype else self._curve_for(dtype)
+        scale = min(1.0, DTYPE_BYTES[weight_dtype] / DTYPE_BYTES[dtype])
         if not n:
-            return self._curve.max_fraction * m / (m + self._curve.half_m * scale)
-        return float(self._curve.efficiency(m, n, scale))
+            return curve.max_fraction * m / (m + curve.half_m * scale)
+        return float(curve.efficiency(m, n, scale))
+
+    def _curve_for(self, dtype: str) -> GemmCurve:
+        curve = self._curves.get(dtype)
+        if curve is None:
+            curve = self._curves[dtype] = GemmCurve.from_profile(self.hw, dtype)
+        return curve
 
     def _dequant_s(self, op: Op) -> float:
         """Weight-only quantisation: unpack each weight once per 128-row block of activations."""
-        w, a = self.cfg.weight_dtype, self.cfg.act_dtype
+        w, a = op.weight_dtype, op.dtype  # (the LM head stays 16-bit in a quantised model)
         if not op.weight_bytes or DTYPE_BYTES[w] >= DTYPE_BYTES[a]:
             return 0.0
-        weights = op.k * op.n
+        weights = op.weight_bytes / DTYPE_BYTES[w]  # every matrix read (each MoE expert touched)
         return weights * math.ceil(op.m / self._curve.tile) * self._dequant_flops / self._vector_peak
 
     def _pad(self, d: int) -> int:
@@ -186,7 +197,8 @@ class CostModel:
             if op.m == 1 and self._gemv_bw is not None and not small:  # GEMV: no tiles to fill, streams the weights
                 compute = flops / (peak * self._curve.max_fraction)
             else:
-                compute = flops / (peak * self.gemm_efficiency(op.m, op.n)) if op.m else 0.0
+                eff = self.gemm_efficiency(op.m, op.n, op.dtype, op.weight_dtype)
+                compute = flops / (peak * eff) if op.m else 0.0
             if self.model.is_moe and op.name in _EXPERT_OPS:
                 compute *= self.cfg.moe_imbalance  # the step waits for the busiest expert
             dequant = self._dequant_s(op)
@@ -211,8 +223,8 @@ class CostModel:
         weight tiles of mxu_dim x mxu_dim, so k and n pad to multiples of it. The m activation rows
         stream through (m + mxu_dim cycles): that under-fill is the m/(m + gemm_half_m) curve, with
         gemm_half_m = mxu_dim in the TPU profiles, so m is not padded too."""
-        if self._mxu:
-            return 2.0 * op.m * self._pad(op.n) * self._pad(op.k)
+        if self._mxu and op.n and op.k:
+            return op.flops * (self._pad(op.n) / op.n) * (self._pad(op.k) / op.k)
         return op.flops
 
     # ---- pricing a step ----------------------------------------------------------------
