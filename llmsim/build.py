@@ -64,6 +64,18 @@ def build_workload(sc: Scenario) -> Workload:
     return wl
 
 
+def check_workload_bounds(sc: Scenario) -> None:
+    """The size bounds ``build_workload`` enforces (tokens per request, requests per run), checked
+    without drawing anything: a sweep checks every point with it before the first one runs."""
+    if sc.workload.kind == "trace":
+        return  # a trace's rows are checked as it is read
+    _check_sizes(sc, sc._origin)
+    n = _request_count(sc)
+    if n > MAX_REQUESTS and sc.workload.horizon_s is not None:
+        return  # drawn only up to the horizon, whose own count _arrivals_to_horizon checks
+    check_requests(n, _count_key(sc), sc._origin)
+
+
 def _request_count(sc: Scenario) -> float:
     """Requests the synthetic workload asks for, as a float: rate x duration may be astronomically large."""
     w = sc.workload

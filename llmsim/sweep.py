@@ -175,8 +175,10 @@ def check_points(data: dict, base_dir: str, origin: str, points: list[dict[str, 
 
 def _invalid(data: dict, base_dir: str, origin: str, overrides: dict[str, object]) -> str | None:
     """The first line of the validation error of ``overrides`` (the file name dropped), or None."""
+    from llmsim.build import check_workload_bounds
+
     try:
-        point_scenario(data, base_dir, origin, overrides)
+        check_workload_bounds(point_scenario(data, base_dir, origin, overrides))
     except UserError as exc:
         return str(exc).splitlines()[0].replace(f"{origin}: ", "", 1)
     return None

@@ -217,3 +217,17 @@ def test_a_workload_too_large_to_draw_whole_is_drawn_to_the_horizon():
     w = build_workload(sc)
     assert 9_000 < len(w) < 11_000
     assert w.arrival_s[0] == 0.0 and w.arrival_s[-1] <= 1e-5
+
+
+def test_a_trace_past_the_size_bound_is_refused_before_it_is_read(tmp_path, capsys):
+    """A (sparse) 4 GiB + 1 trace file is refused by its size, not read into memory."""
+    trace = tmp_path / "huge.csv"
+    with trace.open("wb") as fh:
+        fh.truncate(4 * 2**30 + 1)
+    sc = tmp_path / "s.yaml"
+    sc.write_text(
+        "name: t\nmodel: gpt2\nhardware: H100-SXM\n"
+        f"workload: {{kind: trace, trace: {{path: {trace}, format: generic}}}}\n"
+    )
+    code, _, err = run_cli(["run", str(sc), "--out", str(tmp_path / "o"), "--quiet"], capsys)
+    assert_one_clear_error(code, err, ["huge.csv", "4,294,967,297 bytes", "more than a trace may hold"])

@@ -31,6 +31,9 @@ from llmsim.errors import UserError
 MAX_TOKENS_PER_REQUEST = 10_000_000
 MAX_REQUESTS = 10_000_000
 MAX_PREFIX_BLOCKS = 50_000_000
+# a trace file: MAX_REQUESTS rows of ~400 bytes (a Mooncake JSONL row with its hash ids; a CSV row
+# is ~30), refused before pandas or json reads it into memory
+MAX_TRACE_BYTES = 4 * 2**30
 
 
 def check_prefix_blocks(prompt_tokens: np.ndarray, block_tokens: int, origin: str) -> None:

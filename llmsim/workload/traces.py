@@ -16,7 +16,7 @@ import pandas as pd
 from llmsim.errors import UserError
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
-from llmsim.workload.limits import MAX_TOKENS_PER_REQUEST, check_prefix_blocks
+from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, MAX_TRACE_BYTES, check_prefix_blocks
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -35,6 +35,12 @@ def _check_file(path: Path) -> None:
         raise UserError(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
     if head == _GZIP_MAGIC:
         raise UserError(f"{path}: gzip-compressed data; decompress it first (gunzip)")
+    size = path.stat().st_size
+    if size > MAX_TRACE_BYTES:
+        raise UserError(
+            f"{path}: {size:,} bytes, more than a trace may hold ({MAX_TRACE_BYTES:,}: {MAX_REQUESTS:,} requests "
+            "of the widest format); slice it first"
+        )
 
 
 def _json_lines(path: Path) -> list[tuple[int, str]]:
@@ -372,6 +378,8 @@ def load_trace(path: Path, fmt: str, hash_block_tokens: int = DEFAULT_HASH_BLOCK
         w = _CONTENT_LOADERS[fmt](Path(path), hash_block_tokens)
     else:
         w = _LOADERS[fmt](Path(path))
+    if len(w) > MAX_REQUESTS:  # (a file under MAX_TRACE_BYTES of short rows)
+        raise UserError(f"{path}: {len(w):,} requests, over the limit of {MAX_REQUESTS:,} per run; slice it first")
     prompt0 = np.flatnonzero(w.prompt_tokens < 1)
     if len(prompt0):
         raise UserError(f"{path}: request {int(prompt0[0])}: prompt tokens must be >= 1")
