@@ -45,9 +45,9 @@ def _gemm_arrays(hw: HardwareProfile, rows: list[Measurement]) -> dict[str, np.n
     n = np.array([r.n for r in rows], float)
     k = np.array([r.k for r in rows], float)
     a = np.array([DTYPE_BYTES[r.dtype] for r in rows])
-    if hw.tpu:  # the same padding CostModel.padded_flops applies
+    if hw.tpu:  # the same padding CostModel.padded_flops applies: n and k to the MXU edge, not m
         pad = hw.tpu.mxu_dim
-        m_, n_, k_ = (np.ceil(x / pad) * pad for x in (m, n, k))
+        m_, n_, k_ = m, np.ceil(n / pad) * pad, np.ceil(k / pad) * pad
     else:
         m_, n_, k_ = m, n, k
     return {
