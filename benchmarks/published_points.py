@@ -185,15 +185,26 @@ def hardware_profile(point: dict) -> tuple[str | None, str]:
         return None, f"no hardware profile: {hw['device']}"
     sockets = _sockets_used(hw["device"])
     prof = load_profile(name)
-    if sockets and prof.cpu is not None and prof.cpu.sockets != sockets:
-        return None, (
-            f"hardware mismatch: {sockets} socket(s) used, the {name} profile is a {prof.cpu.sockets}-socket node "
-            "(peaks and bandwidth of every socket)"
-        )
+    if sockets and prof.cpu is not None and prof.cpu.sockets < sockets:
+        return None, f"hardware mismatch: {sockets} socket(s) used, the {name} profile has {prof.cpu.sockets}"
     note = ""
     if "(" in str(hw["llmsim_profile"]):
         note = f"{name}: {str(hw['llmsim_profile']).split('(', 1)[1].rstrip(')')}"
     return name, note
+
+
+def cpu_cluster(point: dict) -> dict:
+    """``cluster.sockets`` / ``cluster.cores`` of a CPU point that ran on part of the node
+    (``(1 socket, 56 cores; 32 cores used)`` -> 1 socket, 32 cores), else {}."""
+    device = str(point["hardware"]["device"])
+    out: dict = {}
+    sockets = _sockets_used(device)
+    if sockets:
+        out["sockets"] = sockets
+    m = re.search(r"(\d+) cores used", device)
+    if m:
+        out["cores"] = int(m.group(1))
+    return out
 
 
 def _sockets_used(device: str) -> int:
@@ -430,16 +441,16 @@ def map_point(point: dict) -> Mapping:
     kv, note_kv = kv_dtype(point, prec)
     if note_kv:
         mp.notes.append(note_kv)
-    threads = point["settings"].get("threads")
-    if threads:
-        mp.notes.append(f"{threads} cores used; the profile prices every core")
+    part = cpu_cluster(point) if load_profile(hw).cpu is not None else {}
+    if part:
+        mp.notes.append(f"part of the node: cluster {part}")
     sec = engine_section(mp, flow, cat, hw, tp, pp, prec, kv)
     concurrency = sec["policy"].get("max_num_seqs", 1024)
     mp.scenario = {
         "name": point["id"],
         "model": {"name": cat, **prec},
         "hardware": hw,
-        "cluster": {"tp": tp, "pp": pp, "replicas": replicas, **sec["cluster"]},
+        "cluster": {"tp": tp, "pp": pp, "replicas": replicas, **part, **sec["cluster"]},
         "policy": sec["policy"],
         "kv_cache": sec["kv_cache"],
         "workload": workload(mp, concurrency),

@@ -12,7 +12,7 @@ from llmsim.costmodel import CostConfig, CostModel
 from llmsim.costmodel.ops import storage_of
 from llmsim.engine import EngineSpec, for_hardware
 from llmsim.errors import UserError
-from llmsim.hardware import HardwareProfile, load_profile
+from llmsim.hardware import HardwareProfile, cpu_subset, load_profile
 from llmsim.models import DTYPE_BYTES, ModelSpec, from_hf_config, get_model
 from llmsim.scenario import PoolConfig, Scenario
 from llmsim.schedulers import SchedulerConfig
@@ -246,6 +246,8 @@ def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
 
 def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     hw = load_profile(p.hardware or sc.hardware, Path(sc.base_dir))
+    if hw.family == "cpu" or sc.cluster.sockets or sc.cluster.cores:
+        hw = cpu_subset(hw, sc.cluster.sockets, sc.cluster.cores)
     engine = for_hardware(sc.engine_spec, hw)
     key = "cluster" if name == "main" else f"cluster.{name}_pool"
     check_parallelism(model, p.tp, p.pp, key)

@@ -264,7 +264,12 @@ class HardwareProfile(BaseModel):
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for a compute dtype, falling back to the nearest wider type."""
-        cache = self.__dict__.setdefault("_peak_cache", {})  # profiles are frozen: safe to memoise
+        # profiles are frozen: safe to memoise, per peak_flops mapping (a model_copy shares __dict__
+        # entries, so a copy with other peaks, as cpu_subset makes, must not read this one's)
+        owner, cache = self.__dict__.get("_peak_cache", (None, {}))
+        if owner is not self.peak_flops:
+            owner, cache = self.peak_flops, {}
+            self.__dict__["_peak_cache"] = (owner, cache)
         if dtype not in cache:
             cache[dtype] = self._peak(dtype)
         return cache[dtype]
@@ -312,6 +317,45 @@ def available_profiles() -> dict[str, Path]:
     for path in sorted(PROFILES_DIR.glob("*.yaml")):
         out[path.stem] = path
     return out
+
+
+def cpu_subset(hw: HardwareProfile, sockets: int | None, cores: int | None, key: str = "cluster") -> HardwareProfile:
+    """The part of a CPU node a run uses: ``sockets`` of its sockets, ``cores`` cores on each (the
+    usual benchmark pins one socket: ``numactl -N 0``, ``OMP_NUM_THREADS``). Peak FLOP/s follow the
+    cores used; memory bandwidth, capacity, the memcpy host link, power and price follow the
+    sockets (each socket has its own memory channels; a core subset keeps its socket's channels,
+    though few cores may not saturate them, which is not modelled); one socket has no NUMA traffic."""
+    if sockets is None and cores is None:
+        return hw
+    if hw.cpu is None:
+        raise UserError(f"{key}.sockets / {key}.cores: {hw.name} is a {hw.family}, not a CPU node")
+    total, per = hw.cpu.sockets, hw.cpu.cores_per_socket
+    s, c = sockets or total, cores or per
+    if s > total:
+        raise UserError(f"{key}.sockets: {s} sockets asked of {hw.name}, which has {total}")
+    if c > per:
+        raise UserError(f"{key}.cores: {c} cores per socket asked of {hw.name}, which has {per} per socket")
+    compute, memory = s * c / (total * per), s / total
+    note = f" [scaled to {s} of {total} socket(s) x {c} of {per} cores]"
+
+    def scaled(fig: Figure, by: float) -> Figure:
+        return Figure(value=fig.value * by, source=fig.source + note)
+
+    update: dict[str, object] = {
+        "name": f"{hw.name}[{s}s{c}c]",
+        "peak_flops": {d: scaled(f, compute) for d, f in hw.peak_flops.items()},
+        "memory_capacity_bytes": scaled(hw.memory_capacity_bytes, memory),
+        "memory_bandwidth_bytes_per_s": scaled(hw.memory_bandwidth_bytes_per_s, memory),
+        "host_link": hw.host_link.model_copy(
+            update={"bandwidth_bytes_per_s": scaled(hw.host_link.bandwidth_bytes_per_s, memory)}
+        ),
+        "power_w": scaled(hw.power_w, memory),
+        "price_per_hour_usd": scaled(hw.price_per_hour_usd, memory),
+        "cpu": hw.cpu.model_copy(update={"sockets": s, "cores_per_socket": c}),
+    }
+    if s == 1:
+        update["scale_up"] = None  # no socket-to-socket link inside one socket
+    return hw.model_copy(update=update)
 
 
 def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> HardwareProfile:

@@ -111,6 +111,9 @@ class ClusterConfig(_Strict):
     # (apply_engine writes it in, so a run's scenario.json says what ran)
     cuda_graphs: bool | None = None
     numa_aware: bool = True  # CPU devices: keep each socket's reads local
+    # CPU nodes: run on this many of the node's sockets, this many cores on each (hardware.cpu_subset)
+    sockets: PosInt | None = None
+    cores: PosInt | None = None
     prefill_pool: PoolConfig | None = None  # disaggregated policy only
     decode_pool: PoolConfig | None = None
     kv_link: LinkConfig = LinkConfig()

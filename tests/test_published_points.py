@@ -171,3 +171,13 @@ def test_every_point_simulates():
         if r.status in ("ok", "miss"):
             assert r.simulated is not None and math.isfinite(r.simulated) and r.simulated > 0, r.id
     assert "expressible points" in pp.summary_line(rows)
+
+
+def test_a_one_socket_intel_point_runs_on_one_socket():
+    """Intel's ITREX rows ran on one 8480+ socket, 32 of its 56 cores (numactl -C 0-31):
+    the scenario says so (cluster.sockets / cluster.cores), on the two-socket profile."""
+    point = next(p for p in POINTS if p["id"] == "itrex-llama2-7b-chat-int4-g128-in32-c32-next")
+    mp = pp.map_point(point)
+    assert mp.scenario is not None, mp.reasons
+    assert mp.scenario["hardware"] == "Xeon-8480+"
+    assert (mp.scenario["cluster"]["sockets"], mp.scenario["cluster"]["cores"]) == (1, 32)
