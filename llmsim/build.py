@@ -262,7 +262,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         kv_dtype=sc.kv_cache.dtype,
         act_dtype=act,
         attention_kernel=sc.model.attention_kernel,
-        cuda_graphs=sc.cluster.cuda_graphs if engine.cuda_graphs is None else engine.cuda_graphs,
+        cuda_graphs=bool(sc.cluster.cuda_graphs if engine.cuda_graphs is None else engine.cuda_graphs),
         cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, step_budget(sc, p, name)),
         numa_aware=sc.cluster.numa_aware,
     )

@@ -522,7 +522,7 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
         global_attn_every=int(cfg.get("sliding_window_pattern") or (2 if cfg.get("model_type") == "gemma2" else 0))
         if window
         else 0,
-        max_position_embeddings=int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 4096),
+        max_position_embeddings=hf_context_len(cfg),
         weight_dtype=dtype,
         source=f"HF config {path}",
     )
@@ -618,9 +618,42 @@ def _check_shapes(cfg: dict, path: Path, hidden: int, heads: int, kv_heads: int,
     window = cfg.get("sliding_window")
     if window is not None and cfg.get("use_sliding_window", True):
         _count(cfg, path, "sliding_window", 0)
-    for key in ("max_position_embeddings", "n_positions"):
+    for key in CONTEXT_KEYS:
         if cfg.get(key) is not None:
             _count(cfg, path, key, 0)
+
+
+# The config keys vLLM reads a model's context from, the smallest winning (vllm/config/model.py
+# _get_and_verify_max_len, 0.32: possible_keys), and its fallback when none is there
+CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+DEFAULT_CONTEXT = 2048
+
+
+def hf_context_len(cfg: dict) -> int:
+    """The context length vLLM derives from a HuggingFace config: the smallest of CONTEXT_KEYS,
+    times ``rope_scaling.factor`` for the scalings that stretch it (yarn from its
+    ``original_max_position_embeddings``; not llama3 / su / longrope, whose configs already give
+    the stretched length)."""
+    found = [int(cfg[k]) for k in CONTEXT_KEYS if isinstance(cfg.get(k), int | float) and cfg[k] > 0]
+    length = min(found) if found else DEFAULT_CONTEXT
+    rope = cfg.get("rope_scaling")
+    if isinstance(rope, dict):
+        kind = rope.get("rope_type", rope.get("type"))
+        factor = rope.get("factor")
+        if kind not in ("su", "longrope", "llama3", "mrope", "default", None) and isinstance(factor, int | float):
+            if kind == "yarn" and isinstance(rope.get("original_max_position_embeddings"), int | float):
+                length = int(rope["original_max_position_embeddings"])
+            length = int(length * factor)
+    return length
 
 
 def get_model(name_or_path: str | Path, base_dir: Path | None = None, name: str | None = None) -> ModelSpec:

@@ -598,8 +598,8 @@ def roofline_points(r: ResultsDir) -> tuple[pd.DataFrame, float, float, str] | N
     if not rows:
         return None
     hw = cost.hw
-    dtype = "fp8" if sc.model.act_dtype == "fp8" else "bf16"
-    peak = hw.peak(dtype) if hw.supports(dtype) else hw.peak("fp32")
+    dtype = sc.model.act_dtype  # the GEMMs' compute dtype (fp8 / int8 / fp4 for quantised compute)
+    peak = hw.peak(dtype) if hw.computes_in(dtype) else hw.peak("fp32")
     return pd.DataFrame(rows), peak, hw.bandwidth, hw.name
 
 

@@ -254,7 +254,10 @@ def test_moe_expert_gemms_are_priced_at_the_rows_each_expert_gets() -> None:
     cm = CostModel(mixtral, hw, CostConfig(tp=2))
     up = {t.op.name: t for t in cm.priced(batch_shape([(1024, 0)], []))}["mlp_up_proj"]
     assert up.op.m == 256 and up.op.flops == 2.0 * 2048 * up.op.n * up.op.k
-    assert up.compute_s == pytest.approx(up.op.flops / (hw.peak("bf16") * cm.gemm_efficiency(256, up.op.n)))
+    # the 8 experts' tiles share one launch: the last wave is counted over all of them
+    assert up.op.groups == 8
+    eff = cm.gemm_efficiency(256, 8 * up.op.n)
+    assert up.compute_s == pytest.approx(up.op.flops / (hw.peak("bf16") * eff))
     assert cm.gemm_efficiency(256, up.op.n) < cm.gemm_efficiency(2048, up.op.n)
     # a TPU pads n and k to its MXU, whatever the rows: FLOPs scale, they are not recomputed from m
     tpu = CostModel(mixtral, load_profile("TPU-v5e"), CostConfig(tp=2))

@@ -106,3 +106,29 @@ def test_an_offline_batch_runs_until_its_last_request_is_done(tmp_path: Path) ->
     res = llmsim.run(scenario_from_dict(d, "offline", tmp_path))
     assert res.summary["duration"] > 600
     assert res.summary["requests"]["finished"] == 64 and res.summary["horizon_s"] is None
+
+
+@pytest.mark.parametrize(
+    ("cfg", "length"),
+    [
+        ({"max_position_embeddings": 4096}, 4096),
+        ({"n_positions": 1024}, 1024),  # GPT-2
+        ({"max_position_embeddings": 8192, "seq_length": 4096}, 4096),  # the smallest key wins
+        ({}, 2048),  # vLLM's fallback
+        # Qwen2.5 with YaRN x4 (its model card's recipe): 4 x the original 32k
+        (
+            {
+                "max_position_embeddings": 32768,
+                "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+            },
+            131072,
+        ),
+        ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2.0}}, 8192),
+        # Llama 3.1: max_position_embeddings is already the stretched length
+        ({"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, 131072),
+    ],
+)
+def test_the_context_is_derived_from_a_config_as_vllm_derives_it(cfg: dict, length: int) -> None:
+    from llmsim.models import hf_context_len
+
+    assert hf_context_len(cfg) == length

@@ -123,3 +123,14 @@ def test_infeasible_lists_each_failing_candidate_once_at_its_last_replica_count(
     bad = _infeasible(t)
     assert list(bad["config"]) == ["2x B tp1 chunked"] and bad["reason"].iloc[0].startswith("latency")
     assert _infeasible(t[t["config"].str.contains("A")].assign(feasible=True)).empty
+
+
+def test_sensitivity_scales_the_per_dtype_gemm_fractions_too(tmp_path):
+    """An FP8 plan's sensitivity must move the FP8 GEMM fraction, not only the bf16 one."""
+    from llmsim.hardware import load_profile
+    from llmsim.planning.robustness import scaled_profile
+
+    path = scaled_profile("H100-SXM", ".", 0.85, tmp_path)
+    base, low = load_profile("H100-SXM"), load_profile(path)
+    assert low.efficiency.gemm_fraction("fp8") == pytest.approx(0.85 * base.efficiency.gemm_fraction("fp8"))
+    assert low.efficiency.gemm_fraction("bf16") == pytest.approx(0.85 * base.efficiency.gemm_fraction("bf16"))

@@ -165,6 +165,7 @@ class Op:
     k: int
     weight_bytes: float  # part of bytes_read that is weights (for quantisation studies)
     weight_dtype: str  # the dtype those weights are stored in ("" for an op without weights)
+    groups: int  # GEMMs of this shape in one launch (MoE: the experts touched), for the wave count
 
     def __init__(
         self,
@@ -180,10 +181,12 @@ class Op:
         k: int = 0,
         weight_bytes: float = 0.0,
         weight_dtype: str = "",
+        groups: int = 1,
     ) -> None:
         self.name, self.kind, self.dtype, self.count = name, kind, dtype, count
         self.flops, self.bytes_read, self.bytes_written = flops, bytes_read, bytes_written
         self.m, self.n, self.k, self.weight_bytes, self.weight_dtype = m, n, k, weight_bytes, weight_dtype
+        self.groups = groups
 
     @property
     def bytes(self) -> float:
@@ -421,11 +424,15 @@ def _expert_gemm(name: str, routed: int, n: int, k: int, touched: float, cfg: Op
     """A grouped expert GEMM: FLOPs of every routed token, weight bytes of the experts touched.
     Its ``m`` is the rows each touched expert multiplies (routed / touched): the grouped kernel
     (vLLM's fused_moe, CUTLASS grouped GEMM) runs one GEMM per expert, so its tiles fill, and
-    its efficiency is priced, at that many rows, not at the routed total."""
+    its efficiency is priced, at that many rows, not at the routed total; all the experts' tiles
+    share one launch, so its last wave is counted over ``groups`` = the experts touched."""
     op = gemm(name, routed, n, k, cfg, count)
     w = touched * n * k * DTYPE_BYTES[cfg.weight_dtype]
     rows = max(1, round(routed / touched)) if touched > 0 else routed
-    return dataclasses.replace(op, bytes_read=routed * k * DTYPE_BYTES[cfg.act_dtype] + w, weight_bytes=w, m=rows)
+    groups = max(1, round(touched))
+    return dataclasses.replace(
+        op, bytes_read=routed * k * DTYPE_BYTES[cfg.act_dtype] + w, weight_bytes=w, m=rows, groups=groups
+    )
 
 
 def step_ops(
@@ -462,7 +469,7 @@ def head_ops(model: ModelSpec, rows: int, cfg: OpConfig) -> list[Op]:
 
 def _unquantised(cfg: OpConfig) -> OpConfig:
     """The LM head's layout: quantised checkpoints (FP8, W8A8, AWQ/GPTQ) leave it in 16 bits."""
-    if cfg.act_dtype not in QUANTISED_COMPUTE and DTYPE_BYTES[cfg.weight_dtype] >= DTYPE_BYTES[cfg.act_dtype]:
-        return cfg
+    if cfg.act_dtype not in QUANTISED_COMPUTE and DTYPE_BYTES[cfg.weight_dtype] >= 2:
+        return cfg  # 16- or 32-bit weights: the head is as the layers are
     act = storage_dtype(cfg)
-    return dataclasses.replace(cfg, act_dtype=act, weight_dtype=act)
+    return dataclasses.replace(cfg, act_dtype=act, weight_dtype=act if DTYPE_BYTES[act] == 2 else "bf16")

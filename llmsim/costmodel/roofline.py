@@ -197,7 +197,8 @@ class CostModel:
             if op.m == 1 and self._gemv_bw is not None and not small:  # GEMV: no tiles to fill, streams the weights
                 compute = flops / (peak * self._curve.max_fraction)
             else:
-                eff = self.gemm_efficiency(op.m, op.n, op.dtype, op.weight_dtype)
+                # (the wave term counts the tiles of every GEMM in the launch: n x groups columns)
+                eff = self.gemm_efficiency(op.m, op.n * op.groups, op.dtype, op.weight_dtype)
                 compute = flops / (peak * eff) if op.m else 0.0
             if self.model.is_moe and op.name in _EXPERT_OPS:
                 compute *= self.cfg.moe_imbalance  # the step waits for the busiest expert

@@ -87,9 +87,7 @@ class Base:
             return PlanConfig.model_validate(self.data.get("plan") or {})
         except ValidationError as exc:
             keys = {"": list(PlanConfig.model_fields)}  # "did you mean 'replicas'?"
-            first = pydantic_message(exc, f"{self.origin}: plan", keys).splitlines()[0]
-            more = len(exc.errors()) - 1
-            raise UserError(first + (f" (and {more} more problem(s))" if more else "")) from None
+            raise UserError(pydantic_message(exc, f"{self.origin}: plan", keys)) from None  # one line, all problems
 
 
 def as_base(x: Base | Scenario | str | Path) -> Base:

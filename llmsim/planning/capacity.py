@@ -33,7 +33,6 @@ def capacity_plan(
     progress: bool = True,
 ) -> Plan:
     """Search the ``plan:`` candidates at ``target_rps``; the cheapest SLO-meeting configs win."""
-    from llmsim.hardware import load_profile
 
     base = as_base(base)
     check_target(base, target_rps)
@@ -43,7 +42,7 @@ def capacity_plan(
     target_rps = target_rps or cfg.target_rps or offered_rate(base, knob)
     rate = rate_overrides(base, target_rps, knob)
     slo = sc.slo.model_dump()  # seconds, as the scenario states them
-    power_w = {c.hardware: load_profile(c.hardware, Path(base.base_dir)).power_w.value for c in cands}
+    power_w = {c.hardware: _power_w(c.hardware, base, sc) for c in cands}
     rows: list[dict] = []
     points: list[Point] = []  # points[i] is what rows[i] (and so table.loc[i]) describes
     open_ = list(range(len(cands)))  # candidates still looking for a replica count that works
@@ -82,3 +81,11 @@ def capacity_plan(
         plan.slo_capacity = goodput_search(base, plan.best.overrides(), start_rps=target_rps)
     plan.recommendation = recommend(plan)
     return plan
+
+
+def _power_w(hardware: str, base: Base, sc: Scenario) -> float:
+    """The power of the devices a candidate uses: on a CPU, the sockets the scenario runs on."""
+    from llmsim.hardware import cpu_subset, load_profile
+
+    hw = load_profile(hardware, Path(base.base_dir))
+    return cpu_subset(hw, sc.cluster.sockets, sc.cluster.cores).power_w.value if hw.cpu else hw.power_w.value

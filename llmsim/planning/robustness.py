@@ -28,6 +28,11 @@ def scaled_profile(name: str, base_dir: str, factor: float, out_dir: Path) -> st
         if fig is not None:
             value = min(1.0, fig.value * factor)
             update[key] = fig.model_copy(update={"value": value, "source": f"{fig.source} (x{factor:.2f})"})
+    if hw.efficiency.gemm_dtype_fraction:  # the narrow dtypes' own GEMM fractions move with the rest
+        update["gemm_dtype_fraction"] = {
+            d: f.model_copy(update={"value": min(1.0, f.value * factor), "source": f"{f.source} (x{factor:.2f})"})
+            for d, f in hw.efficiency.gemm_dtype_fraction.items()
+        }
     hw2 = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update=update)})
     path = out_dir / f"{hw.name}_eff{factor:.2f}.yaml"
     dump_profile(hw2, path)
