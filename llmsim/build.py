@@ -246,8 +246,7 @@ def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
 
 def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     hw = load_profile(p.hardware or sc.hardware, Path(sc.base_dir))
-    if hw.family == "cpu" or sc.cluster.sockets or sc.cluster.cores:
-        hw = cpu_subset(hw, sc.cluster.sockets, sc.cluster.cores)
+    hw = cpu_subset(hw, sc.cluster.sockets, sc.cluster.cores)  # the whole device unless they are set
     engine = for_hardware(sc.engine_spec, hw)
     key = "cluster" if name == "main" else f"cluster.{name}_pool"
     check_parallelism(model, p.tp, p.pp, key)

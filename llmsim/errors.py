@@ -114,20 +114,35 @@ def safe_yaml(text: str) -> object:
     return data
 
 
+GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of gzip data
+
+
+def check_input_file(path: Path, expected: str, max_bytes: int, holder: str, hint: str = "") -> bytes:
+    """Refuse an input path that is missing, a folder, not a regular file (``/dev/zero``), larger
+    than ``max_bytes`` or unreadable, naming ``expected`` ("a trace file") and ``holder`` ("a
+    trace"); ``hint`` follows the size limit. Returns the file's first two bytes, for the caller's
+    format checks (gzip, UTF-16)."""
+    if not path.exists():
+        raise UserError(f"{path}: file not found")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, expected {expected}")
+    if not path.is_file():
+        raise UserError(f"{path}: not a regular file, expected {expected}")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise UserError(f"{path}: {size:,} bytes, more than {holder} may hold ({max_bytes:,}{hint})")
+    try:
+        with path.open("rb") as fh:
+            return fh.read(2)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
 def load_yaml_file(path: Path) -> object:
     """Read a YAML file safely (no object construction), naming the file in any error: malformed
     YAML, a key given twice, a file or alias expansion past ``MAX_YAML_BYTES`` / ``MAX_YAML_NODES``."""
     path = Path(path)
-    if not path.exists():
-        raise UserError(f"{path}: file not found")
-    if path.is_dir():
-        raise UserError(f"{path}: is a directory, expected a YAML file")
-    if not path.is_file():
-        raise UserError(f"{path}: not a regular file, expected a YAML file")
-    if path.stat().st_size > MAX_YAML_BYTES:
-        raise UserError(
-            f"{path}: {path.stat().st_size:,} bytes, more than a YAML file here may hold ({MAX_YAML_BYTES:,})"
-        )
+    check_input_file(path, "a YAML file", MAX_YAML_BYTES, "a YAML file here")
     try:
         return safe_yaml(path.read_text())
     except yaml.YAMLError as exc:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from llmsim.errors import UserError, did_you_mean
+from llmsim.errors import GZIP_MAGIC, UserError, check_input_file, did_you_mean
 from llmsim.models import DTYPE_BYTES
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ MAX_RANKS = 2**16  # TP degree or all-reduce ranks
 MAX_MESSAGE_BYTES = 2.0**40  # one all-reduce's bytes per rank (1 TiB)
 # one kernel's median time: 1 ns (below any launch) to an hour; outside it the unit is wrong
 SECONDS = (1e-9, 3600.0)
-_GZIP_MAGIC = b"\x1f\x8b"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
@@ -90,23 +89,10 @@ def read_profile(path: str | Path) -> list[Measurement]:
 def _check_file(path: Path) -> None:
     """A profile must be a readable, uncompressed, not absurdly large regular file: anything else
     would end in a traceback (IsADirectoryError, UnicodeDecodeError) or exhaust memory."""
-    if not path.exists():
-        raise UserError(f"{path}: profile file not found")
-    if path.is_dir():
-        raise UserError(f"{path}: is a directory, expected a profile CSV file")
-    if not path.is_file():
-        raise UserError(f"{path}: not a regular file, expected a profile CSV file")
-    size = path.stat().st_size
-    if size > MAX_PROFILE_BYTES:
-        raise UserError(f"{path}: {size:,} bytes, more than a profile CSV may hold ({MAX_PROFILE_BYTES:,})")
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(2)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the profile ({exc.strerror or exc})") from None
+    head = check_input_file(path, "a profile CSV file", MAX_PROFILE_BYTES, "a profile CSV")
     if not head:
         raise UserError(f"{path}: empty file, expected a CSV header row (docs/profile_format.md)")
-    if head == _GZIP_MAGIC:
+    if head == GZIP_MAGIC:
         raise UserError(f"{path}: gzip-compressed data; decompress it first (gunzip)")
     if head in _UTF16_BOMS:
         raise UserError(f"{path}: UTF-16 text (a spreadsheet's 'Unicode text' export); save it as CSV in UTF-8")

@@ -13,34 +13,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from llmsim.errors import UserError
+from llmsim.errors import GZIP_MAGIC, UserError, check_input_file
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
 from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, MAX_TRACE_BYTES, check_prefix_blocks
 
-_GZIP_MAGIC = b"\x1f\x8b"
-
 
 def _check_file(path: Path) -> None:
-    """A trace path must be a readable, uncompressed file: a folder or gzip data would otherwise
-    end in a traceback (IsADirectoryError, UnicodeDecodeError) deep inside pandas or json."""
-    if not path.exists():
-        raise UserError(f"{path}: trace file not found")
-    if path.is_dir():
-        raise UserError(f"{path}: is a directory, not a trace file")
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(2)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
-    if head == _GZIP_MAGIC:
+    """A trace path must be a readable, uncompressed file of bounded size: a folder or gzip data
+    would otherwise end in a traceback (IsADirectoryError, UnicodeDecodeError) deep inside pandas
+    or json, a huge file in exhausted memory."""
+    hint = f": {MAX_REQUESTS:,} requests of the widest format; slice it first"
+    head = check_input_file(path, "a trace file", MAX_TRACE_BYTES, "a trace", hint)
+    if head == GZIP_MAGIC:
         raise UserError(f"{path}: gzip-compressed data; decompress it first (gunzip)")
-    size = path.stat().st_size
-    if size > MAX_TRACE_BYTES:
-        raise UserError(
-            f"{path}: {size:,} bytes, more than a trace may hold ({MAX_TRACE_BYTES:,}: {MAX_REQUESTS:,} requests "
-            "of the widest format); slice it first"
-        )
 
 
 def _json_lines(path: Path) -> list[tuple[int, str]]:
