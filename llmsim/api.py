@@ -85,6 +85,7 @@ def run(
                 "replicas": p.replicas,
                 "tp": p.tp,
                 "pp": p.pp,
+                "ep": p.cost.cfg.ep,  # expert-parallel degree (1: every GPU holds every expert)
                 "kv_blocks_per_replica": p.kv_blocks,
                 "memory_per_device": p.memory,
                 "price_per_hour_usd": p.hw.price_per_hour_usd.value * p.replicas * p.tp * p.pp,

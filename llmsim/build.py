@@ -240,8 +240,14 @@ def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
     c = sc.cluster
     if sc.policy.kind == "disaggregated":
         assert c.prefill_pool is not None and c.decode_pool is not None
+        if c.expert_parallel:  # each pool is its own expert-parallel group: say so rather than ignore it
+            raise UserError(
+                "cluster.expert_parallel: a disaggregated scenario sets it per pool "
+                "(cluster.prefill_pool.expert_parallel, cluster.decode_pool.expert_parallel)"
+            )
         return [_pool(sc, model, "prefill", c.prefill_pool), _pool(sc, model, "decode", c.decode_pool)]
-    return [_pool(sc, model, "main", PoolConfig(replicas=c.replicas, tp=c.tp, pp=c.pp))]
+    main = PoolConfig(replicas=c.replicas, tp=c.tp, pp=c.pp, expert_parallel=c.expert_parallel)
+    return [_pool(sc, model, "main", main)]
 
 
 def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
@@ -250,6 +256,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     engine = for_hardware(sc.engine_spec, hw)
     key = "cluster" if name == "main" else f"cluster.{name}_pool"
     check_parallelism(model, p.tp, p.pp, key)
+    ep = expert_parallel_degree(model, p, key)
     weight_dtype = sc.model.weight_dtype or model.weight_dtype
     act = sc.model.act_dtype
     if not hw.computes_in(act):
@@ -257,6 +264,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     cfg = CostConfig(
         tp=p.tp,
         pp=p.pp,
+        ep=ep,
         weight_dtype=weight_dtype,
         kv_dtype=sc.kv_cache.dtype,
         act_dtype=act,
@@ -288,12 +296,12 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
             draft = get_model(spec.draft_model or "").with_(weight_dtype=weight_dtype)
     step_tokens = step_budget(sc, p, name)
     blocks, memory = kv_blocks(
-        sc, model, hw, p.tp, p.pp, weight_dtype, step_tokens, sched.max_num_seqs, key, draft=draft
+        sc, model, hw, p.tp, p.pp, weight_dtype, step_tokens, sched.max_num_seqs, key, draft=draft, ep=ep
     )
     draft_cost = None
     if draft is not None:
         # the draft is small: it runs unsharded next to the target's shard
-        draft_cost = CostModel(draft, hw, replace(cfg, tp=1, pp=1), engine)
+        draft_cost = CostModel(draft, hw, replace(cfg, tp=1, pp=1, ep=1), engine)
     cost = CostModel(model, hw, cfg, engine)
     return PoolSpec(name, hw, p.replicas, p.tp, p.pp, cost, blocks, sched, memory, draft_cost=draft_cost)
 
@@ -345,6 +353,26 @@ def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
         raise UserError(f"{key}.pp: {pp} pipeline stages do not divide the {model.num_layers} layers of {model.name}")
 
 
+def expert_parallel_degree(model: ModelSpec, p: PoolConfig, key: str) -> int:
+    """The expert-parallel degree of a pool: 1 without ``expert_parallel``, else replicas x tp, as
+    vLLM sizes its EP group (EP size = DP x TP: ``ParallelConfig.data_parallel_size`` "MoE layers
+    will be sharded according to the product of the tensor ... and data parallel sizes",
+    vllm/config/parallel.py). Each GPU then holds num_experts / ep whole experts, so ep must divide
+    them (vLLM's default linear placement gives every rank the same count when there are no
+    redundant experts)."""
+    if not p.expert_parallel:
+        return 1
+    if not model.is_moe:
+        raise UserError(f"{key}.expert_parallel: {model.name} is a dense model (no experts to split); remove it")
+    ep = p.replicas * p.tp
+    if model.num_experts % ep:
+        raise UserError(
+            f"{key}.expert_parallel: the expert-parallel degree {ep} (replicas {p.replicas} x tp {p.tp}) does "
+            f"not divide the {model.num_experts} experts of {model.name}"
+        )
+    return ep
+
+
 def activation_bytes(model: ModelSpec, step_tokens: int, max_seqs: int, tp: int, act_dtype: str) -> float:
     """Peak activation memory of one step on one device: one layer's live buffers (residual,
     normed input, QKV, MLP intermediate) plus fp32 logits of the sampled rows. Grows with the
@@ -368,15 +396,18 @@ def kv_blocks(
     max_seqs: int,
     key: str,
     draft: ModelSpec | None = None,
+    ep: int = 1,
 ) -> tuple[int, dict]:
     """KV capacity in blocks = (usable memory − weights − activations − reserve) / block bytes,
     usable memory being ``memory_fraction`` of the device (vLLM, SGLang); or, with
     ``memory_fraction_of: free`` (TensorRT-LLM), ``memory_fraction`` of what is left once the rest
-    is placed. A speculative draft model on the same devices adds its weights and its KV per token."""
+    is placed. A speculative draft model on the same devices adds its weights and its KV per token.
+    Under expert parallelism (``ep`` > 1) each device holds the experts / (ep x pp) and the rest of
+    the weights / (tp x pp) (``ModelSpec.weight_bytes_per_device``), which leaves the KV cache more."""
     devices = tp * pp
     of_free = sc.kv_cache.memory_fraction_of == "free"
     usable = hw.memory_bytes * (1.0 if of_free else sc.kv_cache.memory_fraction)
-    weights = model.weight_bytes(weight_dtype) / devices
+    weights = model.weight_bytes_per_device(weight_dtype, tp, pp, ep)
     act = activation_bytes(model, step_tokens, max_seqs, tp, sc.model.act_dtype)
     reserve = sc.kv_cache.reserve_gb * 1e9
     kv_heads_per_dev = max(1, model.num_kv_heads // tp)
@@ -403,7 +434,8 @@ def kv_blocks(
         memory["kv_bytes"] = blocks * block_bytes
     if blocks < 1:
         raise UserError(
-            f"{key}: {model.name} does not fit on {hw.name} x{devices} (tp={tp}, pp={pp}): weights need "
+            f"{key}: {model.name} does not fit on {hw.name} x{devices} (tp={tp}, pp={pp}"
+            f"{f', ep={ep}' if ep > 1 else ''}): weights need "
             f"{weights / 1e9:.1f} GB and activations {act / 1e9:.1f} GB per device, but only "
             f"{usable / 1e9:.1f} GB is usable ({usable / hw.memory_bytes:.0%} of {hw.memory_bytes / 1e9:.0f} GB)"
             f"{' minus a ' + format(reserve / 1e9, '.1f') + ' GB reserve' if reserve else ''}; "

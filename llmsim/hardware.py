@@ -119,6 +119,16 @@ class Efficiency(BaseModel):
     # Optional CPU-BLAS regimes (absent: priced like any GEMM / attention, as before).
     gemv_memory_fraction: Figure | None = None  # m = 1 GEMMs take a GEMV path: no tiles, weights stream at this x bw
     decode_attention_fraction: Figure | None = None  # decode attention's FLOP efficiency, if unlike prefill's
+    # MoE expert GEMMs (one grouped kernel over the experts touched, vLLM's fused_moe) stream their
+    # weights at this x bw (absent: memory_fraction, as a dense GEMM does)
+    moe_memory_fraction: Figure | None = None
+    # Optional attention-kernel terms fitted to measured attention (absent: priced as before).
+    # attention's K/V and q streams vs datasheet bandwidth (absent: memory_fraction)
+    attention_memory_fraction: Figure | None = None
+    # share of a prefill chunk's causally masked scores (its score rectangle minus the causal pairs)
+    # the flash kernel pays for as if computed: 0 = masked tiles skipped (else), 1 = the whole rectangle
+    attention_masked_fraction: Figure | None = None
+    attention_row_keys: Figure | None = None  # a prefill query row's own work, in scores' worth of compute (else 0)
     # Measured GEMM rate / dense peak for m = 1, 2, ..., len rows (whole time, weight streaming
     # included): BLAS switches kernels at small m in steps no smooth curve follows. GEMMs with more
     # rows use the curve; where the table applies it replaces the curve and gemv_memory_fraction.
@@ -152,6 +162,8 @@ class Efficiency(BaseModel):
         "elementwise_memory_fraction",
         "gemv_memory_fraction",
         "decode_attention_fraction",
+        "moe_memory_fraction",
+        "attention_memory_fraction",
         "gemm_wave_units",
         "gemm_tile",
     )
@@ -163,6 +175,16 @@ class Efficiency(BaseModel):
     @classmethod
     def _fraction(cls, v: Figure) -> Figure | None:
         return _check(v, "fractions of 1 (0.8 for 80%)", positive=True, at_most=1.0)
+
+    @field_validator("attention_masked_fraction")
+    @classmethod
+    def _share(cls, v: Figure | None) -> Figure | None:
+        return _check(v, "fractions of 1 (0.5 for half; 0 allowed)", at_most=1.0)
+
+    @field_validator("attention_row_keys")
+    @classmethod
+    def _row_keys(cls, v: Figure | None) -> Figure | None:
+        return _check(v, "keys (scores per query row; 600, not seconds)", at_most=1e6)
 
     @field_validator("gemm_tile", "gemm_wave_exponent")
     @classmethod
@@ -178,8 +200,11 @@ class Overheads(BaseModel):
     kernel_launch_s: Figure  # per kernel, removed by CUDA graphs in decode
     step_overhead_s: Figure  # per step CPU/scheduler work (schedule, prepare inputs, sample)
     kernel_fixed_s: Figure | None = None  # device-side minimum per kernel (ramp-up, tail); CUDA graphs keep it
+    # the same for attention kernels (prefill and decode), where measured apart (else kernel_fixed_s):
+    # a FlashAttention kernel over a paged KV cache (split-KV, a combine pass) has a longer floor than a GEMM
+    attention_fixed_s: Figure | None = None
 
-    @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s")
+    @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s", "attention_fixed_s")
     @classmethod
     def _seconds(cls, v: Figure | None) -> Figure | None:
         return _check(v, "seconds (4e-6 for 4 us)", at_most=1.0)

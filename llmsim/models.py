@@ -110,6 +110,25 @@ class ModelSpec:
         layers = self.num_layers * self.layer_params()
         return layers * per + (self.total_params() - layers) * 2
 
+    def expert_weight_bytes(self, dtype: str | None = None) -> float:
+        """Bytes of the routed experts' weights in ``dtype`` (0 for a dense model): the part of
+        ``weight_bytes`` expert parallelism splits over GPUs. The router stays whole on every GPU,
+        so it is not counted here; the experts are decoder-layer weights, so a quantised
+        checkpoint stores them in ``dtype`` as ``weight_bytes`` does."""
+        if not self.is_moe:
+            return 0.0
+        return self.num_layers * self.num_experts * self.expert_params() * DTYPE_BYTES[dtype or self.weight_dtype]
+
+    def weight_bytes_per_device(self, dtype: str | None, tp: int, pp: int, ep: int = 1) -> float:
+        """Weights one GPU holds: everything split over its tp x pp devices, except that under expert
+        parallelism the experts are split over ep x pp (vLLM: E/ep whole experts per GPU) and the
+        rest over tp x pp. With ep = 1 this is ``weight_bytes / (tp * pp)`` exactly."""
+        total = self.weight_bytes(dtype)
+        if ep <= 1:
+            return total / (tp * pp)
+        experts = self.expert_weight_bytes(dtype)
+        return (total - experts) / (tp * pp) + experts / (ep * pp)
+
     # ---- KV cache --------------------------------------------------------------------
     def kv_bytes_per_token_per_layer(self, kv_dtype: str = "bf16") -> float:
         return 2 * self.kv_size * DTYPE_BYTES[kv_dtype]

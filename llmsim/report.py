@@ -29,7 +29,7 @@ import pandas as pd
 
 from llmsim.errors import UserError, atomic_write_text, load_json_object, test_pause
 from llmsim.filekinds import file_kind
-from llmsim.results import read_table, requests_line, slo_targets, table_run_id
+from llmsim.results import pools_line, read_table, requests_line, slo_targets, table_run_id
 from llmsim.scenario import Scenario
 from llmsim.tables import cells, fmt
 from llmsim.timeline import write_trace
@@ -396,7 +396,7 @@ def pairs_table(title: str, pairs: list[tuple[str, object]], headers: tuple[str,
 def run_table(s: dict) -> Table:
     """The run's summary, line by line what ``llmsim run`` prints (same numbers, same formatting)."""
     slo, sat = s["slo"], s["saturation"]
-    pools = ", ".join(f"{p['name']}: {p['replicas']}x {p['hardware']} tp{p['tp']} pp{p['pp']}" for p in s["pools"])
+    pools = pools_line(s)
     # the CLI's order (the scenario's), not summary.json's sorted keys
     targets = slo_targets(slo)
     pairs: list[tuple[str, object]] = [

@@ -259,6 +259,15 @@ def rejection_counts(reasons: pd.Series) -> dict[str, int]:
     return {str(k): int(v) for k, v in kinds.items()}
 
 
+def pools_line(summary: dict) -> str:
+    """'main: 2x H100-SXM tp1 pp1' per pool, ' ep2' where its experts are split (run output, report)."""
+    return ", ".join(
+        f"{p['name']}: {p['replicas']}x {p['hardware']} tp{p['tp']} pp{p['pp']}"
+        + (f" ep{p['ep']}" if p.get("ep", 1) > 1 else "")
+        for p in summary["pools"]
+    )
+
+
 def requests_line(summary: dict) -> str:
     """'N total, F finished, R rejected (by kind), U unfinished, P preemptions' (run output, report)."""
     req, by = summary["requests"], summary.get("rejected_by")

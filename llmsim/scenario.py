@@ -87,6 +87,9 @@ class PoolConfig(_Strict):
     replicas: Replicas = 1
     tp: Parallel = 1  # tensor parallelism: devices per pipeline stage
     pp: Parallel = 1  # pipeline stages
+    # MoE: split the experts over the pool's replicas x tp GPUs (vLLM --data-parallel-size N
+    # --enable-expert-parallel: EP size = DP x TP; build.expert_parallel_degree)
+    expert_parallel: bool = False
     max_num_seqs: Seqs | None = None  # default: policy.max_num_seqs
     max_batch_tokens: StepTokens | None = None
 
@@ -104,6 +107,9 @@ class ClusterConfig(_Strict):
     replicas: Replicas = 1
     tp: Parallel = 1
     pp: Parallel = 1
+    # MoE: the replicas are data-parallel ranks of one expert-parallel group: each GPU holds
+    # num_experts / (replicas x tp) experts (vLLM --data-parallel-size --enable-expert-parallel)
+    expert_parallel: bool = False
     router: Literal["round_robin", "least_outstanding", "kv_aware", "prefix_affinity"] = "round_robin"
     # disaggregated: how a finished prompt picks its decode replica
     decode_router: Literal["round_robin", "least_outstanding", "kv_aware"] = "least_outstanding"

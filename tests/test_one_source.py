@@ -101,6 +101,9 @@ CASES = [
     ("mistral-7b", "TPU-v5e", CostConfig(tp=2)),
     ("mixtral-8x7b", "MI300X", CostConfig(tp=8, attention_kernel="naive")),
     ("gpt2", "Xeon-8480+", CostConfig(attention_kernel="naive", numa_aware=False)),
+    # expert parallelism (dp 2 x tp 2, and over pipeline stages); a profile with moe_memory_fraction
+    ("qwen3-30b-a3b-instruct-2507", "H100-SXM", CostConfig(tp=2, ep=4)),
+    ("qwen3-30b-a3b-instruct-2507", "RTX-PRO-6000", CostConfig(pp=2, ep=2)),
 ]
 
 

@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from llmsim.hardware import load_profile
@@ -83,6 +84,23 @@ def test_scenarios_follow_meta():
         assert sc["policy"]["chunk_tokens"] == kw["max_num_batched_tokens"]
         assert sc["policy"]["max_num_seqs"] == kw["max_num_seqs"]
         assert sc["kv_cache"]["block_tokens"] == 16 and sc["kv_cache"]["prefix_caching"]
+        assert sc["cluster"].get("expert_parallel", False) == kw["enable_expert_parallel"]
+
+
+def test_decode_step_table_reads_the_runs_log():
+    """The real decode step time comes from seconds without prompt tokens: running / tok/s."""
+    run = next(r for r in replay.RUNS if r.key == "RTXPRO6000/Qwen3-32B")
+    real = replay.real_decode_steps(run)
+    ts = pd.read_csv(run.dir / "timeseries.csv")
+    row = ts[(ts["t"] == 31.0)].iloc[0]  # 128 running, 2176 tok/s, no prompt tokens: 17 steps/s
+    assert row["prompt_throughput"] == 0 and row["running"] == 128
+    assert real.loc[row.name, "step_s"] == pytest.approx(128 / 2176)
+    steps = pd.DataFrame(
+        {"prefill_tokens": [0, 512, 0], "batch_size": [128, 128, 130], "duration_s": [0.05, 0.3, 0.07]}
+    )
+    rows = replay.decode_step_rows(run, steps)
+    top = next(r for r in rows if r["decoding per rank"] == ">=128")
+    assert top["llmsim steps"] == 2 and top["llmsim_ms"] == pytest.approx(60.0)  # the prefill step is left out
 
 
 @pytest.mark.parametrize("name", ["RTX-4090", "RTX-PRO-6000"])

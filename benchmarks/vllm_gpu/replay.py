@@ -14,11 +14,14 @@ TTFT = first_token_ts - queued_ts, E2E = last_token_ts - queued_ts,
 TPOT = (last_token_ts - first_token_ts) / (output_toks - 1), over requests with output_toks > 1.
 llmsim's requests.csv measures the same spans from arrival.
 
-Qwen3-30B-A3B ran with data_parallel_size 2 + enable_expert_parallel. llmsim has no expert
-parallelism: it is replayed as 2 independent replicas (router least_outstanding), each holding the
-whole MoE model on one GPU (61 GB of bf16 weights fit in 96 GB). That ignores EP's all-to-all and the
-halved expert-weight reads per GPU, and the DP ranks' lock-step; the row is labelled "DP2 as 2
-replicas".
+Qwen3-30B-A3B ran with data_parallel_size 2 + enable_expert_parallel (TP1). It is replayed with
+``cluster.replicas: 2`` and ``cluster.expert_parallel: true`` (from the run's engine_kwargs): the
+two replicas are the two DP ranks of one EP group of 2, each GPU holding 64 of the 128 experts
+(32 GB of weights instead of 61 GB, so a larger KV cache) and paying an all-gather and a
+reduce-scatter of both ranks' tokens around every MoE layer, vLLM's default
+``allgather_reducescatter`` backend (docs/scenario.md). Requests are spread by
+``least_outstanding``; the cost of a step assumes the other rank carries the same load, and the
+DP ranks' per-step synchronisation is not priced.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ RUNS = [
         "RTXPRO6000/Qwen3-30B-A3B-Instruct-2507",
         "qwen3-30b-a3b-instruct-2507",
         "RTX-PRO-6000",
-        "DP2+EP as 2 replicas (no EP in llmsim)",
+        "DP2+EP: cluster.expert_parallel, EP 2",
     ),
 ]
 
@@ -174,6 +177,7 @@ def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
     kw = meta["engine_kwargs"]
     kv = meta.get("kv_cache") or {}
     dp = int(kw.get("data_parallel_size") or 1)
+    ep = bool(kw.get("enable_expert_parallel"))  # EP size = DP x TP (vLLM), cluster.expert_parallel
     kv_cache: dict = {
         "block_tokens": int(kv.get("block_size", 16)),  # vLLM 0.19 default 16
         "prefix_caching": bool(kv.get("enable_prefix_caching", True)),  # vLLM 0.19 default on
@@ -189,6 +193,7 @@ def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
             "replicas": dp,
             "tp": int(kw.get("tensor_parallel_size") or 1),
             "router": "least_outstanding" if dp > 1 else "round_robin",
+            **({"expert_parallel": True} if ep else {}),
             "cuda_graphs": True,  # vLLM 0.19 default: full CUDA graphs for decode (cudagraph_mode FULL_AND_PIECEWISE)
         },
         "policy": {
@@ -204,7 +209,7 @@ def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
             "kind": "trace",
             "trace": {"path": str(trace), "format": "llmservingsim", "hash_block_tokens": kv_cache["block_tokens"]},
         },
-        "output": {"steps": "none"},
+        "output": {"steps": "all"},  # for decode_steps: every step's duration and batch
     }
 
 
@@ -244,6 +249,7 @@ def replay(run: Run, max_requests: int | None = None, policy: str = "vllm", out:
         res = llmsim.run(sc)
     sim = res.requests
     fin = sim[sim["status"] == "finished"]
+    decode = decode_step_rows(run, res.steps)
     real = real_requests(run)
     peer = peer_requests(run)
     if max_requests is not None:  # compare like with like: the same first requests
@@ -273,8 +279,54 @@ def replay(run: Run, max_requests: int | None = None, policy: str = "vllm", out:
         "scorer": "llmsim.accuracy" if acc is not None else "pandas (replay.py)",
         "e2e_request_mape": e2e_mape,
         "scores": {**scores, "run": run.key},
+        "decode_steps": decode,
         **{side: score(frames[side], own[side]) if side in frames else None for side in ("real", "llmsim", "peer")},
     }
+
+
+BANDS = ((1, 16), (16, 64), (64, 128), (128, 10**9))  # decoding requests per rank
+
+
+def real_decode_steps(run: Run) -> pd.DataFrame:
+    """Decode step time the run's own per-second log implies: in a second with no prompt tokens
+    every running request decodes once per step, so step = running / generated tokens per second
+    (DP ranks step side by side: the totals give the same ratio). One row per such second, with
+    the requests per rank."""
+    ts = pd.read_csv(run.dir / "timeseries.csv")
+    dp = int(run.meta()["engine_kwargs"].get("data_parallel_size") or 1)
+    quiet = ts[(ts["prompt_throughput"] == 0) & (ts["gen_throughput"] > 0) & (ts["running"] > 0)]
+    return pd.DataFrame({"per_rank": quiet["running"] / dp, "step_s": quiet["running"] / quiet["gen_throughput"]})
+
+
+def sim_decode_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """llmsim's decode-only steps (no prompt tokens), one row each."""
+    quiet = steps[(steps["prefill_tokens"] == 0) & (steps["batch_size"] > 0)]
+    return pd.DataFrame({"per_rank": quiet["batch_size"], "step_s": quiet["duration_s"]})
+
+
+def decode_step_rows(run: Run, steps: pd.DataFrame) -> list[dict]:
+    """Median decode step (ms) by requests per rank, real (per-second log) beside llmsim (steps):
+    the engine-and-kernel cost of a step, apart from the queueing that TTFT and E2E add."""
+    real, sim = real_decode_steps(run), sim_decode_steps(steps)
+    rows = []
+    for lo, hi in BANDS:
+        r = real[(real["per_rank"] >= lo) & (real["per_rank"] < hi)]["step_s"]
+        m = sim[(sim["per_rank"] >= lo) & (sim["per_rank"] < hi)]["step_s"]
+        if len(r):
+            label = f"{lo}-{hi - 1}" if hi < 10**9 else f">={lo}"
+            real_ms, sim_ms = 1e3 * float(r.median()), 1e3 * float(m.median()) if len(m) else float("nan")
+            rows.append(
+                {
+                    "run": run.key,
+                    "decoding per rank": label,
+                    "real seconds": len(r),
+                    "real_ms": real_ms,
+                    "llmsim steps": len(m),
+                    "llmsim_ms": sim_ms,
+                    "llmsim_err": _err(sim_ms, real_ms),
+                }
+            )
+    return rows
 
 
 def _err(sim: float | None, real: float) -> str:
@@ -336,10 +388,17 @@ def main(argv: list[str] | None = None) -> int:
     with pd.option_context("display.width", 200, "display.max_rows", 200, "display.float_format", "{:,.1f}".format):
         print(df.to_string(index=False))
     print(f"wrote {args.out / 'score.csv'}")
+    steps = pd.DataFrame([d for r in rows for d in r["decode_steps"]])
+    print("\ndecode step time, median ms (real: running / generated tok/s in seconds without prompt tokens)")
+    with pd.option_context("display.width", 200, "display.max_rows", 200, "display.float_format", "{:,.1f}".format):
+        print(steps.to_string(index=False))
     if args.record and args.max_requests is None:
         from llmsim.accuracy import record
 
-        src = f"benchmarks/vllm_gpu/replay.py on {len(rows)} real vLLM 0.19 GPU runs (no fitted parameter)"
+        src = (
+            f"benchmarks/vllm_gpu/replay.py on {len(rows)} real vLLM 0.19 GPU runs (no parameter fitted to them; one "
+            "platform choice, RTX-PRO-6000's host-staged all-reduce, made after seeing the Qwen3-32B run)"
+        )
         print(f"wrote {record('vllm-gpu', [r['scores'] for r in rows], src)}")
     return 0
 

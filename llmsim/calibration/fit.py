@@ -1,9 +1,14 @@
-"""Fit a device's GEMM efficiency curve, bandwidth fraction, kernel latency and all-reduce link
-to measured timings, and write the result as a calibrated hardware profile.
+"""Fit a device's GEMM efficiency curve, bandwidth fraction, kernel latency, attention kernels
+and all-reduce link to measured timings, and write the result as a calibrated hardware profile.
 
 The fitted model is exactly the cost model's: ``t = max(FLOPs / (peak * eff(m, n)),
 bytes / (bandwidth * memory_fraction)) + kernel_fixed_s`` with ``eff`` from ``GemmCurve``; the
-fit minimises squared *relative* error (so 10 us kernels count as much as 10 ms ones).
+fit minimises squared *relative* error (so 10 us kernels count as much as 10 ms ones). Attention
+kernels are priced the same way from the op ``ops.attention_ops`` builds for the measured shape:
+prefill ``max((FLOPs + attention_masked_fraction * masked FLOPs + attention_row_keys * query FLOPs)
+/ (peak * gemm_max_fraction * attention_fraction), bytes / (bandwidth * attention_memory_fraction))
++ attention_fixed_s``, decode ``max(FLOPs / (...), bytes / (...)) + attention_fixed_s``
+(docs/profile_format.md).
 """
 
 from __future__ import annotations
@@ -15,11 +20,12 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from llmsim.calibration.readers import Measurement
+from llmsim.calibration.readers import ATTENTION_OPS, Measurement
 from llmsim.costmodel.gemm import GemmCurve
+from llmsim.costmodel.ops import BatchShape, Op, OpConfig, attention_ops, batch_shape
 from llmsim.errors import UserError
 from llmsim.hardware import Figure, HardwareProfile
-from llmsim.models import DTYPE_BYTES
+from llmsim.models import DTYPE_BYTES, ModelSpec
 
 # Fitted parameters of the GEMM curve: name, lower bound, upper bound.
 _GEMM_PARAMS = [
@@ -38,6 +44,8 @@ class FitResult:
     comm_rows: int = 0
     gemm_mape: float = float("nan")
     comm_mape: float = float("nan")
+    attention_rows: dict[str, int] = field(default_factory=dict)  # per op: attention_prefill / _decode
+    attention_mape: dict[str, float] = field(default_factory=dict)
 
 
 def _gemm_arrays(hw: HardwareProfile, rows: list[Measurement]) -> dict[str, np.ndarray]:
@@ -121,14 +129,134 @@ def fit_all_reduce(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[s
     return {"scale_up_latency_s": float(fit.x[0]), "allreduce_bus_fraction": float(fit.x[1])}, mape
 
 
+# ------------------------------------------------------------------ attention kernels
+
+# Fitted attention terms (docs/profile_format.md): where the profile keeps them, bounds, x_scale.
+# ``attention_fraction`` is relative to the GEMM peak fraction, as the cost model uses it.
+_ATTN_PARAMS = [
+    ("attention_fraction", 0.02, 2.0, 0.1),
+    ("attention_masked_fraction", 0.0, 1.0, 0.1),
+    ("attention_row_keys", 0.0, 1e5, 100.0),
+    ("attention_memory_fraction", 0.05, 1.5, 0.1),
+    ("attention_fixed_s", 0.0, 1e-4, 1e-6),
+]
+_PREFILL_PARAMS = ("attention_fraction", "attention_masked_fraction", "attention_row_keys", "attention_fixed_s")
+_DECODE_PARAMS = ("attention_memory_fraction", "attention_fixed_s")
+
+
+def attention_spec(r: Measurement) -> ModelSpec:
+    """The one-layer model whose attention an attention row measured: its heads, KV heads and head
+    size (the cost model needs nothing else of a model to build the attention op)."""
+    return ModelSpec(
+        name=f"measured attention {r.heads}q/{r.kv_heads}kv x {r.head_dim}",
+        hidden_size=r.heads * r.head_dim,
+        intermediate_size=1,
+        num_layers=1,
+        num_heads=r.heads,
+        num_kv_heads=r.kv_heads,
+        head_dim=r.head_dim,
+        vocab_size=1,
+    )
+
+
+def attention_shape(r: Measurement) -> BatchShape:
+    """The step an attention row measured: ``batch`` prompts each prefilling a chunk of ``m`` new
+    tokens after ``kv`` cached ones, or ``batch`` sequences each decoding one after ``kv``."""
+    if r.op == "attention_prefill":
+        return batch_shape([(r.m, r.kv)] * r.batch, [])
+    return batch_shape([], [r.kv] * r.batch)
+
+
+def attention_op(r: Measurement, cfg: OpConfig) -> Op:
+    """The cost model's own op for an attention row (``ops.attention_ops``, one layer)."""
+    (op,) = attention_ops(attention_spec(r), attention_shape(r), cfg)
+    return op
+
+
+def _attention_arrays(hw: HardwareProfile, rows: list[Measurement]) -> dict[str, np.ndarray]:
+    ops = [attention_op(r, OpConfig(tp=r.tp, weight_dtype=r.dtype, act_dtype=r.dtype, kv_dtype=r.dtype)) for r in rows]
+    return {
+        "prefill": np.array([r.op == "attention_prefill" for r in rows]),
+        "flops": np.array([op.flops for op in ops]),
+        "masked": np.array([op.masked_flops for op in ops]),
+        "query": np.array([op.query_flops for op in ops]),
+        "bytes": np.array([op.bytes for op in ops]),
+        "peak": np.array([hw.peak(op.dtype) * hw.efficiency.gemm_fraction(op.dtype) for op in ops]),
+        "seconds": np.array([r.seconds for r in rows]),
+    }
+
+
+def _attention_predict(
+    p: dict[str, float], x: dict[str, np.ndarray], hw: HardwareProfile, decode_frac: float | None
+) -> np.ndarray:
+    """``CostModel.price``'s attention arithmetic (kernel time, no launch gap) on arrays."""
+    pre = x["prefill"]
+    frac = np.where(pre, p["attention_fraction"], decode_frac or p["attention_fraction"])
+    extra = p["attention_masked_fraction"] * x["masked"] + p["attention_row_keys"] * x["query"]
+    compute = (x["flops"] + np.where(pre, extra, 0.0)) / (x["peak"] * frac)
+    memory = x["bytes"] / (hw.bandwidth * p["attention_memory_fraction"])
+    return np.maximum(compute, memory) + p["attention_fixed_s"]
+
+
+def attention_start(hw: HardwareProfile) -> dict[str, float]:
+    """The attention terms as ``hw`` prices them now (what a term it lacks falls back to)."""
+    e, o = hw.efficiency, hw.overheads
+    fixed = o.attention_fixed_s or o.kernel_fixed_s
+    return {
+        "attention_fraction": e.attention_fraction.value,
+        "attention_masked_fraction": e.attention_masked_fraction.value if e.attention_masked_fraction else 0.0,
+        "attention_row_keys": e.attention_row_keys.value if e.attention_row_keys else 0.0,
+        "attention_memory_fraction": (e.attention_memory_fraction or e.memory_fraction).value,
+        "attention_fixed_s": fixed.value if fixed else 0.0,
+    }
+
+
+def fit_attention(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, float], dict[str, float]]:
+    """Least-squares fit (relative error) of the attention terms the rows identify: prefill rows
+    the prefill compute fraction, the share of masked scores paid for and the per-row work;
+    decode rows the K/V streaming fraction (decode attention is memory-bound, so its compute
+    fraction is not identified and is left as the profile has it); either the kernel floor they
+    share. Returns the fitted terms and the training MAPE per op."""
+    x = _attention_arrays(hw, rows)
+    start = attention_start(hw)
+    dec = hw.efficiency.decode_attention_fraction
+    free = [*(_PREFILL_PARAMS if x["prefill"].any() else ()), *(_DECODE_PARAMS if (~x["prefill"]).any() else ())]
+    free = list(dict.fromkeys(free))  # (the floor once)
+    spec = {name: (lo, hi, scale) for name, lo, hi, scale in _ATTN_PARAMS}
+    lo = np.array([spec[n][0] for n in free])
+    hi = np.array([spec[n][1] for n in free])
+    p0 = np.clip([start[n] for n in free], lo, hi - 1e-15)
+    for name, inside in (("attention_masked_fraction", 0.5), ("attention_row_keys", 100.0)):
+        if name in free:  # start inside the box: at a bound the gradient may be 0
+            p0[free.index(name)] = inside
+
+    def params(v: np.ndarray) -> dict[str, float]:
+        return {**start, **dict(zip(free, (float(a) for a in v), strict=True))}
+
+    def residual(v: np.ndarray) -> np.ndarray:
+        return _attention_predict(params(v), x, hw, dec.value if dec else None) / x["seconds"] - 1.0
+
+    fit = least_squares(residual, p0, bounds=(lo, hi), x_scale=[spec[n][2] for n in free])
+    err = np.abs(residual(fit.x))
+    mape = {}
+    for op in ATTENTION_OPS:
+        mine = x["prefill"] == (op == "attention_prefill")
+        if mine.any():
+            mape[op] = float(err[mine].mean())
+    return {n: params(fit.x)[n] for n in free}, mape
+
+
 def calibrate(hw: HardwareProfile, rows: list[Measurement], files: list[str]) -> tuple[HardwareProfile, FitResult]:
-    """Fit what the rows measure (GEMMs and/or single-node all-reduces) and return the new profile."""
+    """Fit what the rows measure (GEMMs, attention kernels and/or single-node all-reduces) and
+    return the new profile. Attention is fitted after the GEMMs, on the profile with their fit:
+    its compute rate is a fraction of the fitted best-shape GEMM rate."""
     gemms = [r for r in rows if r.kind == "gemm"]
     comms = [r for r in rows if r.kind == "comm" and r.op == "all_reduce"]
-    if not gemms and not comms:
+    attns = [r for r in rows if r.kind == "attention"]
+    if not gemms and not comms and not attns:
         raise UserError(
-            f"{', '.join(files)}: no GEMM or single-node all-reduce rows (multi-node all-reduces go over "
-            "the network, not the scale_up link calibrate fits): nothing to fit"
+            f"{', '.join(files)}: no GEMM or single-node all-reduce rows, nor attention rows (multi-node "
+            "all-reduces go over the network, not the scale_up link calibrate fits): nothing to fit"
         )
     res = FitResult(gemm_rows=len(gemms), comm_rows=len(comms))
     if gemms:
@@ -137,16 +265,33 @@ def calibrate(hw: HardwareProfile, rows: list[Measurement], files: list[str]) ->
     if comms:
         params, res.comm_mape = fit_all_reduce(hw, comms)
         res.params.update(params)
-    return apply_fit(hw, res, files), res
+    # each term is sourced with the files whose rows identify it (a row's source is its file)
+    by_kind = {
+        kind: [f for f in files if any(r.source == f for r in rs)] or files
+        for kind, rs in (("gemm", gemms), ("comm", comms), ("attention", attns))
+    }
+    if attns:
+        base = apply_fit(hw, res, files, by_kind) if gemms else hw
+        params, res.attention_mape = fit_attention(base, attns)
+        res.attention_rows = {op: sum(r.op == op for r in attns) for op in res.attention_mape}
+        res.params.update(params)
+    return apply_fit(hw, res, files, by_kind), res
 
 
-def apply_fit(hw: HardwareProfile, res: FitResult, files: list[str]) -> HardwareProfile:
+def _fitted_on(files: list[str]) -> str:
+    return "fitted by llmsim calibrate on " + ", ".join("/".join(Path(f).parts[-2:]) for f in files)
+
+
+def apply_fit(
+    hw: HardwareProfile, res: FitResult, files: list[str], by_kind: dict[str, list[str]] | None = None
+) -> HardwareProfile:
+    """The profile with the fitted terms written in, each sourced with the files its kind of rows
+    came from (``by_kind``: gemm / comm / attention; default every file) and its fit error."""
     data = hw.model_dump(exclude_none=True)
-    names = ", ".join("/".join(Path(f).parts[-2:]) for f in files)
-    where = f"fitted by llmsim calibrate on {names}"
+    by_kind = by_kind or {}
     p = res.params
     if "gemm_max_fraction" in p:
-        note = f"{where} ({res.gemm_rows} GEMM rows, MAPE {res.gemm_mape:.1%})"
+        note = f"{_fitted_on(by_kind.get('gemm', files))} ({res.gemm_rows} GEMM rows, MAPE {res.gemm_mape:.1%})"
         eff = data["efficiency"]
         for key in ("gemm_max_fraction", "gemm_half_m", "memory_fraction", "gemm_wave_exponent"):
             if key == "gemm_wave_exponent" and "gemm_wave_units" not in eff:
@@ -154,9 +299,12 @@ def apply_fit(hw: HardwareProfile, res: FitResult, files: list[str]) -> Hardware
             eff[key] = {"value": round(p[key], 6), "source": note}
         data["overheads"]["kernel_fixed_s"] = {"value": float(f"{p['kernel_fixed_s']:.4g}"), "source": note}
     if "allreduce_bus_fraction" in p:
+        where = _fitted_on(by_kind.get("comm", files))
         note = f"{where} ({res.comm_rows} single-node all-reduce rows, MAPE {res.comm_mape:.1%})"
         data["efficiency"]["allreduce_bus_fraction"] = {"value": round(p["allreduce_bus_fraction"], 6), "source": note}
         data["scale_up"]["latency_s"] = {"value": float(f"{p['scale_up_latency_s']:.4g}"), "source": note}
+    if res.attention_rows:
+        _apply_attention(data, res, _fitted_on(by_kind.get("attention", files)))
     data["calibration"] = {
         "date": date.today().isoformat(),
         "base_profile": hw.name,
@@ -167,8 +315,45 @@ def apply_fit(hw: HardwareProfile, res: FitResult, files: list[str]) -> Hardware
         "all_reduce_fit_mape": round(res.comm_mape, 4) if res.comm_rows else None,
         "method": "least squares on relative error of the roofline GEMM curve and ring alpha-beta all-reduce",
     }
+    if res.attention_rows:  # (absent otherwise: a GEMM-only calibration's block stays as it was)
+        data["calibration"]["attention_rows"] = dict(res.attention_rows)
+        data["calibration"]["attention_fit_mape"] = {op: round(v, 4) for op, v in res.attention_mape.items()}
+        data["calibration"]["method"] += "; roofline attention kernels (prefill and paged decode)"
     data["description"] = (hw.description + " [calibrated]").strip()
     return HardwareProfile.model_validate(data)
 
 
-__all__ = ["FitResult", "Figure", "apply_fit", "calibrate", "fit_all_reduce", "fit_gemm"]
+def _apply_attention(data: dict, res: FitResult, where: str) -> None:
+    """Write the fitted attention terms, each sourced with the rows that identify it and their fit
+    error (the floor both regimes share: every attention row)."""
+    p = res.params
+    counts = {op: f"{res.attention_rows[op]} {op.removeprefix('attention_')}" for op in res.attention_rows}
+    errors = {op: f"{res.attention_mape[op]:.1%}" for op in res.attention_rows}
+
+    def note(*ops: str) -> str:
+        return f"{where} ({' and '.join(counts[o] for o in ops)} attention rows, MAPE {' / '.join(errors[o] for o in ops)})"
+
+    eff, ov = data["efficiency"], data["overheads"]
+    if "attention_prefill" in counts:
+        for key in ("attention_fraction", "attention_masked_fraction", "attention_row_keys"):
+            eff[key] = {"value": round(p[key], 6), "source": note("attention_prefill")}
+    if "attention_decode" in counts:
+        eff["attention_memory_fraction"] = {
+            "value": round(p["attention_memory_fraction"], 6),
+            "source": note("attention_decode"),
+        }
+    ov["attention_fixed_s"] = {"value": float(f"{p['attention_fixed_s']:.4g}"), "source": note(*counts)}
+
+
+__all__ = [
+    "FitResult",
+    "Figure",
+    "apply_fit",
+    "attention_op",
+    "attention_shape",
+    "attention_spec",
+    "calibrate",
+    "fit_all_reduce",
+    "fit_attention",
+    "fit_gemm",
+]

@@ -1,14 +1,18 @@
 """Readers for measured-profile files, all turned into one table of ``Measurement`` rows.
 
-Two formats (docs/profile_format.md): Vidur's published ``mlp.csv`` / ``all_reduce.csv``
-(times in milliseconds) and llmsim's generic CSV (times in seconds, one kernel per row).
-A row carries the layer shape it was measured at, so a file validates without knowing the model.
+Two formats (docs/profile_format.md): Vidur's published ``mlp.csv`` / ``attention.csv`` /
+``all_reduce.csv`` (times in milliseconds) and llmsim's generic CSV (times in seconds, one kernel
+per row). A row carries the layer shape it was measured at, so a file validates without knowing
+the model. Either may be gzip-compressed under a name ending in ``.gz``.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import math
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +33,14 @@ GEMM_OPS = (*LINEAR_OPS, "moe_router", "lm_head")
 KINDS = ("gemm", "attention", "elementwise", "copy", "comm", "layer")
 COMM_OPS = ("all_reduce", "all_gather", "send_recv")
 _MLP_SHAPE_COLS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "num_tokens", "num_tensor_parallel_workers")
+# the cost model's attention ops a Vidur attention.csv row measures (llmsim/costmodel/ops.py)
+ATTENTION_OPS = ("attention_prefill", "attention_decode")
+_ATTN_TIME = {
+    "attention_prefill": "time_stats.attn_prefill.median",
+    "attention_decode": "time_stats.attn_decode.median",
+}
+_ATTN_SHAPE_COLS = ("n_embd", "n_q_head", "n_kv_head", "num_tensor_parallel_workers", "batch_size")
+_ATTN_COLS = (*_ATTN_SHAPE_COLS, "prefill_chunk_size", "kv_cache_size", "is_prefill")
 _GENERIC_COLS = ("op", "kind", "seconds")
 
 MAX_PROFILE_BYTES = 256 * 2**20  # Vidur's largest mlp.csv is 1.2 MB; every row is held in memory
@@ -42,10 +54,13 @@ _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """One measured kernel: ``[m, k] @ [k, n]`` GEMM or a collective of ``bytes`` over ``ranks``."""
+    """One measured kernel: ``[m, k] @ [k, n]`` GEMM, a collective of ``bytes`` over ``ranks``, or
+    an attention kernel over ``batch`` sequences of ``m`` new tokens each after ``kv`` cached ones
+    (prefill: ``m`` = the chunk; decode: ``m`` = 1), with the model's ``heads`` / ``kv_heads`` of
+    ``head_dim`` split over ``tp`` GPUs."""
 
     op: str
-    kind: str  # "gemm" or "comm"
+    kind: str  # "gemm", "comm" or "attention"
     seconds: float
     tp: int = 1
     m: int = 0
@@ -56,6 +71,11 @@ class Measurement:
     dtype: str = "bf16"
     source: str = ""
     line: int = 0  # the file's line (header = 1), for messages about the row
+    batch: int = 0
+    kv: int = 0
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
 
 
 def read_profile(path: str | Path) -> list[Measurement]:
@@ -66,6 +86,8 @@ def read_profile(path: str | Path) -> list[Measurement]:
     cols = set(header)
     if "time_stats.all_reduce.median" in cols:
         return read_vidur_all_reduce(path)
+    if cols & set(_ATTN_TIME.values()):
+        return read_vidur_attention(path)
     if any(c.startswith("time_stats.") for c in cols):
         return read_vidur_mlp(path)
     if cols & set(_GENERIC_COLS):  # meant as the generic CSV: say which of its columns is missing
@@ -87,15 +109,64 @@ def read_profile(path: str | Path) -> list[Measurement]:
 
 
 def _check_file(path: Path) -> None:
-    """A profile must be a readable, uncompressed, not absurdly large regular file: anything else
-    would end in a traceback (IsADirectoryError, UnicodeDecodeError) or exhaust memory."""
+    """A profile must be a readable, not absurdly large regular file, gzip-compressed only under a
+    ``.gz`` name: anything else would end in a traceback (IsADirectoryError, UnicodeDecodeError)
+    or exhaust memory."""
     head = check_input_file(path, "a profile CSV file", MAX_PROFILE_BYTES, "a profile CSV")
     if not head:
         raise UserError(f"{path}: empty file, expected a CSV header row (docs/profile_format.md)")
-    if head == GZIP_MAGIC:
-        raise UserError(f"{path}: gzip-compressed data; decompress it first (gunzip)")
+    gz = path.suffix == ".gz"
+    if head == GZIP_MAGIC and not gz:
+        raise UserError(
+            f"{path}: gzip-compressed data under a plain name; decompress it first (gunzip) or name it .csv.gz"
+        )
+    if gz and head != GZIP_MAGIC:
+        raise UserError(f"{path}: named .gz but not gzip-compressed data; rename it .csv")
+    if gz:
+        with _open_text(path, binary=True) as f:
+            head = f.read(2)
+        if not head:
+            raise UserError(f"{path}: empty once decompressed, expected a CSV header row (docs/profile_format.md)")
     if head in _UTF16_BOMS:
         raise UserError(f"{path}: UTF-16 text (a spreadsheet's 'Unicode text' export); save it as CSV in UTF-8")
+
+
+class _Bounded(io.RawIOBase):
+    """A gzip stream cut off at ``MAX_PROFILE_BYTES`` decompressed bytes (a small file can inflate
+    to far more than memory holds); past it, reading raises a UserError naming the file."""
+
+    def __init__(self, path: Path) -> None:
+        self._path, self._left = path, MAX_PROFILE_BYTES
+        self._gz = gzip.open(path, "rb")  # noqa: SIM115 - closed by close(), with the stream it feeds
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:  # type: ignore[no-untyped-def]  # (a memoryview from the io machinery)
+        try:
+            data = self._gz.read(min(len(buf), self._left + 1))
+        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+            raise UserError(f"{self._path}: not readable gzip data ({exc or 'cut short'})") from None
+        if len(data) > self._left:
+            raise UserError(
+                f"{self._path}: more than {MAX_PROFILE_BYTES:,} bytes once decompressed, more than a profile CSV may hold"
+            )
+        self._left -= len(data)
+        buf[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._gz.close()
+        super().close()
+
+
+def _open_text(path: Path, binary: bool = False):  # type: ignore[no-untyped-def]
+    """The file's text as CSV reads it (``-sig``: Excel's "CSV UTF-8" starts with a BOM), through
+    gzip under a ``.gz`` name; ``binary``: its bytes instead."""
+    if path.suffix != ".gz":
+        return path.open("rb") if binary else path.open(newline="", encoding="utf-8-sig")
+    raw = io.BufferedReader(_Bounded(path))
+    return raw if binary else io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
 
 
 def _shown(header: list[str]) -> str:
@@ -107,10 +178,11 @@ def read_vidur_mlp(path: Path) -> list[Measurement]:
     """Vidur ``mlp.csv``: per row one token count and TP degree; four linear ops per row."""
     header, rows = _read_cells(path)
     if not any(f"time_stats.{op}.median" in header for op in LINEAR_OPS):
-        # e.g. Vidur's attention.csv: its time_stats.* are not the linear ops calibration fits
+        # e.g. Vidur's cpu_overheads.csv or send_recv.csv: not kernels calibration fits
         raise UserError(
             f"{path}: a Vidur profile with none of the linear-op columns "
-            f"{[f'time_stats.{op}.median' for op in LINEAR_OPS]}; only mlp.csv and all_reduce.csv are read"
+            f"{[f'time_stats.{op}.median' for op in LINEAR_OPS]} nor the attention ones "
+            f"{list(_ATTN_TIME.values())}; only mlp.csv, attention.csv and all_reduce.csv are read"
         )
     missing = [c for c in _MLP_SHAPE_COLS if c not in header]
     if missing:
@@ -139,6 +211,61 @@ def read_vidur_mlp(path: Path) -> list[Measurement]:
                 out.append(Measurement(op, "gemm", ms, tp=tp, m=m, n=n, k=k, source=str(path), line=line))
     if not out:
         raise UserError(f"{path}: every time_stats.<op>.median of the linear ops is blank: nothing measured")
+    return out
+
+
+def read_vidur_attention(path: Path) -> list[Measurement]:
+    """Vidur ``attention.csv``: per row one attention kernel of the model shape ``n_q_head,
+    n_kv_head, n_embd`` at TP ``num_tensor_parallel_workers``. A prefill row (``is_prefill`` True)
+    is ``batch_size`` prompts each attending a chunk of ``prefill_chunk_size`` new tokens after
+    ``kv_cache_size`` cached ones (chunked prefill when that is > 0), timed as
+    ``time_stats.attn_prefill.median``; a decode row is ``batch_size`` sequences of one new token
+    after ``kv_cache_size`` cached ones each (paged KV), ``time_stats.attn_decode.median``.
+    Vidur's profiler (vidur/profiling/attention/attention_wrapper.py) builds exactly these shapes."""
+    header, rows = _read_cells(path)
+    missing = [c for c in _ATTN_COLS if c not in header]
+    if missing:
+        raise UserError(f"{path}: Vidur attention.csv lacks column(s) {missing}")
+    out: list[Measurement] = []
+    for line, row in rows:
+        where = f"{path}: row {line}"
+        shape = {c: int(_number(row, c, where, whole=True, positive=True, at_most=MAX_DIM)) for c in _ATTN_SHAPE_COLS}
+        tp, heads, kv_heads = shape["num_tensor_parallel_workers"], shape["n_q_head"], shape["n_kv_head"]
+        hidden, batch = shape["n_embd"], shape["batch_size"]
+        if heads % tp or hidden % heads or heads % kv_heads:
+            raise UserError(
+                f"{where}: bad shape (tp={tp}, n_q_head={heads}, n_kv_head={kv_heads}, n_embd={hidden}): "
+                "the query heads must split evenly over the TP ranks and the KV heads, and n_embd over the heads"
+            )
+        prefill = _flag(row, "is_prefill", where, default=None)
+        chunk = int(_number(row, "prefill_chunk_size", where, whole=True, at_most=MAX_DIM))
+        kv = int(_number(row, "kv_cache_size", where, whole=True, at_most=MAX_DIM))
+        if prefill and not chunk:
+            raise UserError(f"{where}: column 'prefill_chunk_size': a prefill row needs new tokens (> 0), got 0")
+        if not prefill and chunk:
+            raise UserError(
+                f"{where}: column 'prefill_chunk_size': a decode row (is_prefill False) has no prefill chunk, got {chunk}"
+            )
+        op = "attention_prefill" if prefill else "attention_decode"
+        secs = _seconds(row, _ATTN_TIME[op], where, scale=1e-3)  # the other regime's cells are blank
+        out.append(
+            Measurement(
+                op,
+                "attention",
+                secs,
+                tp=tp,
+                m=chunk if prefill else 1,
+                batch=batch,
+                kv=kv,
+                heads=heads,
+                kv_heads=kv_heads,
+                head_dim=hidden // heads,
+                source=str(path),
+                line=line,
+            )
+        )
+    if not out:
+        raise UserError(f"{path}: a Vidur attention.csv with a header and no rows: nothing measured")
     return out
 
 
@@ -195,10 +322,13 @@ def read_generic(path: Path) -> list[Measurement]:
             nbytes = _number(row, "bytes", where, whole=True, positive=True, at_most=MAX_MESSAGE_BYTES)
             comm = Measurement(op, "comm", secs, bytes=nbytes, ranks=ranks, dtype=dtype, source=str(path), line=line)
             out.append(comm)
-        # other kinds (attention, elementwise, copy, layer) and collectives are documented but not fitted yet
+        # other kinds (attention, elementwise, copy, layer) and collectives are documented but not fitted
+        # yet from this format (attention is, from Vidur's attention.csv: read_vidur_attention)
     if not out:
         kinds = sorted({row["kind"].strip() for _, row in rows})
-        read_past = f" (rows of kind {', '.join(kinds)} are read past: not fitted yet)" if kinds else ""
+        read_past = (
+            f" (rows of kind {', '.join(kinds)} are read past: not fitted yet from this format)" if kinds else ""
+        )
         raise UserError(f"{path}: no gemm or all_reduce comm rows to use{read_past}")
     return out
 
@@ -224,7 +354,7 @@ def _read_cells(path: Path, header_only: bool = False) -> tuple[list[str], list[
     the file says: pandas turns ``inf`` into a float and a blank into NaN, and reads a row with
     one cell too many as if its first cell were an index, shifting every column."""
     try:
-        with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: Excel's "CSV UTF-8" starts with a BOM
+        with _open_text(path) as f:
             reader = csv.reader(f)
             header = [c.strip() for c in next(reader, [])]
             if header_only:
@@ -314,10 +444,13 @@ def _number(
     return value
 
 
-def _flag(row: dict[str, str], col: str, where: str, default: bool) -> bool:
-    """A true/false cell (Vidur writes ``True`` / ``False``); blank or absent gives ``default``."""
+def _flag(row: dict[str, str], col: str, where: str, default: bool | None) -> bool:
+    """A true/false cell (Vidur writes ``True`` / ``False``); blank or absent gives ``default``
+    (None: a blank is an error)."""
     text = str(row.get(col, "")).strip().lower()
     if not text:
+        if default is None:
+            raise UserError(f"{where}: column {col!r}: blank, expected True or False")
         return default
     if text in ("true", "1"):
         return True

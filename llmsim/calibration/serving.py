@@ -42,6 +42,8 @@ STEP_COLUMNS = {
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "auto": "bf16"}
 BUSY_GAP_S = 2e-3  # a gap between steps longer than this is idle time (waiting for arrivals)
 HW_FIT_KEYS = ("gemm_max_fraction", "memory_fraction", "attention_fraction", "elementwise_memory_fraction")
+# refined too where the profile has them (absent, their ops follow memory_fraction)
+HW_FIT_OPTIONAL = ("moe_memory_fraction", "attention_memory_fraction")
 HW_FIT_OVERHEADS = ("kernel_launch_s",)
 FIT_RANGE = 4.0  # a refined efficiency stays within this factor of the profile's prior
 MAX_FIT_STEPS = 1500  # steps used by the joint fit (evenly spaced over all calibration steps)
@@ -206,7 +208,8 @@ def fit_serving(
         cost = CostModel(model_spec, HardwareProfile.model_validate(data), cfg, device_only)
         return np.array([cost.step_time(s) for s in shapes])
 
-    keys = [*HW_FIT_KEYS, *HW_FIT_OVERHEADS]
+    optional = [k for k in HW_FIT_OPTIONAL if hw_data["efficiency"].get(k)]
+    keys = [*HW_FIT_KEYS, *optional, *HW_FIT_OVERHEADS]
     fitted_hw = None
     if fit_hardware:
         x0 = np.log([_value(hw_data, k) for k in keys])

@@ -14,7 +14,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="fit a hardware profile to measured operator timings")
     p.add_argument("--hardware", help="profile to start from (name or YAML path)")
     p.add_argument(
-        "--profile", nargs="+", metavar="FILE", help="measured timings: Vidur mlp.csv/all_reduce.csv or generic CSV"
+        "--profile",
+        nargs="+",
+        metavar="FILE",
+        help="measured timings: Vidur mlp.csv/attention.csv/all_reduce.csv or generic CSV (or the same gzipped, .gz)",
     )
     p.add_argument("--out", help="calibrated profile YAML (default hardware_profiles/calibrated/<name>.yaml)")
     p.add_argument("--local-cpu", action="store_true", help="measure this machine's CPU and write a profile")
@@ -94,13 +97,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         b.update()
     dump_profile(new, out)
     say = printer(args.quiet)
-    say(f"fitted {res.gemm_rows} GEMM rows and {res.comm_rows} all-reduce rows from {len(args.profile)} file(s)")
+    attn = sum(res.attention_rows.values())
+    kinds = f"{res.gemm_rows} GEMM rows, {attn} attention rows" if attn else f"{res.gemm_rows} GEMM rows"
+    say(f"fitted {kinds} and {res.comm_rows} all-reduce rows from {len(args.profile)} file(s)")
+    w = max(24, *(len(k) for k in res.params), *(len(op) + 9 for op in res.attention_mape))  # 9: " fit MAPE"
     for key, value in res.params.items():
-        say(f"  {key:24s} {value:.4g}")
+        say(f"  {key:{w}s} {value:.4g}")
     if res.gemm_rows:
-        say(f"  GEMM fit MAPE           {res.gemm_mape:.1%}")
+        say(f"  {'GEMM fit MAPE':{w}s} {res.gemm_mape:.1%}")
+    for op, mape in res.attention_mape.items():
+        say(f"  {op + ' fit MAPE':{w}s} {mape:.1%} ({res.attention_rows[op]} rows)")
     if res.comm_rows:
-        say(f"  all-reduce fit MAPE     {res.comm_mape:.1%}")
+        say(f"  {'all-reduce fit MAPE':{w}s} {res.comm_mape:.1%}")
     say(f"wrote {out}")
     return 0
 

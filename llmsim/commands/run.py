@@ -18,7 +18,7 @@ from llmsim.errors import (
     yaml_value,
 )
 from llmsim.metrics import latency_table
-from llmsim.results import requests_line, slo_targets
+from llmsim.results import pools_line, requests_line, slo_targets
 from llmsim.tables import fmt, table
 
 
@@ -167,7 +167,7 @@ def simulated_time_bar(sc: object, enabled: bool) -> Iterator[Callable[[float, f
 def summary_text(s: dict) -> str:
     """The human summary printed after a run."""
     sat = s["saturation"]
-    pools = ", ".join(f"{p['name']}: {p['replicas']}x {p['hardware']} tp{p['tp']} pp{p['pp']}" for p in s["pools"])
+    pools = pools_line(s)
     head = [
         f"scenario {s['scenario']}  (model {s['model']}, policy {s['policy']}, engine {s.get('engine', {}).get('name')}, "
         f"seed {s['seed']})",

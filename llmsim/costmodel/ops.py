@@ -166,6 +166,18 @@ class Op:
     weight_bytes: float  # part of bytes_read that is weights (for quantisation studies)
     weight_dtype: str  # the dtype those weights are stored in ("" for an op without weights)
     groups: int  # GEMMs of this shape in one launch (MoE: the experts touched), for the wave count
+    # comm ops: the collective and the ranks it spans. "all_reduce" runs over the tensor-parallel
+    # group (its bytes_read is the message); "all_gather" / "reduce_scatter" (MoE expert-parallel
+    # dispatch / combine) over ``ranks`` ranks, the larger of bytes_read / bytes_written being the
+    # gathered whole
+    collective: str
+    ranks: int
+    # prefill attention, for the profile's optional attention terms (hardware.Efficiency): FLOPs of
+    # the causally masked part of its chunks' score rectangles, which a flash kernel skips
+    # (``attention_masked_fraction`` of it is paid anyway), and of one score per query row and
+    # head (``attention_row_keys`` of them price each row's own work)
+    masked_flops: float
+    query_flops: float
 
     def __init__(
         self,
@@ -182,11 +194,17 @@ class Op:
         weight_bytes: float = 0.0,
         weight_dtype: str = "",
         groups: int = 1,
+        collective: str = "all_reduce",
+        ranks: int = 0,
+        masked_flops: float = 0.0,
+        query_flops: float = 0.0,
     ) -> None:
         self.name, self.kind, self.dtype, self.count = name, kind, dtype, count
         self.flops, self.bytes_read, self.bytes_written = flops, bytes_read, bytes_written
         self.m, self.n, self.k, self.weight_bytes, self.weight_dtype = m, n, k, weight_bytes, weight_dtype
         self.groups = groups
+        self.collective, self.ranks = collective, ranks
+        self.masked_flops, self.query_flops = masked_flops, query_flops
 
     @property
     def bytes(self) -> float:
@@ -204,6 +222,9 @@ class OpConfig:
 
     tp: int = 1
     pp: int = 1
+    # expert parallelism: the MoE experts are split over ``ep`` GPUs (vLLM: EP size = DP x TP,
+    # --enable-expert-parallel); 1 = every GPU holds every expert (TP-split)
+    ep: int = 1
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     act_dtype: str = "bf16"  # activations and the GEMM compute dtype (fp8 for W8A8)
@@ -368,6 +389,24 @@ class AttentionDims:
             written += 2 * score_bytes
         return flops, read, written
 
+    def prefill_masked_flops(self, s: BatchShape) -> float:
+        """FLOPs of the causally masked (query, key) scores of ``s``'s chunk rectangles: what a flash
+        kernel skips and a naive one computes (its ``prefill`` FLOPs already count them). Some flash
+        kernels pay for part of it anyway: FlashAttention-2's ``flash_attn_with_kvcache`` with new
+        K/V to append (Sarathi-Serve's prefill, Vidur's profiles) has every query block copy the
+        chunk's new K/V up to its diagonal, a cost that grows as the square of the chunk like the
+        masked half does; ``efficiency.attention_masked_fraction`` prices it."""
+        if self.kernel == "naive":
+            return 0.0
+        return 4.0 * (s.prefill_score_elems - s.prefill_attn_pairs) * self.head_dim * self.heads
+
+    def prefill_query_flops(self, s: BatchShape) -> float:
+        """FLOPs of one (query, key) score for each of ``s``'s new tokens and query heads: the unit
+        in which ``efficiency.attention_row_keys`` prices the work a prefill kernel does per query
+        row whatever its keys (loading Q, the softmax epilogue, writing O; a measured A100 kernel
+        spends as long on it as on ~600 keys)."""
+        return 4.0 * s.prefill_tokens * self.head_dim * self.heads
+
     def decode_flops_per_ctx(self, tokens: int, seqs: int) -> float:
         """One layer's decode-attention FLOPs per token of ``decode_ctx_tokens``: QK^T and PV of
         each of a sequence's new tokens (``tokens / seqs``) against every key it reads. Its bytes
@@ -384,7 +423,24 @@ def _attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int, suffix: s
     if s.prefill_tokens:
         flops, read, written = dims.prefill(s)
         name = "attention_prefill" + suffix
-        ops.append(Op(name, "attention", flops, read, written, attention_dtype(cfg), L, m=s.prefill_tokens, n=hd, k=hd))
+        masked, query = dims.prefill_masked_flops(s), dims.prefill_query_flops(s)
+        dtype, m = attention_dtype(cfg), s.prefill_tokens
+        ops.append(
+            Op(
+                name,
+                "attention",
+                flops,
+                read,
+                written,
+                dtype,
+                L,
+                m=m,
+                n=hd,
+                k=hd,
+                masked_flops=masked,
+                query_flops=query,
+            )
+        )
     if s.decode_tokens:
         flops = s.decode_ctx_tokens * dims.decode_flops_per_ctx(s.decode_tokens, s.decode_seqs)
         read = dims.q_bytes(s.decode_tokens) + s.decode_ctx_tokens * dims.kv_row_bytes
@@ -398,26 +454,82 @@ def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
     H, tp = model.hidden_size, cfg.tp
     inter = model.intermediate_size // tp
     up_n = 2 * inter if model.gated_mlp else inter
-    act_flops = 5.0 if model.gated_mlp else 8.0  # SiLU(x)*y vs tanh-GELU
-    act_reads = 2 if model.gated_mlp else 1
+    act_flops, act_reads = _mlp_activation(model)
     if not model.is_moe:
         return [
             gemm("mlp_up_proj", T, up_n, H, cfg, L),
             elementwise("mlp_act", T * inter, act_flops, act_reads, cfg, L),
             gemm("mlp_down_proj", T, H, inter, cfg, L),
         ]
+    if cfg.ep > 1:
+        return _expert_parallel_moe_ops(model, T, cfg, L)
     # MoE: every token visits `experts_per_token` experts. FLOPs follow routed tokens; weight
     # bytes follow the experts actually touched (expected distinct experts for T tokens with
     # uniform routing), which is what makes small-batch MoE decode memory-bound.
     E, k = model.num_experts, model.experts_per_token
     routed = T * k
-    touched = E * (1.0 - (1.0 - k / E) ** T)
+    touched = experts_touched(E, k, E, T)
     return [
         gemm("moe_router", T, E, H, cfg, L),
         _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L),
         elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
         _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L),
     ]
+
+
+def _mlp_activation(model: ModelSpec) -> tuple[float, int]:
+    """(FLOPs per element, tensors read) of the MLP activation: SiLU(x)*y reads gate and up,
+    tanh-GELU reads one."""
+    return (5.0, 2) if model.gated_mlp else (8.0, 1)
+
+
+def experts_touched(experts: int, k: int, local_experts: int, tokens: int) -> float:
+    """Expected distinct experts, of ``local_experts`` held here out of ``experts``, that ``tokens``
+    tokens routed uniformly to ``k`` experts each reach: each expert is missed by a token with
+    probability 1 - k/E, independently across tokens."""
+    return local_experts * (1.0 - (1.0 - k / experts) ** tokens)
+
+
+def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
+    """One MoE layer on one GPU under expert parallelism, as vLLM runs --enable-expert-parallel with
+    its default all2all backend, ``allgather_reducescatter`` (``ParallelConfig.all2all_backend``'s
+    default in vllm/config/parallel.py; the VLLM_ALL2ALL_BACKEND env default before it; "Default
+    backend" in docs.vllm.ai serving/expert_parallel_deployment from v0.12 to the latest, v0.22, so
+    in 0.19). Its ``AgRsAll2AllManager``
+    (vllm/distributed/device_communicators/all2all.py) dispatches by all-gathering every DP rank's
+    hidden states and router logits (``all_gatherv`` over the DP group) and combines by
+    reduce-scattering the expert outputs back to their ranks (``reduce_scatterv``).
+
+    So the router runs locally on this rank's T tokens; the E/ep local experts, whole (EP does not
+    TP-split them), see every DP rank's tokens, T x dp; the TP all-reduce after the layer stays
+    (``layer_ops``): the TP ranks of a DP rank share its tokens and hold different experts.
+    Simplification: every DP rank carries this rank's load (T tokens) each step, as vLLM's DP
+    ranks step in lock-step; with unequal loads the gathered count is the sum, not T x dp."""
+    H, E, k = model.hidden_size, model.num_experts, model.experts_per_token
+    dp = cfg.ep // cfg.tp  # the ranks tokens are gathered over (vLLM: the DP group)
+    gathered = T * dp
+    local = E // cfg.ep
+    routed = -(-gathered * k // cfg.ep)  # rows routed to the local experts (T·k at tp 1), rounded up
+    touched = experts_touched(E, k, local, gathered)
+    inter = model.intermediate_size  # whole: the experts are not TP-split
+    up_n = 2 * inter if model.gated_mlp else inter
+    act_flops, act_reads = _mlp_activation(model)
+    act = storage_dtype(cfg)
+    a = DTYPE_BYTES[act]
+    # a token's hidden state and router logits, as AgRsAll2AllManager.dispatch_router_logits gathers
+    # them (where routing runs before the dispatch its top-k weights and ids, 8k bytes instead of
+    # E x 2: either is a few per cent of the hidden state)
+    row = (H + E) * a
+    experts = [
+        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L),
+        elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
+        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L),
+    ]
+    if dp == 1:  # EP over TP ranks alone: they share their tokens, nothing to dispatch (vLLM: dp_size 1)
+        return [gemm("moe_router", T, E, H, cfg, L), *experts]
+    dispatch = Op("moe_dispatch", "comm", 0.0, T * row, gathered * row, act, L, collective="all_gather", ranks=dp)
+    combine = Op("moe_combine", "comm", 0.0, gathered * H * a, T * H * a, act, L, collective="reduce_scatter", ranks=dp)
+    return [gemm("moe_router", T, E, H, cfg, L), dispatch, *experts, combine]
 
 
 def _expert_gemm(name: str, routed: int, n: int, k: int, touched: float, cfg: OpConfig, count: int) -> Op:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmsim.costmodel.comm import all_reduce_s, send_s, tp_link
+from llmsim.costmodel.comm import all_gather_s, all_reduce_s, send_s, tp_link
 from llmsim.costmodel.gemm import GemmCurve
 from llmsim.costmodel.ops import (
     AttentionDims,
@@ -113,6 +113,17 @@ class CostModel:
         # single-row GEMMs run a GEMV kernel, and decode attention its own (gather + small matmuls).
         dec = eff.decode_attention_fraction
         self._decode_attn_frac = attn_best * dec.value if dec else self._attn_frac
+        # attention kernels' own terms where the profile measured them apart (calibrate on an
+        # attention profile); absent, attention streams and floors like any kernel and skips masked scores
+        attn_mem = eff.attention_memory_fraction
+        self._attn_bw = self.hw.bandwidth * attn_mem.value * self._numa_factor() if attn_mem else self._bw
+        masked, row_keys = eff.attention_masked_fraction, eff.attention_row_keys
+        self._masked_frac = masked.value if masked else 0.0
+        self._row_keys = row_keys.value if row_keys else 0.0
+        attn_fixed = self.hw.overheads.attention_fixed_s
+        self._attn_fixed = attn_fixed.value if attn_fixed else self._fixed
+        moe = eff.moe_memory_fraction  # the grouped expert kernel's own weight-streaming rate
+        self._moe_bw = self.hw.bandwidth * moe.value * self._numa_factor() if moe else None
         gemv = eff.gemv_memory_fraction
         self._gemv_bw = self.hw.bandwidth * gemv.value * self._numa_factor() if gemv else None
         small = eff.gemm_small_m  # measured rate per m for m = 1..len (replaces the curve there)
@@ -128,6 +139,8 @@ class CostModel:
         self._host_seq = e.schedule.per_seq_s + e.prepare.per_seq_s + e.output.per_seq_s
         self._host_tok = e.schedule.per_token_s + e.prepare.per_token_s + e.output.per_token_s
         self._link = tp_link(self.hw, self.cfg.tp)
+        self._ep_link = tp_link(self.hw, self.cfg.ep)  # the MoE dispatch / combine's (expert parallelism)
+        self._bus_fraction = self.hw.efficiency.allreduce_bus_fraction.value
         self._mxu = self.hw.tpu.mxu_dim if self.hw.tpu else 0
         # attention kernels are priced from the step's aggregates directly (see _attention_s)
         self._layers = self.model.num_layers // self.cfg.pp
@@ -185,12 +198,12 @@ class CostModel:
         """Per-call times of one op: compute and memory sides, launch gap, fixed kernel latency."""
         launch = self.launch_latency(decode_only)
         if op.kind == "comm":
-            t = all_reduce_s(op.bytes_read, self.cfg.tp, self._link, self.hw.efficiency.allreduce_bus_fraction.value)
-            return OpTime(op, 0.0, t, 0.0)
+            return OpTime(op, 0.0, self.collective_s(op), 0.0)
         peak = self._peaks.get(op.dtype)
         if peak is None:
             peak = self._peaks[op.dtype] = self.hw.peak(op.dtype)
         dequant = 0.0
+        fixed = self._fixed
         if op.kind == "gemm":
             flops = self.padded_flops(op)
             small = 0 < op.m <= len(self._small_m)
@@ -200,24 +213,42 @@ class CostModel:
                 # (the wave term counts the tiles of every GEMM in the launch: n x groups columns)
                 eff = self.gemm_efficiency(op.m, op.n * op.groups, op.dtype, op.weight_dtype)
                 compute = flops / (peak * eff) if op.m else 0.0
-            if self.model.is_moe and op.name in _EXPERT_OPS:
+            expert = self.model.is_moe and op.name in _EXPERT_OPS
+            if expert:
                 compute *= self.cfg.moe_imbalance  # the step waits for the busiest expert
             dequant = self._dequant_s(op)
             compute += dequant
-            memory = op.bytes / (self._gemv_bw if op.m == 1 and self._gemv_bw is not None else self._bw)
+            if expert and self._moe_bw is not None:
+                bw = self._moe_bw
+            else:
+                bw = self._gemv_bw if op.m == 1 and self._gemv_bw is not None else self._bw
+            memory = op.bytes / bw
             if small:  # a measured whole-GEMM rate already includes streaming the weights
                 memory = 0.0
         elif op.kind == "attention":
-            frac = self._decode_attn_frac if op.name.startswith("attention_decode") else self._attn_frac
-            compute = op.flops / (peak * frac)
-            memory = op.bytes / self._bw
+            if op.name.startswith("attention_decode"):
+                compute = op.flops / (peak * self._decode_attn_frac)
+            else:  # prefill: masked scores the kernel pays for and its per-row work, as scores computed
+                work = op.flops + self._masked_frac * op.masked_flops + self._row_keys * op.query_flops
+                compute = work / (peak * self._attn_frac)
+            memory = op.bytes / self._attn_bw
+            fixed = self._attn_fixed
         else:
             compute = op.flops / peak
             memory = op.bytes / self._elem_bw
         # Launches are asynchronous: the host queues the next kernel while this one runs, so only
         # the part of the launch latency longer than the kernel leaves the device idle.
-        gap = max(0.0, launch - (max(compute, memory) + self._fixed))
-        return OpTime(op, compute, memory, gap, self._fixed, dequant)
+        gap = max(0.0, launch - (max(compute, memory) + fixed))
+        return OpTime(op, compute, memory, gap, fixed, dequant)
+
+    def collective_s(self, op: Op) -> float:
+        """Seconds of a comm op: the TP all-reduce over the tensor-parallel group, or an expert-
+        parallel all-gather / reduce-scatter over the op's own ranks (comm.all_gather_s prices both:
+        a ring reduce-scatter moves what the all-gather of its result moves)."""
+        if op.collective == "all_reduce":
+            return all_reduce_s(op.bytes_read, self.cfg.tp, self._link, self._bus_fraction)
+        total = op.bytes_read if op.bytes_read > op.bytes_written else op.bytes_written
+        return all_gather_s(total, op.ranks, self._ep_link, self._bus_fraction)
 
     def padded_flops(self, op: Op) -> float:
         """GEMM FLOPs the device actually executes: a TPU's weight-stationary systolic array holds
@@ -362,9 +393,12 @@ class CostModel:
         t = 0.0
         if s.prefill_tokens:
             flops, read, written = self._attn.prefill(s)
+            if self._masked_frac or self._row_keys:
+                flops += self._masked_frac * self._attn.prefill_masked_flops(s)
+                flops += self._row_keys * self._attn.prefill_query_flops(s)
             compute = flops / (self._act_peak * self._attn_frac)
-            memory = (read + written) / self._bw
-            t += _kernel_total_s(compute, memory, self._fixed, self.launch_latency(decode_only)) * layers
+            memory = (read + written) / self._attn_bw
+            t += _kernel_total_s(compute, memory, self._attn_fixed, self.launch_latency(decode_only)) * layers
         if s.decode_tokens:
             t += self._decode_attention_s(s.decode_ctx_tokens, s.decode_tokens, s.decode_seqs, layers, decode_only)
         return t
@@ -379,19 +413,19 @@ class CostModel:
         # scalars are grouped before they meet ``ctx``: one array operation per term, not four
         # (and declared floats: machine arithmetic when compiled)
         compute_per_ctx: float = dims.decode_flops_per_ctx(tokens, seqs) / (self._act_peak * self._decode_attn_frac)
-        memory_per_ctx: float = dims.kv_row_bytes / self._bw
-        q_memory: float = 2 * dims.q_bytes(tokens) / self._bw  # q read once, written once
+        memory_per_ctx: float = dims.kv_row_bytes / self._attn_bw
+        q_memory: float = 2 * dims.q_bytes(tokens) / self._attn_bw  # q read once, written once
         compute = ctx * compute_per_ctx
         memory = ctx * memory_per_ctx + q_memory
         launch = self.launch_latency(decode_only)
         if isinstance(ctx, np.ndarray):  # the arithmetic of _kernel_total_s, in place
             busy = np.maximum(compute, memory, out=compute)
-            busy += self._fixed
+            busy += self._attn_fixed
             if launch > busy[0]:  # busy grows with the context: only the first steps may be shorter
                 np.maximum(busy, launch, out=busy)
             busy *= layers
             return busy
-        return _kernel_total_s(compute, memory, self._fixed, launch) * layers
+        return _kernel_total_s(compute, memory, self._attn_fixed, launch) * layers
 
     def _dense_stage_time(self, tokens: int, lm_rows: int, decode_only: bool) -> float:
         """Stage time of every op except attention: the layers' GEMMs, norms and collectives

@@ -14,7 +14,14 @@ from llmsim.planning.base import Base
 from llmsim.planning.space import Point
 from llmsim.sweep import run_points
 
-EFFICIENCIES = ("gemm_max_fraction", "memory_fraction", "attention_fraction", "elementwise_memory_fraction")
+EFFICIENCIES = (
+    "gemm_max_fraction",
+    "memory_fraction",
+    "attention_fraction",
+    "elementwise_memory_fraction",
+    "moe_memory_fraction",  # (the optional ones are scaled where a profile sets them)
+    "attention_memory_fraction",
+)
 
 
 def scaled_profile(name: str, base_dir: str, factor: float, out_dir: Path) -> str:
