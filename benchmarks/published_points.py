@@ -69,12 +69,11 @@ MODELS: dict[str, tuple[str, str]] = {
     "mistralai/Mistral-7B-v0.1": ("mistral-7b", ""),
     "mistralai/Mixtral-8x7B-v0.1": ("mixtral-8x7b", ""),
     "deepseek-ai/DeepSeek-R1-Distill-Llama-70B": ("llama-3.1-70b", "the distill is a Llama 3.3 70B fine-tune"),
+    "deepseek-ai/DeepSeek-V3": ("deepseek-v3", ""),
+    "deepseek-ai/DeepSeek-R1": ("deepseek-v3", "R1 has DeepSeek-V3's architecture (data/models/configs.md)"),
 }
 # models llmsim could not price even from a config.json (llmsim/models.py hf_family refuses them)
-UNPRICEABLE = {
-    "deepseek-ai/DeepSeek-V3": "MLA attention and shared experts (llmsim's importer refuses kv_lora_rank, n_shared_experts)",
-    "deepseek-ai/DeepSeek-R1": "MLA attention and shared experts (llmsim's importer refuses kv_lora_rank, n_shared_experts)",
-}
+UNPRICEABLE: dict[str, str] = {}
 
 # published metric -> the summary key compared with it
 METRICS = {
@@ -218,7 +217,8 @@ def parallelism(point: dict) -> tuple[tuple[int, int, int] | None, str]:
     par = point["parallelism"]
     tp, pp, dp = par.get("tp", 1), par.get("pp", 1), par.get("dp", 1)
     if "ep" in par:
-        return None, f"expert parallelism and DP attention not modelled: EP{par['ep']}"
+        # llmsim's cluster.expert_parallel prices one EP group within a scale-up domain (docs/scenario.md)
+        return None, f"multi-node expert parallelism and DP attention not modelled: EP{par['ep']}"
     if not all(isinstance(x, int) for x in (tp, pp, dp)):
         bad = next(str(x) for x in (tp, pp, dp) if not isinstance(x, int))
         return None, f"parallel degree not stated: {bad}"

@@ -410,8 +410,7 @@ def kv_blocks(
     weights = model.weight_bytes_per_device(weight_dtype, tp, pp, ep)
     act = activation_bytes(model, step_tokens, max_seqs, tp, sc.model.act_dtype)
     reserve = sc.kv_cache.reserve_gb * 1e9
-    kv_heads_per_dev = max(1, model.num_kv_heads // tp)
-    per_token = 2 * kv_heads_per_dev * model.head_dim * DTYPE_BYTES[sc.kv_cache.dtype] * (model.num_layers // pp)
+    per_token = model.kv_bytes_per_token_per_device(sc.kv_cache.dtype, tp, pp)  # MLA: the latent on every TP rank
     if draft is not None:
         weights += draft.weight_bytes(weight_dtype) / devices
         per_token += draft.kv_bytes_per_token(sc.kv_cache.dtype) / devices

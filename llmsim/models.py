@@ -39,10 +39,34 @@ class ModelSpec:
     max_position_embeddings: int = 4096
     weight_dtype: str = "bf16"
     source: str = ""
+    # DeepSeek MoE (DeepSeek-V2/V3 config.json): ``n_shared_experts`` experts of intermediate_size
+    # every token passes through besides its routed ones, and the first ``first_k_dense_replace``
+    # layers dense MLPs of ``dense_intermediate_size`` (the config's intermediate_size)
+    shared_experts: int = 0
+    first_dense_layers: int = 0
+    dense_intermediate_size: int = 0
+    # multi-head latent attention (MLA, DeepSeek-V2 arXiv:2405.04434 sec. 2.1; V3 arXiv:2412.19437
+    # sec. 2.1.1): K and V come from a cached latent of kv_lora_rank plus one shared RoPE key of
+    # qk_rope_head_dim; q from a latent of q_lora_rank (0: a plain projection). With MLA,
+    # num_kv_heads = num_heads and head_dim = qk_nope + qk_rope (the q/k head of the expanded form)
+    kv_lora_rank: int = 0  # 0 = not MLA
+    q_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with an MoE MLP (all of them but the first dense ones; 0 for a dense model)."""
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
 
     @property
     def q_size(self) -> int:
@@ -55,6 +79,8 @@ class ModelSpec:
     # ---- parameter counts -------------------------------------------------------------
     def attention_params(self) -> int:
         h = self.hidden_size
+        if self.is_mla:
+            return self.mla_params()
         n = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
         if self.qkv_bias or self.linear_bias:
             n += self.q_size + 2 * self.kv_size
@@ -62,9 +88,23 @@ class ModelSpec:
             n += h
         return n
 
-    def expert_params(self) -> int:
-        """One MLP (one expert for MoE)."""
-        h, i = self.hidden_size, self.intermediate_size
+    def mla_params(self) -> int:
+        """MLA's weights (vLLM DeepseekV2MLAAttention): q_a [H, q_lora] + its RMSNorm + q_b [q_lora,
+        heads·(nope+rope)] (or q [H, heads·(nope+rope)] without q_lora), kv_a [H, kv_lora + rope] + its
+        RMSNorm, kv_b [kv_lora, heads·(nope+v)], o [heads·v, H]."""
+        h, heads = self.hidden_size, self.num_heads
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        if self.q_lora_rank:
+            n = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * heads * qk
+        else:
+            n = h * heads * qk
+        n += h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+        n += self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return n + heads * self.v_head_dim * h
+
+    def expert_params(self, intermediate: int = 0) -> int:
+        """One MLP (one expert for MoE), of ``intermediate`` when given."""
+        h, i = self.hidden_size, intermediate or self.intermediate_size
         n = (3 if self.gated_mlp else 2) * h * i
         if self.linear_bias:
             n += (2 if self.gated_mlp else 1) * i + h
@@ -78,7 +118,21 @@ class ModelSpec:
         if self.is_moe and active_only:
             experts = self.experts_per_token
         router = self.hidden_size * self.num_experts if self.is_moe else 0
-        return self.attention_params() + experts * self.expert_params() + router + 2 * self.norm_params()
+        n = self.attention_params() + experts * self.expert_params() + router + 2 * self.norm_params()
+        if self.shared_experts:  # always active
+            n += self.shared_experts * self.expert_params()
+        return n
+
+    def dense_layer_params(self) -> int:
+        """One of the first ``first_dense_layers`` layers (a dense MLP of dense_intermediate_size)."""
+        return self.attention_params() + self.expert_params(self.dense_intermediate_size) + 2 * self.norm_params()
+
+    def decoder_params(self, active_only: bool = False) -> int:
+        """Every decoder layer's parameters (active ones: the routed experts a token uses)."""
+        if not self.first_dense_layers:
+            return self.num_layers * self.layer_params(active_only)
+        moe = (self.num_layers - self.first_dense_layers) * self.layer_params(active_only)
+        return moe + self.first_dense_layers * self.dense_layer_params()
 
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size + self.learned_positions * self.hidden_size
@@ -87,17 +141,12 @@ class ModelSpec:
         return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
 
     def total_params(self) -> int:
-        return (
-            self.embedding_params() + self.num_layers * self.layer_params() + self.norm_params() + self.lm_head_params()
-        )
+        return self.embedding_params() + self.decoder_params() + self.norm_params() + self.lm_head_params()
 
     def active_params(self) -> int:
         """Parameters touched per token (MoE: only the routed experts)."""
         return (
-            self.embedding_params()
-            + self.num_layers * self.layer_params(active_only=True)
-            + self.norm_params()
-            + self.lm_head_params()
+            self.embedding_params() + self.decoder_params(active_only=True) + self.norm_params() + self.lm_head_params()
         )
 
     def weight_bytes(self, dtype: str | None = None) -> float:
@@ -107,7 +156,7 @@ class ModelSpec:
         per = DTYPE_BYTES[dtype or self.weight_dtype]
         if per >= 2:
             return self.total_params() * per
-        layers = self.num_layers * self.layer_params()
+        layers = self.decoder_params()
         return layers * per + (self.total_params() - layers) * 2
 
     def expert_weight_bytes(self, dtype: str | None = None) -> float:
@@ -117,7 +166,7 @@ class ModelSpec:
         checkpoint stores them in ``dtype`` as ``weight_bytes`` does."""
         if not self.is_moe:
             return 0.0
-        return self.num_layers * self.num_experts * self.expert_params() * DTYPE_BYTES[dtype or self.weight_dtype]
+        return self.moe_layers * self.num_experts * self.expert_params() * DTYPE_BYTES[dtype or self.weight_dtype]
 
     def weight_bytes_per_device(self, dtype: str | None, tp: int, pp: int, ep: int = 1) -> float:
         """Weights one GPU holds: everything split over its tp x pp devices, except that under expert
@@ -130,12 +179,29 @@ class ModelSpec:
         return (total - experts) / (tp * pp) + experts / (ep * pp)
 
     # ---- KV cache --------------------------------------------------------------------
+    @property
+    def mla_cache_width(self) -> int:
+        """Elements MLA caches per token per layer: the KV latent and the shared RoPE key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
     def kv_bytes_per_token_per_layer(self, kv_dtype: str = "bf16") -> float:
+        if self.is_mla:  # one latent per token, not per head (DeepSeek-V2 sec. 2.1.2: (d_c + d_h^R)·l)
+            return self.mla_cache_width * DTYPE_BYTES[kv_dtype]
         return 2 * self.kv_size * DTYPE_BYTES[kv_dtype]
 
     def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
-        """K and V for every layer: 2 · L · n_kv · head_dim · bytes."""
+        """K and V for every layer: 2 · L · n_kv · head_dim · bytes (MLA: L · (kv_lora + rope) · bytes)."""
         return self.num_layers * self.kv_bytes_per_token_per_layer(kv_dtype)
+
+    def kv_bytes_per_token_per_device(self, kv_dtype: str, tp: int, pp: int) -> float:
+        """KV bytes one GPU caches per token: its KV heads' K and V over its stage's layers. MLA's
+        latent has no heads to split: every TP rank caches all of it (vLLM's MLA attention layer
+        is built with num_kv_heads = 1 and its cache spec's head size kv_lora_rank + qk_rope_head_dim
+        on every rank, vllm/model_executor/layers/mla.py and attention/layer.py MLAAttention)."""
+        if self.is_mla:
+            return self.mla_cache_width * DTYPE_BYTES[kv_dtype] * (self.num_layers // pp)
+        kv_heads_per_dev = max(1, self.num_kv_heads // tp)
+        return 2 * kv_heads_per_dev * self.head_dim * DTYPE_BYTES[kv_dtype] * (self.num_layers // pp)
 
     def attention_windows(self) -> tuple[int | None, int | None]:
         """(window of the step's main attention aggregates, window of the local layers if the model
@@ -446,6 +512,32 @@ CATALOG: dict[str, ModelSpec] = {
             source="Qwen/Qwen3-235B-A22B config.json (model_type qwen3_moe, 128 experts, top-8, every layer MoE, "
             "no shared expert; configs.md section 4; per-head q/k RMSNorm not counted)",
         ),
+        ModelSpec(
+            name="deepseek-v3",
+            hidden_size=7168,
+            intermediate_size=2048,  # moe_intermediate_size (routed and shared experts)
+            num_layers=61,
+            num_heads=128,
+            num_kv_heads=128,  # MLA: every head has its own K/V in the expanded form
+            head_dim=192,  # qk_nope_head_dim + qk_rope_head_dim
+            vocab_size=129280,
+            num_experts=256,  # n_routed_experts
+            experts_per_token=8,
+            shared_experts=1,
+            first_dense_layers=3,  # first_k_dense_replace
+            dense_intermediate_size=18432,  # intermediate_size of the dense layers
+            kv_lora_rank=512,
+            q_lora_rank=1536,
+            qk_nope_head_dim=128,
+            qk_rope_head_dim=64,
+            v_head_dim=128,
+            max_position_embeddings=163840,
+            weight_dtype="fp8",  # released as FP8 (e4m3, 128x128 block scales; embeddings and lm_head bf16)
+            source="deepseek-ai/DeepSeek-V3 config.json (model_type deepseek_v3; configs.md section 9): MLA "
+            "(q_lora 1536, kv_lora 512, nope 128, rope 64, v 128), 256 routed experts top-8 + 1 shared, "
+            "first 3 layers dense (18432); the multi-token-prediction module (num_nextn_predict_layers 1) "
+            "and the router's 256 e_score_correction_bias per layer are not counted",
+        ),
     ]
 }
 
@@ -469,6 +561,11 @@ PUBLISHED_PARAMS = {
     "llama-3.2-1b": (1.23e9, "Llama 3.2 model card: 1B (1.23B)"),
     "mixtral-8x22b": (141e9, "Mistral AI, mistral.ai/news/mixtral-8x22b: 141B total, 39B active"),
     "qwen3-235b-a22b": (235e9, "Qwen3-235B-A22B model card: 235B in total and 22B activated"),
+    "deepseek-v3": (671e9, "DeepSeek-V3 technical report (arXiv:2412.19437) abstract: 671B total, 37B activated"),
+}
+# Published activated parameters (MoE), with their sources.
+PUBLISHED_ACTIVE_PARAMS = {
+    "deepseek-v3": (37e9, "DeepSeek-V3 technical report (arXiv:2412.19437): 37B activated for each token"),
 }
 
 
@@ -489,7 +586,7 @@ def hf_model_name(path: Path, cfg: dict) -> str:
     base = kind or (arch.removesuffix("ForCausalLM").lower() if arch else "hf-model")
     hidden = cfg.get("hidden_size") or cfg.get("n_embd")
     layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts")
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
     return base + (f"-{hidden}h{layers}L" if hidden and layers else "") + (f"-{experts}e" if experts else "")
 
 
@@ -509,6 +606,8 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
         raise UserError(f"{path}: missing key {keys[0]!r} (HuggingFace config.json field)")
 
     family = hf_family(cfg, path)
+    if family == "deepseek":
+        return _deepseek_from_hf(cfg, path, need, name)
     is_gpt2 = family == "gpt2"
     hidden = need("hidden_size", "n_embd")
     heads = need("num_attention_heads", "n_head")
@@ -560,6 +659,8 @@ HF_FAMILIES = {
     "qwen3_moe": "llama",
     "gemma2": "llama",
     "gpt2": "gpt2",
+    "deepseek_v2": "deepseek",
+    "deepseek_v3": "deepseek",
 }
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -570,6 +671,8 @@ ARCHITECTURES = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "Gemma2ForCausalLM": "gemma2",
     "GPT2LMHeadModel": "gpt2",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
 }
 # fields of architectures the cost model does not price: (field, what it means)
 UNSUPPORTED_FIELDS = (
@@ -578,7 +681,11 @@ UNSUPPORTED_FIELDS = (
     ("n_shared_experts", "shared experts"),
     ("shared_expert_intermediate_size", "shared experts"),
     ("linear_attn_config", "linear-attention layers"),
+    ("index_topk", "DeepSeek sparse attention (DeepSeek-V3.2's lightning indexer)"),
+    ("index_n_heads", "DeepSeek sparse attention (DeepSeek-V3.2's lightning indexer)"),
 )
+# what the deepseek family prices itself: MLA and shared experts (the fields stay refused elsewhere)
+FAMILY_FIELDS = {"deepseek": ("kv_lora_rank", "q_lora_rank", "n_shared_experts")}
 
 
 def hf_family(cfg: dict, path: Path) -> str:
@@ -600,12 +707,76 @@ def hf_family(cfg: dict, path: Path) -> str:
         raise UserError(
             f"{path}: model_type: {model_type!r} is not an architecture llmsim prices; supported: {supported}"
         )
+    own = FAMILY_FIELDS.get(HF_FAMILIES[model_type], ())
     for field, what in UNSUPPORTED_FIELDS:
-        if cfg.get(field):
+        if cfg.get(field) and field not in own:
             raise UserError(
                 f"{path}: {field}: {what} is not modelled (model_type {model_type!r}); it would be priced wrong"
             )
     return HF_FAMILIES[model_type]
+
+
+# the config fields MLA needs (DeepseekV2Config / DeepseekV3Config in transformers), q_lora_rank
+# aside: null there means no query compression (DeepSeek-V2-Lite)
+MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpec:  # type: ignore[no-untyped-def]
+    """A DeepSeek-V2/V3 config: MLA attention and DeepSeekMoE (routed + shared experts, the first
+    ``first_k_dense_replace`` layers dense). Every MLA field must be there: priced without one the
+    attention would be something else."""
+    for key in MLA_FIELDS:
+        if cfg.get(key) is None:
+            raise UserError(
+                f"{path}: missing key {key!r}: a {cfg.get('model_type', 'deepseek')} config with multi-head "
+                f"latent attention needs {', '.join(MLA_FIELDS)} (HuggingFace config.json fields)"
+            )
+    nope, rope = need("qk_nope_head_dim"), need("qk_rope_head_dim")
+    heads = need("num_attention_heads")
+    experts = _count(cfg, path, "n_routed_experts", 0, zero_ok=True)
+    freq = cfg.get("moe_layer_freq", 1)
+    if experts and freq != 1:
+        raise UserError(f"{path}: moe_layer_freq: {freq!r}: only every layer after first_k_dense_replace MoE (1)")
+    if experts:
+        k = _count(cfg, path, "num_experts_per_tok", 0, zero_ok=True)
+        if not 0 < k <= experts:
+            raise UserError(
+                f"{path}: num_experts_per_tok: expected 1..{experts} for an MoE of {experts} experts, got {k}"
+            )
+    layers = need("num_hidden_layers")
+    dense_layers = _count(cfg, path, "first_k_dense_replace", 0, zero_ok=True) if experts else layers
+    if dense_layers > layers:
+        raise UserError(f"{path}: first_k_dense_replace: {dense_layers} exceeds num_hidden_layers {layers}")
+    inter = need("intermediate_size")
+    torch_dtype = str(cfg.get("torch_dtype") or "bfloat16")
+    dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(torch_dtype, "bf16")
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
+        dtype = "fp8"  # DeepSeek-V3 as released: FP8 e4m3 block-quantised weights
+    return ModelSpec(
+        name=name or hf_model_name(path, cfg),
+        hidden_size=need("hidden_size"),
+        intermediate_size=need("moe_intermediate_size") if experts else inter,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=nope + rope,
+        vocab_size=need("vocab_size"),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        num_experts=experts,
+        experts_per_token=int(cfg.get("num_experts_per_tok", 0)) if experts else 0,
+        shared_experts=_count(cfg, path, "n_shared_experts", 0, zero_ok=True) if experts else 0,
+        first_dense_layers=dense_layers if experts else 0,
+        dense_intermediate_size=inter if experts else 0,
+        kv_lora_rank=need("kv_lora_rank"),
+        q_lora_rank=_count(cfg, path, "q_lora_rank", 0, zero_ok=True),
+        qk_nope_head_dim=nope,
+        qk_rope_head_dim=rope,
+        v_head_dim=need("v_head_dim"),
+        max_position_embeddings=hf_context_len(cfg),
+        weight_dtype=dtype,
+        source=f"HF config {path}",
+    )
 
 
 def _count(cfg: dict, path: Path, key: str, default: object, zero_ok: bool = False) -> int:

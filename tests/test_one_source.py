@@ -9,6 +9,7 @@ import itertools
 import pytest
 
 from llmsim.costmodel.ops import (
+    MLA_SPLIT_OPS,
     BatchShape,
     attention_ops,
     batch_shape,
@@ -104,6 +105,11 @@ CASES = [
     # expert parallelism (dp 2 x tp 2, and over pipeline stages); a profile with moe_memory_fraction
     ("qwen3-30b-a3b-instruct-2507", "H100-SXM", CostConfig(tp=2, ep=4)),
     ("qwen3-30b-a3b-instruct-2507", "RTX-PRO-6000", CostConfig(pp=2, ep=2)),
+    # MLA (expanded prefill, absorbed decode) with DeepSeekMoE: FP8 weights and compute under
+    # tp 8 with CUDA graphs, and expert parallelism over 8 DP ranks with an fp8 KV cache
+    ("deepseek-v3", "H200", CostConfig(tp=8, weight_dtype="fp8", act_dtype="fp8", cuda_graphs=True)),
+    ("deepseek-v3", "H200", CostConfig(ep=8, weight_dtype="fp8", kv_dtype="fp8", attention_kernel="naive")),
+    ("deepseek-v3", "B200", CostConfig(tp=4, pp=2)),
 ]
 
 
@@ -129,11 +135,16 @@ def test_fast_attention_pricing_matches_priced_ops(model: str, hw: str, cfg: Cos
     for s in _shapes(window, local):
         decode_only = s.prefill_tokens == 0
         ops = attention_ops(spec, s, cfg)
-        assert ops and all(op.kind == "attention" for op in ops)
+        # (MLA lists the GEMMs of its prefill/decode split with its attention kernels)
+        assert ops and all(op.kind == "attention" or op.name in MLA_SPLIT_OPS for op in ops)
         reference_s = sum(cm.price(op, decode_only).total_s for op in ops)
         assert cm._attention_s(s, decode_only) == pytest.approx(reference_s, rel=1e-12)
         whole_s = cm.stage_time(s) * cfg.pp + cm.pp_send_time(s) * (cfg.pp - 1) + cm.hw.overheads.step_overhead_s.value
         assert cm.step_time(s) == pytest.approx(whole_s, rel=1e-12)
+        if decode_only:  # a run of decode steps is each step's step_time
+            grown = [batch_shape([], [c + i for c in range(100, 100 + s.decode_seqs)], window) for i in range(4)]
+            runs = cm.decode_steps_s(grown[0], 4)
+            assert runs == pytest.approx([cm.step_time(g) for g in grown], rel=1e-12)
 
 
 def test_attention_ops_flops_and_bytes_from_first_principles() -> None:

@@ -80,7 +80,7 @@ def test_not_expressible_reasons_are_the_expected_kinds():
         "no hardware profile",
         "hardware mismatch",
         "parallel degree not stated",
-        "expert parallelism and DP attention not modelled",
+        "multi-node expert parallelism and DP attention not modelled",
         "precision ambiguous",
         "lengths not stated",
         "ShareGPT lengths not available",

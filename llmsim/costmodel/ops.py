@@ -308,21 +308,179 @@ def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
         return ops
     norm_flops = norm_flops_per_elem(model)
     ops.append(elementwise("input_layernorm", T * H, norm_flops, 1, cfg, L))
-    ops.append(gemm("attn_pre_proj", T, q + 2 * kv, H, cfg, L))
-    if not model.learned_positions:
-        ops.append(elementwise("attn_rope", T * (q + kv), 3.0, 1, cfg, L))
-    # Writing the new tokens' K and V into the (paged) cache.
-    ops.append(Op("kv_cache_write", "elementwise", 0.0, T * 2 * kv * a, T * 2 * kv * kvb, act, L))
+    if model.is_mla:
+        ops.extend(_mla_projection_ops(model, T, cfg, L))
+    else:
+        ops.append(gemm("attn_pre_proj", T, q + 2 * kv, H, cfg, L))
+        if not model.learned_positions:
+            ops.append(elementwise("attn_rope", T * (q + kv), 3.0, 1, cfg, L))
+        # Writing the new tokens' K and V into the (paged) cache.
+        ops.append(Op("kv_cache_write", "elementwise", 0.0, T * 2 * kv * a, T * 2 * kv * kvb, act, L))
     ops.extend(attention_ops(model, s, cfg))
-    ops.append(gemm("attn_post_proj", T, H, q, cfg, L))
+    if model.is_mla:  # o_proj [heads·v_head_dim / tp, H]
+        ops.append(gemm("attn_post_proj", T, H, model.num_heads // tp * model.v_head_dim, cfg, L))
+    else:
+        ops.append(gemm("attn_post_proj", T, H, q, cfg, L))
     if tp > 1:
         ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, act, L))
     ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
     ops.append(elementwise("post_attention_layernorm", T * H, norm_flops, 1, cfg, L))
-    ops.extend(_mlp_ops(model, T, cfg, L))
+    if model.first_dense_layers or model.shared_experts:
+        ops.extend(_deepseek_mlp_ops(model, T, cfg, L))
+    else:
+        ops.extend(_mlp_ops(model, T, cfg, L))
     if tp > 1:
         ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, act, L))
     ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
+    return ops
+
+
+# ---- multi-head latent attention (DeepSeek-V2 arXiv:2405.04434 sec. 2.1, DeepSeek-V3 arXiv:2412.19437
+# sec. 2.1.1), as vLLM runs it (vllm/v1/attention/backends/mla/common.py's module docstring: the
+# "compute friendly" expanded form for prefill, the "data-movement friendly" absorbed form for
+# decode; DeepseekV2MLAAttention in vllm/model_executor/models/deepseek_v2.py: q_a and kv_a are
+# replicated on every TP rank (fused_qkv_a_proj), q_b / kv_b column-parallel, o_proj row-parallel).
+# Per device: n = heads / tp, P = qk_nope_head_dim, R = qk_rope_head_dim, Lq = q_lora_rank,
+# Lkv = kv_lora_rank, V = v_head_dim.
+# The ops of the prefill/decode split (expanded kv_b over the prefill keys, the absorbed W_UK / W_UV
+# batched GEMMs of the decode tokens) run inside vLLM's MLA attention op, so they are listed with
+# the attention kernels (``attention_ops``) and priced, graphed or not, as attention is.
+MLA_SPLIT_OPS = ("mla_kv_b_proj", "mla_q_absorb", "mla_out_absorb")
+
+
+def _mla_projection_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
+    """The token-wise MLA ops before attention: the latent down-projections (fused q_a + kv_a, or
+    kv_a alone without q compression), the q/kv latent RMSNorms, the q up-projection, RoPE on the
+    query's and the shared key's R dims, and the cache write of the latent + rope key per token."""
+    n, P, R = model.num_heads // cfg.tp, model.qk_nope_head_dim, model.qk_rope_head_dim
+    Lq, Lkv, H = model.q_lora_rank, model.kv_lora_rank, model.hidden_size
+    act = storage_dtype(cfg)
+    a, kvb = DTYPE_BYTES[act], DTYPE_BYTES[cfg.kv_dtype]
+    norm_flops = norm_flops_per_elem(model)
+    ops = [gemm("mla_qkv_a_proj", T, Lq + Lkv + R, H, cfg, L)]  # [H, Lq + Lkv + R], replicated
+    if Lq:
+        ops.append(elementwise("mla_q_a_layernorm", T * Lq, norm_flops, 1, cfg, L))
+    ops.append(elementwise("mla_kv_a_layernorm", T * Lkv, norm_flops, 1, cfg, L))
+    # q_b [Lq, n·(P+R)] (without q compression q_proj [H, n·(P+R)])
+    ops.append(gemm("mla_q_b_proj" if Lq else "mla_q_proj", T, n * (P + R), Lq or H, cfg, L))
+    ops.append(elementwise("attn_rope", T * (n * R + R), 3.0, 1, cfg, L))
+    w = model.mla_cache_width  # the latent and the rope key: Lkv + R per token, whatever the heads
+    ops.append(Op("kv_cache_write", "elementwise", 0.0, T * w * a, T * w * kvb, act, L))
+    return ops
+
+
+@dataclass(slots=True, init=False)  # init written out: compiled natively (see BatchShape)
+class MLADims:
+    """MLA's per-device attention sizes and the FLOPs and bytes of its kernels: the one source of
+    those formulas (``attention_ops``; the NumPy reference counts the same)."""
+
+    heads: int
+    nope: int
+    rope: int
+    latent: int  # kv_lora_rank
+    v_dim: int
+    act_bytes: float
+    cache_row_bytes: float  # one cached token's latent + rope key
+    kernel: str
+
+    def __init__(self, model: ModelSpec, cfg: OpConfig) -> None:
+        self.heads = model.num_heads // cfg.tp
+        self.nope, self.rope = model.qk_nope_head_dim, model.qk_rope_head_dim
+        self.latent, self.v_dim = model.kv_lora_rank, model.v_head_dim
+        self.act_bytes = DTYPE_BYTES[attention_dtype(cfg)]
+        self.cache_row_bytes = model.mla_cache_width * DTYPE_BYTES[cfg.kv_dtype]
+        self.kernel = cfg.attention_kernel
+
+    def prefill(self, s: BatchShape) -> tuple[float, float, float]:
+        """Expanded MHA: QK^T over P + R dims and PV over V dims per head and (query, key) score;
+        reads Q, the expanded K (P + R per head) and V of every key row, writes O (V per head)."""
+        n, qk = self.heads, self.nope + self.rope
+        flops = 2.0 * prefill_scores(s, self.kernel) * n * (qk + self.v_dim)
+        read = (s.prefill_tokens * n * qk + s.prefill_kv_tokens * n * (qk + self.v_dim)) * self.act_bytes
+        written = s.prefill_tokens * n * self.v_dim * self.act_bytes
+        if self.kernel == "naive":
+            score_bytes = s.prefill_score_elems * n * self.act_bytes
+            read += 2 * score_bytes
+            written += 2 * score_bytes
+        return flops, read, written
+
+    def prefill_masked_flops(self, s: BatchShape) -> float:
+        if self.kernel == "naive":
+            return 0.0
+        return 2.0 * (s.prefill_score_elems - s.prefill_attn_pairs) * self.heads * (self.nope + self.rope + self.v_dim)
+
+    def prefill_query_flops(self, s: BatchShape) -> float:
+        return 2.0 * s.prefill_tokens * self.heads * (self.nope + self.rope + self.v_dim)
+
+    def decode_flops_per_ctx(self, tokens: int, seqs: int) -> float:
+        """Absorbed MQA over the latent: per head and cached key, 2·(Lkv + R) FLOPs for the score
+        and 2·Lkv for the value (the latent is the value), for each of a sequence's new tokens."""
+        return 2.0 * (tokens // max(1, seqs)) * self.heads * (2 * self.latent + self.rope)
+
+    def decode_bytes(self, s: BatchShape) -> tuple[float, float]:
+        """Reads the absorbed q (Lkv + R per head) and every cached latent row once per layer (all
+        heads share it), writes the latent-space output (Lkv per head)."""
+        n = self.heads
+        read = (
+            s.decode_tokens * n * (self.latent + self.rope) * self.act_bytes
+            + s.decode_ctx_tokens * self.cache_row_bytes
+        )
+        return read, s.decode_tokens * n * self.latent * self.act_bytes
+
+
+def _batched_gemm(name: str, rows: int, n: int, k: int, groups: int, cfg: OpConfig, count: int) -> Op:
+    """``groups`` GEMMs [rows, k] @ [k, n] in one launch (one per head: torch.bmm)."""
+    op = gemm(name, rows, n * groups, k, cfg, count)
+    a_in, a_out = DTYPE_BYTES[cfg.act_dtype], DTYPE_BYTES[storage_dtype(cfg)]
+    w = DTYPE_BYTES[cfg.weight_dtype] * k * n * groups
+    return dataclasses.replace(
+        op,
+        bytes_read=rows * k * groups * a_in + w,
+        bytes_written=rows * n * groups * a_out,
+        n=n,
+        weight_bytes=w,
+        groups=groups,
+    )
+
+
+def _mla_attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int) -> list[Op]:
+    dims = MLADims(model, cfg)
+    n, P, R, Lkv, V = dims.heads, dims.nope, dims.rope, dims.latent, dims.v_dim
+    dtype = attention_dtype(cfg)
+    ops: list[Op] = []
+    if L <= 0:
+        return ops
+    if s.prefill_tokens:
+        # kv_b [Lkv, n·(P+V)] expands the latent of every key a chunk attends to: its own new
+        # tokens and its cached context (vLLM's _compute_prefill_context re-expands the cache)
+        ops.append(gemm("mla_kv_b_proj", s.prefill_kv_tokens, n * (P + V), Lkv, cfg, L))
+        flops, read, written = dims.prefill(s)
+        ops.append(
+            Op(
+                "attention_prefill",
+                "attention",
+                flops,
+                read,
+                written,
+                dtype,
+                L,
+                m=s.prefill_tokens,
+                n=P + R,
+                k=P + R,
+                masked_flops=dims.prefill_masked_flops(s),
+                query_flops=dims.prefill_query_flops(s),
+            )
+        )
+    if s.decode_tokens:
+        # W_UK / W_UV are dequantised from kv_b at load time and multiplied in 16 bits
+        # (MLACommonImpl.process_weights_after_loading: W_UK_T, W_UV; torch.bmm)
+        bmm = _unquantised(cfg)
+        t = s.decode_tokens
+        ops.append(_batched_gemm("mla_q_absorb", t, Lkv, P, n, bmm, L))  # q_nope [t, P] @ W_UK [P, Lkv] per head
+        read, written = dims.decode_bytes(s)
+        flops = s.decode_ctx_tokens * dims.decode_flops_per_ctx(t, s.decode_seqs)
+        ops.append(Op("attention_decode", "attention", flops, read, written, dtype, L, m=t, n=Lkv + R, k=Lkv + R))
+        ops.append(_batched_gemm("mla_out_absorb", t, V, Lkv, n, bmm, L))  # o_latent [t, Lkv] @ W_UV [Lkv, V] per head
     return ops
 
 
@@ -338,6 +496,8 @@ def attention_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     counted over its own layers: ``attention_*`` over the global ones (aggregates of ``s``) and
     ``attention_*_local`` over the windowed ones (aggregates of ``s.local``)."""
     layers = model.num_layers // cfg.pp
+    if model.is_mla:
+        return _mla_attention(model, s, cfg, layers)
     if s.local is None:
         return _attention(model, s, cfg, layers, "")
     n_global = model.global_layers(layers)
@@ -475,6 +635,35 @@ def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
         elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
         _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L),
     ]
+
+
+def _deepseek_mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
+    """DeepSeekMoE (DeepSeek-V3 arXiv:2412.19437 sec. 2.1.2; vLLM DeepseekV2MoE): the first
+    ``first_dense_layers`` layers are dense MLPs of ``dense_intermediate_size`` (``dense_mlp_*``);
+    the others route each token to ``experts_per_token`` of the experts (``_mlp_ops``) and also
+    pass every token through the ``shared_experts`` (one MLP of shared x intermediate, TP-split and
+    not expert-parallel: vLLM's shared_experts DeepseekV2MLP). Under pipeline parallelism the list
+    is the first stage's, which holds the dense layers (the step is pp x one stage)."""
+    H, tp = model.hidden_size, cfg.tp
+    dense = min(model.first_dense_layers, L)
+    moe = L - dense
+    act_flops, act_reads = _mlp_activation(model)
+    ops: list[Op] = []
+    if dense:
+        inter = model.dense_intermediate_size // tp
+        up_n = 2 * inter if model.gated_mlp else inter
+        ops.append(gemm("dense_mlp_up_proj", T, up_n, H, cfg, dense))
+        ops.append(elementwise("dense_mlp_act", T * inter, act_flops, act_reads, cfg, dense))
+        ops.append(gemm("dense_mlp_down_proj", T, H, inter, cfg, dense))
+    if moe:
+        ops.extend(_mlp_ops(model, T, cfg, moe))
+        if model.shared_experts:
+            inter = model.shared_experts * model.intermediate_size // tp
+            up_n = 2 * inter if model.gated_mlp else inter
+            ops.append(gemm("shared_expert_up_proj", T, up_n, H, cfg, moe))
+            ops.append(elementwise("shared_expert_act", T * inter, act_flops, act_reads, cfg, moe))
+            ops.append(gemm("shared_expert_down_proj", T, H, inter, cfg, moe))
+    return ops
 
 
 def _mlp_activation(model: ModelSpec) -> tuple[float, int]:

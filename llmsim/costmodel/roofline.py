@@ -16,11 +16,13 @@ import numpy as np
 from llmsim.costmodel.comm import all_gather_s, all_reduce_s, send_s, tp_link
 from llmsim.costmodel.gemm import GemmCurve
 from llmsim.costmodel.ops import (
+    MLA_SPLIT_OPS,
     AttentionDims,
     BatchShape,
     Op,
     OpConfig,
     attention_dtype,
+    attention_ops,
     head_ops,
     step_ops,
     storage_dtype,
@@ -146,6 +148,8 @@ class CostModel:
         self._layers = self.model.num_layers // self.cfg.pp
         self._attn = AttentionDims(self.model, self.cfg)
         self._act_peak = self.hw.peak(attention_dtype(self.cfg))  # the attention kernels' rate
+        # MLA: its attention side (ops.MLA_SPLIT_OPS and the kernels) is priced from its ops
+        self._mla = self.model.is_mla
 
     def _numa_factor(self) -> float:
         cpu = self.hw.cpu
@@ -266,7 +270,10 @@ class CostModel:
     def priced(self, shape: BatchShape) -> list[OpTime]:
         """Every op of the step priced, launch gaps as the step's CUDA-graph view has them."""
         _, body_graphed, attn_graphed = self.graph_view(shape.tokens, shape.prefill_tokens == 0)
-        return [self.price(op, attn_graphed if op.kind == "attention" else body_graphed) for op in self.ops(shape)]
+        return [
+            self.price(op, attn_graphed if op.kind == "attention" or op.name in MLA_SPLIT_OPS else body_graphed)
+            for op in self.ops(shape)
+        ]
 
     def stage_time(self, shape: BatchShape) -> float:
         """Device time of one pipeline stage's part of the step (no per-step CPU overhead)."""
@@ -324,6 +331,8 @@ class CostModel:
         context one token longer (a run never crosses a sliding window, so the local view grows the
         same), vectorised: the same arithmetic as ``_attention_s`` on an array of contexts."""
         n = shape.decode_tokens
+        if self._mla:  # (priced from its ops, step by step)
+            return [self.step_time(_grown(shape, n * i)) for i in range(steps)]
         body_tokens, body_graphed, graphed = self.graph_view(shape.tokens, True)
         stage = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed)
         host = self.host_s(shape.decode_seqs, shape.tokens)  # the batch is the same every step
@@ -380,6 +389,8 @@ class CostModel:
         do; the time arithmetic here is the speed copy of ``price``'s, held to it by
         ``tests/test_one_source.py::test_fast_attention_pricing_matches_priced_ops``. Local+global
         models price the global layers on ``s`` and the windowed ones on ``s.local``."""
+        if self._mla:
+            return sum(self.price(op, decode_only).total_s for op in attention_ops(self.model, s, self.cfg))
         if s.local is None:
             return self._attention_layers_s(s, self._layers, decode_only)
         glob = self.model.global_layers(self._layers)
@@ -439,7 +450,11 @@ class CostModel:
                 decode_seqs=tokens if decode_only else 0,
                 logits_rows=0,
             )
-            body = sum(self.price(op, decode_only).total_s for op in self.ops(shape) if op.kind != "attention")
+            body = sum(
+                self.price(op, decode_only).total_s
+                for op in self.ops(shape)
+                if op.kind != "attention" and op.name not in MLA_SPLIT_OPS
+            )
             self._body_cache[(tokens, decode_only)] = body
         head = self._head_cache.get((lm_rows, decode_only))
         if head is None:
@@ -498,6 +513,16 @@ class CostModel:
 
         window, local = self.model.attention_windows()
         return self.step_time(batch_shape([], contexts, window, local_window=local))
+
+
+def _grown(shape: BatchShape, tokens: int) -> BatchShape:
+    """A decode-only ``shape`` with ``tokens`` more context in all (its sequences one step on)."""
+    return BatchShape(
+        decode_seqs=shape.decode_seqs,
+        decode_tokens=shape.decode_tokens,
+        decode_ctx_tokens=shape.decode_ctx_tokens + tokens,
+        logits_rows=shape.logits_rows,
+    )
 
 
 def _kernel_total_s(compute_s: float, memory_s: float, fixed_s: float, launch_s: float) -> float:

@@ -129,7 +129,7 @@ class Model:
             x = x + self._attention(layer, p, self._norm("input_layernorm", x, p, "ln1_"), pos, segs, slots)
             if c is not None:
                 c.elementwise("add", x.size, 1.0, 2, self.a)
-            x = x + self._mlp(p, self._norm("post_attention_layernorm", x, p, "ln2_"))
+            x = x + self._mlp(p, self._norm("post_attention_layernorm", x, p, "ln2_"), layer)
             if c is not None:
                 c.elementwise("add", x.size, 1.0, 2, self.a)
         return self._logits(x, segs)
@@ -137,6 +137,8 @@ class Model:
     # ---- attention ----------------------------------------------------------------------
     def _attention(self, layer, p, h, pos, segs, slots) -> np.ndarray:  # [T, n_embd] -> [T, n_embd]
         spec, c = self.spec, self.counter
+        if spec.is_mla:
+            return self._mla_attention(layer, p, h, pos, segs, slots)
         q_size, kv_size, hd = spec.q_size, spec.kv_size, spec.head_dim
         qkv = self._linear("attn_pre_proj", h, p["w_qkv"], p.get("b_qkv"))  # [T, q + 2kv]
         T = h.shape[0]
@@ -230,8 +232,115 @@ class Model:
         read = rows * spec.q_size * self.a + kv_rows * 2 * spec.kv_size * self.kvb + 2 * scores_bytes
         self.counter.add(name, flops, read, rows * spec.q_size * self.a + 2 * scores_bytes)  # type: ignore[union-attr]
 
+    # ---- multi-head latent attention ----------------------------------------------------
+    def _mla_attention(self, layer, p, h, pos, segs, slots) -> np.ndarray:  # [T, n_embd] -> [T, n_embd]
+        """DeepSeek MLA as vLLM runs it (vllm/v1/attention/backends/mla/common.py): latent
+        projections for every token; prefill chunks attend in the expanded form (kv_b turns each
+        key's latent into per-head K_nope and V), decode tokens in the absorbed form (W_UK folded
+        into the query, attention over the cached latents themselves, W_UV applied after)."""
+        spec, c = self.spec, self.counter
+        N, P, R, V = spec.num_heads, spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+        Lq, Lkv = spec.q_lora_rank, spec.kv_lora_rank
+        T = h.shape[0]
+        a = self._linear("mla_qkv_a_proj", h, p["w_qkv_a"])  # [T, Lq + Lkv + R]
+        q_c, kv_c, k_pe = a[:, :Lq], a[:, Lq : Lq + Lkv], a[:, Lq + Lkv :]
+        if Lq:
+            q_c = self._latent_norm("mla_q_a_layernorm", q_c, p["g_q_a"])
+        kv_c = self._latent_norm("mla_kv_a_layernorm", kv_c, p["g_kv_a"])
+        q = self._linear("mla_q_b_proj" if Lq else "mla_q_proj", q_c if Lq else h, p["w_q_b"]).reshape(T, N, P + R)
+        q_nope, q_pe = q[..., :P], rope(q[..., P:], pos)  # [T, N, P], [T, N, R]
+        k_pe = rope(k_pe[:, None, :], pos)[:, 0]  # [T, R]: one rope key shared by every head
+        if c is not None:
+            c.elementwise("attn_rope", T * (N * R + R), 3.0, 1, self.a)
+        latent = np.concatenate([kv_c, k_pe], axis=-1)  # [T, Lkv + R]: what the cache holds per token
+        self.cache.write(layer, np.concatenate(slots), latent[:, None, :], np.zeros((T, 1, 0), latent.dtype))
+        if c is not None:
+            w = spec.mla_cache_width
+            c.add("kv_cache_write", 0.0, T * w * self.a, T * w * self.kvb)
+        scale = np.sqrt(P + R).astype(q.dtype)  # the expanded form's softmax scale, in both forms
+        w_kv_b = p["w_kv_b"]  # [Lkv, N·(P+V)]
+        out = np.empty((T, N, V), q.dtype)
+        rows, starts, row = [], [], 0
+        pre = [(i, s) for i, s in enumerate(segs) if s.kind != "decode"]
+        for s in segs:
+            starts.append(row)
+            row += s.n
+        if pre:  # expanded form: kv_b over every key row of every chunk, one GEMM
+            gathered = []
+            for _, s in pre:
+                lo, _ = self._visible(s)
+                C, _, valid, kpos = self.cache.gather(layer, [s.table], [(lo, s.past + s.n)])
+                gathered.append((s, lo, C[0, :, 0][valid[0]], kpos[0][valid[0]]))  # [n_keys, Lkv + R]
+            lat = np.concatenate([g[2] for g in gathered])
+            kv = self._linear("mla_kv_b_proj", lat[:, :Lkv], w_kv_b).reshape(-1, N, P + V)
+            at = 0
+            for (i, s), (_, lo, C, kpos) in zip(pre, gathered, strict=True):
+                n_keys = C.shape[0]
+                K = np.concatenate(
+                    [kv[at : at + n_keys, :, :P], np.broadcast_to(C[:, None, Lkv:], (n_keys, N, R))], axis=-1
+                )  # [n_keys, N, P + R]
+                Vs = kv[at : at + n_keys, :, P:]  # [n_keys, N, V]
+                at += n_keys
+                r0 = starts[i]
+                Q = np.concatenate([q_nope[r0 : r0 + s.n], q_pe[r0 : r0 + s.n]], axis=-1)  # [n_new, N, P + R]
+                w_ = s.window if s.window is not None else spec.sliding_window
+                qpos = np.arange(s.past, s.past + s.n)[:, None]
+                mask = (kpos <= qpos) & (kpos >= lo)
+                if w_ is not None:
+                    mask &= qpos - kpos < w_
+                scores = (Q.transpose(1, 0, 2) @ K.transpose(1, 2, 0)) / scale  # [N, n_new, n_keys]
+                scores = np.where(mask, scores, -np.inf)
+                out[r0 : r0 + s.n] = (softmax(scores) @ Vs.transpose(1, 0, 2)).transpose(1, 0, 2)
+                if c is not None:
+                    real_keys = s.past + s.n - lo
+                    naive = self.count_kernel == "naive"
+                    computed = s.n * real_keys if naive else int(mask.sum())
+                    sb = s.n * real_keys * N * self.a if naive else 0
+                    flops = 2.0 * computed * N * (P + R + V)
+                    read = (s.n * N * (P + R) + real_keys * N * (P + R + V)) * self.a + 2 * sb
+                    c.add("attention_prefill", flops, read, s.n * N * V * self.a + 2 * sb)
+        dec = [(i, s) for i, s in enumerate(segs) if s.kind == "decode"]
+        if dec:  # absorbed form
+            rows = [starts[i] for i, _ in dec]
+            t = len(rows)
+            W = w_kv_b.reshape(Lkv, N, P + V)
+            w_uk, w_uv = W[:, :, :P].transpose(1, 2, 0), W[:, :, P:].transpose(1, 0, 2)  # [N, P, Lkv], [N, Lkv, V]
+            ql = self._bmm("mla_q_absorb", q_nope[rows], w_uk)  # [t, N, Lkv]
+            Q = np.concatenate([ql, q_pe[rows]], axis=-1)  # [t, N, Lkv + R]
+            o_lat = np.empty((t, N, Lkv), q.dtype)
+            keys = 0
+            for j, (_, s) in enumerate(dec):
+                C, _, valid, _ = self.cache.gather(layer, [s.table], [(0, s.past + 1)])
+                C = C[0, :, 0][valid[0]]  # [n_keys, Lkv + R]
+                keys += C.shape[0]
+                scores = (Q[j] @ C.T) / scale  # [N, n_keys]
+                o_lat[j] = softmax(scores) @ C[:, :Lkv]  # [N, Lkv]: the latent is the value
+            if c is not None:
+                flops = 2.0 * keys * N * (2 * Lkv + R)
+                read = t * N * (Lkv + R) * self.a + keys * spec.mla_cache_width * self.kvb
+                c.add("attention_decode", flops, read, t * N * Lkv * self.a)
+            out[rows] = self._bmm("mla_out_absorb", o_lat, w_uv)  # [t, N, V]
+        return self._linear("attn_post_proj", out.reshape(T, N * V), p["w_o"])
+
+    def _latent_norm(self, name: str, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        if self.counter is not None:
+            self.counter.elementwise(name, x.size, norm_flops_per_elem(self.spec), 1, self.a)
+        return rmsnorm(x, g)
+
+    def _bmm(self, name: str, x: np.ndarray, w: np.ndarray) -> np.ndarray:  # [t, N, k], [N, k, n] -> [t, N, n]
+        y = np.einsum("tnk,nkm->tnm", x, w)
+        if self.counter is not None:
+            t, N, k = x.shape
+            n = w.shape[2]
+            self.counter.add(
+                name, 2.0 * t * N * n * k, (t * N * k) * self.a + N * k * n * w.dtype.itemsize, t * N * n * self.a
+            )
+        return y
+
     # ---- MLP ----------------------------------------------------------------------------
-    def _mlp(self, p: dict[str, np.ndarray], h: np.ndarray) -> np.ndarray:  # [T, n_embd] -> [T, n_embd]
+    def _mlp(self, p: dict[str, np.ndarray], h: np.ndarray, layer: int = 0) -> np.ndarray:  # [T, n_embd] -> [T, n_embd]
+        if layer < self.spec.first_dense_layers:  # DeepSeekMoE's dense first layers
+            return self._ffn(h, p["w_up"], p["w_down"], prefix="dense_")
         if not self.spec.is_moe:
             return self._ffn(h, p["w_up"], p["w_down"], p.get("b_up"), p.get("b_down"))
         spec = self.spec
@@ -244,11 +353,15 @@ class Model:
             rows, slot = np.nonzero(top == e)
             y = self._ffn(h[rows], p["w_up"][e], p["w_down"][e])
             out[rows] += gate[rows, slot][:, None] * y
+        if spec.shared_experts:  # every token, besides its routed experts
+            out += self._ffn(h, p["w_shared_up"], p["w_shared_down"], prefix="shared_expert_", mlp="")
         return out
 
-    def _ffn(self, h, w_up, w_down, b_up=None, b_down=None) -> np.ndarray:  # [m, n_embd] -> [m, n_embd]
-        up = self._linear("mlp_up_proj", h, w_up, b_up)  # [m, up_n]
-        inter = self.spec.intermediate_size
+    def _ffn(
+        self, h, w_up, w_down, b_up=None, b_down=None, prefix="", mlp="mlp_"
+    ) -> np.ndarray:  # [m, n_embd] -> [m, n_embd]
+        up = self._linear(prefix + mlp + "up_proj", h, w_up, b_up)  # [m, up_n]
+        inter = w_down.shape[0]
         if self.spec.gated_mlp:
             act = silu(up[:, :inter]) * up[:, inter:]
             flops, reads = 5.0, 2
@@ -256,8 +369,8 @@ class Model:
             act = gelu(up)
             flops, reads = 8.0, 1
         if self.counter is not None:
-            self.counter.elementwise("mlp_act", act.size, flops, reads, self.a)
-        return self._linear("mlp_down_proj", act, w_down, b_down)
+            self.counter.elementwise(prefix + mlp + "act", act.size, flops, reads, self.a)
+        return self._linear(prefix + mlp + "down_proj", act, w_down, b_down)
 
     # ---- head ---------------------------------------------------------------------------
     def _logits(self, x: np.ndarray, segs: list[Segment]) -> list[np.ndarray | None]:

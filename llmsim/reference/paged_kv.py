@@ -11,7 +11,7 @@ from llmsim.models import ModelSpec
 def fake_quant_kv(x: np.ndarray, kind: str | None) -> np.ndarray:
     """[rows, n_kv, head_dim] -> same, rounded as an INT8 (per row and head absmax scale) or FP8
     E4M3 (3 mantissa bits, max 448) cache would store it."""
-    if kind is None:
+    if kind is None or not x.size:  # (MLA's value side is empty)
         return x
     if kind == "int8":
         scale = np.abs(x).max(axis=-1, keepdims=True) / 127.0
@@ -37,17 +37,22 @@ class PagedKVCache:
     def __init__(self, spec: ModelSpec, block_tokens: int, dtype: type = np.float32, quant: str | None = None):
         self.spec, self.block_tokens, self.dtype, self.quant = spec, block_tokens, np.dtype(dtype), quant
         self.capacity = 0
+        # MLA caches one row per token, the KV latent and the shared RoPE key (kv_lora + rope wide),
+        # in ``k``; its ``v`` is empty (the latent is the value too)
+        self.kv_heads = 1 if spec.is_mla else spec.num_kv_heads
+        self.k_dim = spec.mla_cache_width if spec.is_mla else spec.head_dim
+        self.v_dim = 0 if spec.is_mla else spec.head_dim
         # [L, blocks, block_tokens, n_kv, hd]: a block's tokens are contiguous, so gathering a
         # sequence's K/V copies whole blocks (a NumPy fancy index per block, not per token)
-        self.k = np.zeros((spec.num_layers, 0, block_tokens, spec.num_kv_heads, spec.head_dim), self.dtype)
-        self.v = self.k.copy()
+        self.k = np.zeros((spec.num_layers, 0, block_tokens, self.kv_heads, self.k_dim), self.dtype)
+        self.v = np.zeros((spec.num_layers, 0, block_tokens, self.kv_heads, self.v_dim), self.dtype)
         self.free_ids: list[int] = []
         self.refs: dict[int, int] = {}
 
     def _grow(self, blocks: int) -> None:
         new = max(blocks, 2 * self.capacity, 16)
-        shape = (self.spec.num_layers, new, self.block_tokens, self.spec.num_kv_heads, self.spec.head_dim)
-        k, v = np.zeros(shape, self.dtype), np.zeros(shape, self.dtype)
+        shape = (self.spec.num_layers, new, self.block_tokens, self.kv_heads)
+        k, v = np.zeros((*shape, self.k_dim), self.dtype), np.zeros((*shape, self.v_dim), self.dtype)
         k[:, : self.k.shape[1]], v[:, : self.v.shape[1]] = self.k, self.v
         self.k, self.v = k, v
         self.free_ids.extend(range(new - 1, self.capacity - 1, -1))
@@ -90,9 +95,9 @@ class PagedKVCache:
         return np.asarray(table, dtype=np.int64)[pos // self.block_tokens] * self.block_tokens + pos % self.block_tokens
 
     def write(self, layer: int, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
-        flat = (-1, self.spec.num_kv_heads, self.spec.head_dim)
-        self.k[layer].reshape(flat)[slots] = fake_quant_kv(k, self.quant)
-        self.v[layer].reshape(flat)[slots] = fake_quant_kv(v, self.quant)
+        self.k[layer].reshape(-1, self.kv_heads, self.k_dim)[slots] = fake_quant_kv(k, self.quant)
+        if self.v_dim:  # (MLA: no separate values)
+            self.v[layer].reshape(-1, self.kv_heads, self.v_dim)[slots] = fake_quant_kv(v, self.quant)
 
     def gather(self, layer: int, tables: list[list[int]], spans: list[tuple[int, int]]):  # noqa: ANN201
         """K and V of positions [lo, hi) of each sequence, padded to one length:
@@ -104,8 +109,8 @@ class PagedKVCache:
         for j, (t, f, (_, hi)) in enumerate(zip(tables, first, spans, strict=True)):
             row = t[f : -(-hi // bt)]
             idx[j, : len(row)] = row
-        shape = (len(spans), n_blk * bt, self.spec.num_kv_heads, self.spec.head_dim)
-        K, V = self.k[layer, idx].reshape(shape), self.v[layer, idx].reshape(shape)
+        shape = (len(spans), n_blk * bt, self.kv_heads)
+        K, V = self.k[layer, idx].reshape(*shape, self.k_dim), self.v[layer, idx].reshape(*shape, self.v_dim)
         start = np.array(first)[:, None] * bt
         pos = start + np.arange(n_blk * bt)[None, :]  # [b, n_keys] absolute positions
         lo, hi = np.array(spans).T

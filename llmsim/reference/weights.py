@@ -47,18 +47,28 @@ def init_weights(spec: ModelSpec, seed: int = 0, dtype: type = np.float32, std: 
         return d
 
     layers = []
-    for _ in range(spec.num_layers):
-        lay: dict[str, np.ndarray] = {"w_qkv": w(H, q + 2 * kv), "w_o": w(q, H)}
+    for i in range(spec.num_layers):
+        if spec.is_mla:
+            lay = _mla_weights(spec, w, dtype)
+        else:
+            lay = {"w_qkv": w(H, q + 2 * kv), "w_o": w(q, H)}
         lay.update({f"ln1_{k}": v for k, v in norm().items()})
         lay.update({f"ln2_{k}": v for k, v in norm().items()})
         if spec.qkv_bias or spec.linear_bias:
             lay["b_qkv"] = w(q + 2 * kv)
         if spec.linear_bias:
             lay["b_o"] = w(H)
-        if spec.is_moe:
+        dense_first = i < spec.first_dense_layers
+        if dense_first:  # DeepSeekMoE's first layers: one dense MLP
+            d = spec.dense_intermediate_size
+            lay["w_up"], lay["w_down"] = w(H, 2 * d if spec.gated_mlp else d), w(d, H)
+        elif spec.is_moe:
             lay["w_router"] = w(H, spec.num_experts)
             lay["w_up"] = w(spec.num_experts, H, up_n)
             lay["w_down"] = w(spec.num_experts, inter, H)
+            if spec.shared_experts:
+                s = spec.shared_experts * inter
+                lay["w_shared_up"], lay["w_shared_down"] = w(H, 2 * s if spec.gated_mlp else s), w(s, H)
         else:
             lay["w_up"], lay["w_down"] = w(H, up_n), w(inter, H)
             if spec.linear_bias:
@@ -68,6 +78,25 @@ def init_weights(spec: ModelSpec, seed: int = 0, dtype: type = np.float32, std: 
     wpe = w(spec.learned_positions, H) if spec.learned_positions else None
     lm_head = wte.T if spec.tie_embeddings else w(H, spec.vocab_size)
     return Weights(spec, wte, wpe, layers, norm(), lm_head)
+
+
+def _mla_weights(spec: ModelSpec, w, dtype: type) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """MLA's matrices as vLLM holds them: ``w_qkv_a`` [H, Lq + Lkv + R] (q_a and kv_a fused),
+    the latent norms' gains ``g_q_a`` [Lq] and ``g_kv_a`` [Lkv], ``w_q_b`` [Lq (or H), N·(P+R)],
+    ``w_kv_b`` [Lkv, N·(P+V)] (per head: W_UK's P columns, then W_UV's V) and ``w_o`` [N·V, H]."""
+    H, N = spec.hidden_size, spec.num_heads
+    P, R, V = spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+    Lq, Lkv = spec.q_lora_rank, spec.kv_lora_rank
+    lay = {
+        "w_qkv_a": w(H, Lq + Lkv + R),
+        "g_kv_a": np.ones(Lkv, dtype),
+        "w_q_b": w(Lq or H, N * (P + R)),
+        "w_kv_b": w(Lkv, N * (P + V)),
+        "w_o": w(N * V, H),
+    }
+    if Lq:
+        lay["g_q_a"] = np.ones(Lq, dtype)
+    return lay
 
 
 def truncated(weights: Weights, num_layers: int) -> Weights:
