@@ -351,6 +351,12 @@ def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
         )
     if model.num_layers % pp:
         raise UserError(f"{key}.pp: {pp} pipeline stages do not divide the {model.num_layers} layers of {model.name}")
+    if pp > 1 and model.is_moe and model.first_dense_layers:
+        raise UserError(
+            f"{key}.pp: pipeline parallelism ({pp} stages) with the {model.dense_layers} dense first layers of "
+            f"{model.name} is not modelled: a step is priced as pp x one stage, and only the first holds the "
+            "dense layers; use pp 1 (tp or expert_parallel to split it)"
+        )
 
 
 def expert_parallel_degree(model: ModelSpec, p: PoolConfig, key: str) -> int:
@@ -413,7 +419,8 @@ def kv_blocks(
     per_token = model.kv_bytes_per_token_per_device(sc.kv_cache.dtype, tp, pp)  # MLA: the latent on every TP rank
     if draft is not None:
         weights += draft.weight_bytes(weight_dtype) / devices
-        per_token += draft.kv_bytes_per_token(sc.kv_cache.dtype) / devices
+        # its KV heads split over tp as the target's are (MLA: the latent whole on every rank)
+        per_token += draft.kv_bytes_per_token_per_device(sc.kv_cache.dtype, tp, 1) / pp
     free = usable - weights - act - reserve
     if of_free:
         free *= sc.kv_cache.memory_fraction

@@ -55,6 +55,44 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
 
+    def __post_init__(self) -> None:
+        """Refuse field combinations the cost model would price as something else (MLA's and
+        DeepSeekMoE's fields; the older fields are checked where they are read)."""
+        where = f"model {self.name!r}"
+        for field in (
+            "first_dense_layers",
+            "dense_intermediate_size",
+            "shared_experts",
+            "kv_lora_rank",
+            "q_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+        ):
+            if getattr(self, field) < 0:
+                raise UserError(f"{where}: {field}: expected a non-negative integer, got {getattr(self, field)}")
+        # first_dense_layers above num_layers is allowed: a truncated copy (with_(num_layers=2), a
+        # draft) keeps its dense first layers, all of them dense (moe_layers / decoder_params cap it)
+        if self.first_dense_layers and self.dense_intermediate_size <= 0:
+            raise UserError(
+                f"{where}: dense_intermediate_size: must be > 0 with first_dense_layers "
+                f"{self.first_dense_layers} (the dense layers' MLP width)"
+            )
+        mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        if not self.is_mla:
+            stray = [f for f in mla_fields if getattr(self, f)]
+            if stray:
+                raise UserError(f"{where}: {stray[0]}: an MLA field without kv_lora_rank > 0 (not MLA)")
+            return
+        for field in ("v_head_dim", "qk_rope_head_dim"):
+            if getattr(self, field) <= 0:
+                raise UserError(f"{where}: {field}: multi-head latent attention needs it > 0")
+        if self.sliding_window is not None:
+            raise UserError(
+                f"{where}: sliding_window: multi-head latent attention with a sliding window is not "
+                "modelled (the MLA path attends to the whole context)"
+            )
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
@@ -66,7 +104,12 @@ class ModelSpec:
     @property
     def moe_layers(self) -> int:
         """Layers with an MoE MLP (all of them but the first dense ones; 0 for a dense model)."""
-        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+        return self.num_layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def dense_layers(self) -> int:
+        """The dense first layers this model has (first_dense_layers, at most num_layers)."""
+        return min(self.first_dense_layers, self.num_layers)
 
     @property
     def q_size(self) -> int:
@@ -131,8 +174,8 @@ class ModelSpec:
         """Every decoder layer's parameters (active ones: the routed experts a token uses)."""
         if not self.first_dense_layers:
             return self.num_layers * self.layer_params(active_only)
-        moe = (self.num_layers - self.first_dense_layers) * self.layer_params(active_only)
-        return moe + self.first_dense_layers * self.dense_layer_params()
+        moe = (self.num_layers - self.dense_layers) * self.layer_params(active_only)
+        return moe + self.dense_layers * self.dense_layer_params()
 
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size + self.learned_positions * self.hidden_size
@@ -171,12 +214,38 @@ class ModelSpec:
     def weight_bytes_per_device(self, dtype: str | None, tp: int, pp: int, ep: int = 1) -> float:
         """Weights one GPU holds: everything split over its tp x pp devices, except that under expert
         parallelism the experts are split over ep x pp (vLLM: E/ep whole experts per GPU) and the
-        rest over tp x pp. With ep = 1 this is ``weight_bytes / (tp * pp)`` exactly."""
+        rest over tp x pp. With ep = 1 this is ``weight_bytes / (tp * pp)`` exactly, but for MLA
+        (``mla_extra_bytes_per_device``: replicated latent projections, 16-bit W_UK / W_UV)."""
         total = self.weight_bytes(dtype)
         if ep <= 1:
-            return total / (tp * pp)
-        experts = self.expert_weight_bytes(dtype)
-        return (total - experts) / (tp * pp) + experts / (ep * pp)
+            split = total / (tp * pp)
+        else:
+            experts = self.expert_weight_bytes(dtype)
+            split = (total - experts) / (tp * pp) + experts / (ep * pp)
+        return split + self.mla_extra_bytes_per_device(dtype, tp, pp) if self.is_mla else split
+
+    def mla_replicated_params(self) -> int:
+        """MLA weights every TP rank holds whole, per layer: the latent down-projections q_a
+        [H, q_lora] and kv_a [H, kv_lora + rope] and their RMSNorms (vLLM DeepseekV2MLAAttention:
+        fused_qkv_a_proj / kv_a_proj_with_mqa are ReplicatedLinear)."""
+        h, lq = self.hidden_size, self.q_lora_rank
+        n = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+        return n + (h * lq + lq if lq else 0)
+
+    def mla_absorbed_bytes_per_device(self, tp: int, pp: int) -> float:
+        """The absorbed decode matrices one GPU keeps beside kv_b_proj: W_UK [P, Lkv] and W_UV
+        [Lkv, V] for each of its heads and layers, in 16 bits whatever the checkpoint (vLLM
+        MLACommonImpl.process_weights_after_loading dequantises kv_b_proj into W_UK_T and W_UV,
+        vllm/v1/attention/backends/mla/common.py)."""
+        per_head = self.qk_nope_head_dim * self.kv_lora_rank + self.kv_lora_rank * self.v_head_dim
+        return (self.num_layers // pp) * (self.num_heads // tp) * per_head * 2.0
+
+    def mla_extra_bytes_per_device(self, dtype: str | None, tp: int, pp: int) -> float:
+        """What MLA adds to an even tp x pp split of the weights on one GPU: the replicated latent
+        projections' other (tp - 1)/tp, and the 16-bit absorbed W_UK / W_UV."""
+        per = DTYPE_BYTES[dtype or self.weight_dtype]  # decoder-layer weights: the checkpoint's dtype
+        replicated = self.num_layers * self.mla_replicated_params() * per
+        return replicated * (1 - 1 / tp) / pp + self.mla_absorbed_bytes_per_device(tp, pp)
 
     # ---- KV cache --------------------------------------------------------------------
     @property
@@ -616,8 +685,7 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
     experts = _count(cfg, path, "num_local_experts", cfg.get("num_experts") or 0, zero_ok=True)
     _check_shapes(cfg, path, hidden, heads, kv_heads, experts)
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
-    torch_dtype = str(cfg.get("torch_dtype") or ("float32" if is_gpt2 else "bfloat16"))
-    dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(torch_dtype, "bf16")
+    dtype = _hf_dtype(cfg, "float32" if is_gpt2 else "bfloat16")
     return ModelSpec(
         name=name or hf_model_name(path, cfg),
         hidden_size=hidden,
@@ -719,6 +787,18 @@ def hf_family(cfg: dict, path: Path) -> str:
 # the config fields MLA needs (DeepseekV2Config / DeepseekV3Config in transformers), q_lora_rank
 # aside: null there means no query compression (DeepSeek-V2-Lite)
 MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+# fields a DeepSeek config must state although transformers has defaults for them (its
+# configuration_deepseek_v3.py: q_lora_rank 1536, first_k_dense_replace 3, n_shared_experts 1;
+# DeepseekV2Config's differ): a config without them is refused rather than priced on a guess
+DEEPSEEK_REQUIRED = ("q_lora_rank",)
+DEEPSEEK_MOE_REQUIRED = ("first_k_dense_replace", "n_shared_experts")
+# HF torch_dtype -> the weight dtype (anything else: bf16)
+HF_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def _hf_dtype(cfg: dict, default: str) -> str:
+    """The weight dtype of a config's ``torch_dtype`` (``default`` when it has none)."""
+    return HF_DTYPES.get(str(cfg.get("torch_dtype") or default), "bf16")
 
 
 def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpec:  # type: ignore[no-untyped-def]
@@ -734,22 +814,33 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
     nope, rope = need("qk_nope_head_dim"), need("qk_rope_head_dim")
     heads = need("num_attention_heads")
     experts = _count(cfg, path, "n_routed_experts", 0, zero_ok=True)
+    kind = cfg.get("model_type", "deepseek")
+    for key in DEEPSEEK_REQUIRED + (DEEPSEEK_MOE_REQUIRED if experts else ()):
+        if key not in cfg:
+            null = " (null: no query compression)" if key == "q_lora_rank" else ""
+            raise UserError(
+                f"{path}: missing key {key!r}: a {kind} config must state it{null}; transformers' default "
+                "would be a guess (HuggingFace config.json field)"
+            )
     freq = cfg.get("moe_layer_freq", 1)
     if experts and freq != 1:
         raise UserError(f"{path}: moe_layer_freq: {freq!r}: only every layer after first_k_dense_replace MoE (1)")
+    k = 0
     if experts:
         k = _count(cfg, path, "num_experts_per_tok", 0, zero_ok=True)
         if not 0 < k <= experts:
             raise UserError(
                 f"{path}: num_experts_per_tok: expected 1..{experts} for an MoE of {experts} experts, got {k}"
             )
+    for key in CONTEXT_KEYS:  # as _check_shapes does for the other families
+        if cfg.get(key) is not None:
+            _count(cfg, path, key, 0)
     layers = need("num_hidden_layers")
     dense_layers = _count(cfg, path, "first_k_dense_replace", 0, zero_ok=True) if experts else layers
     if dense_layers > layers:
         raise UserError(f"{path}: first_k_dense_replace: {dense_layers} exceeds num_hidden_layers {layers}")
     inter = need("intermediate_size")
-    torch_dtype = str(cfg.get("torch_dtype") or "bfloat16")
-    dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(torch_dtype, "bf16")
+    dtype = _hf_dtype(cfg, "bfloat16")
     quant = cfg.get("quantization_config")
     if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
         dtype = "fp8"  # DeepSeek-V3 as released: FP8 e4m3 block-quantised weights
@@ -764,7 +855,7 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
         vocab_size=need("vocab_size"),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         num_experts=experts,
-        experts_per_token=int(cfg.get("num_experts_per_tok", 0)) if experts else 0,
+        experts_per_token=k,
         shared_experts=_count(cfg, path, "n_shared_experts", 0, zero_ok=True) if experts else 0,
         first_dense_layers=dense_layers if experts else 0,
         dense_intermediate_size=inter if experts else 0,

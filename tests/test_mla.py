@@ -213,7 +213,8 @@ def test_deepseek_v3_ep_scenario_memory():
     pool = _v3_pool()
     experts = V3.expert_weight_bytes("fp8")  # 58 MoE layers x 256 experts x 3·7168·2048, 1 byte each
     assert experts == 58 * 256 * 3 * 7168 * 2048
-    assert pool.memory["weights_bytes"] == pytest.approx(V3.weight_bytes("fp8") - experts + experts / 8)
+    absorbed = 61 * 128 * (128 * 512 + 512 * 128) * 2  # 16-bit W_UK / W_UV of all 128 heads (tp 1)
+    assert pool.memory["weights_bytes"] == pytest.approx(V3.weight_bytes("fp8") - experts + experts / 8 + absorbed)
     assert pool.memory["kv_bytes_per_token"] == 70272
     assert pool.kv_blocks == int(pool.memory["kv_bytes"] // (70272 * 16))
 
@@ -221,4 +222,142 @@ def test_deepseek_v3_ep_scenario_memory():
 def test_tensor_parallel_does_not_split_the_latent_cache():
     pool = _v3_pool({"cluster.replicas": 1, "cluster.tp": 8, "cluster.expert_parallel": False})
     assert pool.memory["kv_bytes_per_token"] == 70272  # the whole latent on each of the 8 ranks
-    assert pool.memory["weights_bytes"] == pytest.approx(V3.weight_bytes("fp8") / 8)
+    # q_a / kv_a whole on every rank (fp8), and the rank's 16 heads' 16-bit W_UK / W_UV
+    replicated = 61 * (7168 * 1536 + 1536 + 7168 * (512 + 64) + 512)
+    absorbed = 61 * 16 * (128 * 512 + 512 * 128) * 2
+    expected = (V3.weight_bytes("fp8") - replicated) / 8 + replicated + absorbed
+    assert pool.memory["weights_bytes"] == pytest.approx(expected)
+
+
+# ---- review fixes: fp8 prefill, per-device weights, pp, importer defaults, validation, drafts ----
+
+
+def test_mla_prefill_stays_16_bit_with_an_fp8_kv_cache():
+    """vLLM expands K/V with kv_b_proj in bf16 and dequantises a cached fp8 context before the
+    prefill kernel: only the absorbed decode runs fp8 (attention_dtype), prefill never."""
+    s = batch_shape([(512, 1000)], [2000] * 4)
+    fp8 = {op.name: op for op in step_ops(V3, s, OpConfig(tp=8, weight_dtype="fp8", act_dtype="fp8", kv_dtype="fp8"))}
+    bf16_kv = {op.name: op for op in step_ops(V3, s, OpConfig(tp=8, weight_dtype="fp8", act_dtype="fp8"))}
+    pre = fp8["attention_prefill"]
+    assert pre.dtype == "bf16"
+    assert (pre.flops, pre.bytes_read, pre.bytes_written) == (
+        bf16_kv["attention_prefill"].flops,
+        bf16_kv["attention_prefill"].bytes_read,
+        bf16_kv["attention_prefill"].bytes_written,
+    )
+    n = 16  # 2 bytes per element of Q, the expanded K (P + R) and V of every key, and O
+    assert pre.bytes_read == (512 * n * 192 + 1512 * n * (192 + 128)) * 2
+    assert fp8["attention_decode"].dtype == "fp8"  # the absorbed decode over the fp8 latent
+    assert bf16_kv["attention_decode"].dtype == "bf16"
+
+
+def test_mla_prefill_is_priced_at_the_16_bit_rate():
+    from llmsim.costmodel.roofline import CostConfig, CostModel
+    from llmsim.hardware import load_profile
+
+    hw = load_profile("H200")
+    s = batch_shape([(2048, 0)], [])
+    times = {}
+    for kv in ("bf16", "fp8"):
+        cost = CostModel(V3, hw, CostConfig(tp=8, weight_dtype="fp8", act_dtype="fp8", kv_dtype=kv))
+        times[kv] = {t.op.name: t.total_s for t in cost.priced(s)}
+    assert times["fp8"]["attention_prefill"] == times["bf16"]["attention_prefill"]
+
+
+def test_mla_weights_per_device_replicate_the_latent_projections_and_keep_w_uk_w_uv():
+    replicated = 61 * (7168 * 1536 + 1536 + 7168 * 576 + 512)  # q_a, kv_a and their norms per layer
+    assert V3.num_layers * V3.mla_replicated_params() == replicated
+    for tp, pp in ((1, 1), (8, 1), (4, 1)):
+        absorbed = 61 * (128 // tp) * (128 * 512 + 512 * 128) * 2
+        expected = (V3.weight_bytes("fp8") - replicated) / (tp * pp) + replicated / pp + absorbed / pp
+        assert V3.weight_bytes_per_device("fp8", tp, pp) == pytest.approx(expected)
+    # bf16 checkpoint: the replicated part 2 bytes an element
+    bf16 = (V3.weight_bytes("bf16") - 2 * replicated) / 8 + 2 * replicated + 61 * 16 * 131072 * 2
+    assert V3.weight_bytes_per_device("bf16", 8, 1) == pytest.approx(bf16)
+    for name in ("llama-3.1-70b", "mixtral-8x7b", "qwen3-235b-a22b"):  # not MLA: the even split, as before
+        m = CATALOG[name]
+        assert m.weight_bytes_per_device("bf16", 4, 2) == m.weight_bytes("bf16") / 8
+
+
+def test_pipeline_parallelism_is_refused_with_dense_first_layers():
+    from llmsim.build import check_parallelism
+
+    with pytest.raises(UserError, match=r"cluster\.pp: pipeline parallelism \(2 stages\) with the 1 dense first"):
+        check_parallelism(DEEPSEEK.with_(num_layers=4), 1, 2, "cluster")
+    check_parallelism(DEEPSEEK.with_(num_layers=4), 1, 1, "cluster")
+    check_parallelism(DEEPSEEK.with_(num_layers=4, first_dense_layers=0), 1, 2, "cluster")  # all MoE: fine
+    check_parallelism(MLA, 1, 2, "cluster")  # dense MLA: every stage alike
+
+
+def _write(tmp_path, cfg):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize("key", ["q_lora_rank", "first_k_dense_replace", "n_shared_experts"])
+def test_hf_importer_requires_the_deepseek_fields_transformers_defaults(tmp_path, key):
+    """transformers' DeepseekV3Config would default them (1536, 3, 1): a config must state them."""
+    path = _write(tmp_path, {k: v for k, v in V3_CONFIG.items() if k != key})
+    with pytest.raises(UserError, match=f"missing key '{key}'"):
+        from_hf_config(path)
+
+
+def test_hf_importer_null_q_lora_rank_means_no_query_compression(tmp_path):
+    spec = from_hf_config(_write(tmp_path, {**V3_CONFIG, "q_lora_rank": None}))
+    assert spec.q_lora_rank == 0
+    assert spec.experts_per_token == 8 and spec.shared_experts == 1 and spec.first_dense_layers == 3
+
+
+@pytest.mark.parametrize("value", [-5, 0, "long"])
+def test_hf_importer_checks_the_deepseek_context_length(tmp_path, value):
+    with pytest.raises(UserError, match="max_position_embeddings: expected a positive integer"):
+        from_hf_config(_write(tmp_path, {**V3_CONFIG, "max_position_embeddings": value}))
+
+
+def test_truncated_deepseek_keeps_non_negative_layer_counts():
+    short = V3.with_(num_layers=2)  # fewer layers than first_dense_layers (3): all of them dense
+    assert short.moe_layers == 0 and short.dense_layers == 2
+    assert short.decoder_params() == 2 * short.dense_layer_params()
+    assert short.expert_weight_bytes("fp8") == 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"dense_intermediate_size": 0}, "dense_intermediate_size: must be > 0 with first_dense_layers 1"),
+        ({"first_dense_layers": -1}, "first_dense_layers: expected a non-negative integer"),
+        ({"v_head_dim": 0}, "v_head_dim: multi-head latent attention needs it > 0"),
+        ({"qk_rope_head_dim": 0}, "qk_rope_head_dim: multi-head latent attention needs it > 0"),
+        ({"sliding_window": 4096}, "sliding_window: multi-head latent attention with a sliding window"),
+        ({"kv_lora_rank": 0}, "q_lora_rank: an MLA field without kv_lora_rank"),
+        ({"kv_lora_rank": -4}, "kv_lora_rank: expected a non-negative integer"),
+    ],
+)
+def test_model_spec_refuses_inconsistent_mla_and_deepseek_fields(changes, match):
+    with pytest.raises(UserError, match=match):
+        DEEPSEEK.with_(**changes)
+
+
+def test_draft_kv_cache_per_device_splits_heads_like_the_target():
+    """A draft's KV heads split over tp as kv_bytes_per_token_per_device does (replicated past its
+    KV heads), not over every device."""
+    from pathlib import Path
+
+    from llmsim.build import build_model, build_pools
+    from llmsim.scenario import load_scenario
+
+    sc = load_scenario(
+        Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml",
+        {
+            "model": "llama-3.1-70b",
+            "cluster.replicas": 1,
+            "cluster.tp": 8,
+            "speculative": {"draft_model": "qwen2.5-7b", "k": 3},
+        },
+    )
+    target, draft = CATALOG["llama-3.1-70b"], CATALOG["qwen2.5-7b"]  # the draft's 4 KV heads < tp 8
+    pool = build_pools(sc, build_model(sc))[0]
+    expected = target.kv_bytes_per_token_per_device("bf16", 8, 1) + draft.kv_bytes_per_token_per_device("bf16", 8, 1)
+    assert pool.memory["kv_bytes_per_token"] == expected
+    assert draft.kv_bytes_per_token_per_device("bf16", 8, 1) == draft.kv_bytes_per_token("bf16") / 4

@@ -65,3 +65,21 @@ def test_roofline_chart_is_written_whole_or_not_at_all(tmp_path, monkeypatch, ca
     assert main([*ARGS, "--out", str(tmp_path / "r.png")]) == 2
     assert "could not write the chart (No space left on device (ENOSPC))" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.svg"]
+
+
+def test_roofline_ep_shows_the_dispatch_and_combine(capsys) -> None:
+    """--ep prices a step as a scenario's cluster.expert_parallel does: E/ep experts per GPU and the
+    all-gather / reduce-scatter of every rank's tokens, named in the table."""
+    args = ["roofline", "--model", "qwen3-30b-a3b-instruct-2507", "--hardware", "RTX-PRO-6000"]
+    args += ["--decode-batch", "128", "--context", "1000", "--out", "-"]
+    assert main([*args, "--ep", "2"]) == 0
+    ep = capsys.readouterr().out
+    assert main(args) == 0
+    plain = capsys.readouterr().out
+    assert "ep=2" in ep and "moe_dispatch" in ep and "moe_combine" in ep
+    assert "moe_dispatch" not in plain
+
+    def step_ms(out: str) -> float:
+        return float(out.splitlines()[0].rsplit("step ", 1)[1].split()[0])
+
+    assert step_ms(ep) < step_ms(plain)  # half the expert weights read per GPU outweighs the collectives

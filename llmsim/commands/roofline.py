@@ -20,6 +20,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="catalog name or HuggingFace config.json")
     p.add_argument("--hardware", required=True, help="profile name or YAML path")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument(
+        "--ep",
+        type=int,
+        default=1,
+        help="expert-parallel degree of a MoE model (default 1): the experts split over ep GPUs, ep/tp "
+        "data-parallel ranks each carrying this step (a scenario's cluster.expert_parallel)",
+    )
     p.add_argument("--prefill-tokens", type=int, default=0, help="prompt tokens prefilled in the step (one sequence)")
     p.add_argument("--decode-batch", type=int, default=0, help="sequences decoding one token each")
     p.add_argument("--context", type=int, default=1024, help="cached tokens of each decoding sequence")
@@ -63,6 +70,14 @@ def check_step(args: argparse.Namespace, model: ModelSpec, hw: HardwareProfile) 
 
     if args.tp < 1:
         raise UserError(f"--tp {args.tp}: must be >= 1 (the devices the step's tensors are split over)")
+    if args.ep != 1:  # the rules of build.expert_parallel_degree, with ep given instead of replicas x tp
+        if not model.is_moe:
+            raise UserError(f"--ep {args.ep}: {model.name} is a dense model (no experts to split); drop --ep")
+        if args.ep < 1 or args.ep % args.tp or model.num_experts % args.ep:
+            raise UserError(
+                f"--ep {args.ep}: must be a multiple of --tp {args.tp} (ep = data-parallel ranks x tp) that "
+                f"divides the {model.num_experts} experts of {model.name}"
+            )
     try:
         check_parallelism(model, args.tp, 1, "cluster")
     except UserError as exc:  # the same rule, worded for the flag: "cluster.tp: tensor ..." -> "--tp 3: tensor ..."
@@ -85,10 +100,11 @@ def check_step(args: argparse.Namespace, model: ModelSpec, hw: HardwareProfile) 
             raise UserError(
                 f"{flag} {tokens}: longer than the context of {model.name} ({limit:,} tokens, max_position_embeddings)"
             )
-    weights = model.weight_bytes(args.weight_dtype or model.weight_dtype) / args.tp
+    weights = model.weight_bytes_per_device(args.weight_dtype or model.weight_dtype, args.tp, 1, args.ep)
     if weights > hw.memory_bytes:
         raise UserError(
-            f"--model {args.model} does not fit on {hw.name} at --tp {args.tp}: its weights need "
+            f"--model {args.model} does not fit on {hw.name} at --tp {args.tp}{f' --ep {args.ep}' if args.ep > 1 else ''}: "
+            "its weights need "
             f"{weights / 1e9:.1f} GB per device, the device holds {hw.memory_bytes / 1e9:.1f} GB; raise --tp, "
             "quantise the weights (--weight-dtype) or pick a larger device"
         )
@@ -128,6 +144,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     check_step(args, model, hw)
     cfg = CostConfig(
         tp=args.tp,
+        ep=args.ep,
         weight_dtype=args.weight_dtype or model.weight_dtype,
         kv_dtype=args.kv_dtype,
         act_dtype=args.act_dtype,
@@ -148,7 +165,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         say(to_json(step_json(args, model.name, hw.name, step, rows, overheads, chart)))
         return 0
     say(
-        f"{model.name} on {hw.name} tp={args.tp}: prefill {args.prefill_tokens} tokens + decode "
+        f"{model.name} on {hw.name} tp={args.tp}{f' ep={args.ep}' if args.ep > 1 else ''}: prefill {args.prefill_tokens} tokens + decode "
         f"{args.decode_batch} x context {args.context}; step {step * 1e3:.3f} ms"
     )
     say(table([op_cells(r, step) for r in rows], ["op", "calls", "GFLOP", "MB", "FLOP/B", "bound", "time us", "share"]))

@@ -254,6 +254,15 @@ def attention_dtype(cfg: OpConfig) -> str:
     return "fp8" if cfg.act_dtype in ("fp8", "fp4") and cfg.kv_dtype == "fp8" else storage_dtype(cfg)
 
 
+def mla_prefill_dtype(cfg: OpConfig) -> str:
+    """MLA's prefill attention dtype: the storage dtype (16-bit), whatever the KV cache. vLLM's
+    expanded K/V come out of kv_b_proj in the activations' 16-bit dtype and a cached fp8 context is
+    converted back to it before the prefill kernel (vllm/v1/attention/backends/mla/common.py,
+    MLACommonImpl._compute_prefill_context: gather_and_maybe_dequant_cache), so an fp8 KV cache
+    makes only the absorbed decode kernel fp8 (``attention_dtype``)."""
+    return storage_dtype(cfg)
+
+
 def gemm(name: str, m: int, n: int, k: int, cfg: OpConfig, count: int, weights: bool = True) -> Op:
     """[m, k] @ [k, n] with a weight matrix [k, n] (read once per kernel): its input in the
     compute dtype (``act_dtype``, quantised by the op before it), its output in the storage dtype."""
@@ -379,7 +388,8 @@ class MLADims:
     rope: int
     latent: int  # kv_lora_rank
     v_dim: int
-    act_bytes: float
+    act_bytes: float  # the decode kernel's q / output (attention_dtype)
+    prefill_bytes: float  # the prefill kernel's Q, expanded K/V and O (mla_prefill_dtype: 16-bit)
     cache_row_bytes: float  # one cached token's latent + rope key
     kernel: str
 
@@ -388,6 +398,7 @@ class MLADims:
         self.nope, self.rope = model.qk_nope_head_dim, model.qk_rope_head_dim
         self.latent, self.v_dim = model.kv_lora_rank, model.v_head_dim
         self.act_bytes = DTYPE_BYTES[attention_dtype(cfg)]
+        self.prefill_bytes = DTYPE_BYTES[mla_prefill_dtype(cfg)]
         self.cache_row_bytes = model.mla_cache_width * DTYPE_BYTES[cfg.kv_dtype]
         self.kernel = cfg.attention_kernel
 
@@ -396,10 +407,10 @@ class MLADims:
         reads Q, the expanded K (P + R per head) and V of every key row, writes O (V per head)."""
         n, qk = self.heads, self.nope + self.rope
         flops = 2.0 * prefill_scores(s, self.kernel) * n * (qk + self.v_dim)
-        read = (s.prefill_tokens * n * qk + s.prefill_kv_tokens * n * (qk + self.v_dim)) * self.act_bytes
-        written = s.prefill_tokens * n * self.v_dim * self.act_bytes
+        read = (s.prefill_tokens * n * qk + s.prefill_kv_tokens * n * (qk + self.v_dim)) * self.prefill_bytes
+        written = s.prefill_tokens * n * self.v_dim * self.prefill_bytes
         if self.kernel == "naive":
-            score_bytes = s.prefill_score_elems * n * self.act_bytes
+            score_bytes = s.prefill_score_elems * n * self.prefill_bytes
             read += 2 * score_bytes
             written += 2 * score_bytes
         return flops, read, written
@@ -446,7 +457,7 @@ def _batched_gemm(name: str, rows: int, n: int, k: int, groups: int, cfg: OpConf
 def _mla_attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int) -> list[Op]:
     dims = MLADims(model, cfg)
     n, P, R, Lkv, V = dims.heads, dims.nope, dims.rope, dims.latent, dims.v_dim
-    dtype = attention_dtype(cfg)
+    dtype = attention_dtype(cfg)  # the absorbed decode kernel's; prefill is mla_prefill_dtype's
     ops: list[Op] = []
     if L <= 0:
         return ops
@@ -462,7 +473,7 @@ def _mla_attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int) -> li
                 flops,
                 read,
                 written,
-                dtype,
+                mla_prefill_dtype(cfg),
                 L,
                 m=s.prefill_tokens,
                 n=P + R,
@@ -642,8 +653,9 @@ def _deepseek_mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[O
     ``first_dense_layers`` layers are dense MLPs of ``dense_intermediate_size`` (``dense_mlp_*``);
     the others route each token to ``experts_per_token`` of the experts (``_mlp_ops``) and also
     pass every token through the ``shared_experts`` (one MLP of shared x intermediate, TP-split and
-    not expert-parallel: vLLM's shared_experts DeepseekV2MLP). Under pipeline parallelism the list
-    is the first stage's, which holds the dense layers (the step is pp x one stage)."""
+    not expert-parallel: vLLM's shared_experts DeepseekV2MLP). Pipeline parallelism is refused for
+    such models (``build.check_parallelism``): the step is priced as pp x one stage, and only the
+    first stage would hold the dense layers."""
     H, tp = model.hidden_size, cfg.tp
     dense = min(model.first_dense_layers, L)
     moe = L - dense

@@ -24,6 +24,7 @@ from llmsim.costmodel.ops import (
     attention_dtype,
     attention_ops,
     head_ops,
+    mla_prefill_dtype,
     step_ops,
     storage_dtype,
 )
@@ -111,6 +112,12 @@ class CostModel:
         self._vector_peak = self.hw.peak("fp32")  # unpacking runs on the CUDA/vector cores, not tensor cores
         attn_best = eff.gemm_fraction(attention_dtype(self.cfg))  # attention's own compute dtype
         self._attn_frac = attn_best * eff.attention_fraction.value
+        # MLA's prefill kernel runs 16-bit whatever the KV cache (ops.mla_prefill_dtype)
+        self._prefill_attn_frac = (
+            eff.gemm_fraction(mla_prefill_dtype(self.cfg)) * eff.attention_fraction.value
+            if self.model.is_mla
+            else self._attn_frac
+        )
         # Optional regimes some CPU BLAS builds have (None on every shipped GPU/TPU profile):
         # single-row GEMMs run a GEMV kernel, and decode attention its own (gather + small matmuls).
         dec = eff.decode_attention_fraction
@@ -234,7 +241,7 @@ class CostModel:
                 compute = op.flops / (peak * self._decode_attn_frac)
             else:  # prefill: masked scores the kernel pays for and its per-row work, as scores computed
                 work = op.flops + self._masked_frac * op.masked_flops + self._row_keys * op.query_flops
-                compute = work / (peak * self._attn_frac)
+                compute = work / (peak * self._prefill_attn_frac)
             memory = op.bytes / self._attn_bw
             fixed = self._attn_fixed
         else:
