@@ -208,3 +208,20 @@ def test_calibrate_cli_fits_attention_rows(tmp_path, capsys) -> None:
     hw = load_profile(out)
     assert hw.efficiency.gemm_max_fraction == load_profile(CALIBRATED).efficiency.gemm_max_fraction  # kept
     assert hw.calibration["attention_fit_mape"]["attention_decode"] > 0
+
+
+@pytest.mark.parametrize("profile", ["A100-SXM-80GB", str(CALIBRATED)])
+def test_the_fits_array_pricing_is_cost_model_price(profile, held_out_rows) -> None:
+    """``fit._attention_predict`` is a vectorised copy of ``CostModel.price``'s attention arithmetic
+    (what the least squares moves); on a profile's own terms it must give what ``validate`` prices
+    through ``CostModel.price`` for the same rows, or the fit would optimise a different model."""
+    from llmsim.calibration.fit import _attention_arrays, _attention_predict, attention_start
+    from llmsim.calibration.validate import predict_s
+
+    hw = load_profile(profile)
+    rows = held_out_rows[::97]  # prefill and decode rows across the sizes
+    assert {r.op for r in rows} == set(ATTENTION_OPS)
+    dec = hw.efficiency.decode_attention_fraction
+    fast = _attention_predict(attention_start(hw), _attention_arrays(hw, rows), hw, dec.value if dec else None)
+    priced = predict_s(hw, CATALOG["codellama-34b"], rows)
+    assert fast == pytest.approx(priced, rel=1e-9)
