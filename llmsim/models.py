@@ -269,8 +269,11 @@ class ModelSpec:
         on every rank, vllm/model_executor/layers/mla.py and attention/layer.py MLAAttention)."""
         if self.is_mla:
             return self.mla_cache_width * DTYPE_BYTES[kv_dtype] * (self.num_layers // pp)
-        kv_heads_per_dev = max(1, self.num_kv_heads // tp)
-        return 2 * kv_heads_per_dev * self.head_dim * DTYPE_BYTES[kv_dtype] * (self.num_layers // pp)
+        return 2 * self.kv_heads_per_device(tp) * self.head_dim * DTYPE_BYTES[kv_dtype] * (self.num_layers // pp)
+
+    def kv_heads_per_device(self, tp: int) -> int:
+        """KV heads each tensor-parallel rank holds: replicated when tp exceeds the KV heads."""
+        return max(1, self.num_kv_heads // tp)
 
     def attention_windows(self) -> tuple[int | None, int | None]:
         """(window of the step's main attention aggregates, window of the local layers if the model
@@ -832,9 +835,7 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
             raise UserError(
                 f"{path}: num_experts_per_tok: expected 1..{experts} for an MoE of {experts} experts, got {k}"
             )
-    for key in CONTEXT_KEYS:  # as _check_shapes does for the other families
-        if cfg.get(key) is not None:
-            _count(cfg, path, key, 0)
+    _check_context(cfg, path)
     layers = need("num_hidden_layers")
     dense_layers = _count(cfg, path, "first_k_dense_replace", 0, zero_ok=True) if experts else layers
     if dense_layers > layers:
@@ -899,6 +900,11 @@ def _check_shapes(cfg: dict, path: Path, hidden: int, heads: int, kv_heads: int,
     window = cfg.get("sliding_window")
     if window is not None and cfg.get("use_sliding_window", True):
         _count(cfg, path, "sliding_window", 0)
+    _check_context(cfg, path)
+
+
+def _check_context(cfg: dict, path: Path) -> None:
+    """Every context key a config states is a positive count (``hf_context_len`` reads them)."""
     for key in CONTEXT_KEYS:
         if cfg.get(key) is not None:
             _count(cfg, path, key, 0)

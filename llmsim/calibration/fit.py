@@ -6,7 +6,7 @@ bytes / (bandwidth * memory_fraction)) + kernel_fixed_s`` with ``eff`` from ``Ge
 fit minimises squared *relative* error (so 10 us kernels count as much as 10 ms ones). Attention
 kernels are priced the same way from the op ``ops.attention_ops`` builds for the measured shape:
 prefill ``max((FLOPs + attention_masked_fraction * masked FLOPs + attention_row_keys * query FLOPs)
-/ (peak * gemm_max_fraction * attention_fraction), bytes / (bandwidth * attention_memory_fraction))
+/ (peak * GEMM fraction of the dtype * attention_fraction), bytes / (bandwidth * attention_memory_fraction))
 + attention_fixed_s``, decode ``max(FLOPs / (...), bytes / (...)) + attention_fixed_s``
 (docs/profile_format.md).
 """

@@ -309,7 +309,7 @@ def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     tp, L = cfg.tp, model.num_layers // cfg.pp
     T = s.tokens
     H = model.hidden_size
-    q, kv = model.q_size // tp, kv_heads_per_device(model, tp) * model.head_dim
+    q, kv = model.q_size // tp, model.kv_heads_per_device(tp) * model.head_dim
     act = storage_dtype(cfg)
     a, kvb = DTYPE_BYTES[act], DTYPE_BYTES[cfg.kv_dtype]
     ops: list[Op] = []
@@ -355,6 +355,12 @@ def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
 # batched GEMMs of the decode tokens) run inside vLLM's MLA attention op, so they are listed with
 # the attention kernels (``attention_ops``) and priced, graphed or not, as attention is.
 MLA_SPLIT_OPS = ("mla_kv_b_proj", "mla_q_absorb", "mla_out_absorb")
+
+
+def on_attention_side(op: Op) -> bool:
+    """Whether an op runs as part of the attention kernels (priced with them, graphed as they are):
+    the attention ops themselves and MLA's split ops."""
+    return op.kind == "attention" or op.name in MLA_SPLIT_OPS
 
 
 def _mla_projection_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
@@ -495,11 +501,6 @@ def _mla_attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int) -> li
     return ops
 
 
-def kv_heads_per_device(model: ModelSpec, tp: int) -> int:
-    """KV heads each tensor-parallel rank holds: replicated when tp exceeds the KV heads."""
-    return max(1, model.num_kv_heads // tp)
-
-
 def attention_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     """The attention kernels of one step: the only ops that depend on context, not just on tokens.
 
@@ -541,7 +542,7 @@ class AttentionDims:
         self.heads, self.head_dim = model.num_heads // tp, model.head_dim
         self.q_width = model.q_size // tp
         self.act_bytes = DTYPE_BYTES[attention_dtype(cfg)]
-        self.kv_row_bytes = 2 * (kv_heads_per_device(model, tp) * model.head_dim) * DTYPE_BYTES[cfg.kv_dtype]
+        self.kv_row_bytes = 2 * (model.kv_heads_per_device(tp) * model.head_dim) * DTYPE_BYTES[cfg.kv_dtype]
         self.kernel = cfg.attention_kernel
 
     def q_bytes(self, tokens: int) -> float:
@@ -621,17 +622,26 @@ def _attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int, suffix: s
     return ops
 
 
+def _dense_mlp(prefix: str, model: ModelSpec, T: int, inter: int, cfg: OpConfig, L: int) -> list[Op]:
+    """One dense MLP of ``inter`` (per device) over T tokens: ``{prefix}up_proj`` (gate and up
+    fused when gated), ``{prefix}act``, ``{prefix}down_proj``."""
+    H = model.hidden_size
+    up_n = 2 * inter if model.gated_mlp else inter
+    act_flops, act_reads = _mlp_activation(model)
+    return [
+        gemm(f"{prefix}up_proj", T, up_n, H, cfg, L),
+        elementwise(f"{prefix}act", T * inter, act_flops, act_reads, cfg, L),
+        gemm(f"{prefix}down_proj", T, H, inter, cfg, L),
+    ]
+
+
 def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
     H, tp = model.hidden_size, cfg.tp
     inter = model.intermediate_size // tp
+    if not model.is_moe:
+        return _dense_mlp("mlp_", model, T, inter, cfg, L)
     up_n = 2 * inter if model.gated_mlp else inter
     act_flops, act_reads = _mlp_activation(model)
-    if not model.is_moe:
-        return [
-            gemm("mlp_up_proj", T, up_n, H, cfg, L),
-            elementwise("mlp_act", T * inter, act_flops, act_reads, cfg, L),
-            gemm("mlp_down_proj", T, H, inter, cfg, L),
-        ]
     if cfg.ep > 1:
         return _expert_parallel_moe_ops(model, T, cfg, L)
     # MoE: every token visits `experts_per_token` experts. FLOPs follow routed tokens; weight
@@ -656,25 +666,17 @@ def _deepseek_mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[O
     not expert-parallel: vLLM's shared_experts DeepseekV2MLP). Pipeline parallelism is refused for
     such models (``build.check_parallelism``): the step is priced as pp x one stage, and only the
     first stage would hold the dense layers."""
-    H, tp = model.hidden_size, cfg.tp
+    tp = cfg.tp
     dense = min(model.first_dense_layers, L)
     moe = L - dense
-    act_flops, act_reads = _mlp_activation(model)
     ops: list[Op] = []
     if dense:
-        inter = model.dense_intermediate_size // tp
-        up_n = 2 * inter if model.gated_mlp else inter
-        ops.append(gemm("dense_mlp_up_proj", T, up_n, H, cfg, dense))
-        ops.append(elementwise("dense_mlp_act", T * inter, act_flops, act_reads, cfg, dense))
-        ops.append(gemm("dense_mlp_down_proj", T, H, inter, cfg, dense))
+        ops.extend(_dense_mlp("dense_mlp_", model, T, model.dense_intermediate_size // tp, cfg, dense))
     if moe:
         ops.extend(_mlp_ops(model, T, cfg, moe))
         if model.shared_experts:
             inter = model.shared_experts * model.intermediate_size // tp
-            up_n = 2 * inter if model.gated_mlp else inter
-            ops.append(gemm("shared_expert_up_proj", T, up_n, H, cfg, moe))
-            ops.append(elementwise("shared_expert_act", T * inter, act_flops, act_reads, cfg, moe))
-            ops.append(gemm("shared_expert_down_proj", T, H, inter, cfg, moe))
+            ops.extend(_dense_mlp("shared_expert_", model, T, inter, cfg, moe))
     return ops
 
 

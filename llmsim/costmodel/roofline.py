@@ -16,7 +16,6 @@ import numpy as np
 from llmsim.costmodel.comm import all_gather_s, all_reduce_s, send_s, tp_link
 from llmsim.costmodel.gemm import GemmCurve
 from llmsim.costmodel.ops import (
-    MLA_SPLIT_OPS,
     AttentionDims,
     BatchShape,
     Op,
@@ -25,11 +24,12 @@ from llmsim.costmodel.ops import (
     attention_ops,
     head_ops,
     mla_prefill_dtype,
+    on_attention_side,
     step_ops,
     storage_dtype,
 )
 from llmsim.engine import PRESETS, EngineSpec
-from llmsim.hardware import HardwareProfile
+from llmsim.hardware import Figure, HardwareProfile
 from llmsim.models import DTYPE_BYTES, ModelSpec
 
 # Prior: unpacking an int4/int8 weight costs ~4 vector ops (shift/mask, convert, scale, and a
@@ -102,8 +102,8 @@ class CostModel:
         self._head_cache: dict[tuple[int, bool], float] = {}
         self._peaks: dict[str, float] = {}  # dtype -> hw.peak(dtype)
         eff = self.hw.efficiency
-        self._bw = self.hw.bandwidth * eff.memory_fraction.value * self._numa_factor()
-        self._elem_bw = self.hw.bandwidth * eff.elementwise_memory_fraction.value * self._numa_factor()
+        self._bw = self._stream_bw(eff.memory_fraction)
+        self._elem_bw = self._stream_bw(eff.elementwise_memory_fraction)
         self._curve = GemmCurve.from_profile(self.hw, self.cfg.act_dtype)  # GEMMs compute in act_dtype
         self._curves: dict[str, GemmCurve] = {}  # other compute dtypes (a quantised model's LM head)
         self._fixed = self.hw.overheads.kernel_fixed_s.value if self.hw.overheads.kernel_fixed_s else 0.0
@@ -125,16 +125,16 @@ class CostModel:
         # attention kernels' own terms where the profile measured them apart (calibrate on an
         # attention profile); absent, attention streams and floors like any kernel and skips masked scores
         attn_mem = eff.attention_memory_fraction
-        self._attn_bw = self.hw.bandwidth * attn_mem.value * self._numa_factor() if attn_mem else self._bw
+        self._attn_bw = self._stream_bw(attn_mem) if attn_mem else self._bw
         masked, row_keys = eff.attention_masked_fraction, eff.attention_row_keys
         self._masked_frac = masked.value if masked else 0.0
         self._row_keys = row_keys.value if row_keys else 0.0
         attn_fixed = self.hw.overheads.attention_fixed_s
         self._attn_fixed = attn_fixed.value if attn_fixed else self._fixed
         moe = eff.moe_memory_fraction  # the grouped expert kernel's own weight-streaming rate
-        self._moe_bw = self.hw.bandwidth * moe.value * self._numa_factor() if moe else None
+        self._moe_bw = self._stream_bw(moe) if moe else None
         gemv = eff.gemv_memory_fraction
-        self._gemv_bw = self.hw.bandwidth * gemv.value * self._numa_factor() if gemv else None
+        self._gemv_bw = self._stream_bw(gemv) if gemv else None
         small = eff.gemm_small_m  # measured rate per m for m = 1..len (replaces the curve there)
         self._small_m: tuple[float, ...] = tuple(small.value) if small else ()
         self._launch = self.hw.overheads.kernel_launch_s.value
@@ -155,8 +155,12 @@ class CostModel:
         self._layers = self.model.num_layers // self.cfg.pp
         self._attn = AttentionDims(self.model, self.cfg)
         self._act_peak = self.hw.peak(attention_dtype(self.cfg))  # the attention kernels' rate
-        # MLA: its attention side (ops.MLA_SPLIT_OPS and the kernels) is priced from its ops
+        # MLA: its attention side (ops.on_attention_side) is priced from its ops
         self._mla = self.model.is_mla
+
+    def _stream_bw(self, fraction: Figure) -> float:
+        """Bytes/s a kernel streams at ``fraction`` of the datasheet bandwidth (NUMA derate included)."""
+        return self.hw.bandwidth * fraction.value * self._numa_factor()
 
     def _numa_factor(self) -> float:
         cpu = self.hw.cpu
@@ -277,10 +281,7 @@ class CostModel:
     def priced(self, shape: BatchShape) -> list[OpTime]:
         """Every op of the step priced, launch gaps as the step's CUDA-graph view has them."""
         _, body_graphed, attn_graphed = self.graph_view(shape.tokens, shape.prefill_tokens == 0)
-        return [
-            self.price(op, attn_graphed if op.kind == "attention" or op.name in MLA_SPLIT_OPS else body_graphed)
-            for op in self.ops(shape)
-        ]
+        return [self.price(op, attn_graphed if on_attention_side(op) else body_graphed) for op in self.ops(shape)]
 
     def stage_time(self, shape: BatchShape) -> float:
         """Device time of one pipeline stage's part of the step (no per-step CPU overhead)."""
@@ -457,11 +458,7 @@ class CostModel:
                 decode_seqs=tokens if decode_only else 0,
                 logits_rows=0,
             )
-            body = sum(
-                self.price(op, decode_only).total_s
-                for op in self.ops(shape)
-                if op.kind != "attention" and op.name not in MLA_SPLIT_OPS
-            )
+            body = sum(self.price(op, decode_only).total_s for op in self.ops(shape) if not on_attention_side(op))
             self._body_cache[(tokens, decode_only)] = body
         head = self._head_cache.get((lm_rows, decode_only))
         if head is None:
