@@ -168,6 +168,7 @@ def sim_options(
         prewarm_block_tokens=prefix_block_tokens,
         kv_link=link,
         decode_router=sc.cluster.decode_router,
+        router_view_s=sc.cluster.router_view_s,
         kv_bytes_per_token=model.kv_bytes_per_token(sc.kv_cache.dtype),
         num_layers=model.num_layers,
         n_seqs=sc.workload.beam_width or sc.workload.parallel_samples,
@@ -245,6 +246,17 @@ def mechanism_summary(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], out
             # share of each stage's active span (first micro-batch start to last landing) spent computing
             "stage_utilization": [b / active if active > 0 else 0.0 for b in busy],
             "bubble_s": sum(active - b for b in busy),
+        }
+    if "dp_wait_s" in reps:  # the lock-stepped ranks of an expert-parallel pool (dpgroup.py)
+        dp_reps = reps[reps["dp_wait_s"].notna()]
+        busy = total("busy_s", dp_reps)
+        wait = total("dp_wait_s", dp_reps)
+        res["data_parallel"] = {
+            "ranks": len(dp_reps),
+            "lockstep_wait_s": wait,
+            # share of the ranks' step time spent waiting for the slowest rank at the MoE collectives
+            "lockstep_wait_fraction": wait / busy if busy > 0 else 0.0,
+            "dummy_steps": int(total("dp_dummy_steps", dp_reps)),
         }
     spec_reps = reps[reps["spec_slots"] > 0]
     if sc.speculative is not None and len(spec_reps):

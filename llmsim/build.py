@@ -371,6 +371,12 @@ def expert_parallel_degree(model: ModelSpec, p: PoolConfig, key: str) -> int:
     if not model.is_moe:
         raise UserError(f"{key}.expert_parallel: {model.name} is a dense model (no experts to split); remove it")
     ep = p.replicas * p.tp
+    if p.pp > 1 and p.replicas > 1:
+        raise UserError(
+            f"{key}.expert_parallel: data-parallel ranks (replicas {p.replicas}) with pipeline parallelism "
+            f"(pp {p.pp}) are not modelled: the ranks step in lock-step, which pipelined replicas do not; "
+            "use pp 1, or replicas 1 (EP over the tp ranks)"
+        )
     if model.num_experts % ep:
         raise UserError(
             f"{key}.expert_parallel: the expert-parallel degree {ep} (replicas {p.replicas} x tp {p.tp}) does "

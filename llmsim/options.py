@@ -24,6 +24,7 @@ class SimOptions:
     prewarm_block_tokens: int = 0  # tokens per id in ``prewarm`` (0: the workload's)
     kv_link: LinkSpec | None = None  # disaggregated only
     decode_router: str = "least_outstanding"
+    router_view_s: float | None = None  # seconds between the router's views of the replicas (router.view_s)
     kv_bytes_per_token: float = 0.0  # whole model (all layers), for KV transfers
     num_layers: int = 1
     n_seqs: int = 1  # parallel samples / beams per request

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
+from llmsim.costmodel.ops import BatchShape
 from llmsim.decodeset import DecodeSet
 from llmsim.fastpath import Clock, FastPath, shortcuts
 from llmsim.gaps import GapHistogram
@@ -51,6 +52,7 @@ class Replica:
         sole: bool = False,
         handoff: Callable[[Replica, Request, float], None] | None = None,
         takes_prefilled: bool = False,
+        group_wake: Callable[[], None] | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -63,12 +65,17 @@ class Replica:
         # a decode replica takes prefilled requests (``accept_prefilled``) instead of arrivals
         self.handoff = handoff
         self.takes_prefilled = takes_prefilled
-        runs, columnar = shortcuts(policy, pool, opts)
+        # a data-parallel rank of an expert-parallel group (dpgroup.py) steps when its group does:
+        # the group runs the loop (``group_wake`` wakes it), and every step is an event (no
+        # shortcut sees the other ranks)
+        self.group_wake = group_wake
+        grouped = group_wake is not None
+        runs, columnar = (False, False) if grouped else shortcuts(policy, pool, opts)
         self.kv = BlockManager(pool.kv_blocks, block_tokens, watermark, opts.prefix_caching, not columnar)
         gaps = GapHistogram()
         columns = DecodeSet(self.kv, gaps) if columnar else None
         self.sched = make_scheduler(policy, pool.sched, self.kv, gaps, self.cost.step_time, columns)
-        self.clock = Clock(env, not opts.exact_steps and self.runs_ahead(), next_input_s)
+        self.clock = Clock(env, not grouped and not opts.exact_steps and self.runs_ahead(), next_input_s)
         self.fast = FastPath(env, self.kv, self.sched, self.cost, steps, (pool.name, index), runs, self.clock, sole)
         for prefix in opts.prewarm:
             self.kv.prewarm(chain_hashes(prefix, opts.prewarm_block_tokens, block_tokens, 1 << 62))
@@ -86,8 +93,11 @@ class Replica:
         self._idle = True
         self._wake = env.event()
         self._freed = env.event()
+        self.dp_wait_s = 0.0  # lock-step: seconds this rank's steps waited for the slowest rank
+        self.dp_dummy_steps = 0  # lock-step: group steps this rank had nothing for (a dummy batch)
         self.setup()
-        env.process(self.loop())
+        if not grouped:
+            env.process(self.loop())
 
     def setup(self) -> None:
         """What a kind of replica adds before its process starts (``pipeline.PipelineReplica``)."""
@@ -138,8 +148,16 @@ class Replica:
         """Requests queued here: in the scheduler's queue, or arrived for the plan after next."""
         return len(self.sched.waiting) + len(self._late)
 
+    @property
+    def num_running(self) -> int:
+        """Requests in the batch (decoding or partway through their prompt)."""
+        return self.sched.num_running()
+
     def wake(self) -> None:
         """Something changed (an arrival, a prefilled request): reconsider at the next step boundary."""
+        if self.group_wake is not None:  # the group's next step plans every rank
+            self.group_wake()
+            return
         if self._idle:
             self._idle = False
             self._step_start_s = self.env.now  # the next step starts now: arrivals now join its plan
@@ -159,16 +177,11 @@ class Replica:
     def loop(self):  # simpy process
         clock = self.clock
         while True:
-            if self._late:
-                self._admit_late()
-            plan = self.sched.schedule() if self.sched.has_work() else None
-            if plan is None or plan.empty:  # nothing can run until something arrives or blocks free up
-                if self._late:  # an idle engine plans the new arrivals at once
-                    self._admit_late(everyone=True)
-                    continue
+            plan = self.next_plan()
+            if plan is None:  # nothing can run until something arrives or blocks free up
                 yield from self._sleep()
                 continue
-            shape = plan.shape(self.window, self.local_window)
+            shape = self.step_shape(plan)
             run = None if self._late else self.fast.decode_run(plan, shape)
             self._step_start_s = clock.now
             if run is not None:  # a closed-form run of identical decode steps
@@ -182,6 +195,44 @@ class Replica:
             if wait is not None:
                 yield wait
             self._apply(plan, start, dt, swap, draft)
+
+    def next_plan(self) -> BatchPlan | None:
+        """The next step's plan, or None while nothing can run (until something arrives or
+        blocks free up)."""
+        if self._late:
+            self._admit_late()
+        plan = self.sched.schedule() if self.sched.has_work() else None
+        if (plan is None or plan.empty) and self._late:  # an idle engine plans the new arrivals at once
+            self._admit_late(everyone=True)
+            plan = self.sched.schedule() if self.sched.has_work() else None
+        return None if plan is None or plan.empty else plan
+
+    def step_shape(self, plan: BatchPlan) -> BatchShape:
+        """The aggregates the cost model prices ``plan`` by."""
+        return plan.shape(self.window, self.local_window)
+
+    def begin_step(
+        self, plan: BatchPlan | None, shape: BatchShape | None, start_s: float
+    ) -> tuple[float, float, float] | None:
+        """Lock-step (dpgroup.py): this rank's part of a group step starting at ``start_s``, priced
+        as the rank's own (seconds, of which swap, of which drafting) on ``shape`` (which carries
+        the group's gathered tokens); None for a rank with nothing to run (it runs a dummy batch,
+        and an arrival joins the group's next step)."""
+        self._step_start_s = start_s
+        self._idle = plan is None
+        if plan is None or shape is None:
+            return None
+        return self.price.price(plan, shape)
+
+    def rest(self) -> None:
+        """Lock-step: the group sleeps (no rank has work); an arrival here joins the next step."""
+        self._idle = True
+
+    def end_step(self, plan: BatchPlan, start_s: float, step_s: float, own: tuple[float, float, float]) -> None:
+        """Lock-step: the group step of ``step_s`` (the slowest rank's) is over; this rank's own
+        step was ``own[0]``, and it waited the rest at the MoE layers' collectives."""
+        self.dp_wait_s += step_s - own[0]
+        self._apply(plan, start_s, step_s, own[1], own[2])
 
     def _admit_late(self, everyone: bool = False) -> None:
         """Async scheduling: arrivals from before the last step started reach the scheduler now
@@ -259,5 +310,7 @@ class Replica:
         side = "prefill" if self.handoff is not None else "decode" if self.takes_prefilled else "colocated"
         mine = {"pool": self.pool.name, "replica": self.index, "side": side, "busy_s": self.busy_s}
         mine |= {"steps": self.steps_taken, "max_step_tokens": self.max_step_tokens}
+        if self.group_wake is not None:
+            mine |= {"dp_wait_s": self.dp_wait_s, "dp_dummy_steps": self.dp_dummy_steps}
         sched = {"spec_slots": self.sched.spec_slots, "spec_emitted": self.sched.spec_emitted}
         return mine | self.kv.counters() | self.price.counters() | sched

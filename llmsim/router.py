@@ -3,7 +3,7 @@ docs/policies.md)."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from llmsim.request import Request
 
@@ -17,6 +17,9 @@ class Routable(Protocol):
 
     @property
     def num_waiting(self) -> int: ...  # requests queued there
+
+    @property
+    def num_running(self) -> int: ...  # requests in its batch
 
     def sync(self) -> None: ...
 
@@ -39,3 +42,71 @@ def route(replicas: list[R], policy: str, counter: int, req: Request | None = No
 
         return min(replicas, key=work)
     return replicas[counter % len(replicas)]
+
+
+# cluster.router_view_s when a scenario leaves it unset: llmsim's routers see the replicas live;
+# vLLM's DP balancer sees them through the DP coordinator, which publishes every 100 ms
+# (vllm/v1/engine/coordinator.py, as in v0.19)
+DEFAULT_VIEW_S = {"vllm_dp": 0.1}
+VLLM_DP_WAITING_WEIGHT = 4  # DPLBAsyncMPClient's score: 4 x waiting + running (vllm/v1/engine/core_client.py)
+
+
+def view_s(policy: str, configured: float | None) -> float:
+    """Seconds between a router's views of the replicas (0 = live)."""
+    return configured if configured is not None else DEFAULT_VIEW_S.get(policy, 0.0)
+
+
+class StaleRouter(Generic[R]):
+    """A router that sees the replicas as they were when it last looked, as real ones do: llm-d's
+    and Dynamo's routers read the load and KV events the replicas publish, vLLM's DP balancer the
+    counts its coordinator publishes every 100 ms. The simulation refreshes the view every
+    ``view_s`` seconds while arrivals remain (``look``; 0: at every arrival); in between only the
+    router's own assignments move it (the tokens or the waiting request it just sent), so a stale
+    ``kv_aware`` router herds an interval's arrivals onto one replica. Policies:
+    ``least_outstanding`` and ``kv_aware`` (as ``route`` scores them) and ``vllm_dp``: vLLM's
+    ``DPLBAsyncMPClient.get_core_engine_for_request`` (core_client.py, v0.19), the lowest
+    4 x waiting + running, the first in scan order on ties, each assignment counted as one more
+    waiting request there (``client_count``, 1 for one API server)."""
+
+    POLICIES = ("least_outstanding", "kv_aware", "vllm_dp")
+
+    def __init__(self, replicas: list[R], policy: str, view_s: float) -> None:
+        assert policy in self.POLICIES, policy
+        self.replicas = replicas
+        self.policy = policy
+        self.view_s = view_s
+        n = len(replicas)
+        self._outstanding = [0] * n
+        self._waiting = [0] * n
+        self._running = [0] * n
+        self._kv = [0.0] * n
+        self.look()
+
+    def look(self) -> None:
+        """Refresh the view: every replica's load now."""
+        for i, r in enumerate(self.replicas):
+            r.sync()
+            self._outstanding[i] = r.outstanding_tokens
+            self._waiting[i] = r.num_waiting
+            self._running[i] = r.num_running
+            self._kv[i] = r.kv.utilization
+
+    def pick(self, req: Request) -> R:
+        if self.view_s <= 0:
+            self.look()
+        best = 0
+        best_score = self._score(0)
+        for i in range(1, len(self.replicas)):
+            score = self._score(i)
+            if score < best_score:  # ties: the lowest index, as every router here
+                best, best_score = i, score
+        self._waiting[best] += 1
+        self._outstanding[best] += req.prompt_tokens + req.output_tokens
+        return self.replicas[best]
+
+    def _score(self, i: int) -> float:
+        if self.policy == "least_outstanding":
+            return float(self._outstanding[i])
+        if self.policy == "kv_aware":
+            return self._kv[i] + self._waiting[i] / 1e6
+        return float(VLLM_DP_WAITING_WEIGHT * self._waiting[i] + self._running[i])

@@ -110,7 +110,10 @@ class ClusterConfig(_Strict):
     # MoE: the replicas are data-parallel ranks of one expert-parallel group: each GPU holds
     # num_experts / (replicas x tp) experts (vLLM --data-parallel-size --enable-expert-parallel)
     expert_parallel: bool = False
-    router: Literal["round_robin", "least_outstanding", "kv_aware", "prefix_affinity"] = "round_robin"
+    router: Literal["round_robin", "least_outstanding", "kv_aware", "prefix_affinity", "vllm_dp"] = "round_robin"
+    # seconds between the router's views of the replicas' load (router.StaleRouter); unset: live,
+    # 0.1 s for vllm_dp (its coordinator's period)
+    router_view_s: NonNegFloat | None = None
     # disaggregated: how a finished prompt picks its decode replica
     decode_router: Literal["round_robin", "least_outstanding", "kv_aware"] = "least_outstanding"
     # decode-only steps replay CUDA graphs (no per-kernel launch gaps); unset: the engine's choice
@@ -123,6 +126,19 @@ class ClusterConfig(_Strict):
     prefill_pool: PoolConfig | None = None  # disaggregated policy only
     decode_pool: PoolConfig | None = None
     kv_link: LinkConfig = LinkConfig()
+
+    @model_validator(mode="after")
+    def _view_of_a_router_with_one(self) -> ClusterConfig:
+        if self.router_view_s and self.router == "prefix_affinity":
+            raise ValueError(
+                "router_view_s: a stale view of the replicas' prefix caches is not modelled (prefix_affinity "
+                "reads them live); use 0, or router least_outstanding / kv_aware / vllm_dp"
+            )
+        if self.router_view_s and self.router == "round_robin":
+            raise ValueError(
+                "router_view_s: round_robin reads nothing of the replicas; remove it or pick a router that does"
+            )
+        return self
 
 
 class PolicyConfig(_Strict):

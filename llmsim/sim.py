@@ -23,13 +23,14 @@ from simpy.core import StopSimulation
 
 from llmsim.build import PoolSpec
 from llmsim.disagg import KVTransfer
+from llmsim.dpgroup import DataParallelGroup
 from llmsim.gaps import GapHistogram
 from llmsim.kvcache import chain_hashes
 from llmsim.options import LinkSpec, SimOptions
 from llmsim.pipeline import PipelineReplica
 from llmsim.replica import Replica
 from llmsim.request import REJECTED, Request
-from llmsim.router import route
+from llmsim.router import StaleRouter, route, view_s
 from llmsim.steplog import StepLog
 from llmsim.workload.base import Workload
 
@@ -64,15 +65,30 @@ def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, 
         kind = PipelineReplica if pool.pp > 1 else Replica
         return kind(env, index, pool, pol, block_tokens, watermark, steps, queue, opts, next_input_s, sole, **side)
 
+    def pool_of(first: int, pool: PoolSpec, pol: str, queue: int | None, **side) -> list[Replica]:  # type: ignore[no-untyped-def]
+        # the replicas of an expert-parallel pool are the DP ranks of one group: they step together
+        group = DataParallelGroup(env) if lockstep(pool) else None
+        wake = None if group is None else group.wake
+        reps = [make(first + i, pool, pol, queue, group_wake=wake, **side) for i in range(pool.replicas)]
+        if group is not None:
+            group.start(reps)
+        return reps
+
     if policy != "disaggregated":
-        front = [make(i, pools[0], policy, max_queue) for i in range(pools[0].replicas)]
+        front = pool_of(0, pools[0], policy, max_queue)
         return _Cluster(front, front, None)
     pre, dec = pools
     transfer = KVTransfer(env, opts)
-    front = [make(i, pre, opts.prefill_policy, max_queue, handoff=transfer.start) for i in range(pre.replicas)]
-    back = [make(pre.replicas + i, dec, "traditional", None, takes_prefilled=True) for i in range(dec.replicas)]
+    front = pool_of(0, pre, opts.prefill_policy, max_queue, handoff=transfer.start)
+    back = pool_of(pre.replicas, dec, "traditional", None, takes_prefilled=True)
     transfer.connect(back)
     return _Cluster(front, front + back, transfer)
+
+
+def lockstep(pool: PoolSpec) -> bool:
+    """Do the pool's replicas step together: the data-parallel ranks of an expert-parallel group
+    (EP degree = replicas x tp, so more than one rank when it exceeds tp; dpgroup.py)?"""
+    return pool.cost.cfg.ep > pool.tp
 
 
 def simulate(
@@ -100,12 +116,26 @@ def simulate(
     # the next instant anything from outside reaches a replica: the next arrival (any replica may
     # get it, and routing reads their state), or the horizon
     next_input = [float(workload.arrival_s[0]) if n else np.inf]
+    next_look = [np.inf]  # the next instant a stale router reads the replicas (router.StaleRouter)
 
     def next_input_s() -> float:
-        return min(next_input[0], horizon_s)
+        return min(next_input[0], next_look[0], horizon_s)
 
     cluster = _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, next_input_s)
     front, replicas, transfer = cluster.front, cluster.replicas, cluster.transfer
+    # a router with a view of the replicas that lags (router.StaleRouter); else route() reads them live
+    seen_every_s = view_s(router, opts.router_view_s)
+    stale = StaleRouter(front, router, seen_every_s) if seen_every_s > 0 or router == "vllm_dp" else None
+
+    def watch():  # type: ignore[no-untyped-def]
+        # the stale router's view, refreshed every seen_every_s while arrivals remain
+        assert stale is not None
+        while next_input[0] < np.inf:
+            next_look[0] = env.now + seen_every_s
+            yield env.timeout(seen_every_s)
+            stale.look()
+        next_look[0] = np.inf
+
     reqs: list[Request] = []
     q_time: list[float] = []  # arrival instants of the requests routed, and the queue then
     q_wait: list[int] = []
@@ -146,7 +176,7 @@ def simulate(
                 if reason:
                     r.status, r.reject_reason = REJECTED, f"decode pool: {reason}"
                     continue
-            route(front, router, i, r).submit(r)
+            (stale.pick(r) if stale is not None else route(front, router, i, r)).submit(r)
             q_time.append(t)
             waiting = 0
             for rep in replicas:
@@ -155,6 +185,8 @@ def simulate(
         next_input[0] = np.inf
 
     env.process(arrivals())
+    if stale is not None and seen_every_s > 0:
+        env.process(watch())
     run_until(env, horizon_s, arrival_s[-1] if n else 0.0, progress)
     for rep in replicas:  # a decode run cut by the horizon: keep the steps that completed
         rep.finish()

@@ -38,6 +38,8 @@ class StepCost:
         draft = 0.0
         if plan.spec_k and plan.decode:
             decodes = batch_shape([], [r.kv_tokens for r in plan.decode])  # the same rows, one token each
+            if shape.group_tokens:  # lock-stepped EP ranks (dpgroup.py): the group gathers in proportion
+                decodes.group_tokens = max(1, shape.group_tokens * decodes.tokens // shape.tokens)
             plain = self.cost.step_time(decodes)
             if self.draft_cost is None:  # self-speculation: each MTP head costs about one layer
                 draft = plan.spec_k * plain / self.cost.model.num_layers

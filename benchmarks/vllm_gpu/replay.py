@@ -19,9 +19,10 @@ Qwen3-30B-A3B ran with data_parallel_size 2 + enable_expert_parallel (TP1). It i
 two replicas are the two DP ranks of one EP group of 2, each GPU holding 64 of the 128 experts
 (32 GB of weights instead of 61 GB, so a larger KV cache) and paying an all-gather and a
 reduce-scatter of both ranks' tokens around every MoE layer, vLLM's default
-``allgather_reducescatter`` backend (docs/scenario.md). Requests are spread by
-``least_outstanding``; the cost of a step assumes the other rank carries the same load, and the
-DP ranks' per-step synchronisation is not priced.
+``allgather_reducescatter`` backend (docs/scenario.md). The two ranks step in lock-step
+(llmsim/dpgroup.py: the slower rank sets every step, the experts see both ranks' tokens), and
+requests are spread by ``vllm_dp``, vLLM's own DP load balancer (4 x waiting + running, on a view
+taken every 100 ms).
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
         "cluster": {
             "replicas": dp,
             "tp": int(kw.get("tensor_parallel_size") or 1),
-            "router": "least_outstanding" if dp > 1 else "round_robin",
+            "router": "vllm_dp" if dp > 1 else "round_robin",  # vLLM's own DP load balancer
             **({"expert_parallel": True} if ep else {}),
             "cuda_graphs": True,  # vLLM 0.19 default: full CUDA graphs for decode (cudagraph_mode FULL_AND_PIECEWISE)
         },

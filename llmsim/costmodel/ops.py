@@ -30,7 +30,9 @@ class BatchShape:
     window). ``prefill_kv_tokens`` is Σ (p + c): the K/V rows a FlashAttention kernel streams.
     ``decode_ctx_tokens`` is Σ context over decoding sequences: every cached K/V byte is read.
     ``decode_tokens`` can exceed ``decode_seqs`` when each sequence verifies several tokens
-    (speculative decoding).
+    (speculative decoding). ``group_tokens`` is, under expert parallelism across data-parallel
+    ranks, the tokens the whole group's MoE layers gather this step (``dpgroup.py`` knows every
+    rank's); 0 when unknown: every rank is then taken to carry this one's ``tokens``.
     """
 
     prefill_tokens: int
@@ -43,6 +45,7 @@ class BatchShape:
     decode_ctx_tokens: int
     logits_rows: int  # rows that go through the LM head; -1 = prefill_seqs + decode_tokens
     local: BatchShape | None  # local+global models: the aggregates seen by the windowed layers
+    group_tokens: int  # expert parallelism: tokens gathered over the DP ranks (0 = tokens x dp)
 
     # written out (init=False) so that the compiled module builds it natively: a dataclass's
     # generated __init__ stays interpreted and took ~1 µs of every simulated step
@@ -58,6 +61,7 @@ class BatchShape:
         decode_ctx_tokens: int = 0,
         logits_rows: int = -1,
         local: BatchShape | None = None,
+        group_tokens: int = 0,
     ) -> None:
         self.prefill_tokens = prefill_tokens
         self.prefill_seqs = prefill_seqs
@@ -69,6 +73,7 @@ class BatchShape:
         self.decode_ctx_tokens = decode_ctx_tokens
         self.logits_rows = logits_rows
         self.local = local
+        self.group_tokens = group_tokens
 
     @property
     def tokens(self) -> int:
@@ -335,9 +340,9 @@ def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
     ops.append(elementwise("post_attention_layernorm", T * H, norm_flops, 1, cfg, L))
     if model.first_dense_layers or model.shared_experts:
-        ops.extend(_deepseek_mlp_ops(model, T, cfg, L))
+        ops.extend(_deepseek_mlp_ops(model, T, cfg, L, s.group_tokens))
     else:
-        ops.extend(_mlp_ops(model, T, cfg, L))
+        ops.extend(_mlp_ops(model, T, cfg, L, s.group_tokens))
     if tp > 1:
         ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, act, L))
     ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
@@ -635,7 +640,7 @@ def _dense_mlp(prefix: str, model: ModelSpec, T: int, inter: int, cfg: OpConfig,
     ]
 
 
-def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
+def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tokens: int = 0) -> list[Op]:
     H, tp = model.hidden_size, cfg.tp
     inter = model.intermediate_size // tp
     if not model.is_moe:
@@ -643,7 +648,7 @@ def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
     up_n = 2 * inter if model.gated_mlp else inter
     act_flops, act_reads = _mlp_activation(model)
     if cfg.ep > 1:
-        return _expert_parallel_moe_ops(model, T, cfg, L)
+        return _expert_parallel_moe_ops(model, T, cfg, L, group_tokens)
     # MoE: every token visits `experts_per_token` experts. FLOPs follow routed tokens; weight
     # bytes follow the experts actually touched (expected distinct experts for T tokens with
     # uniform routing), which is what makes small-batch MoE decode memory-bound.
@@ -658,7 +663,7 @@ def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
     ]
 
 
-def _deepseek_mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
+def _deepseek_mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tokens: int = 0) -> list[Op]:
     """DeepSeekMoE (DeepSeek-V3 arXiv:2412.19437 sec. 2.1.2; vLLM DeepseekV2MoE): the first
     ``first_dense_layers`` layers are dense MLPs of ``dense_intermediate_size`` (``dense_mlp_*``);
     the others route each token to ``experts_per_token`` of the experts (``_mlp_ops``) and also
@@ -673,7 +678,7 @@ def _deepseek_mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[O
     if dense:
         ops.extend(_dense_mlp("dense_mlp_", model, T, model.dense_intermediate_size // tp, cfg, dense))
     if moe:
-        ops.extend(_mlp_ops(model, T, cfg, moe))
+        ops.extend(_mlp_ops(model, T, cfg, moe, group_tokens))
         if model.shared_experts:
             inter = model.shared_experts * model.intermediate_size // tp
             ops.extend(_dense_mlp("shared_expert_", model, T, inter, cfg, moe))
@@ -693,7 +698,7 @@ def experts_touched(experts: int, k: int, local_experts: int, tokens: int) -> fl
     return local_experts * (1.0 - (1.0 - k / experts) ** tokens)
 
 
-def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
+def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tokens: int = 0) -> list[Op]:
     """One MoE layer on one GPU under expert parallelism, as vLLM runs --enable-expert-parallel with
     its default all2all backend, ``allgather_reducescatter`` (``ParallelConfig.all2all_backend``'s
     default in vllm/config/parallel.py; the VLLM_ALL2ALL_BACKEND env default before it; "Default
@@ -706,11 +711,12 @@ def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) ->
     So the router runs locally on this rank's T tokens; the E/ep local experts, whole (EP does not
     TP-split them), see every DP rank's tokens, T x dp; the TP all-reduce after the layer stays
     (``layer_ops``): the TP ranks of a DP rank share its tokens and hold different experts.
-    Simplification: every DP rank carries this rank's load (T tokens) each step, as vLLM's DP
-    ranks step in lock-step; with unequal loads the gathered count is the sum, not T x dp."""
+    ``group_tokens`` is the count gathered over the DP group, where the caller knows every rank's
+    (the lock-stepped ranks of ``dpgroup.py``: the sum, or the padded largest x dp on steps in CUDA
+    graphs, ``CostModel.group_tokens``); without it every DP rank is taken to carry T."""
     H, E, k = model.hidden_size, model.num_experts, model.experts_per_token
     dp = cfg.ep // cfg.tp  # the ranks tokens are gathered over (vLLM: the DP group)
-    gathered = T * dp
+    gathered = group_tokens or T * dp
     local = E // cfg.ep
     routed = -(-gathered * k // cfg.ep)  # rows routed to the local experts (T·k at tp 1), rounded up
     touched = experts_touched(E, k, local, gathered)

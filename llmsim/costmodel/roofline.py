@@ -98,7 +98,7 @@ class CostModel:
     engine: EngineSpec = PRESETS["ideal"]  # the host terms of a step (engine.py)
 
     def __post_init__(self) -> None:
-        self._body_cache: dict[tuple[int, bool], float] = {}
+        self._body_cache: dict[tuple[int, bool, int], float] = {}
         self._head_cache: dict[tuple[int, bool], float] = {}
         self._peaks: dict[str, float] = {}  # dtype -> hw.peak(dtype)
         eff = self.hw.efficiency
@@ -298,11 +298,23 @@ class CostModel:
         if not tokens:
             return 0.0
         body_tokens, body_graphed, attn_graphed = self.graph_view(tokens, shape.prefill_tokens == 0)
-        stage = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed)
+        stage = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed, shape.group_tokens)
         stage += self._attention_s(shape, attn_graphed)
         if self.cfg.pp > 1:
             stage = stage * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1)
         return self.with_host(stage, shape.prefill_seqs + shape.decode_seqs, tokens)
+
+    def group_tokens(self, tokens: list[int], decode_only: bool) -> int:
+        """Expert parallelism over lock-stepped DP ranks (dpgroup.py) carrying ``tokens`` this step
+        (a rank with nothing to run carries its one-token dummy batch): the tokens the group's MoE
+        layers gather. vLLM agrees the counts across the group (``coordinate_batch_across_dp``,
+        vllm/v1/worker/dp_utils.py): on a step every rank runs in CUDA graphs each pads to the
+        largest rank's graph size; otherwise each gathers its own count."""
+        most = max(tokens)
+        padded, graphed, _ = self.graph_view(most, decode_only)
+        if self.cfg.cuda_graphs and self._graph_sizes and graphed:
+            return padded * len(tokens)
+        return sum(tokens)
 
     def graph_view(self, tokens: int, decode_only: bool) -> tuple[int, bool, bool]:
         """How a step of ``tokens`` runs under CUDA graphs: (tokens its non-attention kernels
@@ -446,20 +458,23 @@ class CostModel:
             return busy
         return _kernel_total_s(compute, memory, self._attn_fixed, launch) * layers
 
-    def _dense_stage_time(self, tokens: int, lm_rows: int, decode_only: bool) -> float:
+    def _dense_stage_time(self, tokens: int, lm_rows: int, decode_only: bool, group_tokens: int = 0) -> float:
         """Stage time of every op except attention: the layers' GEMMs, norms and collectives
-        depend on the step's tokens only, the LM head on the sampled rows only; each part is
+        depend on the step's tokens only (and, under expert parallelism, the tokens the DP group
+        gathers, ``BatchShape.group_tokens``), the LM head on the sampled rows only; each part is
         priced once per value and cached."""
-        body = self._body_cache.get((tokens, decode_only))
+        key = (tokens, decode_only, group_tokens)
+        body = self._body_cache.get(key)
         if body is None:
             shape = BatchShape(
                 prefill_tokens=0 if decode_only else tokens,
                 decode_tokens=tokens if decode_only else 0,
                 decode_seqs=tokens if decode_only else 0,
                 logits_rows=0,
+                group_tokens=group_tokens,
             )
             body = sum(self.price(op, decode_only).total_s for op in self.ops(shape) if not on_attention_side(op))
-            self._body_cache[(tokens, decode_only)] = body
+            self._body_cache[key] = body
         head = self._head_cache.get((lm_rows, decode_only))
         if head is None:
             head = sum(self.price(op, decode_only).total_s for op in head_ops(self.model, lm_rows, self.cfg))
@@ -490,9 +505,10 @@ class CostModel:
         decode_only = shape.prefill_tokens == 0
         body_tokens, body_graphed, _ = self.graph_view(shape.tokens, decode_only)
         if body_tokens != shape.tokens:  # rows a CUDA graph computes beyond the batch's
-            pad = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed)
+            g = shape.group_tokens
+            pad = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed, g)
             out["cuda_graph_padding"] = (
-                pad - self._dense_stage_time(shape.tokens, shape.lm_rows, body_graphed)
+                pad - self._dense_stage_time(shape.tokens, shape.lm_rows, body_graphed, g)
             ) * self.cfg.pp
         seqs = shape.prefill_seqs + shape.decode_seqs
         device = sum(out.values())
