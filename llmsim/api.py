@@ -11,6 +11,7 @@ import pandas as pd
 
 from llmsim.build import PoolSpec, activation_bytes, build_model, build_pools, build_workload, prewarm_prefixes
 from llmsim.errors import UserError
+from llmsim.feeder import send_bound_s
 from llmsim.invariants import check_run
 from llmsim.models import ModelSpec
 from llmsim.results import Results, chunks_frame, requests_frame, summarize
@@ -52,7 +53,8 @@ def run(
     except UserError as exc:  # building knows the key path; name the scenario file too
         msg = str(exc)
         raise UserError(msg if msg.startswith(sc._origin) else f"{sc._origin}: {msg}") from None
-    last = float(workload.arrival_s[-1])
+    # the latest a request can be sent (with calls that wait on answers: their chains' delays too)
+    last = send_bound_s(workload)
     horizon = sc.workload.horizon_s or default_horizon_s(sc, last)
     every = {"all": 1, "sample": sc.output.sample_every, "none": 0}[sc.output.steps]
     out = simulate(
@@ -116,10 +118,31 @@ def run(
         ),
     }
     summary.update(mechanism_summary(sc, model, pools, out))
+    if workload.session is not None:
+        summary["sessions"] = session_summary(req, workload.session)
     if checks:
         capacity = {p.name: p.kv_blocks for p in pools}
         check_run(req, out.steps, summary, len(workload), capacity, reps, out.requests, out.horizon_s, out.events_left)
     return Results(requests=req, steps=out.steps, summary=summary, queue=out.queue, chunks=chunks_frame(out.requests))
+
+
+def session_summary(req: pd.DataFrame, session: np.ndarray) -> dict:
+    """Closed-loop sessions (feeder.py): how long each took, from its first call's arrival to its
+    last answer, over the sessions whose every call was answered."""
+    frame = pd.DataFrame(
+        {"session": session[req["id"].to_numpy()], "arrival_s": req["arrival_s"], "finish_s": req["finish_s"]}
+    )
+    frame["done"] = req["status"].to_numpy() == "finished"
+    per = frame.groupby("session").agg(start=("arrival_s", "min"), end=("finish_s", "max"), done=("done", "all"))
+    span = (per["end"] - per["start"])[per["done"]].to_numpy()
+    return {
+        "count": len(per),
+        "requests": len(frame),
+        "completed": int(per["done"].sum()),
+        "duration_mean_s": float(span.mean()) if len(span) else None,
+        "duration_p50_s": float(np.percentile(span, 50)) if len(span) else None,
+        "duration_p99_s": float(np.percentile(span, 99)) if len(span) else None,
+    }
 
 
 def engine_summary(sc: Scenario) -> dict:
@@ -169,6 +192,7 @@ def sim_options(
         kv_link=link,
         decode_router=sc.cluster.decode_router,
         router_view_s=sc.cluster.router_view_s,
+        max_concurrency=sc.workload.max_concurrency,
         kv_bytes_per_token=model.kv_bytes_per_token(sc.kv_cache.dtype),
         num_layers=model.num_layers,
         n_seqs=sc.workload.beam_width or sc.workload.parallel_samples,

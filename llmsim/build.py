@@ -150,8 +150,12 @@ def _check_sizes(sc: Scenario, origin: str) -> None:
         check_tokens(w.system_prompts.tokens, "workload.system_prompts.tokens", origin)
         check_requests(w.system_prompts.count, "workload.system_prompts.count", origin)
     if w.conversations is not None:
-        n = _request_count(sc) * w.conversations.turns
-        check_requests(n, "workload.num_requests x workload.conversations.turns", origin)
+        c = w.conversations
+        calls = c.turns + c.fanout * (c.turns - 1)  # a session's calls: its turns and their sub-calls
+        key = "workload.num_requests x workload.conversations.turns"
+        if c.fanout:
+            key = "workload.num_requests x (conversations.turns + fanout x (turns - 1))"
+        check_requests(_request_count(sc) * calls, key, origin)
 
 
 def _check_shared_prefix_prompt(sc: Scenario, n: int, q: np.ndarray, o: np.ndarray, origin: str) -> None:
@@ -191,7 +195,10 @@ def _synthetic(sc: Scenario, rng: np.random.Generator, arrivals: np.ndarray) -> 
     wl.klass = klass
     if w.conversations is not None:
         c = w.conversations
-        wl = gen.conversations(rng, wl, c.turns, c.think_s)
+        if c.closed_loop:
+            wl = gen.closed_loop_conversations(rng, wl, c.turns, c.think_s, c.fanout)
+        else:
+            wl = gen.conversations(rng, wl, c.turns, c.think_s)
     if w.system_prompts is not None:
         s = w.system_prompts
         wl = gen.with_system_prompts(rng, wl, s.count, s.tokens, s.share, s.zipf)

@@ -25,6 +25,10 @@ class SimOptions:
     kv_link: LinkSpec | None = None  # disaggregated only
     decode_router: str = "least_outstanding"
     router_view_s: float | None = None  # seconds between the router's views of the replicas (router.view_s)
+    max_concurrency: int | None = None  # client-side cap on requests in flight (feeder.py)
+    # arrivals wait on answers (feeder.py): no replica may run ahead of SimPy's clock, since an
+    # answer can release a request at any instant (set by sim.simulate)
+    feedback: bool = False
     kv_bytes_per_token: float = 0.0  # whole model (all layers), for KV transfers
     num_layers: int = 1
     n_seqs: int = 1  # parallel samples / beams per request

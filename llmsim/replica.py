@@ -75,7 +75,10 @@ class Replica:
         gaps = GapHistogram()
         columns = DecodeSet(self.kv, gaps) if columnar else None
         self.sched = make_scheduler(policy, pool.sched, self.kv, gaps, self.cost.step_time, columns)
-        self.clock = Clock(env, not grouped and not opts.exact_steps and self.runs_ahead(), next_input_s)
+        ahead = not grouped and not opts.exact_steps and not opts.feedback and self.runs_ahead()
+        self.clock = Clock(env, ahead, next_input_s)
+        # answers reported to whoever sends requests that wait on them (feeder.Feeder)
+        self.on_answered: Callable[[Request], None] | None = None
         self.fast = FastPath(env, self.kv, self.sched, self.cost, steps, (pool.name, index), runs, self.clock, sole)
         for prefix in opts.prewarm:
             self.kv.prewarm(chain_hashes(prefix, opts.prewarm_block_tokens, block_tokens, 1 << 62))
@@ -283,10 +286,13 @@ class Replica:
             if r.status == TRANSFERRING:
                 self.outstanding_tokens -= r.prompt_tokens + r.output_tokens
                 self.handoff(self, r, step_s)  # type: ignore[misc]
-            elif self.takes_prefilled:
+                continue
+            if self.takes_prefilled:
                 self.outstanding_tokens -= r.output_tokens
             else:
                 self.outstanding_tokens -= r.prompt_tokens + r.output_tokens
+            if self.on_answered is not None:
+                self.on_answered(r)
 
     def signal_freed(self) -> None:
         if self._freed.callbacks:  # someone waits for blocks (a KV transfer's back-pressure)

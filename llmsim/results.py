@@ -239,6 +239,7 @@ REJECTION_KINDS = (
     ("kv_capacity", r"needs \d+ tokens of KV cache"),
     ("max_batch_tokens", r"prompt of \d+ tokens exceeds max_batch_tokens"),
     ("queue_full", r"queue full"),
+    ("session_ended", r"session ended"),  # feeder.py: an earlier call of the session was rejected
 )
 
 

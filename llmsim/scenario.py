@@ -237,7 +237,17 @@ class ConversationConfig(_Strict):
     """Synthetic multi-turn chats: each turn's prompt is the whole history plus a new message."""
 
     turns: PosInt = 4
-    think_s: NonNegFloat = 30.0  # mean pause between a turn's arrival and the next (exponential)
+    # mean pause (exponential) before the next turn: after the previous turn was sent (open loop), or
+    # after its answer, and its sub-calls' answers, came back (closed_loop)
+    think_s: NonNegFloat = 30.0
+    closed_loop: bool = False  # send each turn when the previous one is answered (a user or an agent)
+    fanout: Annotated[int, Field(ge=0)] = 0  # closed loop: parallel sub-calls after each turn but the last
+
+    @model_validator(mode="after")
+    def _fanout_needs_answers(self) -> ConversationConfig:
+        if self.fanout and not self.closed_loop:
+            raise ValueError("fanout: sub-calls are sent when a turn is answered, which needs closed_loop: true")
+        return self
 
 
 class SharedPrefixConfig(_Strict):
@@ -291,6 +301,9 @@ class WorkloadConfig(_Strict):
     conversations: ConversationConfig | None = None
     classes: dict[str, ClassConfig] = {}
     shared_prefix: SharedPrefixConfig | None = None  # replaces prompt_tokens / output_tokens
+    # at most this many requests in flight (sent, not yet answered); the rest wait in order of
+    # arrival and are sent when a slot frees, as `vllm bench serve --max-concurrency` does
+    max_concurrency: PosInt | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadConfig:

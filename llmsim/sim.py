@@ -24,6 +24,7 @@ from simpy.core import StopSimulation
 from llmsim.build import PoolSpec
 from llmsim.disagg import KVTransfer
 from llmsim.dpgroup import DataParallelGroup
+from llmsim.feeder import Feeder
 from llmsim.gaps import GapHistogram
 from llmsim.kvcache import chain_hashes
 from llmsim.options import LinkSpec, SimOptions
@@ -109,7 +110,11 @@ def simulate(
     opts = opts or SimOptions()
     # tokens per content id: the workload's for its requests; the prewarm's own, if it says so
     id_tokens = workload.hash_block_tokens or block_tokens
-    opts = dataclasses.replace(opts, prewarm_block_tokens=opts.prewarm_block_tokens or id_tokens)
+    # arrivals that wait on answers (feeder.py): no replica may run ahead of SimPy's clock
+    feedback = workload.has_dependencies or opts.max_concurrency is not None
+    opts = dataclasses.replace(
+        opts, prewarm_block_tokens=opts.prewarm_block_tokens or id_tokens, feedback=opts.feedback or feedback
+    )
     env = simpy.Environment()
     steps = StepLog(every=step_sample_every)
     n = len(workload)
@@ -130,7 +135,7 @@ def simulate(
     def watch():  # type: ignore[no-untyped-def]
         # the stale router's view, refreshed every seen_every_s while arrivals remain
         assert stale is not None
-        while next_input[0] < np.inf:
+        while next_input[0] < np.inf if feeder is None else feeder.unsent > 0:
             next_look[0] = env.now + seen_every_s
             yield env.timeout(seen_every_s)
             stale.look()
@@ -150,41 +155,62 @@ def simulate(
         workload.output_tokens.tolist(),
     )
 
+    def make(i: int, t: float) -> Request:
+        r = Request(
+            i,
+            t,
+            prompts[i],
+            outputs[i],
+            "" if klass is None else str(klass[i]),
+            None if hashes is None else hashes[i],
+        )
+        r.n_seqs = opts.n_seqs
+        if opts.trace_all or i in traced:
+            r.chunks = []
+        if want_chain and r.block_hashes:
+            r.prefix_chain = chain_hashes(r.block_hashes, id_tokens, block_tokens, r.prompt_tokens)
+        reqs.append(r)
+        return r
+
+    def send(i: int, t: float) -> Request:
+        """Request i reaches the cluster at ``t``: routed and submitted (or rejected)."""
+        r = make(i, t)
+        if transfer is not None:
+            r.prefill_only = True
+            reason = transfer.decode[0].sched.rejection_reason(r)
+            if reason:
+                r.status, r.reject_reason = REJECTED, f"decode pool: {reason}"
+                return r
+        (stale.pick(r) if stale is not None else route(front, router, i, r)).submit(r)
+        q_time.append(t)
+        waiting = 0
+        for rep in replicas:
+            waiting += rep.num_waiting
+        q_wait.append(waiting)
+        return r
+
+    def drop(i: int, t: float, reason: str) -> Request:
+        """Request i is never sent (feeder.py: its session ended): rejected at ``t``."""
+        r = make(i, t)
+        r.status, r.reject_reason = REJECTED, reason
+        return r
+
     def arrivals():  # type: ignore[no-untyped-def]
         for i in range(n):
             t = arrival_s[i]
             next_input[0] = t
             if t > env.now:
                 yield env.timeout(t - env.now)
-            r = Request(
-                i,
-                t,
-                prompts[i],
-                outputs[i],
-                "" if klass is None else str(klass[i]),
-                None if hashes is None else hashes[i],
-            )
-            r.n_seqs = opts.n_seqs
-            if opts.trace_all or i in traced:
-                r.chunks = []
-            if want_chain and r.block_hashes:
-                r.prefix_chain = chain_hashes(r.block_hashes, id_tokens, block_tokens, r.prompt_tokens)
-            reqs.append(r)
-            if transfer is not None:
-                r.prefill_only = True
-                reason = transfer.decode[0].sched.rejection_reason(r)
-                if reason:
-                    r.status, r.reject_reason = REJECTED, f"decode pool: {reason}"
-                    continue
-            (stale.pick(r) if stale is not None else route(front, router, i, r)).submit(r)
-            q_time.append(t)
-            waiting = 0
-            for rep in replicas:
-                waiting += rep.num_waiting
-            q_wait.append(waiting)
+            send(i, t)
         next_input[0] = np.inf
 
-    env.process(arrivals())
+    feeder = Feeder(env, workload, opts.max_concurrency, send, drop) if feedback else None
+    if feeder is None:
+        env.process(arrivals())
+    else:  # arrivals that wait on answers (feeder.py)
+        for rep in replicas:
+            rep.on_answered = feeder.answered
+        feeder.start()
     if stale is not None and seen_every_s > 0:
         env.process(watch())
     run_until(env, horizon_s, arrival_s[-1] if n else 0.0, progress)
@@ -195,12 +221,18 @@ def simulate(
         if rep.sched.gaps is not None:
             gaps.merge(rep.sched.gaps)
     queue = pd.DataFrame({"time_s": q_time, "waiting": q_wait})
-    # requests arriving after the horizon are reported as unfinished, never dropped
-    for i in range(len(reqs), n):
+    # requests arriving after the horizon are reported as unfinished, never dropped (with a feeder:
+    # those not sent by then, at the earliest they could have been)
+    made = [False] * n if feeder is not None else []
+    for r in reqs if feeder is not None else ():
+        made[r.id] = True
+    for i in range(len(reqs), n) if feeder is None else (i for i in range(n) if not made[i]):
         k = "" if klass is None else str(klass[i])
         h = None if hashes is None else hashes[i]
         t = float(workload.arrival_s[i])
         reqs.append(Request(i, t, int(workload.prompt_tokens[i]), int(workload.output_tokens[i]), k, h))
+    if feeder is not None:
+        reqs.sort(key=lambda r: r.id)
     counters = pd.DataFrame([rep.counters() for rep in replicas])
     totals = None if transfer is None else _transfer_totals(transfer)
     return SimOutput(reqs, steps.frame(), queue, counters, gaps, horizon_s, events_pending(env), totals)

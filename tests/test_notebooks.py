@@ -24,7 +24,7 @@ def _pngs(nb: nbformat.NotebookNode) -> int:
     )
 
 
-def test_the_five_notebooks_exist():
+def test_the_notebooks_exist():
     names = [p.stem for p in NOTEBOOKS]
     for stem in (
         "01_quickstart",
@@ -32,6 +32,7 @@ def test_the_five_notebooks_exist():
         "03_disaggregation_and_heterogeneous_pools",
         "04_hardware_what_if",
         "05_capacity_plan_azure_trace",
+        "06_moe_parallelism",
     ):
         assert stem in names
 

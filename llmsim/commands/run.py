@@ -188,6 +188,14 @@ def summary_text(s: dict) -> str:
     if "kv_cache" in s:
         kv = s["kv_cache"]
         tail.append(f"KV cache utilisation mean {kv['utilization_mean']:.1%}, peak {kv['utilization_peak']:.1%}")
+    if "sessions" in s:  # closed-loop sessions (feeder.py): how long one took, first call to last answer
+        ses = s["sessions"]
+        took = ""
+        if ses["duration_mean_s"] is not None:
+            took = (
+                f"; first call to last answer mean {fmt(ses['duration_mean_s'])} s, p99 {fmt(ses['duration_p99_s'])} s"
+            )
+        tail.append(f"sessions {ses['count']:,} ({ses['requests']:,} calls), {ses['completed']:,} completed{took}")
     if "cost" in s and s["cost"]["usd_per_million_output_tokens"] is not None:
         c = s["cost"]
         tail.append(

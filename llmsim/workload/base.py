@@ -23,6 +23,13 @@ class Workload:
     hash_block_tokens: int = 0  # tokens per hashed block (Mooncake: 512)
     source: str = "synthetic"
     meta: dict = field(default_factory=dict)
+    # calls that wait on answers (closed-loop sessions, sub-calls; sim: feeder.Feeder): request i is
+    # sent delay_s[i] after every request in after_idx[after_ptr[i]:after_ptr[i + 1]] is answered
+    # (those come before it); its arrival_s is then only the earliest it can be sent (its session's start)
+    after_ptr: np.ndarray | None = None  # int64, len + 1
+    after_idx: np.ndarray | None = None  # int64
+    delay_s: np.ndarray | None = None  # float64, seconds after the last answer waited for
+    session: np.ndarray | None = None  # int64, the session a request belongs to
 
     def __post_init__(self) -> None:
         self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64)
@@ -50,6 +57,8 @@ class Workload:
                 f"{origin}: row {bad + 1}: arrival times are not sorted "
                 f"({self.arrival_s[bad + 1]} after {self.arrival_s[bad]})"
             )
+        if self.after_ptr is not None:
+            self._validate_dependencies(origin)
         bad = _first(self.prompt_tokens < 1)
         if bad is not None:
             raise UserError(f"{origin}: row {bad}: prompt tokens must be >= 1, got {self.prompt_tokens[bad]}")
@@ -64,6 +73,25 @@ class Workload:
                 f"the limit of {MAX_TOKENS_PER_REQUEST:,} tokens per request"
             )
 
+    def _validate_dependencies(self, origin: str) -> None:
+        ptr, idx, delay = self.after_ptr, self.after_idx, self.delay_s
+        n = len(self)
+        if delay is None or idx is None or len(ptr) != n + 1 or len(delay) != n or ptr[-1] != len(idx):
+            raise UserError(f"{origin}: the request dependencies do not match the {n:,} requests")
+        owner = np.repeat(np.arange(n), np.diff(ptr))
+        bad = _first((idx < 0) | (idx >= owner))
+        if bad is not None:
+            raise UserError(
+                f"{origin}: row {owner[bad]}: waits for request {idx[bad]}, which must be an earlier request"
+            )
+        bad = _first(~np.isfinite(delay) | (delay < 0))
+        if bad is not None:
+            raise UserError(f"{origin}: row {bad}: delay after the answers must be >= 0 seconds, got {delay[bad]}")
+
+    @property
+    def has_dependencies(self) -> bool:
+        return self.after_ptr is not None and bool(self.after_ptr[-1])
+
     def to_frame(self) -> pd.DataFrame:
         df = pd.DataFrame(
             {"arrival_s": self.arrival_s, "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens}
@@ -73,15 +101,20 @@ class Workload:
         return df
 
     def stats(self) -> dict:
-        """Summary statistics for reports."""
-        span = float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) > 1 else 0.0
-        gaps = np.diff(self.arrival_s)
+        """Summary statistics for reports. With dependencies, the arrival figures are the sessions'
+        starts (the calls that wait on answers are sent when the simulation says)."""
+        starts = self.arrival_s
+        if self.has_dependencies:
+            assert self.after_ptr is not None
+            starts = self.arrival_s[np.diff(self.after_ptr) == 0]
+        span = float(starts[-1] - starts[0]) if len(starts) > 1 else 0.0
+        gaps = np.diff(starts)
         cv = float(gaps.std() / gaps.mean()) if len(gaps) > 1 and gaps.mean() > 0 else 0.0
-        return {
+        out = {
             "source": self.source,
             "requests": len(self),
             "span_s": span,
-            "mean_rate_rps": (len(self) - 1) / span if span > 0 else float("inf"),
+            "mean_rate_rps": (len(starts) - 1) / span if span > 0 else float("inf"),
             "interarrival_cv": cv,
             "prompt_mean": float(self.prompt_tokens.mean()),
             "prompt_p50": float(np.median(self.prompt_tokens)),
@@ -90,6 +123,9 @@ class Workload:
             "output_p50": float(np.median(self.output_tokens)),
             "output_p99": float(np.percentile(self.output_tokens, 99)),
         }
+        if self.has_dependencies:
+            out["requests_sent_after_answers"] = len(self) - len(starts)
+        return out
 
 
 def _first(mask: np.ndarray) -> int | None:

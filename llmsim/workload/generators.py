@@ -9,7 +9,7 @@ import numpy as np
 from llmsim.errors import UserError
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import segment_block_ids, segment_key
-from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, check_prefix_blocks
+from llmsim.workload.limits import MAX_PREFIX_BLOCKS, MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, check_prefix_blocks
 
 
 def poisson_arrivals(rng: np.random.Generator, rate_rps: float, n: int) -> np.ndarray:
@@ -141,7 +141,22 @@ def with_system_prompts(
         hash_block_tokens=SYNTH_HASH_TOKENS,
         source=f"{w.source} + {count} system prompt(s) of {sys_tokens} tokens",
         meta=dict(w.meta, system_prompt_tokens=sys_tokens),
+        after_ptr=w.after_ptr,
+        after_idx=w.after_idx,
+        delay_s=w.delay_s,
+        session=w.session,
     )
+
+
+def _check_ids(total: int) -> None:
+    """Conversations build each turn's ids from the whole history (ids grow with turns squared):
+    stop at MAX_PREFIX_BLOCKS, while building, rather than run out of memory."""
+    if total > MAX_PREFIX_BLOCKS:
+        raise UserError(
+            f"workload.conversations: the turns' prompts need more than {MAX_PREFIX_BLOCKS:,} content ids for "
+            f"prefix caching (one per {SYNTH_HASH_TOKENS}-token block of every prompt, each turn repeating the "
+            "history, ~56 bytes each); use fewer turns, fewer requests or shorter prompts"
+        )
 
 
 def conversations(rng: np.random.Generator, w: Workload, turns: int, think_s: float) -> Workload:
@@ -149,7 +164,7 @@ def conversations(rng: np.random.Generator, w: Workload, turns: int, think_s: fl
     (earlier prompts and answers) plus the new message, so it shares the history's prefix ids.
     Later turns arrive an exponential think time apart; the result is re-sorted by arrival."""
     arr, prm, out, kls, ids = [], [], [], [], []
-    nxt = 0
+    nxt = total = 0
 
     def fresh(tokens: int) -> list[int]:
         nonlocal nxt
@@ -170,6 +185,8 @@ def conversations(rng: np.random.Generator, w: Workload, turns: int, think_s: fl
             out.append(o)
             kls.append(None if w.klass is None else w.klass[i])
             ids.append(history + msg)
+            total += len(ids[-1])
+            _check_ids(total)
             history = history + msg + fresh(max(o, 1))  # the answer joins the history
             t += float(rng.exponential(think_s)) if think_s > 0 else 0.0
     order = np.argsort(np.asarray(arr), kind="stable")
@@ -182,6 +199,93 @@ def conversations(rng: np.random.Generator, w: Workload, turns: int, think_s: fl
         hash_block_tokens=SYNTH_HASH_TOKENS,
         source=f"{w.source} as {turns}-turn conversations",
         meta=dict(w.meta, turns=turns, think_s=think_s),
+    )
+
+
+def closed_loop_conversations(
+    rng: np.random.Generator, w: Workload, turns: int, think_s: float, fanout: int
+) -> Workload:
+    """Turn each request into a closed-loop session of ``turns`` calls (a user or an agent that
+    reads each answer before the next call): turn t is sent an exponential think time (mean
+    ``think_s``) after turn t-1 is answered, and its prompt is the history (earlier prompts,
+    answers and sub-call results) plus a new message, so it shares the history's prefix ids.
+    After every turn but the last, ``fanout`` sub-calls (tool or sub-agent calls) are sent as soon
+    as the turn is answered, in parallel, each with the history plus its own message as its
+    prompt; the next turn waits for all of them and carries their outputs as tool results.
+
+    Requests are ordered session by session (each session's calls in the order they can be sent)
+    and every call carries its session's start as ``arrival_s``, the earliest it could be sent;
+    ``after_ptr`` / ``after_idx`` say which calls each waits for and ``delay_s`` how long after the
+    last of them answers it is sent (sim: ``feeder.Feeder``)."""
+    arr, prm, out, kls, ids, deps_of, delays, session = [], [], [], [], [], [], [], []
+    nxt = total = 0
+
+    def fresh(tokens: int) -> list[int]:
+        nonlocal nxt
+        per = -(-tokens // SYNTH_HASH_TOKENS)
+        nxt += per
+        return list(range(nxt - per, nxt))
+
+    n = len(w)
+
+    def draw(i: int, salt: int) -> tuple[int, int]:  # a (prompt, output) pair from the base workload
+        return int(w.prompt_tokens[(i + salt * 7919) % n]), int(w.output_tokens[(i + salt * 104729) % n])
+
+    for i in range(n):
+        t0 = float(w.arrival_s[i])
+        history: list[int] = []
+        waits_on: list[int] = []  # the calls the next turn waits for
+        for turn in range(turns):
+            new, o = draw(i, turn * (fanout + 1))
+            msg = fresh(new)
+            me = len(arr)
+            arr.append(t0)
+            prm.append(len(history) * SYNTH_HASH_TOKENS + new)
+            out.append(o)
+            kls.append(None if w.klass is None else w.klass[i])
+            ids.append(history + msg)
+            total += len(ids[-1])
+            _check_ids(total)
+            deps_of.append(waits_on)
+            delays.append(float(rng.exponential(think_s)) if turn and think_s > 0 else 0.0)
+            session.append(i)
+            history = history + msg + fresh(max(o, 1))  # the answer joins the history
+            waits_on = [me]
+            if turn == turns - 1 or not fanout:
+                continue
+            results: list[int] = []
+            waits_on = []
+            for j in range(fanout):
+                new, o = draw(i, turn * (fanout + 1) + j + 1)
+                waits_on.append(len(arr))
+                arr.append(t0)
+                prm.append(len(history) * SYNTH_HASH_TOKENS + new)
+                out.append(o)
+                kls.append(None if w.klass is None else w.klass[i])
+                ids.append(history + fresh(new))
+                total += len(ids[-1])
+                _check_ids(total)
+                deps_of.append([me])
+                delays.append(0.0)  # sent as soon as the turn's answer asks for it
+                session.append(i)
+                results += fresh(max(o, 1))
+            history = history + results  # the sub-calls' outputs come back as tool results
+    ptr = np.zeros(len(arr) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(d) for d in deps_of])
+    return Workload(
+        np.asarray(arr),
+        np.asarray(prm),
+        np.asarray(out),
+        klass=None if w.klass is None else np.asarray(kls, dtype=object),
+        block_hashes=ids,
+        hash_block_tokens=SYNTH_HASH_TOKENS,
+        source=f"{w.source} as {turns}-turn closed-loop sessions"
+        + (f", {fanout} sub-calls per turn" if fanout else ""),
+        meta=dict(w.meta, turns=turns, think_s=think_s, closed_loop=True, fanout=fanout),
+        after_ptr=ptr,
+        after_idx=np.asarray([j for d in deps_of for j in d], dtype=np.int64),
+        delay_s=np.asarray(delays, dtype=np.float64),
+        session=np.asarray(session, dtype=np.int64),
     )
 
 
