@@ -118,6 +118,8 @@ def run(
         ),
     }
     summary.update(mechanism_summary(sc, model, pools, out))
+    if out.unsent >= 0:  # requests waited on answers or slots: those the horizon came before
+        summary["requests"]["unsent"] = out.unsent
     if workload.session is not None:
         summary["sessions"] = session_summary(req, workload.session)
     if checks:

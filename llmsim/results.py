@@ -273,9 +273,10 @@ def requests_line(summary: dict) -> str:
     """'N total, F finished, R rejected (by kind), U unfinished, P preemptions' (run output, report)."""
     req, by = summary["requests"], summary.get("rejected_by")
     why = f" ({', '.join(f'{n} {k}' for k, n in by.items())})" if by else ""
+    unsent = f" ({req['unsent']} never sent: the horizon came first)" if req.get("unsent") else ""
     return (
         f"{req['total']} total, {req['finished']} finished, {req['rejected']} rejected{why}, "
-        f"{req['unfinished']} unfinished, {req['preemptions']} preemptions"
+        f"{req['unfinished']} unfinished{unsent}, {req['preemptions']} preemptions"
     )
 
 

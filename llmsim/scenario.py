@@ -312,6 +312,9 @@ class WorkloadConfig(_Strict):
                 raise ValueError("kind 'trace' needs a `trace:` section")
             if self.shared_prefix is not None:
                 raise ValueError("`shared_prefix` generates synthetic requests; a trace brings its own")
+            for key in ("conversations", "system_prompts"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"`{key}` reshapes synthetic requests; a trace brings its own (remove it)")
             return self
         if self.shared_prefix is not None:
             clash = [

@@ -24,7 +24,7 @@ from simpy.core import StopSimulation
 from llmsim.build import PoolSpec
 from llmsim.disagg import KVTransfer
 from llmsim.dpgroup import DataParallelGroup
-from llmsim.feeder import Feeder
+from llmsim.feeder import Feeder, send_bound_s
 from llmsim.gaps import GapHistogram
 from llmsim.kvcache import chain_hashes
 from llmsim.options import LinkSpec, SimOptions
@@ -48,6 +48,7 @@ class SimOutput:
     horizon_s: float
     events_left: bool  # something was still scheduled at the horizon (work cut off, not stuck)
     transfer: dict[str, float | str] | None = None  # disaggregated: the KV link's totals
+    unsent: int = -1  # arrivals that wait on answers (feeder.py): requests never sent by the horizon; -1: none wait
 
 
 @dataclass
@@ -213,7 +214,8 @@ def simulate(
         feeder.start()
     if stale is not None and seen_every_s > 0:
         env.process(watch())
-    run_until(env, horizon_s, arrival_s[-1] if n else 0.0, progress)
+    # (the bar follows time up to the last arrival; with a feeder, the latest a request can be sent)
+    run_until(env, horizon_s, (arrival_s[-1] if feeder is None else send_bound_s(workload)) if n else 0.0, progress)
     for rep in replicas:  # a decode run cut by the horizon: keep the steps that completed
         rep.finish()
     gaps = GapHistogram()
@@ -222,7 +224,7 @@ def simulate(
             gaps.merge(rep.sched.gaps)
     queue = pd.DataFrame({"time_s": q_time, "waiting": q_wait})
     # requests arriving after the horizon are reported as unfinished, never dropped (with a feeder:
-    # those not sent by then, at the earliest they could have been)
+    # those not sent by then, with their session's start as arrival; summary requests.unsent counts them)
     made = [False] * n if feeder is not None else []
     for r in reqs if feeder is not None else ():
         made[r.id] = True
@@ -235,7 +237,8 @@ def simulate(
         reqs.sort(key=lambda r: r.id)
     counters = pd.DataFrame([rep.counters() for rep in replicas])
     totals = None if transfer is None else _transfer_totals(transfer)
-    return SimOutput(reqs, steps.frame(), queue, counters, gaps, horizon_s, events_pending(env), totals)
+    unsent = -1 if feeder is None else feeder.unsent
+    return SimOutput(reqs, steps.frame(), queue, counters, gaps, horizon_s, events_pending(env), totals, unsent)
 
 
 PROGRESS_SLICES = 200

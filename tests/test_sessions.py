@@ -133,8 +133,15 @@ def test_concurrency_one_is_strictly_sequential() -> None:
 def test_a_rejected_call_ends_its_session(tmp_path: Path) -> None:
     data = _data(**SESSIONS)
     data["policy"]["max_model_len"] = 1500  # later turns outgrow it
-    res = llmsim.run(scenario_from_dict(data, "test", ROOT))
+    sc = scenario_from_dict(data, "test", ROOT)
+    res = llmsim.run(sc)
     req = res.requests
+    # whoever waits on a rejected call is rejected as ended, never sent; nobody else is
+    by_id = req.set_index("id")
+    for i, d in enumerate(_deps(build_workload(sc))):
+        upstream_rejected = any(by_id.loc[j, "status"] == "rejected" for j in d)
+        ended = str(by_id.loc[i, "reject_reason"]).startswith("session ended")
+        assert ended == upstream_rejected, i
     ended = req[req["reject_reason"].str.startswith("session ended")]
     assert len(ended) > 0
     assert res.summary["rejected_by"].get("session_ended", 0) == len(ended)
@@ -160,3 +167,77 @@ def test_bad_keys_refused() -> None:
         _scenario(conversations={"turns": 3, "fanout": 2})
     with pytest.raises(UserError, match="max_concurrency"):
         _scenario(max_concurrency=0)
+
+
+def _check_sent_after_answers(wl, req: pd.DataFrame, capped: bool = False) -> None:
+    """Every call was answered, each sent its delay after the last answer it waited for (with a
+    concurrency cap: then or later, when a slot freed)."""
+    req = req.set_index("id").sort_index()
+    assert (req["status"] == "finished").all()
+    for i, d in enumerate(_deps(wl)):
+        if d:
+            ready = max(req.loc[j, "finish_s"] for j in d) + wl.delay_s[i]
+            if capped:
+                assert req.loc[i, "arrival_s"] >= ready - 1e-9, i
+            else:
+                assert req.loc[i, "arrival_s"] == pytest.approx(ready, abs=1e-9), i
+
+
+SMALL = {
+    "num_requests": 6,
+    "rate_rps": 4,
+    "conversations": {"turns": 3, "think_s": 0.5, "closed_loop": True, "fanout": 2},
+}
+
+
+@pytest.mark.parametrize("capped", [False, True], ids=["open", "max_concurrency-3"])
+@pytest.mark.parametrize(
+    "over",
+    [
+        {
+            "policy": {"kind": "disaggregated"},
+            "cluster": {"prefill_pool": {"replicas": 1}, "decode_pool": {"replicas": 1}},
+        },
+        {"cluster": {"pp": 2}},
+        {"cluster": {"replicas": 2, "router": "vllm_dp"}},
+        {"cluster": {"replicas": 2, "router": "kv_aware", "router_view_s": 0.5}},
+        {"speculative": {"method": "mtp", "k": 2}},
+        {"model": "qwen3-30b-a3b-instruct-2507", "cluster": {"replicas": 2, "expert_parallel": True}},
+        {"policy": {"kind": "chunked"}},
+    ],
+    ids=["disaggregated", "pp2", "vllm_dp", "stale-kv-aware", "mtp", "ep-lockstep", "chunked"],
+)
+def test_every_serving_path_reports_its_answers(over: dict, capped: bool) -> None:
+    data = _data(**SMALL, **({"max_concurrency": 3} if capped else {}))
+    data.update({k: v for k, v in over.items() if k != "policy"})
+    data["policy"] = over.get("policy", data["policy"])
+    sc = scenario_from_dict(data, "test", ROOT)
+    res = llmsim.run(sc)
+    _check_sent_after_answers(build_workload(sc), res.requests, capped)
+    assert res.summary["requests"]["unsent"] == 0
+
+
+def test_a_horizon_before_the_sessions_end_counts_the_calls_never_sent() -> None:
+    sc = _scenario(horizon_s=5.0, **SESSIONS)
+    wl, res = build_workload(sc), llmsim.run(sc)
+    req = res.requests.set_index("id").sort_index()
+    # by hand: a root is sent if it arrives by the horizon, a dependent call if everything it waits
+    # for finished and its delay after the last answer ends by the horizon
+    sent = 0
+    for i, d in enumerate(_deps(wl)):
+        if not d:
+            sent += wl.arrival_s[i] <= 5.0
+        elif all(req.loc[j, "status"] == "finished" for j in d):
+            sent += max(req.loc[j, "finish_s"] for j in d) + wl.delay_s[i] <= 5.0
+    unsent = res.summary["requests"]["unsent"]
+    assert unsent == len(wl) - sent > 0
+    assert unsent <= res.summary["requests"]["unfinished"]
+    assert res.summary["sessions"]["completed"] < 20
+
+
+def test_conversations_on_a_trace_refused() -> None:
+    data = _data(**SESSIONS)
+    data["workload"] = {"kind": "trace", "trace": {"path": "data/traces/AzureLLMInferenceTrace_conv.csv"}}
+    data["workload"]["conversations"] = SESSIONS["conversations"]
+    with pytest.raises(UserError, match="conversations.*a trace brings its own"):
+        scenario_from_dict(data, "test", ROOT)

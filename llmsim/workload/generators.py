@@ -148,6 +148,18 @@ def with_system_prompts(
     )
 
 
+class _IdSource:
+    """Made-up content ids for synthetic text, one per SYNTH_HASH_TOKENS-token block, never reused."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def fresh(self, tokens: int) -> list[int]:
+        per = -(-tokens // SYNTH_HASH_TOKENS)
+        self.next += per
+        return list(range(self.next - per, self.next))
+
+
 def _check_ids(total: int) -> None:
     """Conversations build each turn's ids from the whole history (ids grow with turns squared):
     stop at MAX_PREFIX_BLOCKS, while building, rather than run out of memory."""
@@ -164,13 +176,8 @@ def conversations(rng: np.random.Generator, w: Workload, turns: int, think_s: fl
     (earlier prompts and answers) plus the new message, so it shares the history's prefix ids.
     Later turns arrive an exponential think time apart; the result is re-sorted by arrival."""
     arr, prm, out, kls, ids = [], [], [], [], []
-    nxt = total = 0
-
-    def fresh(tokens: int) -> list[int]:
-        nonlocal nxt
-        per = -(-tokens // SYNTH_HASH_TOKENS)
-        nxt += per
-        return list(range(nxt - per, nxt))
+    fresh = _IdSource().fresh
+    total = 0
 
     n = len(w)
     for i in range(n):
@@ -218,13 +225,8 @@ def closed_loop_conversations(
     ``after_ptr`` / ``after_idx`` say which calls each waits for and ``delay_s`` how long after the
     last of them answers it is sent (sim: ``feeder.Feeder``)."""
     arr, prm, out, kls, ids, deps_of, delays, session = [], [], [], [], [], [], [], []
-    nxt = total = 0
-
-    def fresh(tokens: int) -> list[int]:
-        nonlocal nxt
-        per = -(-tokens // SYNTH_HASH_TOKENS)
-        nxt += per
-        return list(range(nxt - per, nxt))
+    fresh = _IdSource().fresh
+    total = 0
 
     n = len(w)
 
