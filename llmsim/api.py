@@ -11,7 +11,6 @@ import pandas as pd
 
 from llmsim.build import PoolSpec, activation_bytes, build_model, build_pools, build_workload, prewarm_prefixes
 from llmsim.errors import UserError
-from llmsim.feeder import send_bound_s
 from llmsim.invariants import check_run
 from llmsim.models import ModelSpec
 from llmsim.results import Results, chunks_frame, requests_frame, summarize
@@ -54,7 +53,7 @@ def run(
         msg = str(exc)
         raise UserError(msg if msg.startswith(sc._origin) else f"{sc._origin}: {msg}") from None
     # the latest a request can be sent (with calls that wait on answers: their chains' delays too)
-    last = send_bound_s(workload)
+    last = workload.latest_send_s
     horizon = sc.workload.horizon_s or default_horizon_s(sc, last)
     every = {"all": 1, "sample": sc.output.sample_every, "none": 0}[sc.output.steps]
     out = simulate(

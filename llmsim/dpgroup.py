@@ -85,7 +85,7 @@ class DataParallelGroup:
             step_s = max(o[0] for o in own if o is not None)
             yield env.timeout(step_s)
             for rank, plan, mine in zip(self.ranks, plans, own, strict=True):
-                if plan is not None and mine is not None:
+                if plan is not None and mine is not None:  # (mine is None exactly when plan is)
                     rank.end_step(plan, start, step_s, mine)
                 else:
                     rank.dp_dummy_steps += 1  # it ran a dummy batch through the step

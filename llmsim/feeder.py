@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-import numpy as np
 import simpy
 
 from llmsim.request import REJECTED, Request
@@ -108,18 +107,3 @@ class Feeder:
         if delay_s > 0:
             yield self.env.timeout(delay_s)
         yield from self._send(i)
-
-
-def send_bound_s(workload: Workload) -> float:
-    """The latest instant a request of ``workload`` can be sent if every answer took no time: its
-    root's arrival plus the delays along its chain of dependencies (a lower bound of the real last
-    send, for the default horizon)."""
-    t = workload.arrival_s.astype(np.float64).copy()
-    if workload.after_ptr is None:
-        return float(t.max()) if len(t) else 0.0
-    ptr, idx, delay = workload.after_ptr, workload.after_idx, workload.delay_s
-    for i in range(len(t)):  # dependencies come before their dependents (Workload.validate)
-        deps = idx[ptr[i] : ptr[i + 1]]
-        if len(deps):
-            t[i] = float(t[deps].max()) + float(delay[i])
-    return float(t.max()) if len(t) else 0.0

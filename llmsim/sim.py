@@ -24,7 +24,7 @@ from simpy.core import StopSimulation
 from llmsim.build import PoolSpec
 from llmsim.disagg import KVTransfer
 from llmsim.dpgroup import DataParallelGroup
-from llmsim.feeder import Feeder, send_bound_s
+from llmsim.feeder import Feeder
 from llmsim.gaps import GapHistogram
 from llmsim.kvcache import chain_hashes
 from llmsim.options import LinkSpec, SimOptions
@@ -133,10 +133,13 @@ def simulate(
     seen_every_s = view_s(router, opts.router_view_s)
     stale = StaleRouter(front, router, seen_every_s) if seen_every_s > 0 or router == "vllm_dp" else None
 
+    def arrivals_left() -> bool:
+        return next_input[0] < np.inf if feeder is None else feeder.unsent > 0
+
     def watch():  # type: ignore[no-untyped-def]
         # the stale router's view, refreshed every seen_every_s while arrivals remain
         assert stale is not None
-        while next_input[0] < np.inf if feeder is None else feeder.unsent > 0:
+        while arrivals_left():
             next_look[0] = env.now + seen_every_s
             yield env.timeout(seen_every_s)
             stale.look()
@@ -214,8 +217,7 @@ def simulate(
         feeder.start()
     if stale is not None and seen_every_s > 0:
         env.process(watch())
-    # (the bar follows time up to the last arrival; with a feeder, the latest a request can be sent)
-    run_until(env, horizon_s, (arrival_s[-1] if feeder is None else send_bound_s(workload)) if n else 0.0, progress)
+    run_until(env, horizon_s, workload.latest_send_s, progress)
     for rep in replicas:  # a decode run cut by the horizon: keep the steps that completed
         rep.finish()
     gaps = GapHistogram()
@@ -225,14 +227,12 @@ def simulate(
     queue = pd.DataFrame({"time_s": q_time, "waiting": q_wait})
     # requests arriving after the horizon are reported as unfinished, never dropped (with a feeder:
     # those not sent by then, with their session's start as arrival; summary requests.unsent counts them)
-    made = [False] * n if feeder is not None else []
-    for r in reqs if feeder is not None else ():
-        made[r.id] = True
-    for i in range(len(reqs), n) if feeder is None else (i for i in range(n) if not made[i]):
+    # (without a feeder the requests were made in id order: the rest are the last ones)
+    missing = range(len(reqs), n) if feeder is None else sorted(set(range(n)).difference(r.id for r in reqs))
+    for i in missing:
         k = "" if klass is None else str(klass[i])
         h = None if hashes is None else hashes[i]
-        t = float(workload.arrival_s[i])
-        reqs.append(Request(i, t, int(workload.prompt_tokens[i]), int(workload.output_tokens[i]), k, h))
+        reqs.append(Request(i, arrival_s[i], prompts[i], outputs[i], k, h))
     if feeder is not None:
         reqs.sort(key=lambda r: r.id)
     counters = pd.DataFrame([rep.counters() for rep in replicas])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -91,6 +92,23 @@ class Workload:
     @property
     def has_dependencies(self) -> bool:
         return self.after_ptr is not None and bool(self.after_ptr[-1])
+
+    @cached_property
+    def latest_send_s(self) -> float:
+        """The latest instant a request can be sent if every answer took no time: the last arrival,
+        or with dependencies a root's arrival plus the delays along its chain (a lower bound of the
+        real last send: the default horizon's and the progress bar's end)."""
+        if not len(self):
+            return 0.0
+        if not self.has_dependencies:
+            return float(self.arrival_s[-1])
+        assert self.after_ptr is not None and self.after_idx is not None and self.delay_s is not None
+        t = self.arrival_s.tolist()
+        ptr, idx, delay = self.after_ptr.tolist(), self.after_idx.tolist(), self.delay_s.tolist()
+        for i in range(len(t)):  # dependencies come before their dependents (validate)
+            if ptr[i] < ptr[i + 1]:
+                t[i] = max(t[j] for j in idx[ptr[i] : ptr[i + 1]]) + delay[i]
+        return max(t)
 
     def to_frame(self) -> pd.DataFrame:
         df = pd.DataFrame(
