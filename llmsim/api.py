@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from llmsim.autoscaler import ScalingSpec, billed_s
 from llmsim.build import PoolSpec, activation_bytes, build_model, build_pools, build_workload, prewarm_prefixes
 from llmsim.errors import UserError
 from llmsim.invariants import check_run
@@ -68,6 +69,7 @@ def run(
         sc.policy.max_queue,
         sim_options(sc, model, pools, exact_steps, has_identity(workload), len(workload)),
         progress,
+        scaling_spec(sc, pools[0]),
     )
     req = requests_frame(out.requests, sc.engine_spec.output_delay_s)
     slo = sc.slo.model_dump(exclude={"classes"})
@@ -106,8 +108,14 @@ def run(
     summary["steps_total"] = int(sum(reps["steps"].tolist()))
     # busy over first arrival to last finish; over the horizon when nothing finished
     span = summary["duration"] if summary["duration"] > 0 else max(out.horizon_s, 1e-12)
-    summary["utilization"] = {"replica_busy_fraction": min(1.0, busy / (len(out.replicas) * span))}
+    replica_s = len(out.replicas) * span  # replica-seconds there; with an autoscaler, those billed
     cost_per_s = sum(p["price_per_hour_usd"] for p in meta["pools"]) / 3600.0
+    if out.lifetimes is not None:
+        first = float(req["arrival_s"].min()) if len(req) else 0.0
+        summary["autoscaling"] = autoscaling_summary(sc, pools[0], out, first, first + span)
+        replica_s = summary["autoscaling"]["replica_hours"] * 3600.0
+        cost_per_s = summary["autoscaling"]["usd"] / span
+    summary["utilization"] = {"replica_busy_fraction": min(1.0, busy / max(replica_s, 1e-12))}
     toks = summary["tokens"]["output"] + summary["tokens"]["prompt"]
     summary["cost"] = {
         "cluster_usd_per_hour": cost_per_s * 3600.0,
@@ -124,7 +132,71 @@ def run(
     if checks:
         capacity = {p.name: p.kv_blocks for p in pools}
         check_run(req, out.steps, summary, len(workload), capacity, reps, out.requests, out.horizon_s, out.events_left)
-    return Results(requests=req, steps=out.steps, summary=summary, queue=out.queue, chunks=chunks_frame(out.requests))
+    scaling = pd.DataFrame() if out.decisions is None else out.decisions
+    chunks = chunks_frame(out.requests)
+    extra = {} if out.lifetimes is None else {"lifetimes": out.lifetimes}  # each replica's life (autoscaler.Life)
+    return Results(req, out.steps, summary, out.queue, chunks, scaling, extra)
+
+
+def scaling_spec(sc: Scenario, pool: PoolSpec) -> ScalingSpec | None:
+    """The scenario's autoscaler, a new replica's start priced: the pod's provisioning, its
+    weights (all its devices' shares) read at ``load_gbps``, the engine's start."""
+    a = sc.cluster.autoscaling
+    if a is None:
+        return None
+    return ScalingSpec(
+        metric=a.metric,
+        target=a.target,
+        initial=sc.cluster.replicas,
+        min_replicas=a.min_replicas,
+        max_replicas=a.max_replicas,
+        start_s=a.provision_s + weights_load_s(sc, pool) + a.engine_init_s,
+        interval_s=a.interval_s,
+        tolerance=a.tolerance,
+        up_window_s=a.scale_up_window_s,
+        down_window_s=a.scale_down_window_s,
+        ttft_window_s=a.ttft_window_s,
+    )
+
+
+def weights_load_s(sc: Scenario, pool: PoolSpec) -> float:
+    assert sc.cluster.autoscaling is not None
+    return pool.memory["weights_bytes"] * pool.tp * pool.pp / (sc.cluster.autoscaling.load_gbps * 1e9)
+
+
+def autoscaling_summary(sc: Scenario, pool: PoolSpec, out: SimOutput, start_s: float, end_s: float) -> dict:
+    """What the autoscaler did and what it cost over [start_s, end_s] (the run's span: first
+    arrival to last finish, as the fixed cluster's cost is taken)."""
+    a = sc.cluster.autoscaling
+    lives, dec = out.lifetimes, out.decisions
+    assert a is not None and lives is not None and dec is not None
+    replica_s = billed_s(lives, start_s, end_s)
+    gpus = pool.tp * pool.pp
+    load_s = weights_load_s(sc, pool)
+    serving = [sc.cluster.replicas, *dec["serving"].tolist()]
+    return {
+        "metric": a.metric,
+        "target": a.target,
+        "min_replicas": a.min_replicas,
+        "max_replicas": a.max_replicas,
+        "interval_s": a.interval_s,
+        "start_s": {
+            "provision_s": a.provision_s,
+            "weights_load_s": load_s,
+            "engine_init_s": a.engine_init_s,
+            "total_s": a.provision_s + load_s + a.engine_init_s,
+        },
+        "decisions": len(dec),
+        "scale_ups": int(len(lives) - sc.cluster.replicas),
+        "cancelled": int(lives["cancelled_s"].notna().sum()),
+        "drained": int(lives["drain_s"].notna().sum()),
+        "peak_serving": int(max(serving)),
+        "final_serving": int(serving[-1]),
+        "mean_replicas": replica_s / max(end_s - start_s, 1e-12),
+        "replica_hours": replica_s / 3600.0,
+        "gpu_hours": replica_s * gpus / 3600.0,
+        "usd": replica_s * gpus * pool.hw.price_per_hour_usd.value / 3600.0,
+    }
 
 
 def session_summary(req: pd.DataFrame, session: np.ndarray) -> dict:

@@ -81,7 +81,10 @@ def _request_count(sc: Scenario) -> float:
     w = sc.workload
     if w.num_requests:
         return float(w.num_requests)
-    x = (w.rate_rps or 0) * (w.duration_s or 0)
+    seconds = w.duration_s or 0  # seconds of rate_rps traffic in the duration
+    if w.rate_profile is not None:
+        seconds = float(gen.profile_integral(w.rate_profile, seconds))
+    x = (w.rate_rps or 0) * seconds
     return x if not math.isfinite(x) else float(max(1, round(x)))  # round(inf) would raise
 
 
@@ -99,10 +102,12 @@ def _arrivals(sc: Scenario, rng: np.random.Generator, origin: str) -> np.ndarray
     check_requests(n, _count_key(sc), origin)
     n = int(n)
     if w.kind == "poisson":
-        return gen.poisson_arrivals(rng, w.rate_rps, n)  # type: ignore[arg-type]
-    if w.kind == "gamma":
-        return gen.gamma_arrivals(rng, w.rate_rps, w.cv, n)  # type: ignore[arg-type]
-    return gen.batch_arrivals(n, w.batch_size, w.batch_interval_s)
+        t = gen.poisson_arrivals(rng, w.rate_rps, n)  # type: ignore[arg-type]
+    elif w.kind == "gamma":
+        t = gen.gamma_arrivals(rng, w.rate_rps, w.cv, n)  # type: ignore[arg-type]
+    else:
+        return gen.batch_arrivals(n, w.batch_size, w.batch_interval_s)
+    return t if w.rate_profile is None else gen.warp_arrivals(t, w.rate_profile)
 
 
 def _arrivals_to_horizon(sc: Scenario, rng: np.random.Generator, n: float, horizon_s: float, origin: str) -> np.ndarray:
@@ -115,13 +120,16 @@ def _arrivals_to_horizon(sc: Scenario, rng: np.random.Generator, n: float, horiz
         check_requests(expected, f"{_count_key(sc)} (before workload.horizon_s)", origin)
         return gen.batch_arrivals(int(expected), w.batch_size, w.batch_interval_s)
     rate = float(w.rate_rps or 0)
-    check_requests(rate * horizon_s, "workload.rate_rps x workload.horizon_s", origin)
+    profile = w.rate_profile
+    horizon_u = horizon_s if profile is None else float(gen.profile_integral(profile, horizon_s))  # at rate_rps
+    check_requests(rate * horizon_u, "workload.rate_rps x workload.horizon_s", origin)
     if w.kind == "poisson":
         draw = lambda k: rng.exponential(1.0 / rate, size=k)  # noqa: E731 - same draws as poisson_arrivals
     else:
         shape = 1.0 / (w.cv * w.cv)
         draw = lambda k: rng.gamma(shape, 1.0 / (rate * shape), size=k)  # noqa: E731
-    return gen.arrivals_to_horizon(draw, int(min(n, 2**62)), horizon_s, origin)
+    t = gen.arrivals_to_horizon(draw, int(min(n, 2**62)), horizon_u, origin)
+    return t if profile is None else gen.warp_arrivals(t, profile)
 
 
 def _check_sizes(sc: Scenario, origin: str) -> None:

@@ -195,6 +195,27 @@ def timelines(steps: pd.DataFrame, kv_capacity_blocks: int | None) -> Figure:
     return fig
 
 
+def replicas(decisions: pd.DataFrame, metric: str, target: float | None) -> Figure:
+    """The autoscaler's replicas over time (serving, starting, draining after each decision) and
+    the metric it read, against its target."""
+    fig, axes = plt.subplots(2, 1, figsize=(12, 4.5), sharex=True)
+    t = decisions["time_s"]
+    for col, color in (("serving", DECODE), ("starting", MIXED), ("draining", PREFILL)):
+        axes[0].step(t, decisions[col], where="post", color=color, lw=1.2, label=col)
+    axes[0].set_ylabel("replicas")
+    axes[0].legend(fontsize=7, ncol=3)
+    axes[1].plot(t, decisions["metric"], lw=0.9, color="black", label=metric)
+    if target is not None:
+        axes[1].axhline(target, ls="--", lw=0.8, color="grey", label="target")
+    axes[1].set_ylabel(metric)
+    axes[1].set_xlabel("time (s)")
+    axes[1].legend(fontsize=7)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.suptitle("Autoscaling")
+    return fig
+
+
 def gantt(steps: pd.DataFrame, window_s: float | None = None) -> Figure:
     """Per-replica step timeline: prefill-only, decode-only and mixed steps (first ``window_s``)."""
     s = steps

@@ -29,7 +29,7 @@ import pandas as pd
 
 from llmsim.errors import UserError, atomic_write_text, load_json_object, test_pause
 from llmsim.filekinds import file_kind
-from llmsim.results import pools_line, read_table, requests_line, slo_targets, table_run_id
+from llmsim.results import pools_line, read_table, requests_line, scaling_line, slo_targets, table_run_id
 from llmsim.scenario import Scenario
 from llmsim.tables import cells, fmt
 from llmsim.timeline import write_trace
@@ -136,6 +136,7 @@ class ResultsDir:
     sweep: pd.DataFrame = field(default_factory=pd.DataFrame)
     sweep_meta: dict = field(default_factory=dict)
     chunks: pd.DataFrame = field(default_factory=pd.DataFrame)  # traced requests' prefill chunks
+    scaling: pd.DataFrame = field(default_factory=pd.DataFrame)  # the autoscaler's decisions
 
     @classmethod
     def load(cls, path: str | Path) -> ResultsDir:
@@ -159,8 +160,9 @@ class ResultsDir:
         check_one_run(p, summary, raw)
         tables = {name: _floats(_csv(p / f"{name}.csv")) for name in PLAN_TABLES if (p / f"{name}.csv").exists()}
         plan = _plan_of(p, tables) if kind == "plan" else None
-        requests, steps, chunks = (_table(p, name) for name in ("requests", "steps", "chunks"))  # Parquet or CSV
-        return cls(p, summary, requests, steps, sc, plan, tables, kind, chunks=chunks)
+        names = ("requests", "steps", "chunks", "scaling")
+        requests, steps, chunks, scaling = (_table(p, name) for name in names)  # Parquet or CSV
+        return cls(p, summary, requests, steps, sc, plan, tables, kind, chunks=chunks, scaling=scaling)
 
 
 SUMMARY_KEYS = ("requests", "slo", "saturation", "pools")  # what every run summary has and a report reads
@@ -416,6 +418,8 @@ def run_table(s: dict) -> Table:
     if "kv_cache" in s:
         kv = s["kv_cache"]
         pairs.append(("KV cache utilisation", f"mean {kv['utilization_mean']:.1%}, peak {kv['utilization_peak']:.1%}"))
+    if "autoscaling" in s:
+        pairs.append(("autoscaling", scaling_line(s)))
     cost = s.get("cost") or {}
     if cost.get("usd_per_million_output_tokens") is not None:
         pairs.append(
@@ -555,6 +559,10 @@ def run_figures(r: ResultsDir) -> list[Figure]:
         if roof is not None:
             pts, peak, bw, name = roof
             out.append(Figure("Roofline of the step mix", plots.png_bytes(plots.roofline(pts, peak, bw, name))))
+    if not r.scaling.empty:
+        a = r.summary.get("autoscaling", {})
+        fig = plots.replicas(r.scaling, a.get("metric", "metric"), a.get("target"))
+        out.append(Figure("Replicas over time (the autoscaler's decisions)", plots.png_bytes(fig)))
     return out
 
 

@@ -19,6 +19,7 @@ from llmsim.errors import atomic_write, atomic_write_text, test_pause
 from llmsim.gaps import GapHistogram
 from llmsim.metrics import DEFAULT_PERCENTILES, bench_metrics, dist_ms, itl_from_histogram, mean_gap_s
 from llmsim.progress import finite
+from llmsim.tables import fmt
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Results:
     summary: dict
     queue: pd.DataFrame = field(default_factory=pd.DataFrame)  # backlog samples over time
     chunks: pd.DataFrame = field(default_factory=pd.DataFrame)  # traced requests' prefill chunks
+    scaling: pd.DataFrame = field(default_factory=pd.DataFrame)  # the autoscaler's decisions (autoscaler.py)
     extra: dict = field(default_factory=dict)  # pool/replica details, transfers, ...
 
     def write(self, out_dir: Path, table_format: str = "parquet", run_id: str | None = None) -> list[Path]:
@@ -45,11 +47,12 @@ class Results:
         text = json.dumps(finite(summary), indent=2, sort_keys=True, allow_nan=False)  # strict JSON
         atomic_write_text(paths[1], text + "\n")
         test_pause("write:summary")
-        if self.chunks.empty:  # (a chunks table of an earlier run would describe other requests)
-            for suffix in TABLE_SUFFIX.values():
-                (out_dir / "chunks").with_suffix(suffix).unlink(missing_ok=True)
-        else:
-            paths.append(write_table(self.chunks, out_dir / "chunks", table_format, run_id))
+        for name, frame in (("chunks", self.chunks), ("scaling", self.scaling)):
+            if frame.empty:  # (a table of an earlier run would describe other requests)
+                for suffix in TABLE_SUFFIX.values():
+                    (out_dir / name).with_suffix(suffix).unlink(missing_ok=True)
+            else:
+                paths.append(write_table(frame, out_dir / name, table_format, run_id))
         return paths
 
 
@@ -277,6 +280,17 @@ def requests_line(summary: dict) -> str:
     return (
         f"{req['total']} total, {req['finished']} finished, {req['rejected']} rejected{why}, "
         f"{req['unfinished']} unfinished{unsent}, {req['preemptions']} preemptions"
+    )
+
+
+def scaling_line(summary: dict) -> str:
+    """What the autoscaler did and cost (run output, report; summary ``autoscaling``)."""
+    a = summary["autoscaling"]
+    return (
+        f"{a['metric']} target {fmt(a['target'])}: {a['scale_ups']} up, {a['drained']} drained, "
+        f"{a['cancelled']} cancelled; replicas {a['min_replicas']}..{a['max_replicas']}, {a['peak_serving']} serving at "
+        f"the peak, {fmt(a['mean_replicas'])} billed on average; {fmt(a['gpu_hours'])} GPU-h, ${fmt(a['usd'])}; "
+        f"a new replica serves {fmt(a['start_s']['total_s'])} s after it is asked for"
     )
 
 

@@ -80,6 +80,7 @@ class StaleRouter(Generic[R]):
         self._waiting = [0] * n
         self._running = [0] * n
         self._kv = [0.0] * n
+        self._seen = list(replicas)  # whom the view's entries describe, in order
         self.look()
 
     def look(self) -> None:
@@ -90,6 +91,26 @@ class StaleRouter(Generic[R]):
             self._waiting[i] = r.num_waiting
             self._running[i] = r.num_running
             self._kv[i] = r.kv.utilization
+
+    def resize(self) -> None:
+        """The replicas changed (an autoscaler started or drained one): keep the view of those
+        still there, and read a new one's load (idle: nothing to bring up to date)."""
+        seen = {id(r): i for i, r in enumerate(self._seen)}
+        old = (self._outstanding, self._waiting, self._running, self._kv)
+        self._outstanding, self._waiting, self._running, self._kv = [], [], [], []
+        for r in self.replicas:
+            i = seen.get(id(r), -1)
+            if i >= 0:
+                self._outstanding.append(old[0][i])
+                self._waiting.append(old[1][i])
+                self._running.append(old[2][i])
+                self._kv.append(old[3][i])
+            else:
+                self._outstanding.append(r.outstanding_tokens)
+                self._waiting.append(r.num_waiting)
+                self._running.append(r.num_running)
+                self._kv.append(r.kv.utilization)
+        self._seen = list(self.replicas)
 
     def pick(self, req: Request) -> R:
         if self.view_s <= 0:

@@ -103,6 +103,40 @@ class LinkConfig(_Strict):
     layerwise_overlap: bool = False  # send layer by layer while the prefill computes
 
 
+class AutoscalingConfig(_Strict):
+    """A replica-count policy in the loop, as Kubernetes' HPA runs one (autoscaler.py): every
+    ``interval_s`` it reads ``metric``, wants ceil(replicas x value / target) replicas and starts
+    or drains them; ``cluster.replicas`` serve at t = 0."""
+
+    metric: Literal["waiting", "concurrency", "kv_usage", "ttft_p90_ms"]
+    # per replica for waiting / concurrency (requests), a 0..1 fraction for kv_usage, ms for ttft_p90_ms
+    target: PosFloat
+    min_replicas: Replicas = 1
+    max_replicas: Replicas
+    interval_s: PosFloat = 15.0  # the HPA's --horizontal-pod-autoscaler-sync-period default
+    tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.1  # the HPA's default: no change within +-10 %
+    scale_up_window_s: NonNegFloat = 0.0  # behavior.scaleUp.stabilizationWindowSeconds default
+    scale_down_window_s: NonNegFloat = 300.0  # behavior.scaleDown.stabilizationWindowSeconds default
+    ttft_window_s: PosFloat = 60.0  # ttft_p90_ms: over the requests sent in the last this many seconds
+    # a new replica's start: the pod and container (vllm-project/vllm#44881, a RunPod cold start:
+    # "container init -> engine config ~16 s"; a new node takes minutes more: raise it) ...
+    provision_s: NonNegFloat = 16.0
+    # ... its weights read at this rate, GB/s per replica (ai-dynamo/aiperf#449, a vLLM log: "Model
+    # loading took 14.9889 GiB and 18.506763 seconds" = 0.87 GB/s) ...
+    load_gbps: PosFloat = 0.87
+    # ... and the engine's start: KV profiling, torch.compile, CUDA graphs (the same log: "init
+    # engine (profile, create kv cache, warmup model) took 53.20 seconds")
+    engine_init_s: NonNegFloat = 53.2
+
+    @model_validator(mode="after")
+    def _range(self) -> AutoscalingConfig:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})")
+        if self.metric == "kv_usage" and self.target > 1:
+            raise ValueError(f"target: kv_usage is a fraction of the KV cache (0..1], got {self.target}")
+        return self
+
+
 class ClusterConfig(_Strict):
     replicas: Replicas = 1
     tp: Parallel = 1
@@ -126,6 +160,7 @@ class ClusterConfig(_Strict):
     prefill_pool: PoolConfig | None = None  # disaggregated policy only
     decode_pool: PoolConfig | None = None
     kv_link: LinkConfig = LinkConfig()
+    autoscaling: AutoscalingConfig | None = None  # colocated pools only
 
     @model_validator(mode="after")
     def _view_of_a_router_with_one(self) -> ClusterConfig:
@@ -137,6 +172,17 @@ class ClusterConfig(_Strict):
         if self.router_view_s and self.router == "round_robin":
             raise ValueError(
                 "router_view_s: round_robin reads nothing of the replicas; remove it or pick a router that does"
+            )
+        a = self.autoscaling
+        if a is not None and not a.min_replicas <= self.replicas <= a.max_replicas:
+            raise ValueError(
+                f"replicas: the {self.replicas} replicas serving at the start must lie within autoscaling's "
+                f"min_replicas..max_replicas ({a.min_replicas}..{a.max_replicas})"
+            )
+        if a is not None and self.expert_parallel:
+            raise ValueError(
+                "autoscaling: an expert-parallel pool is one group of data-parallel ranks stepping together; "
+                "resizing it is not modelled (remove expert_parallel or autoscaling)"
             )
         return self
 
@@ -286,6 +332,9 @@ class TraceConfig(_Strict):
 class WorkloadConfig(_Strict):
     kind: Literal["poisson", "gamma", "all_at_once", "trace"]
     rate_rps: PosFloat | None = None  # poisson / gamma
+    # poisson / gamma: the rate over time, [[from_s, scale], ...]: rate_rps x scale from from_s on
+    # (the first from 0 s; the last holds to the end); arrivals drawn at rate_rps, time-warped
+    rate_profile: list[tuple[NonNegFloat, PosFloat]] | None = Field(None, min_length=1, max_length=100_000)
     cv: PosFloat = 1.0  # gamma: coefficient of variation of inter-arrival gaps
     num_requests: PosInt | None = None
     duration_s: PosFloat | None = None  # alternative to num_requests: rate x duration requests
@@ -336,6 +385,16 @@ class WorkloadConfig(_Strict):
                 raise ValueError(f"kind {self.kind!r} needs `rate_rps`")
             if self.num_requests is None and self.duration_s is None:
                 raise ValueError("give `num_requests` or `duration_s`")
+            p = self.rate_profile
+            if p is not None and p[0][0] != 0:
+                raise ValueError(f"rate_profile: the first entry must start at 0 s, got {p[0][0]}")
+            for k in range(1, len(p or ())):
+                if p[k][0] <= p[k - 1][0]:  # type: ignore[index]
+                    raise ValueError(
+                        f"rate_profile[{k}]: starts at {p[k][0]} s, not after the entry before ({p[k - 1][0]} s)"  # type: ignore[index]
+                    )
+        elif self.rate_profile is not None:
+            raise ValueError("rate_profile: shapes poisson / gamma arrivals over time; kind 'all_at_once' has none")
         elif self.num_requests is None:
             raise ValueError("kind 'all_at_once' needs `num_requests`")
         return self
@@ -460,6 +519,7 @@ def _section_keys() -> dict[str, list[str]]:
     out["workload.trace"] = list(TraceConfig.model_fields)
     out["cluster.prefill_pool"] = out["cluster.decode_pool"] = list(PoolConfig.model_fields)
     out["cluster.kv_link"] = list(LinkConfig.model_fields)
+    out["cluster.autoscaling"] = list(AutoscalingConfig.model_fields)
     out["speculative"] = list(SpeculativeConfig.model_fields)
     out["workload.system_prompts"] = list(SystemPromptConfig.model_fields)
     out["workload.conversations"] = list(ConversationConfig.model_fields)
@@ -597,6 +657,11 @@ def _check_names(sc: Scenario, origin: str) -> None:
             raise UserError(f"{origin}: {key}: file not found: {sc.path(p)}")
     if sc.policy.kind == "disaggregated" and (sc.cluster.prefill_pool is None or sc.cluster.decode_pool is None):
         raise UserError(f"{origin}: cluster: policy 'disaggregated' needs cluster.prefill_pool and cluster.decode_pool")
+    if sc.policy.kind == "disaggregated" and sc.cluster.autoscaling is not None:
+        raise UserError(
+            f"{origin}: cluster.autoscaling: scaling the prefill and decode pools of a disaggregated cluster "
+            "is not modelled; autoscaling applies to a colocated pool (policy traditional, chunked, vllm, ...)"
+        )
     link = sc.cluster.kv_link
     if sc.policy.kind == "disaggregated" and link.kind == "custom" and link.bandwidth_gbps is None:
         raise UserError(f"{origin}: cluster.kv_link.bandwidth_gbps: a 'custom' link needs its bandwidth in GB/s")

@@ -21,6 +21,7 @@ import pandas as pd
 import simpy
 from simpy.core import StopSimulation
 
+from llmsim.autoscaler import Autoscaler, ScalingSpec
 from llmsim.build import PoolSpec
 from llmsim.disagg import KVTransfer
 from llmsim.dpgroup import DataParallelGroup
@@ -49,6 +50,9 @@ class SimOutput:
     events_left: bool  # something was still scheduled at the horizon (work cut off, not stuck)
     transfer: dict[str, float | str] | None = None  # disaggregated: the KV link's totals
     unsent: int = -1  # arrivals that wait on answers (feeder.py): requests never sent by the horizon; -1: none wait
+    # autoscaling (autoscaler.py): one row per decision, and each replica's life
+    decisions: pd.DataFrame | None = None
+    lifetimes: pd.DataFrame | None = None
 
 
 @dataclass
@@ -58,10 +62,12 @@ class _Cluster:
     front: list[Replica]  # where arrivals are routed
     replicas: list[Replica]
     transfer: KVTransfer | None
+    grow: Callable[[int], Replica]  # builds one more replica of the front pool, with this index
 
 
-def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, next_input_s) -> _Cluster:  # type: ignore[no-untyped-def]
-    sole = sum(p.replicas for p in pools) == 1
+def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, next_input_s, most) -> _Cluster:  # type: ignore[no-untyped-def]
+    # ``most``: replicas the run may reach (an autoscaler's maximum), for the one-replica shortcuts
+    sole = sum(p.replicas for p in pools) == 1 and most == 1
 
     def make(index: int, pool: PoolSpec, pol: str, queue: int | None, **side) -> Replica:  # type: ignore[no-untyped-def]
         kind = PipelineReplica if pool.pp > 1 else Replica
@@ -76,15 +82,18 @@ def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, 
             group.start(reps)
         return reps
 
+    def grow(index: int) -> Replica:
+        return make(index, pools[0], policy, max_queue)
+
     if policy != "disaggregated":
         front = pool_of(0, pools[0], policy, max_queue)
-        return _Cluster(front, front, None)
+        return _Cluster(front, front, None, grow)
     pre, dec = pools
     transfer = KVTransfer(env, opts)
     front = pool_of(0, pre, opts.prefill_policy, max_queue, handoff=transfer.start)
     back = pool_of(pre.replicas, dec, "traditional", None, takes_prefilled=True)
     transfer.connect(back)
-    return _Cluster(front, front + back, transfer)
+    return _Cluster(front, front + back, transfer, grow)
 
 
 def lockstep(pool: PoolSpec) -> bool:
@@ -105,9 +114,11 @@ def simulate(
     max_queue: int | None = None,
     opts: SimOptions | None = None,
     progress: Callable[[float, float], None] | None = None,
+    scaling: ScalingSpec | None = None,
 ) -> SimOutput:
     """Replay ``workload`` through the pools until every request is done or ``horizon_s``;
-    ``progress(now_s, last_arrival_s)`` follows the simulated time up to the last arrival (a bar)."""
+    ``progress(now_s, last_arrival_s)`` follows the simulated time up to the last arrival (a bar);
+    ``scaling``: an autoscaler changes the (colocated) pool's replica count as it goes."""
     opts = opts or SimOptions()
     # tokens per content id: the workload's for its requests; the prewarm's own, if it says so
     id_tokens = workload.hash_block_tokens or block_tokens
@@ -125,13 +136,29 @@ def simulate(
     next_look = [np.inf]  # the next instant a stale router reads the replicas (router.StaleRouter)
 
     def next_input_s() -> float:
-        return min(next_input[0], next_look[0], horizon_s)
+        tick = scaler.next_tick_s if scaler is not None else np.inf  # the autoscaler reads the replicas then
+        return min(next_input[0], next_look[0], tick, horizon_s)
 
-    cluster = _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, next_input_s)
+    most = 1 if scaling is None else scaling.max_replicas
+    cluster = _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, next_input_s, most)
     front, replicas, transfer = cluster.front, cluster.replicas, cluster.transfer
+    reqs: list[Request] = []
+    scaler: Autoscaler | None = None
+    if scaling is not None:  # the router picks from the replicas serving, a list the autoscaler keeps
+        scaler = Autoscaler(env, scaling, replicas, lambda i: hooked(cluster.grow(i)), reqs, lambda: resized())
+        front = scaler.serving
     # a router with a view of the replicas that lags (router.StaleRouter); else route() reads them live
     seen_every_s = view_s(router, opts.router_view_s)
     stale = StaleRouter(front, router, seen_every_s) if seen_every_s > 0 or router == "vllm_dp" else None
+
+    def resized() -> None:
+        if stale is not None:
+            stale.resize()
+
+    def hooked(rep: Replica) -> Replica:
+        if feeder is not None:
+            rep.on_answered = feeder.answered
+        return rep
 
     def arrivals_left() -> bool:
         return next_input[0] < np.inf if feeder is None else feeder.unsent > 0
@@ -145,7 +172,6 @@ def simulate(
             stale.look()
         next_look[0] = np.inf
 
-    reqs: list[Request] = []
     q_time: list[float] = []  # arrival instants of the requests routed, and the queue then
     q_wait: list[int] = []
     klass = workload.klass
@@ -217,6 +243,16 @@ def simulate(
         feeder.start()
     if stale is not None and seen_every_s > 0:
         env.process(watch())
+    if scaler is not None:
+
+        def busy() -> bool:
+            # requests still to come, or some replica still has work, and something else is
+            # scheduled (with nothing else in SimPy's queue nothing can change: a run without a
+            # horizon must end, not tick for ever)
+            work = arrivals_left() or any(rep.outstanding_tokens > 0 for rep in replicas)
+            return work and env.peek() < np.inf
+
+        env.process(scaler.run(busy))
     run_until(env, horizon_s, workload.latest_send_s, progress)
     for rep in replicas:  # a decode run cut by the horizon: keep the steps that completed
         rep.finish()
@@ -238,7 +274,10 @@ def simulate(
     counters = pd.DataFrame([rep.counters() for rep in replicas])
     totals = None if transfer is None else _transfer_totals(transfer)
     unsent = -1 if feeder is None else feeder.unsent
-    return SimOutput(reqs, steps.frame(), queue, counters, gaps, horizon_s, events_pending(env), totals, unsent)
+    out = SimOutput(reqs, steps.frame(), queue, counters, gaps, horizon_s, events_pending(env), totals, unsent)
+    if scaler is not None:
+        out.decisions, out.lifetimes = scaler.decisions(), scaler.lifetimes(reqs, env.now)
+    return out
 
 
 PROGRESS_SLICES = 200

@@ -33,6 +33,7 @@ def test_the_notebooks_exist():
         "04_hardware_what_if",
         "05_capacity_plan_azure_trace",
         "06_moe_parallelism",
+        "07_agentic_autoscaling",
     ):
         assert stem in names
 

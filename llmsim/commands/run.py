@@ -18,7 +18,7 @@ from llmsim.errors import (
     yaml_value,
 )
 from llmsim.metrics import latency_table
-from llmsim.results import pools_line, requests_line, slo_targets
+from llmsim.results import pools_line, requests_line, scaling_line, slo_targets
 from llmsim.tables import fmt, table
 
 
@@ -64,7 +64,7 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
 
 # What `llmsim run` writes into its folder (and nothing else): it replaces the folder as a whole
 RUN_FILES = {
-    *(f"{stem}.{ext}" for stem in ("requests", "steps", "chunks") for ext in ("parquet", "csv")),
+    *(f"{stem}.{ext}" for stem in ("requests", "steps", "chunks", "scaling") for ext in ("parquet", "csv")),
     *("summary.json", "scenario.json", "csv_run_ids.json", "report.html", "report.md", "trace.json"),
     *("report_plots", ".llmsim_write_test"),
 }
@@ -196,6 +196,8 @@ def summary_text(s: dict) -> str:
                 f"; first call to last answer mean {fmt(ses['duration_mean_s'])} s, p99 {fmt(ses['duration_p99_s'])} s"
             )
         tail.append(f"sessions {ses['count']:,} ({ses['requests']:,} calls), {ses['completed']:,} completed{took}")
+    if "autoscaling" in s:  # autoscaler.py: what the replica count did and what it cost
+        tail.append(f"scaling  {scaling_line(s)}")
     if "cost" in s and s["cost"]["usd_per_million_output_tokens"] is not None:
         c = s["cost"]
         tail.append(

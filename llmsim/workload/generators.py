@@ -27,6 +27,26 @@ def gamma_arrivals(rng: np.random.Generator, rate_rps: float, cv: float, n: int)
     return np.cumsum(gaps)
 
 
+def profile_integral(profile: list[tuple[float, float]], t_s: np.ndarray | float) -> np.ndarray:
+    """The rate profile's scale integrated from 0 to ``t_s``: the seconds of rate_rps traffic by then."""
+    at = np.array([a for a, _ in profile], dtype=float)
+    scale = np.array([s for _, s in profile], dtype=float)
+    cum = np.concatenate(([0.0], np.cumsum(scale[:-1] * np.diff(at))))
+    k = np.searchsorted(at, t_s, side="right") - 1
+    return cum[k] + scale[k] * (np.asarray(t_s, dtype=float) - at[k])
+
+
+def warp_arrivals(u_s: np.ndarray, profile: list[tuple[float, float]]) -> np.ndarray:
+    """Arrivals drawn at rate_rps (``u_s``) moved to where a rate of rate_rps x scale(t) puts them:
+    t = L^-1(u) with L(t) = the scale integrated to t (``profile_integral``). For Poisson arrivals
+    this is the time-rescaling theorem: the result is a Poisson process of that varying rate."""
+    at = np.array([a for a, _ in profile], dtype=float)
+    scale = np.array([s for _, s in profile], dtype=float)
+    cum = profile_integral(profile, at)
+    k = np.searchsorted(cum, u_s, side="right") - 1
+    return at[k] + (u_s - cum[k]) / scale[k]
+
+
 def arrivals_to_horizon(
     draw_gaps: Callable[[int], np.ndarray], n: int, horizon_s: float, where: str, chunk: int = 1 << 20
 ) -> np.ndarray:
