@@ -14,6 +14,7 @@ from llmsim.build import PoolSpec, activation_bytes, build_model, build_pools, b
 from llmsim.errors import UserError
 from llmsim.invariants import check_run
 from llmsim.models import ModelSpec
+from llmsim.options import TierSpec
 from llmsim.results import Results, chunks_frame, requests_frame, summarize
 from llmsim.scenario import Scenario, load_scenario
 from llmsim.sim import LinkSpec, SimOptions, SimOutput, simulate
@@ -273,7 +274,21 @@ def sim_options(
         prefill_policy=sc.policy.prefill_pool_policy,
         traced_ids=frozenset() if sc.output.trace == "full" else frozenset(traced(n_requests, sc)),
         trace_all=sc.output.trace == "full",
+        offload=offload_tiers(sc, model, pools[0]),
     )
+
+
+def offload_tiers(sc: Scenario, model: ModelSpec, pool: PoolSpec) -> list[TierSpec]:
+    """The scenario's KV offload tiers, sized in blocks of the replica's KV (kv_cache.offload)."""
+    block_bytes = model.kv_bytes_per_token(sc.kv_cache.dtype) * sc.kv_cache.block_tokens
+    host = pool.hw.host_link
+    out = []
+    for t in sc.kv_cache.offload:
+        cpu = t.tier == "cpu"
+        bw = t.bandwidth_gbps * 1e9 if t.bandwidth_gbps else host.bandwidth_bytes_per_s.value * pool.tp * pool.pp
+        lat = t.latency_us * 1e-6 if t.latency_us is not None else (host.latency_s.value if cpu else 0.0)
+        out.append(TierSpec(t.tier, max(1, int(t.capacity_gb * 1e9 // block_bytes)), bw, lat))
+    return out
 
 
 def traced(n_requests: int, sc: Scenario) -> list[int]:
@@ -282,6 +297,34 @@ def traced(n_requests: int, sc: Scenario) -> list[int]:
     from llmsim.timeline import sample_indices
 
     return sample_indices(n_requests, sc.output)
+
+
+def offload_summary(sc: Scenario, reps: pd.DataFrame, hit_tokens: int, query_tokens: int) -> dict:
+    """Per tier: what was written back, read back (its hit rate: prompt tokens served from it over
+    those queried), passed down and held at the end; the device's own hits; the seconds of reads."""
+    bt = sc.kv_cache.block_tokens
+    tiers = {}
+    from_tiers = 0
+    for t in sc.kv_cache.offload:
+        col = f"offload_{t.tier}_"
+        hits = int(reps[col + "hit_blocks"].sum()) * bt
+        from_tiers += hits
+        tiers[t.tier] = {
+            "capacity_gb": t.capacity_gb,
+            "stored_blocks": int(reps[col + "stored_blocks"].sum()),
+            "hit_tokens": hits,
+            "hit_rate": hits / query_tokens if query_tokens else 0.0,
+            "reads": int(reps[col + "reads"].sum()),
+            "dropped_blocks": int(reps[col + "dropped_blocks"].sum()),
+            "held_blocks": int(reps[col + "held_blocks"].sum()),
+        }
+    device = max(hit_tokens - from_tiers, 0)
+    return {
+        "device_hit_tokens": device,
+        "device_hit_rate": device / query_tokens if query_tokens else 0.0,
+        "tiers": tiers,
+        "load_s": float(reps["offload_load_s"].sum()),
+    }
 
 
 def mechanism_summary(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], out: SimOutput) -> dict:
@@ -318,6 +361,8 @@ def mechanism_summary(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], out
         }
         if not query:
             res["prefix_cache"]["note"] = "no request carries prompt content (block hashes): nothing to match"
+        if sc.kv_cache.offload:
+            res["kv_offload"] = offload_summary(sc, reps, hit, query)
     if out.transfer is not None:
         tr = out.transfer
         ts = np.array([r.transfer_s for r in out.requests if r.transfer_s > 0])

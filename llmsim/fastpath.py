@@ -78,6 +78,9 @@ def shortcuts(policy: str, pool: PoolSpec, opts: SimOptions) -> tuple[bool, bool
         and pool.sched.speculative is None
         and pool.sched.chunk_budget == "fixed"
         and opts.n_seqs == 1
+        # KV offload tiers: a waiting request that does not fit reads blocks back at every plan
+        # and gives them up again, which moves blocks between the tiers at each step a run would skip
+        and not opts.offload
     )
     # columns: besides, each decoder holds ceil(tokens / block) blocks of its own
     window, local = pool.cost.model.attention_windows()

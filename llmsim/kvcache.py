@@ -11,6 +11,13 @@ KV has been computed the block is registered under that hash; a later request wh
 with the same hashes shares those blocks (reference counts) and skips their prefill. A cached
 block nobody references stays in the cache until a new allocation needs it (LRU eviction), so
 unreferenced cached blocks count as free.
+
+Offload tiers (LMCache-style: CPU memory, local SSD, a remote store; ``OffloadTier``): a cached
+block evicted from the device is written back to the first tier, and a tier full of them passes
+its least recently used one down to the next (the last drops it). ``match_prefix`` continues a
+prompt's chain into the tiers after the device's cached blocks end: each block found there is
+read back into a fresh device block (it leaves the tier, which holds only what the device does
+not) and its copy's seconds are kept for the step that admits the request (``take_load_s``).
 """
 
 from __future__ import annotations
@@ -34,6 +41,22 @@ def chain_hashes(hash_ids: list[int], hash_block_tokens: int, block_tokens: int,
         parent = hash((parent, tuple(hash_ids[j0 : j1 + 1]), start - j0 * hash_block_tokens))
         out.append(parent)
     return out
+
+
+class OffloadTier:
+    """One tier below the device cache: the chain hashes it holds (least recently used first),
+    its capacity in blocks, how fast a block comes back, and its counters."""
+
+    def __init__(self, name: str, capacity_blocks: int, bytes_per_s: float, latency_s: float) -> None:
+        self.name = name
+        self.capacity_blocks = capacity_blocks
+        self.bytes_per_s = bytes_per_s
+        self.latency_s = latency_s
+        self.held: OrderedDict[int, None] = OrderedDict()
+        self.stored_blocks = 0  # written here (from the device or the tier above)
+        self.hit_blocks = 0  # read back into the device's cache
+        self.reads = 0  # copies: one per admission that read blocks from here
+        self.dropped_blocks = 0  # passed down (or dropped by the last tier) when full
 
 
 class BlockManager:
@@ -72,6 +95,11 @@ class BlockManager:
         self.hit_tokens = 0
         self.query_tokens = 0
         self.evictions = 0
+        # offload tiers below the device, fastest first, and the seconds of block loads the next
+        # step must wait for (per request, so a request not admitted after all gives them back)
+        self.tiers: list[OffloadTier] = []
+        self.block_bytes = 0.0  # one block's KV (all of a replica's devices), for load times
+        self._load_s: dict[int, float] = {}
 
     # ---- queries -----------------------------------------------------------------------
     @property
@@ -120,6 +148,17 @@ class BlockManager:
             "prefix_evictions": self.evictions,
         }
 
+    def tier_counters(self) -> dict[str, int]:
+        """Each offload tier's counters, ``offload_<tier>_<counter>`` (a replica's counters)."""
+        out: dict[str, int] = {}
+        for t in self.tiers:
+            out[f"offload_{t.name}_stored_blocks"] = t.stored_blocks
+            out[f"offload_{t.name}_hit_blocks"] = t.hit_blocks
+            out[f"offload_{t.name}_reads"] = t.reads
+            out[f"offload_{t.name}_dropped_blocks"] = t.dropped_blocks
+            out[f"offload_{t.name}_held_blocks"] = len(t.held)
+        return out
+
     def cached_prefix_blocks(self, chain: list[int] | None) -> int:
         """How many leading blocks of ``chain`` this cache holds (prefix-affinity routing)."""
         n = 0
@@ -145,9 +184,72 @@ class BlockManager:
         if not self._lru:
             raise InvariantError("KV cache has no free or evictable block")
         bid, _ = self._lru.popitem(last=False)  # evict the least recently used cached block
-        del self._block_of[self._hash_of.pop(bid)]
+        h = self._hash_of.pop(bid)
+        del self._block_of[h]
         self.evictions += 1
+        if self.tiers:
+            self._write_back(h, 0)
         return bid
+
+    def _write_back(self, h: int, level: int) -> None:
+        """Block ``h`` goes to tier ``level``; a full tier passes its oldest block further down."""
+        while level < len(self.tiers):
+            tier = self.tiers[level]
+            if h in tier.held:
+                tier.held.move_to_end(h)
+                return
+            tier.held[h] = None
+            tier.stored_blocks += 1
+            if len(tier.held) <= tier.capacity_blocks:
+                return
+            h, _ = tier.held.popitem(last=False)
+            tier.dropped_blocks += 1
+            level += 1
+
+    def _load_from_tiers(self, req: Request, chain: list[int], ids: list[int]) -> None:
+        """Continue ``req``'s matched prefix (``ids``, already referenced) into the offload tiers:
+        the next blocks found in a tier, as many as the device has free blocks for, leave their
+        tiers and are read into fresh device blocks, registered and referenced (only then do
+        the device's evictions write back, so they cannot push the blocks being read further
+        down); the copies' seconds are kept for the admitting step."""
+        found: list[tuple[int, int]] = []  # (chain hash, tier)
+        for h in chain:
+            level = -1
+            for k, tier in enumerate(self.tiers):
+                if h in tier.held:
+                    level = k
+                    break
+            if level < 0 or len(found) >= self.free_blocks:
+                break
+            found.append((h, level))
+        per_tier = [0] * len(self.tiers)
+        for h, level in found:
+            del self.tiers[level].held[h]
+            per_tier[level] += 1
+        for h, _ in found:
+            bid = self._take()
+            self._ref[bid] = 1
+            self.used += 1
+            self._block_of[h] = bid
+            self._hash_of[bid] = h
+            ids.append(bid)
+        seconds = 0.0
+        for k, n in enumerate(per_tier):
+            if n:
+                t = self.tiers[k]
+                t.hit_blocks += n
+                t.reads += 1
+                seconds += t.latency_s + n * self.block_bytes / t.bytes_per_s
+        if seconds:
+            self._load_s[req.id] = seconds
+
+    def take_load_s(self) -> float:
+        """Seconds of offload-tier reads the step being priced waits for (then forgotten)."""
+        if not self._load_s:
+            return 0.0
+        total = sum(self._load_s.values())
+        self._load_s.clear()
+        return total
 
     def allocate(self, req: Request, new_tokens: int) -> None:
         """Grow ``req`` so it can hold ``new_tokens`` more tokens of KV than it holds now."""
@@ -241,13 +343,15 @@ class BlockManager:
             if bid is None:
                 break
             ids.append(bid)
-        if not ids:
-            return 0
         for bid in ids:
             if bid not in self._ref:
                 del self._lru[bid]
                 self.used += 1
             self._ref[bid] = self._ref.get(bid, 0) + 1
+        if self.tiers and len(ids) < limit:
+            self._load_from_tiers(req, chain[len(ids) : limit], ids)
+        if not ids:
+            return 0
         if self.used > self.peak_used:
             self.peak_used = self.used
         tokens = len(ids) * self.block_tokens
@@ -267,6 +371,8 @@ class BlockManager:
             self.query_tokens -= req.prefill_target
             self.free(req)
             req.kv_tokens = req.prefilled = 0
+        # blocks read from a tier stay in the device's cache, but this step does not wait for them
+        self._load_s.pop(req.id, None)
 
     def commit(self, req: Request) -> None:
         """Register the request's prompt blocks whose KV is now computed, for later requests."""

@@ -16,6 +16,16 @@ class LinkSpec:
 
 
 @dataclass
+class TierSpec:
+    """A KV offload tier below the device's cache (kvcache.OffloadTier), per replica."""
+
+    name: str  # cpu, ssd, remote
+    capacity_blocks: int
+    bytes_per_s: float  # reading blocks back into the device's cache
+    latency_s: float
+
+
+@dataclass
 class SimOptions:
     """Everything beyond the basic loop; defaults reproduce plain colocated serving."""
 
@@ -37,3 +47,4 @@ class SimOptions:
     traced_ids: frozenset[int] = field(default_factory=frozenset)
     trace_all: bool = False
     prefill_policy: str = "traditional"  # disaggregated: the prefill pool's scheduler
+    offload: list[TierSpec] = field(default_factory=list)  # KV offload tiers, fastest first (kv_cache.offload)

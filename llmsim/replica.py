@@ -19,7 +19,7 @@ from llmsim.costmodel.ops import BatchShape
 from llmsim.decodeset import DecodeSet
 from llmsim.fastpath import Clock, FastPath, shortcuts
 from llmsim.gaps import GapHistogram
-from llmsim.kvcache import BlockManager, chain_hashes
+from llmsim.kvcache import BlockManager, OffloadTier, chain_hashes
 from llmsim.request import REJECTED, Request
 from llmsim.runs import ColumnRun, DecodeRun
 from llmsim.schedulers import TRANSFERRING, make_scheduler
@@ -80,9 +80,12 @@ class Replica:
         # answers reported to whoever sends requests that wait on them (feeder.Feeder)
         self.on_answered: Callable[[Request], None] | None = None
         self.fast = FastPath(env, self.kv, self.sched, self.cost, steps, (pool.name, index), runs, self.clock, sole)
+        if opts.offload:  # KV offload tiers below the device cache (kvcache.OffloadTier)
+            self.kv.tiers = [OffloadTier(t.name, t.capacity_blocks, t.bytes_per_s, t.latency_s) for t in opts.offload]
+            self.kv.block_bytes = opts.kv_bytes_per_token * block_tokens
         for prefix in opts.prewarm:
             self.kv.prewarm(chain_hashes(prefix, opts.prewarm_block_tokens, block_tokens, 1 << 62))
-        self.price = StepCost(pool, opts.kv_bytes_per_token)
+        self.price = StepCost(pool, opts.kv_bytes_per_token, self.kv)
         # async scheduling (engine.py): the step after the one running was planned when it started,
         # so an arrival during a step joins the plan after next; ``_late`` holds such arrivals
         self.async_scheduling = pool.cost.engine.async_scheduling  # (this pool's engine, engine.for_hardware)
@@ -319,4 +322,4 @@ class Replica:
         if self.group_wake is not None:
             mine |= {"dp_wait_s": self.dp_wait_s, "dp_dummy_steps": self.dp_dummy_steps}
         sched = {"spec_slots": self.sched.spec_slots, "spec_emitted": self.sched.spec_emitted}
-        return mine | self.kv.counters() | self.price.counters() | sched
+        return mine | self.kv.counters() | self.kv.tier_counters() | self.price.counters() | sched

@@ -29,7 +29,15 @@ import pandas as pd
 
 from llmsim.errors import UserError, atomic_write_text, load_json_object, test_pause
 from llmsim.filekinds import file_kind
-from llmsim.results import pools_line, read_table, requests_line, scaling_line, slo_targets, table_run_id
+from llmsim.results import (
+    offload_line,
+    pools_line,
+    read_table,
+    requests_line,
+    scaling_line,
+    slo_targets,
+    table_run_id,
+)
 from llmsim.scenario import Scenario
 from llmsim.tables import cells, fmt
 from llmsim.timeline import write_trace
@@ -418,6 +426,8 @@ def run_table(s: dict) -> Table:
     if "kv_cache" in s:
         kv = s["kv_cache"]
         pairs.append(("KV cache utilisation", f"mean {kv['utilization_mean']:.1%}, peak {kv['utilization_peak']:.1%}"))
+    if "kv_offload" in s:
+        pairs.append(("KV offload", offload_line(s)))
     if "autoscaling" in s:
         pairs.append(("autoscaling", scaling_line(s)))
     cost = s.get("cost") or {}

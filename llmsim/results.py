@@ -294,6 +294,16 @@ def scaling_line(summary: dict) -> str:
     )
 
 
+def offload_line(summary: dict) -> str:
+    """Where prefix hits came from with KV offload tiers (run output, report; summary ``kv_offload``)."""
+    o = summary["kv_offload"]
+    tiers = ", ".join(f"{name} {t['hit_rate']:.1%}" for name, t in o["tiers"].items())
+    return (
+        f"prompt tokens served from the device cache {o['device_hit_rate']:.1%}, {tiers}; "
+        f"{fmt(o['load_s'])} s of steps waiting for reads"
+    )
+
+
 def saturation_verdict(
     queue: pd.DataFrame, n_requests: int, unfinished: int, last_arrival_s: float, shed: int = 0, finished: int = -1
 ) -> dict:

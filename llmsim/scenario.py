@@ -224,6 +224,17 @@ class PolicyConfig(_Strict):
         return self
 
 
+class OffloadTierConfig(_Strict):
+    """A KV offload tier below the device's cache (LMCache-style; kvcache.OffloadTier), per replica."""
+
+    tier: Literal["cpu", "ssd", "remote"]
+    capacity_gb: PosFloat
+    # reading blocks back, GB/s per replica; cpu: the device profile's host link x the replica's
+    # devices (what swapping uses); ssd / remote have no default (give the drive's or the network's)
+    bandwidth_gbps: PosFloat | None = None
+    latency_us: NonNegFloat | None = None  # per read; cpu: the host link's; else 0
+
+
 class KVCacheConfig(_Strict):
     block_tokens: BlockTokens = 16
     dtype: Literal["bf16", "fp16", "fp8", "int8", "fp32"] = "bf16"
@@ -241,6 +252,21 @@ class KVCacheConfig(_Strict):
     prefix_caching: bool = False
     prewarm: list[list[int]] = []  # prefixes (lists of content ids) cached on every replica at t=0
     prewarm_block_tokens: BlockTokens | None = None  # tokens per id in `prewarm` (default: the workload's)
+    # tiers below the device cache, fastest first: evicted cached blocks are written back there
+    # and read back on a prefix hit (needs prefix_caching)
+    offload: list[OffloadTierConfig] = Field([], max_length=8)
+
+    @model_validator(mode="after")
+    def _offload(self) -> KVCacheConfig:
+        names = [t.tier for t in self.offload]
+        if len(set(names)) < len(names):
+            raise ValueError(f"offload: each tier once, got {names}")
+        for i, t in enumerate(self.offload):
+            if t.tier != "cpu" and t.bandwidth_gbps is None:
+                raise ValueError(
+                    f"offload[{i}]: a {t.tier} tier needs bandwidth_gbps (its read rate, GB/s per replica)"
+                )
+        return self
 
 
 class LengthSpec(_Strict):
@@ -520,6 +546,7 @@ def _section_keys() -> dict[str, list[str]]:
     out["cluster.prefill_pool"] = out["cluster.decode_pool"] = list(PoolConfig.model_fields)
     out["cluster.kv_link"] = list(LinkConfig.model_fields)
     out["cluster.autoscaling"] = list(AutoscalingConfig.model_fields)
+    out["kv_cache.offload"] = list(OffloadTierConfig.model_fields)
     out["speculative"] = list(SpeculativeConfig.model_fields)
     out["workload.system_prompts"] = list(SystemPromptConfig.model_fields)
     out["workload.conversations"] = list(ConversationConfig.model_fields)
@@ -543,7 +570,10 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
     except ValidationError as exc:
         raise UserError(pydantic_message(exc, origin, _section_keys())) from None
     _check_names(sc, origin)
-    return apply_engine(sc, origin)
+    sc = apply_engine(sc, origin)
+    if sc.kv_cache.offload and not sc.kv_cache.prefix_caching:  # (the engine may turn the cache on)
+        raise UserError(f"{origin}: kv_cache.offload: the tiers serve prefix-cache hits; set prefix_caching: true")
+    return sc
 
 
 def apply_engine(sc: Scenario, origin: str) -> Scenario:

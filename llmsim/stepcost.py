@@ -1,8 +1,9 @@
 """What one planned step costs a replica: the model step, swap copies, speculative drafting.
 
 The cost model prices the plan's shape (``CostModel.step_time``); a replica adds the copies of
-preempted KV to or from host memory over the host link before the step, and the draft model's
-(or MTP heads') proposals of speculative decoding. The totals are the replica's counters.
+preempted KV to or from host memory over the host link before the step, the reads of prefix
+blocks from KV offload tiers (``BlockManager.take_load_s``), and the draft model's (or MTP heads')
+proposals of speculative decoding. The totals are the replica's counters.
 """
 
 from __future__ import annotations
@@ -14,25 +15,28 @@ from llmsim.schedulers.plan import BatchPlan
 
 if TYPE_CHECKING:
     from llmsim.build import PoolSpec
+    from llmsim.kvcache import BlockManager
 
 
 class StepCost:
     """Prices a replica's plans and keeps the totals of what was added to the model step."""
 
-    def __init__(self, pool: PoolSpec, kv_bytes_per_token: float) -> None:
+    def __init__(self, pool: PoolSpec, kv_bytes_per_token: float, kv: BlockManager | None = None) -> None:
         self.cost = pool.cost
         self.draft_cost = pool.draft_cost
         host = pool.hw.host_link
         self._host_bw = host.bandwidth_bytes_per_s.value * pool.tp * pool.pp
         self._host_lat = host.latency_s.value
         self._kv_bytes_per_token = kv_bytes_per_token
+        self.kv = kv  # whose offload-tier reads a step waits for
         self.swap_s = 0.0
+        self.offload_load_s = 0.0
         self.draft_s = 0.0
         self.spec_base_s = 0.0  # what the verify steps would have cost as plain decodes
         self.spec_time_s = 0.0  # what draft + verify cost
 
     def price(self, plan: BatchPlan, shape: BatchShape) -> tuple[float, float, float]:
-        """(step seconds, of which swap copies, of which drafting)."""
+        """(step seconds, of which swap copies and offload reads, of which drafting)."""
         dt = self.cost.step_time(shape)
         swap = self.swap_time(plan)
         draft = 0.0
@@ -51,17 +55,23 @@ class StepCost:
         return dt + swap + draft, swap, draft
 
     def swap_time(self, plan: BatchPlan) -> float:
-        """Copying preempted KV to or from host memory before the step, over the host link."""
+        """Copying preempted KV to or from host memory before the step, over the host link, and
+        reading the prefix blocks its admissions found in offload tiers."""
+        load = 0.0
+        if self.kv is not None and self.kv.tiers:
+            load = self.kv.take_load_s()
+            self.offload_load_s += load
         moved = plan.swap_in_tokens + plan.swap_out_tokens
         if not moved:
-            return 0.0
+            return load
         swap = self._host_lat + moved * self._kv_bytes_per_token / self._host_bw
         self.swap_s += swap
-        return swap
+        return swap + load
 
     def counters(self) -> dict[str, float]:
         return {
             "swap_s": self.swap_s,
+            "offload_load_s": self.offload_load_s,
             "draft_s": self.draft_s,
             "spec_base_s": self.spec_base_s,
             "spec_time_s": self.spec_time_s,

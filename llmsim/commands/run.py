@@ -18,7 +18,7 @@ from llmsim.errors import (
     yaml_value,
 )
 from llmsim.metrics import latency_table
-from llmsim.results import pools_line, requests_line, scaling_line, slo_targets
+from llmsim.results import offload_line, pools_line, requests_line, scaling_line, slo_targets
 from llmsim.tables import fmt, table
 
 
@@ -196,6 +196,8 @@ def summary_text(s: dict) -> str:
                 f"; first call to last answer mean {fmt(ses['duration_mean_s'])} s, p99 {fmt(ses['duration_p99_s'])} s"
             )
         tail.append(f"sessions {ses['count']:,} ({ses['requests']:,} calls), {ses['completed']:,} completed{took}")
+    if "kv_offload" in s:  # kvcache.OffloadTier: where prefix hits came from
+        tail.append(f"offload  {offload_line(s)}")
     if "autoscaling" in s:  # autoscaler.py: what the replica count did and what it cost
         tail.append(f"scaling  {scaling_line(s)}")
     if "cost" in s and s["cost"]["usd_per_million_output_tokens"] is not None:

@@ -1,0 +1,181 @@
+"""KV offload tiers below the device cache (``kv_cache.offload``, ``kvcache.OffloadTier``): evicted
+cached blocks written back, passed down when a tier is full, read back on a prefix hit and the
+read priced in the admitting step, by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import llmsim
+from llmsim.errors import UserError
+from llmsim.kvcache import BlockManager, OffloadTier, chain_hashes
+from llmsim.models import get_model
+from llmsim.request import Request
+from llmsim.scenario import scenario_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cached(kv: BlockManager, rid: int, ids: list[int]) -> Request:
+    """A request whose prompt (one 16-token block per id, plus a token) was prefilled, committed and freed."""
+    r = Request(rid, 0.0, 16 * len(ids) + 1, 1)
+    r.prefix_chain = chain_hashes(ids, 16, 16, r.prompt_tokens)
+    kv.allocate(r, 16 * len(ids))
+    r.kv_tokens = r.prefilled = 16 * len(ids)
+    kv.commit(r)
+    kv.free(r)
+    return r
+
+
+def _manager(cpu_blocks: int, ssd_blocks: int = 0) -> BlockManager:
+    kv = BlockManager(4, 16, watermark=0.0, prefix_caching=True)
+    kv.tiers = [OffloadTier("cpu", cpu_blocks, 10e9, 5e-6)]
+    if ssd_blocks:
+        kv.tiers.append(OffloadTier("ssd", ssd_blocks, 2e9, 1e-4))
+    kv.block_bytes = 1e6
+    return kv
+
+
+def test_evicted_blocks_are_written_back_and_passed_down_when_full() -> None:
+    kv = _manager(cpu_blocks=2, ssd_blocks=8)
+    a = _cached(kv, 0, [1, 2, 3, 4])  # fills the device (4 blocks), cached
+    _cached(kv, 1, [5, 6, 7, 8])  # evicts a's 4 blocks, oldest first
+    cpu, ssd = kv.tiers
+    assert kv.evictions == 4 and cpu.stored_blocks == 4
+    # the cpu tier keeps the last two written (a's blocks 3 and 4), passing 1 and 2 to the ssd
+    assert list(cpu.held) == a.prefix_chain[2:4] and list(ssd.held) == a.prefix_chain[:2]
+    assert cpu.dropped_blocks == 2 and ssd.stored_blocks == 2
+
+
+def test_a_prefix_hit_reads_blocks_back_and_the_step_pays_for_it() -> None:
+    kv = _manager(cpu_blocks=2, ssd_blocks=8)
+    a = _cached(kv, 0, [1, 2, 3, 4])
+    _cached(kv, 1, [5, 6, 7, 8])
+    again = Request(2, 0.0, a.prompt_tokens, 1)
+    again.prefix_chain = a.prefix_chain
+    # the whole 4-block prefix comes back: blocks 1-2 from the ssd, 3-4 from the cpu
+    assert kv.match_prefix(again) == 64 and again.blocks == 4
+    cpu, ssd = kv.tiers
+    assert (cpu.hit_blocks, ssd.hit_blocks) == (2, 2)
+    # one read per tier: latency + blocks x block bytes / bandwidth
+    assert kv.take_load_s() == pytest.approx((5e-6 + 2e6 / 10e9) + (1e-4 + 2e6 / 2e9))
+    assert kv.take_load_s() == 0.0  # paid once
+    # read back, the blocks left their tiers (the device holds them now, registered)
+    assert (len(cpu.held), len(ssd.held)) == (2, 2)  # the other request's blocks, evicted meanwhile
+    assert kv.cached_prefix_blocks(a.prefix_chain) == 4
+
+
+def test_a_request_not_admitted_after_all_does_not_charge_the_step() -> None:
+    kv = _manager(cpu_blocks=8)
+    a = _cached(kv, 0, [1, 2])
+    _cached(kv, 1, [5, 6, 7, 8])
+    again = Request(2, 0.0, a.prompt_tokens, 1)
+    again.prefix_chain = a.prefix_chain
+    assert kv.match_prefix(again) == 32
+    kv.unmatch(again)
+    assert kv.take_load_s() == 0.0
+    assert kv.cached_prefix_blocks(a.prefix_chain) == 2  # read back all the same: cached on the device
+
+
+def _data(offload: list, num_blocks: int = 3000, **workload: object) -> dict:
+    return {
+        "name": "offload",
+        "seed": 1,
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "policy": {"kind": "vllm", "chunk_tokens": 2048, "max_num_seqs": 64},
+        "kv_cache": {"prefix_caching": True, "num_blocks": num_blocks, "offload": offload},
+        "workload": {
+            "kind": "poisson",
+            "rate_rps": 4,
+            "num_requests": 300,
+            "prompt_tokens": {"dist": "lognormal", "median": 200, "sigma": 0.5, "min": 16, "max": 2000},
+            "output_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.5, "min": 1, "max": 500},
+            # 40 system prompts of 4,096 tokens: 10,240 blocks, over three times the device's 3,000
+            "system_prompts": {"count": 40, "tokens": 4096, "share": 1.0},
+            **workload,
+        },
+        "output": {"steps": "all"},
+    }
+
+
+CPU = [{"tier": "cpu", "capacity_gb": 64}]
+SMALL_CPU_SSD = [{"tier": "cpu", "capacity_gb": 2}, {"tier": "ssd", "capacity_gb": 100, "bandwidth_gbps": 6}]
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    return {
+        name: llmsim.run(scenario_from_dict(_data(tiers), "test", ROOT))
+        for name, tiers in (("none", []), ("cpu", CPU), ("cpu+ssd", SMALL_CPU_SSD))
+    }
+
+
+def test_offload_serves_the_prefixes_the_device_evicted(runs) -> None:
+    none, cpu, both = (runs[k].summary for k in ("none", "cpu", "cpu+ssd"))
+    # the device alone holds under a third of the system prompts: most are evicted before reuse
+    assert none["prefix_cache"]["hit_rate"] < 0.3
+    # 64 GB of host memory holds them all (10,240 blocks x 2 MB): nearly every prefix comes back
+    assert cpu["kv_offload"]["tiers"]["cpu"]["hit_rate"] > 0.5
+    assert cpu["prefix_cache"]["hit_rate"] > 0.8 and cpu["kv_offload"]["tiers"]["cpu"]["dropped_blocks"] == 0
+    # reading a prompt back is far cheaper than prefilling it: TTFT drops
+    assert cpu["mean_ttft_ms"] < 0.5 * none["mean_ttft_ms"]
+    # 2 GB of host memory holds ~950 blocks; the rest come from a 6 GB/s drive: slower than all-cpu
+    assert both["kv_offload"]["tiers"]["ssd"]["hit_tokens"] > both["kv_offload"]["tiers"]["cpu"]["hit_tokens"]
+    assert cpu["mean_ttft_ms"] < both["mean_ttft_ms"] < none["mean_ttft_ms"]
+    assert both["kv_offload"]["load_s"] > cpu["kv_offload"]["load_s"]
+
+
+def test_the_step_that_admits_a_hit_waits_for_its_read(runs) -> None:
+    from llmsim.hardware import load_profile
+
+    res = runs["cpu"]
+    block_bytes = get_model("llama-3.1-8b").kv_bytes_per_token("bf16") * 16
+    assert block_bytes == pytest.approx(2 * 32 * 8 * 128 * 2 * 16)  # K and V, 32 layers, 8 KV heads of 128, bf16
+    cpu = res.summary["kv_offload"]["tiers"]["cpu"]
+    assert cpu["held_blocks"] <= int(64e9 // block_bytes)
+    # the reads go over the H100 profile's host link (as swapping does), one copy per admission
+    # that read: its latency plus the blocks' bytes at the link's bandwidth. A request read back
+    # but not admitted after all leaves its blocks cached on the device and charges no step,
+    # so the steps wait at most that long.
+    link = load_profile("H100-SXM", ROOT).host_link
+    most = cpu["reads"] * link.latency_s.value + cpu["hit_tokens"] / 16 * block_bytes / link.bandwidth_bytes_per_s.value
+    load = res.summary["kv_offload"]["load_s"]
+    assert 0.9 * most <= load <= most * (1 + 1e-9)
+    # the steps' swap_s is those reads (nothing was preempted)
+    assert res.summary["preemption"]["requests_preempted"] == 0
+    assert res.steps["swap_s"].sum() == pytest.approx(load, rel=1e-9)
+
+
+def test_fast_paths_equal_exact_steps_with_offload() -> None:
+    sc = scenario_from_dict(_data(SMALL_CPU_SSD, num_requests=120), "test", ROOT)
+    fast, exact = llmsim.run(sc), llmsim.run(sc, exact_steps=True)
+    assert fast.summary["kv_offload"] == exact.summary["kv_offload"]
+    f, e = (r.requests.sort_values("id").reset_index(drop=True) for r in (fast, exact))
+    for col in ("first_token_s", "finish_s"):
+        assert f[col].to_numpy() == pytest.approx(e[col].to_numpy(), rel=1e-9, abs=1e-9)
+
+
+def test_deterministic(runs) -> None:
+    again = llmsim.run(scenario_from_dict(_data(CPU), "test", ROOT))
+    pd.testing.assert_frame_equal(runs["cpu"].requests, again.requests)
+
+
+@pytest.mark.parametrize(
+    ("offload", "prefix", "message"),
+    [
+        (CPU, False, "set prefix_caching: true"),
+        ([{"tier": "ssd", "capacity_gb": 100}], True, r"offload\[0\]: a ssd tier needs bandwidth_gbps"),
+        (CPU + CPU, True, "each tier once"),
+        ([{"tier": "gpu", "capacity_gb": 1}], True, "tier"),
+        ([{"tier": "cpu", "capacity_gb": 0}], True, "greater than 0"),
+    ],
+)
+def test_bad_offload_refused(offload: list, prefix: bool, message: str) -> None:
+    data = _data(offload)
+    data["kv_cache"]["prefix_caching"] = prefix
+    with pytest.raises(UserError, match=message):
+        scenario_from_dict(data, "test", ROOT)
