@@ -157,6 +157,7 @@ def scaling_spec(sc: Scenario, pool: PoolSpec) -> ScalingSpec | None:
         up_window_s=a.scale_up_window_s,
         down_window_s=a.scale_down_window_s,
         ttft_window_s=a.ttft_window_s,
+        output_delay_s=sc.engine_spec.output_delay_s,
     )
 
 

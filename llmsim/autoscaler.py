@@ -52,6 +52,8 @@ METRICS = {
 }
 SCALE_UP_PODS = 4  # the HPA's default scale-up policies: +100 % or +4 pods per 15 s, the larger
 SCALE_UP_PERCENT = 100
+SCALE_UP_PERIOD_S = 15.0
+MAX_RATIO = 1e9  # value / target past this (a target of 1e-300) is capped: the count is clamped to max_replicas anyway
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class ScalingSpec:
     up_window_s: float = 0.0
     down_window_s: float = 300.0
     ttft_window_s: float = 60.0
+    output_delay_s: float = 0.0  # the engine's delay from a token to its output (TTFT as the client sees it)
 
 
 def recommend(spec: ScalingSpec, values: list[float], serving: int, starting: int) -> int:
@@ -78,43 +81,64 @@ def recommend(spec: ScalingSpec, values: list[float], serving: int, starting: in
     desired = ceil(current x value / target), unchanged within the tolerance. For a per-replica
     metric, replicas without metrics yet (starting) count as using nothing when the metric says
     scale up and as exactly at target when it says down, and the decision stands only if it still
-    points the same way (replica_calculator.go)."""
+    points the same way; a deployment metric scales the serving (ready) count
+    (replica_calculator.go: GetObjectMetricReplicas uses the ready pods)."""
     current = serving + starting
     if not values:
         return current
     if METRICS[spec.metric] == "deployment":
-        ratio = values[0] / spec.target
-        return current if abs(ratio - 1.0) <= spec.tolerance else math.ceil(ratio * current)
-    ratio = sum(values) / len(values) / spec.target
+        ratio = min(values[0] / spec.target, MAX_RATIO)
+        return current if abs(ratio - 1.0) <= spec.tolerance else math.ceil(ratio * serving)
+    ratio = min(sum(values) / len(values) / spec.target, MAX_RATIO)
     if abs(ratio - 1.0) <= spec.tolerance:
         return current
     if starting == 0:
         return math.ceil(ratio * current)
     missing = 0.0 if ratio > 1.0 else spec.target
-    ratio2 = (sum(values) + missing * starting) / (spec.target * current)
+    ratio2 = min((sum(values) + missing * starting) / (spec.target * current), MAX_RATIO)
     if abs(ratio2 - 1.0) <= spec.tolerance or (ratio2 - 1.0) * (ratio - 1.0) < 0:
         return current
     return math.ceil(ratio2 * current)
 
 
-def stabilize(spec: ScalingSpec, history: deque[tuple[float, int]], now_s: float, current: int, rec: int) -> int:
+def stabilize(
+    spec: ScalingSpec,
+    history: deque[tuple[float, int]],
+    now_s: float,
+    current: int,
+    rec: int,
+    ups: deque[tuple[float, int]] | None = None,
+) -> int:
     """The count to act on: ``rec`` clamped to [min, max], held between the lowest recommendation
-    of the scale-up window and the highest of the scale-down window (``history`` holds the
-    recent ones, oldest first; this one is added), and a scale-up limited to the default rate."""
+    of the scale-up window and the highest of the scale-down window (``history``: the earlier
+    ones, oldest first, those after the window's start counting, as the HPA's ``After(cutoff)``;
+    this one is added), and a scale-up limited to max(+100 %, +4) over the replicas there were
+    15 s ago (``ups``: the scale-ups of the last period, (time, replicas added); this one is added)."""
     rec = min(max(rec, spec.min_replicas), spec.max_replicas)
-    history.append((now_s, rec))
     keep_s = max(spec.up_window_s, spec.down_window_s)
-    while history and history[0][0] < now_s - keep_s:
+    while history and history[0][0] <= now_s - keep_s:
         history.popleft()
-    up = min(r for t, r in history if t >= now_s - spec.up_window_s)
-    down = max(r for t, r in history if t >= now_s - spec.down_window_s)
+    up, down = rec, rec
+    for t, r in history:
+        if t > now_s - spec.up_window_s:
+            up = min(up, r)
+        if t > now_s - spec.down_window_s:
+            down = max(down, r)
+    history.append((now_s, rec))
     new = current
     if new < up:
         new = up
     if new > down:
         new = down
-    if new > current:  # at most +100 % or +4 per period, the larger (the HPA's default policies)
-        new = min(new, max(current * (100 + SCALE_UP_PERCENT) // 100, current + SCALE_UP_PODS))
+    if new > current:
+        ups = deque() if ups is None else ups
+        while ups and ups[0][0] <= now_s - SCALE_UP_PERIOD_S:
+            ups.popleft()
+        start = current - sum(n for _, n in ups)  # the count at the period's start
+        limit = max(start * (100 + SCALE_UP_PERCENT) // 100, start + SCALE_UP_PODS)
+        new = max(min(new, limit), current)
+        if new > current:
+            ups.append((now_s, new - current))
     return new
 
 
@@ -153,18 +177,33 @@ class Autoscaler:
         self.starting: list[int] = []  # replicas requested, not serving yet, oldest first
         self.draining: list[int] = []
         self.history: deque[tuple[float, int]] = deque()
+        self.ups: deque[tuple[float, int]] = deque()  # scale-ups of the last 15 s (the rate limit)
         self.next_tick_s = math.inf  # the next instant it reads the replicas (bounds their run-ahead)
         self.rows: list[tuple[float, float, int, int, int, int, int]] = []
 
     def run(self, busy: Callable[[], bool]) -> Generator[simpy.Event, Any, None]:
-        """The control loop, while ``busy()`` (requests still to come or in flight)."""
+        """The control loop, while ``busy()`` (requests still to come or in flight). Idle at its
+        floor (no work anywhere, nothing starting, the metric at 0), every decision until the
+        next event would be the same "min_replicas, nothing to do": those are skipped, one of
+        them kept in the history (the windows read only its value and time), so a night without
+        traffic is one step, not thousands."""
+        interval = self.spec.interval_s
+        wait = interval
         while busy():
-            self.next_tick_s = self.env.now + self.spec.interval_s
-            yield self.env.timeout(self.spec.interval_s)
-            self.tick()
+            self.next_tick_s = self.env.now + wait
+            yield self.env.timeout(wait)
+            idle = self.tick()
+            wait = interval
+            nxt = self.env.peek()  # the next thing scheduled besides this loop
+            if idle and math.isfinite(nxt):
+                skip = max(0, math.ceil((nxt - self.env.now) / interval) - 1)
+                if skip:
+                    self.history.append((self.env.now + skip * interval, self.spec.min_replicas))
+                    wait = (skip + 1) * interval
         self.next_tick_s = math.inf
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """One decision; True if it found everything idle at the floor (``run`` may skip ahead)."""
         now = self.env.now
         for rep in self.serving:
             rep.sync()
@@ -174,13 +213,15 @@ class Autoscaler:
         value = self.read()
         rec = recommend(self.spec, value, len(self.serving), len(self.starting))
         current = len(self.serving) + len(self.starting)
-        new = stabilize(self.spec, self.history, now, current, rec)
+        new = stabilize(self.spec, self.history, now, current, rec, self.ups)
         for _ in range(new - current):
             self.request()
         if new < current:
             self.remove(current - new)
         shown = float(np.mean(value)) if value else math.nan
         self.rows.append((now, shown, rec, new, len(self.serving), len(self.starting), len(self.draining)))
+        quiet = not any(value) and not self.starting and not self.draining
+        return quiet and new == self.spec.min_replicas and all(r.outstanding_tokens == 0 for r in self.serving)
 
     def read(self) -> list[float]:
         """The metric: one value per serving replica, or one for the deployment."""
@@ -207,7 +248,7 @@ class Autoscaler:
         for r in sent[lo:]:
             if r.status == REJECTED:
                 continue
-            first = r.first_token_s
+            first = r.first_token_s + self.spec.output_delay_s
             ttft.append((first if first <= now else now) - r.arrival_s)
         return [float(np.percentile(ttft, 90)) * 1e3 if ttft else 0.0]
 

@@ -19,7 +19,7 @@ from llmsim.schedulers import SchedulerConfig
 from llmsim.schedulers.base import SpecConfig
 from llmsim.workload import generators as gen
 from llmsim.workload.base import Workload, slice_and_scale
-from llmsim.workload.limits import MAX_REQUESTS, check_requests, check_tokens
+from llmsim.workload.limits import MAX_ARRIVAL_S, MAX_REQUESTS, check_requests, check_tokens
 from llmsim.workload.traces import load_trace
 
 
@@ -89,7 +89,11 @@ def _request_count(sc: Scenario) -> float:
 
 
 def _count_key(sc: Scenario) -> str:
-    return "workload.num_requests" if sc.workload.num_requests else "workload.rate_rps x workload.duration_s"
+    if sc.workload.num_requests:
+        return "workload.num_requests"
+    if sc.workload.rate_profile is not None:
+        return "workload.rate_rps x workload.rate_profile over workload.duration_s"
+    return "workload.rate_rps x workload.duration_s"
 
 
 def _arrivals(sc: Scenario, rng: np.random.Generator, origin: str) -> np.ndarray:
@@ -101,13 +105,32 @@ def _arrivals(sc: Scenario, rng: np.random.Generator, origin: str) -> np.ndarray
         return _arrivals_to_horizon(sc, rng, n, w.horizon_s, origin)
     check_requests(n, _count_key(sc), origin)
     n = int(n)
+    # with a profile over a duration, one arrival more is drawn and the n before it are spread
+    # so that it falls at the duration's end: the last stretch of traffic is where it should be
+    # even where the profile's scale is small (its random end would be stretched by 1 / scale)
+    extra = int(w.rate_profile is not None and not w.num_requests)
     if w.kind == "poisson":
-        t = gen.poisson_arrivals(rng, w.rate_rps, n)  # type: ignore[arg-type]
+        t = gen.poisson_arrivals(rng, w.rate_rps, n + extra)  # type: ignore[arg-type]
     elif w.kind == "gamma":
-        t = gen.gamma_arrivals(rng, w.rate_rps, w.cv, n)  # type: ignore[arg-type]
+        t = gen.gamma_arrivals(rng, w.rate_rps, w.cv, n + extra)  # type: ignore[arg-type]
     else:
         return gen.batch_arrivals(n, w.batch_size, w.batch_interval_s)
-    return t if w.rate_profile is None else gen.warp_arrivals(t, w.rate_profile)
+    if w.rate_profile is None:
+        return t
+    if extra:
+        end_u = float(gen.profile_integral(w.rate_profile, w.duration_s or 0.0))
+        t = t[:n] * (end_u / t[n]) if t[n] > 0 else t[:n]
+    return _warped(t, w.rate_profile, origin)
+
+
+def _warped(u_s: np.ndarray, profile: list[tuple[float, float]], origin: str) -> np.ndarray:
+    t = gen.warp_arrivals(u_s, profile)
+    if len(t) and not t[-1] <= MAX_ARRIVAL_S:
+        raise UserError(
+            f"{origin}: workload.rate_profile: its last scale puts arrivals at {t[-1]:.3g} s, past {MAX_ARRIVAL_S:.0e} s "
+            "(about 32 years); raise the small scales or give workload.duration_s"
+        )
+    return t
 
 
 def _arrivals_to_horizon(sc: Scenario, rng: np.random.Generator, n: float, horizon_s: float, origin: str) -> np.ndarray:
@@ -122,14 +145,19 @@ def _arrivals_to_horizon(sc: Scenario, rng: np.random.Generator, n: float, horiz
     rate = float(w.rate_rps or 0)
     profile = w.rate_profile
     horizon_u = horizon_s if profile is None else float(gen.profile_integral(profile, horizon_s))  # at rate_rps
-    check_requests(rate * horizon_u, "workload.rate_rps x workload.horizon_s", origin)
+    key = (
+        "workload.rate_rps x workload.horizon_s"
+        if profile is None
+        else "workload.rate_rps x workload.rate_profile over workload.horizon_s"
+    )
+    check_requests(rate * horizon_u, key, origin)
     if w.kind == "poisson":
         draw = lambda k: rng.exponential(1.0 / rate, size=k)  # noqa: E731 - same draws as poisson_arrivals
     else:
         shape = 1.0 / (w.cv * w.cv)
         draw = lambda k: rng.gamma(shape, 1.0 / (rate * shape), size=k)  # noqa: E731
     t = gen.arrivals_to_horizon(draw, int(min(n, 2**62)), horizon_u, origin)
-    return t if profile is None else gen.warp_arrivals(t, profile)
+    return t if profile is None else _warped(t, profile, origin)
 
 
 def _check_sizes(sc: Scenario, origin: str) -> None:

@@ -110,23 +110,25 @@ class AutoscalingConfig(_Strict):
 
     metric: Literal["waiting", "concurrency", "kv_usage", "ttft_p90_ms"]
     # per replica for waiting / concurrency (requests), a 0..1 fraction for kv_usage, ms for ttft_p90_ms
-    target: PosFloat
+    target: Annotated[float, Field(gt=0, le=1e9)]
     min_replicas: Replicas = 1
     max_replicas: Replicas
-    interval_s: PosFloat = 15.0  # the HPA's --horizontal-pod-autoscaler-sync-period default
+    # the HPA's --horizontal-pod-autoscaler-sync-period default; at least 1 s (a controller that
+    # reads Prometheus metrics scraped every few seconds decides no faster)
+    interval_s: Annotated[float, Field(ge=1.0, le=86_400)] = 15.0
     tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.1  # the HPA's default: no change within +-10 %
     scale_up_window_s: NonNegFloat = 0.0  # behavior.scaleUp.stabilizationWindowSeconds default
     scale_down_window_s: NonNegFloat = 300.0  # behavior.scaleDown.stabilizationWindowSeconds default
     ttft_window_s: PosFloat = 60.0  # ttft_p90_ms: over the requests sent in the last this many seconds
     # a new replica's start: the pod and container (vllm-project/vllm#44881, a RunPod cold start:
     # "container init -> engine config ~16 s"; a new node takes minutes more: raise it) ...
-    provision_s: NonNegFloat = 16.0
+    provision_s: Annotated[float, Field(ge=0, le=86_400)] = 16.0
     # ... its weights read at this rate, GB/s per replica (ai-dynamo/aiperf#449, a vLLM log: "Model
     # loading took 14.9889 GiB and 18.506763 seconds" = 0.87 GB/s) ...
-    load_gbps: PosFloat = 0.87
+    load_gbps: Annotated[float, Field(ge=0.001)] = 0.87  # (1 MB/s at least: a typo's 1e-300 would never start)
     # ... and the engine's start: KV profiling, torch.compile, CUDA graphs (the same log: "init
     # engine (profile, create kv cache, warmup model) took 53.20 seconds")
-    engine_init_s: NonNegFloat = 53.2
+    engine_init_s: Annotated[float, Field(ge=0, le=86_400)] = 53.2
 
     @model_validator(mode="after")
     def _range(self) -> AutoscalingConfig:
@@ -360,7 +362,8 @@ class WorkloadConfig(_Strict):
     rate_rps: PosFloat | None = None  # poisson / gamma
     # poisson / gamma: the rate over time, [[from_s, scale], ...]: rate_rps x scale from from_s on
     # (the first from 0 s; the last holds to the end); arrivals drawn at rate_rps, time-warped
-    rate_profile: list[tuple[NonNegFloat, PosFloat]] | None = Field(None, min_length=1, max_length=100_000)
+    # (a scale of 0 is a stretch without traffic; the last one must be above 0)
+    rate_profile: list[tuple[NonNegFloat, NonNegFloat]] | None = Field(None, min_length=1, max_length=100_000)
     cv: PosFloat = 1.0  # gamma: coefficient of variation of inter-arrival gaps
     num_requests: PosInt | None = None
     duration_s: PosFloat | None = None  # alternative to num_requests: rate x duration requests
@@ -387,7 +390,7 @@ class WorkloadConfig(_Strict):
                 raise ValueError("kind 'trace' needs a `trace:` section")
             if self.shared_prefix is not None:
                 raise ValueError("`shared_prefix` generates synthetic requests; a trace brings its own")
-            for key in ("conversations", "system_prompts"):
+            for key in ("conversations", "system_prompts", "rate_profile"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"`{key}` reshapes synthetic requests; a trace brings its own (remove it)")
             return self
@@ -414,6 +417,8 @@ class WorkloadConfig(_Strict):
             p = self.rate_profile
             if p is not None and p[0][0] != 0:
                 raise ValueError(f"rate_profile: the first entry must start at 0 s, got {p[0][0]}")
+            if p is not None and p[-1][1] <= 0:
+                raise ValueError(f"rate_profile[{len(p) - 1}]: the last scale holds to the end and must be above 0")
             for k in range(1, len(p or ())):
                 if p[k][0] <= p[k - 1][0]:  # type: ignore[index]
                     raise ValueError(

@@ -69,9 +69,9 @@ def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, 
     # ``most``: replicas the run may reach (an autoscaler's maximum), for the one-replica shortcuts
     sole = sum(p.replicas for p in pools) == 1 and most == 1
 
-    def make(index: int, pool: PoolSpec, pol: str, queue: int | None, **side) -> Replica:  # type: ignore[no-untyped-def]
+    def make(index: int, pool: PoolSpec, pol: str, queue: int | None, o: SimOptions = opts, **side) -> Replica:  # type: ignore[no-untyped-def]
         kind = PipelineReplica if pool.pp > 1 else Replica
-        return kind(env, index, pool, pol, block_tokens, watermark, steps, queue, opts, next_input_s, sole, **side)
+        return kind(env, index, pool, pol, block_tokens, watermark, steps, queue, o, next_input_s, sole, **side)
 
     def pool_of(first: int, pool: PoolSpec, pol: str, queue: int | None, **side) -> list[Replica]:  # type: ignore[no-untyped-def]
         # the replicas of an expert-parallel pool are the DP ranks of one group: they step together
@@ -82,8 +82,10 @@ def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, 
             group.start(reps)
         return reps
 
+    cold = dataclasses.replace(opts, prewarm=[])  # a replica started mid-run (autoscaler.py): an empty cache
+
     def grow(index: int) -> Replica:
-        return make(index, pools[0], policy, max_queue)
+        return make(index, pools[0], policy, max_queue, cold)
 
     if policy != "disaggregated":
         front = pool_of(0, pools[0], policy, max_queue)

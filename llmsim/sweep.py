@@ -57,6 +57,10 @@ METRICS: list[tuple[str, tuple[str, ...]]] = [
     ("usd_per_hour", ("cost", "cluster_usd_per_hour")),
     ("usd_per_mtok", ("cost", "usd_per_million_tokens")),
     ("usd_per_m_output_tok", ("cost", "usd_per_million_output_tokens")),
+    # with cluster.autoscaling (empty otherwise)
+    ("gpu_hours", ("autoscaling", "gpu_hours")),
+    ("peak_replicas", ("autoscaling", "peak_serving")),
+    ("scale_ups", ("autoscaling", "scale_ups")),
 ]
 
 

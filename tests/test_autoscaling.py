@@ -55,8 +55,10 @@ def test_replicas_still_starting_count_as_idle_up_and_at_target_down() -> None:
 
 
 def test_a_deployment_metric_scales_the_whole_count() -> None:
-    # p90 TTFT 600 ms against 300 ms with 2 serving and 1 starting: ceil(3 x 2)
-    assert recommend(_spec("ttft_p90_ms", 300.0), [600.0], 2, 1) == 6
+    # p90 TTFT 900 ms against 300 ms with 2 serving and 1 starting: ceil(3 x 2), the serving
+    # (ready) ones only, as GetObjectMetricReplicas counts them
+    assert recommend(_spec("ttft_p90_ms", 300.0), [900.0], 2, 1) == 6
+    assert recommend(_spec("ttft_p90_ms", 300.0), [310.0], 2, 1) == 3  # within the tolerance: as it is
     assert recommend(_spec("ttft_p90_ms", 300.0), [0.0], 3, 0) == 0  # no traffic: as few as allowed
 
 
@@ -67,6 +69,15 @@ def test_stabilize_holds_the_highest_recent_recommendation_before_scaling_down()
     assert stabilize(spec, hist, 15.0, 5, 2) == 5  # 5 was recommended within 300 s
     assert stabilize(spec, hist, 299.0, 5, 2) == 5
     assert stabilize(spec, hist, 301.0, 5, 2) == 2  # the 5 of t = 0 left the window
+    # the window's start does not count (the HPA keeps those After(now - window))
+    edge: deque = deque()
+    assert stabilize(spec, edge, 0.0, 5, 5) == 5
+    assert stabilize(spec, edge, 300.0, 5, 2) == 2
+
+
+def test_a_huge_ratio_is_capped_not_an_overflow() -> None:
+    assert recommend(_spec(target=1e-300), [5.0], 1, 0) == 10**9
+    assert stabilize(_spec(max_replicas=8), deque(), 0.0, 1, 10**9) == 5
 
 
 def test_stabilize_limits_a_scale_up_to_double_or_four_more() -> None:
@@ -75,6 +86,16 @@ def test_stabilize_limits_a_scale_up_to_double_or_four_more() -> None:
     assert stabilize(spec, deque(), 0.0, 10, 50) == 20  # max(2 x 10, 10 + 4)
     assert stabilize(spec, deque(), 0.0, 3, 0) == 1  # down to min_replicas at once (no window)
     assert stabilize(_spec(max_replicas=6), deque(), 0.0, 5, 50) == 6
+
+
+def test_the_scale_up_limit_holds_over_15_seconds_whatever_the_interval() -> None:
+    spec = _spec(interval_s=1.0)
+    hist: deque = deque()
+    ups: deque = deque()
+    assert stabilize(spec, hist, 300.0, 8, 100, ups) == 16  # 8 -> max(16, 12)
+    assert stabilize(spec, hist, 301.0, 16, 100, ups) == 16  # still 8 at the period's start
+    assert stabilize(spec, hist, 314.0, 16, 100, ups) == 16
+    assert stabilize(spec, hist, 315.0, 16, 100, ups) == 32  # the 15 s since 300 s are over
 
 
 # ---------------------------------------------------------------- a run, by hand
@@ -214,6 +235,21 @@ def test_every_serving_path_scales(extra: dict) -> None:
     assert res.requests["replica"].nunique() > 1
 
 
+def test_a_long_idle_stretch_is_skipped_not_ticked_through() -> None:
+    # two batches a million seconds apart: ~66,667 decisions ticked one by one, two handfuls here
+    data = _data(SCALE, batch_size=400, batch_interval_s=1e6)
+    data["workload"]["num_requests"] = 800
+    res = llmsim.run(scenario_from_dict(data, "test", ROOT))
+    assert (res.requests["status"] == "finished").all()
+    assert len(res.scaling) < 200
+    # the second batch scales up just as the first did, at the first 15 s tick after it (the
+    # tick it would have had without the skip: 66,667 x 15 s): the skipped decisions changed nothing
+    assert res.scaling.loc[res.scaling["time_s"] >= 1e6, "time_s"].iloc[0] == pytest.approx(66_667 * 15.0)
+    first = res.scaling[res.scaling["time_s"] < 1e5]
+    second = res.scaling[res.scaling["time_s"] >= 1e6]
+    assert first["desired"].max() == second["desired"].max() == 4
+
+
 def test_deterministic_and_written(tmp_path: Path) -> None:
     data = _data(SCALE, kind="poisson", rate_rps=6, num_requests=300)
     sc = scenario_from_dict(data, "test", ROOT)
@@ -238,11 +274,21 @@ def test_without_autoscaling_nothing_changes() -> None:
         ({"metric": "kv_usage", "target": 80, "max_replicas": 2}, 1, "fraction"),
         ({"metric": "queue", "target": 1, "max_replicas": 2}, 1, "metric"),
         ({"metric": "waiting", "target": 1}, 1, "max_replicas"),
+        ({"metric": "waiting", "target": 1, "max_replicas": 2, "interval_s": 1e-6}, 1, "interval_s"),
+        ({"metric": "waiting", "target": 1, "max_replicas": 2, "load_gbps": 1e-300}, 1, "load_gbps"),
+        ({"metric": "waiting", "target": 1, "max_replicas": 2, "provision_s": 1e300}, 1, "provision_s"),
     ],
 )
 def test_bad_autoscaling_refused(autoscaling: dict, replicas: int, message: str) -> None:
     with pytest.raises(UserError, match=message):
         scenario_from_dict(_data(autoscaling, replicas), "test", ROOT)
+
+
+def test_plan_refuses_an_autoscaler() -> None:
+    from llmsim.planning.base import as_base
+
+    with pytest.raises(UserError, match="cluster.autoscaling: llmsim plan searches fixed replica counts"):
+        as_base(ROOT / "scenarios/autoscaling.yaml").plan_config()
 
 
 def test_autoscaling_refused_where_not_modelled() -> None:
@@ -281,6 +327,38 @@ def test_rate_profile_shapes_the_arrivals() -> None:
         assert abs(n - expect) < 5 * math.sqrt(expect)  # Poisson: within 5 sigma
 
 
+def test_a_profile_over_a_duration_ends_at_the_duration() -> None:
+    # a last stretch at 5 % of the rate: ~90 arrivals in 900 s, wherever the random draws fall
+    profile = [[0, 1], [300, 12], [900, 0.05]]
+    for seed in (1, 2, 3):
+        data = _data(None, kind="poisson", rate_rps=2, rate_profile=profile, duration_s=1800)
+        data["seed"] = seed
+        t = build_workload(scenario_from_dict(data, "test", ROOT)).arrival_s
+        late = int((t >= 900).sum())
+        assert abs(late - 90) < 5 * math.sqrt(90) and t.max() <= 1800
+
+
+def test_a_stretch_without_traffic() -> None:
+    data = _data(None, kind="poisson", rate_rps=5, rate_profile=[[0, 1], [100, 0], [200, 1]], duration_s=300)
+    t = build_workload(scenario_from_dict(data, "test", ROOT)).arrival_s
+    assert not ((t >= 100) & (t < 200)).any() and (t >= 200).sum() > 300
+    with pytest.raises(UserError, match="last scale"):
+        scenario_from_dict(
+            _data(None, kind="poisson", rate_rps=5, num_requests=9, rate_profile=[[0, 1], [9, 0]]), "t", ROOT
+        )
+
+
+def test_a_profile_on_a_trace_is_refused() -> None:
+    data = _data(None)
+    data["workload"] = {
+        "kind": "trace",
+        "trace": {"path": "data/traces/AzureLLMInferenceTrace_conv.csv", "format": "azure"},
+    }
+    data["workload"]["rate_profile"] = [[0, 2]]
+    with pytest.raises(UserError, match="rate_profile"):
+        scenario_from_dict(data, "t", ROOT)
+
+
 def test_without_a_profile_the_arrivals_are_unchanged() -> None:
     plain = build_workload(scenario_from_dict(_data(None, kind="poisson", rate_rps=5, num_requests=100), "t", ROOT))
     flat = _data(None, kind="poisson", rate_rps=5, num_requests=100, rate_profile=[[0, 1]])
@@ -292,7 +370,7 @@ def test_without_a_profile_the_arrivals_are_unchanged() -> None:
     [
         ([[5, 1]], "start at 0"),
         ([[0, 1], [10, 2], [10, 3]], r"rate_profile\[2\]"),
-        ([[0, 0]], "greater than 0"),
+        ([[0, 0]], "last scale"),
         ([], "at least 1"),
     ],
 )

@@ -83,6 +83,11 @@ class Base:
         return scenario_from_dict(d, self.origin, Path(self.base_dir))
 
     def plan_config(self) -> PlanConfig:
+        if (self.data.get("cluster") or {}).get("autoscaling"):
+            raise UserError(
+                f"{self.origin}: cluster.autoscaling: llmsim plan searches fixed replica counts and prices them "
+                "by the hour; remove the autoscaler to plan, or compare autoscalers with llmsim sweep"
+            )
         try:
             return PlanConfig.model_validate(self.data.get("plan") or {})
         except ValidationError as exc:

@@ -30,6 +30,8 @@ from llmsim.errors import UserError
 
 MAX_TOKENS_PER_REQUEST = 10_000_000
 MAX_REQUESTS = 10_000_000
+# a rate profile whose small scale puts arrivals past this (~32 years) is a typo (1e-300), not traffic
+MAX_ARRIVAL_S = 1e9
 MAX_PREFIX_BLOCKS = 50_000_000
 # a trace file: MAX_REQUESTS rows of ~400 bytes (a Mooncake JSONL row with its hash ids; a CSV row
 # is ~30), refused before pandas or json reads it into memory
