@@ -14,7 +14,7 @@ from llmsim.build import PoolSpec, activation_bytes, build_model, build_pools, b
 from llmsim.errors import UserError
 from llmsim.invariants import check_run
 from llmsim.models import ModelSpec
-from llmsim.options import TierSpec
+from llmsim.options import LoraSpec, TierSpec
 from llmsim.results import Results, chunks_frame, requests_frame, summarize
 from llmsim.scenario import Scenario, load_scenario
 from llmsim.sim import LinkSpec, SimOptions, SimOutput, simulate
@@ -91,6 +91,7 @@ def run(
                 "pp": p.pp,
                 "ep": p.cost.cfg.ep,  # expert-parallel degree (1: every GPU holds every expert)
                 "kv_blocks_per_replica": p.kv_blocks,
+                "expert_imbalance": p.cost.cfg.moe_imbalance,  # busiest EP GPU / mean (eplb.py)
                 "memory_per_device": p.memory,
                 "price_per_hour_usd": p.hw.price_per_hour_usd.value * p.replicas * p.tp * p.pp,
             }
@@ -260,8 +261,9 @@ def sim_options(
             latency_s=lk.latency_us * 1e-6 if lk.latency_us is not None else default.latency_s.value,
             layerwise_overlap=lk.layerwise_overlap,
         )
+    caching = sc.kv_cache.prefix_caching and (identity or bool(prefixes))
     return SimOptions(
-        prefix_caching=sc.kv_cache.prefix_caching and (identity or bool(prefixes)),
+        prefix_caching=caching,
         prewarm=prefixes,
         prewarm_block_tokens=prefix_block_tokens,
         kv_link=link,
@@ -275,7 +277,33 @@ def sim_options(
         prefill_policy=sc.policy.prefill_pool_policy,
         traced_ids=frozenset() if sc.output.trace == "full" else frozenset(traced(n_requests, sc)),
         trace_all=sc.output.trace == "full",
-        offload=offload_tiers(sc, model, pools[0]),
+        offload=offload_tiers(sc, model, pools[0]) if caching else [],  # (nothing to match without ids)
+        lora=lora_spec(sc, model, pools[0]),
+    )
+
+
+def lora_spec(sc: Scenario, model: ModelSpec, pool: PoolSpec) -> LoraSpec | None:
+    """A replica's multi-LoRA settings (scenario ``lora``): an adapter is the workload's rank
+    (default max_lora_rank) over every wrapped layer, in the model's 16-bit dtype; copied to the
+    GPUs over their host links together (the profile's, x tp), read from the store once per load."""
+    lo = sc.lora
+    if lo is None:
+        return None
+    from llmsim.costmodel.ops import storage_of
+    from llmsim.lora import adapter_params
+    from llmsim.models import DTYPE_BYTES
+
+    wl = sc.workload.lora
+    rank = wl.rank if wl is not None and wl.rank is not None else lo.max_lora_rank
+    host = pool.hw.host_link
+    return LoraSpec(
+        max_loras=lo.max_loras,
+        max_cpu_loras=lo.max_cpu_loras or lo.max_loras,
+        adapter_bytes=adapter_params(model, rank) * DTYPE_BYTES[storage_of(sc.model.act_dtype)],
+        host_bytes_per_s=host.bandwidth_bytes_per_s.value * pool.tp * pool.pp,
+        host_latency_s=host.latency_s.value,
+        disk_bytes_per_s=lo.load_gbps * 1e9,
+        disk_latency_s=lo.load_latency_ms * 1e-3,
     )
 
 
@@ -328,6 +356,30 @@ def offload_summary(sc: Scenario, reps: pd.DataFrame, hit_tokens: int, query_tok
     }
 
 
+def lora_summary(sc: Scenario, reps: pd.DataFrame, out: SimOutput) -> dict:
+    """Multi-LoRA: the settings, the adapters the requests used, the loads (GPU slot copies, reads
+    from the store) and the seconds steps waited for them, and the LoRA kernels' share of the steps."""
+    lo = sc.lora
+    assert lo is not None
+    used = {r.lora_id for r in out.requests if r.lora_id >= 0}
+
+    def total(col: str) -> float:
+        return float(reps[col].sum()) if col in reps else 0.0
+
+    return {
+        "max_loras": lo.max_loras,
+        "max_lora_rank": lo.max_lora_rank,
+        "max_cpu_loras": lo.max_cpu_loras or lo.max_loras,
+        "adapters_used": len(used),
+        "requests_with_adapter": int(sum(1 for r in out.requests if r.lora_id >= 0)),
+        "gpu_loads": int(total("lora_gpu_loads")),
+        "store_loads": int(total("lora_disk_loads")),
+        "load_s": total("lora_load_s"),  # steps waiting for adapters to be copied in
+        "kernel_s": total("lora_kernel_s"),  # the LoRA kernels' part of the steps
+        "busy_s": total("busy_s"),
+    }
+
+
 def mechanism_summary(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], out: SimOutput) -> dict:
     """Per-mechanism numbers: memory peaks, preemption/swap, prefix cache, KV transfer, speculation."""
     reps = out.replicas  # one row per replica (Replica.counters)
@@ -362,8 +414,10 @@ def mechanism_summary(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], out
         }
         if not query:
             res["prefix_cache"]["note"] = "no request carries prompt content (block hashes): nothing to match"
-        if sc.kv_cache.offload:
+        if sc.kv_cache.offload and query:  # (no content, no tiers: SimOptions.offload)
             res["kv_offload"] = offload_summary(sc, reps, hit, query)
+    if sc.lora is not None:
+        res["lora"] = lora_summary(sc, reps, out)
     if out.transfer is not None:
         tr = out.transfer
         ts = np.array([r.transfer_s for r in out.requests if r.transfer_s > 0])

@@ -238,6 +238,8 @@ def _synthetic(sc: Scenario, rng: np.random.Generator, arrivals: np.ndarray) -> 
     if w.system_prompts is not None:
         s = w.system_prompts
         wl = gen.with_system_prompts(rng, wl, s.count, s.tokens, s.share, s.zipf)
+    if w.lora is not None:
+        wl.lora = gen.lora_adapters(rng, wl, w.lora.adapters, w.lora.share, w.lora.zipf)
     return wl
 
 
@@ -288,9 +290,33 @@ def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
                 "cluster.expert_parallel: a disaggregated scenario sets it per pool "
                 "(cluster.prefill_pool.expert_parallel, cluster.decode_pool.expert_parallel)"
             )
-        return [_pool(sc, model, "prefill", c.prefill_pool), _pool(sc, model, "decode", c.decode_pool)]
-    main = PoolConfig(replicas=c.replicas, tp=c.tp, pp=c.pp, expert_parallel=c.expert_parallel)
-    return [_pool(sc, model, "main", main)]
+        pools = [_pool(sc, model, "prefill", c.prefill_pool), _pool(sc, model, "decode", c.decode_pool)]
+    else:
+        main = PoolConfig(replicas=c.replicas, tp=c.tp, pp=c.pp, expert_parallel=c.expert_parallel)
+        pools = [_pool(sc, model, "main", main)]
+    if (c.expert_skew or c.eplb) and all(p.cost.cfg.ep == 1 for p in pools):
+        key = "cluster.eplb" if c.eplb else "cluster.expert_skew"
+        raise UserError(
+            f"{key}: routing skew and EPLB act across expert-parallel GPUs; set expert_parallel on a pool "
+            "(with tensor-parallel experts every GPU runs a slice of every expert)"
+        )
+    return pools
+
+
+def moe_imbalance(sc: Scenario, model: ModelSpec, ep: int, key: str) -> float:
+    """The busiest expert-parallel GPU's routed tokens over the mean (eplb.py): 1 without skew or
+    expert parallelism."""
+    c = sc.cluster
+    if ep <= 1 or not (c.expert_skew or c.eplb):
+        return 1.0
+    if c.eplb and (model.num_experts + c.redundant_experts) % ep:
+        raise UserError(
+            f"{key}.redundant_experts: {model.num_experts} experts + {c.redundant_experts} copies must divide "
+            f"over the {ep} expert-parallel GPUs (vLLM requires it)"
+        )
+    from llmsim.eplb import expert_imbalance
+
+    return expert_imbalance(model.num_experts, ep, c.expert_skew, sc.seed, c.eplb, c.redundant_experts)
 
 
 def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
@@ -312,9 +338,11 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         kv_dtype=sc.kv_cache.dtype,
         act_dtype=act,
         attention_kernel=sc.model.attention_kernel,
+        lora_rank=sc.lora.max_lora_rank if sc.lora is not None else 0,
         cuda_graphs=bool(sc.cluster.cuda_graphs if engine.cuda_graphs is None else engine.cuda_graphs),
         cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, step_budget(sc, p, name)),
         numa_aware=sc.cluster.numa_aware,
+        moe_imbalance=moe_imbalance(sc, model, ep, "cluster"),
     )
     sched = SchedulerConfig(
         max_num_seqs=p.max_num_seqs or sc.policy.max_num_seqs,
@@ -330,7 +358,14 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         reserve_full_prompt=sc.policy.reserve_full_prompt,
         long_prefill_token_threshold=sc.policy.long_prefill_token_threshold,
         max_model_len=max_model_len(sc, model),
+        max_loras=sc.lora.max_loras if sc.lora is not None else 0,
     )
+    if sc.lora is not None:
+        from llmsim.lora import check_model
+
+        why = check_model(model, "lora")
+        if why:
+            raise UserError(why)
     draft = None
     spec = sc.speculative
     if spec is not None and name != "prefill":
@@ -394,9 +429,9 @@ def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
         )
     if model.num_layers % pp:
         raise UserError(f"{key}.pp: {pp} pipeline stages do not divide the {model.num_layers} layers of {model.name}")
-    if pp > 1 and model.is_moe and model.first_dense_layers:
+    if pp > 1 and model.is_moe and model.dense_layers:
         raise UserError(
-            f"{key}.pp: pipeline parallelism ({pp} stages) with the {model.dense_layers} dense first layers of "
+            f"{key}.pp: pipeline parallelism ({pp} stages) with the {model.dense_layers} dense-MLP layers of "
             f"{model.name} is not modelled: a step is priced as pp x one stage, and only the first holds the "
             "dense layers; use pp 1 (tp or expert_parallel to split it)"
         )
@@ -463,8 +498,19 @@ def kv_blocks(
     of_free = sc.kv_cache.memory_fraction_of == "free"
     usable = hw.memory_bytes * (1.0 if of_free else sc.kv_cache.memory_fraction)
     weights = model.weight_bytes_per_device(weight_dtype, tp, pp, ep)
+    if ep > 1 and sc.cluster.eplb and sc.cluster.redundant_experts:  # EPLB's extra copies, spread over the GPUs
+        weights += (
+            model.expert_weight_bytes(weight_dtype) / model.num_experts * sc.cluster.redundant_experts / (ep * pp)
+        )
     act = activation_bytes(model, step_tokens, max_seqs, tp, sc.model.act_dtype)
     reserve = sc.kv_cache.reserve_gb * 1e9
+    lora = 0.0
+    if sc.lora is not None:  # multi-LoRA: the adapters' GPU buffers, allocated before the KV cache
+        from llmsim.lora import slots_bytes
+
+        a = DTYPE_BYTES[storage_of(sc.model.act_dtype)]  # vLLM's lora_dtype "auto": the model's
+        lora = slots_bytes(model, sc.lora.max_loras, sc.lora.max_lora_rank, tp, pp, a)
+        reserve += lora
     per_token = model.kv_bytes_per_token_per_device(sc.kv_cache.dtype, tp, pp)  # MLA: the latent on every TP rank
     if draft is not None:
         weights += draft.weight_bytes(weight_dtype) / devices
@@ -479,6 +525,7 @@ def kv_blocks(
         "weights_bytes": weights,
         "activation_bytes": act,
         "reserve_bytes": reserve,
+        "lora_bytes": lora,  # (part of reserve_bytes)
         "kv_bytes": max(free, 0.0),
         "kv_bytes_per_token": per_token,
     }
@@ -493,7 +540,8 @@ def kv_blocks(
             f"{f', ep={ep}' if ep > 1 else ''}): weights need "
             f"{weights / 1e9:.1f} GB and activations {act / 1e9:.1f} GB per device, but only "
             f"{usable / 1e9:.1f} GB is usable ({usable / hw.memory_bytes:.0%} of {hw.memory_bytes / 1e9:.0f} GB)"
-            f"{' minus a ' + format(reserve / 1e9, '.1f') + ' GB reserve' if reserve else ''}; "
+            f"{' minus a ' + format(reserve / 1e9, '.1f') + ' GB reserve' if reserve else ''}"
+            f"{' (of which ' + format(lora / 1e9, '.1f') + ' GB of LoRA buffers: lora.max_loras x max_lora_rank)' if lora else ''}; "
             "raise tp/pp, quantise the weights, or pick a larger device"
         )
     memory["kv_blocks"] = blocks

@@ -81,6 +81,8 @@ def shortcuts(policy: str, pool: PoolSpec, opts: SimOptions) -> tuple[bool, bool
         # KV offload tiers: a waiting request that does not fit reads blocks back at every plan
         # and gives them up again, which moves blocks between the tiers at each step a run would skip
         and not opts.offload
+        # multi-LoRA: a step's price depends on its batch's adapters, not only on its shape
+        and opts.lora is None
     )
     # columns: besides, each decoder holds ceil(tokens / block) blocks of its own
     window, local = pool.cost.model.attention_windows()

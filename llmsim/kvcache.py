@@ -12,12 +12,19 @@ with the same hashes shares those blocks (reference counts) and skips their pref
 block nobody references stays in the cache until a new allocation needs it (LRU eviction), so
 unreferenced cached blocks count as free.
 
+A finished request's blocks enter the LRU tail-first (vLLM v1 ``KVCacheManager.free`` frees "in
+reverse order so that the tail blocks are evicted first"): a prompt's head, the part later
+prompts share, outlives its tail.
+
 Offload tiers (LMCache-style: CPU memory, local SSD, a remote store; ``OffloadTier``): a cached
 block evicted from the device is written back to the first tier, and a tier full of them passes
 its least recently used one down to the next (the last drops it). ``match_prefix`` continues a
-prompt's chain into the tiers after the device's cached blocks end: each block found there is
-read back into a fresh device block (it leaves the tier, which holds only what the device does
-not) and its copy's seconds are kept for the step that admits the request (``take_load_s``).
+prompt's chain into the tiers after the device's cached blocks end; the blocks found there
+count as cached tokens, so the admission check asks for their device blocks too, and only when
+the request is admitted (``allocate``) are they read back into fresh device blocks, as vLLM's
+connector loads only for a request it schedules. A hash lives in one place: the device or one
+tier (a block read back, or computed again, leaves its tier). The copies' seconds are kept for
+the step that admits the request (``take_load_s``).
 """
 
 from __future__ import annotations
@@ -99,7 +106,11 @@ class BlockManager:
         # step must wait for (per request, so a request not admitted after all gives them back)
         self.tiers: list[OffloadTier] = []
         self.block_bytes = 0.0  # one block's KV (all of a replica's devices), for load times
-        self._load_s: dict[int, float] = {}
+        self._load_s = 0.0
+        # request id -> (chain hash, tier) of the blocks it matched in the tiers, read back if it
+        # is admitted (allocate), forgotten if not (unmatch)
+        self._pending: dict[int, list[tuple[int, int]]] = {}
+        self._queried = -1  # the request whose prompt match_prefix last counted as queried
 
     # ---- queries -----------------------------------------------------------------------
     @property
@@ -206,49 +217,58 @@ class BlockManager:
             tier.dropped_blocks += 1
             level += 1
 
-    def _load_from_tiers(self, req: Request, chain: list[int], ids: list[int]) -> None:
-        """Continue ``req``'s matched prefix (``ids``, already referenced) into the offload tiers:
-        the next blocks found in a tier, as many as the device has free blocks for, leave their
-        tiers and are read into fresh device blocks, registered and referenced (only then do
-        the device's evictions write back, so they cannot push the blocks being read further
-        down); the copies' seconds are kept for the admitting step."""
-        found: list[tuple[int, int]] = []  # (chain hash, tier)
+    def _match_tiers(self, chain: list[int]) -> list[tuple[int, int]]:
+        """The blocks of ``chain`` (continuing a device match) held by the tiers, up to the first
+        held by none: (chain hash, tier) each."""
+        found: list[tuple[int, int]] = []
         for h in chain:
             level = -1
             for k, tier in enumerate(self.tiers):
                 if h in tier.held:
                     level = k
                     break
-            if level < 0 or len(found) >= self.free_blocks:
+            if level < 0:
                 break
             found.append((h, level))
+        return found
+
+    def _load_pending(self, req: Request) -> None:
+        """Read the tier blocks ``req`` matched into fresh device blocks, registered and
+        referenced: they leave their tiers first, so the evictions the reads cause (written back
+        to the first tier) cannot push them further down; one copy's seconds per tier read."""
+        found = self._pending.pop(req.id)
         per_tier = [0] * len(self.tiers)
         for h, level in found:
             del self.tiers[level].held[h]
             per_tier[level] += 1
+        self._hold(len(found), f"request {req.id} reads")
+        ids = req.block_ids if req.block_ids is not None else []
         for h, _ in found:
             bid = self._take()
             self._ref[bid] = 1
-            self.used += 1
             self._block_of[h] = bid
             self._hash_of[bid] = h
             ids.append(bid)
-        seconds = 0.0
+        req.block_ids = ids
+        req.blocks += len(found)
         for k, n in enumerate(per_tier):
             if n:
                 t = self.tiers[k]
                 t.hit_blocks += n
                 t.reads += 1
-                seconds += t.latency_s + n * self.block_bytes / t.bytes_per_s
-        if seconds:
-            self._load_s[req.id] = seconds
+                self._load_s += t.latency_s + n * self.block_bytes / t.bytes_per_s
+
+    def _leave_tiers(self, h: int) -> None:
+        """The device holds ``h`` now: a tier's copy of it goes (a hash lives in one place)."""
+        for t in self.tiers:
+            if h in t.held:
+                del t.held[h]
+                return
 
     def take_load_s(self) -> float:
         """Seconds of offload-tier reads the step being priced waits for (then forgotten)."""
-        if not self._load_s:
-            return 0.0
-        total = sum(self._load_s.values())
-        self._load_s.clear()
+        total = self._load_s
+        self._load_s = 0.0
         return total
 
     def allocate(self, req: Request, new_tokens: int) -> None:
@@ -258,6 +278,8 @@ class BlockManager:
     def grow(self, req: Request, ahead_tokens: int, new_slots: int) -> None:
         """Hold blocks for ``req.kv_tokens + ahead_tokens`` tokens, of which ``new_slots`` token
         slots are reserved by this call (a decode run reserves slots ahead of its tokens)."""
+        if self._pending and req.id in self._pending:  # admitted: its tier hits are read now
+            self._load_pending(req)
         if req.n_seqs == 1:  # hot path (every decode step): inline blocks_needed
             n = -(-(req.kv_tokens + ahead_tokens) // self.block_tokens) - req.blocks
             if n <= 0:
@@ -311,7 +333,8 @@ class BlockManager:
         """Release the request's blocks (call before its counters are reset)."""
         if req.block_ids is None:  # held by count only (no block ids handed out)
             self.used -= req.blocks
-        for bid in req.block_ids or ():
+        # tail first: the LRU evicts a prompt's last blocks before its shared head (vLLM v1)
+        for bid in reversed(req.block_ids or ()):
             self._ref[bid] -= 1
             if self._ref[bid] == 0:
                 del self._ref[bid]
@@ -326,6 +349,8 @@ class BlockManager:
         req.blocks = 0
         req.block_ids = None
         self._registered.pop(req.id, None)
+        if self._pending:
+            self._pending.pop(req.id, None)
 
     # ---- prefix caching ----------------------------------------------------------------
     def match_prefix(self, req: Request) -> int:
@@ -336,6 +361,7 @@ class BlockManager:
             return 0
         chain = req.prefix_chain or []
         self.query_tokens += req.prefill_target
+        self._queried = req.id  # (unmatch takes the query back, hit or not)
         limit = (req.prefill_target - 1) // self.block_tokens
         ids: list[int] = []
         for h in chain[:limit]:
@@ -348,31 +374,35 @@ class BlockManager:
                 del self._lru[bid]
                 self.used += 1
             self._ref[bid] = self._ref.get(bid, 0) + 1
-        if self.tiers and len(ids) < limit:
-            self._load_from_tiers(req, chain[len(ids) : limit], ids)
-        if not ids:
+        matched = len(ids)
+        if self.tiers and matched < limit:
+            found = self._match_tiers(chain[matched:limit])
+            if found:
+                self._pending[req.id] = found
+                matched += len(found)
+        if not matched:
             return 0
         if self.used > self.peak_used:
             self.peak_used = self.used
-        tokens = len(ids) * self.block_tokens
+        tokens = matched * self.block_tokens
         req.block_ids = ids
-        req.blocks = len(ids)
+        req.blocks = len(ids)  # the tier hits' blocks are held when they are read (allocate)
         req.kv_tokens = req.prefilled = tokens
         req.cached_tokens = max(req.cached_tokens, tokens)
         self.tokens_held += tokens
-        self._registered[req.id] = len(ids)
+        self._registered[req.id] = matched
         self.hit_tokens += tokens
         return tokens
 
     def unmatch(self, req: Request) -> None:
         """Undo ``match_prefix`` for a request that could not be admitted after all."""
-        if req.blocks:
-            self.hit_tokens -= req.kv_tokens
+        if self._queried == req.id:  # a request turned away is counted once, when it is admitted
             self.query_tokens -= req.prefill_target
+            self._queried = -1
+        if req.kv_tokens:  # (free forgets its tier hits: nothing was read)
+            self.hit_tokens -= req.kv_tokens
             self.free(req)
             req.kv_tokens = req.prefilled = 0
-        # blocks read from a tier stay in the device's cache, but this step does not wait for them
-        self._load_s.pop(req.id, None)
 
     def commit(self, req: Request) -> None:
         """Register the request's prompt blocks whose KV is now computed, for later requests."""
@@ -386,6 +416,8 @@ class BlockManager:
             if h not in self._block_of and bid not in self._hash_of:
                 self._block_of[h] = bid
                 self._hash_of[bid] = h
+                if self.tiers:
+                    self._leave_tiers(h)
         self._registered[req.id] = max(full, self._registered.get(req.id, 0))
 
     def prewarm(self, chain: list[int]) -> int:
@@ -400,5 +432,7 @@ class BlockManager:
             self._block_of[h] = bid
             self._hash_of[bid] = h
             self._lru[bid] = None
+            if self.tiers:
+                self._leave_tiers(h)
             added += 1
         return added

@@ -12,6 +12,10 @@ from pathlib import Path
 from llmsim.errors import UserError, did_you_mean, load_json_object
 
 DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
+# weight storage only (no matrix unit computes in it: GEMMs dequantise to act_dtype): OCP MXFP4, a
+# 4-bit E2M1 value per element plus one 8-bit E8M0 scale per 32 (OCP Microscaling Formats v1.0),
+# 4.25 bits: GPT-OSS's experts as released
+DTYPE_BYTES["mxfp4"] = 4.25 / 8
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,12 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # Llama 4 (Llama4TextConfig.interleave_moe_layer_step): every n-th layer is MoE, the others
+    # dense MLPs of dense_intermediate_size (HF: moe_layers = range(n - 1, num_layers, n))
+    moe_layer_step: int = 1
+    # the routed experts' own storage dtype where the checkpoint quantises them alone (GPT-OSS:
+    # mxfp4, attention and embeddings bf16); "" = weight_dtype
+    expert_weight_dtype: str = ""
 
     def __post_init__(self) -> None:
         """Refuse field combinations the cost model would price as something else (MLA's and
@@ -73,10 +83,16 @@ class ModelSpec:
                 raise UserError(f"{where}: {field}: expected a non-negative integer, got {getattr(self, field)}")
         # first_dense_layers above num_layers is allowed: a truncated copy (with_(num_layers=2), a
         # draft) keeps its dense first layers, all of them dense (moe_layers / decoder_params cap it)
-        if self.first_dense_layers and self.dense_intermediate_size <= 0:
+        if self.moe_layer_step < 1:
+            raise UserError(f"{where}: moe_layer_step: expected an integer >= 1, got {self.moe_layer_step}")
+        if self.expert_weight_dtype and self.expert_weight_dtype not in DTYPE_BYTES:
             raise UserError(
-                f"{where}: dense_intermediate_size: must be > 0 with first_dense_layers "
-                f"{self.first_dense_layers} (the dense layers' MLP width)"
+                f"{where}: expert_weight_dtype: {self.expert_weight_dtype!r} is not one of {sorted(DTYPE_BYTES)}"
+            )
+        if (self.first_dense_layers or self.moe_layer_step > 1) and self.dense_intermediate_size <= 0:
+            raise UserError(
+                f"{where}: dense_intermediate_size: must be > 0 with dense layers (first_dense_layers "
+                f"{self.first_dense_layers}, moe_layer_step {self.moe_layer_step}): the dense layers' MLP width"
             )
         mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
         if not self.is_mla:
@@ -108,7 +124,10 @@ class ModelSpec:
 
     @property
     def dense_layers(self) -> int:
-        """The dense first layers this model has (first_dense_layers, at most num_layers)."""
+        """The dense-MLP layers of an MoE model: its first_dense_layers (at most num_layers), or
+        with moe_layer_step n all but every n-th."""
+        if self.moe_layer_step > 1:
+            return self.num_layers - self.num_layers // self.moe_layer_step
         return min(self.first_dense_layers, self.num_layers)
 
     @property
@@ -167,12 +186,12 @@ class ModelSpec:
         return n
 
     def dense_layer_params(self) -> int:
-        """One of the first ``first_dense_layers`` layers (a dense MLP of dense_intermediate_size)."""
+        """One of the dense-MLP layers of an MoE model (a dense MLP of dense_intermediate_size)."""
         return self.attention_params() + self.expert_params(self.dense_intermediate_size) + 2 * self.norm_params()
 
     def decoder_params(self, active_only: bool = False) -> int:
         """Every decoder layer's parameters (active ones: the routed experts a token uses)."""
-        if not self.first_dense_layers:
+        if not self.dense_layers or not self.is_moe:
             return self.num_layers * self.layer_params(active_only)
         moe = (self.num_layers - self.dense_layers) * self.layer_params(active_only)
         return moe + self.dense_layers * self.dense_layer_params()
@@ -197,10 +216,15 @@ class ModelSpec:
         from llm-compressor / ModelOpt, AWQ, GPTQ) quantises the decoder layers; the embeddings, the
         final norm and the LM head stay 16-bit (their ``ignore: [lm_head]`` / unquantised modules)."""
         per = DTYPE_BYTES[dtype or self.weight_dtype]
+        total = self.total_params()
+        # experts with a dtype of their own (GPT-OSS's mxfp4) are counted apart
+        experts = self.moe_layers * self.num_experts * self.expert_params() if self.expert_weight_dtype else 0
         if per >= 2:
-            return self.total_params() * per
-        layers = self.decoder_params()
-        return layers * per + (self.total_params() - layers) * 2
+            rest = (total - experts) * per
+        else:
+            layers = self.decoder_params() - experts
+            rest = layers * per + (total - experts - layers) * 2
+        return rest + (self.expert_weight_bytes(dtype) if experts else 0.0)
 
     def expert_weight_bytes(self, dtype: str | None = None) -> float:
         """Bytes of the routed experts' weights in ``dtype`` (0 for a dense model): the part of
@@ -209,7 +233,8 @@ class ModelSpec:
         checkpoint stores them in ``dtype`` as ``weight_bytes`` does."""
         if not self.is_moe:
             return 0.0
-        return self.moe_layers * self.num_experts * self.expert_params() * DTYPE_BYTES[dtype or self.weight_dtype]
+        per = DTYPE_BYTES[self.expert_weight_dtype or dtype or self.weight_dtype]
+        return self.moe_layers * self.num_experts * self.expert_params() * per
 
     def weight_bytes_per_device(self, dtype: str | None, tp: int, pp: int, ep: int = 1) -> float:
         """Weights one GPU holds: everything split over its tp x pp devices, except that under expert
@@ -610,8 +635,95 @@ CATALOG: dict[str, ModelSpec] = {
             "first 3 layers dense (18432); the multi-token-prediction module (num_nextn_predict_layers 1) "
             "and the router's 256 e_score_correction_bias per layer are not counted",
         ),
+        # configs and their sources: data/models/configs.md sections 10-13
+        ModelSpec(
+            name="llama-4-scout-17b-16e-instruct",
+            hidden_size=5120,
+            intermediate_size=8192,  # each expert's, and the shared expert's
+            num_layers=48,
+            num_heads=40,
+            num_kv_heads=8,
+            head_dim=128,
+            vocab_size=202048,
+            num_experts=16,  # num_local_experts
+            experts_per_token=1,
+            shared_experts=1,  # Llama4TextMoe's shared_expert (code, not config)
+            # attention_chunk_size 8192 on the RoPE layers, global NoPE attention every 4th layer
+            # (no_rope_layers): priced as a window of 8192 on 3 of 4 layers (docs/costmodel.md)
+            sliding_window=8192,
+            global_attn_every=4,
+            max_position_embeddings=10485760,
+            source="meta-llama/Llama-4-Scout-17B-16E-Instruct text_config (configs.md section 10): 16 experts "
+            "top-1 + 1 shared on every layer (interleave_moe_layer_step 1), chunked attention 8192 with NoPE "
+            "every 4th layer; the vision encoder and qk-norm are not counted",
+        ),
+        ModelSpec(
+            name="llama-4-maverick-17b-128e-instruct",
+            hidden_size=5120,
+            intermediate_size=8192,
+            num_layers=48,
+            num_heads=40,
+            num_kv_heads=8,
+            head_dim=128,
+            vocab_size=202048,
+            num_experts=128,
+            experts_per_token=1,
+            shared_experts=1,
+            moe_layer_step=2,  # interleave_moe_layer_step: layers 1, 3, ..., 47 are MoE
+            dense_intermediate_size=16384,  # intermediate_size_mlp: the dense layers' MLP
+            sliding_window=8192,
+            global_attn_every=4,
+            max_position_embeddings=1048576,
+            source="meta-llama/Llama-4-Maverick-17B-128E-Instruct text_config (configs.md section 11): 128 "
+            "experts top-1 + 1 shared on every other layer, dense MLPs of 16384 between; chunked attention "
+            "8192 (its NoPE layout taken as Scout's: not found in a source); the vision encoder is not counted",
+        ),
+        ModelSpec(
+            name="gpt-oss-120b",
+            hidden_size=2880,
+            intermediate_size=2880,
+            num_layers=36,
+            num_heads=64,
+            num_kv_heads=8,
+            head_dim=64,
+            vocab_size=201088,
+            num_experts=128,
+            experts_per_token=4,
+            linear_bias=True,  # attention_bias: q, k, v, o biases; the experts' gate_up / down biases too
+            sliding_window=128,  # layer_types: sliding_attention and full_attention alternate
+            global_attn_every=2,
+            max_position_embeddings=131072,
+            expert_weight_dtype="mxfp4",  # the experts as released; attention, router, embeddings bf16
+            source="openai/gpt-oss-120b config.json (configs.md section 12): 128 experts top-4 on every layer, "
+            "alternating 128-token sliding and full attention, MXFP4 experts; the per-head attention sinks "
+            "(one learned logit per head and row) are not priced",
+        ),
+        ModelSpec(
+            name="gpt-oss-20b",
+            hidden_size=2880,
+            intermediate_size=2880,
+            num_layers=24,
+            num_heads=64,
+            num_kv_heads=8,
+            head_dim=64,
+            vocab_size=201088,
+            num_experts=32,
+            experts_per_token=4,
+            linear_bias=True,
+            sliding_window=128,
+            global_attn_every=2,
+            max_position_embeddings=131072,
+            expert_weight_dtype="mxfp4",
+            source="openai/gpt-oss-20b config.json (configs.md section 13): 32 experts top-4, otherwise as "
+            "gpt-oss-120b",
+        ),
     ]
 }
+# DeepSeek-R1 has DeepSeek-V3's architecture (configs.md section 9 read R1's own config.json)
+CATALOG["deepseek-r1"] = CATALOG["deepseek-v3"].with_(
+    name="deepseek-r1",
+    source="deepseek-ai/DeepSeek-R1 config.json (configs.md section 9, verbatim): DeepSeek-V3's architecture",
+)
 
 # Published totals used by tests (parameters), with their sources.
 PUBLISHED_PARAMS = {
@@ -634,10 +746,19 @@ PUBLISHED_PARAMS = {
     "mixtral-8x22b": (141e9, "Mistral AI, mistral.ai/news/mixtral-8x22b: 141B total, 39B active"),
     "qwen3-235b-a22b": (235e9, "Qwen3-235B-A22B model card: 235B in total and 22B activated"),
     "deepseek-v3": (671e9, "DeepSeek-V3 technical report (arXiv:2412.19437) abstract: 671B total, 37B activated"),
+    "deepseek-r1": (671e9, "DeepSeek-R1 model card: 671B total, 37B activated (DeepSeek-V3's architecture)"),
+    "llama-4-maverick-17b-128e-instruct": (
+        400e9,
+        "meta-llama/llama-models models/llama4/MODEL_CARD.md: Maverick 17B (Activated) 400B (Total)",
+    ),
+    "gpt-oss-120b": (116.83e9, "gpt-oss model card (arXiv:2508.10925) Table 1: 116.83B total, 5.13B active"),
+    "gpt-oss-20b": (20.91e9, "gpt-oss model card (arXiv:2508.10925) Table 1: 20.91B total, 3.61B active"),
 }
 # Published activated parameters (MoE), with their sources.
 PUBLISHED_ACTIVE_PARAMS = {
     "deepseek-v3": (37e9, "DeepSeek-V3 technical report (arXiv:2412.19437): 37B activated for each token"),
+    "llama-4-scout-17b-16e-instruct": (17e9, "llama-models MODEL_CARD.md: Scout 17B (Activated) 109B (Total)"),
+    "llama-4-maverick-17b-128e-instruct": (17e9, "llama-models MODEL_CARD.md: Maverick 17B (Activated)"),
 }
 
 

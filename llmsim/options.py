@@ -26,6 +26,19 @@ class TierSpec:
 
 
 @dataclass
+class LoraSpec:
+    """A replica's multi-LoRA settings in the simulation's units (lora.py; scenario ``lora``)."""
+
+    max_loras: int  # GPU slots: adapters one batch may use
+    max_cpu_loras: int  # adapters host memory keeps
+    adapter_bytes: float  # one adapter (all of a replica's devices), as loaded
+    host_bytes_per_s: float  # host -> device copy
+    host_latency_s: float
+    disk_bytes_per_s: float  # disk -> host read of an adapter the host cache does not hold
+    disk_latency_s: float  # per disk load (opening and parsing the checkpoint)
+
+
+@dataclass
 class SimOptions:
     """Everything beyond the basic loop; defaults reproduce plain colocated serving."""
 
@@ -48,3 +61,4 @@ class SimOptions:
     trace_all: bool = False
     prefill_policy: str = "traditional"  # disaggregated: the prefill pool's scheduler
     offload: list[TierSpec] = field(default_factory=list)  # KV offload tiers, fastest first (kv_cache.offload)
+    lora: LoraSpec | None = None  # multi-LoRA serving (scenario ``lora``; lora.py)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from llmsim.build import PoolSpec
+    from llmsim.lora import LoraCache
     from llmsim.options import SimOptions
 
 
@@ -85,7 +86,12 @@ class Replica:
             self.kv.block_bytes = opts.kv_bytes_per_token * block_tokens
         for prefix in opts.prewarm:
             self.kv.prewarm(chain_hashes(prefix, opts.prewarm_block_tokens, block_tokens, 1 << 62))
-        self.price = StepCost(pool, opts.kv_bytes_per_token, self.kv)
+        self.lora: LoraCache | None = None  # multi-LoRA: the replica's adapters
+        if opts.lora is not None:
+            from llmsim.lora import LoraCache
+
+            self.lora = LoraCache(opts.lora)
+        self.price = StepCost(pool, opts.kv_bytes_per_token, self.kv, self.lora)
         # async scheduling (engine.py): the step after the one running was planned when it started,
         # so an arrival during a step joins the plan after next; ``_late`` holds such arrivals
         self.async_scheduling = pool.cost.engine.async_scheduling  # (this pool's engine, engine.for_hardware)
@@ -111,6 +117,13 @@ class Replica:
     @property
     def waiting(self) -> deque[Request]:
         return self.sched.waiting
+
+    def lora_adapters(self) -> tuple[set[int], set[int], int]:
+        """Multi-LoRA, as vLLM's ``vllm:lora_requests_info`` reports it: the adapters of its running
+        and of its waiting requests, and ``max_loras`` (router.py's ``lora_affinity`` reads it)."""
+        running = self.sched.active_loras() or set()
+        waiting = {r.lora_id for r in self.sched.waiting if r.lora_id >= 0}
+        return running, waiting, self.sched.cfg.max_loras
 
     def runs_ahead(self) -> bool:
         """May steps complete without an event while no arrival can reach the replica? Not when

@@ -30,6 +30,7 @@ import pandas as pd
 from llmsim.errors import UserError, atomic_write_text, load_json_object, test_pause
 from llmsim.filekinds import file_kind
 from llmsim.results import (
+    lora_line,
     offload_line,
     pools_line,
     read_table,
@@ -430,6 +431,8 @@ def run_table(s: dict) -> Table:
         pairs.append(("KV offload", offload_line(s)))
     if "autoscaling" in s:
         pairs.append(("autoscaling", scaling_line(s)))
+    if "lora" in s:
+        pairs.append(("multi-LoRA", lora_line(s)))
     cost = s.get("cost") or {}
     if cost.get("usd_per_million_output_tokens") is not None:
         pairs.append(

@@ -46,6 +46,7 @@ class Request:
         "admit_seq",
         "tick0",
         "chunks",
+        "lora_id",
     )
 
     def __init__(
@@ -94,6 +95,7 @@ class Request:
         # traced requests (output.trace): (end of step, tokens) of every prefill chunk, for the
         # timeline; None for the others, which keep nothing per step
         self.chunks: list[tuple[float, int]] | None = None
+        self.lora_id = -1  # multi-LoRA: the adapter this request runs with (-1: the base model)
 
     # ---- derived counters ------------------------------------------------------------
     @property

@@ -196,7 +196,10 @@ def requests_frame(reqs: list, output_delay_s: float = 0.0) -> pd.DataFrame:
     df["tbt_max_s"] = np.where(gaps > 0, df["max_gap"], np.nan)
     df["tpot_s"] = df["tbt_mean_s"]
     df["e2e_s"] = df["finish_s"] - df["arrival_s"]
-    return df[REQUEST_COLUMNS]
+    out = df[REQUEST_COLUMNS]
+    if any(r.lora_id >= 0 for r in reqs):  # multi-LoRA: each request's adapter (-1: the base model)
+        out = out.assign(lora_id=[r.lora_id for r in reqs])
+    return out
 
 
 # each latency SLO key and the requests column it bounds (tbt_s: each request's worst gap)
@@ -301,6 +304,18 @@ def offload_line(summary: dict) -> str:
     return (
         f"prompt tokens served from the device cache {o['device_hit_rate']:.1%}, {tiers}; "
         f"{fmt(o['load_s'])} s of steps waiting for reads"
+    )
+
+
+def lora_line(summary: dict) -> str:
+    """Multi-LoRA in a line (run output, report; summary ``lora``): adapters, loads, their cost."""
+    lo = summary["lora"]
+    busy = lo["busy_s"]
+    share = f" ({lo['kernel_s'] / busy:.1%} of busy time)" if busy else ""
+    return (
+        f"{lo['adapters_used']:,} adapters over {lo['requests_with_adapter']:,} requests, max_loras "
+        f"{lo['max_loras']}; {lo['gpu_loads']:,} slot loads ({lo['store_loads']:,} from the store), "
+        f"{fmt(lo['load_s'])} s of steps waiting for them; LoRA kernels {fmt(lo['kernel_s'])} s{share}"
     )
 
 

@@ -23,6 +23,8 @@ class Routable(Protocol):
 
     def sync(self) -> None: ...
 
+    def lora_adapters(self) -> tuple[set[int], set[int], int]: ...  # (running, waiting, max_loras)
+
 
 R = TypeVar("R", bound=Routable)
 
@@ -41,7 +43,27 @@ def route(replicas: list[R], policy: str, counter: int, req: Request | None = No
             return r.outstanding_tokens - r.kv.cached_prefix_blocks(req.prefix_chain) * r.kv.block_tokens, r.index
 
         return min(replicas, key=work)
+    if policy == "lora_affinity" and req is not None:
+        return _lora_affinity(replicas, req)
     return replicas[counter % len(replicas)]
+
+
+def _lora_affinity(replicas: list[R], req: Request) -> R:
+    """The Gateway API inference extension's scorers (used by llm-d) summed with equal weights: LoRA
+    affinity (``lora.affinity_score``, from each replica's running and waiting adapters) plus queue
+    depth (plugins/scorer/queue.go: (most waiting - waiting) / (most - fewest), 1 when all are
+    equal); the highest score wins, the lowest index on ties. Without an adapter: by queue."""
+    from llmsim.lora import affinity_score  # (only this router needs it)
+
+    waits = [r.num_waiting for r in replicas]
+    lo, hi = min(waits), max(waits)
+    best, best_score = replicas[0], -1.0
+    for r, w in zip(replicas, waits, strict=True):
+        running, waiting, max_loras = r.lora_adapters()
+        score = (1.0 if hi == lo else (hi - w) / (hi - lo)) + affinity_score(running, waiting, max_loras, req.lora_id)
+        if score > best_score:
+            best, best_score = r, score
+    return best
 
 
 # cluster.router_view_s when a scenario leaves it unset: llmsim's routers see the replicas live;

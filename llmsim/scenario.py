@@ -146,7 +146,15 @@ class ClusterConfig(_Strict):
     # MoE: the replicas are data-parallel ranks of one expert-parallel group: each GPU holds
     # num_experts / (replicas x tp) experts (vLLM --data-parallel-size --enable-expert-parallel)
     expert_parallel: bool = False
-    router: Literal["round_robin", "least_outstanding", "kv_aware", "prefix_affinity", "vllm_dp"] = "round_robin"
+    # MoE under expert parallelism (eplb.py): Zipf exponent of the experts' popularity (0 = even
+    # routing), and vLLM's expert-parallel load balancer (--enable-eplb) with its
+    # EPLBConfig.num_redundant_experts extra expert copies
+    expert_skew: Annotated[float, Field(ge=0, le=10)] = 0.0
+    eplb: bool = False
+    redundant_experts: Annotated[int, Field(ge=0, le=4096)] = 0
+    router: Literal["round_robin", "least_outstanding", "kv_aware", "prefix_affinity", "vllm_dp", "lora_affinity"] = (
+        "round_robin"
+    )
     # seconds between the router's views of the replicas' load (router.StaleRouter); unset: live,
     # 0.1 s for vllm_dp (its coordinator's period)
     router_view_s: NonNegFloat | None = None
@@ -166,9 +174,9 @@ class ClusterConfig(_Strict):
 
     @model_validator(mode="after")
     def _view_of_a_router_with_one(self) -> ClusterConfig:
-        if self.router_view_s and self.router == "prefix_affinity":
+        if self.router_view_s and self.router in ("prefix_affinity", "lora_affinity"):
             raise ValueError(
-                "router_view_s: a stale view of the replicas' prefix caches is not modelled (prefix_affinity "
+                f"router_view_s: a stale view of the replicas' caches is not modelled ({self.router} "
                 "reads them live); use 0, or router least_outstanding / kv_aware / vllm_dp"
             )
         if self.router_view_s and self.router == "round_robin":
@@ -181,6 +189,8 @@ class ClusterConfig(_Strict):
                 f"replicas: the {self.replicas} replicas serving at the start must lie within autoscaling's "
                 f"min_replicas..max_replicas ({a.min_replicas}..{a.max_replicas})"
             )
+        if self.redundant_experts and not self.eplb:
+            raise ValueError("redundant_experts: extra expert copies are EPLB's; set eplb: true")
         if a is not None and self.expert_parallel:
             raise ValueError(
                 "autoscaling: an expert-parallel pool is one group of data-parallel ranks stepping together; "
@@ -229,12 +239,14 @@ class PolicyConfig(_Strict):
 class OffloadTierConfig(_Strict):
     """A KV offload tier below the device's cache (LMCache-style; kvcache.OffloadTier), per replica."""
 
+    # bounds keep block counts and copy times finite: a petabyte per replica, 1 MB/s to 1 PB/s,
+    # 10 s per read are beyond any real tier
     tier: Literal["cpu", "ssd", "remote"]
-    capacity_gb: PosFloat
+    capacity_gb: Annotated[float, Field(gt=0, le=1e6)]
     # reading blocks back, GB/s per replica; cpu: the device profile's host link x the replica's
     # devices (what swapping uses); ssd / remote have no default (give the drive's or the network's)
-    bandwidth_gbps: PosFloat | None = None
-    latency_us: NonNegFloat | None = None  # per read; cpu: the host link's; else 0
+    bandwidth_gbps: Annotated[float, Field(ge=1e-3, le=1e6)] | None = None
+    latency_us: Annotated[float, Field(ge=0, le=1e7)] | None = None  # per read; cpu: the host link's; else 0
 
 
 class KVCacheConfig(_Strict):
@@ -266,9 +278,41 @@ class KVCacheConfig(_Strict):
         for i, t in enumerate(self.offload):
             if t.tier != "cpu" and t.bandwidth_gbps is None:
                 raise ValueError(
-                    f"offload[{i}]: a {t.tier} tier needs bandwidth_gbps (its read rate, GB/s per replica)"
+                    f"offload[{i}]: the {t.tier} tier needs bandwidth_gbps (its read rate, GB/s per replica)"
                 )
         return self
+
+
+class LoraConfig(_Strict):
+    """Multi-LoRA serving, vLLM's ``--enable-lora`` and its engine arguments (defaults: vLLM's
+    LoRAConfig, vllm/config/lora.py); which requests use which adapter: ``workload.lora``."""
+
+    max_loras: Annotated[int, Field(ge=1, le=1024)] = 1  # GPU slots: distinct adapters in one batch
+    max_lora_rank: Annotated[int, Field(ge=1, le=1024)] = 16  # the buffers' and kernels' rank
+    max_cpu_loras: Annotated[int, Field(ge=1, le=1_000_000)] | None = None  # host cache; default max_loras
+    # an adapter not in host memory is read from the model store at this rate (the same store the
+    # weights come from: ai-dynamo/aiperf#449, "Model loading took 14.9889 GiB and 18.506763
+    # seconds" = 0.87 GB/s) after a fixed cost of opening and converting it (huggingface/peft#981:
+    # the first adapters took 24-27 ms each to load)
+    load_gbps: Annotated[float, Field(ge=1e-3, le=1e6)] = 0.87
+    load_latency_ms: Annotated[float, Field(ge=0, le=1e6)] = 25.0
+
+    @model_validator(mode="after")
+    def _cpu_cache(self) -> LoraConfig:
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            # vLLM refuses it too (LoRAConfig: "max_cpu_loras must be >= max_loras")
+            raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras ({self.max_loras})")
+        return self
+
+
+class WorkloadLoraConfig(_Strict):
+    """Which requests run with a LoRA adapter: ``share`` of them, each with one of ``adapters``
+    adapters (Zipf-popular with exponent ``zipf``; a conversation keeps its adapter)."""
+
+    adapters: Annotated[int, Field(ge=1, le=1_000_000)]
+    share: float = Field(1.0, ge=0, le=1)
+    zipf: Annotated[float, Field(ge=0, le=20)] = 0.0  # (past 20 the first adapter takes everything)
+    rank: Annotated[int, Field(ge=1, le=1024)] | None = None  # every adapter's; default lora.max_lora_rank
 
 
 class LengthSpec(_Strict):
@@ -382,6 +426,7 @@ class WorkloadConfig(_Strict):
     # at most this many requests in flight (sent, not yet answered); the rest wait in order of
     # arrival and are sent when a slot frees, as `vllm bench serve --max-concurrency` does
     max_concurrency: PosInt | None = None
+    lora: WorkloadLoraConfig | None = None  # requests' LoRA adapters (needs the scenario's `lora` section)
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadConfig:
@@ -390,6 +435,8 @@ class WorkloadConfig(_Strict):
                 raise ValueError("kind 'trace' needs a `trace:` section")
             if self.shared_prefix is not None:
                 raise ValueError("`shared_prefix` generates synthetic requests; a trace brings its own")
+            if self.lora is not None:
+                raise ValueError("`lora` gives synthetic requests their adapters; a trace's adapters are not read")
             for key in ("conversations", "system_prompts", "rate_profile"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"`{key}` reshapes synthetic requests; a trace brings its own (remove it)")
@@ -501,6 +548,7 @@ class Scenario(_Strict):
     workload: WorkloadConfig
     slo: SLOConfig = SLOConfig()
     speculative: SpeculativeConfig | None = None
+    lora: LoraConfig | None = None  # multi-LoRA serving (lora.py); workload.lora says who uses which adapter
     output: OutputConfig = OutputConfig()
     plan: dict | None = None  # capacity-plan search space; validated by llmsim.planning.PlanConfig
     engine: str | dict | None = None  # serving engine: a preset, a profile path, or a mapping (engine.py)
@@ -556,6 +604,8 @@ def _section_keys() -> dict[str, list[str]]:
     out["workload.system_prompts"] = list(SystemPromptConfig.model_fields)
     out["workload.conversations"] = list(ConversationConfig.model_fields)
     out["workload.shared_prefix"] = list(SharedPrefixConfig.model_fields)
+    out["lora"] = list(LoraConfig.model_fields)
+    out["workload.lora"] = list(WorkloadLoraConfig.model_fields)
     return out
 
 
@@ -578,7 +628,44 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
     sc = apply_engine(sc, origin)
     if sc.kv_cache.offload and not sc.kv_cache.prefix_caching:  # (the engine may turn the cache on)
         raise UserError(f"{origin}: kv_cache.offload: the tiers serve prefix-cache hits; set prefix_caching: true")
+    _check_lora(sc, origin)
+    if sc.kv_cache.offload and sc.policy.kind == "disaggregated":
+        raise UserError(
+            f"{origin}: kv_cache.offload: offload tiers are not modelled under policy 'disaggregated' "
+            "(use traditional or chunked)"
+        )
     return sc
+
+
+def _check_lora(sc: Scenario, origin: str) -> None:
+    """Multi-LoRA across sections: adapters need the engine's LoRA settings, fit its rank, and run
+    where it is modelled (lora.py)."""
+    lo, wl = sc.lora, sc.workload.lora
+    if wl is not None and lo is None:
+        raise UserError(
+            f"{origin}: workload.lora: adapters need LoRA serving on; add a `lora:` section (max_loras, max_lora_rank)"
+        )
+    if lo is None:
+        return
+    if wl is not None and wl.rank is not None and wl.rank > lo.max_lora_rank:
+        # vLLM refuses such an adapter when it loads it ("LoRA rank ... is greater than max_lora_rank")
+        raise UserError(
+            f"{origin}: workload.lora.rank: {wl.rank} is above lora.max_lora_rank ({lo.max_lora_rank}); "
+            "raise max_lora_rank"
+        )
+    where = (
+        "policy 'disaggregated'"
+        if sc.policy.kind == "disaggregated"
+        else "policy 'static'"
+        if sc.policy.kind == "static"
+        else f"pipeline parallelism (cluster.pp {sc.cluster.pp})"
+        if sc.cluster.pp > 1
+        else "expert parallelism"
+        if sc.cluster.expert_parallel
+        else ""
+    )
+    if where:
+        raise UserError(f"{origin}: lora: multi-LoRA under {where} is not modelled")
 
 
 def apply_engine(sc: Scenario, origin: str) -> Scenario:

@@ -180,6 +180,7 @@ def simulate(
     hashes = workload.block_hashes
     want_chain = hashes is not None and (opts.prefix_caching or router == "prefix_affinity")
     traced = opts.traced_ids
+    loras = workload.lora.tolist() if workload.lora is not None else None
     # Python numbers once, not a numpy scalar per request
     arrival_s, prompts, outputs = (
         workload.arrival_s.tolist(),
@@ -199,8 +200,12 @@ def simulate(
         r.n_seqs = opts.n_seqs
         if opts.trace_all or i in traced:
             r.chunks = []
+        if loras is not None:
+            r.lora_id = loras[i]
         if want_chain and r.block_hashes:
             r.prefix_chain = chain_hashes(r.block_hashes, id_tokens, block_tokens, r.prompt_tokens)
+            if r.lora_id >= 0:  # vLLM keys cached blocks by adapter too (the LoRA id in the extra keys)
+                r.prefix_chain = [hash((h, r.lora_id)) for h in r.prefix_chain]
         reqs.append(r)
         return r
 
@@ -271,6 +276,8 @@ def simulate(
         k = "" if klass is None else str(klass[i])
         h = None if hashes is None else hashes[i]
         reqs.append(Request(i, arrival_s[i], prompts[i], outputs[i], k, h))
+        if loras is not None:
+            reqs[-1].lora_id = loras[i]
     if feeder is not None:
         reqs.sort(key=lambda r: r.id)
     counters = pd.DataFrame([rep.counters() for rep in replicas])

@@ -2,7 +2,8 @@
 
 The cost model prices the plan's shape (``CostModel.step_time``); a replica adds the copies of
 preempted KV to or from host memory over the host link before the step, the reads of prefix
-blocks from KV offload tiers (``BlockManager.take_load_s``), and the draft model's (or MTP heads')
+blocks from KV offload tiers (``BlockManager.take_load_s``), the copies of LoRA adapters its
+batch uses that are not in a GPU slot (``lora.LoraCache``), and the draft model's (or MTP heads')
 proposals of speculative decoding. The totals are the replica's counters.
 """
 
@@ -16,12 +17,19 @@ from llmsim.schedulers.plan import BatchPlan
 if TYPE_CHECKING:
     from llmsim.build import PoolSpec
     from llmsim.kvcache import BlockManager
+    from llmsim.lora import LoraCache
 
 
 class StepCost:
     """Prices a replica's plans and keeps the totals of what was added to the model step."""
 
-    def __init__(self, pool: PoolSpec, kv_bytes_per_token: float, kv: BlockManager | None = None) -> None:
+    def __init__(
+        self,
+        pool: PoolSpec,
+        kv_bytes_per_token: float,
+        kv: BlockManager | None = None,
+        lora: LoraCache | None = None,
+    ) -> None:
         self.cost = pool.cost
         self.draft_cost = pool.draft_cost
         host = pool.hw.host_link
@@ -29,6 +37,8 @@ class StepCost:
         self._host_lat = host.latency_s.value
         self._kv_bytes_per_token = kv_bytes_per_token
         self.kv = kv  # whose offload-tier reads a step waits for
+        self.lora = lora  # the replica's adapters (multi-LoRA)
+        self.lora_kernel_s = 0.0  # of the model steps, the LoRA kernels' seconds
         self.swap_s = 0.0
         self.offload_load_s = 0.0
         self.draft_s = 0.0
@@ -36,9 +46,11 @@ class StepCost:
         self.spec_time_s = 0.0  # what draft + verify cost
 
     def price(self, plan: BatchPlan, shape: BatchShape) -> tuple[float, float, float]:
-        """(step seconds, of which swap copies and offload reads, of which drafting)."""
-        dt = self.cost.step_time(shape)
+        """(step seconds, of which host copies (swaps, offload reads, adapter loads), of which drafting)."""
         swap = self.swap_time(plan)
+        if self.lora is not None:
+            swap += self._lora(plan, shape)
+        dt = self.cost.step_time(shape)
         draft = 0.0
         if plan.spec_k and plan.decode:
             decodes = batch_shape([], [r.kv_tokens for r in plan.decode])  # the same rows, one token each
@@ -68,6 +80,28 @@ class StepCost:
         self.swap_s += swap
         return swap + load
 
+    def _lora(self, plan: BatchPlan, shape: BatchShape) -> float:
+        """Multi-LoRA: mark on ``shape`` the tokens that run with an adapter and how many adapters
+        (the LoRA kernels' terms, ``ops.lora_ops``); returns the seconds of copying in the adapters
+        not in a GPU slot."""
+        assert self.lora is not None
+        adapters: set[int] = set()
+        tokens = 0
+        for r, c in plan.prefill:
+            if r.lora_id >= 0:
+                adapters.add(r.lora_id)
+                tokens += c
+        per_decode = plan.spec_k + 1 if plan.spec_k else 1
+        for r in plan.decode:
+            if r.lora_id >= 0:
+                adapters.add(r.lora_id)
+                tokens += per_decode * r.n_seqs
+        if not adapters:
+            return 0.0
+        shape.lora_tokens, shape.lora_adapters = tokens, len(adapters)
+        self.lora_kernel_s += self.cost.lora_s(shape)
+        return self.lora.activate(adapters)
+
     def counters(self) -> dict[str, float]:
         return {
             "swap_s": self.swap_s,
@@ -75,4 +109,4 @@ class StepCost:
             "draft_s": self.draft_s,
             "spec_base_s": self.spec_base_s,
             "spec_time_s": self.spec_time_s,
-        }
+        } | (self.lora.counters() | {"lora_kernel_s": self.lora_kernel_s} if self.lora is not None else {})

@@ -282,7 +282,7 @@ def test_mla_weights_per_device_replicate_the_latent_projections_and_keep_w_uk_w
 def test_pipeline_parallelism_is_refused_with_dense_first_layers():
     from llmsim.build import check_parallelism
 
-    with pytest.raises(UserError, match=r"cluster\.pp: pipeline parallelism \(2 stages\) with the 1 dense first"):
+    with pytest.raises(UserError, match=r"cluster\.pp: pipeline parallelism \(2 stages\) with the 1 dense-MLP layers"):
         check_parallelism(DEEPSEEK.with_(num_layers=4), 1, 2, "cluster")
     check_parallelism(DEEPSEEK.with_(num_layers=4), 1, 1, "cluster")
     check_parallelism(DEEPSEEK.with_(num_layers=4, first_dense_layers=0), 1, 2, "cluster")  # all MoE: fine
@@ -325,7 +325,10 @@ def test_truncated_deepseek_keeps_non_negative_layer_counts():
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"dense_intermediate_size": 0}, "dense_intermediate_size: must be > 0 with first_dense_layers 1"),
+        (
+            {"dense_intermediate_size": 0},
+            r"dense_intermediate_size: must be > 0 with dense layers \(first_dense_layers 1",
+        ),
         ({"first_dense_layers": -1}, "first_dense_layers: expected a non-negative integer"),
         ({"v_head_dim": 0}, "v_head_dim: multi-head latent attention needs it > 0"),
         ({"qk_rope_head_dim": 0}, "qk_rope_head_dim: multi-head latent attention needs it > 0"),

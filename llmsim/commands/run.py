@@ -18,7 +18,7 @@ from llmsim.errors import (
     yaml_value,
 )
 from llmsim.metrics import latency_table
-from llmsim.results import offload_line, pools_line, requests_line, scaling_line, slo_targets
+from llmsim.results import lora_line, offload_line, pools_line, requests_line, scaling_line, slo_targets
 from llmsim.tables import fmt, table
 
 
@@ -200,6 +200,8 @@ def summary_text(s: dict) -> str:
         tail.append(f"offload  {offload_line(s)}")
     if "autoscaling" in s:  # autoscaler.py: what the replica count did and what it cost
         tail.append(f"scaling  {scaling_line(s)}")
+    if "lora" in s:  # lora.py: adapters, their loads and kernels
+        tail.append(f"lora     {lora_line(s)}")
     if "cost" in s and s["cost"]["usd_per_million_output_tokens"] is not None:
         c = s["cost"]
         tail.append(

@@ -46,6 +46,8 @@ class BatchShape:
     logits_rows: int  # rows that go through the LM head; -1 = prefill_seqs + decode_tokens
     local: BatchShape | None  # local+global models: the aggregates seen by the windowed layers
     group_tokens: int  # expert parallelism: tokens gathered over the DP ranks (0 = tokens x dp)
+    lora_tokens: int  # multi-LoRA: tokens of requests with an adapter (lora.py)
+    lora_adapters: int  # multi-LoRA: distinct adapters those tokens use
 
     # written out (init=False) so that the compiled module builds it natively: a dataclass's
     # generated __init__ stays interpreted and took ~1 µs of every simulated step
@@ -62,6 +64,8 @@ class BatchShape:
         logits_rows: int = -1,
         local: BatchShape | None = None,
         group_tokens: int = 0,
+        lora_tokens: int = 0,
+        lora_adapters: int = 0,
     ) -> None:
         self.prefill_tokens = prefill_tokens
         self.prefill_seqs = prefill_seqs
@@ -74,6 +78,8 @@ class BatchShape:
         self.logits_rows = logits_rows
         self.local = local
         self.group_tokens = group_tokens
+        self.lora_tokens = lora_tokens
+        self.lora_adapters = lora_adapters
 
     @property
     def tokens(self) -> int:
@@ -234,6 +240,7 @@ class OpConfig:
     kv_dtype: str = "bf16"
     act_dtype: str = "bf16"  # activations and the GEMM compute dtype (fp8 for W8A8)
     attention_kernel: Literal["flash", "naive"] = "flash"
+    lora_rank: int = 0  # multi-LoRA: max_lora_rank, the rank the LoRA kernels compute at (0 = off)
 
 
 # 8- and 4-bit compute (W8A8, NVFP4 W4A4): each GEMM takes fp8/int8/fp4 inputs on the tensor cores, but what flows between
@@ -339,13 +346,66 @@ def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
         ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, act, L))
     ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
     ops.append(elementwise("post_attention_layernorm", T * H, norm_flops, 1, cfg, L))
-    if model.first_dense_layers or model.shared_experts:
+    if model.dense_layers or model.shared_experts:
         ops.extend(_deepseek_mlp_ops(model, T, cfg, L, s.group_tokens))
     else:
         ops.extend(_mlp_ops(model, T, cfg, L, s.group_tokens))
     if tp > 1:
         ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, act, L))
     ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
+    if s.lora_tokens and cfg.lora_rank:
+        ops.extend(lora_ops(model, s.lora_tokens, s.lora_adapters, cfg))
+    return ops
+
+
+def lora_ops(model: ModelSpec, tokens: int, adapters: int, cfg: OpConfig) -> list[Op]:
+    """The Punica kernels of multi-LoRA (vllm/lora/ops/triton_ops/lora_shrink_op.py and
+    lora_expand_op.py) on the ``tokens`` that use one of ``adapters`` adapters, per wrapped layer
+    (``lora.lora_modules``): the shrink, x [T, in] @ A [in, r] for each slice into an fp32 buffer,
+    and the expand, [T, r] @ B [r, out] added into the base layer's output; each reads the weights
+    of every adapter in the batch once, at ``max_lora_rank`` (vLLM's buffers are padded to it).
+    Tokens without an adapter are skipped by the kernels (lora id -1)."""
+    from llmsim.lora import lora_modules  # (only a LoRA step gets here)
+
+    T, r, L = tokens, cfg.lora_rank, model.num_layers // cfg.pp
+    act = storage_dtype(cfg)
+    a = DTYPE_BYTES[act]
+    ops: list[Op] = []
+    for mod in lora_modules(model, cfg.tp):
+        S, k, n = mod.slices, mod.in_dim, mod.out_dim
+        w_a, w_b = adapters * S * r * k * a, adapters * r * n * a
+        ops.append(
+            Op(
+                "lora_shrink",
+                "gemm",
+                2.0 * T * r * k * S,
+                S * T * k * a + w_a,
+                S * T * r * 4,
+                act,
+                L,
+                T,
+                r * S,
+                k,
+                w_a,
+                act,
+            )
+        )
+        ops.append(
+            Op(
+                "lora_expand",
+                "gemm",
+                2.0 * T * r * n,
+                S * T * r * 4 + w_b + T * n * a,
+                T * n * a,
+                act,
+                L,
+                T,
+                n,
+                r,
+                w_b,
+                act,
+            )
+        )
     return ops
 
 
@@ -657,9 +717,9 @@ def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tokens: int 
     touched = experts_touched(E, k, E, T)
     return [
         gemm("moe_router", T, E, H, cfg, L),
-        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L),
+        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, model.expert_weight_dtype),
         elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
-        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L),
+        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L, model.expert_weight_dtype),
     ]
 
 
@@ -672,7 +732,7 @@ def _deepseek_mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tok
     such models (``build.check_parallelism``): the step is priced as pp x one stage, and only the
     first stage would hold the dense layers."""
     tp = cfg.tp
-    dense = min(model.first_dense_layers, L)
+    dense = min(model.dense_layers, L)  # (pp 1: build.check_parallelism refuses more with dense layers)
     moe = L - dense
     ops: list[Op] = []
     if dense:
@@ -730,9 +790,9 @@ def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, gr
     # E x 2: either is a few per cent of the hidden state)
     row = (H + E) * a
     experts = [
-        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L),
+        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, model.expert_weight_dtype),
         elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
-        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L),
+        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L, model.expert_weight_dtype),
     ]
     if dp == 1:  # EP over TP ranks alone: they share their tokens, nothing to dispatch (vLLM: dp_size 1)
         return [gemm("moe_router", T, E, H, cfg, L), *experts]
@@ -741,12 +801,17 @@ def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, gr
     return [gemm("moe_router", T, E, H, cfg, L), dispatch, *experts, combine]
 
 
-def _expert_gemm(name: str, routed: int, n: int, k: int, touched: float, cfg: OpConfig, count: int) -> Op:
+def _expert_gemm(
+    name: str, routed: int, n: int, k: int, touched: float, cfg: OpConfig, count: int, wdtype: str = ""
+) -> Op:
     """A grouped expert GEMM: FLOPs of every routed token, weight bytes of the experts touched.
     Its ``m`` is the rows each touched expert multiplies (routed / touched): the grouped kernel
     (vLLM's fused_moe, CUTLASS grouped GEMM) runs one GEMM per expert, so its tiles fill, and
     its efficiency is priced, at that many rows, not at the routed total; all the experts' tiles
-    share one launch, so its last wave is counted over ``groups`` = the experts touched."""
+    share one launch, so its last wave is counted over ``groups`` = the experts touched. ``wdtype``:
+    the experts' own storage dtype (``ModelSpec.expert_weight_dtype``; GPT-OSS's mxfp4)."""
+    if wdtype:
+        cfg = dataclasses.replace(cfg, weight_dtype=wdtype)
     op = gemm(name, routed, n, k, cfg, count)
     w = touched * n * k * DTYPE_BYTES[cfg.weight_dtype]
     rows = max(1, round(routed / touched)) if touched > 0 else routed

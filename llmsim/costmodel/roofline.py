@@ -23,6 +23,7 @@ from llmsim.costmodel.ops import (
     attention_dtype,
     attention_ops,
     head_ops,
+    lora_ops,
     mla_prefill_dtype,
     on_attention_side,
     step_ops,
@@ -85,7 +86,8 @@ class CostConfig(OpConfig):
     # eager. Empty: every decode-only step is graphed at its own size (the engine-less model)
     cuda_graph_sizes: tuple[int, ...] = ()
     numa_aware: bool = True  # CPU: each socket reads its own memory (else half the reads cross)
-    moe_imbalance: float = 1.0  # MoE: tokens of the busiest expert / mean tokens per expert (>= 1)
+    # MoE under expert parallelism: routed tokens of the busiest GPU / the mean (>= 1; eplb.py)
+    moe_imbalance: float = 1.0
 
 
 @dataclass
@@ -100,6 +102,7 @@ class CostModel:
     def __post_init__(self) -> None:
         self._body_cache: dict[tuple[int, bool, int], float] = {}
         self._head_cache: dict[tuple[int, bool], float] = {}
+        self._lora_cache: dict[tuple[int, int, bool], float] = {}
         self._peaks: dict[str, float] = {}  # dtype -> hw.peak(dtype)
         eff = self.hw.efficiency
         self._bw = self._stream_bw(eff.memory_fraction)
@@ -230,7 +233,7 @@ class CostModel:
                 compute = flops / (peak * eff) if op.m else 0.0
             expert = self.model.is_moe and op.name in _EXPERT_OPS
             if expert:
-                compute *= self.cfg.moe_imbalance  # the step waits for the busiest expert
+                compute *= self.cfg.moe_imbalance  # the step waits for the busiest expert-parallel GPU
             dequant = self._dequant_s(op)
             compute += dequant
             if expert and self._moe_bw is not None:
@@ -300,6 +303,8 @@ class CostModel:
         body_tokens, body_graphed, attn_graphed = self.graph_view(tokens, shape.prefill_tokens == 0)
         stage = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed, shape.group_tokens)
         stage += self._attention_s(shape, attn_graphed)
+        if shape.lora_tokens and self.cfg.lora_rank:
+            stage += self._lora_s(shape.lora_tokens, shape.lora_adapters, body_graphed)
         if self.cfg.pp > 1:
             stage = stage * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1)
         return self.with_host(stage, shape.prefill_seqs + shape.decode_seqs, tokens)
@@ -480,6 +485,23 @@ class CostModel:
             head = sum(self.price(op, decode_only).total_s for op in head_ops(self.model, lm_rows, self.cfg))
             self._head_cache[(lm_rows, decode_only)] = head
         return body + head
+
+    def lora_s(self, shape: BatchShape) -> float:
+        """Seconds of a step's multi-LoRA kernels (part of ``step_time``; its ``lora_shrink`` and
+        ``lora_expand`` terms in ``breakdown``)."""
+        if not shape.lora_tokens or not self.cfg.lora_rank:
+            return 0.0
+        _, graphed, _ = self.graph_view(shape.tokens, shape.prefill_tokens == 0)
+        return self._lora_s(shape.lora_tokens, shape.lora_adapters, graphed) * self.cfg.pp
+
+    def _lora_s(self, tokens: int, adapters: int, graphed: bool) -> float:
+        """Stage time of the multi-LoRA kernels (``ops.lora_ops``), cached on their two inputs."""
+        key = (tokens, adapters, graphed)
+        t = self._lora_cache.get(key)
+        if t is None:
+            t = sum(self.price(op, graphed).total_s for op in lora_ops(self.model, tokens, adapters, self.cfg))
+            self._lora_cache[key] = t
+        return t
 
     def pp_send_time(self, shape: BatchShape) -> float:
         """Activations sent from one pipeline stage to the next."""

@@ -64,6 +64,7 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 0
     # the engine's context limit (vLLM's max_model_len; 0 = none): prompt + requested output must fit
     max_model_len: int = 0
+    max_loras: int = 0  # multi-LoRA: distinct adapters the running set may use (0 = LoRA off)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a policy may be plain Python (register_policy)
@@ -239,6 +240,19 @@ class Scheduler:
             waiting.popleft()
             plan.swap_in_tokens += self.kv.swap_in(r)
             self.start_running(r)
+
+    def active_loras(self) -> set[int] | None:
+        """Multi-LoRA: the adapters of the running requests (None with LoRA off)."""
+        if not self.cfg.max_loras:
+            return None
+        return {r.lora_id for r in self.running if r.lora_id >= 0}
+
+    def lora_blocked(self, req: Request, loras: set[int]) -> bool:
+        """Would admitting ``req`` take the running set past ``max_loras`` adapters? vLLM v1 then
+        passes it over and tries the next waiting request (scheduler.py: "Check that adding the
+        request still respects the max_loras constraint", into skipped_waiting_requests)."""
+        a = req.lora_id
+        return a >= 0 and a not in loras and len(loras) >= self.cfg.max_loras
 
     def _try_admit(self, req: Request, budget: int, whole: bool) -> int:
         """Start prefilling the head of ``waiting`` with up to ``budget`` tokens (all of its prompt

@@ -13,6 +13,7 @@ TBT when the batch is large and long prompts finish faster when it is small.
 from __future__ import annotations
 
 from llmsim.costmodel.ops import batch_shape
+from llmsim.request import Request
 from llmsim.schedulers.base import Scheduler
 from llmsim.schedulers.plan import BatchPlan
 
@@ -61,13 +62,24 @@ class ChunkedScheduler(Scheduler):
                 self.kv.allocate(r, c)
                 plan.prefill.append((r, c))
                 budget -= c
-        # 2. start new prompts
+        # 2. start new prompts (multi-LoRA: one whose adapter would exceed max_loras is passed over;
+        # those passed over go back to the head of the queue, in order, as vLLM v1 puts them back)
+        loras = self.active_loras()
+        skipped: list[Request] = []
         while budget > 0 and waiting and self.num_running() < self.cfg.max_num_seqs and self.may_admit(plan):
+            if loras is not None and self.lora_blocked(waiting[0], loras):
+                skipped.append(waiting.popleft())
+                continue
             c = self._try_admit(waiting[0], budget, whole=False)
             if not c:
                 break
-            plan.prefill.append((running[-1], c))
+            r = running[-1]
+            if loras is not None and r.lora_id >= 0:
+                loras.add(r.lora_id)
+            plan.prefill.append((r, c))
             budget -= c
+        if skipped:
+            waiting.extendleft(reversed(skipped))
         if plan.empty and len(running) > 1 and any(r.in_prefill for r in running):
             # partial prompts fill the cache and none can grow (pipelined micro-batches admit
             # several at once): preempt the newest so the others can finish, or they wait forever

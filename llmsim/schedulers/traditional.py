@@ -34,15 +34,24 @@ class TraditionalScheduler(Scheduler):
         self._swap_in(plan)
         waiting = self.waiting
         tokens = 0
+        loras = self.active_loras()
+        skipped: list[Request] = []  # multi-LoRA: passed over (see ChunkedScheduler.schedule)
         while waiting and self.num_running() < self.cfg.max_num_seqs:
             r = waiting[0]
+            if loras is not None and self.lora_blocked(r, loras):
+                skipped.append(waiting.popleft())
+                continue
             # a recomputed request (prompt + generated) may exceed the budget: it then runs alone
             budget = self.cfg.max_batch_tokens - tokens if tokens else 1 << 62
             need = self._try_admit(r, budget, whole=True)
             if not need:
                 break
+            if loras is not None and r.lora_id >= 0:
+                loras.add(r.lora_id)
             plan.prefill.append((r, need))
             tokens += need
+        if skipped:
+            waiting.extendleft(reversed(skipped))
         if plan.prefill:
             return plan
         self._schedule_decodes(plan)

@@ -31,6 +31,7 @@ class Workload:
     after_idx: np.ndarray | None = None  # int64
     delay_s: np.ndarray | None = None  # float64, seconds after the last answer waited for
     session: np.ndarray | None = None  # int64, the session a request belongs to
+    lora: np.ndarray | None = None  # int64, the LoRA adapter a request runs with (-1: the base model)
 
     def __post_init__(self) -> None:
         self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64)

@@ -168,6 +168,23 @@ def with_system_prompts(
     )
 
 
+def lora_adapters(rng: np.random.Generator, w: Workload, adapters: int, share: float, zipf: float) -> np.ndarray:
+    """Each request's LoRA adapter (-1: none): ``share`` of them run with one of ``adapters``
+    adapters, Zipf-popular with exponent ``zipf`` (0 = uniform); a session's calls (conversation
+    turns, sub-calls) all use its first one's, as one user or agent talks to one fine-tuned model."""
+    n = len(w)
+    weights = 1.0 / np.arange(1, adapters + 1) ** zipf
+    pick = rng.choice(adapters, size=n, p=weights / weights.sum())
+    out = np.where(rng.random(n) < share, pick, -1).astype(np.int64)
+    if w.session is not None:
+        first = {}
+        sessions = w.session.tolist()
+        for i, sid in enumerate(sessions):
+            first.setdefault(sid, i)
+        out = out[[first[sid] for sid in sessions]]
+    return out
+
+
 class _IdSource:
     """Made-up content ids for synthetic text, one per SYNTH_HASH_TOKENS-token block, never reused."""
 

@@ -1,0 +1,94 @@
+"""Routing skew across expert-parallel GPUs and vLLM's EPLB (cluster.expert_skew, cluster.eplb,
+cluster.redundant_experts; eplb.py), by hand and end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import llmsim
+from llmsim.eplb import eplb_rank_loads, expert_imbalance, expert_loads, imbalance, linear_rank_loads
+from llmsim.errors import UserError
+from llmsim.scenario import scenario_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+LOADS = [0.4, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05, 0.1]  # one hot expert of eight
+
+
+def test_linear_placement_by_hand() -> None:
+    # vLLM's default: rank r holds experts 2r and 2r + 1
+    ranks = linear_rank_loads(LOADS, 4)
+    assert ranks == pytest.approx([0.5, 0.2, 0.15, 0.15])
+    assert imbalance(ranks) == pytest.approx(0.5 / 0.25)
+
+
+def test_eplb_packing_and_redundant_copies_by_hand() -> None:
+    # without copies EPLB can only pack: 0.4 alone, then the 0.1s and 0.05s onto the lightest
+    # ranks with a slot left: [0.4 + 0.05, 0.1 + 0.1, 0.1 + 0.1, 0.1 + 0.05]
+    assert eplb_rank_loads(LOADS, 4, 0) == pytest.approx([0.45, 0.2, 0.2, 0.15])
+    # four copies all go to the hot expert (0.4 / 2, / 3, / 4 still top the 0.1s; at 0.1 the tie
+    # goes to the lowest id): five copies of 0.08. Packed three a rank, heaviest first:
+    # [0.1 + 0.1 + 0.05, 0.1 + 0.08 + 0.08, 0.1 + 0.08 + 0.08, 0.1 + 0.08 + 0.05]
+    ranks = eplb_rank_loads(LOADS, 4, 4)
+    assert ranks == pytest.approx([0.25, 0.26, 0.26, 0.23])
+    assert imbalance(ranks) == pytest.approx(0.26 / 0.25)
+
+
+def test_skew_and_seeded_placement() -> None:
+    loads = expert_loads(256, 1.0, seed=7)
+    assert sum(loads) == pytest.approx(1.0) and max(loads) == pytest.approx(1 / sum(1 / i for i in range(1, 257)))
+    assert loads == expert_loads(256, 1.0, seed=7) and loads != expert_loads(256, 1.0, seed=8)
+    assert expert_imbalance(256, 8, 0.0, 7, eplb=False) == pytest.approx(1.0)
+    skewed = expert_imbalance(256, 8, 1.0, 7, eplb=False)
+    balanced = expert_imbalance(256, 8, 1.0, 7, eplb=True)
+    copies = expert_imbalance(256, 8, 1.0, 7, eplb=True, redundant=32)
+    assert skewed > balanced > copies >= 1.0 and copies < 1.05
+
+
+def _data(**cluster: object) -> dict:
+    return {
+        "name": "eplb",
+        "seed": 5,
+        "model": "qwen3-30b-a3b-instruct-2507",
+        "hardware": "H100-SXM",
+        "cluster": {"replicas": 4, "expert_parallel": True, "router": "vllm_dp", **cluster},
+        "policy": {"kind": "vllm"},
+        "workload": {
+            "kind": "poisson",
+            "rate_rps": 30,
+            "num_requests": 400,
+            "prompt_tokens": {"dist": "lognormal", "median": 1500, "sigma": 0.5, "min": 64, "max": 8000},
+            "output_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.5, "min": 1, "max": 400},
+        },
+    }
+
+
+def _run(**cluster: object) -> dict:
+    return llmsim.run(scenario_from_dict(_data(**cluster), "test", ROOT)).summary
+
+
+def test_skew_slows_the_moe_layers_and_eplb_wins_it_back() -> None:
+    even, skew = _run(), _run(expert_skew=1.2)
+    eplb = _run(expert_skew=1.2, eplb=True, redundant_experts=32)
+    imb = [s["pools"][0]["expert_imbalance"] for s in (even, skew, eplb)]
+    assert imb[0] == 1.0 and imb[1] > 1.3 and 1.0 < imb[2] < 1.1
+    # the GPU with the most routed tokens sets every MoE layer's pace: prefill-heavy steps slow
+    assert skew["mean_ttft_ms"] > 1.1 * even["mean_ttft_ms"]
+    assert even["mean_ttft_ms"] <= eplb["mean_ttft_ms"] < skew["mean_ttft_ms"]
+    # the 32 copies cost memory: 8 more experts of weights per GPU, fewer KV blocks
+    assert eplb["pools"][0]["kv_blocks_per_replica"] < skew["pools"][0]["kv_blocks_per_replica"]
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        ({"redundant_experts": 8}, "redundant_experts: extra expert copies are EPLB's; set eplb: true"),
+        ({"eplb": True, "redundant_experts": 6}, r"128 experts \+ 6 copies must divide over the 4"),
+        ({"expert_parallel": False, "expert_skew": 1.0}, "act across expert-parallel GPUs"),
+        ({"expert_skew": -1}, "greater than or equal to 0"),
+    ],
+)
+def test_bad_eplb_refused(cluster: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        llmsim.run(scenario_from_dict(_data(**cluster), "test", ROOT))
