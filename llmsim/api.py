@@ -308,7 +308,9 @@ def lora_spec(sc: Scenario, model: ModelSpec, pool: PoolSpec) -> LoraSpec | None
 
 
 def offload_tiers(sc: Scenario, model: ModelSpec, pool: PoolSpec) -> list[TierSpec]:
-    """The scenario's KV offload tiers, sized in blocks of the replica's KV (kv_cache.offload)."""
+    """The scenario's KV offload tiers, sized in blocks of the replica's KV (kv_cache.offload), for
+    the replicas that match prompts: the colocated pool's, or a disaggregated prefill pool's
+    (``pools[0]``; the decode replicas take prefilled requests and match nothing)."""
     block_bytes = model.kv_bytes_per_token(sc.kv_cache.dtype) * sc.kv_cache.block_tokens
     host = pool.hw.host_link
     out = []

@@ -82,6 +82,9 @@ class Link(BaseModel):
     name: str
     bandwidth_bytes_per_s: Figure
     latency_s: Figure
+    # the devices the link joins (one NVSwitch node: 8 on HGX / DGX); a group of more talks over
+    # the profile's scale_out link (comm.tp_link). None: it joins as many as a group has
+    max_devices: Figure | None = None
 
     @field_validator("bandwidth_bytes_per_s")
     @classmethod
@@ -92,6 +95,11 @@ class Link(BaseModel):
     @classmethod
     def _latency(cls, v: Figure) -> Figure | None:
         return _check(v, "seconds (3e-6 for 3 us)", at_most=1.0)
+
+    @field_validator("max_devices")
+    @classmethod
+    def _devices(cls, v: Figure | None) -> Figure | None:
+        return None if v is None else _check(v, "devices (8 for an 8-GPU NVSwitch node)", at_least=2, at_most=1e6)
 
 
 class Efficiency(BaseModel):

@@ -81,7 +81,9 @@ class Replica:
         # answers reported to whoever sends requests that wait on them (feeder.Feeder)
         self.on_answered: Callable[[Request], None] | None = None
         self.fast = FastPath(env, self.kv, self.sched, self.cost, steps, (pool.name, index), runs, self.clock, sole)
-        if opts.offload:  # KV offload tiers below the device cache (kvcache.OffloadTier)
+        # KV offload tiers below the device cache (kvcache.OffloadTier), where prompts are matched:
+        # not on a disaggregated decode replica (its requests arrive prefilled)
+        if opts.offload and not takes_prefilled:
             self.kv.tiers = [OffloadTier(t.name, t.capacity_blocks, t.bytes_per_s, t.latency_s) for t in opts.offload]
             self.kv.block_bytes = opts.kv_bytes_per_token * block_tokens
         for prefix in opts.prewarm:

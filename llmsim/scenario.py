@@ -629,11 +629,6 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
     if sc.kv_cache.offload and not sc.kv_cache.prefix_caching:  # (the engine may turn the cache on)
         raise UserError(f"{origin}: kv_cache.offload: the tiers serve prefix-cache hits; set prefix_caching: true")
     _check_lora(sc, origin)
-    if sc.kv_cache.offload and sc.policy.kind == "disaggregated":
-        raise UserError(
-            f"{origin}: kv_cache.offload: offload tiers are not modelled under policy 'disaggregated' "
-            "(use traditional or chunked)"
-        )
     return sc
 
 

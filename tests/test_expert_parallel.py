@@ -108,6 +108,24 @@ def test_comm_priced_as_ring_collectives_over_the_ep_link() -> None:
     assert bd["moe_combine"] == pytest.approx(LAYERS * per_call)
 
 
+def test_a_group_past_one_nvswitch_node_talks_over_rdma() -> None:
+    """H100 SXM: NVSwitch joins a node's 8 GPUs (scale_up.max_devices); an EP group of 16 spans two
+    nodes, so its dispatch and combine go over the per-GPU InfiniBand NIC (scale_out)."""
+    hw = load_profile("H100-SXM")
+    assert tp_link(hw, 8) is hw.scale_up and tp_link(hw, 16) is hw.scale_out
+    l40s = load_profile("L40S")
+    assert tp_link(l40s, 16) is l40s.scale_up  # no domain given: as before
+    frac = hw.efficiency.allreduce_bus_fraction.value
+    shape = batch_shape([], [100] * 64)
+    for ep, link in ((8, hw.scale_up), (16, hw.scale_out)):
+        bd = CostModel(QWEN, hw, CostConfig(ep=ep)).breakdown(shape)
+        gathered = 64 * ep * H * BF16  # every rank's 64 tokens' hidden states, combined back
+        assert bd["moe_combine"] == pytest.approx(LAYERS * all_gather_s(gathered, ep, link, frac))
+    eight = CostModel(QWEN, hw, CostConfig(ep=8)).breakdown(shape)["moe_combine"] / 8
+    sixteen = CostModel(QWEN, hw, CostConfig(ep=16)).breakdown(shape)["moe_combine"] / 16
+    assert sixteen > 3 * eight  # per rank: 50 GB/s of NIC against 450 of NVLink, latency alike
+
+
 def test_local_experts_see_every_ranks_tokens() -> None:
     T = 64
     shape = batch_shape([], [100] * T)

@@ -264,13 +264,22 @@ def test_bad_offload_refused(offload: list, prefix: bool, message: str) -> None:
         scenario_from_dict(data, "test", ROOT)
 
 
-def test_offload_refused_with_disaggregation() -> None:
-    data = _data(CPU)
+def test_offload_on_a_disaggregated_prefill_pool() -> None:
+    """Under disaggregation the prefill replicas match prompts, so they get the tiers: the offloaded
+    prefixes are read back there instead of prefilled again; the decode replicas, which take
+    prefilled requests, have none."""
+    data = _data(CPU, num_requests=200)
     data["policy"] = {"kind": "disaggregated"}
     pool = {"replicas": 1, "tp": 1}
     data["cluster"] = {"prefill_pool": pool, "decode_pool": pool}
-    with pytest.raises(UserError, match="not modelled under policy 'disaggregated'"):
-        scenario_from_dict(data, "test", ROOT)
+    data["kv_cache"]["num_blocks"] = 3000
+    with_tiers = llmsim.run(scenario_from_dict(data, "test", ROOT))
+    data["kv_cache"]["offload"] = []
+    without = llmsim.run(scenario_from_dict(data, "test", ROOT))
+    cpu = with_tiers.summary["kv_offload"]["tiers"]["cpu"]
+    assert cpu["hit_tokens"] > 0 and cpu["stored_blocks"] > 0
+    assert with_tiers.summary["prefix_cache"]["hit_rate"] > without.summary["prefix_cache"]["hit_rate"] + 0.2
+    assert with_tiers.summary["mean_ttft_ms"] < without.summary["mean_ttft_ms"]
 
 
 def test_no_prompt_content_no_tiers() -> None:

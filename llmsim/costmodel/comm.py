@@ -12,9 +12,17 @@ from llmsim.hardware import HardwareProfile, Link
 
 
 def tp_link(hw: HardwareProfile, tp: int) -> Link:
-    """The link tensor-parallel ranks talk over: scale-up if the device has one, else the host link."""
-    if tp > 1 and hw.scale_up is not None:
-        return hw.scale_up
+    """The link a group of ``tp`` devices talks over (tensor parallelism, an expert-parallel
+    group): scale-up if the device has one and the group fits in its domain (``Link.max_devices``,
+    one NVSwitch node), scale-out (RDMA) for a group spanning nodes, else the host link. A group
+    across nodes is priced as one ring over the slower link (NCCL's per-GPU NICs bound a ring that
+    leaves the node; its hierarchical variants are not modelled)."""
+    up = hw.scale_up
+    if tp > 1 and up is not None:
+        span = up.max_devices
+        if span is not None and tp > span.value and hw.scale_out is not None:
+            return hw.scale_out
+        return up
     return hw.host_link
 
 
