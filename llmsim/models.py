@@ -658,27 +658,6 @@ CATALOG: dict[str, ModelSpec] = {
             "every 4th layer; the vision encoder and qk-norm are not counted",
         ),
         ModelSpec(
-            name="llama-4-maverick-17b-128e-instruct",
-            hidden_size=5120,
-            intermediate_size=8192,
-            num_layers=48,
-            num_heads=40,
-            num_kv_heads=8,
-            head_dim=128,
-            vocab_size=202048,
-            num_experts=128,
-            experts_per_token=1,
-            shared_experts=1,
-            moe_layer_step=2,  # interleave_moe_layer_step: layers 1, 3, ..., 47 are MoE
-            dense_intermediate_size=16384,  # intermediate_size_mlp: the dense layers' MLP
-            sliding_window=8192,
-            global_attn_every=4,
-            max_position_embeddings=1048576,
-            source="meta-llama/Llama-4-Maverick-17B-128E-Instruct text_config (configs.md section 11): 128 "
-            "experts top-1 + 1 shared on every other layer, dense MLPs of 16384 between; chunked attention "
-            "8192 (its NoPE layout taken as Scout's: not found in a source); the vision encoder is not counted",
-        ),
-        ModelSpec(
             name="gpt-oss-120b",
             hidden_size=2880,
             intermediate_size=2880,
@@ -698,27 +677,26 @@ CATALOG: dict[str, ModelSpec] = {
             "alternating 128-token sliding and full attention, MXFP4 experts; the per-head attention sinks "
             "(one learned logit per head and row) are not priced",
         ),
-        ModelSpec(
-            name="gpt-oss-20b",
-            hidden_size=2880,
-            intermediate_size=2880,
-            num_layers=24,
-            num_heads=64,
-            num_kv_heads=8,
-            head_dim=64,
-            vocab_size=201088,
-            num_experts=32,
-            experts_per_token=4,
-            linear_bias=True,
-            sliding_window=128,
-            global_attn_every=2,
-            max_position_embeddings=131072,
-            expert_weight_dtype="mxfp4",
-            source="openai/gpt-oss-20b config.json (configs.md section 13): 32 experts top-4, otherwise as "
-            "gpt-oss-120b",
-        ),
     ]
 }
+# Llama 4 Maverick is Scout with 128 experts on every other layer (configs.md section 11)
+CATALOG["llama-4-maverick-17b-128e-instruct"] = CATALOG["llama-4-scout-17b-16e-instruct"].with_(
+    name="llama-4-maverick-17b-128e-instruct",
+    num_experts=128,
+    moe_layer_step=2,  # interleave_moe_layer_step: layers 1, 3, ..., 47 are MoE
+    dense_intermediate_size=16384,  # intermediate_size_mlp: the dense layers' MLP
+    max_position_embeddings=1048576,
+    source="meta-llama/Llama-4-Maverick-17B-128E-Instruct text_config (configs.md section 11): 128 "
+    "experts top-1 + 1 shared on every other layer, dense MLPs of 16384 between; chunked attention "
+    "8192 (its NoPE layout taken as Scout's: not found in a source); the vision encoder is not counted",
+)
+# gpt-oss-20b is gpt-oss-120b with 24 layers of 32 experts (configs.md section 13)
+CATALOG["gpt-oss-20b"] = CATALOG["gpt-oss-120b"].with_(
+    name="gpt-oss-20b",
+    num_layers=24,
+    num_experts=32,
+    source="openai/gpt-oss-20b config.json (configs.md section 13): 32 experts top-4, otherwise as gpt-oss-120b",
+)
 # DeepSeek-R1 has DeepSeek-V3's architecture (configs.md section 9 read R1's own config.json)
 CATALOG["deepseek-r1"] = CATALOG["deepseek-v3"].with_(
     name="deepseek-r1",

@@ -68,22 +68,25 @@ def old(first_run, tmp_path) -> Path:
     return out
 
 
-def _default_sigint() -> None:
-    # a shell without job control starts background jobs with SIGINT ignored, and Python keeps an
-    # ignored SIGINT ignored: the child must take Ctrl-C as a terminal's user sends it, however
-    # the tests were started (`make test &` in a script)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def llmsim(*argv: str, env: dict | None = None, **kw) -> subprocess.Popen:
     full_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "LLMSIM_PROGRESS": "0", **(env or {})}
+    own = kw.pop("preexec_fn", None)
+
+    def preexec() -> None:
+        # a shell without job control starts background jobs with SIGINT ignored, and Python keeps
+        # an ignored SIGINT ignored: the child takes Ctrl-C as a terminal's user sends it, however
+        # the tests were started (`make test &` in a script)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if own is not None:
+            own()
+
     return subprocess.Popen(
         [sys.executable, "-m", "llmsim.cli", *argv],
         cwd=ROOT,
         env=full_env,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_default_sigint,
+        preexec_fn=preexec,
         **kw,
     )
 
