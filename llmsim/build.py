@@ -39,6 +39,11 @@ def build_workload(sc: Scenario) -> Workload:
         t = w.trace
         wl = load_trace(sc.path(t.path), t.format, t.hash_block_tokens or sc.kv_cache.block_tokens)
         wl = slice_and_scale(wl, t.start_s, t.duration_s, t.max_requests, t.speedup)
+        if wl.lora is not None and (wl.lora >= 0).any() and sc.lora is None:
+            raise UserError(
+                f"{sc.path(t.path)}: column 'lora' names LoRA adapters; serving them needs a `lora:` section "
+                "(max_loras, max_lora_rank)"
+            )
     else:
         _check_sizes(sc, origin)
         arrivals = _arrivals(sc, rng, origin)

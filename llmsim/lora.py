@@ -20,7 +20,7 @@ the forward pass), reading it from disk first when the host cache does not hold 
 
 Not modelled: LoRA on MoE experts, MLA projections, embeddings and the LM head (refused or left
 out: ``check_model``), vLLM's opt-in asynchronous adapter loading, and adapters of several ranks in
-one run (every adapter has ``workload.lora.rank``).
+one run (every adapter has ``workload.lora.rank``, a trace's ``max_lora_rank``).
 """
 
 from __future__ import annotations

@@ -259,6 +259,27 @@ def test_bad_lora_refused(over: dict, message: str) -> None:
         scenario_from_dict(data, "test", ROOT)
 
 
+def test_a_generic_trace_names_each_requests_adapter(tmp_path: Path) -> None:
+    rows = ["arrival_s,prompt_tokens,output_tokens,lora"]
+    rows += [f"{i * 0.1},{200 + i},{20},{['sql', '', 'chat', 'sql'][i % 4]}" for i in range(40)]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    data = {
+        "name": "trace-lora",
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "policy": {"kind": "vllm"},
+        "lora": {"max_loras": 1},
+        "workload": {"kind": "trace", "trace": {"path": "t.csv", "format": "generic"}},
+    }
+    res = llmsim.run(scenario_from_dict(data, "test", tmp_path))
+    # adapters numbered by first appearance: sql 0, chat 1; an empty cell runs the base model
+    assert res.requests["lora_id"].tolist()[:4] == [0, -1, 1, 0]
+    assert res.summary["lora"]["adapters_used"] == 2 and res.summary["lora"]["requests_with_adapter"] == 30
+    del data["lora"]
+    with pytest.raises(UserError, match="column 'lora' names LoRA adapters"):
+        llmsim.run(scenario_from_dict(data, "test", tmp_path))
+
+
 def test_moe_models_refused() -> None:
     data = _data()
     data["model"] = "qwen3-30b-a3b-instruct-2507"

@@ -180,4 +180,5 @@ def slice_and_scale(
         hash_block_tokens=w.hash_block_tokens,
         source=w.source,
         meta=dict(w.meta, start_s=start_s, duration_s=duration_s, speedup=speedup),
+        lora=None if w.lora is None else w.lora[idx],
     )

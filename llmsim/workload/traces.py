@@ -192,7 +192,9 @@ def _read_jsonl(path: Path, required: tuple[str, ...]) -> tuple[pd.DataFrame, np
 
 def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS) -> Workload:
     """Generic CSV or JSONL with ``arrival_s, prompt_tokens, output_tokens`` and optional ``class``,
-    ``prompt_id``, ``prefix_group`` and ``prefix_tokens`` (prompt identity, see ``_identity``)."""
+    ``prompt_id``, ``prefix_group`` and ``prefix_tokens`` (prompt identity, see ``_identity``) and
+    ``lora`` (the LoRA adapter a request names, as vLLM's OpenAI server takes it in ``model``; an
+    empty cell: the base model; adapters numbered in order of first appearance)."""
     columns = ("arrival_s", "prompt_tokens", "output_tokens")
     lines: np.ndarray | None = None  # CSV rows count from the header; JSONL rows are their lines
     if path.suffix == ".jsonl":
@@ -211,6 +213,10 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
     klass = df["class"].astype(str).to_numpy(dtype=object) if "class" in df.columns else None
     prompt = _ints(df, "prompt_tokens", path, lines)
     hashes = _identity(df, prompt, path, hash_block_tokens, lines)
+    lora = None
+    if "lora" in df.columns:
+        ids: dict[str, int] = {}
+        lora = np.array([-1 if a is None else ids.setdefault(a, len(ids)) for a in _labels(df, "lora")], dtype=np.int64)
     return Workload(
         t,
         prompt,
@@ -219,6 +225,7 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
         block_hashes=hashes,
         hash_block_tokens=hash_block_tokens if hashes is not None else 0,
         source=str(path),
+        lora=lora,
     )
 
 
