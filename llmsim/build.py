@@ -41,7 +41,7 @@ def build_workload(sc: Scenario) -> Workload:
         wl = slice_and_scale(wl, t.start_s, t.duration_s, t.max_requests, t.speedup)
         if wl.lora is not None and (wl.lora >= 0).any() and sc.lora is None:
             raise UserError(
-                f"{sc.path(t.path)}: column 'lora' names LoRA adapters; serving them needs a `lora:` section "
+                f"{sc.path(t.path)}: column (or field) 'lora' names LoRA adapters; serving them needs a `lora:` section "
                 "(max_loras, max_lora_rank)"
             )
     else:
@@ -437,8 +437,8 @@ def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
     if pp > 1 and model.is_moe and model.dense_layers:
         raise UserError(
             f"{key}.pp: pipeline parallelism ({pp} stages) with the {model.dense_layers} dense-MLP layers of "
-            f"{model.name} is not modelled: a step is priced as pp x one stage, and only the first holds the "
-            "dense layers; use pp 1 (tp or expert_parallel to split it)"
+            f"{model.name} is not modelled: a step is priced as pp x one stage, and the stages would hold "
+            "different shares of the dense layers; use pp 1 (tp or expert_parallel to split it)"
         )
 
 

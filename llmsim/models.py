@@ -227,10 +227,11 @@ class ModelSpec:
         return rest + (self.expert_weight_bytes(dtype) if experts else 0.0)
 
     def expert_weight_bytes(self, dtype: str | None = None) -> float:
-        """Bytes of the routed experts' weights in ``dtype`` (0 for a dense model): the part of
-        ``weight_bytes`` expert parallelism splits over GPUs. The router stays whole on every GPU,
-        so it is not counted here; the experts are decoder-layer weights, so a quantised
-        checkpoint stores them in ``dtype`` as ``weight_bytes`` does."""
+        """Bytes of the routed experts' weights (0 for a dense model): the part of ``weight_bytes``
+        expert parallelism splits over GPUs. The router stays whole on every GPU, so it is not
+        counted here. The experts are decoder-layer weights, stored in ``dtype`` as ``weight_bytes``
+        has them, unless the model gives them their own ``expert_weight_dtype`` (GPT-OSS's mxfp4),
+        which a scenario's ``model.weight_dtype`` does not change."""
         if not self.is_moe:
             return 0.0
         per = DTYPE_BYTES[self.expert_weight_dtype or dtype or self.weight_dtype]

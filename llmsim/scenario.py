@@ -436,7 +436,9 @@ class WorkloadConfig(_Strict):
             if self.shared_prefix is not None:
                 raise ValueError("`shared_prefix` generates synthetic requests; a trace brings its own")
             if self.lora is not None:
-                raise ValueError("`lora` gives synthetic requests their adapters; a trace's adapters are not read")
+                raise ValueError(
+                    "`lora` gives synthetic requests their adapters; a generic trace names its own in a `lora` column"
+                )
             for key in ("conversations", "system_prompts", "rate_profile"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"`{key}` reshapes synthetic requests; a trace brings its own (remove it)")

@@ -126,6 +126,21 @@ def test_a_group_past_one_nvswitch_node_talks_over_rdma() -> None:
     assert sixteen > 3 * eight  # per rank: 50 GB/s of NIC against 450 of NVLink, latency alike
 
 
+def test_pipeline_stages_past_one_node_send_over_rdma() -> None:
+    """tp 8 x pp 2 on H100 SXM is two nodes: the stage-to-stage send leaves the node."""
+    from llmsim.costmodel.comm import send_s
+    from llmsim.costmodel.ops import DTYPE_BYTES
+
+    hw = load_profile("H100-SXM")
+    llama = CATALOG["llama-2-70b"]
+    shape = batch_shape([], [100] * 64)
+    nbytes = 64 * llama.hidden_size * DTYPE_BYTES["bf16"]
+    one_node = CostModel(llama, hw, CostConfig(tp=4, pp=2)).pp_send_time(shape)
+    two_nodes = CostModel(llama, hw, CostConfig(tp=8, pp=2)).pp_send_time(shape)
+    assert one_node == pytest.approx(send_s(nbytes, hw.scale_up))
+    assert two_nodes == pytest.approx(send_s(nbytes, hw.scale_out)) and two_nodes > one_node
+
+
 def test_local_experts_see_every_ranks_tokens() -> None:
     T = 64
     shape = batch_shape([], [100] * T)

@@ -276,7 +276,7 @@ def test_a_generic_trace_names_each_requests_adapter(tmp_path: Path) -> None:
     assert res.requests["lora_id"].tolist()[:4] == [0, -1, 1, 0]
     assert res.summary["lora"]["adapters_used"] == 2 and res.summary["lora"]["requests_with_adapter"] == 30
     del data["lora"]
-    with pytest.raises(UserError, match="column 'lora' names LoRA adapters"):
+    with pytest.raises(UserError, match="'lora' names LoRA adapters"):
         llmsim.run(scenario_from_dict(data, "test", tmp_path))
 
 

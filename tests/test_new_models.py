@@ -71,6 +71,14 @@ def test_expert_gemms_read_mxfp4_weights() -> None:
     assert ops["attn_pre_proj"].weight_dtype == "bf16"
 
 
+def test_roofline_refuses_a_storage_only_dtype(capsys) -> None:
+    from llmsim.cli import main
+
+    argv = ["roofline", "--model", "gpt-oss-120b", "--hardware", "H100-SXM", "--decode-batch", "8"]
+    assert main([*argv, "--kv-dtype", "mxfp4"]) == 2
+    assert "--kv-dtype 'mxfp4': expected one of" in capsys.readouterr().err
+
+
 def test_deepseek_r1_is_v3s_architecture() -> None:
     r1, v3 = CATALOG["deepseek-r1"], CATALOG["deepseek-v3"]
     assert r1.with_(name="x", source="") == v3.with_(name="x", source="")

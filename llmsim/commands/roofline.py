@@ -66,7 +66,6 @@ def check_step(args: argparse.Namespace, model: ModelSpec, hw: HardwareProfile) 
     (``build.check_parallelism``), the dtypes exist and the device computes in ``--act-dtype``,
     no sequence is longer than the model's context, and one device holds its share of the weights."""
     from llmsim.build import check_parallelism
-    from llmsim.models import DTYPE_BYTES
 
     if args.tp < 1:
         raise UserError(f"--tp {args.tp}: must be >= 1 (the devices the step's tensors are split over)")
@@ -82,10 +81,20 @@ def check_step(args: argparse.Namespace, model: ModelSpec, hw: HardwareProfile) 
         check_parallelism(model, args.tp, 1, "cluster")
     except UserError as exc:  # the same rule, worded for the flag: "cluster.tp: tensor ..." -> "--tp 3: tensor ..."
         raise UserError(f"--tp {args.tp}: {str(exc).split(': ', 1)[1]}") from None
+    from typing import get_args
+
+    from llmsim.scenario import Dtype, KVCacheConfig, ModelConfig
+
+    # the values a scenario takes for each (DTYPE_BYTES also names storage-only formats: mxfp4)
+    allowed = {
+        "weight_dtype": get_args(Dtype),
+        "kv_dtype": get_args(KVCacheConfig.model_fields["dtype"].annotation),
+        "act_dtype": get_args(ModelConfig.model_fields["act_dtype"].annotation),
+    }
     for flag in ("weight_dtype", "kv_dtype", "act_dtype"):
         value = getattr(args, flag) or model.weight_dtype
-        if value not in DTYPE_BYTES:
-            raise UserError(f"--{flag.replace('_', '-')} {value!r}: expected one of {sorted(DTYPE_BYTES)}")
+        if value not in allowed[flag]:
+            raise UserError(f"--{flag.replace('_', '-')} {value!r}: expected one of {sorted(allowed[flag])}")
     if not hw.computes_in(args.act_dtype):
         raise UserError(
             f"--act-dtype {args.act_dtype}: {hw.name} has no {args.act_dtype} matmul units (peaks for "

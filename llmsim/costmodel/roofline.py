@@ -152,6 +152,8 @@ class CostModel:
         self._host_tok = e.schedule.per_token_s + e.prepare.per_token_s + e.output.per_token_s
         self._link = tp_link(self.hw, self.cfg.tp)
         self._ep_link = tp_link(self.hw, self.cfg.ep)  # the MoE dispatch / combine's (expert parallelism)
+        # a pipeline stage's activations to the next: over NVLink while all tp x pp GPUs share a node
+        self._pp_link = tp_link(self.hw, self.cfg.tp * self.cfg.pp)
         self._bus_fraction = self.hw.efficiency.allreduce_bus_fraction.value
         self._mxu = self.hw.tpu.mxu_dim if self.hw.tpu else 0
         # attention kernels are priced from the step's aggregates directly (see _attention_s)
@@ -508,7 +510,7 @@ class CostModel:
         if self.cfg.pp <= 1:
             return 0.0
         nbytes = shape.tokens * self.model.hidden_size * DTYPE_BYTES[storage_dtype(self.cfg)]
-        return send_s(nbytes, self._link)
+        return send_s(nbytes, self._pp_link)
 
     def breakdown(self, shape: BatchShape) -> dict[str, float]:
         """Seconds per named term of a step: each op name, kernel launches, step overhead."""
