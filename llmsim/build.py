@@ -348,6 +348,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, step_budget(sc, p, name)),
         numa_aware=sc.cluster.numa_aware,
         moe_imbalance=moe_imbalance(sc, model, ep, "cluster"),
+        redundant_experts=sc.cluster.redundant_experts if ep > 1 and sc.cluster.eplb else 0,
     )
     sched = SchedulerConfig(
         max_num_seqs=p.max_num_seqs or sc.policy.max_num_seqs,

@@ -70,14 +70,35 @@ def _run(**cluster: object) -> dict:
 
 def test_skew_slows_the_moe_layers_and_eplb_wins_it_back() -> None:
     even, skew = _run(), _run(expert_skew=1.2)
-    eplb = _run(expert_skew=1.2, eplb=True, redundant_experts=32)
-    imb = [s["pools"][0]["expert_imbalance"] for s in (even, skew, eplb)]
-    assert imb[0] == 1.0 and imb[1] > 1.3 and 1.0 < imb[2] < 1.1
+    packed = _run(expert_skew=1.2, eplb=True)
+    copies = _run(expert_skew=1.2, eplb=True, redundant_experts=32)
+    imb = [s["pools"][0]["expert_imbalance"] for s in (even, skew, packed, copies)]
+    assert imb[0] == 1.0 and imb[1] > 1.3 and 1.0 < imb[3] < imb[2] < imb[1] and imb[3] < 1.1
     # the GPU with the most routed tokens sets every MoE layer's pace: prefill-heavy steps slow
     assert skew["mean_ttft_ms"] > 1.1 * even["mean_ttft_ms"]
-    assert even["mean_ttft_ms"] <= eplb["mean_ttft_ms"] < skew["mean_ttft_ms"]
-    # the 32 copies cost memory: 8 more experts of weights per GPU, fewer KV blocks
-    assert eplb["pools"][0]["kv_blocks_per_replica"] < skew["pools"][0]["kv_blocks_per_replica"]
+    # EPLB's packing alone wins part of it back
+    assert even["mean_ttft_ms"] < packed["mean_ttft_ms"] < skew["mean_ttft_ms"]
+    # the 32 copies even the compute out but cost memory (8 more experts of weights per GPU,
+    # fewer KV blocks) and weight reads: every copy a decode step touches is read
+    assert copies["pools"][0]["kv_blocks_per_replica"] < skew["pools"][0]["kv_blocks_per_replica"]
+    assert copies["mean_tpot_ms"] > packed["mean_tpot_ms"]
+
+
+def test_redundant_copies_are_read_at_decode() -> None:
+    """With 32 copies over 4 GPUs each holds 40 physical experts, not 32: a decode step touches
+    (and reads the weights of) more of them."""
+    from llmsim.costmodel.ops import batch_shape, experts_touched, step_ops
+    from llmsim.costmodel.roofline import CostConfig
+    from llmsim.models import CATALOG
+
+    qwen = CATALOG["qwen3-30b-a3b-instruct-2507"]
+    shape = batch_shape([], [500] * 16)
+    plain = {o.name: o for o in step_ops(qwen, shape, CostConfig(ep=4))}["mlp_up_proj"]
+    copies = {o.name: o for o in step_ops(qwen, shape, CostConfig(ep=4, redundant_experts=32))}["mlp_up_proj"]
+    gathered = 16 * 4  # every rank's 16 decodes
+    ratio = experts_touched(160, 8, 40, gathered) / experts_touched(128, 8, 32, gathered)
+    assert copies.weight_bytes / plain.weight_bytes == pytest.approx(ratio) and ratio > 1
+    assert copies.flops == plain.flops  # the same rows, spread over more experts
 
 
 @pytest.mark.parametrize(

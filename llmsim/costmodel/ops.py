@@ -241,6 +241,7 @@ class OpConfig:
     act_dtype: str = "bf16"  # activations and the GEMM compute dtype (fp8 for W8A8)
     attention_kernel: Literal["flash", "naive"] = "flash"
     lora_rank: int = 0  # multi-LoRA: max_lora_rank, the rank the LoRA kernels compute at (0 = off)
+    redundant_experts: int = 0  # expert parallelism with EPLB: extra expert copies over the ep GPUs
 
 
 # 8- and 4-bit compute (W8A8, NVFP4 W4A4): each GEMM takes fp8/int8/fp4 inputs on the tensor cores, but what flows between
@@ -777,9 +778,12 @@ def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, gr
     H, E, k = model.hidden_size, model.num_experts, model.experts_per_token
     dp = cfg.ep // cfg.tp  # the ranks tokens are gathered over (vLLM: the DP group)
     gathered = group_tokens or T * dp
-    local = E // cfg.ep
+    # EPLB's redundant copies (cfg.redundant_experts): (E + R) / ep physical experts a GPU, a
+    # token's pick landing on one of its expert's copies, so the copies are touched (and read) too
+    physical = E + cfg.redundant_experts
+    local = physical // cfg.ep
     routed = -(-gathered * k // cfg.ep)  # rows routed to the local experts (T·k at tp 1), rounded up
-    touched = experts_touched(E, k, local, gathered)
+    touched = experts_touched(physical, k, local, gathered)
     inter = model.intermediate_size  # whole: the experts are not TP-split
     up_n = 2 * inter if model.gated_mlp else inter
     act_flops, act_reads = _mlp_activation(model)
