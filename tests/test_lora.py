@@ -4,6 +4,7 @@ slot and host caches, and the effects of max_loras and LoRA-affinity routing, by
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -278,6 +279,26 @@ def test_a_generic_trace_names_each_requests_adapter(tmp_path: Path) -> None:
     del data["lora"]
     with pytest.raises(UserError, match="'lora' names LoRA adapters"):
         llmsim.run(scenario_from_dict(data, "test", tmp_path))
+
+
+def test_trace_adapter_names_are_text(tmp_path: Path) -> None:
+    from llmsim.workload.traces import load_generic
+
+    (tmp_path / "t.csv").write_text(
+        "arrival_s,prompt_tokens,output_tokens,lora\n0,9,1,NA\n1,9,1,007\n2,9,1,7\n3,9,1,\n"
+    )
+    # "NA" is an adapter's name here, "007" and "7" are two adapters, an empty cell the base model
+    assert load_generic(tmp_path / "t.csv").lora.tolist() == [0, 1, 2, -1]
+    rows = [
+        {"arrival_s": 0, "prompt_tokens": 9, "output_tokens": 1, "lora": 3},
+        {"arrival_s": 1, "prompt_tokens": 9, "output_tokens": 1},
+    ]
+    (tmp_path / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert load_generic(tmp_path / "t.jsonl").lora.tolist() == [0, -1]
+    rows[1]["lora"] = ["a"]
+    (tmp_path / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(UserError, match=r"line 2: lora must be an adapter's name, got \['a'\]"):
+        load_generic(tmp_path / "t.jsonl")
 
 
 def test_moe_models_refused() -> None:

@@ -213,10 +213,7 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
     klass = df["class"].astype(str).to_numpy(dtype=object) if "class" in df.columns else None
     prompt = _ints(df, "prompt_tokens", path, lines)
     hashes = _identity(df, prompt, path, hash_block_tokens, lines)
-    lora = None
-    if "lora" in df.columns:
-        ids: dict[str, int] = {}
-        lora = np.array([-1 if a is None else ids.setdefault(a, len(ids)) for a in _labels(df, "lora")], dtype=np.int64)
+    lora = _adapters(df, path, lines) if "lora" in df.columns else None
     return Workload(
         t,
         prompt,
@@ -227,6 +224,29 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
         source=str(path),
         lora=lora,
     )
+
+
+def _adapters(df: pd.DataFrame, path: Path, lines: np.ndarray | None) -> np.ndarray:
+    """The ``lora`` column as adapter numbers (-1: the base model), in order of first appearance.
+    Names are text as written: a CSV is read again for this column without pandas' NA strings
+    (an adapter may be called "NA") or numbers ("007" is not "7"); a JSONL value must be a name."""
+    if lines is None:  # CSV
+        names = pd.read_csv(path, usecols=["lora"], dtype=str, keep_default_na=False)["lora"].tolist()
+    else:
+        names = df["lora"].tolist()
+    ids: dict[str, int] = {}
+    out = np.empty(len(names), dtype=np.int64)
+    for i, v in enumerate(names):
+        if v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip()):
+            out[i] = -1
+            continue
+        v = _plain(v)
+        if isinstance(v, float) and v.is_integer():  # (a JSONL column with gaps turns ints to floats)
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, str | int):
+            raise UserError(f"{_where(path, i, lines)}: lora must be an adapter's name, got {v!r}")
+        out[i] = ids.setdefault(str(v).strip(), len(ids))
+    return out
 
 
 def _labels(df: pd.DataFrame, col: str) -> list[str | None]:
