@@ -363,7 +363,7 @@ def lora_summary(sc: Scenario, reps: pd.DataFrame, out: SimOutput) -> dict:
     from the store) and the seconds steps waited for them, and the LoRA kernels' share of the steps."""
     lo = sc.lora
     assert lo is not None
-    used = {r.lora_id for r in out.requests if r.lora_id >= 0}
+    used = [r.lora_id for r in out.requests if r.lora_id >= 0]
 
     def total(col: str) -> float:
         return float(reps[col].sum()) if col in reps else 0.0
@@ -372,8 +372,8 @@ def lora_summary(sc: Scenario, reps: pd.DataFrame, out: SimOutput) -> dict:
         "max_loras": lo.max_loras,
         "max_lora_rank": lo.max_lora_rank,
         "max_cpu_loras": lo.max_cpu_loras or lo.max_loras,
-        "adapters_used": len(used),
-        "requests_with_adapter": int(sum(1 for r in out.requests if r.lora_id >= 0)),
+        "adapters_used": len(set(used)),
+        "requests_with_adapter": len(used),
         "gpu_loads": int(total("lora_gpu_loads")),
         "store_loads": int(total("lora_disk_loads")),
         "load_s": total("lora_load_s"),  # steps waiting for adapters to be copied in

@@ -380,7 +380,18 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
             draft = get_model(spec.draft_model or "").with_(weight_dtype=weight_dtype)
     step_tokens = step_budget(sc, p, name)
     blocks, memory = kv_blocks(
-        sc, model, hw, p.tp, p.pp, weight_dtype, step_tokens, sched.max_num_seqs, key, draft=draft, ep=ep
+        sc,
+        model,
+        hw,
+        p.tp,
+        p.pp,
+        weight_dtype,
+        step_tokens,
+        sched.max_num_seqs,
+        key,
+        draft=draft,
+        ep=ep,
+        redundant_experts=cfg.redundant_experts,
     )
     draft_cost = None
     if draft is not None:
@@ -493,6 +504,7 @@ def kv_blocks(
     key: str,
     draft: ModelSpec | None = None,
     ep: int = 1,
+    redundant_experts: int = 0,
 ) -> tuple[int, dict]:
     """KV capacity in blocks = (usable memory − weights − activations − reserve) / block bytes,
     usable memory being ``memory_fraction`` of the device (vLLM, SGLang); or, with
@@ -504,10 +516,8 @@ def kv_blocks(
     of_free = sc.kv_cache.memory_fraction_of == "free"
     usable = hw.memory_bytes * (1.0 if of_free else sc.kv_cache.memory_fraction)
     weights = model.weight_bytes_per_device(weight_dtype, tp, pp, ep)
-    if ep > 1 and sc.cluster.eplb and sc.cluster.redundant_experts:  # EPLB's extra copies, spread over the GPUs
-        weights += (
-            model.expert_weight_bytes(weight_dtype) / model.num_experts * sc.cluster.redundant_experts / (ep * pp)
-        )
+    if redundant_experts:  # EPLB's extra copies, spread over the GPUs
+        weights += model.expert_weight_bytes(weight_dtype) / model.num_experts * redundant_experts / (ep * pp)
     act = activation_bytes(model, step_tokens, max_seqs, tp, sc.model.act_dtype)
     reserve = sc.kv_cache.reserve_gb * 1e9
     lora = 0.0

@@ -35,12 +35,15 @@ from llmsim.errors import InvariantError
 from llmsim.request import Request, blocks_for
 
 
-def chain_hashes(hash_ids: list[int], hash_block_tokens: int, block_tokens: int, prompt_tokens: int) -> list[int]:
+def chain_hashes(
+    hash_ids: list[int], hash_block_tokens: int, block_tokens: int, prompt_tokens: int, seed: int = 0
+) -> list[int]:
     """Chained hashes of a prompt's full KV blocks, from content ids of ``hash_block_tokens``-token
     blocks (Mooncake: 512). A KV block's key is the ids it overlaps plus its offset in the first,
-    so 512-token ids map onto 16-token KV blocks and the other way round."""
+    so 512-token ids map onto 16-token KV blocks and the other way round. ``seed`` starts the chain
+    (0: the base model; a LoRA adapter's own, as vLLM puts the LoRA id in every block's key)."""
     out: list[int] = []
-    parent = 0
+    parent = seed
     covered = len(hash_ids) * hash_block_tokens
     for i in range(min(prompt_tokens, covered) // block_tokens):
         start = i * block_tokens
@@ -204,11 +207,8 @@ class BlockManager:
 
     def _write_back(self, h: int, level: int) -> None:
         """Block ``h`` goes to tier ``level``; a full tier passes its oldest block further down."""
-        while level < len(self.tiers):
+        while level < len(self.tiers):  # (h is in no tier: a hash lives in one place)
             tier = self.tiers[level]
-            if h in tier.held:
-                tier.held.move_to_end(h)
-                return
             tier.held[h] = None
             tier.stored_blocks += 1
             if len(tier.held) <= tier.capacity_blocks:
@@ -217,16 +217,19 @@ class BlockManager:
             tier.dropped_blocks += 1
             level += 1
 
+    def _tier_of(self, h: int) -> int:
+        """The tier holding block ``h`` (-1: none)."""
+        for k, tier in enumerate(self.tiers):
+            if h in tier.held:
+                return k
+        return -1
+
     def _match_tiers(self, chain: list[int]) -> list[tuple[int, int]]:
         """The blocks of ``chain`` (continuing a device match) held by the tiers, up to the first
         held by none: (chain hash, tier) each."""
         found: list[tuple[int, int]] = []
         for h in chain:
-            level = -1
-            for k, tier in enumerate(self.tiers):
-                if h in tier.held:
-                    level = k
-                    break
+            level = self._tier_of(h)
             if level < 0:
                 break
             found.append((h, level))
@@ -260,10 +263,9 @@ class BlockManager:
 
     def _leave_tiers(self, h: int) -> None:
         """The device holds ``h`` now: a tier's copy of it goes (a hash lives in one place)."""
-        for t in self.tiers:
-            if h in t.held:
-                del t.held[h]
-                return
+        level = self._tier_of(h)
+        if level >= 0:
+            del self.tiers[level].held[h]
 
     def take_load_s(self) -> float:
         """Seconds of offload-tier reads the step being priced waits for (then forgotten)."""

@@ -203,9 +203,9 @@ def simulate(
         if loras is not None:
             r.lora_id = loras[i]
         if want_chain and r.block_hashes:
-            r.prefix_chain = chain_hashes(r.block_hashes, id_tokens, block_tokens, r.prompt_tokens)
-            if r.lora_id >= 0:  # vLLM keys cached blocks by adapter too (the LoRA id in the extra keys)
-                r.prefix_chain = [hash((h, r.lora_id)) for h in r.prefix_chain]
+            # vLLM keys cached blocks by adapter too (the LoRA id in every block's extra keys)
+            seed = 0 if r.lora_id < 0 else hash(("lora", r.lora_id))
+            r.prefix_chain = chain_hashes(r.block_hashes, id_tokens, block_tokens, r.prompt_tokens, seed)
         reqs.append(r)
         return r
 
