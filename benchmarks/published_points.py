@@ -68,6 +68,7 @@ MODELS: dict[str, tuple[str, str]] = {
     "meta-llama/Llama-2-70b-hf": ("llama-2-70b", ""),
     "mistralai/Mistral-7B-v0.1": ("mistral-7b", ""),
     "mistralai/Mixtral-8x7B-v0.1": ("mixtral-8x7b", ""),
+    "EleutherAI/gpt-j-6b": ("gpt-j-6b", ""),
     "deepseek-ai/DeepSeek-R1-Distill-Llama-70B": ("llama-3.1-70b", "the distill is a Llama 3.3 70B fine-tune"),
     "deepseek-ai/DeepSeek-V3": ("deepseek-v3", ""),
     "deepseek-ai/DeepSeek-R1": ("deepseek-v3", "R1 has DeepSeek-V3's architecture (data/models/configs.md)"),
@@ -219,6 +220,13 @@ def parallelism(point: dict) -> tuple[tuple[int, int, int] | None, str]:
     if "ep" in par:
         # llmsim's cluster.expert_parallel prices one EP group within a scale-up domain (docs/scenario.md)
         return None, f"multi-node expert parallelism and DP attention not modelled: EP{par['ep']}"
+    if isinstance(tp, str) and tp.startswith("multi-NUMA TP: --tp"):
+        # SGLang's CPU backend: a TP rank per sub-NUMA cluster, each reading its own memory, is
+        # llmsim's NUMA-aware node (cluster.numa_aware, the default) at tp 1; the ranks'
+        # shared-memory all-reduce (3 % of end-to-end time per the source) is not priced
+        return (1, pp, dp), (
+            f"{tp.split(',')[0]} over sub-NUMA clusters = one NUMA-aware node (tp 1; its all-reduce not priced)"
+        )
     if not all(isinstance(x, int) for x in (tp, pp, dp)):
         bad = next(str(x) for x in (tp, pp, dp) if not isinstance(x, int))
         return None, f"parallel degree not stated: {bad}"
@@ -429,9 +437,18 @@ def map_point(point: dict) -> Mapping:
     extra = [k for k in ("num_scheduler_steps",) if k in point["settings"]]
     if extra:
         mp.reasons.append(f"multi-step scheduling not modelled: vLLM V0 {extra[0]}={point['settings'][extra[0]]}")
+    long_len = 0
     if cat and lens:
         why_ctx = context_ok(cat, *lens)
-        if why_ctx:
+        if why_ctx and flow.startswith("trtllm"):
+            # a TensorRT-LLM engine is built for any max_seq_len (RoPE positions past the trained
+            # ones are computed, not looked up): vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN in llmsim
+            long_len = sum(lens)
+            mp.notes.append(
+                f"{why_ctx.removesuffix(' (llmsim refuses a longer max_model_len)')}: "
+                f"TensorRT-LLM builds max_seq_len {long_len} (policy.allow_long_max_model_len)"
+            )
+        elif why_ctx:
             mp.reasons.append(why_ctx)
     if mp.reasons:
         return mp
@@ -445,6 +462,8 @@ def map_point(point: dict) -> Mapping:
     if part:
         mp.notes.append(f"part of the node: cluster {part}")
     sec = engine_section(mp, flow, cat, hw, tp, pp, prec, kv)
+    if long_len:
+        sec["policy"].update(max_model_len=long_len, allow_long_max_model_len=True)
     concurrency = sec["policy"].get("max_num_seqs", 1024)
     mp.scenario = {
         "name": point["id"],

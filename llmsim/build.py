@@ -404,14 +404,21 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
 def max_model_len(sc: Scenario, model: ModelSpec) -> int:
     """The context limit requests are checked against: ``policy.max_model_len``, by default the
     model's ``max_position_embeddings`` as vLLM derives it (vllm/config/model.py,
-    _get_and_verify_max_len). Like vLLM, a limit past the model's context is refused."""
+    _get_and_verify_max_len). Like vLLM, a limit past the model's context is refused, unless
+    ``policy.allow_long_max_model_len`` (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, same function)."""
     limit = sc.policy.max_model_len
     if limit is None:
         return model.max_position_embeddings
-    if limit > model.max_position_embeddings:
+    if limit > model.max_position_embeddings and sc.policy.allow_long_max_model_len and model.learned_positions:
+        raise UserError(
+            f"policy.allow_long_max_model_len: {model.name} has a learned table of "
+            f"{model.learned_positions:,} positions; a request cannot run past it (max_model_len {limit:,})"
+        )
+    if limit > model.max_position_embeddings and not sc.policy.allow_long_max_model_len:
         raise UserError(
             f"policy.max_model_len: {limit:,} tokens is longer than the context of {model.name} "
-            f"({model.max_position_embeddings:,} tokens, max_position_embeddings)"
+            f"({model.max_position_embeddings:,} tokens, max_position_embeddings); set "
+            "policy.allow_long_max_model_len: true to run past it (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
         )
     return limit
 

@@ -36,6 +36,9 @@ class ModelSpec:
     qkv_bias: bool = False  # Qwen2 style
     linear_bias: bool = False  # GPT-2 style: every linear has a bias
     learned_positions: int = 0  # GPT-2: size of the learned absolute position table (0 = RoPE)
+    # GPT-J style: attention and MLP read the same normalised input, x + attn(ln(x)) + mlp(ln(x)),
+    # so a layer has one norm, not two (HF GPTJBlock; vLLM models/gpt_j.py GPTJBlock.forward)
+    parallel_residual: bool = False
     num_experts: int = 0  # 0 = dense MLP
     experts_per_token: int = 0
     sliding_window: int | None = None
@@ -175,19 +178,34 @@ class ModelSpec:
     def norm_params(self) -> int:
         return self.hidden_size * (2 if self.norm == "layernorm" else 1)
 
+    @property
+    def norms_per_layer(self) -> int:
+        """Norms in one decoder layer: before attention and before the MLP, or one shared by both
+        with a parallel residual."""
+        return 1 if self.parallel_residual else 2
+
     def layer_params(self, active_only: bool = False) -> int:
         experts = max(1, self.num_experts)
         if self.is_moe and active_only:
             experts = self.experts_per_token
         router = self.hidden_size * self.num_experts if self.is_moe else 0
-        n = self.attention_params() + experts * self.expert_params() + router + 2 * self.norm_params()
+        n = (
+            self.attention_params()
+            + experts * self.expert_params()
+            + router
+            + self.norms_per_layer * self.norm_params()
+        )
         if self.shared_experts:  # always active
             n += self.shared_experts * self.expert_params()
         return n
 
     def dense_layer_params(self) -> int:
         """One of the dense-MLP layers of an MoE model (a dense MLP of dense_intermediate_size)."""
-        return self.attention_params() + self.expert_params(self.dense_intermediate_size) + 2 * self.norm_params()
+        return (
+            self.attention_params()
+            + self.expert_params(self.dense_intermediate_size)
+            + self.norms_per_layer * self.norm_params()
+        )
 
     def decoder_params(self, active_only: bool = False) -> int:
         """Every decoder layer's parameters (active ones: the routed experts a token uses)."""
@@ -491,6 +509,28 @@ CATALOG: dict[str, ModelSpec] = {
             "the model of DistServe's evaluation (OSDI'24) and of its fitted step models",
         ),
         ModelSpec(
+            name="gpt-j-6b",
+            hidden_size=4096,
+            intermediate_size=16384,  # n_inner null: 4 x n_embd; fc_in / fc_out with gelu_new, not gated
+            num_layers=28,
+            num_heads=16,
+            num_kv_heads=16,
+            head_dim=256,
+            vocab_size=50400,
+            gated_mlp=False,
+            norm="layernorm",
+            # the MLP's and lm_head's biases; GPT-J's q/k/v/out projections have none, counted here
+            # with them (+458,752 parameters, 0.008 %)
+            linear_bias=True,
+            parallel_residual=True,  # one ln_1 feeds attention and MLP: x + attn(ln_1(x)) + mlp(ln_1(x))
+            max_position_embeddings=2048,
+            weight_dtype="fp16",
+            source="EleutherAI/gpt-j-6b config.json (data/models/configs.md section 6; model_type gptj: n_embd 4096, n_layer 28, n_head 16, "
+            "rotary_dim 64 (RoPE on 64 of each head's 256 dims), n_positions 2048, vocab_size 50400, "
+            "n_inner null, gelu_new, tie_word_embeddings false); HF GPTJBlock / vLLM models/gpt_j.py: "
+            "parallel attention and MLP after one LayerNorm",
+        ),
+        ModelSpec(
             name="gpt2",
             hidden_size=768,
             intermediate_size=3072,
@@ -716,6 +756,7 @@ PUBLISHED_PARAMS = {
     "qwen2.5-7b": (7.61e9, "Qwen2.5-7B model card: 7.61B [QWEN-7B-README]"),
     "qwen2.5-72b": (72.7e9, "Qwen2.5-72B model card: 72.7B [QWEN-72B-README]"),
     "gpt2": (124.44e6, "GPT-2 small: 124M (HF printout 124.4M) [HFLOG-GPT2]"),
+    "gpt-j-6b": (6_053_381_344, "EleutherAI/gpt-j-6b model card: n_parameters 6,053,381,344"),
     "gemma-2-9b": (9.24e9, "Gemma 2 9B model card: 9.24B parameters"),
     "qwen3-32b": (32.8e9, "Qwen3-32B model card: 32.8B parameters"),
     "qwen3-30b-a3b-instruct-2507": (30.5e9, "Qwen3-30B-A3B-Instruct-2507 model card: 30.5B total, 3.3B activated"),
@@ -763,7 +804,7 @@ def hf_model_name(path: Path, cfg: dict) -> str:
 
 
 def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
-    """Build a ModelSpec from a HuggingFace ``config.json`` (Llama, Mistral, Mixtral, Qwen2, GPT-2),
+    """Build a ModelSpec from a HuggingFace ``config.json`` (Llama, Mistral, Mixtral, Qwen2, GPT-2, GPT-J),
     named ``name`` when given, else by :func:`hf_model_name`."""
     path = Path(path)
     cfg = load_json_object(path, "model.hf_config")
@@ -780,7 +821,7 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
     family = hf_family(cfg, path)
     if family == "deepseek":
         return _deepseek_from_hf(cfg, path, need, name)
-    is_gpt2 = family == "gpt2"
+    is_gpt2, is_gptj = family == "gpt2", family == "gptj"
     hidden = need("hidden_size", "n_embd")
     heads = need("num_attention_heads", "n_head")
     kv_heads = _count(cfg, path, "num_key_value_heads", heads)
@@ -799,10 +840,11 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
         head_dim=int(cfg.get("head_dim") or hidden // heads),
         vocab_size=need("vocab_size"),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", is_gpt2)),
-        gated_mlp=not is_gpt2,
-        norm="layernorm" if is_gpt2 else "rmsnorm",
+        gated_mlp=not (is_gpt2 or is_gptj),
+        norm="layernorm" if is_gpt2 or is_gptj else "rmsnorm",
         qkv_bias=bool(cfg.get("attention_bias", False)) or cfg.get("model_type") == "qwen2",
-        linear_bias=is_gpt2,
+        linear_bias=is_gpt2 or is_gptj,  # (GPT-J: the MLP's; its attention has none, counted as the catalog does)
+        parallel_residual=is_gptj,
         learned_positions=int(cfg.get("n_positions", 0)) if is_gpt2 else 0,
         num_experts=int(experts),
         experts_per_token=int(cfg.get("num_experts_per_tok", 0)) if experts else 0,
@@ -819,7 +861,8 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
 
 # The HF model_types the importer reads, and what it makes of them: dense or MoE decoders with
 # RoPE (Llama-like: GQA, SwiGLU, RMSNorm; Qwen2 adds QKV biases; Gemma 2 alternates windows) or
-# GPT-2 (learned positions, LayerNorm, GELU, biases). Anything else would be priced as something
+# GPT-2 (learned positions, LayerNorm, GELU, biases) or GPT-J (RoPE, LayerNorm, GELU, attention and
+# MLP in parallel after one norm). Anything else would be priced as something
 # it is not: it is refused, naming the field (issue #17: never a silent dense fallback).
 HF_FAMILIES = {
     "llama": "llama",
@@ -830,6 +873,7 @@ HF_FAMILIES = {
     "qwen3_moe": "llama",
     "gemma2": "llama",
     "gpt2": "gpt2",
+    "gptj": "gptj",
     "deepseek_v2": "deepseek",
     "deepseek_v3": "deepseek",
 }
@@ -842,6 +886,7 @@ ARCHITECTURES = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "Gemma2ForCausalLM": "gemma2",
     "GPT2LMHeadModel": "gpt2",
+    "GPTJForCausalLM": "gptj",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
 }

@@ -216,6 +216,9 @@ class PolicyConfig(_Strict):
     long_prefill_token_threshold: Annotated[int, Field(ge=0)] = 0
     # context limit per request (prompt + output), vLLM's --max-model-len; default: the model's context
     max_model_len: Annotated[int, Field(gt=0, le=MAX_STEP_TOKENS)] | None = None
+    # a max_model_len past the model's context, as vLLM allows it with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+    # and TensorRT-LLM's build takes any max_seq_len (positions past the trained ones are computed)
+    allow_long_max_model_len: bool = False
     # disaggregated: how the prefill pool batches prompts (whole prompts, or chunk_tokens per step)
     prefill_pool_policy: Literal["traditional", "chunked"] = "traditional"
 

@@ -132,3 +132,29 @@ def test_the_context_is_derived_from_a_config_as_vllm_derives_it(cfg: dict, leng
     from llmsim.models import hf_context_len
 
     assert hf_context_len(cfg) == length
+
+
+def test_allow_long_max_model_len_runs_past_a_rope_models_context(tmp_path: Path) -> None:
+    """vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (and TensorRT-LLM's max_seq_len): a RoPE model runs
+    past max_position_embeddings; a learned position table cannot."""
+    trace = tmp_path / "long.csv"
+    pd.DataFrame([(0.0, 4000, 200)], columns=["arrival_s", "prompt_tokens", "output_tokens"]).to_csv(trace, index=False)
+
+    def go(model: str, **policy) -> llmsim.Results:
+        d = {
+            "name": "long",
+            "model": model,
+            "hardware": "H100-SXM",
+            "policy": {"kind": "chunked", **policy},
+            "workload": {"kind": "trace", "trace": {"path": str(trace), "format": "generic"}},
+        }
+        return llmsim.run(scenario_from_dict(d, "test", tmp_path))
+
+    # llama-2-7b's context is 4,096: 4,200 tokens are rejected, then served once allowed
+    assert list(go("llama-2-7b").requests["status"]) == ["rejected"]
+    with pytest.raises(UserError, match="VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
+        go("llama-2-7b", max_model_len=4200)
+    res = go("llama-2-7b", max_model_len=4200, allow_long_max_model_len=True)
+    assert list(res.requests["status"]) == ["finished"]
+    with pytest.raises(UserError, match="learned table of 1,024 positions"):
+        go("gpt2", max_model_len=2048, allow_long_max_model_len=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import llmsim
-from llmsim.costmodel.ops import BatchShape, step_ops
+from llmsim.costmodel.ops import BatchShape, OpConfig, batch_shape, step_ops
 from llmsim.costmodel.roofline import CostConfig
 from llmsim.models import CATALOG, DTYPE_BYTES, PUBLISHED_ACTIVE_PARAMS, PUBLISHED_PARAMS
 from llmsim.scenario import scenario_from_dict
@@ -119,3 +119,39 @@ def test_the_new_models_serve(model: str, hardware: str, cluster: dict) -> None:
     }
     s = llmsim.run(scenario_from_dict(data, "test", ROOT)).summary
     assert s["requests"]["finished"] == 40 and s["mean_tpot_ms"] > 0
+
+
+def test_gpt_j_by_hand_and_from_its_config(tmp_path: Path) -> None:
+    """GPT-J 6B (data/models/configs.md section 6): one LayerNorm per layer feeds attention and
+    the MLP (parallel residual), a 2-matrix GELU MLP with biases, a separate LM head."""
+    import json
+
+    from llmsim.models import from_hf_config
+
+    gptj = CATALOG["gpt-j-6b"]
+    H, inter, V = 4096, 16384, 50400
+    attn = 4 * H * H + 4 * H  # q, k, v, out (+ the biases the catalog counts with linear_bias)
+    mlp = 2 * H * inter + inter + H
+    layer = attn + mlp + 2 * H  # one ln_1 (weight + bias)
+    assert gptj.total_params() == 28 * layer + 2 * V * H + 2 * H == 6_051_291_136
+    # the card's 6,053,381,344: within 0.04 % (configs.md: the config's own count is 6,050,882,784)
+    assert gptj.total_params() == pytest.approx(PUBLISHED_PARAMS["gpt-j-6b"][0], rel=4e-4)
+    assert gptj.kv_bytes_per_token("fp16") == 2 * 28 * 16 * 256 * 2
+    names = [op.name for op in step_ops(gptj, batch_shape([], [100]), OpConfig())]
+    assert "input_layernorm" in names and "post_attention_layernorm" not in names
+    cfg = {
+        "architectures": ["GPTJForCausalLM"],
+        "model_type": "gptj",
+        "n_embd": 4096,
+        "n_head": 16,
+        "n_inner": None,
+        "n_layer": 28,
+        "n_positions": 2048,
+        "rotary_dim": 64,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float16",
+        "vocab_size": 50400,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    imported = from_hf_config(tmp_path / "config.json", name="gpt-j-6b")
+    assert imported.with_(source=gptj.source) == gptj

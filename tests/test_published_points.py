@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from llmsim.hardware import load_profile
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -63,6 +65,9 @@ def test_every_point_maps_to_a_valid_scenario_or_a_reason(pid):
     assert mp.figure in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "duration")
     assert sc.output.steps == "none" and sc.output.trace == "none"
     devices = sc.cluster.tp * sc.cluster.pp * sc.cluster.replicas
+    cpu = load_profile(sc.hardware).cpu
+    if cpu is not None and sc.cluster.sockets:  # a CPU point counts the sockets of its one node
+        devices *= sc.cluster.sockets
     assert devices == BY_ID[pid]["hardware"]["count"], "the parallel layout uses the point's devices"
 
 
@@ -154,7 +159,7 @@ def test_request_cap_keeps_several_batches():
 
 def test_cli_writes_csv(tmp_path, capsys):
     out = tmp_path / "rows.csv"
-    ids = "trtllm09-llama2-7b-h100-fp8-bs1-128-ftl,trtllm10-llama33-70b-gb200-tp1-fp4-128-2048"
+    ids = "trtllm09-llama2-7b-h100-fp8-bs1-128-ftl,jetstream-pt-gemma-2b-v5e8-bf16-bs512"
     assert pp.main(["--ids", ids, "--write", str(out)]) == 0
     text = capsys.readouterr().out
     assert "expressible points: 1 of 2" in text and "not expressible" in text

@@ -32,7 +32,11 @@ GPT2 = CATALOG["gpt2"].with_(
     vocab_size=83,
     learned_positions=256,
 )
-SPECS = [MHA, GQA, MOE, GPT2]
+# GPT-J's parallel residual (one LayerNorm feeds attention and MLP), RoPE, biases, GELU MLP
+GPTJ = CATALOG["gpt-j-6b"].with_(
+    hidden_size=48, intermediate_size=192, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=12, vocab_size=83
+)
+SPECS = [MHA, GQA, MOE, GPT2, GPTJ]
 MIXES = {
     "prefill-only": ([(37, 0)], []),
     "chunks-after-cache": ([(16, 48), (5, 3)], []),

@@ -346,7 +346,8 @@ def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     if tp > 1:
         ops.append(Op("tp_all_reduce", "comm", 0.0, T * H * a, T * H * a, act, L))
     ops.append(elementwise("add", T * H, 1.0, 2, cfg, L))
-    ops.append(elementwise("post_attention_layernorm", T * H, norm_flops, 1, cfg, L))
+    if not model.parallel_residual:  # (a parallel residual's MLP reads the input_layernorm's output)
+        ops.append(elementwise("post_attention_layernorm", T * H, norm_flops, 1, cfg, L))
     if model.dense_layers or model.shared_experts:
         ops.extend(_deepseek_mlp_ops(model, T, cfg, L, s.group_tokens))
     else:

@@ -126,10 +126,13 @@ class Model:
             c.add("emb", 0.0, x.size * self.a, x.size * self.a)
         slots = [self.cache.slots(s.table, s.past, s.past + s.n) for s in segs]
         for layer, p in enumerate(self.w.layers):
-            x = x + self._attention(layer, p, self._norm("input_layernorm", x, p, "ln1_"), pos, segs, slots)
+            h = self._norm("input_layernorm", x, p, "ln1_")
+            x_attn = x + self._attention(layer, p, h, pos, segs, slots)
             if c is not None:
                 c.elementwise("add", x.size, 1.0, 2, self.a)
-            x = x + self._mlp(p, self._norm("post_attention_layernorm", x, p, "ln2_"), layer)
+            if not self.spec.parallel_residual:  # GPT-J: the MLP reads the same h, x + attn(h) + mlp(h)
+                h = self._norm("post_attention_layernorm", x_attn, p, "ln2_")
+            x = x_attn + self._mlp(p, h, layer)
             if c is not None:
                 c.elementwise("add", x.size, 1.0, 2, self.a)
         return self._logits(x, segs)

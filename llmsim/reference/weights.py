@@ -53,7 +53,8 @@ def init_weights(spec: ModelSpec, seed: int = 0, dtype: type = np.float32, std: 
         else:
             lay = {"w_qkv": w(H, q + 2 * kv), "w_o": w(q, H)}
         lay.update({f"ln1_{k}": v for k, v in norm().items()})
-        lay.update({f"ln2_{k}": v for k, v in norm().items()})
+        if not spec.parallel_residual:  # (one norm per layer with a parallel residual)
+            lay.update({f"ln2_{k}": v for k, v in norm().items()})
         if spec.qkv_bias or spec.linear_bias:
             lay["b_qkv"] = w(q + 2 * kv)
         if spec.linear_bias:
