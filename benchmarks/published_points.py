@@ -440,7 +440,7 @@ def map_point(point: dict) -> Mapping:
     long_len = 0
     if cat and lens:
         why_ctx = context_ok(cat, *lens)
-        if why_ctx and flow.startswith("trtllm"):
+        if why_ctx and flow.startswith("trtllm") and not CATALOG[cat].learned_positions:
             # a TensorRT-LLM engine is built for any max_seq_len (RoPE positions past the trained
             # ones are computed, not looked up): vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN in llmsim
             long_len = sum(lens)

@@ -411,8 +411,8 @@ def max_model_len(sc: Scenario, model: ModelSpec) -> int:
         return model.max_position_embeddings
     if limit > model.max_position_embeddings and sc.policy.allow_long_max_model_len and model.learned_positions:
         raise UserError(
-            f"policy.allow_long_max_model_len: {model.name} has a learned table of "
-            f"{model.learned_positions:,} positions; a request cannot run past it (max_model_len {limit:,})"
+            f"policy.allow_long_max_model_len: {model.name} learns its positions (a table for "
+            f"{model.max_position_embeddings:,} tokens); a request cannot run past it (max_model_len {limit:,})"
         )
     if limit > model.max_position_embeddings and not sc.policy.allow_long_max_model_len:
         raise UserError(

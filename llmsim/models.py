@@ -519,8 +519,8 @@ CATALOG: dict[str, ModelSpec] = {
             vocab_size=50400,
             gated_mlp=False,
             norm="layernorm",
-            # the MLP's and lm_head's biases; GPT-J's q/k/v/out projections have none, counted here
-            # with them (+458,752 parameters, 0.008 %)
+            # the MLP's biases; GPT-J's q/k/v/out projections have none but are counted with them
+            # (+458,752 parameters), and its LM head's bias is not (-50,400): 0.007 % in all
             linear_bias=True,
             parallel_residual=True,  # one ln_1 feeds attention and MLP: x + attn(ln_1(x)) + mlp(ln_1(x))
             max_position_embeddings=2048,
@@ -843,7 +843,7 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
         gated_mlp=not (is_gpt2 or is_gptj),
         norm="layernorm" if is_gpt2 or is_gptj else "rmsnorm",
         qkv_bias=bool(cfg.get("attention_bias", False)) or cfg.get("model_type") == "qwen2",
-        linear_bias=is_gpt2 or is_gptj,  # (GPT-J: the MLP's; its attention has none, counted as the catalog does)
+        linear_bias=is_gpt2 or is_gptj,  # (GPT-J: the MLP's; its attention's counted too, as in the catalog)
         parallel_residual=is_gptj,
         learned_positions=int(cfg.get("n_positions", 0)) if is_gpt2 else 0,
         num_experts=int(experts),

@@ -139,19 +139,31 @@ def test_gpt_j_by_hand_and_from_its_config(tmp_path: Path) -> None:
     assert gptj.kv_bytes_per_token("fp16") == 2 * 28 * 16 * 256 * 2
     names = [op.name for op in step_ops(gptj, batch_shape([], [100]), OpConfig())]
     assert "input_layernorm" in names and "post_attention_layernorm" not in names
+    # the config as published (configs.md section 6, verbatim): the importer keeps its torch_dtype,
+    # float32 (vLLM's --dtype auto would serve it in fp16: model.weight_dtype says so)
     cfg = {
+        "activation_function": "gelu_new",
         "architectures": ["GPTJForCausalLM"],
+        "attn_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "layer_norm_epsilon": 1e-05,
         "model_type": "gptj",
         "n_embd": 4096,
         "n_head": 16,
         "n_inner": None,
         "n_layer": 28,
         "n_positions": 2048,
+        "resid_pdrop": 0.0,
+        "rotary": True,
         "rotary_dim": 64,
+        "scale_attn_weights": True,
         "tie_word_embeddings": False,
-        "torch_dtype": "float16",
+        "tokenizer_class": "GPT2Tokenizer",
+        "torch_dtype": "float32",
+        "transformers_version": "4.19.0.dev0",
         "vocab_size": 50400,
     }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     imported = from_hf_config(tmp_path / "config.json", name="gpt-j-6b")
-    assert imported.with_(source=gptj.source) == gptj
+    assert imported.weight_dtype == "fp32"
+    assert imported.with_(source=gptj.source, weight_dtype="fp16") == gptj

@@ -90,10 +90,12 @@ def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, mo
 
 
 def _max_model_len(resolved: dict) -> dict:
-    """policy.max_model_len from the run's resolved model config, where it recorded one."""
+    """policy.max_model_len from the run's resolved model config, where it recorded one. vLLM
+    served with it, so a limit past the model's context was allowed there
+    (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1): the replay allows it too."""
     model = resolved.get("model")
     limit = model.get("max_model_len") if isinstance(model, dict) else None
-    return {"max_model_len": int(limit)} if limit else {}
+    return {"max_model_len": int(limit), "allow_long_max_model_len": True} if limit else {}
 
 
 def replay(
