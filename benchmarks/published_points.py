@@ -276,11 +276,11 @@ def lengths(point: dict) -> tuple[tuple[int, int] | None, str]:
     return (isl, osl), ""
 
 
-def context_ok(model: str, isl: int, osl: int) -> str:
-    """A reason when prompt + output pass the model's context (llmsim refuses such requests)."""
+def past_context(model: str, isl: int, osl: int) -> str:
+    """What passes the model's context, when prompt + output do ("" when they fit)."""
     ctx = CATALOG[model].max_position_embeddings
     if isl + osl > ctx:
-        return f"past the model's context: prompt + output = {isl + osl} tokens > {ctx} of {model} (llmsim refuses a longer max_model_len)"
+        return f"past the model's context: prompt + output = {isl + osl} tokens > {ctx} of {model}"
     return ""
 
 
@@ -439,17 +439,14 @@ def map_point(point: dict) -> Mapping:
         mp.reasons.append(f"multi-step scheduling not modelled: vLLM V0 {extra[0]}={point['settings'][extra[0]]}")
     long_len = 0
     if cat and lens:
-        why_ctx = context_ok(cat, *lens)
+        why_ctx = past_context(cat, *lens)
         if why_ctx and flow.startswith("trtllm") and not CATALOG[cat].learned_positions:
             # a TensorRT-LLM engine is built for any max_seq_len (RoPE positions past the trained
             # ones are computed, not looked up): vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN in llmsim
             long_len = sum(lens)
-            mp.notes.append(
-                f"{why_ctx.removesuffix(' (llmsim refuses a longer max_model_len)')}: "
-                f"TensorRT-LLM builds max_seq_len {long_len} (policy.allow_long_max_model_len)"
-            )
+            mp.notes.append(f"{why_ctx}: TensorRT-LLM builds max_seq_len {long_len} (policy.allow_long_max_model_len)")
         elif why_ctx:
-            mp.reasons.append(why_ctx)
+            mp.reasons.append(f"{why_ctx} (llmsim refuses a longer max_model_len)")
     if mp.reasons:
         return mp
     assert cat and hw and par and prec and lens

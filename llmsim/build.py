@@ -522,9 +522,7 @@ def kv_blocks(
     devices = tp * pp
     of_free = sc.kv_cache.memory_fraction_of == "free"
     usable = hw.memory_bytes * (1.0 if of_free else sc.kv_cache.memory_fraction)
-    weights = model.weight_bytes_per_device(weight_dtype, tp, pp, ep)
-    if redundant_experts:  # EPLB's extra copies, spread over the GPUs
-        weights += model.expert_weight_bytes(weight_dtype) / model.num_experts * redundant_experts / (ep * pp)
+    weights = model.weight_bytes_per_device(weight_dtype, tp, pp, ep, redundant_experts)
     act = activation_bytes(model, step_tokens, max_seqs, tp, sc.model.act_dtype)
     reserve = sc.kv_cache.reserve_gb * 1e9
     lora = 0.0

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmsim.workload.generators import zipf_weights
+
 
 def expert_loads(num_experts: int, skew: float, seed: int) -> list[float]:
     """Each expert's share of the routed tokens (they sum to 1)."""
-    weights = 1.0 / np.arange(1, num_experts + 1, dtype=float) ** skew
-    weights = weights / weights.sum()
+    weights = zipf_weights(num_experts, skew)
     order = np.random.default_rng(seed).permutation(num_experts)
     loads = np.empty(num_experts)
     loads[order] = weights  # the i-th most popular expert is expert order[i]

@@ -236,13 +236,17 @@ class ModelSpec:
         per = DTYPE_BYTES[dtype or self.weight_dtype]
         total = self.total_params()
         # experts with a dtype of their own (GPT-OSS's mxfp4) are counted apart
-        experts = self.moe_layers * self.num_experts * self.expert_params() if self.expert_weight_dtype else 0
+        experts = self.routed_expert_params() if self.expert_weight_dtype else 0
         if per >= 2:
             rest = (total - experts) * per
         else:
             layers = self.decoder_params() - experts
             rest = layers * per + (total - experts - layers) * 2
         return rest + (self.expert_weight_bytes(dtype) if experts else 0.0)
+
+    def routed_expert_params(self) -> int:
+        """Parameters of every routed expert on every MoE layer (0 for a dense model)."""
+        return self.moe_layers * self.num_experts * self.expert_params()
 
     def expert_weight_bytes(self, dtype: str | None = None) -> float:
         """Bytes of the routed experts' weights (0 for a dense model): the part of ``weight_bytes``
@@ -253,20 +257,27 @@ class ModelSpec:
         if not self.is_moe:
             return 0.0
         per = DTYPE_BYTES[self.expert_weight_dtype or dtype or self.weight_dtype]
-        return self.moe_layers * self.num_experts * self.expert_params() * per
+        return self.routed_expert_params() * per
 
-    def weight_bytes_per_device(self, dtype: str | None, tp: int, pp: int, ep: int = 1) -> float:
+    def weight_bytes_per_device(
+        self, dtype: str | None, tp: int, pp: int, ep: int = 1, redundant_experts: int = 0
+    ) -> float:
         """Weights one GPU holds: everything split over its tp x pp devices, except that under expert
         parallelism the experts are split over ep x pp (vLLM: E/ep whole experts per GPU) and the
         rest over tp x pp. With ep = 1 this is ``weight_bytes / (tp * pp)`` exactly, but for MLA
-        (``mla_extra_bytes_per_device``: replicated latent projections, 16-bit W_UK / W_UV)."""
+        (``mla_extra_bytes_per_device``: replicated latent projections, 16-bit W_UK / W_UV).
+        ``redundant_experts``: EPLB's extra expert copies, spread over the ep x pp GPUs."""
         total = self.weight_bytes(dtype)
         if ep <= 1:
             split = total / (tp * pp)
         else:
             experts = self.expert_weight_bytes(dtype)
             split = (total - experts) / (tp * pp) + experts / (ep * pp)
-        return split + self.mla_extra_bytes_per_device(dtype, tp, pp) if self.is_mla else split
+        if self.is_mla:
+            split += self.mla_extra_bytes_per_device(dtype, tp, pp)
+        if redundant_experts:
+            split += self.expert_weight_bytes(dtype) / self.num_experts * redundant_experts / (ep * pp)
+        return split
 
     def mla_replicated_params(self) -> int:
         """MLA weights every TP rank holds whole, per layer: the latent down-projections q_a

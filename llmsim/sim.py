@@ -203,8 +203,9 @@ def simulate(
         if loras is not None:
             r.lora_id = loras[i]
         if want_chain and r.block_hashes:
-            # vLLM keys cached blocks by adapter too (the LoRA id in every block's extra keys)
-            seed = 0 if r.lora_id < 0 else hash(("lora", r.lora_id))
+            # vLLM keys cached blocks by adapter too (the LoRA id in every block's extra keys); a
+            # tuple of ints hashes alike in every process (a str's hash is salted per process)
+            seed = 0 if r.lora_id < 0 else hash((-1, r.lora_id))
             r.prefix_chain = chain_hashes(r.block_hashes, id_tokens, block_tokens, r.prompt_tokens, seed)
         reqs.append(r)
         return r

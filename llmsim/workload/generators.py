@@ -139,6 +139,13 @@ def _unique_ids(w: Workload) -> list[list[int]]:
     return out
 
 
+def zipf_weights(n: int, exponent: float) -> np.ndarray:
+    """Popularity of ``n`` ranked items, the i-th (from 1) weighing 1 / i^exponent, normalised to
+    sum to 1 (0 = uniform): system prompts, LoRA adapters, MoE experts (eplb.py)."""
+    weights = 1.0 / np.arange(1, n + 1, dtype=float) ** exponent
+    return weights / weights.sum()
+
+
 def with_system_prompts(
     rng: np.random.Generator, w: Workload, count: int, tokens: int, share: float, zipf: float
 ) -> Workload:
@@ -147,8 +154,7 @@ def with_system_prompts(
     n = len(w)
     prompts = system_prompt_ids(count, tokens)
     sys_tokens = len(prompts[0]) * SYNTH_HASH_TOKENS
-    weights = 1.0 / np.arange(1, count + 1) ** zipf
-    pick = rng.choice(count, size=n, p=weights / weights.sum())
+    pick = rng.choice(count, size=n, p=zipf_weights(count, zipf))
     has = rng.random(n) < share
     ids = _unique_ids(w)
     hashes = [prompts[pick[i]] + ids[i] if has[i] else ids[i] for i in range(n)]
@@ -173,8 +179,7 @@ def lora_adapters(rng: np.random.Generator, w: Workload, adapters: int, share: f
     adapters, Zipf-popular with exponent ``zipf`` (0 = uniform); a session's calls (conversation
     turns, sub-calls) all use its first one's, as one user or agent talks to one fine-tuned model."""
     n = len(w)
-    weights = 1.0 / np.arange(1, adapters + 1) ** zipf
-    pick = rng.choice(adapters, size=n, p=weights / weights.sum())
+    pick = rng.choice(adapters, size=n, p=zipf_weights(adapters, zipf))
     out = np.where(rng.random(n) < share, pick, -1).astype(np.int64)
     if w.session is not None:
         first = {}
