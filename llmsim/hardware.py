@@ -75,6 +75,30 @@ def _check(
     return fig
 
 
+class CollectiveProtocol(BaseModel):
+    """One way NCCL moves a collective's data over a link (its LL, LL128 and Simple protocols):
+    a ring collective of ``steps`` hops over ``ranks`` ranks takes ``base_s + steps * hop_s +
+    steps / ranks * bytes / (link bandwidth * bus_fraction)``. NCCL prices every protocol so and
+    runs the fastest for each call (src/graph/tuning.cc, ncclTopoTuneModel / ncclTopoGetAlgoTime):
+    the low-latency ones win small messages, the bulk one large (comm.ring_s)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    name: str
+    base_s: Figure
+    hop_s: Figure
+    bus_fraction: Figure
+
+    @field_validator("base_s", "hop_s")
+    @classmethod
+    def _latency(cls, v: Figure) -> Figure | None:
+        return _check(v, "seconds (3e-6 for 3 us)", at_most=1.0)
+
+    @field_validator("bus_fraction")
+    @classmethod
+    def _fraction(cls, v: Figure) -> Figure | None:
+        return _check(v, "a fraction of the link's bandwidth (0.5, not 50)", positive=True, at_most=1.5)
+
+
 class Link(BaseModel):
     """A point-to-point or switched link, per device and per direction (unidirectional)."""
 
@@ -85,6 +109,9 @@ class Link(BaseModel):
     # the devices the link joins (one NVSwitch node: 8 on HGX / DGX); a group of more talks over
     # the profile's scale_out link (comm.tp_link). None: it joins as many as a group has
     max_devices: Figure | None = None
+    # the collectives' protocols on this link, fitted to measured collectives (llmsim calibrate);
+    # None: one protocol, latency_s per hop at the profile's allreduce_bus_fraction (the ring α–β)
+    collective_protocols: list[CollectiveProtocol] | None = Field(default=None, min_length=1)
 
     @field_validator("bandwidth_bytes_per_s")
     @classmethod

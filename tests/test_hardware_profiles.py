@@ -17,6 +17,7 @@ REQUIRED = [
     "H100-SXM",
     "A100-SXM-80GB",
     "A100-40GB",
+    "A100-PCIe-80GB",
     "H100-PCIe",
     "H200",
     "B200",
@@ -37,6 +38,7 @@ DENSE_BF16 = {
     "H100-SXM": 989.4e12,
     "A100-SXM-80GB": 312e12,
     "A100-40GB": 312e12,
+    "A100-PCIe-80GB": 312e12,
     "H100-PCIe": 756e12,
     "H200": 989.4e12,
     "B200": 2250e12,
@@ -70,6 +72,9 @@ def _figures(obj, path=""):
     elif isinstance(obj, dict):
         for key, val in obj.items():
             yield from _figures(val, f"{path}.{key}")
+    elif isinstance(obj, list):  # (a link's collective_protocols)
+        for i, val in enumerate(obj):
+            yield from _figures(val, f"{path}[{i}]")
 
 
 @pytest.fixture(scope="module")

@@ -55,6 +55,13 @@ def detail_rows(hw: HardwareProfile) -> list[list[str]]:
         if link:
             bw = link.bandwidth_bytes_per_s
             rows.append([f"{key} ({link.name})", f"{bw.value / 1e9:.0f} GB/s", bw.source])
+            rows.append([f"{key}.latency_s", _figure_text(link.latency_s.value), link.latency_s.source])
+            if link.max_devices is not None:
+                rows.append([f"{key}.max_devices", f"{link.max_devices.value:g}", link.max_devices.source])
+            for proto in link.collective_protocols or ():
+                for term in ("base_s", "hop_s", "bus_fraction"):
+                    fig = getattr(proto, term)
+                    rows.append([f"{key}.{proto.name}.{term}", _figure_text(fig.value), fig.source])
     for section in ("efficiency", "overheads"):
         for name, fig in getattr(hw, section):
             if isinstance(fig, dict):  # one figure per dtype (efficiency.gemm_dtype_fraction)
