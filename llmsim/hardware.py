@@ -173,11 +173,26 @@ class Efficiency(BaseModel):
     # (scale epilogues, an operand feed that has to double too): H100 SXM fp8 0.71 against bf16
     # 0.80 (MAMF). A dtype not listed uses gemm_max_fraction. ``gemm_fraction`` reads it.
     gemm_dtype_fraction: dict[str, Figure] | None = None
+    # An elementwise op's own bandwidth fraction, by the cost model's op name (input_layernorm,
+    # mlp_act, add, ...), where measured apart: an unfused implementation makes several passes over
+    # the data (eager PyTorch RMSNorm: square, mean, rsqrt, two products), a fused one one. An op
+    # not listed uses elementwise_memory_fraction.
+    elementwise_op_fraction: dict[str, Figure] | None = None
 
     def gemm_fraction(self, dtype: str) -> float:
         """Best-shape GEMM fraction of ``dtype``'s dense peak."""
         own = (self.gemm_dtype_fraction or {}).get(dtype)
         return (own or self.gemm_max_fraction).value
+
+    @field_validator("elementwise_op_fraction")
+    @classmethod
+    def _op_fractions(cls, v: dict[str, Figure] | None) -> dict[str, Figure] | None:
+        for name, figure in (v or {}).items():
+            try:
+                _check(figure, "ratios (0.4, not 40%)", positive=True, at_most=10.0)
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
+        return v
 
     @field_validator("gemm_dtype_fraction")
     @classmethod
@@ -238,8 +253,10 @@ class Overheads(BaseModel):
     # the same for attention kernels (prefill and decode), where measured apart (else kernel_fixed_s):
     # a FlashAttention kernel over a paged KV cache (split-KV, a combine pass) has a longer floor than a GEMM
     attention_fixed_s: Figure | None = None
+    # the same for elementwise kernels (norms, RoPE, activation, residual add), where measured apart
+    elementwise_fixed_s: Figure | None = None
 
-    @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s", "attention_fixed_s")
+    @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s", "attention_fixed_s", "elementwise_fixed_s")
     @classmethod
     def _seconds(cls, v: Figure | None) -> Figure | None:
         return _check(v, "seconds (4e-6 for 4 us)", at_most=1.0)

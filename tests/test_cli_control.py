@@ -198,9 +198,9 @@ def test_validate_json_carries_the_reports_figures(capsys) -> None:
         f"{up['worst']:.1%}",
         "1,044",  # tables group thousands
     ]
-    assert data["measured_kernels"] == 4 * 1044
-    worst = data["worst_cases"][0]
-    assert f"{worst['m']}x{worst['n']}x{worst['k']}" in text and f"{worst['error']:.1%}" in text
+    assert data["measured_kernels"] == 10 * 1044  # 4 linear and 6 elementwise ops per row
+    worst = data["worst_cases"][0]  # (an elementwise kernel of a few tokens, on the default profile)
+    assert f"{worst['tokens']} tok, H {worst['hidden']}" in text and f"{worst['error']:.1%}" in text
     assert set(data["mape_per_tp"]["mlp_up_proj"]) == {"tp1", "tp2", "tp4", "tp8"}
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from llmsim.calibration.readers import ATTENTION_OPS, Measurement
+from llmsim.calibration.readers import ATTENTION_OPS, ELEMENTWISE_OPS, Measurement
 from llmsim.costmodel.comm import tp_link
 from llmsim.costmodel.gemm import GemmCurve
-from llmsim.costmodel.ops import BatchShape, Op, OpConfig, attention_ops, batch_shape
+from llmsim.costmodel.ops import BatchShape, Op, OpConfig, attention_ops, batch_shape, step_ops
 from llmsim.errors import UserError
 from llmsim.hardware import Figure, HardwareProfile
 from llmsim.models import DTYPE_BYTES, ModelSpec
@@ -47,6 +47,8 @@ class FitResult:
     comm_mape: float = float("nan")
     attention_rows: dict[str, int] = field(default_factory=dict)  # per op: attention_prefill / _decode
     attention_mape: dict[str, float] = field(default_factory=dict)
+    elementwise_rows: dict[str, int] = field(default_factory=dict)  # per op: input_layernorm, mlp_act, ...
+    elementwise_mape: dict[str, float] = field(default_factory=dict)
 
 
 def _gemm_arrays(hw: HardwareProfile, rows: list[Measurement]) -> dict[str, np.ndarray]:
@@ -312,17 +314,69 @@ def fit_attention(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[st
     return {n: params(fit.x)[n] for n in free}, mape
 
 
+# ------------------------------------------------------------------ elementwise kernels
+
+
+def elementwise_spec(r: Measurement) -> ModelSpec:
+    """The one-layer model whose elementwise op a Vidur mlp.csv row measured (hidden size ``k``,
+    intermediate size ``n``, its heads and MLP kind)."""
+    return ModelSpec(
+        name=f"measured layer {r.k} x {r.n}",
+        hidden_size=r.k,
+        intermediate_size=r.n,
+        num_layers=1,
+        num_heads=r.heads,
+        num_kv_heads=r.kv_heads,
+        head_dim=r.head_dim,
+        vocab_size=1,
+        gated_mlp=r.gated,
+    )
+
+
+def elementwise_op(r: Measurement, cfg: OpConfig) -> Op:
+    """The cost model's own op for an elementwise row: the op of that name in one prefill step of
+    ``m`` tokens (``ops.step_ops``: the embedding, the layer's norms, RoPE, activation, adds)."""
+    ops = step_ops(elementwise_spec(r), batch_shape([(r.m, 0)], []), cfg)
+    return next(op for op in ops if op.name == r.op)
+
+
+def fit_elementwise(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, float], dict[str, float]]:
+    """Least-squares fit (relative error) of each elementwise op's bandwidth fraction and the floor
+    they share: ``CostModel.price``'s ``max(FLOPs / peak, bytes / (bandwidth x fraction[op])) +
+    elementwise_fixed_s``. Parameters ``elementwise_op_fraction.<op>`` and ``elementwise_fixed_s``;
+    returns them and the training MAPE per op."""
+    names = [n for n in ELEMENTWISE_OPS if any(r.op == n for r in rows)]
+    ops = [
+        elementwise_op(r, OpConfig(tp=r.tp, weight_dtype=r.dtype, act_dtype=r.dtype, kv_dtype=r.dtype)) for r in rows
+    ]
+    which = np.array([names.index(r.op) for r in rows])
+    compute = np.array([op.flops / hw.peak(op.dtype) for op in ops])
+    stream = np.array([op.bytes for op in ops]) / hw.bandwidth
+    t = np.array([r.seconds for r in rows])
+
+    def residual(q: np.ndarray) -> np.ndarray:
+        return (np.maximum(compute, stream / q[1:][which]) + q[0]) / t - 1.0
+
+    q0 = [3e-6] + [hw.efficiency.elementwise_memory_fraction.value] * len(names)
+    q = least_squares(residual, q0, bounds=([0.0] + [0.01] * len(names), [1e-4] + [10.0] * len(names))).x
+    err = np.abs(residual(q))
+    params = {"elementwise_fixed_s": float(q[0])}
+    params.update({f"elementwise_op_fraction.{n}": float(v) for n, v in zip(names, q[1:], strict=True)})
+    return params, {n: float(err[which == i].mean()) for i, n in enumerate(names)}
+
+
 def calibrate(hw: HardwareProfile, rows: list[Measurement], files: list[str]) -> tuple[HardwareProfile, FitResult]:
-    """Fit what the rows measure (GEMMs, attention kernels and/or single-node all-reduces) and
+    """Fit what the rows measure (GEMMs, attention and elementwise kernels, single-node all-reduces) and
     return the new profile. Attention is fitted after the GEMMs, on the profile with their fit:
     its compute rate is a fraction of the fitted best-shape GEMM rate."""
     gemms = [r for r in rows if r.kind == "gemm"]
     comms = [r for r in rows if r.kind == "comm" and r.op == "all_reduce"]
     attns = [r for r in rows if r.kind == "attention"]
-    if not gemms and not comms and not attns:
+    elems = [r for r in rows if r.kind == "elementwise"]
+    if not gemms and not comms and not attns and not elems:
         raise UserError(
-            f"{', '.join(files)}: no GEMM or single-node all-reduce rows, nor attention rows (multi-node "
-            "all-reduces go over the network, not the scale_up link calibrate fits): nothing to fit"
+            f"{', '.join(files)}: no GEMM or single-node all-reduce rows, nor attention or elementwise rows "
+            "(multi-node all-reduces go over the network, not the scale_up link calibrate fits): nothing to fit"
         )
     res = FitResult(gemm_rows=len(gemms), comm_rows=len(comms))
     if gemms:
@@ -334,8 +388,12 @@ def calibrate(hw: HardwareProfile, rows: list[Measurement], files: list[str]) ->
     # each term is sourced with the files whose rows identify it (a row's source is its file)
     by_kind = {
         kind: [f for f in files if any(r.source == f for r in rs)] or files
-        for kind, rs in (("gemm", gemms), ("comm", comms), ("attention", attns))
+        for kind, rs in (("gemm", gemms), ("comm", comms), ("attention", attns), ("elementwise", elems))
     }
+    if elems:
+        params, res.elementwise_mape = fit_elementwise(hw, elems)
+        res.elementwise_rows = {op: sum(r.op == op for r in elems) for op in res.elementwise_mape}
+        res.params.update(params)
     if attns:
         base = apply_fit(hw, res, files, by_kind) if gemms else hw
         params, res.attention_mape = fit_attention(base, attns)
@@ -373,6 +431,8 @@ def apply_fit(
                 data[key]["collective_protocols"] = protocols
     if res.attention_rows:
         _apply_attention(data, res, _fitted_on(by_kind.get("attention", files)))
+    if res.elementwise_rows:
+        _apply_elementwise(data, res, _fitted_on(by_kind.get("elementwise", files)))
     data["calibration"] = {
         "date": date.today().isoformat(),
         "base_profile": hw.name,
@@ -388,6 +448,10 @@ def apply_fit(
         data["calibration"]["attention_rows"] = dict(res.attention_rows)
         data["calibration"]["attention_fit_mape"] = {op: round(v, 4) for op, v in res.attention_mape.items()}
         data["calibration"]["method"] += "; roofline attention kernels (prefill and paged decode)"
+    if res.elementwise_rows:
+        data["calibration"]["elementwise_rows"] = dict(res.elementwise_rows)
+        data["calibration"]["elementwise_fit_mape"] = {op: round(v, 4) for op, v in res.elementwise_mape.items()}
+        data["calibration"]["method"] += "; elementwise kernels (a bandwidth fraction per op, a shared floor)"
     data["description"] = (hw.description + " [calibrated]").strip()
     return HardwareProfile.model_validate(data)
 
@@ -414,6 +478,21 @@ def _apply_attention(data: dict, res: FitResult, where: str) -> None:
     ov["attention_fixed_s"] = {"value": float(f"{p['attention_fixed_s']:.4g}"), "source": note(*counts)}
 
 
+def _apply_elementwise(data: dict, res: FitResult, where: str) -> None:
+    """Write each elementwise op's fitted fraction (sourced with its rows and error) and the floor."""
+    p = res.params
+    fractions = {}
+    for op, n in res.elementwise_rows.items():
+        note = f"{where} ({n} {op} rows, MAPE {res.elementwise_mape[op]:.1%})"
+        fractions[op] = {"value": round(p[f"elementwise_op_fraction.{op}"], 6), "source": note}
+    data["efficiency"]["elementwise_op_fraction"] = fractions
+    total = sum(res.elementwise_rows.values())
+    data["overheads"]["elementwise_fixed_s"] = {
+        "value": float(f"{p['elementwise_fixed_s']:.4g}"),
+        "source": f"{where} ({total} elementwise rows of {len(fractions)} ops)",
+    }
+
+
 __all__ = [
     "FitResult",
     "Figure",
@@ -422,7 +501,10 @@ __all__ = [
     "attention_shape",
     "attention_spec",
     "calibrate",
+    "elementwise_op",
+    "elementwise_spec",
     "fit_all_reduce",
     "fit_attention",
+    "fit_elementwise",
     "fit_gemm",
 ]

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from llmsim.hardware import HardwareProfile
 
 LINEAR_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+# the elementwise ops of a Vidur mlp.csv row, by the cost model's own names (llmsim/costmodel/ops.py)
+ELEMENTWISE_OPS = ("emb", "input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
 # the cost model's GEMM ops (llmsim/costmodel/ops.py): the names a generic `gemm` row may carry
 GEMM_OPS = (*LINEAR_OPS, "moe_router", "lm_head")
 # the generic CSV's kinds and the collectives of a `comm` row (docs/profile_format.md); only
@@ -76,6 +78,7 @@ class Measurement:
     heads: int = 0
     kv_heads: int = 0
     head_dim: int = 0
+    gated: bool = True  # an elementwise row's model: a gated (SwiGLU) MLP
 
 
 def read_profile(path: str | Path) -> list[Measurement]:
@@ -175,7 +178,8 @@ def _shown(header: list[str]) -> str:
 
 
 def read_vidur_mlp(path: Path) -> list[Measurement]:
-    """Vidur ``mlp.csv``: per row one token count and TP degree; four linear ops per row."""
+    """Vidur ``mlp.csv``: per row one token count and TP degree; four linear ops per row, and the
+    elementwise ops (embedding, norms, RoPE, activation, residual add) where the file times them."""
     header, rows = _read_cells(path)
     if not any(f"time_stats.{op}.median" in header for op in LINEAR_OPS):
         # e.g. Vidur's cpu_overheads.csv or send_recv.csv: not kernels calibration fits
@@ -197,7 +201,8 @@ def read_vidur_mlp(path: Path) -> list[Measurement]:
             raise UserError(f"{where}: bad shape (tp={tp}, n_head={heads}, n_embd={hidden}, tokens={m})")
         head_dim = hidden // heads
         q, kv = heads * head_dim // tp, max(1, kv_heads // tp) * head_dim
-        up_n = (2 if _flag(row, "use_gated_mlp", where, default=True) else 1) * inter // tp
+        gated = _flag(row, "use_gated_mlp", where, default=True)
+        up_n = (2 if gated else 1) * inter // tp
         shapes = {
             "attn_pre_proj": (q + 2 * kv, hidden),
             "attn_post_proj": (hidden, q),
@@ -209,8 +214,30 @@ def read_vidur_mlp(path: Path) -> list[Measurement]:
             ms = _seconds(row, col, where, scale=1e-3, optional=True)  # an op left unmeasured is blank
             if ms is not None:
                 out.append(Measurement(op, "gemm", ms, tp=tp, m=m, n=n, k=k, source=str(path), line=line))
+        for op in ELEMENTWISE_OPS:  # n: the MLP's intermediate size, k: the hidden size
+            ms = _seconds(row, f"time_stats.{op}.median", where, scale=1e-3, optional=True)
+            if ms is not None:
+                out.append(
+                    Measurement(
+                        op,
+                        "elementwise",
+                        ms,
+                        tp=tp,
+                        m=m,
+                        n=inter,
+                        k=hidden,
+                        heads=heads,
+                        kv_heads=kv_heads,
+                        head_dim=head_dim,
+                        gated=gated,
+                        source=str(path),
+                        line=line,
+                    )
+                )
     if not out:
-        raise UserError(f"{path}: every time_stats.<op>.median of the linear ops is blank: nothing measured")
+        raise UserError(
+            f"{path}: every time_stats.<op>.median of the linear and elementwise ops is blank: nothing measured"
+        )
     return out
 
 

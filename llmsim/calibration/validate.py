@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from llmsim.calibration.fit import attention_op, attention_spec
+from llmsim.calibration.fit import attention_op, attention_spec, elementwise_op
 from llmsim.calibration.readers import Measurement, to_frame
 from llmsim.costmodel.comm import all_reduce_s, tp_link
 from llmsim.costmodel.ops import gemm
@@ -30,7 +30,8 @@ KV_BANDS = [("kv 0", 0, 0), ("kv 1-511", 1, 511), ("kv 512-2047", 512, 2047), ("
 def predict_s(hw: HardwareProfile, model: ModelSpec, rows: list[Measurement]) -> np.ndarray:
     """Predicted seconds per measured row, priced by ``CostModel`` itself (the code the simulator
     runs). An attention row is priced on the op ``ops.attention_ops`` builds for its own measured
-    shape (heads, KV heads, head size, TP), not ``model``'s, as a GEMM row's shape is its own."""
+    shape (heads, KV heads, head size, TP), not ``model``'s, as a GEMM row's shape is its own; an
+    elementwise row on the op ``ops.step_ops`` builds for its own layer shape."""
     models: dict[tuple, CostModel] = {}
     out = np.empty(len(rows))
     for i, r in enumerate(rows):
@@ -38,13 +39,18 @@ def predict_s(hw: HardwareProfile, model: ModelSpec, rows: list[Measurement]) ->
             link = tp_link(hw, r.ranks)
             out[i] = all_reduce_s(r.bytes, r.ranks, link, hw.efficiency.allreduce_bus_fraction.value)
             continue
-        attn = r.kind == "attention"
+        attn, elem = r.kind == "attention", r.kind == "elementwise"
         key = (r.tp, r.dtype, r.heads, r.kv_heads, r.head_dim) if attn else (r.tp, r.dtype)
         cm = models.get(key)
         if cm is None:
             cfg = CostConfig(tp=r.tp, weight_dtype=r.dtype, act_dtype=r.dtype, kv_dtype=r.dtype)
             cm = models[key] = CostModel(attention_spec(r) if attn else model, hw, cfg)
-        op = attention_op(r, cm.cfg) if attn else gemm(r.op, r.m, r.n, r.k, cm.cfg, 1)
+        if attn:
+            op = attention_op(r, cm.cfg)
+        elif elem:  # (built on the row's own layer shape, as an attention row's)
+            op = elementwise_op(r, cm.cfg)
+        else:
+            op = gemm(r.op, r.m, r.n, r.k, cm.cfg, 1)
         out[i] = cm.price(op).kernel_s
     return out
 

@@ -97,16 +97,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         b.update()
     dump_profile(new, out)
     say = printer(args.quiet)
-    attn = sum(res.attention_rows.values())
-    kinds = f"{res.gemm_rows} GEMM rows, {attn} attention rows" if attn else f"{res.gemm_rows} GEMM rows"
+    attn, elem = sum(res.attention_rows.values()), sum(res.elementwise_rows.values())
+    kinds = f"{res.gemm_rows} GEMM rows"
+    kinds += f", {attn} attention rows" if attn else ""
+    kinds += f", {elem} elementwise rows" if elem else ""
     say(f"fitted {kinds} and {res.comm_rows} all-reduce rows from {len(args.profile)} file(s)")
-    w = max(24, *(len(k) for k in res.params), *(len(op) + 9 for op in res.attention_mape))  # 9: " fit MAPE"
+    per_op = {**res.attention_mape, **res.elementwise_mape}
+    w = max(24, *(len(k) for k in res.params), *(len(op) + 9 for op in per_op))  # 9: " fit MAPE"
     for key, value in res.params.items():
         say(f"  {key:{w}s} {value:.4g}")
     if res.gemm_rows:
         say(f"  {'GEMM fit MAPE':{w}s} {res.gemm_mape:.1%}")
-    for op, mape in res.attention_mape.items():
-        say(f"  {op + ' fit MAPE':{w}s} {mape:.1%} ({res.attention_rows[op]} rows)")
+    rows = {**res.attention_rows, **res.elementwise_rows}
+    for op, mape in per_op.items():
+        say(f"  {op + ' fit MAPE':{w}s} {mape:.1%} ({rows[op]} rows)")
     if res.comm_rows:
         say(f"  {'all-reduce fit MAPE':{w}s} {res.comm_mape:.1%}")
     say(f"wrote {out}")

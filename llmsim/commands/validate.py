@@ -143,11 +143,14 @@ def _bands_json(rep: Report) -> list[dict]:
 
 def worst_json(r: Any) -> dict:  # noqa: ANN401 - a pandas itertuples row
     """One worst case: a GEMM's TP degree and shape, an attention kernel's TP degree and batch
-    (sequences, new tokens each, cached tokens each), or an all-reduce's ranks and bytes."""
+    (sequences, new tokens each, cached tokens each), an elementwise kernel's TP degree, tokens
+    and hidden size, or an all-reduce's ranks and bytes."""
     if r.kind == "gemm":
         shape = {"tp": r.tp, "m": r.m, "n": r.n, "k": r.k}
     elif r.kind == "attention":
         shape = {"tp": r.tp, "batch": r.batch, "new_tokens": r.m, "kv_tokens": r.kv}
+    elif r.kind == "elementwise":
+        shape = {"tp": r.tp, "tokens": r.m, "hidden": r.k}
     else:
         shape = {"ranks": r.ranks, "bytes": r.bytes}
     return {"op": r.op, **shape, "measured_s": r.seconds, "predicted_s": r.predicted_s, "error": r.ape}
@@ -158,6 +161,8 @@ def _shape(r: Any) -> str:  # noqa: ANN401 - a pandas itertuples row
         return f"{r.m}x{r.n}x{r.k}"
     if r.kind == "attention":  # sequences x (new tokens each + cached tokens each)
         return f"{r.batch}x({r.m}+{r.kv} kv)"
+    if r.kind == "elementwise":  # tokens of a layer with hidden size k
+        return f"{r.m} tok, H {r.k}"
     return f"{r.bytes:.0f} B"
 
 
