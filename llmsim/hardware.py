@@ -75,6 +75,23 @@ def _check(
     return fig
 
 
+def _per_op(v: dict[str, Figure] | None, unit: str, **bounds: float) -> dict[str, Figure] | None:
+    """A figure per elementwise op: each name one the cost model builds (ops.ELEMENTWISE_OPS; a
+    misspelt one would be read past), each value within its key's bounds (``_check``)."""
+    from llmsim.costmodel.ops import ELEMENTWISE_OPS  # (here: costmodel imports this module)
+
+    for name, figure in (v or {}).items():
+        if name not in ELEMENTWISE_OPS:
+            raise ValueError(
+                f"{name!r} is not an elementwise op llmsim prices; expected some of {list(ELEMENTWISE_OPS)}"
+            )
+        try:
+            _check(figure, unit, **bounds)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
+    return v
+
+
 class CollectiveProtocol(BaseModel):
     """One way NCCL moves a collective's data over a link (its LL, LL128 and Simple protocols):
     a ring collective of ``steps`` hops over ``ranks`` ranks takes ``base_s + steps * hop_s +
@@ -106,8 +123,9 @@ class Link(BaseModel):
     name: str
     bandwidth_bytes_per_s: Figure
     latency_s: Figure
-    # the devices the link joins (one NVSwitch node: 8 on HGX / DGX); a group of more talks over
-    # the profile's scale_out link (comm.tp_link). None: it joins as many as a group has
+    # the devices the link joins (one NVSwitch node: 8 on HGX / DGX; a bridged NVLink pair: 2); a
+    # larger group talks over PCIe while the host link's max_devices (the server's GPUs) holds it,
+    # else over scale_out (comm.tp_link). None: it joins as many as a group has
     max_devices: Figure | None = None
     # the collectives' protocols on this link, fitted to measured collectives (llmsim calibrate);
     # None: one protocol, latency_s per hop at the profile's allreduce_bus_fraction (the ring α–β)
@@ -176,7 +194,7 @@ class Efficiency(BaseModel):
     # An elementwise op's own bandwidth fraction, by the cost model's op name (input_layernorm,
     # mlp_act, add, ...), where measured apart: an unfused implementation makes several passes over
     # the data (eager PyTorch RMSNorm: square, mean, rsqrt, two products), a fused one one. An op
-    # not listed uses elementwise_memory_fraction.
+    # not listed uses elementwise_memory_fraction. (Its floor: overheads.elementwise_op_fixed_s.)
     elementwise_op_fraction: dict[str, Figure] | None = None
 
     def gemm_fraction(self, dtype: str) -> float:
@@ -187,12 +205,7 @@ class Efficiency(BaseModel):
     @field_validator("elementwise_op_fraction")
     @classmethod
     def _op_fractions(cls, v: dict[str, Figure] | None) -> dict[str, Figure] | None:
-        for name, figure in (v or {}).items():
-            try:
-                _check(figure, "ratios (0.4, not 40%)", positive=True, at_most=10.0)
-            except ValueError as e:
-                raise ValueError(f"{name}: {e}") from None
-        return v
+        return _per_op(v, "ratios (0.4, not 40%)", positive=True, at_most=10.0)
 
     @field_validator("gemm_dtype_fraction")
     @classmethod
@@ -253,13 +266,19 @@ class Overheads(BaseModel):
     # the same for attention kernels (prefill and decode), where measured apart (else kernel_fixed_s):
     # a FlashAttention kernel over a paged KV cache (split-KV, a combine pass) has a longer floor than a GEMM
     attention_fixed_s: Figure | None = None
-    # the same for elementwise kernels (norms, RoPE, activation, residual add), where measured apart
-    elementwise_fixed_s: Figure | None = None
+    # the same for an elementwise kernel (a norm, RoPE, the activation, the residual add), by op
+    # name, where measured apart: an unfused op launches several kernels, each with its floor
+    elementwise_op_fixed_s: dict[str, Figure] | None = None
 
-    @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s", "attention_fixed_s", "elementwise_fixed_s")
+    @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s", "attention_fixed_s")
     @classmethod
     def _seconds(cls, v: Figure | None) -> Figure | None:
         return _check(v, "seconds (4e-6 for 4 us)", at_most=1.0)
+
+    @field_validator("elementwise_op_fixed_s")
+    @classmethod
+    def _op_seconds(cls, v: dict[str, Figure] | None) -> dict[str, Figure] | None:
+        return _per_op(v, "seconds (4e-6 for 4 us)", at_most=1.0)
 
 
 class CpuTopology(BaseModel):

@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -140,66 +141,50 @@ def chunks_frame(reqs: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["id", "end_s", "tokens"])
 
 
-REQUEST_COLUMNS = [
-    "id",
-    "class",
-    "replica",
-    "status",
-    "reject_reason",
-    "arrival_s",
-    "queued_s",
-    "first_token_s",
-    "finish_s",
-    "prompt_tokens",
-    "output_tokens",
-    "generated_tokens",
-    "cached_tokens",
-    "ttft_s",
-    "tbt_mean_s",
-    "tbt_max_s",
-    "tpot_s",
-    "e2e_s",
-    "preemptions",
-    "transfer_s",
-]
-
-
 def requests_frame(reqs: list, output_delay_s: float = 0.0) -> pd.DataFrame:
     """One row per request, in arrival order. Client-side times (first token, last token,
     finish) come ``output_delay_s`` after the step that produced them (engine.output_delay_s)."""
+    n = len(reqs)
+
+    def column(attr: str, dtype: type) -> np.ndarray:
+        # straight into an array: a list of a million boxed numbers first would hold ~30 bytes
+        # each, and the frame is built once, in its final column order (a reorder copies it)
+        return np.fromiter(map(attrgetter(attr), reqs), dtype=dtype, count=n)
+
+    arrival = column("arrival_s", np.float64)
+    first, finish, last = (column(a, np.float64) for a in ("first_token_s", "finish_s", "last_token_s"))
+    if output_delay_s:
+        first += output_delay_s
+        finish += output_delay_s
+        last += output_delay_s
+    generated = column("generated", np.int64)
+    gaps = generated - 1
+    tbt_mean = np.where(gaps > 0, (last - first) / gaps.clip(min=1), np.nan)
     cols = {
-        "id": [r.id for r in reqs],
+        "id": column("id", np.int64),
         "class": [r.klass for r in reqs],
-        "replica": [r.replica for r in reqs],
+        "replica": column("replica", np.int64),
         "status": [r.status if r.status in ("finished", "rejected") else "unfinished" for r in reqs],
         "reject_reason": [r.reject_reason for r in reqs],
-        "arrival_s": [r.arrival_s for r in reqs],
-        "queued_s": [r.queued_s for r in reqs],
-        "first_token_s": [r.first_token_s for r in reqs],
-        "finish_s": [r.finish_s for r in reqs],
-        "prompt_tokens": [r.prompt_tokens for r in reqs],
-        "output_tokens": [r.output_tokens for r in reqs],
-        "generated_tokens": [r.generated for r in reqs],
-        "cached_tokens": [r.cached_tokens for r in reqs],
-        "max_gap": [r.max_tbt_s for r in reqs],
-        "last_token_s": [r.last_token_s for r in reqs],
-        "preemptions": [r.preemptions for r in reqs],
-        "transfer_s": [r.transfer_s for r in reqs],
+        "arrival_s": arrival,
+        "queued_s": column("queued_s", np.float64),
+        "first_token_s": first,
+        "finish_s": finish,
+        "prompt_tokens": column("prompt_tokens", np.int64),
+        "output_tokens": column("output_tokens", np.int64),
+        "generated_tokens": generated,
+        "cached_tokens": column("cached_tokens", np.int64),
+        "ttft_s": first - arrival,
+        "tbt_mean_s": tbt_mean,
+        "tbt_max_s": np.where(gaps > 0, column("max_tbt_s", np.float64), np.nan),
+        "tpot_s": tbt_mean.copy(),
+        "e2e_s": finish - arrival,
+        "preemptions": column("preemptions", np.int64),
+        "transfer_s": column("transfer_s", np.float64),
     }
-    df = pd.DataFrame(cols)
-    if output_delay_s:
-        for c in ("first_token_s", "finish_s", "last_token_s"):
-            df[c] += output_delay_s
-    df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
-    gaps = df["generated_tokens"] - 1
-    df["tbt_mean_s"] = np.where(gaps > 0, (df["last_token_s"] - df["first_token_s"]) / gaps.clip(lower=1), np.nan)
-    df["tbt_max_s"] = np.where(gaps > 0, df["max_gap"], np.nan)
-    df["tpot_s"] = df["tbt_mean_s"]
-    df["e2e_s"] = df["finish_s"] - df["arrival_s"]
-    out = df[REQUEST_COLUMNS]
     if any(r.lora_id >= 0 for r in reqs):  # multi-LoRA: each request's adapter (-1: the base model)
-        out = out.assign(lora_id=[r.lora_id for r in reqs])
-    return out
+        cols["lora_id"] = column("lora_id", np.int64)
+    return pd.DataFrame(cols)
 
 
 # each latency SLO key and the requests column it bounds (tbt_s: each request's worst gap)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llmsim.calibration.fit import calibrate
-from llmsim.calibration.readers import ELEMENTWISE_OPS, LINEAR_OPS, read_profile
+from llmsim.calibration.readers import LINEAR_OPS, MLP_ELEMENTWISE_OPS, read_profile
 from llmsim.calibration.validate import validate
 from llmsim.cli import main
 from llmsim.errors import UserError
@@ -105,7 +105,7 @@ def test_validate_cli_json(capsys) -> None:
     )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out["ops"]) == set(LINEAR_OPS) | set(ELEMENTWISE_OPS)
+    assert set(out["ops"]) == set(LINEAR_OPS) | set(MLP_ELEMENTWISE_OPS)
     assert out["ops"]["mlp_up_proj"]["n"] == out["ops"]["add"]["n"] == 1044
     assert 0 < out["kinds"]["linear"]["mape"] < 0.25 and out["kinds"]["elementwise"]["n"] == 6 * 1044
 
@@ -183,7 +183,7 @@ def test_gemm_dtype_must_exist_on_the_hardware(tmp_path) -> None:
 
 def test_nothing_to_fit_names_the_files() -> None:
     rows = [r for r in read_profile(ALL_REDUCE) if r.op == "all_reduce_multinode"]
-    with pytest.raises(UserError, match=r"all_reduce.csv: no GEMM or single-node all-reduce rows"):
+    with pytest.raises(UserError, match=r"all_reduce.csv: no GEMM, attention, elementwise or all-reduce rows"):
         calibrate(load_profile("A100-SXM-80GB"), rows, [str(ALL_REDUCE)])
 
 

@@ -137,3 +137,22 @@ def test_a_protocol_in_the_wrong_unit_is_refused(tmp_path) -> None:
     path.write_text(bad)
     with pytest.raises(UserError, match=r"bus_fraction.*62 is above 1\.5"):
         load_profile(path)
+
+
+def test_one_rank_count_puts_the_step_latency_in_the_base(pairwise) -> None:
+    """Over the bridged pair only 2 ranks are measured: base and per-step latency are one number."""
+    hw, _ = pairwise
+    for link in (hw.scale_up, hw.host_link):
+        for p in link.collective_protocols:
+            assert p.hop_s.value == 0 and p.hop_s.source.startswith("not identified (one rank count measured)")
+
+
+def test_too_few_rows_on_a_link_are_refused(tmp_path) -> None:
+    csv = tmp_path / "two_rows.csv"
+    csv.write_text(
+        "op,kind,dtype,m,n,k,num_workers,bytes,seconds\n"
+        "all_reduce,comm,bf16,,,,8,1048576,0.00005\n"
+        "all_reduce,comm,bf16,,,,8,2097152,0.00008\n"
+    )
+    with pytest.raises(UserError, match=r"two_rows.csv: 2 all-reduce row\(s\) over scale_up; at least 3"):
+        calibrate(load_profile("H100-SXM"), read_profile(csv), [str(csv)])

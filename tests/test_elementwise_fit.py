@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmsim.calibration.fit import calibrate, elementwise_op
-from llmsim.calibration.readers import ELEMENTWISE_OPS, read_profile
+from llmsim.calibration.readers import MLP_ELEMENTWISE_OPS, read_profile
 from llmsim.calibration.validate import validate
 from llmsim.costmodel.ops import OpConfig
 from llmsim.costmodel.roofline import CostConfig, CostModel
@@ -35,7 +35,7 @@ def fitted():
 
 def test_vidur_mlp_rows_carry_every_elementwise_op() -> None:
     rows = _elementwise(TRAIN[:1])
-    assert {r.op for r in rows} == set(ELEMENTWISE_OPS)
+    assert {r.op for r in rows} == set(MLP_ELEMENTWISE_OPS)
     assert len(rows) == 6 * 1044  # 261 token counts x TP 1, 2, 4, 8, six ops each
     r = next(r for r in rows if r.op == "mlp_act" and r.tp == 2 and r.m == 64)
     op = elementwise_op(r, OpConfig(tp=2))
@@ -44,7 +44,9 @@ def test_vidur_mlp_rows_carry_every_elementwise_op() -> None:
 
 def test_elementwise_within_15pct_on_held_out_models(fitted) -> None:
     hw, res = fitted
-    assert set(res.elementwise_rows) == set(ELEMENTWISE_OPS) and 0 < hw.overheads.elementwise_fixed_s.value < 1e-5
+    assert set(res.elementwise_rows) == set(MLP_ELEMENTWISE_OPS)
+    floors, fractions = hw.overheads.elementwise_op_fixed_s, hw.efficiency.elementwise_op_fraction
+    assert all(0 < f.value < 1e-5 for f in floors.values()) and all(0 < f.value <= 1 for f in fractions.values())
     rows = _elementwise(HELD_OUT)
     rep = validate(hw, MODEL, rows)
     default = validate(load_profile("A100-SXM-80GB"), MODEL, rows)
@@ -63,7 +65,7 @@ def test_fit_and_cost_model_agree_on_elementwise_error(fitted) -> None:
 
 def test_a_profile_without_op_fractions_prices_elementwise_as_before() -> None:
     hw = load_profile("H100-SXM")
-    assert hw.efficiency.elementwise_op_fraction is None and hw.overheads.elementwise_fixed_s is None
+    assert hw.efficiency.elementwise_op_fraction is None and hw.overheads.elementwise_op_fixed_s is None
     cm = CostModel(get_model("llama-3.1-8b"), hw, CostConfig())
     r = next(r for r in _elementwise(TRAIN[:1]) if r.op == "input_layernorm" and r.tp == 1 and r.m == 4096)
     op = elementwise_op(r, cm.cfg)
@@ -76,8 +78,21 @@ def test_a_profile_without_op_fractions_prices_elementwise_as_before() -> None:
 def test_shipped_calibrated_profile_holds_this_fit(fitted) -> None:
     shipped = load_profile(ROOT / "hardware_profiles" / "calibrated" / "A100-SXM-80GB.yaml")
     mine = fitted[0]
-    assert shipped.overheads.elementwise_fixed_s.value == pytest.approx(
-        mine.overheads.elementwise_fixed_s.value, rel=1e-3
-    )
     for op, fig in mine.efficiency.elementwise_op_fraction.items():
         assert shipped.efficiency.elementwise_op_fraction[op].value == pytest.approx(fig.value, rel=1e-4)
+        floor = mine.overheads.elementwise_op_fixed_s[op].value
+        assert shipped.overheads.elementwise_op_fixed_s[op].value == pytest.approx(floor, rel=1e-3)
+
+
+def test_every_elementwise_op_a_step_builds_has_a_name_profiles_may_use() -> None:
+    """ops.ELEMENTWISE_OPS is what a profile's per-op terms are checked against."""
+    from llmsim.costmodel.ops import ELEMENTWISE_OPS, batch_shape, step_ops
+    from llmsim.models import CATALOG
+
+    seen = {
+        op.name
+        for model in CATALOG.values()
+        for op in step_ops(model, batch_shape([(8, 0)], [16]), OpConfig())
+        if op.kind == "elementwise"
+    }
+    assert seen <= set(ELEMENTWISE_OPS), seen - set(ELEMENTWISE_OPS)

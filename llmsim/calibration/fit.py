@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from llmsim.calibration.readers import ATTENTION_OPS, ELEMENTWISE_OPS, Measurement
+from llmsim.calibration.readers import ATTENTION_OPS, MLP_ELEMENTWISE_OPS, Measurement
 from llmsim.costmodel.comm import tp_link
 from llmsim.costmodel.gemm import GemmCurve
 from llmsim.costmodel.ops import BatchShape, Op, OpConfig, attention_ops, batch_shape, step_ops
@@ -47,6 +47,7 @@ class FitResult:
     comm_mape: float = float("nan")
     attention_rows: dict[str, int] = field(default_factory=dict)  # per op: attention_prefill / _decode
     attention_mape: dict[str, float] = field(default_factory=dict)
+    comm_one_count: list[str] = field(default_factory=list)  # links whose all-reduce rows have one rank count
     elementwise_rows: dict[str, int] = field(default_factory=dict)  # per op: input_layernorm, mlp_act, ...
     elementwise_mape: dict[str, float] = field(default_factory=dict)
 
@@ -110,12 +111,14 @@ def fit_gemm(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, fl
 
 
 # The two protocols calibrate fits on a link (comm.ring_s prices each, takes the fastest): NCCL's
-# low-latency ones (LL, LL128: fewer microseconds per hop, part of the bandwidth) and its bulk one
-# (Simple). Starts: NCCL's own ring figures on NVLink (src/graph/tuning.cc at 01afd20: base 3.6 /
-# 8.4 us, per hop 0.47 / 3.4 us; LL128 at 0.92 and Simple at 1 of the bus bandwidth), a bus fraction
-# of a half, and a per-call floor for tables timed around eager calls; each start is tried, the
-# best fit kept (the min makes the problem non-smooth).
+# low-latency ones (LL, LL128: fewer microseconds per step, part of the bandwidth) and its bulk one
+# (Simple). Three starts, the best fit kept (the min makes the problem non-smooth): NCCL's own
+# NVLink ring figures (src/graph/tuning.cc at 01afd20: LL base 3.6 us and 0.47 us per step, at
+# LL128's 0.92 of the bandwidth; Simple 8.4 us and 3.4 us per step, all of it) at a bus fraction
+# of a half; then a per-call floor of tens of microseconds, as tables timed around eager calls
+# hold; then a slower link's.
 _PROTOCOLS = ("low_latency", "bulk")
+_TWO_PROTOCOL_ROWS = 24  # rows a link needs for two protocols (six terms) rather than one
 _PROTOCOL_TERMS = ("base_s", "hop_s", "bus_fraction")
 _COMM_STARTS = [
     [3.6e-6, 0.47e-6, 0.46, 8.4e-6, 3.4e-6, 0.5],
@@ -153,38 +156,63 @@ def fit_all_reduce(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[s
         link = getattr(hw, key)
         mine = [r for r in rows if link is not None and tp_link(hw, r.ranks) is link]
         if mine:
-            fitted, err = _fit_link(link.bandwidth_bytes_per_s.value, mine)
+            fitted, err = _fit_link(key, link.bandwidth_bytes_per_s.value, mine)
             params.update({f"{key}.{name}": v for name, v in fitted.items()})
             errors.append(err)
     return params, float(np.mean(np.concatenate(errors)))
 
 
-def _fit_link(bw: float, rows: list[Measurement]) -> tuple[dict[str, float], np.ndarray]:
-    """One link's two protocols and each row's relative error."""
+def _one_rank_count(rows: list[Measurement], hw: HardwareProfile, key: str) -> bool:
+    """Whether every all-reduce row over the link ``key`` has the same rank count (then the fit
+    cannot tell a protocol's per-step latency from its base: ``_fit_link``)."""
+    link = getattr(hw, key)
+    return len({r.ranks for r in rows if link is not None and tp_link(hw, r.ranks) is link}) == 1
+
+
+def _fit_link(key: str, bw: float, rows: list[Measurement]) -> tuple[dict[str, float], np.ndarray]:
+    """One link's protocols and each row's relative error: two where there are rows enough
+    (``_TWO_PROTOCOL_ROWS``), else one. With a single rank count measured, a protocol's latency
+    per step cannot be told from its base (both only ever appear as ``base + steps x hop`` at one
+    ``steps``): ``hop_s`` is then 0 and the base holds it all, so another rank count pays the
+    measured latency unchanged."""
+    if len(rows) < 3:
+        files = ", ".join(dict.fromkeys(r.source for r in rows))
+        raise UserError(
+            f"{files}: {len(rows)} all-reduce row(s) over {key}; at least 3 are needed to fit its collectives"
+        )
     p = np.array([r.ranks for r in rows], float)
     t = np.array([r.seconds for r in rows])
     steps = 2 * (p - 1)
     moved = steps / p * np.array([r.bytes for r in rows])
+    count = 2 if len(rows) >= _TWO_PROTOCOL_ROWS else 1
+    hops = len(set(p.tolist())) > 1  # is the per-step latency identified?
+    free = [3 * i + j for i in range(count) for j in range(3) if hops or j != 1]
 
-    def residual(q: np.ndarray) -> np.ndarray:
-        return np.minimum(*_ring_lines(q, steps, moved, bw)) / t - 1.0
+    def full(v: np.ndarray) -> np.ndarray:  # the six terms of _ring_lines (an absent protocol never wins)
+        q = np.array([0.0, 0.0, 1.0, 1e30, 0.0, 1.0])  # (protocol 2 absent: a base no row reaches)
+        q[free] = v
+        return q
 
-    lo, hi = [0.0, 0.0, 0.01] * 2, [1e-3, 1e-4, 1.5] * 2
-    fits = [least_squares(residual, q0, bounds=(lo, hi), x_scale=[1e-5, 1e-6, 0.1] * 2) for q0 in _COMM_STARTS]
-    q = min(fits, key=lambda f: float(np.mean(np.abs(residual(f.x))))).x
-    if q[1] > q[4]:  # name them by what they are: the low-latency one pays less per hop
+    def residual(v: np.ndarray) -> np.ndarray:
+        return np.minimum(*_ring_lines(full(v), steps, moved, bw)) / t - 1.0
+
+    lo, hi = np.array([0.0, 0.0, 0.01] * 2)[free], np.array([1e-3, 1e-4, 1.5] * 2)[free]
+    scale = np.array([1e-5, 1e-6, 0.1] * 2)[free]
+    fits = [least_squares(residual, np.array(q0)[free], bounds=(lo, hi), x_scale=scale) for q0 in _COMM_STARTS]
+    q = full(min(fits, key=lambda f: float(np.mean(np.abs(residual(f.x))))).x)
+    if count == 2 and (q[1], q[0]) > (q[4], q[3]):  # name them by what they are: less per step (or base)
         q = np.concatenate([q[3:], q[:3]])
     low, bulk = _ring_lines(q, steps, moved, bw)
-    used = [bool((low <= bulk).any()), bool((bulk < low).any())]
+    used = [bool((low <= bulk).any()), count == 2 and bool((bulk < low).any())]
     # a lone protocol is just the link's ring: no other to be low-latency or bulk against
     names = _PROTOCOLS if all(used) else ("ring", "ring")
     fitted = {
         f"{names[i]}.{term}": float(q[3 * i + j]) for i in range(2) if used[i] for j, term in enumerate(_PROTOCOL_TERMS)
     }
-    return fitted, np.abs(residual(q))
+    return fitted, np.abs(residual(q[free]))
 
 
-def _protocols(p: dict[str, float], link: str, note: str) -> list[dict]:
+def _protocols(p: dict[str, float], link: str, note: str, one_count: bool) -> list[dict]:
     """A link's fitted protocols as the profile's ``collective_protocols`` entries."""
     out = []
     for proto in (*_PROTOCOLS, "ring"):
@@ -192,7 +220,10 @@ def _protocols(p: dict[str, float], link: str, note: str) -> list[dict]:
             entry: dict = {"name": proto}
             for term in _PROTOCOL_TERMS:
                 v = p[f"{link}.{proto}.{term}"]
-                entry[term] = {"value": round(v, 6) if term == "bus_fraction" else float(f"{v:.4g}"), "source": note}
+                src = note
+                if term == "hop_s" and one_count:
+                    src = f"not identified (one rank count measured): its share is in base_s; {note}"
+                entry[term] = {"value": round(v, 6) if term == "bus_fraction" else float(f"{v:.4g}"), "source": src}
             out.append(entry)
     return out
 
@@ -341,28 +372,34 @@ def elementwise_op(r: Measurement, cfg: OpConfig) -> Op:
 
 
 def fit_elementwise(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, float], dict[str, float]]:
-    """Least-squares fit (relative error) of each elementwise op's bandwidth fraction and the floor
-    they share: ``CostModel.price``'s ``max(FLOPs / peak, bytes / (bandwidth x fraction[op])) +
-    elementwise_fixed_s``. Parameters ``elementwise_op_fraction.<op>`` and ``elementwise_fixed_s``;
-    returns them and the training MAPE per op."""
-    names = [n for n in ELEMENTWISE_OPS if any(r.op == n for r in rows)]
+    """Least-squares fit (relative error) of each elementwise op's bandwidth fraction (at most 1:
+    a large pass cannot beat the memory) and floor: ``CostModel.price``'s ``max(FLOPs / peak,
+    bytes / (bandwidth x fraction[op])) + fixed[op]``. Parameters
+    ``elementwise_op_fraction.<op>`` and ``elementwise_op_fixed_s.<op>``; returns them and the
+    training MAPE per op. Each op is fitted on its own rows (the ops share no term)."""
+    params: dict[str, float] = {}
+    mape: dict[str, float] = {}
+    for name in [n for n in MLP_ELEMENTWISE_OPS if any(r.op == n for r in rows)]:
+        fixed, fraction, mape[name] = _fit_elementwise_op(hw, [r for r in rows if r.op == name])
+        params[f"elementwise_op_fixed_s.{name}"], params[f"elementwise_op_fraction.{name}"] = fixed, fraction
+    return params, mape
+
+
+def _fit_elementwise_op(hw: HardwareProfile, rows: list[Measurement]) -> tuple[float, float, float]:
+    """One op's floor, bandwidth fraction and fit error."""
     ops = [
         elementwise_op(r, OpConfig(tp=r.tp, weight_dtype=r.dtype, act_dtype=r.dtype, kv_dtype=r.dtype)) for r in rows
     ]
-    which = np.array([names.index(r.op) for r in rows])
     compute = np.array([op.flops / hw.peak(op.dtype) for op in ops])
     stream = np.array([op.bytes for op in ops]) / hw.bandwidth
     t = np.array([r.seconds for r in rows])
 
     def residual(q: np.ndarray) -> np.ndarray:
-        return (np.maximum(compute, stream / q[1:][which]) + q[0]) / t - 1.0
+        return (np.maximum(compute, stream / q[1]) + q[0]) / t - 1.0
 
-    q0 = [3e-6] + [hw.efficiency.elementwise_memory_fraction.value] * len(names)
-    q = least_squares(residual, q0, bounds=([0.0] + [0.01] * len(names), [1e-4] + [10.0] * len(names))).x
-    err = np.abs(residual(q))
-    params = {"elementwise_fixed_s": float(q[0])}
-    params.update({f"elementwise_op_fraction.{n}": float(v) for n, v in zip(names, q[1:], strict=True)})
-    return params, {n: float(err[which == i].mean()) for i, n in enumerate(names)}
+    q0 = [3e-6, min(1.0, hw.efficiency.elementwise_memory_fraction.value)]
+    q = least_squares(residual, q0, bounds=([0.0, 0.01], [1e-4, 1.0]), x_scale=[1e-6, 0.1]).x
+    return float(q[0]), float(q[1]), float(np.mean(np.abs(residual(q))))
 
 
 def calibrate(hw: HardwareProfile, rows: list[Measurement], files: list[str]) -> tuple[HardwareProfile, FitResult]:
@@ -375,8 +412,8 @@ def calibrate(hw: HardwareProfile, rows: list[Measurement], files: list[str]) ->
     elems = [r for r in rows if r.kind == "elementwise"]
     if not gemms and not comms and not attns and not elems:
         raise UserError(
-            f"{', '.join(files)}: no GEMM or single-node all-reduce rows, nor attention or elementwise rows "
-            "(multi-node all-reduces go over the network, not the scale_up link calibrate fits): nothing to fit"
+            f"{', '.join(files)}: no GEMM, attention, elementwise or all-reduce rows (a Vidur all_reduce.csv's "
+            "rows that span nodes are left out: the file does not say which link joins them): nothing to fit"
         )
     res = FitResult(gemm_rows=len(gemms), comm_rows=len(comms))
     if gemms:
@@ -385,6 +422,7 @@ def calibrate(hw: HardwareProfile, rows: list[Measurement], files: list[str]) ->
     if comms:
         params, res.comm_mape = fit_all_reduce(hw, comms)
         res.params.update(params)
+        res.comm_one_count = [k for k in _LINK_KEYS if _one_rank_count(comms, hw, k)]
     # each term is sourced with the files whose rows identify it (a row's source is its file)
     by_kind = {
         kind: [f for f in files if any(r.source == f for r in rs)] or files
@@ -424,11 +462,17 @@ def apply_fit(
         data["overheads"]["kernel_fixed_s"] = {"value": float(f"{p['kernel_fixed_s']:.4g}"), "source": note}
     if res.comm_rows:
         where = _fitted_on(by_kind.get("comm", files))
-        note = f"{where} ({res.comm_rows} single-node all-reduce rows, MAPE {res.comm_mape:.1%})"
+        note = f"{where} ({res.comm_rows} all-reduce rows, MAPE {res.comm_mape:.1%})"
         for key in _LINK_KEYS:
-            protocols = _protocols(p, key, note)
+            protocols = _protocols(p, key, note, key in res.comm_one_count)
             if protocols:
                 data[key]["collective_protocols"] = protocols
+                lat = data[key]["latency_s"]  # still the link's one-way latency, for its sends
+                if "collective_protocols" not in lat["source"]:
+                    lat["source"] = f"point-to-point sends (collectives use collective_protocols): {lat['source']}"
+        bus = data["efficiency"]["allreduce_bus_fraction"]
+        if "collective_protocols" not in bus["source"]:
+            bus["source"] = f"links without collective_protocols: {bus['source']}"
     if res.attention_rows:
         _apply_attention(data, res, _fitted_on(by_kind.get("attention", files)))
     if res.elementwise_rows:
@@ -451,7 +495,7 @@ def apply_fit(
     if res.elementwise_rows:
         data["calibration"]["elementwise_rows"] = dict(res.elementwise_rows)
         data["calibration"]["elementwise_fit_mape"] = {op: round(v, 4) for op, v in res.elementwise_mape.items()}
-        data["calibration"]["method"] += "; elementwise kernels (a bandwidth fraction per op, a shared floor)"
+        data["calibration"]["method"] += "; elementwise kernels (a bandwidth fraction and a floor per op)"
     data["description"] = (hw.description + " [calibrated]").strip()
     return HardwareProfile.model_validate(data)
 
@@ -479,18 +523,15 @@ def _apply_attention(data: dict, res: FitResult, where: str) -> None:
 
 
 def _apply_elementwise(data: dict, res: FitResult, where: str) -> None:
-    """Write each elementwise op's fitted fraction (sourced with its rows and error) and the floor."""
+    """Write each elementwise op's fitted fraction and floor, sourced with its rows and error."""
     p = res.params
-    fractions = {}
+    fractions, floors = {}, {}
     for op, n in res.elementwise_rows.items():
         note = f"{where} ({n} {op} rows, MAPE {res.elementwise_mape[op]:.1%})"
         fractions[op] = {"value": round(p[f"elementwise_op_fraction.{op}"], 6), "source": note}
+        floors[op] = {"value": float(f"{p[f'elementwise_op_fixed_s.{op}']:.4g}"), "source": note}
     data["efficiency"]["elementwise_op_fraction"] = fractions
-    total = sum(res.elementwise_rows.values())
-    data["overheads"]["elementwise_fixed_s"] = {
-        "value": float(f"{p['elementwise_fixed_s']:.4g}"),
-        "source": f"{where} ({total} elementwise rows of {len(fractions)} ops)",
-    }
+    data["overheads"]["elementwise_op_fixed_s"] = floors
 
 
 __all__ = [

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from llmsim.hardware import HardwareProfile
 
 LINEAR_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
-# the elementwise ops of a Vidur mlp.csv row, by the cost model's own names (llmsim/costmodel/ops.py)
-ELEMENTWISE_OPS = ("emb", "input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
+# the elementwise ops a Vidur mlp.csv row times, by the cost model's own names (ops.ELEMENTWISE_OPS)
+MLP_ELEMENTWISE_OPS = ("emb", "input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
 # the cost model's GEMM ops (llmsim/costmodel/ops.py): the names a generic `gemm` row may carry
 GEMM_OPS = (*LINEAR_OPS, "moe_router", "lm_head")
 # the generic CSV's kinds and the collectives of a `comm` row (docs/profile_format.md); only
@@ -214,7 +214,7 @@ def read_vidur_mlp(path: Path) -> list[Measurement]:
             ms = _seconds(row, col, where, scale=1e-3, optional=True)  # an op left unmeasured is blank
             if ms is not None:
                 out.append(Measurement(op, "gemm", ms, tp=tp, m=m, n=n, k=k, source=str(path), line=line))
-        for op in ELEMENTWISE_OPS:  # n: the MLP's intermediate size, k: the hidden size
+        for op in MLP_ELEMENTWISE_OPS:  # n: the MLP's intermediate size, k: the hidden size
             ms = _seconds(row, f"time_stats.{op}.median", where, scale=1e-3, optional=True)
             if ms is not None:
                 out.append(

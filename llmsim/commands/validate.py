@@ -220,6 +220,6 @@ def print_report(
         ]
         for r in rep.frame.nlargest(WORST, "ape").itertuples()
     ]
-    out(table(worst, ["op", "tp/ranks", "shape m x n x k", "measured us", "predicted us", "error"]))
+    out(table(worst, ["op", "tp/ranks", "shape", "measured us", "predicted us", "error"]))
     tail = f" ({base_name}: {base.overall_mape:.1%})" if base is not None else ""
     out(f"\noverall MAPE {rep.overall_mape:.1%}{tail}")

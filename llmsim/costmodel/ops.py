@@ -303,6 +303,24 @@ def _compute_dtype(cfg: OpConfig) -> str:
     return cfg.act_dtype
 
 
+# every elementwise op a step can hold, by name (a profile's per-op elementwise terms name them)
+ELEMENTWISE_OPS = (
+    "emb",
+    "input_layernorm",
+    "attn_rope",
+    "kv_cache_write",
+    "add",
+    "post_attention_layernorm",
+    "mlp_act",
+    "dense_mlp_act",
+    "shared_expert_act",
+    "mla_q_a_layernorm",
+    "mla_kv_a_layernorm",
+    "final_norm",
+    "sampling",
+)
+
+
 def elementwise(name: str, elems: int, flops_per_elem: float, reads: int, cfg: OpConfig, count: int) -> Op:
     """A pass over ``elems`` activations reading ``reads`` tensors of that size, writing one."""
     dtype = storage_dtype(cfg)

@@ -107,13 +107,12 @@ class CostModel:
         eff = self.hw.efficiency
         self._bw = self._stream_bw(eff.memory_fraction)
         self._elem_bw = self._stream_bw(eff.elementwise_memory_fraction)
-        # elementwise ops measured apart (calibrate on Vidur's mlp.csv): each its own rate and a floor
+        # elementwise ops measured apart (calibrate on Vidur's mlp.csv): each its own rate and floor
         self._elem_op_bw = {n: self._stream_bw(f) for n, f in (eff.elementwise_op_fraction or {}).items()}
-        elem_fixed = self.hw.overheads.elementwise_fixed_s
+        self._elem_op_fixed = {n: f.value for n, f in (self.hw.overheads.elementwise_op_fixed_s or {}).items()}
         self._curve = GemmCurve.from_profile(self.hw, self.cfg.act_dtype)  # GEMMs compute in act_dtype
         self._curves: dict[str, GemmCurve] = {}  # other compute dtypes (a quantised model's LM head)
         self._fixed = self.hw.overheads.kernel_fixed_s.value if self.hw.overheads.kernel_fixed_s else 0.0
-        self._elem_fixed = elem_fixed.value if elem_fixed else self._fixed
         dq = eff.dequant_flops_per_weight
         self._dequant_flops = dq.value if dq else DEFAULT_DEQUANT_FLOPS
         self._vector_peak = self.hw.peak("fp32")  # unpacking runs on the CUDA/vector cores, not tensor cores
@@ -260,7 +259,7 @@ class CostModel:
         else:  # elementwise
             compute = op.flops / peak
             memory = op.bytes / self._elem_op_bw.get(op.name, self._elem_bw)
-            fixed = self._elem_fixed
+            fixed = self._elem_op_fixed.get(op.name, self._fixed)
         # Launches are asynchronous: the host queues the next kernel while this one runs, so only
         # the part of the launch latency longer than the kernel leaves the device idle.
         gap = max(0.0, launch - (max(compute, memory) + fixed))
