@@ -197,8 +197,10 @@ def read_vidur_mlp(path: Path) -> list[Measurement]:
         shape = {c: int(_number(row, c, where, whole=True, positive=True, at_most=MAX_DIM)) for c in _MLP_SHAPE_COLS}
         tp, heads, kv_heads = shape["num_tensor_parallel_workers"], shape["n_head"], shape["n_kv_head"]
         hidden, inter, m = shape["n_embd"], shape["n_expanded_embd"], shape["num_tokens"]
-        if heads % tp or hidden % heads:
-            raise UserError(f"{where}: bad shape (tp={tp}, n_head={heads}, n_embd={hidden}, tokens={m})")
+        if heads % tp or hidden % heads or inter < tp:  # (each GPU holds a whole share of the MLP)
+            raise UserError(
+                f"{where}: bad shape (tp={tp}, n_head={heads}, n_embd={hidden}, n_expanded_embd={inter}, tokens={m})"
+            )
         head_dim = hidden // heads
         q, kv = heads * head_dim // tp, max(1, kv_heads // tp) * head_dim
         gated = _flag(row, "use_gated_mlp", where, default=True)
