@@ -1,5 +1,5 @@
 """Elementwise kernels (embedding, norms, RoPE, activation, residual add) fitted to Vidur's A100
-mlp.csv timings: a bandwidth fraction per op and a floor they share, fitted on Llama-2-7B and
+mlp.csv timings: a bandwidth fraction and a floor per op, fitted on Llama-2-7B and
 Llama-2-70B, checked on Llama-3-8B and CodeLlama-34B (issue #16 item 6)."""
 
 from __future__ import annotations

@@ -185,8 +185,7 @@ def _fit_link(key: str, bw: float, rows: list[Measurement]) -> tuple[dict[str, f
     steps = 2 * (p - 1)
     moved = steps / p * np.array([r.bytes for r in rows])
     count = 2 if len(rows) >= _TWO_PROTOCOL_ROWS else 1
-    hops = len(set(p.tolist())) > 1  # is the per-step latency identified?
-    free = [3 * i + j for i in range(count) for j in range(3) if hops or j != 1]
+    free = [3 * i + j for i in range(count) for j in range(3)]
 
     def full(v: np.ndarray) -> np.ndarray:  # the six terms of _ring_lines (an absent protocol never wins)
         q = np.array([0.0, 0.0, 1.0, 1e30, 0.0, 1.0])  # (protocol 2 absent: a base no row reaches)
@@ -200,9 +199,14 @@ def _fit_link(key: str, bw: float, rows: list[Measurement]) -> tuple[dict[str, f
     scale = np.array([1e-5, 1e-6, 0.1] * 2)[free]
     fits = [least_squares(residual, np.array(q0)[free], bounds=(lo, hi), x_scale=scale) for q0 in _COMM_STARTS]
     q = full(min(fits, key=lambda f: float(np.mean(np.abs(residual(f.x))))).x)
-    if count == 2 and (q[1], q[0]) > (q[4], q[3]):  # name them by what they are: less per step (or base)
-        q = np.concatenate([q[3:], q[:3]])
+    if len(set(p.tolist())) == 1:  # one step count: the per-step latency is only part of the base
+        q[[0, 3]] += steps[0] * q[[1, 4]]
+        q[[1, 4]] = 0.0
     low, bulk = _ring_lines(q, steps, moved, bw)
+    small = int(np.argmin(moved))  # name them by what they are: the low-latency one wins the smallest row
+    if count == 2 and bulk[small] < low[small]:
+        q = np.concatenate([q[3:], q[:3]])
+        low, bulk = bulk, low
     used = [bool((low <= bulk).any()), count == 2 and bool((bulk < low).any())]
     # a lone protocol is just the link's ring: no other to be low-latency or bulk against
     names = _PROTOCOLS if all(used) else ("ring", "ring")
