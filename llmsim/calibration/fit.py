@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -137,13 +138,14 @@ def _ring_lines(q: np.ndarray, steps: np.ndarray, moved: np.ndarray, bw: float) 
 _LINK_KEYS = ("scale_up", "host_link", "scale_out")
 
 
-def fit_all_reduce(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, float], float]:
+def fit_all_reduce(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, float], float, list[str]]:
     """Fit the collective protocols of each link the rows' groups talk over (comm.tp_link: the
     scale-up link, or PCIe within a server past a bridged pair) to measured all-reduces: for a
     low-latency and a bulk protocol a base latency, a latency per ring step and a bus-bandwidth
     fraction each; a protocol the fit never picks for a measured row is left out. Parameters are
     named ``<link>.<protocol>.<term>`` (apply_fit writes them as the link's
-    ``collective_protocols``); the error is over every row."""
+    ``collective_protocols``); the error is over every row; last, the links measured at one rank
+    count (their per-step latency is folded into the base: ``_fit_link``)."""
     if hw.scale_up is None:
         files = ", ".join(dict.fromkeys(r.source for r in rows))
         raise UserError(
@@ -152,6 +154,7 @@ def fit_all_reduce(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[s
         )
     params: dict[str, float] = {}
     errors: list[np.ndarray] = []
+    one_count: list[str] = []
     for key in _LINK_KEYS:
         link = getattr(hw, key)
         mine = [r for r in rows if link is not None and tp_link(hw, r.ranks) is link]
@@ -159,14 +162,9 @@ def fit_all_reduce(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[s
             fitted, err = _fit_link(key, link.bandwidth_bytes_per_s.value, mine)
             params.update({f"{key}.{name}": v for name, v in fitted.items()})
             errors.append(err)
-    return params, float(np.mean(np.concatenate(errors)))
-
-
-def _one_rank_count(rows: list[Measurement], hw: HardwareProfile, key: str) -> bool:
-    """Whether every all-reduce row over the link ``key`` has the same rank count (then the fit
-    cannot tell a protocol's per-step latency from its base: ``_fit_link``)."""
-    link = getattr(hw, key)
-    return len({r.ranks for r in rows if link is not None and tp_link(hw, r.ranks) is link}) == 1
+            if len({r.ranks for r in mine}) == 1:
+                one_count.append(key)
+    return params, float(np.mean(np.concatenate(errors))), one_count
 
 
 def _fit_link(key: str, bw: float, rows: list[Measurement]) -> tuple[dict[str, float], np.ndarray]:
@@ -371,8 +369,14 @@ def elementwise_spec(r: Measurement) -> ModelSpec:
 def elementwise_op(r: Measurement, cfg: OpConfig) -> Op:
     """The cost model's own op for an elementwise row: the op of that name in one prefill step of
     ``m`` tokens (``ops.step_ops``: the embedding, the layer's norms, RoPE, activation, adds)."""
-    ops = step_ops(elementwise_spec(r), batch_shape([(r.m, 0)], []), cfg)
-    return next(op for op in ops if op.name == r.op)
+    return _step_ops_by_name(elementwise_spec(r), r.m, cfg)[r.op]
+
+
+@lru_cache(maxsize=4096)
+def _step_ops_by_name(spec: ModelSpec, tokens: int, cfg: OpConfig) -> dict[str, Op]:
+    """One prefill step's ops by name, built once per measured shape: a Vidur mlp.csv row times
+    six elementwise ops of the same step. (The add runs twice per layer, the same op both times.)"""
+    return {op.name: op for op in step_ops(spec, batch_shape([(tokens, 0)], []), cfg)}
 
 
 def fit_elementwise(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, float], dict[str, float]]:
@@ -407,7 +411,7 @@ def _fit_elementwise_op(hw: HardwareProfile, rows: list[Measurement]) -> tuple[f
 
 
 def calibrate(hw: HardwareProfile, rows: list[Measurement], files: list[str]) -> tuple[HardwareProfile, FitResult]:
-    """Fit what the rows measure (GEMMs, attention and elementwise kernels, single-node all-reduces) and
+    """Fit what the rows measure (GEMMs, attention and elementwise kernels, all-reduces) and
     return the new profile. Attention is fitted after the GEMMs, on the profile with their fit:
     its compute rate is a fraction of the fitted best-shape GEMM rate."""
     gemms = [r for r in rows if r.kind == "gemm"]
@@ -424,9 +428,8 @@ def calibrate(hw: HardwareProfile, rows: list[Measurement], files: list[str]) ->
         params, res.gemm_mape = fit_gemm(hw, gemms)
         res.params.update(params)
     if comms:
-        params, res.comm_mape = fit_all_reduce(hw, comms)
+        params, res.comm_mape, res.comm_one_count = fit_all_reduce(hw, comms)
         res.params.update(params)
-        res.comm_one_count = [k for k in _LINK_KEYS if _one_rank_count(comms, hw, k)]
     # each term is sourced with the files whose rows identify it (a row's source is its file)
     by_kind = {
         kind: [f for f in files if any(r.source == f for r in rs)] or files
