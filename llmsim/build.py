@@ -20,7 +20,6 @@ from llmsim.schedulers.base import SpecConfig
 from llmsim.workload import generators as gen
 from llmsim.workload.base import Workload, slice_and_scale
 from llmsim.workload.limits import MAX_ARRIVAL_S, MAX_REQUESTS, check_requests, check_tokens
-from llmsim.workload.traces import load_trace
 
 
 def build_model(sc: Scenario) -> ModelSpec:
@@ -37,6 +36,8 @@ def build_workload(sc: Scenario) -> Workload:
     if w.kind == "trace":
         assert w.trace is not None
         t = w.trace
+        from llmsim.workload.traces import load_trace  # pandas: only when a trace is read
+
         wl = load_trace(sc.path(t.path), t.format, t.hash_block_tokens or sc.kv_cache.block_tokens)
         wl = slice_and_scale(wl, t.start_s, t.duration_s, t.max_requests, t.speedup)
         if wl.lora is not None and (wl.lora >= 0).any() and sc.lora is None:
@@ -264,6 +265,8 @@ def _lengths(
     where = where or f"{sc._origin}: workload.{key}"  # the key a bad draw is reported under
     empirical = None
     if spec.dist == "empirical":
+        from llmsim.workload.traces import load_trace
+
         trace = load_trace(sc.path(spec.trace), spec.format)
         empirical = trace.prompt_tokens if key == "prompt_tokens" else trace.output_tokens
     return gen.sample_lengths(rng, spec.model_dump(), n, empirical, where)

@@ -281,6 +281,26 @@ def test_import_does_not_load_tqdm() -> None:
     assert out.stdout.strip() == "False"
 
 
+HEAVY = ("pandas", "matplotlib", "simpy", "pyarrow", "scipy")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--version"], ["hardware"], ["hardware", "H100-SXM"], ["models", "llama-3.1-8b"], ["run", "--help"], ROOFLINE],
+)
+def test_table_commands_import_no_heavy_library(argv) -> None:
+    """A command that prints from a profile or the catalog starts in a tenth of a second: it
+    imports none of pandas, matplotlib, SimPy (each a few hundred ms; benchmarks/bench_startup.py)."""
+    code = (
+        "import sys, contextlib, io, llmsim.cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        f"    llmsim.cli.main({argv!r})\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_twin_on_the_raw_clock_prints_its_table(tiny_twin, capsys) -> None:
     # --raw-clock applies no speed factor: the runs table shows "-" for it (it used to crash)
     assert main([*tiny_twin, "--raw-clock"]) == 0

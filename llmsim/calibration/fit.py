@@ -201,8 +201,7 @@ def _fit_link(key: str, bw: float, rows: list[Measurement]) -> tuple[dict[str, f
     # fell below 1e-8 of the cost, and two machines' fits of the pairwise-NVLink table came out 37%
     # apart in a base; converged, the three starts reach the same cost to seven digits.
     fits = [
-        least_squares(residual, np.array(q0)[free], bounds=(lo, hi), x_scale=scale, **_CONVERGED)
-        for q0 in _COMM_STARTS
+        least_squares(residual, np.array(q0)[free], bounds=(lo, hi), x_scale=scale, **_CONVERGED) for q0 in _COMM_STARTS
     ]
     q = full(min(fits, key=lambda f: float(f.cost)).x)
     if len(set(p.tolist())) == 1:  # one step count: the per-step latency is only part of the base

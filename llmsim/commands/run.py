@@ -17,8 +17,6 @@ from llmsim.errors import (
     test_pause,
     yaml_value,
 )
-from llmsim.metrics import latency_table
-from llmsim.results import lora_line, offload_line, pools_line, requests_line, scaling_line, slo_targets
 from llmsim.tables import fmt, table
 
 
@@ -166,6 +164,9 @@ def simulated_time_bar(sc: object, enabled: bool) -> Iterator[Callable[[float, f
 
 def summary_text(s: dict) -> str:
     """The human summary printed after a run."""
+    from llmsim.metrics import latency_table  # pandas: imported when a run has finished, not at start-up
+    from llmsim.results import lora_line, offload_line, pools_line, requests_line, scaling_line, slo_targets
+
     sat = s["saturation"]
     pools = pools_line(s)
     head = [

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from llmsim.errors import UserError
 from llmsim.workload.limits import MAX_TOKENS_PER_REQUEST
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -112,6 +115,8 @@ class Workload:
         return max(t)
 
     def to_frame(self) -> pd.DataFrame:
+        import pandas as pd  # a table for notebooks; the simulation itself reads the arrays
+
         df = pd.DataFrame(
             {"arrival_s": self.arrival_s, "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens}
         )
