@@ -265,11 +265,29 @@ def _lengths(
     where = where or f"{sc._origin}: workload.{key}"  # the key a bad draw is reported under
     empirical = None
     if spec.dist == "empirical":
-        from llmsim.workload.traces import load_trace
-
-        trace = load_trace(sc.path(spec.trace), spec.format)
-        empirical = trace.prompt_tokens if key == "prompt_tokens" else trace.output_tokens
+        empirical = _trace_lengths(sc.path(spec.trace), spec.format)[0 if key == "prompt_tokens" else 1]
     return gen.sample_lengths(rng, spec.model_dump(), n, empirical, where)
+
+
+_TRACE_LENGTHS: dict[tuple[str, str, int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _trace_lengths(path: Path, fmt: str) -> tuple[np.ndarray, np.ndarray]:
+    """A trace's prompt and output lengths (read-only), read once per file version: a scenario
+    that draws both lengths from one trace, and every point of a sweep or plan, read it once."""
+    from llmsim.workload.traces import check_trace_file, load_trace
+
+    check_trace_file(path)  # a missing, special or oversized file: the loader's own message, before stat
+    st = path.stat()
+    key = (str(path.resolve()), fmt, st.st_mtime_ns, st.st_size)
+    if key not in _TRACE_LENGTHS:
+        trace = load_trace(path, fmt)
+        lengths = (trace.prompt_tokens.copy(), trace.output_tokens.copy())
+        for a in lengths:
+            a.flags.writeable = False
+        _TRACE_LENGTHS.clear()  # one trace kept: memory stays bounded across many scenarios
+        _TRACE_LENGTHS[key] = lengths
+    return _TRACE_LENGTHS[key]
 
 
 @dataclass

@@ -19,7 +19,7 @@ from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_id
 from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, MAX_TRACE_BYTES, check_prefix_blocks
 
 
-def _check_file(path: Path) -> None:
+def check_trace_file(path: Path) -> None:
     """A trace path must be a readable, uncompressed file of bounded size: a folder or gzip data
     would otherwise end in a traceback (IsADirectoryError, UnicodeDecodeError) deep inside pandas
     or json, a huge file in exhausted memory."""
@@ -31,7 +31,7 @@ def _check_file(path: Path) -> None:
 
 def _json_lines(path: Path) -> list[tuple[int, str]]:
     """The non-blank lines of a JSONL file with their physical (1-based) line numbers."""
-    _check_file(path)
+    check_trace_file(path)
     try:
         with path.open(encoding="utf-8") as fh:
             return [(no, line) for no, line in enumerate(fh, start=1) if line.strip()]
@@ -40,7 +40,7 @@ def _json_lines(path: Path) -> list[tuple[int, str]]:
 
 
 def _read_csv(path: Path, required: list[str]) -> pd.DataFrame:
-    _check_file(path)
+    check_trace_file(path)
     try:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
