@@ -23,47 +23,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("pandas", "matplotlib", "simpy", "pyarrow", "scipy")
 
+_ROOFLINE = "roofline --model llama-3.1-8b --hardware H100-SXM"
 COMMANDS: list[tuple[str, list[str]]] = [
-    ("--version", ["--version"]),
-    ("--help", ["--help"]),
-    ("hardware", ["hardware"]),
-    ("hardware H100-SXM", ["hardware", "H100-SXM"]),
-    ("models", ["models"]),
-    ("models llama-3.1-8b", ["models", "llama-3.1-8b"]),
-    ("run --help", ["run", "--help"]),
-    (
-        "roofline (no chart)",
-        [
-            "roofline",
-            "--model",
-            "llama-3.1-8b",
-            "--hardware",
-            "H100-SXM",
-            "--prefill-tokens",
-            "512",
-            "--decode-batch",
-            "8",
-            "--context",
-            "1024",
-            "--out",
-            "-",
-        ],
-    ),
-    (
-        "roofline (chart)",
-        [
-            "roofline",
-            "--model",
-            "llama-3.1-8b",
-            "--hardware",
-            "H100-SXM",
-            "--decode-batch",
-            "8",
-            "--out",
-            "{tmp}/r.png",
-        ],
-    ),
-    ("run quickstart", ["run", "scenarios/quickstart.yaml", "--out", "{tmp}/qs", "--quiet"]),
+    (label, cmd.split())
+    for label, cmd in [
+        ("--version", "--version"),
+        ("--help", "--help"),
+        ("hardware", "hardware"),
+        ("hardware H100-SXM", "hardware H100-SXM"),
+        ("models", "models"),
+        ("models llama-3.1-8b", "models llama-3.1-8b"),
+        ("run --help", "run --help"),
+        ("roofline (no chart)", f"{_ROOFLINE} --prefill-tokens 512 --decode-batch 8 --context 1024 --out -"),
+        ("roofline (chart)", f"{_ROOFLINE} --decode-batch 8 --out {{tmp}}/r.png"),
+        ("run quickstart", "run scenarios/quickstart.yaml --out {tmp}/qs --quiet"),
+    ]
 ]
 
 

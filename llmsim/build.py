@@ -281,8 +281,8 @@ def _trace_lengths(path: Path, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     st = path.stat()
     key = (str(path.resolve()), fmt, st.st_mtime_ns, st.st_size)
     if key not in _TRACE_LENGTHS:
-        trace = load_trace(path, fmt)
-        lengths = (trace.prompt_tokens.copy(), trace.output_tokens.copy())
+        trace = load_trace(path, fmt)  # a fresh Workload: its arrays are ours to freeze
+        lengths = (trace.prompt_tokens, trace.output_tokens)
         for a in lengths:
             a.flags.writeable = False
         _TRACE_LENGTHS.clear()  # one trace kept: memory stays bounded across many scenarios
