@@ -578,8 +578,8 @@ def kv_blocks(
         memory["kv_bytes"] = blocks * block_bytes
     if blocks < 1:
         raise UserError(
-            f"{key}: {model.name} does not fit on {hw.name} x{devices} (tp={tp}, pp={pp}"
-            f"{f', ep={ep}' if ep > 1 else ''}): weights need "
+            f"{key}: {model.name}{' with its draft ' + draft.name if draft is not None else ''} does not fit on "
+            f"{hw.name} x{devices} (tp={tp}, pp={pp}{f', ep={ep}' if ep > 1 else ''}): weights need "
             f"{weights / 1e9:.1f} GB and activations {act / 1e9:.1f} GB per device, but only "
             f"{usable / 1e9:.1f} GB is usable ({usable / hw.memory_bytes:.0%} of {hw.memory_bytes / 1e9:.0f} GB)"
             f"{' minus a ' + format(reserve / 1e9, '.1f') + ' GB reserve' if reserve else ''}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import errno
+import glob
 import json
 import os
 import re
@@ -50,7 +51,7 @@ MAX_YAML_BYTES = 64 * 2**20  # a scenario or profile is kilobytes; a trace goes 
 MAX_YAML_NODES = 1_000_000  # values after aliases are expanded (a "billion laughs" stays small on disk)
 
 
-class _DuplicateKey(yaml.YAMLError):
+class _BadKey(yaml.YAMLError):
     def __init__(self, problem: str, mark: object) -> None:
         super().__init__(problem)
         self.problem, self.problem_mark = problem, mark
@@ -66,10 +67,14 @@ class _UniqueKeys:
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
                     continue
+                if not isinstance(key_node, yaml.ScalarNode):  # `? [a, b]`: unhashable, never a key of ours
+                    raise _BadKey(
+                        "a key must be a plain value (a name or a number), not a list or mapping", key_node.start_mark
+                    )
                 key = self.construct_object(key_node, deep=True)
                 if isinstance(key, str | int | float | bool) and key in first:
                     line = first[key] + 1
-                    raise _DuplicateKey(f"key {key!r} given twice (first on line {line})", key_node.start_mark)
+                    raise _BadKey(f"key {key!r} given twice (first on line {line})", key_node.start_mark)
                 first.setdefault(key, key_node.start_mark.line)
         return super().construct_mapping(node, deep)  # type: ignore[misc]
 
@@ -80,6 +85,26 @@ class _FastLoader(_UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  
 
 class _ExactLoader(_UniqueKeys, yaml.SafeLoader):
     """PyYAML's own: slower, but its messages name the character and column where libyaml's don't."""
+
+
+def _no_base_60(loader: type) -> None:
+    """YAML 1.1 reads ``1:30`` as the base-60 number 90 (``1:30.5`` as 90.5): a typo'd time or ratio
+    would become a plausible number. Such a value stays the text it is (YAML 1.2 dropped base 60),
+    so a number field refuses it by name."""
+    for tag, number in (
+        ("tag:yaml.org,2002:int", "construct_yaml_int"),
+        ("tag:yaml.org,2002:float", "construct_yaml_float"),
+    ):
+        as_number = getattr(yaml.SafeLoader, number)
+
+        def construct(self, node, as_number=as_number):  # type: ignore[no-untyped-def]
+            return self.construct_scalar(node) if ":" in node.value else as_number(self, node)
+
+        loader.add_constructor(tag, construct)
+
+
+_no_base_60(_FastLoader)
+_no_base_60(_ExactLoader)
 
 
 def _expanded_nodes(data: object, limit: int) -> int:
@@ -101,27 +126,40 @@ class YAMLTooLarge(yaml.YAMLError):
     problem = f"expands to more than {MAX_YAML_NODES:,} values once its aliases are followed"
 
 
+class YAMLTooDeep(YAMLTooLarge):
+    """Lists or mappings nested past what the parser can follow (Python's recursion limit)."""
+
+    problem = "nested too deeply (lists or mappings inside each other hundreds of levels down)"
+
+
 def safe_yaml(text: str) -> object:
-    """``text`` as plain YAML data: the safe loader, a key given twice refused (``_DuplicateKey``),
+    """``text`` as plain YAML data: the safe loader, a key given twice refused (``_BadKey``),
     an alias expansion past ``MAX_YAML_NODES`` refused (``YAMLTooLarge``). Raises yaml.YAMLError."""
     try:
         data = yaml.load(text, Loader=_FastLoader)
     except yaml.YAMLError:
-        yaml.load(text, Loader=_ExactLoader)  # raises the same error, better told
+        try:
+            yaml.load(text, Loader=_ExactLoader)  # raises the same error, better told
+        except RecursionError:  # (libyaml stops nesting at a flow depth; PyYAML recurses)
+            raise YAMLTooDeep() from None
         raise
+    except RecursionError:  # the constructors recurse once per level of nesting
+        raise YAMLTooDeep() from None
     if _expanded_nodes(data, MAX_YAML_NODES) > MAX_YAML_NODES:
         raise YAMLTooLarge()
     return data
 
 
 GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of gzip data
+# the first bytes of the other compressed formats pandas would open by a file's extension
+COMPRESSED_MAGIC = {b"\xfd7zXZ\x00": "xz", b"BZh": "bzip2", b"PK\x03\x04": "zip", b"\x28\xb5\x2f\xfd": "zstd"}
 
 
 def check_input_file(path: Path, expected: str, max_bytes: int, holder: str, hint: str = "") -> bytes:
     """Refuse an input path that is missing, a folder, not a regular file (``/dev/zero``), larger
     than ``max_bytes`` or unreadable, naming ``expected`` ("a trace file") and ``holder`` ("a
-    trace"); ``hint`` follows the size limit. Returns the file's first two bytes, for the caller's
-    format checks (gzip, UTF-16)."""
+    trace"); ``hint`` follows the size limit. Returns the file's first six bytes, for the caller's
+    format checks (gzip and other compression, UTF-16)."""
     if not path.exists():
         raise UserError(f"{path}: file not found")
     if path.is_dir():
@@ -133,7 +171,7 @@ def check_input_file(path: Path, expected: str, max_bytes: int, holder: str, hin
         raise UserError(f"{path}: {size:,} bytes, more than {holder} may hold ({max_bytes:,}{hint})")
     try:
         with path.open("rb") as fh:
-            return fh.read(2)
+            return fh.read(6)
     except OSError as exc:
         raise UserError(f"{path}: cannot read it ({exc.strerror or exc})") from None
 
@@ -168,7 +206,7 @@ def yaml_problem(exc: yaml.YAMLError, origin: str, where: str, malformed: str) -
     """One line for a YAML error of ``safe_yaml``: ``origin where: problem``, the problem named as
     a refused tag, a duplicate key or too large an expansion, else ``malformed``."""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    if isinstance(exc, _DuplicateKey | YAMLTooLarge):
+    if isinstance(exc, _BadKey | YAMLTooLarge):
         return f"{origin}{where}: {problem}"
     if isinstance(exc, yaml.constructor.ConstructorError):
         return f"{origin}{where}: refused YAML tag: {problem}; only plain YAML data is read"
@@ -183,15 +221,26 @@ def load_json_object(path: Path, hint: str = "") -> dict:
         raise UserError(f"{path}: file not found" + (f" ({hint})" if hint else ""))
     if path.is_dir():
         raise UserError(f"{path}: is a directory, expected a JSON file" + (f" ({hint})" if hint else ""))
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file") from None
+    check_input_file(path, "a JSON file", MAX_YAML_BYTES, "a JSON file here")
+    data = json_text(path.read_bytes(), str(path))
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def json_text(raw: bytes | str, origin: str) -> object:
+    """JSON data, a mistake named by ``origin``: malformed, not UTF-8 text, or nested past what the
+    parser can follow."""
+    try:
+        return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)  # (bytes: json would guess UTF-16)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{origin}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{origin}: not a text file") from None
+    except RecursionError:
+        raise UserError(
+            f"{origin}: nested too deeply (lists or objects inside each other hundreds of levels down)"
+        ) from None
 
 
 def pydantic_message(exc: Exception, origin: str, suggestions: dict[str, list[str]] | None = None) -> str:
@@ -207,6 +256,7 @@ def pydantic_message(exc: Exception, origin: str, suggestions: dict[str, list[st
         elif err["type"] == "missing":
             msg = "required key is missing"
         else:
+            msg = msg.removeprefix("Value error, ")  # (a validator's own sentence, said as the others)
             got = err.get("input")
             if got is not None and not isinstance(got, dict | list):
                 msg = f"{msg} (got {got!r})"
@@ -306,11 +356,40 @@ def atomic_folder(
 
 def _make_temp_folder(out: Path, tmp: Path, keep: bool) -> None:
     shutil.rmtree(tmp, ignore_errors=True)  # a leftover of an earlier process with our pid
+    _remove_stale_siblings(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if keep and out.is_dir():
         shutil.copytree(out, tmp, symlinks=True, copy_function=_link_or_copy)
     else:
         tmp.mkdir()  # mode 0777 & ~umask, as a plain mkdir (tempfile.mkdtemp would be 0700)
+
+
+def _remove_stale_siblings(out: Path) -> None:
+    """Delete the ``temp_sibling`` folders of runs killed outright (SIGKILL, power loss: no
+    cleanup ran), told by a process id that no longer runs. An ``old`` one is a previous result
+    set aside during a swap: deleted only where ``out`` itself is there (else it is all that is left)."""
+    if not out.parent.is_dir():
+        return
+    for entry in out.parent.glob(f".{glob.escape(out.name)}.*-*"):
+        kind, _, pid = entry.name.rpartition("-")
+        if not pid.isdigit() or kind not in (f".{out.name}.tmp", f".{out.name}.old") or _alive(int(pid)):
+            continue
+        if kind.endswith(".old") and not out.exists():
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Does process ``pid`` run (one of another user counts as running)?"""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _link_or_copy(src: str, dst: str) -> None:

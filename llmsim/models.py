@@ -824,7 +824,7 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
         for k in keys:
             if k in cfg and cfg[k] is not None:
                 v = cfg[k]
-                if not isinstance(v, int) or v <= 0:
+                if isinstance(v, bool) or not isinstance(v, int) or v <= 0:  # (true is an int in Python)
                     raise UserError(f"{path}: {k}: expected a positive integer, got {v!r}")
                 return v
         raise UserError(f"{path}: missing key {keys[0]!r} (HuggingFace config.json field)")
@@ -838,9 +838,14 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
     kv_heads = _count(cfg, path, "num_key_value_heads", heads)
     inter = _count(cfg, path, "intermediate_size", cfg.get("n_inner") or 4 * hidden)
     experts = _count(cfg, path, "num_local_experts", cfg.get("num_experts") or 0, zero_ok=True)
+    model_type = cfg.get("model_type") or ARCHITECTURES.get(str((cfg.get("architectures") or [""])[0]))
+    if model_type in MOE_TYPES and not experts:  # else priced as the dense model it is not
+        raise UserError(
+            f"{path}: num_local_experts: a {model_type} config needs its expert count (1 or more), got {experts}"
+        )
     _check_shapes(cfg, path, hidden, heads, kv_heads, experts)
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
-    dtype = _hf_dtype(cfg, "float32" if is_gpt2 else "bfloat16")
+    dtype = _hf_dtype(cfg, path, "float32" if is_gpt2 else "bfloat16")
     return ModelSpec(
         name=name or hf_model_name(path, cfg),
         hidden_size=hidden,
@@ -850,7 +855,7 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
         num_kv_heads=int(kv_heads),
         head_dim=int(cfg.get("head_dim") or hidden // heads),
         vocab_size=need("vocab_size"),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", is_gpt2)),
+        tie_embeddings=_flag(cfg, path, "tie_word_embeddings", is_gpt2),
         gated_mlp=not (is_gpt2 or is_gptj),
         norm="layernorm" if is_gpt2 or is_gptj else "rmsnorm",
         qkv_bias=bool(cfg.get("attention_bias", False)) or cfg.get("model_type") == "qwen2",
@@ -951,13 +956,28 @@ MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_di
 # DeepseekV2Config's differ): a config without them is refused rather than priced on a guess
 DEEPSEEK_REQUIRED = ("q_lora_rank",)
 DEEPSEEK_MOE_REQUIRED = ("first_k_dense_replace", "n_shared_experts")
-# HF torch_dtype -> the weight dtype (anything else: bf16)
-HF_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+# HF torch_dtype -> the weight dtype
+HF_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
+MOE_TYPES = ("mixtral", "qwen3_moe")  # the model types whose configs must give an expert count
 
 
-def _hf_dtype(cfg: dict, default: str) -> str:
-    """The weight dtype of a config's ``torch_dtype`` (``default`` when it has none)."""
-    return HF_DTYPES.get(str(cfg.get("torch_dtype") or default), "bf16")
+def _hf_dtype(cfg: dict, path: Path, default: str) -> str:
+    """The weight dtype of a config's ``torch_dtype`` (``default`` when it has none); another value
+    is refused, naming the field, rather than priced as bf16."""
+    raw = cfg.get("torch_dtype")
+    if raw is None:
+        return HF_DTYPES[default]
+    if not isinstance(raw, str) or raw.removeprefix("torch.") not in HF_DTYPES:
+        raise UserError(f"{path}: torch_dtype: expected one of {sorted(HF_DTYPES)}, got {raw!r}")
+    return HF_DTYPES[raw.removeprefix("torch.")]
+
+
+def _flag(cfg: dict, path: Path, key: str, default: bool) -> bool:
+    """A true/false field; a string such as ``"no"`` is refused (``bool("no")`` is True)."""
+    v = cfg.get(key, default)
+    if not isinstance(v, bool):
+        raise UserError(f"{path}: {key}: expected true or false, got {v!r}")
+    return v
 
 
 def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpec:  # type: ignore[no-untyped-def]
@@ -997,7 +1017,7 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
     if dense_layers > layers:
         raise UserError(f"{path}: first_k_dense_replace: {dense_layers} exceeds num_hidden_layers {layers}")
     inter = need("intermediate_size")
-    dtype = _hf_dtype(cfg, "bfloat16")
+    dtype = _hf_dtype(cfg, path, "bfloat16")
     quant = cfg.get("quantization_config")
     if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
         dtype = "fp8"  # DeepSeek-V3 as released: FP8 e4m3 block-quantised weights
@@ -1010,7 +1030,7 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
         num_kv_heads=heads,
         head_dim=nope + rope,
         vocab_size=need("vocab_size"),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_embeddings=_flag(cfg, path, "tie_word_embeddings", False),
         num_experts=experts,
         experts_per_token=k,
         shared_experts=_count(cfg, path, "n_shared_experts", 0, zero_ok=True) if experts else 0,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -304,6 +305,27 @@ def lora_line(summary: dict) -> str:
     )
 
 
+def _slope(t: np.ndarray, q: np.ndarray) -> float:
+    """Least-squares slope of ``q`` over ``t``. Times too close together for ``polyfit`` (samples
+    1e-200 s apart: its column scale underflows, LAPACK prints to stderr, the matrix is singular)
+    are fitted over the window scaled to [0, 1] instead; 0 if even that is not a number."""
+    span = float(np.ptp(t))
+    if not span > 0:
+        return 0.0
+    with np.errstate(all="ignore"):  # (numpy's warnings would print past --quiet)
+        slope = _fitted_slope(t, q) if span > 1e-100 else math.nan
+        if not math.isfinite(slope):
+            slope = _fitted_slope((t - t.min()) / span, q) / span
+    return slope if math.isfinite(slope) else 0.0
+
+
+def _fitted_slope(x: np.ndarray, y: np.ndarray) -> float:
+    try:
+        return float(np.polyfit(x, y, 1)[0])
+    except (np.linalg.LinAlgError, ValueError):
+        return math.nan
+
+
 def saturation_verdict(
     queue: pd.DataFrame, n_requests: int, unfinished: int, last_arrival_s: float, shed: int = 0, finished: int = -1
 ) -> dict:
@@ -320,7 +342,7 @@ def saturation_verdict(
         win = queue[queue["time_s"] <= last_arrival_s]
         if len(win) >= 3:
             t, q = win["time_s"].to_numpy(), win["waiting"].to_numpy(dtype=float)
-            slope = float(np.polyfit(t, q, 1)[0]) if np.ptp(t) > 0 else 0.0
+            slope = _slope(t, q)
             rate = n_requests / last_arrival_s
             out["queue_growth_rps"] = slope
             out["growth_share"] = slope / rate if rate > 0 else 0.0

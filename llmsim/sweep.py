@@ -125,6 +125,9 @@ def check_axes(grid: dict[str, object], fixed: dict[str, object] | None = None) 
             )
 
 
+MAX_WORKERS_PER_CORE = 4  # --workers past this many processes per core runs with this many
+
+
 def check_workers(workers: int | None) -> None:
     """``--workers``: None (every core) or at least one process."""
     if workers is not None and workers < 1:
@@ -338,7 +341,10 @@ def _bar(total: int, progress: bool, desc: str):
 def _run_local(tasks: list[tuple], workers: int | None, progress: bool, desc: str) -> list[dict]:
     import os
 
-    workers = workers or min(len(tasks), os.cpu_count() or 1)
+    cores = os.cpu_count() or 1
+    # never more processes than points, nor than a few per core: each is a whole interpreter
+    # (~150 MB), and --workers 1000 for 3 points started hundreds of them
+    workers = min(workers or cores, len(tasks), MAX_WORKERS_PER_CORE * cores)
     out: list[dict | None] = [None] * len(tasks)
     with _bar(len(tasks), progress, desc) as bar:
         if workers <= 1:

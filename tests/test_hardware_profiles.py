@@ -272,10 +272,10 @@ def test_sections_must_match_the_family():
     h100 = load_profile("H100-SXM").model_dump(mode="json", exclude_none=True)
     epyc = load_profile("EPYC-9654").model_dump(mode="json", exclude_none=True)
     cases = [
-        (lambda d: d.pop("tpu"), tpu, "tpu: Value error, required for family 'tpu'"),
-        (lambda d: d.update(family="gpu"), tpu, "tpu: Value error, a tpu section on a profile of family 'gpu'"),
-        (lambda d: d.update(family="gpu"), epyc, "cpu: Value error, a cpu section on a profile of family 'gpu'"),
-        (lambda d: d["efficiency"].pop("gemm_wave_units"), h100, "efficiency.gemm_wave_exponent: Value error, given without"),
+        (lambda d: d.pop("tpu"), tpu, "tpu: required for family 'tpu'"),
+        (lambda d: d.update(family="gpu"), tpu, "tpu: a tpu section on a profile of family 'gpu'"),
+        (lambda d: d.update(family="gpu"), epyc, "cpu: a cpu section on a profile of family 'gpu'"),
+        (lambda d: d["efficiency"].pop("gemm_wave_units"), h100, "efficiency.gemm_wave_exponent: given without"),
         (lambda d: d["cpu"]["numa_remote_bandwidth_fraction"].update(value=0), epyc, "numa_remote_bandwidth_fraction"),
     ]  # fmt: skip
     for edit, base, fragment in cases:

@@ -431,6 +431,7 @@ def calibrate(hw: HardwareProfile, rows: list[Measurement], files: list[str]) ->
             "rows that span nodes are left out: the file does not say which link joins them): nothing to fit"
         )
     res = FitResult(gemm_rows=len(gemms), comm_rows=len(comms))
+    check_possible(hw, gemms)
     if gemms:
         params, res.gemm_mape = fit_gemm(hw, gemms)
         res.params.update(params)
@@ -452,6 +453,24 @@ def calibrate(hw: HardwareProfile, rows: list[Measurement], files: list[str]) ->
         res.attention_rows = {op: sum(r.op == op for r in attns) for op in res.attention_mape}
         res.params.update(params)
     return apply_fit(hw, res, files, by_kind), res
+
+
+# a GEMM row timed at more than this multiple of the device's dense peak is a unit mistake (ms
+# for s, FLOPs miscounted), not a measurement: fitted, it would drive the floor to ~1e-18 s
+MAX_PEAK_MULTIPLE = 1.5
+
+
+def check_possible(hw: HardwareProfile, gemms: list[Measurement]) -> None:
+    """Refuse a GEMM row faster than the device's dense peak allows (by ``MAX_PEAK_MULTIPLE``: a
+    datasheet peak may sit below the clock a short kernel runs at), naming the file and line."""
+    for r in gemms:
+        least_s = 2.0 * r.m * r.n * r.k / hw.peak(r.dtype)  # (the row's own shape: its GPU's part)
+        if r.seconds * MAX_PEAK_MULTIPLE < least_s:
+            raise UserError(
+                f"{r.source}: line {r.line}: {r.seconds:.3g} s for a {r.m}x{r.k}x{r.n} {r.dtype} GEMM is "
+                f"{least_s / r.seconds:,.1f}x faster than {hw.name}'s dense peak allows ({least_s:.3g} s at "
+                f"{hw.peak(r.dtype) / 1e12:,.0f} TFLOP/s); are the times in the right unit?"
+            )
 
 
 def _fitted_on(files: list[str]) -> str:

@@ -119,18 +119,18 @@ def _check_file(path: Path) -> None:
     if not head:
         raise UserError(f"{path}: empty file, expected a CSV header row (docs/profile_format.md)")
     gz = path.suffix == ".gz"
-    if head == GZIP_MAGIC and not gz:
+    if head.startswith(GZIP_MAGIC) and not gz:
         raise UserError(
             f"{path}: gzip-compressed data under a plain name; decompress it first (gunzip) or name it .csv.gz"
         )
-    if gz and head != GZIP_MAGIC:
+    if gz and not head.startswith(GZIP_MAGIC):
         raise UserError(f"{path}: named .gz but not gzip-compressed data; rename it .csv")
     if gz:
         with _open_text(path, binary=True) as f:
             head = f.read(2)
         if not head:
             raise UserError(f"{path}: empty once decompressed, expected a CSV header row (docs/profile_format.md)")
-    if head in _UTF16_BOMS:
+    if head[:2] in _UTF16_BOMS:
         raise UserError(f"{path}: UTF-16 text (a spreadsheet's 'Unicode text' export); save it as CSV in UTF-8")
 
 

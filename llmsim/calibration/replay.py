@@ -39,18 +39,55 @@ def workload_file(run: ServingRun) -> Path:
 
 
 def to_llmservingsim(src: Path, dst: Path) -> None:
-    """The harness's workload lines as LLMServingSim JSONL (the trace format llmsim reads)."""
-    with gzip.open(src, "rt") as fh, dst.open("w") as out:
-        for line in fh:
-            r = json.loads(line)
-            ids = r["prompt_token_ids"]
-            row = {
-                "input_toks": len(ids),
-                "output_toks": int(r["output_tokens"]),
-                "arrival_time_ns": int(round(float(r["arrival_s"]) * 1e9)),
-                "input_tok_ids": ids,
-            }
-            out.write(json.dumps(row) + "\n")
+    """The harness's workload lines as LLMServingSim JSONL (the trace format llmsim reads); a line
+    that is not one request (``arrival_s``, ``output_tokens``, ``prompt_token_ids``), a cut or
+    corrupt gzip stream, or more text than a trace may hold is refused, naming the file and line."""
+    import zlib
+
+    from llmsim.workload.limits import MAX_TRACE_BYTES
+
+    written = 0
+    no = 0
+    try:
+        with gzip.open(src, "rt", encoding="utf-8") as fh, dst.open("w") as out:
+            for no, line in enumerate(fh, start=1):
+                written += len(line)
+                if written > MAX_TRACE_BYTES:
+                    raise UserError(
+                        f"{src}: more than {MAX_TRACE_BYTES:,} bytes once decompressed, more than a trace may hold"
+                    )
+                if line.strip():
+                    out.write(json.dumps(_request_row(json.loads(line), src, no)) + "\n")
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{src}: line {no}: not valid JSON: {exc.msg}") from None
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:  # gzip.BadGzipFile is an OSError
+        raise UserError(f"{src}: not a readable gzip-compressed JSONL workload (line {no}): {exc}") from None
+
+
+def _request_row(r: object, src: Path, no: int) -> dict:
+    """One harness workload line as an LLMServingSim request."""
+    try:
+        if not isinstance(r, dict):
+            raise TypeError(f"expected an object, got {type(r).__name__}")
+        ids = r["prompt_token_ids"]
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise TypeError("prompt_token_ids: expected a list of integer token ids")
+        out = int(r["output_tokens"])
+        arrival = float(r["arrival_s"])
+        if not ids or out < 1 or not 0.0 <= arrival < 1e9:
+            raise ValueError(
+                f"expected a non-empty prompt, output_tokens >= 1 and 0 <= arrival_s < 1e9, got {len(ids)} ids, {out}, {arrival}"
+            )
+    except KeyError as exc:
+        raise UserError(f"{src}: line {no}: missing key {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"{src}: line {no}: {exc}") from None
+    return {
+        "input_toks": len(ids),
+        "output_toks": out,
+        "arrival_time_ns": int(round(arrival * 1e9)),
+        "input_tok_ids": ids,
+    }
 
 
 def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, model_config: Path) -> dict:

@@ -109,6 +109,21 @@ def _check_numbers(requests: pd.DataFrame, path: Path) -> None:
             got = requests[col].iloc[row]
             shown = "a blank or NaN cell" if pd.isna(got) else repr(str(got))
             raise UserError(f"{path}: row {row + 2}, column {col!r}: expected a finite number, got {shown}")
+    if requests.empty:
+        return
+    # a request's times in order (each stamp is on the run's clock, t0 = the first arrival)
+    rules = (
+        ("arrival_s", requests["arrival_s"] < 0, "an arrival before the run's start (negative)"),
+        ("first_token_s", requests["first_token_s"] < requests["arrival_s"], "a first token before its arrival"),
+        ("finish_s", requests["finish_s"] < requests["first_token_s"], "a finish before its first token"),
+        ("prompt_tokens", requests["prompt_tokens"] < 1, "fewer than 1 prompt token"),
+        ("output_tokens", requests["output_tokens"] < 1, "fewer than 1 output token"),
+    )
+    for col, bad, what in rules:
+        rows = np.flatnonzero(bad.to_numpy())
+        if len(rows):
+            row = int(rows[0])
+            raise UserError(f"{path}: row {row + 2}, column {col!r}: {what} ({requests[col].iloc[row]})")
 
 
 def parse_batch(batch: str) -> tuple[list[tuple[int, int]], list[int]]:

@@ -22,7 +22,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", help="output directory (default: the scenario's output.dir)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key")
-    p.add_argument("--workers", type=int, default=None, help="local processes (default: all cores)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="local processes (default: all cores; at most one per point and four per core)",
+    )
     p.add_argument("--dask", metavar="ADDRESS", help="run the candidates on an existing Dask scheduler")
     p.add_argument("--no-report", action="store_true", help="write the tables only")
     p.add_argument("--quiet", action="store_true", help="no progress bars; print nothing but errors")

@@ -34,7 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--fix", action="append", default=[], metavar="KEY=VALUE", help="a single override for every run")
     p.add_argument("--out", help="output directory (default: <scenario output.dir>/sweep)")
-    p.add_argument("--workers", type=int, default=None, help="local processes (default: all cores; 1 = in-process)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="local processes (default: all cores; 1 = in-process; at most one per point and four per core)",
+    )
     p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask scheduler, e.g. tcp://10.0.0.5:8786")
     p.add_argument("--no-report", action="store_true", help="skip report.html / report.md")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no table; print nothing but errors")

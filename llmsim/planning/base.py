@@ -18,12 +18,14 @@ class PlanConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     target_rps: float | None = Field(None, gt=0)  # default: the workload's own mean rate
-    hardware: list[str] = []  # default: the scenario's hardware
-    tp: list[PositiveInt] = []  # default: the scenario's cluster.tp
-    # tried in increasing order until the SLOs are met; an empty list would plan nothing
+    # each list, when given, holds at least one value (an empty one would plan nothing, or fall
+    # back to the scenario's value unannounced) and no value twice (duplicate candidates)
+    hardware: list[str] | None = Field(None, min_length=1)  # default: the scenario's hardware
+    tp: list[PositiveInt] | None = Field(None, min_length=1)  # default: the scenario's cluster.tp
+    # tried in increasing order until the SLOs are met
     replicas: list[PositiveInt] = Field([1, 2, 4, 8], min_length=1)
-    policies: list[str] = []  # default: the scenario's policy.kind
-    chunk_tokens: list[PositiveInt] = []  # chunked policy only; default: the scenario's
+    policies: list[str] | None = Field(None, min_length=1)  # default: the scenario's policy.kind
+    chunk_tokens: list[PositiveInt] | None = Field(None, min_length=1)  # chunked policy only; default: the scenario's
     pd_ratios: list[str] = Field(["1:1"], min_length=1)  # disaggregated only: prefill:decode replicas per unit
     top: int = Field(5, gt=0)  # winners listed
     sensitivity: float = Field(0.15, ge=0, lt=1)  # efficiencies scaled by 1 ± this for the winners
@@ -37,16 +39,22 @@ class PlanConfig(BaseModel):
             raise ValueError("a fraction, e.g. 0.15 for efficiencies ±15%, not a percentage")
         return v
 
+    @field_validator("hardware", "tp", "replicas", "policies", "chunk_tokens", "pd_ratios")
+    @classmethod
+    def _once_each(cls, v: list | None) -> list | None:
+        twice = [x for i, x in enumerate(v or []) if x in (v or [])[:i]]
+        if twice:
+            raise ValueError(f"{twice[0]!r} is given twice")
+        return v
+
     @field_validator("pd_ratios", mode="before")
     @classmethod
     def _quoted_ratios(cls, v: object) -> object:
-        # YAML 1.1 reads an unquoted 2:1 as the base-60 integer 121: name the ratio it was meant to be
+        # a bare number is not a ratio (llmsim's YAML reads an unquoted 2:1 as the text it is, not
+        # YAML 1.1's base-60 121: errors.safe_yaml)
         for r in v if isinstance(v, list) else []:
-            if isinstance(r, int) and not isinstance(r, bool):
-                hi, lo = divmod(r, 60)
-                raise ValueError(
-                    f"got the number {r}: quote each ratio, '{hi}:{lo}' (unquoted, YAML reads {hi}:{lo} as {r})"
-                )
+            if isinstance(r, int | float) and not isinstance(r, bool):
+                raise ValueError(f"got the number {r}: a ratio is prefill:decode replicas, such as 2:1")
         return v
 
 

@@ -97,7 +97,7 @@ def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate]]:
     from llmsim.hardware import load_profile
 
     cfg = base.plan_config()
-    for name in cfg.hardware:  # named here, before the candidates' scenarios would say `hardware:`
+    for name in cfg.hardware or []:  # named here, before the candidates' scenarios would say `hardware:`
         try:
             load_profile(name, Path(base.base_dir))
         except UserError as exc:

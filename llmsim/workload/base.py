@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from llmsim.errors import UserError
-from llmsim.workload.limits import MAX_TOKENS_PER_REQUEST
+from llmsim.workload.limits import MAX_ARRIVAL_S, MAX_TOKENS_PER_REQUEST
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,6 +55,14 @@ class Workload:
         if bad is not None:
             raise UserError(
                 f"{origin}: row {bad}: arrival time must be a finite number >= 0, got {self.arrival_s[bad]}"
+            )
+        # past ~32 years, seconds keep too few digits for a step's duration: every latency would round
+        # to 0 or overflow (a rate, speedup or timestamp unit off by many orders of magnitude)
+        bad = _first(self.arrival_s > MAX_ARRIVAL_S)
+        if bad is not None:
+            raise UserError(
+                f"{origin}: row {bad}: arrival at {self.arrival_s[bad]:.3g} s is past {MAX_ARRIVAL_S:.0e} s "
+                "(about 32 years); is a rate, speedup, interval or timestamp unit off?"
             )
         bad = _first(np.diff(self.arrival_s) < 0)
         if bad is not None:

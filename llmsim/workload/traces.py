@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from llmsim.errors import GZIP_MAGIC, UserError, check_input_file
+from llmsim.errors import COMPRESSED_MAGIC, GZIP_MAGIC, UserError, check_input_file
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
 from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, MAX_TRACE_BYTES, check_prefix_blocks
@@ -25,8 +25,11 @@ def check_trace_file(path: Path) -> None:
     or json, a huge file in exhausted memory."""
     hint = f": {MAX_REQUESTS:,} requests of the widest format; slice it first"
     head = check_input_file(path, "a trace file", MAX_TRACE_BYTES, "a trace", hint)
-    if head == GZIP_MAGIC:
+    if head.startswith(GZIP_MAGIC):
         raise UserError(f"{path}: gzip-compressed data; decompress it first (gunzip)")
+    for magic, kind in COMPRESSED_MAGIC.items():  # read by extension, a small file could inflate past memory
+        if head.startswith(magic):
+            raise UserError(f"{path}: {kind}-compressed data; decompress it first")
 
 
 def _json_lines(path: Path) -> list[tuple[int, str]]:
@@ -42,7 +45,7 @@ def _json_lines(path: Path) -> list[tuple[int, str]]:
 def _read_csv(path: Path, required: list[str]) -> pd.DataFrame:
     check_trace_file(path)
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(path, compression=None)  # (never by the name's extension: checked above)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: not a readable CSV: {str(exc).splitlines()[0]}") from None
     missing = [c for c in required if c not in df.columns]
@@ -62,7 +65,7 @@ def _where(path: Path, row: int, lines: np.ndarray | None) -> str:
 def _ints(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray | None = None) -> np.ndarray:
     """A token-count column as int64: whole (2.0 is fine, 2.5 is not), finite, within
     0..MAX_TOKENS_PER_REQUEST. Checked before the cast, which would wrap 1e30 to a negative."""
-    values = pd.to_numeric(df[col], errors="coerce")
+    values = _numbers(df[col], lines)
     bad = values.isna() | (values != values.round()) | ~np.isfinite(values.to_numpy(dtype=np.float64))
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
@@ -80,6 +83,14 @@ def _ints(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray | None = Non
             f"{MAX_TOKENS_PER_REQUEST:,} tokens per request"
         )
     return values.to_numpy(dtype=np.int64)
+
+
+def _numbers(raw: pd.Series, lines: np.ndarray | None) -> pd.Series:
+    """A column as numbers, NaN where a cell is none. In JSONL (``lines`` given) only JSON numbers
+    count: ``true`` is not 1 and ``"10"`` not 10 (a CSV's cells are all text, read as numbers)."""
+    if lines is not None and (raw.dtype == object or raw.dtype == bool):
+        raw = raw.map(lambda v: v if isinstance(v, int | float) and not isinstance(v, bool) else np.nan)
+    return pd.to_numeric(raw, errors="coerce")
 
 
 def _plain(v: object) -> object:
@@ -114,10 +125,25 @@ def _count(v: object, key: str, lo: int, where: str) -> int:
     return int(v)  # type: ignore[call-overload]
 
 
+def _date_times(col: pd.Series) -> pd.Series:
+    """Text date-times as UTC timestamps, NaT where a cell is none. The column's format is inferred
+    from its first cell; cells in another form (ISO ``T...Z`` after plain ones) are parsed one by
+    one. Naive times are taken as UTC: only their differences count. pandas' "could not infer
+    format" warning is not printed (it would pass ``--quiet``): the values are checked after."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ts = pd.to_datetime(col, errors="coerce", utc=True)
+        if ts.isna().any():
+            ts = pd.to_datetime(col, errors="coerce", utc=True, format="mixed")
+    return ts
+
+
 def load_azure(path: Path) -> Workload:
     """Azure LLM inference trace 2023: TIMESTAMP (text), ContextTokens, GeneratedTokens."""
     df = _read_csv(path, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
-    ts = pd.to_datetime(df["TIMESTAMP"], errors="coerce")
+    ts = _date_times(df["TIMESTAMP"])
     if ts.isna().any():
         row = int(np.flatnonzero(ts.isna().to_numpy())[0])
         raise UserError(f"{path}: row {row + 2}: TIMESTAMP {df['TIMESTAMP'].iloc[row]!r} is not a date-time")
@@ -155,7 +181,7 @@ def load_mooncake(path: Path) -> Workload:
             ts = float(row["timestamp"])
             p.append(_count(row["input_length"], "input_length", 0, where))
             o.append(_count(row["output_length"], "output_length", 0, where))
-            hashes.append([int(h) for h in row.get("hash_ids", [])])
+            hashes.append(_hash_ids(row.get("hash_ids", []), p[-1], where))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise UserError(f"{where}: bad Mooncake record ({type(exc).__name__}: {exc})") from None
         t.append(ts / 1000.0)
@@ -166,8 +192,34 @@ def load_mooncake(path: Path) -> Workload:
     _check_times(arr, path, at, "timestamp")
     _check_sorted(arr, path, at)
     return Workload(
-        arr - arr[0], np.asarray(p), np.asarray(o), block_hashes=hashes, hash_block_tokens=512, source=str(path)
+        arr - arr[0],
+        np.asarray(p),
+        np.asarray(o),
+        block_hashes=hashes,
+        hash_block_tokens=MOONCAKE_BLOCK_TOKENS,
+        source=str(path),
     )
+
+
+MOONCAKE_BLOCK_TOKENS = 512  # tokens per Mooncake hash id (its trace's block size)
+
+
+def _hash_ids(ids: object, prompt_tokens: int, where: str) -> list[int]:
+    """A Mooncake record's ``hash_ids``: one non-negative integer per 512-token block of its prompt
+    (at most ceil(input_length / 512)); a float, a negative or a surplus id would name content
+    that is not there."""
+    if not isinstance(ids, list):
+        raise UserError(f"{where}: hash_ids: expected a list of block ids, got {type(ids).__name__}")
+    most = -(-prompt_tokens // MOONCAKE_BLOCK_TOKENS)
+    if len(ids) > most:
+        raise UserError(
+            f"{where}: hash_ids: {len(ids):,} ids for a {prompt_tokens}-token prompt, which has {most} blocks "
+            f"of {MOONCAKE_BLOCK_TOKENS} tokens"
+        )
+    for h in ids:
+        if isinstance(h, bool) or not isinstance(h, int) or h < 0:
+            raise UserError(f"{where}: hash_ids: expected non-negative integer block ids, got {h!r}")
+    return ids
 
 
 def _read_jsonl(path: Path, required: tuple[str, ...]) -> tuple[pd.DataFrame, np.ndarray]:
@@ -201,7 +253,7 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
         df, lines = _read_jsonl(path, columns)
     else:
         df = _read_csv(path, list(columns))
-    t = pd.to_numeric(df["arrival_s"], errors="coerce")
+    t = _numbers(df["arrival_s"], lines)
     if t.isna().any():
         row = int(np.flatnonzero(t.isna().to_numpy())[0])
         raise UserError(
@@ -210,8 +262,13 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
     t = t.to_numpy(dtype=np.float64)
     _check_times(t, path, lines, "arrival_s")
     _check_sorted(t, path, lines)
-    klass = df["class"].astype(str).to_numpy(dtype=object) if "class" in df.columns else None
+    klass = (
+        np.array([c or "" for c in _labels(df, "class", path, lines)], dtype=object) if "class" in df.columns else None
+    )
     prompt = _ints(df, "prompt_tokens", path, lines)
+    empty = np.flatnonzero(prompt < 1)
+    if len(empty):  # (named by its row here: the workload's own check counts requests from 0)
+        raise UserError(f"{_where(path, int(empty[0]), lines)}: column 'prompt_tokens': must be >= 1, got 0")
     hashes = _identity(df, prompt, path, hash_block_tokens, lines)
     lora = _adapters(df, path, lines) if "lora" in df.columns else None
     return Workload(
@@ -231,7 +288,7 @@ def _adapters(df: pd.DataFrame, path: Path, lines: np.ndarray | None) -> np.ndar
     Names are text as written: a CSV is read again for this column without pandas' NA strings
     (an adapter may be called "NA") or numbers ("007" is not "7"); a JSONL value must be a name."""
     if lines is None:  # CSV
-        names = pd.read_csv(path, usecols=["lora"], dtype=str, keep_default_na=False)["lora"].tolist()
+        names = pd.read_csv(path, usecols=["lora"], dtype=str, keep_default_na=False, compression=None)["lora"].tolist()
     else:
         names = df["lora"].tolist()
     ids: dict[str, int] = {}
@@ -249,12 +306,16 @@ def _adapters(df: pd.DataFrame, path: Path, lines: np.ndarray | None) -> np.ndar
     return out
 
 
-def _labels(df: pd.DataFrame, col: str) -> list[str | None]:
-    """A label column as text, empty cells as None (a float-looking id ``7.0`` reads as ``7``)."""
+def _labels(df: pd.DataFrame, col: str, path: Path | None = None, lines: np.ndarray | None = None) -> list[str | None]:
+    """A label column as text, empty cells as None (a float-looking id ``7.0`` reads as ``7``); a
+    JSONL list, object or true/false is refused, naming the row (its text would be a made-up name)."""
     out: list[str | None] = []
-    for v in df[col].tolist():
+    for i, v in enumerate(df[col].tolist()):
         if v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip()):
             out.append(None)
+        elif isinstance(v, bool) or not isinstance(v, str | int | float | np.integer | np.floating):
+            where = _where(path, i, lines) if path is not None else f"row {i}"
+            raise UserError(f"{where}: {col} must be a name or a number, got {v!r}")
         elif isinstance(v, float) and v.is_integer():
             out.append(str(int(v)))
         else:
@@ -278,8 +339,8 @@ def _identity(
             raise UserError(f"{path}: column 'prefix_tokens' needs a 'prefix_group' column (which prefix)")
         return None
     n = len(prompt)
-    prompt_ids = _labels(df, "prompt_id") if has_prompt else [None] * n
-    groups = _labels(df, "prefix_group") if has_group else [None] * n
+    prompt_ids = _labels(df, "prompt_id", path, lines) if has_prompt else [None] * n
+    groups = _labels(df, "prefix_group", path, lines) if has_group else [None] * n
     if has_group and "prefix_tokens" not in df.columns:
         raise UserError(f"{path}: column 'prefix_group' needs a 'prefix_tokens' column (the shared length)")
     pre = np.zeros(n, dtype=np.int64)

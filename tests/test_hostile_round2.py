@@ -1,0 +1,294 @@
+"""Hostile inputs found by a second round of trying to break the CLI (2026-12-02): each ended in a
+traceback, unbounded memory, or a silently wrong result. Each now ends in exit 2 and one
+``llmsim: error:`` line naming the culprit, or (base-60 numbers, the sweep's workers) behaves."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import os
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+from test_hostile_cli import QUICK, one_error, run_argv
+
+from llmsim.errors import UserError, safe_yaml, temp_sibling
+
+ROOT = Path(__file__).resolve().parent.parent
+BUDGET = ROOT / "data" / "validation" / "vllm-cpu" / "budget-512"
+
+
+def _trace_scenario(tmp_path: Path, trace: Path, fmt: str = "generic") -> str:
+    data = yaml.safe_load(Path(QUICK).read_text())
+    data["workload"] = {"kind": "trace", "trace": {"path": str(trace), "format": fmt}}
+    path = tmp_path / "trace.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "compress", "kind"),
+    [(".csv.xz", lzma.compress, "xz"), (".csv.bz2", bz2.compress, "bzip2"), (".csv.gz", gzip.compress, "gzip")],
+)
+def test_a_compressed_trace_is_refused_before_it_is_inflated(tmp_path, capsys, suffix, compress, kind) -> None:
+    trace = tmp_path / f"t{suffix}"
+    trace.write_bytes(compress(b"arrival_s,prompt_tokens,output_tokens\n" + b"0,1,1\n" * 1000))
+    one_error(
+        ["run", _trace_scenario(tmp_path, trace), "--out", str(tmp_path / "o"), "--quiet"], capsys, str(trace), kind
+    )
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_plain_trace_under_a_compressed_name_is_read_as_text(tmp_path, capsys) -> None:
+    trace = tmp_path / "t.csv.xz"  # not xz data: the extension must not make pandas decompress it
+    trace.write_text("garbage\n")
+    one_error(
+        ["run", _trace_scenario(tmp_path, trace), "--out", str(tmp_path / "o"), "--quiet"], capsys, "missing column"
+    )
+
+
+def test_a_model_config_that_is_not_a_regular_file_is_refused(tmp_path, capsys) -> None:
+    link = tmp_path / "zero.json"
+    link.symlink_to("/dev/zero")
+    one_error(["models", str(link)], capsys, str(link), "not a regular file")
+
+
+@pytest.mark.parametrize("where", ["scenario", "set", "json"])
+def test_deep_nesting_is_one_message(tmp_path, capsys, where) -> None:
+    deep = "[" * 3000 + "]" * 3000
+    if where == "scenario":
+        path = tmp_path / "deep.yaml"
+        path.write_text("name: " + deep + "\n")
+        one_error(["run", str(path), "--out", str(tmp_path / "o"), "--quiet"], capsys, "nested too deeply")
+    elif where == "set":
+        one_error(run_argv(tmp_path / "o", "name=" + deep), capsys, "nested too deeply")
+    else:
+        path = tmp_path / "deep.json"
+        path.write_text('{"a": ' + deep + "}")
+        one_error(["models", str(path)], capsys, str(path), "nested too deeply")
+
+
+def test_a_list_as_a_yaml_key_is_refused(tmp_path, capsys) -> None:
+    path = tmp_path / "listkey.yaml"
+    path.write_text(Path(QUICK).read_text() + "? [a, b]\n: x\n")
+    one_error(["run", str(path), "--out", str(tmp_path / "o"), "--quiet"], capsys, "a key must be a plain value")
+
+
+def test_base_60_numbers_stay_text() -> None:
+    # YAML 1.1 reads 1:30 as 90; llmsim keeps the text, so a number field refuses it by name
+    assert safe_yaml("a: 1:30\nb: 1:30.5\nc: 12\nd: 1.5e+3\ne: 1e-3") == {
+        "a": "1:30",
+        "b": "1:30.5",
+        "c": 12,
+        "d": 1500.0,
+        "e": "1e-3",
+    }
+
+
+def test_a_base_60_rate_is_refused(tmp_path, capsys) -> None:
+    one_error(run_argv(tmp_path / "o", "workload.rate_rps=1:30"), capsys, "workload.rate_rps", "'1:30'")
+
+
+@pytest.mark.parametrize("item", ["cluster.replicas=true", "seed=true", "workload.rate_rps=false"])
+def test_true_or_false_is_not_a_number(tmp_path, capsys, item) -> None:
+    one_error(run_argv(tmp_path / "o", item), capsys, item.split("=")[0], "expected a number, got true/false")
+
+
+@pytest.mark.parametrize("cv", ["1e+160", "20.0", "1.0e-170"])
+def test_gamma_cv_is_bounded(tmp_path, capsys, cv) -> None:
+    one_error(run_argv(tmp_path / "o", "workload.kind=gamma", f"workload.cv={cv}"), capsys, "workload.cv")
+
+
+@pytest.mark.parametrize("item", ["workload.rate_rps=1.0e-300", "workload.trace.speedup=1.0e-300"])
+def test_arrivals_past_a_billion_seconds_are_refused(tmp_path, capsys, item) -> None:
+    argv = run_argv(tmp_path / "o", item)
+    if "speedup" in item:
+        trace = tmp_path / "t.csv"
+        trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,3\n1,10,3\n")
+        argv = ["run", _trace_scenario(tmp_path, trace), "--out", str(tmp_path / "o"), "--quiet", "--set", item]
+    one_error(argv, capsys, "past 1e+09 s")
+
+
+def test_arrivals_1e_200_s_apart_give_a_verdict(tmp_path) -> None:
+    """The queue's growth is fitted over arrival times too close to fit: a slope of 0, not a
+    LinAlgError from the fit."""
+    import pandas as pd
+
+    from llmsim.results import saturation_verdict
+
+    queue = pd.DataFrame({"time_s": [0.0, 1e-200, 2e-200, 3e-200], "waiting": [0, 1, 2, 3]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (nothing may print past --quiet)
+        out = saturation_verdict(queue, 4, 0, 3e-200, finished=4)
+    assert out["queue_growth_rps"] == pytest.approx(1e200) and out["growth_share"] == pytest.approx(0.75)
+
+
+def test_sweep_starts_no_more_processes_than_points(tmp_path, monkeypatch) -> None:
+    from llmsim import sweep
+
+    seen = []
+
+    class Pool:
+        def __init__(self, max_workers: int) -> None:
+            seen.append(max_workers)
+            raise RuntimeError("stop here")
+
+    monkeypatch.setattr(sweep, "ProcessPoolExecutor", Pool)
+    with pytest.raises(RuntimeError, match="stop here"):
+        sweep._run_local([(i, None) for i in range(3)], 1000, False, "x")
+    assert seen == [min(3, 4 * (os.cpu_count() or 1))]
+
+
+def _workload_copy(tmp_path: Path, lines: bytes) -> Path:
+    run = tmp_path / "budget-512"
+    run.mkdir()
+    for name in ("meta.json", "requests.csv", "steps.csv.gz"):
+        (run / name).write_bytes((BUDGET / name).read_bytes())
+    (run / "workload.jsonl.gz").write_bytes(lines)
+    return run
+
+
+@pytest.mark.parametrize(
+    ("text", "cut", "fragment"),
+    [
+        (b"notjson\n", None, "line 1: not valid JSON"),
+        (b"[1, 2]\n", None, "line 1: expected an object"),
+        (b'{"arrival_s": 0, "output_tokens": 4}\n', None, "missing key 'prompt_token_ids'"),
+        (
+            b"".join(
+                b'{"arrival_s": %d, "output_tokens": 4, "prompt_token_ids": [%d]}\n' % (i, i * 7919) for i in range(500)
+            ),
+            -100,
+            "gzip",
+        ),
+    ],
+    ids=["not-json", "not-an-object", "missing-key", "cut-short"],
+)
+def test_a_bad_twin_workload_names_its_line(tmp_path, capsys, text, cut, fragment) -> None:
+    content = gzip.compress(text, mtime=0)
+    run = _workload_copy(tmp_path, content[:cut] if cut else content)
+    one_error(["twin", "--engine", "vllm", str(run), "--quiet", "--out", str(tmp_path / "o")], capsys, fragment)
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "fragment"),
+    [
+        ("arrival_s", "-1.0", "an arrival before the run's start"),
+        ("finish_s", "0.0", "a finish before its first token"),
+    ],
+)
+def test_measured_requests_in_an_impossible_order_are_refused(tmp_path, capsys, column, value, fragment) -> None:
+    import pandas as pd
+
+    from llmsim.calibration.serving import read_run
+
+    run = _workload_copy(tmp_path, (BUDGET / "workload.jsonl.gz").read_bytes())
+    req = pd.read_csv(run / "requests.csv")
+    req.loc[3, column] = float(value)
+    req.to_csv(run / "requests.csv", index=False)
+    with pytest.raises(UserError, match=re.escape(f"row 5, column '{column}': {fragment}")):
+        read_run(run)
+
+
+def test_a_gemm_faster_than_the_peak_is_refused(tmp_path, capsys) -> None:
+    rows = tmp_path / "fast.csv"
+    rows.write_text("op,kind,m,n,k,seconds\nmlp_up_proj,gemm,512,28672,4096,1e-9\n")
+    one_error(
+        ["calibrate", "--hardware", "H100-SXM", "--profile", str(rows), "--out", str(tmp_path / "x.yaml")],
+        capsys,
+        f"{rows}: line 2",
+        "faster than",
+    )
+
+
+@pytest.mark.parametrize(
+    ("ids", "fragment"),
+    [("[1.5, 2]", "non-negative integer"), ("[-1]", "non-negative integer"), ("[1, 2, 3]", "3 ids for a 1000-token")],
+)
+def test_mooncake_hash_ids_are_checked(tmp_path, capsys, ids, fragment) -> None:
+    trace = tmp_path / "mc.jsonl"  # 1000 tokens: two 512-token blocks
+    trace.write_text(f'{{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": {ids}}}\n')
+    argv = ["run", _trace_scenario(tmp_path, trace, "mooncake"), "--out", str(tmp_path / "o"), "--quiet"]
+    one_error(argv, capsys, f"{trace}: line 1", "hash_ids", fragment)
+
+
+@pytest.mark.parametrize(
+    ("row", "fragment"),
+    [
+        ({"prompt_tokens": True}, "column 'prompt_tokens': expected a whole number"),
+        ({"prompt_tokens": "10"}, "column 'prompt_tokens': expected a whole number"),
+        ({"class": {"a": 1}}, "class must be a name or a number"),
+        ({"prompt_id": [1]}, "prompt_id must be a name or a number"),
+    ],
+)
+def test_generic_jsonl_cells_must_be_json_numbers_or_names(tmp_path, capsys, row, fragment) -> None:
+    trace = tmp_path / "g.jsonl"
+    base = {"arrival_s": 0.0, "prompt_tokens": 10, "output_tokens": 3}
+    trace.write_text(json.dumps(base) + "\n" + json.dumps({**base, **row}) + "\n")
+    argv = ["run", _trace_scenario(tmp_path, trace), "--out", str(tmp_path / "o"), "--quiet"]
+    one_error(argv, capsys, f"{trace}: line 2", fragment)
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"model_type": "mixtral", "num_local_experts": 0}, "num_local_experts: a mixtral config needs"),
+        ({"tie_word_embeddings": "no"}, "tie_word_embeddings: expected true or false"),
+        ({"torch_dtype": "complex128"}, "torch_dtype: expected one of"),
+        ({"num_hidden_layers": True}, "num_hidden_layers: expected a positive integer"),
+    ],
+)
+def test_hf_config_fields_are_not_misread(tmp_path, capsys, change, fragment) -> None:
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        "max_position_embeddings": 2048,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, **change}))
+    one_error(["models", str(path)], capsys, str(path), fragment)
+
+
+@pytest.mark.parametrize("item", ["plan.hardware=[]", "plan.policies=[]", "plan.hardware=[H100-SXM, H100-SXM]"])
+def test_plan_lists_are_not_empty_nor_repeated(tmp_path, capsys, item) -> None:
+    plan = str(ROOT / "scenarios" / "plan_azure_conv.yaml")
+    key = item.split("=")[0].removeprefix("plan.")
+    one_error(["plan", plan, "--out", str(tmp_path / "o"), "--quiet", "--set", item], capsys, f"plan: {key}:")
+
+
+def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(tmp_path, capsys) -> None:
+    out = tmp_path / "res"
+    stale = temp_sibling(out).with_name(f".{out.name}.tmp-999999")  # a pid no process has
+    stale.mkdir()
+    (stale / "half.csv").write_text("x")
+    from llmsim.cli import main
+
+    assert main(run_argv(out)) == 0
+    assert out.is_dir() and not stale.exists()
+
+
+def test_azure_timestamps_in_two_forms_both_parse(tmp_path) -> None:
+    from llmsim.workload.traces import load_azure
+
+    trace = tmp_path / "az.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16T18:15:46Z,374,44\n2023-11-16 18:15:47.5,10,2\n"
+    )
+    assert load_azure(trace).arrival_s.tolist() == [0.0, 1.5]
+
+
+def test_an_empty_prompt_is_named_by_its_row(tmp_path, capsys) -> None:
+    trace = tmp_path / "g.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,3\n1,0,3\n")
+    argv = ["run", _trace_scenario(tmp_path, trace), "--out", str(tmp_path / "o"), "--quiet"]
+    one_error(argv, capsys, f"{trace}: row 3: column 'prompt_tokens': must be >= 1")
