@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,31 @@ from llmsim.sim import LinkSpec, SimOptions, SimOutput, simulate
 from llmsim.workload.base import Workload
 
 
+def _scenario_of(scenario: object, overrides: dict[str, object] | None) -> Scenario:
+    """``run``'s scenario argument as a validated Scenario."""
+    if isinstance(scenario, Scenario):
+        if overrides:
+            raise UserError(
+                "llmsim.run: overrides apply to a scenario path or dict; this Scenario is validated already "
+                f"(change it with model_copy(update=...), or pass its path): {sorted(overrides)}"
+            )
+        return scenario
+    if isinstance(scenario, dict):
+        from llmsim.scenario import scenario_from_dict, set_path
+
+        data = copy.deepcopy(scenario)
+        for key, value in (overrides or {}).items():
+            set_path(data, key, value)
+        return scenario_from_dict(data, "scenario (dict)", Path.cwd())
+    if not isinstance(scenario, str | Path):
+        raise UserError(f"llmsim.run: expected a scenario path, dict or Scenario, got {type(scenario).__name__}")
+    if isinstance(scenario, str) and "\n" in scenario:
+        raise UserError(
+            "llmsim.run: got YAML text, not a path: pass its data as a dict (yaml.safe_load) or a file path"
+        )
+    return load_scenario(scenario, overrides)
+
+
 def default_horizon_s(sc: Scenario, last_arrival_s: float) -> float:
     """Where a run stops when ``workload.horizon_s`` is unset. Requests that arrive over time: twice
     the last arrival plus 600 s, so an overloaded run still ends and says so. Requests all there at
@@ -32,13 +58,16 @@ def default_horizon_s(sc: Scenario, last_arrival_s: float) -> float:
 
 
 def run(
-    scenario: Scenario | str | Path,
+    scenario: Scenario | str | Path | dict,
     overrides: dict[str, object] | None = None,
     checks: bool = True,
     exact_steps: bool = False,
     progress: Callable[[float, float], None] | None = None,
 ) -> Results:
-    """Simulate a scenario (a ``Scenario`` or a path to its YAML) and return its frames and summary.
+    """Simulate a scenario (a ``Scenario``, a path to its YAML, or its data as a dict, whose relative
+    paths resolve against the current folder) and return its frames and summary. ``overrides``
+    (``{"workload.rate_rps": 4}``, as ``--set`` takes them) apply to a path or a dict; a
+    ``Scenario`` is already validated, so they are refused there (``model_copy`` changes one).
 
     ``exact_steps`` simulates one event per step with every request a Python object touched each
     step, instead of the fast paths (columnar decoders, decode runs priced in closed form, steps
@@ -46,7 +75,7 @@ def run(
 
     ``checks`` verifies the run's invariants (llmsim/invariants.py) and raises ``InvariantError``.
     ``progress(now_s, last_arrival_s)`` follows the simulated time up to the last arrival (``llmsim run``'s bar)."""
-    sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides)
+    sc = _scenario_of(scenario, overrides)
     try:
         model = build_model(sc)
         pools = build_pools(sc, model)

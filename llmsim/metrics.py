@@ -85,13 +85,14 @@ def _max_tokens_per_s(start_s: float, first_s: np.ndarray, finish_s: np.ndarray,
     events = np.unique(np.floor(np.concatenate([a, b])))  # (first: a million requests share ~a run's seconds)
     k = np.unique(np.concatenate([events - 1, events, events + 1]))
     k = k[(k >= 0) & (k <= max(float(b.max()), 0.0))]
-    later = tokens.astype(float) - 1
+    first = (tokens >= 1).astype(float)  # a prefill-only request (0 output tokens) emits none
+    later = np.maximum(tokens.astype(float) - 1, 0.0)
     span = b - a
     ramp = span > 0  # a request with no span emits its later tokens at once, at its finish
     rate = later[ramp] / span[ramp]
 
     def emitted(t: np.ndarray) -> np.ndarray:  # first tokens by t + each request's later tokens, linearly from a to b
-        out = _step_sum(a, np.ones_like(a), t) + _step_sum(b[~ramp], later[~ramp], t)
+        out = _step_sum(a, first, t) + _step_sum(b[~ramp], later[~ramp], t)
         return out + _ramp_sum(a[ramp], rate, t) - _ramp_sum(b[ramp], rate, t)
 
     return float((emitted(k + 1) - emitted(k)).max()) if len(k) else 0.0

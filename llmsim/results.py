@@ -329,7 +329,14 @@ def _fitted_slope(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def saturation_verdict(
-    queue: pd.DataFrame, n_requests: int, unfinished: int, last_arrival_s: float, shed: int = 0, finished: int = -1
+    queue: pd.DataFrame,
+    n_requests: int,
+    unfinished: int,
+    last_arrival_s: float,
+    shed: int = 0,
+    finished: int = -1,
+    not_offered: int = 0,
+    in_flight: int = 0,
 ) -> dict:
     """Stable / backlogged / overloaded, from how the waiting queue grows while requests arrive.
 
@@ -338,8 +345,21 @@ def saturation_verdict(
     Requests shed by a full queue (``shed``) count as piled up: a capped queue cannot grow. A run
     in which no request finished (all rejected, shed or cut by the horizon) is ``unserved``: it has
     no latencies to describe, whatever its queue did.
+
+    A run cut by its horizon: ``n_requests`` and ``unfinished`` count the requests that arrived
+    before it (``not_offered`` arrived after: never offered, they say nothing of the system), and
+    of those left unfinished the ``in_flight``, in service when the cut came, are not a backlog.
+    All requests at one instant (``last_arrival_s`` 0) have no steady state.
     """
-    out = {"queue_growth_rps": 0.0, "growth_share": 0.0, "unfinished": unfinished, "final_queue": 0, "shed": shed}
+    backlog = max(unfinished - in_flight, 0)
+    out = {
+        "queue_growth_rps": 0.0,
+        "growth_share": 0.0,
+        "unfinished": unfinished + not_offered,
+        "not_offered": not_offered,
+        "final_queue": 0,
+        "shed": shed,
+    }
     if not queue.empty and last_arrival_s > 0:
         win = queue[queue["time_s"] <= last_arrival_s]
         if len(win) >= 3:
@@ -349,24 +369,34 @@ def saturation_verdict(
             out["queue_growth_rps"] = slope
             out["growth_share"] = slope / rate if rate > 0 else 0.0
             out["final_queue"] = int(q[-1])
+    elif not queue.empty and n_requests > 1:  # all at t = 0: the queue the last arrival met
+        at_once = queue[queue["time_s"] <= 0.0]
+        out["final_queue"] = int(at_once["waiting"].iloc[-1]) if len(at_once) else 0
     share = out["growth_share"]
+    burst = n_requests > 1 and last_arrival_s <= 0
     if n_requests and finished == 0:
         verdict = "unserved"
-    elif share > 0.05 or unfinished + shed > 0.05 * max(n_requests, 1):
+    elif share > 0.05 or backlog + shed > 0.05 * max(n_requests, 1):
         verdict = "overloaded"
-    elif share > 0.01 or unfinished + shed > 0:
+    elif share > 0.01 or backlog + shed > 0 or (burst and out["final_queue"] > 0):
         verdict = "backlogged"
     else:
         verdict = "stable"
     out["verdict"] = verdict
-    out["explanation"] = {
+    explanations = {
         "stable": "the queue does not grow while requests arrive; latencies describe steady state",
         "backlogged": "the queue grows slowly or requests were left at the horizon; latencies include a backlog",
         "overloaded": "offered load exceeds capacity: the queue grows without bound and latencies depend on "
         "the run length, not the system",
         "unserved": "no request finished: every one was rejected (see requests.rejected and each request's "
         "reject_reason) or cut by the horizon; there are no latencies to describe",
-    }[verdict]
+    }
+    if burst and verdict in ("stable", "backlogged"):  # (no arrival window: no steady state to judge)
+        explanations["stable"] = "every request arrived at once and none waited: a batch, not a steady state"
+        explanations["backlogged"] = (
+            "every request arrived at once: latencies include each one's wait for the batch ahead of it, not a steady state"
+        )
+    out["explanation"] = explanations[verdict]
     return out
 
 
@@ -432,8 +462,22 @@ def summarize(
             "utilization_mean": float(np.average(util, weights=w)) if w.sum() > 0 else 0.0,
             "utilization_peak": float(util.max()),
         }
-    last_arrival = float(req["arrival_s"].max()) if n else 0.0
     shed = int(req["reject_reason"].fillna("").str.startswith("queue full").sum()) if n else 0
-    unfinished = summary["requests"]["unfinished"]
-    summary["saturation"] = saturation_verdict(queue, n, unfinished, last_arrival, shed, int(len(fin)))
+    summary["saturation"] = _saturation(req, fin, queue, meta.get("horizon_s"), shed)
     return summary
+
+
+def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horizon_s: float | None, shed: int) -> dict:
+    """``saturation_verdict`` of a run, over the requests that arrived before its horizon (those
+    after were never offered), not counting as backlog the requests a cut leaves in service (a
+    first step taken, ``queued_s`` set): only those still waiting to start are."""
+    arrival = req["arrival_s"].to_numpy()
+    offered = arrival <= horizon_s if horizon_s is not None else np.ones(len(req), dtype=bool)
+    left_mask = (req["status"] == "unfinished").to_numpy(dtype=bool) & offered
+    left = int(left_mask.sum())
+    in_flight = int((left_mask & ~np.isnan(req["queued_s"].to_numpy(dtype=float))).sum())
+    last_arrival = float(arrival[offered].max()) if offered.any() else 0.0
+    n_offered = int(offered.sum())
+    return saturation_verdict(
+        queue, n_offered, left, last_arrival, shed, int(len(fin)), not_offered=len(req) - n_offered, in_flight=in_flight
+    )

@@ -292,3 +292,65 @@ def test_an_empty_prompt_is_named_by_its_row(tmp_path, capsys) -> None:
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,3\n1,0,3\n")
     argv = ["run", _trace_scenario(tmp_path, trace), "--out", str(tmp_path / "o"), "--quiet"]
     one_error(argv, capsys, f"{trace}: row 3: column 'prompt_tokens': must be >= 1")
+
+
+# ---- a third round: valid scenarios whose results a planner would have trusted wrongly
+
+
+def _small(**workload: object) -> dict:
+    data = yaml.safe_load(Path(QUICK).read_text())
+    data["workload"].update({"num_requests": 60, "rate_rps": 4.0, **workload})
+    data["output"] = {"steps": "none"}
+    return data
+
+
+def test_requests_after_the_horizon_do_not_make_a_light_load_overloaded() -> None:
+    import llmsim
+
+    sat = llmsim.run(_small(horizon_s=5.0)).summary["saturation"]
+    # most requests arrive after 5 s: never offered, they say nothing of the system
+    assert sat["not_offered"] > 30 and sat["verdict"] == "stable", sat
+
+
+def test_a_burst_that_queues_is_not_a_steady_state() -> None:
+    import llmsim
+
+    data = _small(kind="all_at_once", batch_size=60)
+    data["policy"] = {"max_num_seqs": 8}
+    sat = llmsim.run(data).summary["saturation"]
+    assert sat["verdict"] == "backlogged" and "arrived at once" in sat["explanation"], sat
+
+
+def test_prefill_only_requests_emit_no_output_tokens(tmp_path) -> None:
+    import llmsim
+
+    trace = tmp_path / "p.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{i * 0.1},100,0\n" for i in range(20)))
+    data = _small()
+    data["workload"] = {"kind": "trace", "trace": {"path": str(trace), "format": "generic"}}
+    assert llmsim.run(data).summary["max_output_tokens_per_s"] == 0.0
+
+
+def test_the_api_applies_overrides_to_a_dict_and_refuses_them_for_a_scenario() -> None:
+    import llmsim
+    from llmsim.scenario import load_scenario
+
+    assert len(llmsim.run(_small(), {"workload.num_requests": 7}).requests) == 7
+    with pytest.raises(UserError, match="overrides apply to a scenario path or dict"):
+        llmsim.run(load_scenario(QUICK), {"seed": 7})
+    with pytest.raises(UserError, match="got YAML text, not a path"):
+        llmsim.run(Path(QUICK).read_text())
+
+
+def test_a_max_batch_tokens_below_the_chunk_budget_is_refused(tmp_path, capsys) -> None:
+    one_error(run_argv(tmp_path / "o", "policy.kind=vllm", "policy.max_batch_tokens=16"), capsys, "chunk_tokens")
+
+
+def test_an_overloaded_rate_is_not_an_slo_capacity(tmp_path) -> None:
+    from llmsim.planning.goodput import goodput_search
+
+    path = tmp_path / "few.yaml"  # so few requests that every rate meets the SLOs before the queue shows
+    path.write_text(yaml.safe_dump(_small(num_requests=40)))
+    g = goodput_search(str(path))
+    assert g.verdict in ("stable", "backlogged")
+    assert all(e["verdict"] != "overloaded" for e in g.evaluations if e["rate_rps"] <= g.rate_rps)

@@ -47,10 +47,13 @@ def test_goodput_is_within_one_bisection_step_of_the_crossing(synth):
     assert g.step_rps <= 0.05 * g.fail_rps + 1e-12
     # re-run just below and just above, independently of the search
     below = llmsim.run(synth, {"workload.rate_rps": g.rate_rps}).summary["slo"]["attainment"]
-    above = llmsim.run(synth, {"workload.rate_rps": g.fail_rps}).summary["slo"]["attainment"]
-    assert below >= g.target > above
+    above = llmsim.run(synth, {"workload.rate_rps": g.fail_rps}).summary
+    assert below >= g.target
+    # above the capacity the target is missed, or met only while the queue grows (a finite workload
+    # ends before its latencies show it): overloaded rates fail the search
+    assert above["slo"]["attainment"] < g.target or above["saturation"]["verdict"] == "overloaded"
     assert g.attainment == below
-    assert g.verdict in ("stable", "backlogged", "overloaded")
+    assert g.verdict in ("stable", "backlogged")
     frame = g.frame()
     assert frame["rate_rps"].is_monotonic_increasing and len(frame) == len(g.evaluations)
     # the search's answer is an offered rate (the SLO capacity); each run's request_goodput is vLLM's

@@ -117,6 +117,8 @@ def scenarios(draw) -> dict:
         "max_batch_tokens": draw(st.sampled_from([256, 1024, 8192])),
         "chunk_tokens": draw(st.sampled_from([16, 64, 256, 512])),
     }
+    if policy in ("chunked", "vllm"):  # their budget is chunk_tokens: a smaller max_batch_tokens is refused
+        policy_d["max_batch_tokens"] = max(policy_d["max_batch_tokens"], policy_d["chunk_tokens"])
     if draw(st.booleans()):
         policy_d["max_queue"] = draw(st.integers(1, 8))
     cluster = {

@@ -47,19 +47,14 @@ def _no_winner(plan: Plan) -> str:
 
 
 def _headroom(plan: Plan) -> list[str]:
-    """The winner's SLO capacity over the target, and a warning when that rate is already overloaded."""
+    """The winner's SLO capacity over the target (never an overloaded rate: goodput_search)."""
     assert plan.slo_capacity is not None
     g = plan.slo_capacity
     head = g.rate_rps / plan.target_rps - 1 if plan.target_rps else 0.0
     lines = [
-        f"Its SLO capacity (the highest arrival rate at which it still meets the SLOs) is {g.rate_rps:.2f} req/s "
+        f"Its SLO capacity (the highest arrival rate at which it still meets the SLOs, not overloaded) is {g.rate_rps:.2f} req/s "
         f"({head:+.0%} headroom over the target; verdict there: {g.verdict})."
     ]
-    if g.verdict == "overloaded":
-        lines.append(
-            "That rate is overloaded: the queue grows, and the SLOs hold only because the workload ends "
-            "first; replay a longer slice before relying on the headroom."
-        )
     return lines
 
 
