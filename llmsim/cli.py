@@ -56,7 +56,8 @@ class _Parser(argparse.ArgumentParser):
     Subcommand parsers are of this class too (``add_subparsers`` builds them with the parent's)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+        where = "" if self.prog == "llmsim" else f"{self.prog}: "  # (the message starts "llmsim: error:")
+        raise UserError(f"{where}{message} (see `{self.prog} --help`)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -87,10 +87,14 @@ class _ExactLoader(_UniqueKeys, yaml.SafeLoader):
     """PyYAML's own: slower, but its messages name the character and column where libyaml's don't."""
 
 
-def _no_base_60(loader: type) -> None:
-    """YAML 1.1 reads ``1:30`` as the base-60 number 90 (``1:30.5`` as 90.5): a typo'd time or ratio
-    would become a plausible number. Such a value stays the text it is (YAML 1.2 dropped base 60),
-    so a number field refuses it by name."""
+_OCTAL_1_1 = re.compile(r"[-+]?0[0-7_]+$")  # YAML 1.1's octal: 010 is 8
+
+
+def _yaml_1_2_numbers(loader: type) -> None:
+    """Two YAML 1.1 readings YAML 1.2 dropped: ``1:30`` as the base-60 number 90 (``1:30.5`` as
+    90.5) and ``010`` as the octal 8. A typo'd time or ratio, or a zero-padded count
+    (``replicas: 010`` ran 8 replicas), would become a plausible number. Such a value stays the
+    text it is: a number field then reads ``010`` as 10 and refuses ``1:30`` by name."""
     for tag, number in (
         ("tag:yaml.org,2002:int", "construct_yaml_int"),
         ("tag:yaml.org,2002:float", "construct_yaml_float"),
@@ -98,13 +102,16 @@ def _no_base_60(loader: type) -> None:
         as_number = getattr(yaml.SafeLoader, number)
 
         def construct(self, node, as_number=as_number):  # type: ignore[no-untyped-def]
-            return self.construct_scalar(node) if ":" in node.value else as_number(self, node)
+            text = node.value
+            if ":" in text or _OCTAL_1_1.match(text):
+                return self.construct_scalar(node)
+            return as_number(self, node)
 
         loader.add_constructor(tag, construct)
 
 
-_no_base_60(_FastLoader)
-_no_base_60(_ExactLoader)
+_yaml_1_2_numbers(_FastLoader)
+_yaml_1_2_numbers(_ExactLoader)
 
 
 def _expanded_nodes(data: object, limit: int) -> int:
@@ -329,6 +336,7 @@ def atomic_folder(
     out = Path(out_dir)
     if out.is_symlink():  # replace the folder the link points to, not the link
         out = out.resolve()
+    _refuse_the_current_folder(out)
     if owned is not None:
         refuse_foreign_files(out, owned)
     tmp = temp_sibling(out)
@@ -352,6 +360,18 @@ def atomic_folder(
     finally:
         with signals_deferred():  # a second Ctrl-C must not interrupt the cleanup
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _refuse_the_current_folder(out: Path) -> None:
+    """The folder is replaced as a whole: from inside it the rename fails (EBUSY) or leaves the
+    shell in the old, deleted folder."""
+    try:
+        here = Path.cwd().resolve()
+    except OSError:  # the current folder itself was deleted
+        return
+    target = out.resolve()
+    if here == target or target in here.parents:
+        raise UserError(f"{out}: the current folder is inside it, and it is replaced as a whole; run from outside it")
 
 
 def _make_temp_folder(out: Path, tmp: Path, keep: bool) -> None:

@@ -354,3 +354,60 @@ def test_an_overloaded_rate_is_not_an_slo_capacity(tmp_path) -> None:
     g = goodput_search(str(path))
     assert g.verdict in ("stable", "backlogged")
     assert all(e["verdict"] != "overloaded" for e in g.evaluations if e["rate_rps"] <= g.rate_rps)
+
+
+# ---- a fourth round: the other commands
+
+
+def test_calibrate_writes_under_the_current_folder_by_default(tmp_path, monkeypatch, capsys) -> None:
+    from llmsim.cli import main
+
+    rows = "op,kind,m,n,k,seconds\n" + "".join(
+        f"mlp_up_proj,gemm,{m},28672,4096,{m * 2e-6 + 5e-5}\n" for m in (1, 8, 64, 256, 512, 1024, 4096)
+    )
+    (tmp_path / "g.csv").write_text(rows)
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", "--hardware", "H100-SXM", "--profile", "g.csv", "--quiet"]) == 0
+    assert (tmp_path / "hardware_profiles" / "calibrated" / "H100-SXM.yaml").is_file()
+
+
+def test_calibrate_refuses_fewer_gemm_shapes_than_terms(tmp_path, capsys) -> None:
+    rows = tmp_path / "one.csv"
+    rows.write_text("op,kind,m,n,k,seconds\n" + "mlp_up_proj,gemm,512,28672,4096,0.0004\n" * 3)  # one shape, thrice
+    argv = ["calibrate", "--hardware", "H100-SXM", "--profile", str(rows), "--out", str(tmp_path / "x.yaml")]
+    one_error(argv, capsys, "1 distinct GEMM measurement(s) cannot determine the fit's 5 terms")
+
+
+def test_calibrate_serving_refuses_another_model_than_the_runs(tmp_path, capsys) -> None:
+    run = ROOT / "data" / "validation" / "vllm-cpu" / "poisson-light-b"
+    host = ROOT / "data" / "validation" / "vllm-cpu" / "host-cpu.yaml"
+    argv = ["calibrate", "--serving", str(run), "--hardware", str(host), "--model", "llama-3.1-8b"]
+    one_error([*argv, "--out", str(tmp_path / "s"), "--quiet"], capsys, "is --model the model they served")
+
+
+def test_a_results_folder_is_not_rewritten_from_inside(tmp_path, monkeypatch, capsys) -> None:
+    from llmsim.cli import main
+
+    out = tmp_path / "res"
+    assert main(run_argv(out)) == 0
+    monkeypatch.chdir(out)
+    one_error(["report", "."], capsys, "the current folder is inside it")
+    assert (out / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("flag", [["--repeats", "3"], ["--probe-interval", "5"], ["--profile", "x.yaml"]])
+def test_twin_vllm_refuses_the_reference_engines_flags(capsys, flag) -> None:
+    one_error(["twin", "--engine", "vllm", *flag, "--quiet"], capsys, f"{flag[0]} is taken only with the reference")
+
+
+def test_a_zero_padded_count_is_decimal(tmp_path) -> None:
+    # YAML 1.1 reads 010 as the octal 8
+    assert safe_yaml("replicas: 010") == {"replicas": "010"}
+    from llmsim.scenario import load_scenario
+
+    assert load_scenario(QUICK, {"cluster.replicas": safe_yaml("010")}).cluster.replicas == 10
+
+
+def test_an_unknown_command_is_named_once(capsys) -> None:
+    line = one_error(["frobnicate"], capsys, "invalid choice: 'frobnicate'")
+    assert line.count("llmsim:") == 1

@@ -82,8 +82,22 @@ def _gemm_predict(
     return np.maximum(compute, memory) + p[3]
 
 
+def check_enough_rows(rows: list[Measurement], terms: int, what: str) -> None:
+    """A least-squares fit of ``terms`` parameters needs more distinct measurements than that: with
+    fewer, it reproduces them exactly (MAPE 0%) with terms the rows do not determine (one GEMM row
+    moved memory_fraction 0.84 -> 0.64), and the profile it writes prices other shapes on them."""
+    shapes = {(r.op, r.m, r.n, r.k, r.bytes, r.ranks, r.batch, r.kv, r.dtype, r.tp) for r in rows}
+    if len(shapes) <= terms:
+        files = ", ".join(sorted({r.source for r in rows}))
+        raise UserError(
+            f"{files}: {len(shapes)} distinct {what} measurement(s) cannot determine the fit's {terms} terms; "
+            f"give at least {terms + 1} (different shapes), or leave these rows out"
+        )
+
+
 def fit_gemm(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, float], float]:
     """Least-squares fit of the GEMM curve; returns the parameters and the training MAPE."""
+    check_enough_rows(rows, len(_GEMM_PARAMS), "GEMM")
     e, o = hw.efficiency, hw.overheads
     units = e.gemm_wave_units.value if e.gemm_wave_units else 0.0
     tile = e.gemm_tile.value if e.gemm_tile else 128.0
@@ -330,6 +344,7 @@ def fit_attention(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[st
     dec = hw.efficiency.decode_attention_fraction
     free = [*(_PREFILL_PARAMS if x["prefill"].any() else ()), *(_DECODE_PARAMS if (~x["prefill"]).any() else ())]
     free = list(dict.fromkeys(free))  # (the floor once)
+    check_enough_rows(rows, len(free), "attention")
     spec = {name: (lo, hi, scale) for name, lo, hi, scale in _ATTN_PARAMS}
     lo = np.array([spec[n][0] for n in free])
     hi = np.array([spec[n][1] for n in free])
@@ -402,6 +417,7 @@ def fit_elementwise(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[
 
 def _fit_elementwise_op(hw: HardwareProfile, rows: list[Measurement]) -> tuple[float, float, float]:
     """One op's floor, bandwidth fraction and fit error."""
+    check_enough_rows(rows, 2, f"{rows[0].op} elementwise")
     ops = [
         elementwise_op(r, OpConfig(tp=r.tp, weight_dtype=r.dtype, act_dtype=r.dtype, kv_dtype=r.dtype)) for r in rows
     ]

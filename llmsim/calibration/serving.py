@@ -47,6 +47,8 @@ HW_FIT_OPTIONAL = ("moe_memory_fraction", "attention_memory_fraction")
 HW_FIT_OVERHEADS = ("kernel_launch_s",)
 FIT_RANGE = 4.0  # a refined efficiency stays within this factor of the profile's prior
 MAX_FIT_STEPS = 1500  # steps used by the joint fit (evenly spaced over all calibration steps)
+# past this mean error the fit describes nothing (the shipped CPU fit: 12%; the wrong model: 26,000%)
+MAX_EXEC_MAPE = 1.0
 
 
 @dataclass
@@ -256,6 +258,13 @@ def fit_serving(
         prep, _ = nnls_term(s_seqs, s_tokens, np.maximum(y - dev, 0.0))
         pred = dev + prep[0] + prep[1] * s_seqs + prep[2] * s_tokens
     exec_err = float(np.mean(np.abs(pred - y) / y))
+    if exec_err > MAX_EXEC_MAPE:  # (a fit this far off priced another model or machine than the run's)
+        served = sorted({str(r.meta.get("engine_args", {}).get("model", "?")) for r in runs})
+        raise UserError(
+            f"calibrate --serving: the kernel model misses the runs' model-execution times by {exec_err:.0%} "
+            f"on average even after fitting: is --model the model they served ({', '.join(served)}, meta.json) "
+            f"and --hardware their machine ({hw_data.get('name', '?')} given)?"
+        )
     src = f"calibrate --serving on {names}"
     engine = {
         "name": "fitted",

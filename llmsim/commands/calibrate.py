@@ -9,6 +9,10 @@ from llmsim.errors import UserError
 from llmsim.progress import bar, printer
 from llmsim.tables import table
 
+# where calibrated profiles go without --out: relative to the current folder (in a checkout, the
+# repository's own hardware_profiles/calibrated/, which docs/validation.md's commands refit)
+CALIBRATED_DIR = Path("hardware_profiles") / "calibrated"
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="fit a hardware profile to measured operator timings")
@@ -19,7 +23,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="measured timings: Vidur mlp.csv/attention.csv/all_reduce.csv or generic CSV (or the same gzipped, .gz)",
     )
-    p.add_argument("--out", help="calibrated profile YAML (default hardware_profiles/calibrated/<name>.yaml)")
+    p.add_argument(
+        "--out",
+        help="calibrated profile YAML (default hardware_profiles/calibrated/<name>.yaml under the current folder)",
+    )
     p.add_argument("--local-cpu", action="store_true", help="measure this machine's CPU and write a profile")
     p.add_argument("--quick", action="store_true", help="with --local-cpu: fewer, smaller measurements")
     p.add_argument(
@@ -83,12 +90,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from llmsim.calibration.fit import calibrate
     from llmsim.calibration.readers import check_dtypes
     from llmsim.commands.validate import read_profiles
-    from llmsim.hardware import PROFILES_DIR, dump_profile, load_profile
+    from llmsim.hardware import dump_profile, load_profile
 
     hw = load_profile(args.hardware)
-    if not args.out and Path(hw.name).name != hw.name:  # the default path is built from the profile's name
+    if args.out is None and Path(hw.name).name != hw.name:  # the default path is built from the profile's name
         raise UserError(f"{args.hardware}: name {hw.name!r} is not a file name; give --out for the calibrated profile")
-    out = check_profile_out(Path(args.out) if args.out else PROFILES_DIR / "calibrated" / f"{hw.name}.yaml")
+    # default: under the current folder, as --local-cpu's (never inside an installed llmsim)
+    out = check_profile_out(Path(args.out) if args.out is not None else CALIBRATED_DIR / f"{hw.name}.yaml")
     with bar(len(args.profile) + 1, "calibrate", not args.quiet, unit="step") as b:
         rows = read_profiles(args.profile, b, "calibrate")
         check_dtypes(rows, hw)
@@ -120,7 +128,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _local_cpu(args: argparse.Namespace) -> int:
     from llmsim.calibration.localcpu import measure_and_write
 
-    out = check_profile_out(Path(args.out) if args.out else Path("hardware_profiles/calibrated/local-cpu.yaml"))
+    out = check_profile_out(Path(args.out) if args.out is not None else CALIBRATED_DIR / "local-cpu.yaml")
     from llmsim.calibration.localcpu import STAGES
     from llmsim.commands.hardware import detail_rows
 

@@ -22,6 +22,10 @@ DEFAULT_PROFILE = Path("results/local-cpu.yaml")
 POLICIES = ("traditional", "chunked")
 
 
+DEFAULT_REPEATS = 1  # twin runs per policy
+DEFAULT_PROBE_S = 0.1  # engine seconds between speed probes (the reference engine's drift probe)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("twin", help="digital twin: NumPy reference engine on this CPU vs the simulator")
     p.add_argument(
@@ -49,9 +53,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recalibrate", action="store_true", help="measure the local-cpu profile again first")
     p.add_argument("--quick", action="store_true", help="shorter benchmarks and a smaller step grid")
     p.add_argument("--policies", default=None, help="comma-separated policies to run (default: the scenario's)")
-    p.add_argument("--repeats", type=int, default=1, help="twin runs per policy; policies alternate run by run")
+    p.add_argument(
+        "--repeats", type=int, default=DEFAULT_REPEATS, help="twin runs per policy; policies alternate run by run"
+    )
     p.add_argument("--raw-clock", action="store_true", help="drive the engine by the raw clock (no drift probe)")
-    p.add_argument("--probe-interval", type=float, default=0.1, help="engine seconds between speed probes")
+    p.add_argument("--probe-interval", type=float, default=DEFAULT_PROBE_S, help="engine seconds between speed probes")
     p.add_argument("--out", type=Path, default=None, help="output folder (default <scenario output.dir>/twin)")
     p.add_argument("--quiet", action="store_true", help="no progress bar; print nothing but errors")
     p.set_defaults(func=cmd_twin)
@@ -69,6 +75,10 @@ MAX_TWIN_PARAMS = 1_000_000_000
 STAND_IN_PROFILE = "Xeon-8480+"
 
 
+def _reference_defaults() -> dict[str, object]:
+    return {"repeats": DEFAULT_REPEATS, "probe_interval": DEFAULT_PROBE_S, "profile": DEFAULT_PROFILE}
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -77,9 +87,13 @@ def check_flags(args: argparse.Namespace) -> None:
     """Flags that contradict each other or belong to the other engine, before any work."""
     other = VLLM_ONLY if args.engine == "reference" else REFERENCE_ONLY
     given = [name for name in other if getattr(args, name) not in (None, False)]
+    if args.engine == "vllm":  # the reference engine's flags with defaults: given when not at them
+        given += [name for name, default in _reference_defaults().items() if getattr(args, name) != default]
     if given:
         needs = "--engine vllm" if args.engine == "reference" else "the reference engine (no --engine vllm)"
         raise UserError(f"twin: {_flag(given[0])} is taken only with {needs}; drop it or change the engine")
+    if args.policies is not None and not [p for p in args.policies.split(",") if p.strip()]:
+        raise UserError(f"--policies {args.policies!r}: expected policy names, e.g. traditional,chunked")
     if args.steps_only and args.skip_grid:
         raise UserError("twin: --steps-only runs only the step grid and --skip-grid skips it: nothing would run")
     if args.repeats < 1:
