@@ -6,6 +6,7 @@ key or name. Relative paths in a scenario resolve against the scenario file's fo
 
 from __future__ import annotations
 
+import copy
 import types
 from pathlib import Path
 from typing import Annotated, Literal
@@ -779,7 +780,9 @@ def set_path(data: dict, dotted: str, value: object) -> None:
                 raise UserError(f"--set {dotted}: {p!r} is {node[p]!r}, not a section with keys")
             node[p] = {}
         node = node[p]
-    node[parts[-1]] = value
+    # a copy: a mapping or list value stays the caller's (a sweep sets one grid value into every
+    # point, and a later key inside it would change the grid itself)
+    node[parts[-1]] = copy.deepcopy(value) if isinstance(value, dict | list) else value
 
 
 def key_parts(dotted: str) -> list[str]:

@@ -87,7 +87,29 @@ def parse_values(text: str, item: str | None = None) -> list[object]:
             raise UserError(f"range {text!r}: {len(values):,} values; a sweep runs at most {MAX_POINTS:,} points")
         return list(values)
     origin = f"--set {(item or text)!r}"  # the --set value rules of `llmsim run`: plain YAML data
-    return [yaml_value(origin, v) for v in text.split(",") if v.strip() != ""]
+    items = _top_level_items(text)
+    if any(v.strip() for v in items) and any(not v.strip() for v in items):  # (all empty: "no values")
+        raise UserError(f"{origin}: an empty value between commas")
+    return [yaml_value(origin, v) for v in items if v.strip() != ""]
+
+
+def _top_level_items(text: str) -> list[str]:
+    """``a,[1, 2],{x: 1, y: 2}`` -> its three values: commas inside brackets, braces or quotes
+    belong to a value (a YAML list or mapping), not between values."""
+    items, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    return [*items, text[start:]]
 
 
 def parse_grid(items: list[str]) -> dict[str, list[object]]:

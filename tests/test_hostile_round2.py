@@ -411,3 +411,29 @@ def test_a_zero_padded_count_is_decimal(tmp_path) -> None:
 def test_an_unknown_command_is_named_once(capsys) -> None:
     line = one_error(["frobnicate"], capsys, "invalid choice: 'frobnicate'")
     assert line.count("llmsim:") == 1
+
+
+def test_sweep_values_may_be_yaml_lists_and_mappings() -> None:
+    from llmsim.sweep import parse_values
+
+    assert parse_values("[50, 90],[99]") == [[50, 90], [99]]
+    assert parse_values("{dist: fixed, value: 100},{dist: fixed, value: 200}") == [
+        {"dist": "fixed", "value": 100},
+        {"dist": "fixed", "value": 200},
+    ]
+    with pytest.raises(UserError, match="an empty value between commas"):
+        parse_values("1,,2")
+
+
+def test_a_mapping_override_stays_the_callers() -> None:
+    from llmsim.scenario import set_path
+
+    value = {"replicas": 3}
+    data: dict = {}
+    set_path(data, "cluster", value)
+    set_path(data, "cluster.replicas", 1)
+    assert value == {"replicas": 3} and data == {"cluster": {"replicas": 1}}
+
+
+def test_a_key_set_twice_is_refused(tmp_path, capsys) -> None:
+    one_error(run_argv(tmp_path / "o", "seed=1", "seed=2"), capsys, "the key seed is given twice")

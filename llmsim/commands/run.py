@@ -56,6 +56,8 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
             key_parts(key)
         except UserError as exc:
             raise UserError(f"--set {item!r}: {exc}") from None
+        if key.strip() in out:  # (the last would win without a word)
+            raise UserError(f"--set {item!r}: the key {key.strip()} is given twice")
         out[key.strip()] = yaml_value(f"--set {item!r}", value)
     return out
 
