@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        if getattr(args, "out", None) == "":  # (else it reads as "not given": the default path, unasked)
+            raise UserError("--out '': expected a path")
     except UserError as exc:
         print(f"llmsim: error: {exc}", file=sys.stderr)
         return 2

@@ -437,3 +437,8 @@ def test_a_mapping_override_stays_the_callers() -> None:
 
 def test_a_key_set_twice_is_refused(tmp_path, capsys) -> None:
     one_error(run_argv(tmp_path / "o", "seed=1", "seed=2"), capsys, "the key seed is given twice")
+
+
+@pytest.mark.parametrize("command", [["run", QUICK], ["roofline", "--model", "llama-3.1-8b", "--hardware", "H100-SXM"]])
+def test_an_empty_out_is_refused(capsys, command) -> None:
+    one_error([*command, "--out", ""], capsys, "--out '': expected a path")
