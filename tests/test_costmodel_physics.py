@@ -9,6 +9,7 @@ from llmsim.costmodel.roofline import CostConfig, CostModel
 from llmsim.hardware import load_profile
 from llmsim.models import CATALOG
 
+EXPERT_OPS = ("mlp_up_proj", "mlp_down_proj")  # an MoE layer's grouped expert GEMMs
 L2_7B = CATALOG["llama-2-7b"]
 
 
@@ -263,3 +264,19 @@ def test_moe_expert_gemms_are_priced_at_the_rows_each_expert_gets() -> None:
     tpu = CostModel(mixtral, load_profile("TPU-v5e"), CostConfig(tp=2))
     up_tpu = {t.op.name: t.op for t in tpu.priced(batch_shape([(1024, 0)], []))}["mlp_up_proj"]
     assert tpu.padded_flops(up_tpu) >= up_tpu.flops
+
+
+@pytest.mark.parametrize(("model", "weights"), [("gpt-oss-120b", None), ("qwen3-30b-a3b-instruct-2507", "int4")])
+def test_an_moe_steps_experts_never_get_faster_with_more_tokens(model: str, weights: str | None) -> None:
+    """The grouped expert GEMMs are priced at each touched expert's exact share of the rows: a
+    share rounded to whole rows, with the exact FLOPs, made the time fall by up to a third each
+    time it crossed 1.5, 2.5, ... (A100, where the experts' compute shows through the memory roof)."""
+    spec = CATALOG[model] if weights is None else CATALOG[model].with_(weight_dtype=weights)
+    cfg = CostConfig(weight_dtype=spec.weight_dtype, kv_dtype="bf16", act_dtype="bf16")
+    cost = CostModel(spec, load_profile("A100-SXM-80GB"), cfg)
+    # the expert GEMMs alone (the dense GEMMs' wave term has its own step at 129 rows)
+    times = [
+        sum(v for k, v in cost.breakdown(batch_shape([], [1000] * t)).items() if k in EXPERT_OPS) for t in range(1, 161)
+    ]
+    drops = [(t + 2, b / a - 1) for t, (a, b) in enumerate(zip(times, times[1:], strict=False)) if b < a * (1 - 1e-12)]
+    assert not drops, drops

@@ -180,7 +180,7 @@ class CostModel:
         return 1.0 / ((1 - remote) + remote / r)
 
     # ---- pricing one op ----------------------------------------------------------------
-    def gemm_efficiency(self, m: int, n: int = 0, dtype: str = "", weight_dtype: str = "") -> float:
+    def gemm_efficiency(self, m: float, n: int = 0, dtype: str = "", weight_dtype: str = "") -> float:
         """Fraction of dense peak a GEMM with m rows (and n output columns) reaches, compute side,
         computing in ``dtype`` with weights in ``weight_dtype`` (default: the model's layout; the
         LM head of a quantised model passes its own 16-bit ones).
@@ -188,13 +188,24 @@ class CostModel:
         ``n = 0`` leaves out wave quantisation (kept for callers that only know m). Where the
         profile has a measured ``gemm_small_m`` table the table's entry is returned instead."""
         if 0 < m <= len(self._small_m):
-            return self._small_m[m - 1]
+            return self._small_m_at(m)
         dtype, weight_dtype = dtype or self.cfg.act_dtype, weight_dtype or self.cfg.weight_dtype
         curve = self._curve if dtype == self.cfg.act_dtype else self._curve_for(dtype)
         scale = min(1.0, DTYPE_BYTES[weight_dtype] / DTYPE_BYTES[dtype])
         if not n:
             return curve.max_fraction * m / (m + curve.half_m * scale)
         return float(curve.efficiency(m, n, scale))
+
+    def _small_m_at(self, m: float) -> float:
+        """The measured small-m table at ``m`` rows: its entry at a whole m, linear between the two
+        entries around a fractional one (a grouped GEMM's mean share), the first entry below 1."""
+        lo = int(m)
+        if lo < 1:
+            return self._small_m[0]
+        if lo == m or lo >= len(self._small_m):
+            return self._small_m[lo - 1]
+        a, b = self._small_m[lo - 1], self._small_m[lo]
+        return a + (b - a) * (m - lo)
 
     def _curve_for(self, dtype: str) -> GemmCurve:
         curve = self._curves.get(dtype)
@@ -234,7 +245,8 @@ class CostModel:
                 compute = flops / (peak * self._curve.max_fraction)
             else:
                 # (the wave term counts the tiles of every GEMM in the launch: n x groups columns)
-                eff = self.gemm_efficiency(op.m, op.n * op.groups, op.dtype, op.weight_dtype)
+                rows: float = op.rows if op.rows > 0 else op.m  # (a grouped GEMM's mean share)
+                eff = self.gemm_efficiency(rows, op.n * op.groups, op.dtype, op.weight_dtype)
                 compute = flops / (peak * eff) if op.m else 0.0
             expert = self.model.is_moe and op.name in _EXPERT_OPS
             if expert:
