@@ -799,7 +799,8 @@ def sweep_summary(r: ResultsDir, keys: list[str]) -> str:
     ok = df[df["error"].isna()] if "error" in df else df
     target = (r.sweep_meta.get("slo") or {}).get("attainment_target", 0.9)
     met = ok[ok["slo_met"].fillna(False).astype(bool)] if "slo_met" in ok else ok.iloc[0:0]
-    text = [f"{len(df)} points over {', '.join(keys)}; {len(met)} meet the SLOs (attainment target {target:.0%})."]
+    points, meet = f"{len(df)} point{'s' if len(df) != 1 else ''}", "meets" if len(met) == 1 else "meet"
+    text = [f"{points} over {', '.join(keys)}; {len(met)} {meet} the SLOs (attainment target {target:.0%})."]
     if len(ok) < len(df):
         text.append(f"{len(df) - len(ok)} could not run (see the error column).")
     goodput = pd.to_numeric(ok.get("request_goodput"), errors="coerce") if len(ok) else pd.Series(dtype=float)
