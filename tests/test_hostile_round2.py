@@ -442,3 +442,13 @@ def test_a_key_set_twice_is_refused(tmp_path, capsys) -> None:
 @pytest.mark.parametrize("command", [["run", QUICK], ["roofline", "--model", "llama-3.1-8b", "--hardware", "H100-SXM"]])
 def test_an_empty_out_is_refused(capsys, command) -> None:
     one_error([*command, "--out", ""], capsys, "--out '': expected a path")
+
+
+def test_a_trace_in_unix_seconds_runs(tmp_path) -> None:
+    import llmsim
+
+    trace = tmp_path / "epoch.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n1764660000.0,100,5\n1764660000.5,100,5\n")
+    data = _small()
+    data["workload"] = {"kind": "trace", "trace": {"path": str(trace), "format": "generic"}}
+    assert llmsim.run(data).summary["requests"]["finished"] == 2

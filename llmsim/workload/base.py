@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from llmsim.errors import UserError
-from llmsim.workload.limits import MAX_ARRIVAL_S, MAX_TOKENS_PER_REQUEST
+from llmsim.workload.limits import MAX_ABS_ARRIVAL_S, MAX_ARRIVAL_S, MAX_TOKENS_PER_REQUEST
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,13 +56,20 @@ class Workload:
             raise UserError(
                 f"{origin}: row {bad}: arrival time must be a finite number >= 0, got {self.arrival_s[bad]}"
             )
-        # past ~32 years, seconds keep too few digits for a step's duration: every latency would round
-        # to 0 or overflow (a rate, speedup or timestamp unit off by many orders of magnitude)
-        bad = _first(self.arrival_s > MAX_ARRIVAL_S)
+        # traffic spread over more than ~32 years is a rate, speedup or unit off by orders of
+        # magnitude; seconds past MAX_ABS_ARRIVAL_S keep too few digits for a step's duration (every
+        # latency would round to 0). Absolute Unix times (~1.7e9 s) stay fine on both counts.
+        bad = _first(self.arrival_s - self.arrival_s.min() > MAX_ARRIVAL_S)
         if bad is not None:
             raise UserError(
                 f"{origin}: row {bad}: arrival at {self.arrival_s[bad]:.3g} s is past {MAX_ARRIVAL_S:.0e} s "
-                "(about 32 years); is a rate, speedup, interval or timestamp unit off?"
+                "(about 32 years) after the first; is a rate, speedup, interval or timestamp unit off?"
+            )
+        bad = _first(self.arrival_s > MAX_ABS_ARRIVAL_S)
+        if bad is not None:
+            raise UserError(
+                f"{origin}: row {bad}: arrival at {self.arrival_s[bad]:.3g} s is past {MAX_ABS_ARRIVAL_S:.0e} s, "
+                "where seconds keep too few digits for a step's duration; give times from the trace's start"
             )
         bad = _first(np.diff(self.arrival_s) < 0)
         if bad is not None:

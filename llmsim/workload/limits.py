@@ -32,6 +32,9 @@ MAX_TOKENS_PER_REQUEST = 10_000_000
 MAX_REQUESTS = 10_000_000
 # a rate profile whose small scale puts arrivals past this (~32 years) is a typo (1e-300), not traffic
 MAX_ARRIVAL_S = 1e9
+# an arrival time at all: past 1e11 s a float64 second keeps ~15 us of resolution, a step's order
+# (Unix times, ~1.7e9 s, resolve ~0.2 us and are accepted)
+MAX_ABS_ARRIVAL_S = 1e11
 MAX_PREFIX_BLOCKS = 50_000_000
 # a trace file: MAX_REQUESTS rows of ~400 bytes (a Mooncake JSONL row with its hash ids; a CSV row
 # is ~30), refused before pandas or json reads it into memory
