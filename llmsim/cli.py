@@ -73,9 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
+        raw = sys.argv[1:] if argv is None else argv
+        if "--out=" in raw or any(a == "--out" and b == "" for a, b in zip(raw, raw[1:], strict=False)):
+            raise UserError("--out '': expected a path")  # (else read as not given, or as '.': unasked)
         args = parser.parse_args(argv)
-        if getattr(args, "out", None) == "":  # (else it reads as "not given": the default path, unasked)
-            raise UserError("--out '': expected a path")
     except UserError as exc:
         print(f"llmsim: error: {exc}", file=sys.stderr)
         return 2

@@ -337,6 +337,7 @@ def saturation_verdict(
     finished: int = -1,
     not_offered: int = 0,
     in_flight: int = 0,
+    burst_waited: bool = False,
 ) -> dict:
     """Stable / backlogged / overloaded, from how the waiting queue grows while requests arrive.
 
@@ -348,8 +349,10 @@ def saturation_verdict(
 
     A run cut by its horizon: ``n_requests`` and ``unfinished`` count the requests that arrived
     before it (``not_offered`` arrived after: never offered, they say nothing of the system), and
-    of those left unfinished the ``in_flight``, in service when the cut came, are not a backlog.
-    All requests at one instant (``last_arrival_s`` 0) have no steady state.
+    of those left unfinished the ``in_flight`` a steady state would hold (``_saturation``) are not a
+    backlog.
+    All requests at one instant (``last_arrival_s`` 0) have no steady state: ``burst_waited`` says
+    whether some were admitted after others (``_saturation``: their ``queued_s``).
     """
     backlog = max(unfinished - in_flight, 0)
     out = {
@@ -378,7 +381,7 @@ def saturation_verdict(
         verdict = "unserved"
     elif share > 0.05 or backlog + shed > 0.05 * max(n_requests, 1):
         verdict = "overloaded"
-    elif share > 0.01 or backlog + shed > 0 or (burst and out["final_queue"] > 0):
+    elif share > 0.01 or backlog + shed > 0 or (burst and burst_waited):
         verdict = "backlogged"
     else:
         verdict = "stable"
@@ -469,15 +472,30 @@ def summarize(
 
 def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horizon_s: float | None, shed: int) -> dict:
     """``saturation_verdict`` of a run, over the requests that arrived before its horizon (those
-    after were never offered), not counting as backlog the requests a cut leaves in service (a
-    first step taken, ``queued_s`` set): only those still waiting to start are."""
+    after were never offered). Of those a cut leaves unfinished, the number a steady state holds in
+    the system at any instant is not a backlog: Little's law, the offered rate times the finished
+    requests' mean latency (a backlog past that still counts; the waiting queue's growth is
+    judged apart)."""
     arrival = req["arrival_s"].to_numpy()
     offered = arrival <= horizon_s if horizon_s is not None else np.ones(len(req), dtype=bool)
-    left_mask = (req["status"] == "unfinished").to_numpy(dtype=bool) & offered
-    left = int(left_mask.sum())
-    in_flight = int((left_mask & ~np.isnan(req["queued_s"].to_numpy(dtype=float))).sum())
-    last_arrival = float(arrival[offered].max()) if offered.any() else 0.0
+    left = int(((req["status"] == "unfinished").to_numpy(dtype=bool) & offered).sum())
     n_offered = int(offered.sum())
+    last_arrival = float(arrival[offered].max()) if offered.any() else 0.0
+    in_flight = 0
+    span_s = last_arrival - float(arrival.min()) if n_offered else 0.0
+    if horizon_s is not None and left and len(fin) and span_s > 0:
+        in_flight = min(left, math.ceil(n_offered / span_s * float(fin["e2e_s"].mean())))
+    queued = req["queued_s"].to_numpy(dtype=float)
+    # (the queue's samples at t = 0 count the arrivals one by one, before any step: no measure of waiting)
+    waited = bool(np.isfinite(queued).any() and np.nanmax(queued) > np.nanmin(queued) + 1e-12)
     return saturation_verdict(
-        queue, n_offered, left, last_arrival, shed, int(len(fin)), not_offered=len(req) - n_offered, in_flight=in_flight
+        queue,
+        n_offered,
+        left,
+        last_arrival,
+        shed,
+        int(len(fin)),
+        not_offered=len(req) - n_offered,
+        in_flight=in_flight,
+        burst_waited=waited,
     )

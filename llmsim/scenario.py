@@ -266,18 +266,6 @@ class PolicyConfig(_Strict):
             raise ValueError(f"prefill_pool_policy applies to kind: disaggregated only (kind is {self.kind})")
         return self
 
-    @model_validator(mode="after")
-    def _budget_is_chunk_tokens(self) -> PolicyConfig:
-        # chunked and vllm spend chunk_tokens per step (vLLM's --max-num-batched-tokens); a smaller
-        # max_batch_tokens set for them would be ignored without a word
-        small = "max_batch_tokens" in self.model_fields_set and self.max_batch_tokens < self.chunk_tokens
-        if self.kind in ("chunked", "vllm") and small:
-            raise ValueError(
-                f"max_batch_tokens {self.max_batch_tokens} is below chunk_tokens {self.chunk_tokens}, but a {self.kind} "
-                "step spends chunk_tokens (vLLM's --max-num-batched-tokens): set chunk_tokens to the budget"
-            )
-        return self
-
 
 class OffloadTierConfig(_Strict):
     """A KV offload tier below the device's cache (LMCache-style; kvcache.OffloadTier), per replica."""

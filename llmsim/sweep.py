@@ -100,12 +100,12 @@ def _top_level_items(text: str) -> list[str]:
     for i, ch in enumerate(text):
         if quote:
             quote = "" if ch == quote else quote
-        elif ch in "'\"":
+        elif ch in "'\"" and depth == 0 and not text[start:i].strip():  # (YAML quotes a whole scalar only)
             quote = ch
         elif ch in "[{":
             depth += 1
         elif ch in "]}":
-            depth -= 1
+            depth = max(depth - 1, 0)
         elif ch == "," and depth == 0:
             items.append(text[start:i])
             start = i + 1

@@ -240,12 +240,13 @@ class CostModel:
         fixed = self._fixed
         if op.kind == "gemm":
             flops = self.padded_flops(op)
-            small = 0 < op.m <= len(self._small_m)
-            if op.m == 1 and self._gemv_bw is not None and not small:  # GEMV: no tiles to fill, streams the weights
+            rows: float = op.rows if op.rows > 0 else op.m  # (a grouped GEMM's mean share of rows)
+            small = 0 < rows <= len(self._small_m)
+            gemv = rows == 1 and self._gemv_bw is not None and not small
+            if gemv:  # GEMV: no tiles to fill, streams the weights
                 compute = flops / (peak * self._curve.max_fraction)
             else:
                 # (the wave term counts the tiles of every GEMM in the launch: n x groups columns)
-                rows: float = op.rows if op.rows > 0 else op.m  # (a grouped GEMM's mean share)
                 eff = self.gemm_efficiency(rows, op.n * op.groups, op.dtype, op.weight_dtype)
                 compute = flops / (peak * eff) if op.m else 0.0
             expert = self.model.is_moe and op.name in _EXPERT_OPS
@@ -256,7 +257,7 @@ class CostModel:
             if expert and self._moe_bw is not None:
                 bw = self._moe_bw
             else:
-                bw = self._gemv_bw if op.m == 1 and self._gemv_bw is not None else self._bw
+                bw = self._gemv_bw if rows == 1 and self._gemv_bw is not None else self._bw
             memory = op.bytes / bw
             if small:  # a measured whole-GEMM rate already includes streaming the weights
                 memory = 0.0

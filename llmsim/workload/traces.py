@@ -262,9 +262,11 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
     t = t.to_numpy(dtype=np.float64)
     _check_times(t, path, lines, "arrival_s")
     _check_sorted(t, path, lines)
-    klass = (
-        np.array([c or "" for c in _labels(df, "class", path, lines)], dtype=object) if "class" in df.columns else None
-    )
+    klass = None
+    if "class" in df.columns:
+        if lines is not None:  # JSONL: a list, object or true/false is no class name
+            _labels(df, "class", path, lines)
+        klass = df["class"].astype(str).to_numpy(dtype=object)
     prompt = _ints(df, "prompt_tokens", path, lines)
     empty = np.flatnonzero(prompt < 1)
     if len(empty):  # (named by its row here: the workload's own check counts requests from 0)
@@ -313,7 +315,9 @@ def _labels(df: pd.DataFrame, col: str, path: Path | None = None, lines: np.ndar
     for i, v in enumerate(df[col].tolist()):
         if v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip()):
             out.append(None)
-        elif isinstance(v, bool) or not isinstance(v, str | int | float | np.integer | np.floating):
+        elif lines is not None and (
+            isinstance(v, bool) or not isinstance(v, str | int | float | np.integer | np.floating)
+        ):  # (JSONL's own values; a CSV's true/false is pandas' reading of a name)
             where = _where(path, i, lines) if path is not None else f"row {i}"
             raise UserError(f"{where}: {col} must be a name or a number, got {v!r}")
         elif isinstance(v, float) and v.is_integer():
