@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import HealthCheck, assume, example, given, note, settings
 from hypothesis import strategies as st
 
 import llmsim
@@ -30,7 +30,9 @@ from llmsim.scenario import scenario_from_dict
 from llmsim.schedulers import SchedulerConfig, make_scheduler
 
 _COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much]}
-settings.register_profile("default", max_examples=200, **_COMMON)
+# `make test` draws the same 200 examples every run (CI stays reproducible); the long profile
+# draws new ones each time, to find what those miss
+settings.register_profile("default", max_examples=200, derandomize=True, **_COMMON)
 settings.register_profile("long", max_examples=10_000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
@@ -179,7 +181,30 @@ def simulate_checked(sc, **kw):
         raise
 
 
+# found by a CI run: under pp=3 two requests that each need 21 of 25 blocks evicted each other for ever
+PIPELINED_EVICTION = {
+    "name": "prop",
+    "seed": 1016,
+    "model": "gpt2",
+    "hardware": "TPU-v5p",
+    "cluster": {"replicas": 1, "tp": 1, "pp": 3, "router": "kv_aware"},
+    "policy": {"kind": "chunked", "max_num_seqs": 18, "max_batch_tokens": 1024, "chunk_tokens": 16},
+    "kv_cache": {"block_tokens": 8, "memory_fraction": 0.6, "watermark": 0.01},
+    "_kv_tokens": 200,
+    "workload": {
+        "kind": "poisson",
+        "num_requests": 7,
+        "prompt_tokens": {"dist": "uniform", "min": 144, "max": 144},
+        "output_tokens": {"dist": "uniform", "min": 19, "max": 19},
+        "rate_rps": 20.0,
+        "cv": 0.5,
+    },
+    "output": {"steps": "all"},
+}
+
+
 @given(scenarios())
+@example(PIPELINED_EVICTION)
 def test_random_scenarios_keep_every_invariant(d):
     sc = build(d)
     res = simulate_checked(sc)

@@ -97,6 +97,7 @@ class Scheduler:
         self.spec_slots = 0  # (sequence, verify step) pairs
         self._admissions = 0
         self._held = 0  # pipelining: requests of micro-batches in flight (out of ``running``, still running)
+        self._flight: list[Request] = []  # those requests (a preemption looks at their admission order)
 
     # ---- the replica's view ------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -131,12 +132,23 @@ class Scheduler:
         ids = {id(r) for r in members}
         self.running[:] = [r for r in self.running if id(r) not in ids]
         self._held += len(members)
+        self._flight.extend(members)
         return members
 
     def release(self, members: list[Request]) -> None:
-        """Pipelining: a landed micro-batch's requests that still run rejoin the running set."""
+        """Pipelining: a landed micro-batch's requests that still run rejoin the running set,
+        in admission order (newest last), so a preemption still takes the newest first."""
         self._held -= len(members)
+        ids = {id(r) for r in members}
+        self._flight[:] = [r for r in self._flight if id(r) not in ids]
         self.running.extend(r for r in members if r.status == RUNNING)
+        self.running.sort(key=_admit_seq)
+
+    def _newer_in_flight(self, req: Request) -> bool:
+        """Pipelining: is a request admitted after ``req`` in a micro-batch in flight? Then it,
+        not ``req``, is the newest and the one to preempt once it lands: ``req`` preempting
+        itself instead lets two requests evict each other for ever."""
+        return any(r.admit_seq > req.admit_seq for r in self._flight)
 
     # ---- admission ---------------------------------------------------------------------
     def rejection_reason(self, req: Request) -> str:
@@ -200,12 +212,16 @@ class Scheduler:
                 i += 1
                 continue
             need = self.kv.blocks_needed(r, ahead)
+            waits = False
             while need > 0 and not self.kv.can_allocate(need):
+                if running[-1] is r and self._newer_in_flight(r):
+                    waits = True  # for the newer request to land (pipeline.py waits for it)
+                    break
                 victim = running.pop()
                 self._preempt(victim, plan)
                 if victim is r:
                     break
-            if r.status != RUNNING:
+            if waits or r.status != RUNNING:
                 break
             self.kv.allocate(r, ahead)
             plan.decode.append(r)

@@ -82,7 +82,10 @@ class ChunkedScheduler(Scheduler):
             waiting.extendleft(reversed(skipped))
         if plan.empty and len(running) > 1 and any(r.in_prefill for r in running):
             # partial prompts fill the cache and none can grow (pipelined micro-batches admit
-            # several at once): preempt the newest so the others can finish, or they wait forever
+            # several at once): preempt the newest so the others can finish, or they wait forever;
+            # if a newer one is in flight, wait for it to land and preempt it then
+            if self._newer_in_flight(running[-1]):
+                return plan
             self._preempt(running.pop(), plan)
             again = self.schedule()
             again.preempted[:0] = plan.preempted
