@@ -375,13 +375,23 @@ def _run_local(tasks: list[tuple], workers: int | None, progress: bool, desc: st
                 out[i] = row
                 bar.update()
         else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
+            with ProcessPoolExecutor(max_workers=workers, initializer=_quiet_signals) as pool:
                 futures = {pool.submit(_indexed, t): t for t in tasks}
                 for fut in as_completed(futures):
                     i, row = _collect(fut, futures[fut])
                     out[i] = row
                     bar.update()
     return [r for r in out if r is not None]
+
+
+def _quiet_signals() -> None:
+    """A worker dies of SIGTERM / SIGINT silently. Forked, it inherits the command's handlers
+    (cli.sigterm_raises): when one worker dies the pool SIGTERMs the others, which then raised
+    ``Terminated`` and printed a traceback each; the parent reports the lost points as rows."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _collect(fut: object, task: tuple) -> tuple[int, dict]:
