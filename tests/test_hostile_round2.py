@@ -134,7 +134,7 @@ def test_sweep_starts_no_more_processes_than_points(tmp_path, monkeypatch) -> No
     seen = []
 
     class Pool:
-        def __init__(self, max_workers: int) -> None:
+        def __init__(self, max_workers: int, **_: object) -> None:
             seen.append(max_workers)
             raise RuntimeError("stop here")
 
