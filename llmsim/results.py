@@ -338,6 +338,8 @@ def saturation_verdict(
     not_offered: int = 0,
     in_flight: int = 0,
     burst_waited: bool = False,
+    in_system_share: float = 0.0,
+    in_system_se: float = 0.0,
 ) -> dict:
     """Stable / backlogged / overloaded, from how the waiting queue grows while requests arrive.
 
@@ -353,6 +355,12 @@ def saturation_verdict(
     backlog.
     All requests at one instant (``last_arrival_s`` 0) have no steady state: ``burst_waited`` says
     whether some were admitted after others (``_saturation``: their ``queued_s``).
+    A load that admits everyone (a large ``max_num_seqs`` and KV cache) grows the running batch,
+    not the queue: ``in_system_share`` (``_in_system_growth``) is how fast the requests in the
+    system, waiting or running, still grow at the end of the arrivals, ``in_system_se`` its
+    standard error. Past ``IN_SYSTEM_GROWING`` and three standard errors a run that would read stable is backlogged instead: it has not settled, whether it is
+    overloaded or only warming up (near capacity such a batch takes many latencies to settle, so
+    a short run cannot tell the two apart).
     """
     backlog = max(unfinished - in_flight, 0)
     out = {
@@ -362,6 +370,8 @@ def saturation_verdict(
         "not_offered": not_offered,
         "final_queue": 0,
         "shed": shed,
+        "in_system_growth_share": in_system_share,
+        "in_system_growth_se": in_system_se,
     }
     if not queue.empty and last_arrival_s > 0:
         win = queue[queue["time_s"] <= last_arrival_s]
@@ -377,10 +387,13 @@ def saturation_verdict(
         out["final_queue"] = int(at_once["waiting"].iloc[-1]) if len(at_once) else 0
     share = out["growth_share"]
     burst = n_requests > 1 and last_arrival_s <= 0
+    unsettled = False
     if n_requests and finished == 0:
         verdict = "unserved"
     elif share > 0.05 or backlog + shed > 0.05 * max(n_requests, 1):
         verdict = "overloaded"
+    elif in_system_share > max(IN_SYSTEM_GROWING, 3 * in_system_se):
+        verdict, unsettled = "backlogged", True
     elif share > 0.01 or backlog + shed > 0 or (burst and burst_waited):
         verdict = "backlogged"
     else:
@@ -398,6 +411,11 @@ def saturation_verdict(
         explanations["stable"] = "every request arrived at once and none waited: a batch, not a steady state"
         explanations["backlogged"] = (
             "every request arrived at once: latencies include each one's wait for the batch ahead of it, not a steady state"
+        )
+    if unsettled:
+        explanations["backlogged"] = (
+            "the requests in the system (admitted, so the running batch, not the queue) were still growing when "
+            "arrivals ended: the run is overloaded or has not warmed up; latencies are not a steady state's"
         )
     out["explanation"] = explanations[verdict]
     return out
@@ -470,6 +488,57 @@ def summarize(
     return summary
 
 
+# The in-system signal's threshold: a fifth of the offered requests piling up, and three of its
+# standard errors. A settled count fluctuates by about sqrt(lambda W) (Poisson, lambda W in the
+# system) and stays correlated for about a latency W, so half a window of T seconds with N arrivals
+# holds ~T / W independent samples and the slope's share of the offered rate has a standard error of
+# ~sqrt(12 / N) * W / T: 0.10 for 150 arrivals over 14 s with 5 s latencies
+# (scenarios/moe_expert_parallel.yaml, which reads 0.19 settled). The waiting queue's own 0.05
+# stays the finer test where the queue is what grows.
+IN_SYSTEM_GROWING = 0.2
+
+
+def _in_system_growth(req: pd.DataFrame, fin: pd.DataFrame, last_arrival_s: float) -> tuple[float, float]:
+    """How fast the requests in the system (arrived, not yet finished or rejected) grow over the
+    second half of the arrival window, as a share of the offered rate there, and the standard
+    error of that share (``IN_SYSTEM_GROWING``); zeros where a run is too small to tell.
+
+    A steady state holds about the arrivals of the last latency W in the system (Little's law), so
+    the count less the arrivals of the last ``W0`` seconds (``W0``: the median latency of the first
+    tenth's requests, which met an emptier system) stays flat once warm, even while the offered rate
+    ramps; an overload grows it at the offered rate less the served one, and so does a warm-up that
+    lasts past the window's first half. Judged on >= 100 requests with >= 50 arrivals in the
+    second half."""
+    arrival = np.sort(req["arrival_s"].to_numpy(dtype=float))
+    if len(arrival) < 100 or len(fin) < 10:
+        return 0.0, 0.0
+    t0 = float(arrival[0])
+    span = last_arrival_s - t0
+    early = fin["e2e_s"].to_numpy(dtype=float)[fin["arrival_s"].to_numpy(dtype=float) <= t0 + 0.1 * span]
+    if not span > 0 or len(early) < 5:
+        return 0.0, 0.0
+    w0 = float(np.median(early))
+    half = t0 + span / 2
+    n_half = len(arrival) - int(np.searchsorted(arrival, half, side="right"))
+    if n_half < 50:
+        return 0.0, 0.0
+    status = req["status"].to_numpy()
+    leave = np.where(
+        status == "finished",
+        req["finish_s"].to_numpy(dtype=float),
+        np.where(status == "rejected", req["arrival_s"].to_numpy(dtype=float), np.inf),
+    )
+    leave.sort()
+    grid = np.linspace(half, last_arrival_s, 101)
+    arrived = np.searchsorted(arrival, grid, side="right")
+    in_system = arrived - np.searchsorted(leave, grid, side="right")
+    excess = in_system - (arrived - np.searchsorted(arrival, grid - w0, side="right"))
+    window_s = last_arrival_s - half
+    share = _slope(grid, excess.astype(float)) / (n_half / window_s)
+    latency_s = float(fin["e2e_s"].mean())
+    return share, math.sqrt(12 / n_half) * latency_s / window_s
+
+
 def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horizon_s: float | None, shed: int) -> dict:
     """``saturation_verdict`` of a run, over the requests that arrived before its horizon (those
     after were never offered). Of those a cut leaves unfinished, the number a steady state holds in
@@ -488,6 +557,7 @@ def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horiz
     queued = req["queued_s"].to_numpy(dtype=float)
     # (the queue's samples at t = 0 count the arrivals one by one, before any step: no measure of waiting)
     waited = bool(np.isfinite(queued).any() and np.nanmax(queued) > np.nanmin(queued) + 1e-12)
+    growth, growth_se = _in_system_growth(req[offered], fin, last_arrival)
     return saturation_verdict(
         queue,
         n_offered,
@@ -498,4 +568,6 @@ def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horiz
         not_offered=len(req) - n_offered,
         in_flight=in_flight,
         burst_waited=waited,
+        in_system_share=growth,
+        in_system_se=growth_se,
     )

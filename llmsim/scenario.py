@@ -465,6 +465,7 @@ class WorkloadConfig(_Strict):
 
     @model_validator(mode="after")
     def _complete(self) -> WorkloadConfig:
+        self._refuse_ignored()
         if self.kind == "trace":
             if self.trace is None:
                 raise ValueError("kind 'trace' needs a `trace:` section")
@@ -513,6 +514,31 @@ class WorkloadConfig(_Strict):
         elif self.num_requests is None:
             raise ValueError("kind 'all_at_once' needs `num_requests`")
         return self
+
+    def _refuse_ignored(self) -> None:
+        """A synthetic kind's key beside a trace is refused, not ignored: a trace with
+        ``num_requests: 1000`` would otherwise replay the whole trace and say nothing. (Between the
+        synthetic kinds a key one does not read stays allowed: a sweep over ``workload.kind``
+        carries ``rate_rps`` into ``all_at_once`` and ``cv`` into ``poisson``.) Fields are compared
+        with their defaults, not by whether they were written: a scenario dumped and read again (a
+        sweep point) carries every default."""
+        if self.kind != "trace":
+            return
+        hints = {
+            "rate_rps": "a trace keeps its own arrivals; `trace.speedup` scales its rate",
+            "num_requests": "a trace brings its own requests; `trace.max_requests` caps them",
+            "duration_s": "a trace brings its own requests; `trace.duration_s` cuts it",
+            "prompt_tokens": "a trace brings its own lengths",
+            "output_tokens": "a trace brings its own lengths",
+            "classes": "a trace brings its own classes (the generic format's `class` column)",
+            "cv": "a trace keeps its own arrivals",
+            "batch_size": "a trace keeps its own arrivals",
+            "batch_interval_s": "a trace keeps its own arrivals",
+        }
+        defaults = {"cv": 1.0, "batch_size": 1, "batch_interval_s": 0.0, "classes": {}}
+        for key, why in hints.items():
+            if getattr(self, key) != defaults.get(key):
+                raise ValueError(f"`{key}`: {why}; kind 'trace' does not read it (remove it)")
 
 
 class SLOConfig(_Strict):

@@ -235,3 +235,36 @@ def test_a_run_where_nothing_finishes_is_unserved_not_stable() -> None:
     s = llmsim.run(sc).summary
     assert s["requests"]["rejected"] == 20 and s["completed"] == 0
     assert s["saturation"]["verdict"] == "unserved"
+
+
+def admit_everyone(rate_rps: float) -> dict:
+    """Llama-3.1-8B on one H100 with vLLM's scheduler and no practical batch limit: 2,000 short
+    requests all fit the KV cache at once, so an overload grows the running batch, not the queue."""
+    return {
+        "name": "admit-all",
+        "seed": 1,
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "policy": {"kind": "vllm", "chunk_tokens": 8192, "max_num_seqs": 100000},
+        "workload": {
+            "kind": "poisson",
+            "rate_rps": rate_rps,
+            "num_requests": 2000,
+            "prompt_tokens": {"dist": "fixed", "value": 64},
+            "output_tokens": {"dist": "fixed", "value": 256},
+        },
+    }
+
+
+def test_an_overload_that_admits_everyone_is_not_called_stable():
+    # ~100 req/s settles on this replica (a 20,000-request run: latency flat at 10.8 s); 130 does
+    # not (at 110 a 20,000-request run's queue grows). The waiting queue stays near empty, so
+    # only the in-system count shows it.
+    over = run(admit_everyone(130.0)).summary["saturation"]
+    assert over["growth_share"] < 0.01
+    assert over["in_system_growth_share"] > 0.3
+    assert over["verdict"] == "backlogged"
+    assert "running batch" in over["explanation"]
+    light = run(admit_everyone(60.0)).summary["saturation"]
+    assert abs(light["in_system_growth_share"]) < 0.05
+    assert light["verdict"] == "stable"
