@@ -88,3 +88,16 @@ def test_draft_weights_shrink_the_kv_cache() -> None:
     with_draft = build_pools(sc, build_model(sc))[0].kv_blocks
     without = build_pools(plain, build_model(plain))[0].kv_blocks
     assert with_draft < without
+
+
+def test_a_request_whose_lookahead_cannot_fit_is_rejected_not_stalled() -> None:
+    # 100 blocks of 16 tokens: a 20-token prompt with 9 outputs fits without speculation, but each
+    # verify step also reserves k = 2,000 proposed tokens, which no step can hold (it used to wait
+    # for ever: a stall caught by the no_stall invariant)
+    kv = BlockManager(100, 16)
+    cfg = SchedulerConfig(speculative=SpecConfig(k=2000, acceptance=[0.5] * 2000))
+    sched = make_scheduler("chunked", cfg, kv)
+    reason = sched.rejection_reason(Request(0, 0.0, 20, 10))
+    assert reason.startswith("needs 2029 tokens of KV cache (127 blocks)")
+    plain = make_scheduler("chunked", SchedulerConfig(), BlockManager(100, 16))
+    assert plain.rejection_reason(Request(0, 0.0, 20, 10)) == ""

@@ -160,7 +160,9 @@ class Scheduler:
                 f"prompt of {req.prompt_tokens} tokens + {req.output_tokens} output tokens "
                 f"exceeds max_model_len={limit}"
             )
-        total = req.prompt_tokens + max(req.output_tokens - 1, 0)
+        # (speculation: a decode step reserves its k proposed tokens too, so a request whose last
+        # step cannot hold them would wait for ever)
+        total = req.prompt_tokens + max(req.output_tokens - 1, 0) + self._lookahead() - 1
         blocks = self.kv.blocks_for_request(req, total)
         if blocks > self.kv.num_blocks:
             return f"needs {total} tokens of KV cache ({blocks} blocks), capacity is {self.kv.num_blocks} blocks"
