@@ -6,7 +6,7 @@
     python benchmarks/output_hashes.py --list                   # the cases and what each covers
     python benchmarks/output_hashes.py --write hashes.json      # save {case: {requests, steps}}
     python benchmarks/output_hashes.py --check benchmarks/output_hashes_vllm.json  # exit 1 on a mismatch (default engine)
-    python benchmarks/output_hashes.py --engine ideal --check benchmarks/output_hashes_baseline.json  # engine ideal
+    python benchmarks/output_hashes.py --engine ideal --check benchmarks/output_hashes_ideal.json  # engine ideal
     LLMSIM_PURE_PYTHON=1 python benchmarks/output_hashes.py --check ...   # the pure-Python modules
 
 The cases are bench_sim.py's (all but c1m) with steps.csv written in full, plus small coverage

@@ -88,3 +88,49 @@ def test_a_plan_copy_lets_each_hardware_choose_its_cuda_graphs() -> None:
     assert cpu.cluster.cuda_graphs is False
     forced = scenario_from_dict({**SCENARIO, "engine": "vllm-v1", "cluster": {"cuda_graphs": False}}, "t", Path("."))
     assert forced.cluster.cuda_graphs is False and "cluster" not in forced._engine_filled
+
+
+def test_the_collector_neither_changes_a_run_nor_stays_changed() -> None:
+    """``llmsim.run`` freezes the objects before it and collects less often while it runs
+    (llmsim/api.py ``_run_gc``): a run with the collector at any setting, off included, gives the
+    same requests and steps, and the caller's thresholds and frozen set are as they were after it,
+    also when the run fails."""
+    import contextlib
+    import gc
+
+    import llmsim
+    import llmsim.api
+    from llmsim.errors import UserError
+
+    sc = {**SCENARIO, "kv_cache": {}, "workload": {**SCENARIO["workload"], "num_requests": 30}}
+    before = gc.get_threshold(), gc.get_freeze_count(), gc.isenabled()
+    shipped = llmsim.run(sc)
+    assert (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled()) == before
+    original = llmsim.api._run_gc
+    try:
+        llmsim.api._run_gc = contextlib.nullcontext
+        gc.disable()
+        off = llmsim.run(sc)
+        gc.enable()
+        gc.set_threshold(1, 1, 1)
+        eager = llmsim.run(sc)
+    finally:
+        llmsim.api._run_gc = original
+        gc.enable()
+        gc.set_threshold(*before[0])
+    for other in (off, eager):
+        assert shipped.requests.equals(other.requests)
+        assert shipped.steps.equals(other.steps)
+
+    def fails(*args: object) -> None:
+        assert gc.get_threshold() == llmsim.api._RUN_GC_THRESHOLDS  # inside the run's collector settings
+        raise UserError("building failed")
+
+    original_build = llmsim.api.build_workload
+    llmsim.api.build_workload = fails
+    try:
+        with pytest.raises(UserError, match="building failed"):
+            llmsim.run(sc)
+    finally:
+        llmsim.api.build_workload = original_build
+    assert (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled()) == before
