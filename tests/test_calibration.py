@@ -203,3 +203,26 @@ def test_calibrate_checks_out_before_measuring(tmp_path, monkeypatch, capsys) ->
         assert main(["calibrate", "--local-cpu", "--quick", *argv, "--quiet"]) == 2
         assert fragment in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+A40 = VIDUR / "compute" / "a40"
+A40_FIT = [A40 / "meta-llama/Llama-2-7b-hf/mlp.csv.gz", A40 / "meta-llama/Llama-2-70b-hf/mlp.csv.gz"]
+A40_HELD_OUT = [A40 / m / "mlp.csv.gz" for m in ("codellama/CodeLlama-34b-Instruct-hf", "Qwen/Qwen-72B")]
+
+
+def test_a40_calibrated_profile_is_its_fit_and_holds_on_models_it_never_saw() -> None:
+    """The shipped calibrated A40 profile is what calibrate fits to its two fit files, and on two
+    held-out models every linear op stays within 10 % (docs/validation.md, the A40 section)."""
+    rows = [r for f in A40_FIT for r in read_profile(f)]
+    fitted, _ = calibrate(load_profile("A40"), rows, [str(f) for f in A40_FIT])
+    shipped = load_profile(str(Path(__file__).resolve().parent.parent / "hardware_profiles/calibrated/A40.yaml"))
+    for key in ("gemm_max_fraction", "gemm_half_m", "memory_fraction", "gemm_wave_exponent"):
+        assert getattr(shipped.efficiency, key).value == pytest.approx(getattr(fitted.efficiency, key).value, rel=1e-3)
+    assert shipped.overheads.kernel_fixed_s.value == pytest.approx(fitted.overheads.kernel_fixed_s.value, rel=1e-3)
+    for f in A40_HELD_OUT:
+        gemms = [r for r in read_profile(f) if r.kind == "gemm"]
+        tuned = validate(shipped, get_model("llama-2-7b"), gemms)
+        assert set(tuned.per_op().index) == set(LINEAR_OPS)
+        assert (tuned.per_op()["mape"] <= 0.10).all(), (f, tuned.per_op())
+        default = validate(load_profile("A40"), get_model("llama-2-7b"), gemms)
+        assert tuned.overall_mape < default.overall_mape <= 0.12, f
