@@ -19,6 +19,8 @@ REQUIRED = [
     "A100-40GB",
     "A100-PCIe-80GB",
     "A40",
+    "RTX-A6000",
+    "RTX-3090",
     "H100-PCIe",
     "H200",
     "B200",
@@ -41,6 +43,8 @@ DENSE_BF16 = {
     "A100-40GB": 312e12,
     "A100-PCIe-80GB": 312e12,
     "A40": 149.7e12,
+    "RTX-A6000": 154.8e12,
+    "RTX-3090": 71e12,  # FP32 accumulate (GeForce halves it)
     "H100-PCIe": 756e12,
     "H200": 989.4e12,
     "B200": 2250e12,
