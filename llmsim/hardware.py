@@ -175,6 +175,11 @@ class Efficiency(BaseModel):
     # MoE expert GEMMs (one grouped kernel over the experts touched, vLLM's fused_moe) stream their
     # weights at this x bw (absent: memory_fraction, as a dense GEMM does)
     moe_memory_fraction: Figure | None = None
+    # ... and compute at this share of the rate a dense GEMM of the same rows per expert reaches
+    # (relative, as attention_fraction is): vLLM's Triton fused_moe tiles every expert's rows in one
+    # launch with the block sizes of its config, and reaches less than cuBLAS at large m
+    # (data/validation/moe_kernels/). Absent: 1, the dense rate
+    moe_gemm_fraction: Figure | None = None
     # Optional attention-kernel terms fitted to measured attention (absent: priced as before).
     # attention's K/V and q streams vs datasheet bandwidth (absent: memory_fraction)
     attention_memory_fraction: Figure | None = None
@@ -234,9 +239,9 @@ class Efficiency(BaseModel):
     def _divisor(cls, v: Figure | None) -> Figure | None:
         return _check(v, "ratios (0.8, not 80%)", positive=True)
 
-    @field_validator("gemm_max_fraction", "allreduce_bus_fraction")
+    @field_validator("gemm_max_fraction", "allreduce_bus_fraction", "moe_gemm_fraction")
     @classmethod
-    def _fraction(cls, v: Figure) -> Figure | None:
+    def _fraction(cls, v: Figure | None) -> Figure | None:
         return _check(v, "fractions of 1 (0.8 for 80%)", positive=True, at_most=1.0)
 
     @field_validator("attention_masked_fraction")

@@ -258,7 +258,9 @@ def test_moe_expert_gemms_are_priced_at_the_rows_each_expert_gets() -> None:
     # the 8 experts' tiles share one launch: the last wave is counted over all of them
     assert up.op.groups == 8
     eff = cm.gemm_efficiency(256, 8 * up.op.n)
-    assert up.compute_s == pytest.approx(up.op.flops / (hw.peak("bf16") * eff))
+    # ... at the grouped kernel's own share of that rate (efficiency.moe_gemm_fraction)
+    rate = hw.efficiency.moe_gemm_fraction.value
+    assert up.compute_s == pytest.approx(up.op.flops / (hw.peak("bf16") * eff * rate))
     assert cm.gemm_efficiency(256, up.op.n) < cm.gemm_efficiency(2048, up.op.n)
     # a TPU pads n and k to its MXU, whatever the rows: FLOPs scale, they are not recomputed from m
     tpu = CostModel(mixtral, load_profile("TPU-v5e"), CostConfig(tp=2))

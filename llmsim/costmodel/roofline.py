@@ -139,6 +139,8 @@ class CostModel:
         self._attn_fixed = attn_fixed.value if attn_fixed else self._fixed
         moe = eff.moe_memory_fraction  # the grouped expert kernel's own weight-streaming rate
         self._moe_bw = self._stream_bw(moe) if moe else None
+        moe_rate = eff.moe_gemm_fraction  # ... and its compute rate, relative to a dense GEMM's
+        self._moe_rate = moe_rate.value if moe_rate else 1.0
         gemv = eff.gemv_memory_fraction
         self._gemv_bw = self._stream_bw(gemv) if gemv else None
         small = eff.gemm_small_m  # measured rate per m for m = 1..len (replaces the curve there)
@@ -251,7 +253,8 @@ class CostModel:
                 compute = flops / (peak * eff) if op.m else 0.0
             expert = self.model.is_moe and op.name in _EXPERT_OPS
             if expert:
-                compute *= self.cfg.moe_imbalance  # the step waits for the busiest expert-parallel GPU
+                # the grouped kernel's own rate; the step waits for the busiest expert-parallel GPU
+                compute *= self.cfg.moe_imbalance / self._moe_rate
             dequant = self._dequant_s(op)
             compute += dequant
             if expert and self._moe_bw is not None:

@@ -1,0 +1,112 @@
+"""vLLM's fused MoE kernel, measured (data/validation/moe_kernels/) against llmsim's price of it.
+
+    python benchmarks/moe_kernels.py            # every row: measured, priced, ratio; per-GPU fit
+    python benchmarks/moe_kernels.py --fit      # the fit only: moe_gemm_fraction per GPU
+
+Each row is one ``fused_experts`` call (both grouped GEMMs and the activation; vLLM's
+``benchmark_moe.py`` and the PRs' microbenchmarks time that) for M tokens routed to ``topk`` of
+``E`` experts of hidden size K and intermediate size N, in the row's dtype. llmsim prices the same call with
+the ops the simulator builds for a MoE layer (``ops.step_ops``: ``mlp_up_proj``, ``mlp_act``,
+``mlp_down_proj``) on the row's profile, as shipped and with ``efficiency.moe_gemm_fraction``
+removed (the dense GEMM rate). The fit: per GPU, the ``moe_gemm_fraction`` that minimises the
+squared log error over that GPU's BF16 rows with M >= 512 (compute-bound: rows per expert in the
+hundreds); rows below are weight-streaming and do not depend on it. FP8 rows are never fitted:
+they check the fraction (a BF16 measurement, or a prior) on another dtype. The tuned-config time is
+used where a source gives it (vLLM ships those configs), else the default-config time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from llmsim.costmodel import CostConfig, CostModel
+from llmsim.costmodel.ops import batch_shape, step_ops
+from llmsim.hardware import HardwareProfile, load_profile
+from llmsim.models import get_model
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "data/validation/moe_kernels/fused_moe.csv"
+EXPERT_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
+FIT_MIN_M = 512
+
+
+def with_moe_rate(hw: HardwareProfile, rate: float | None) -> HardwareProfile:
+    """``hw`` with ``efficiency.moe_gemm_fraction`` set to ``rate`` (None: removed)."""
+    data = hw.model_dump()
+    if rate is None:
+        data["efficiency"].pop("moe_gemm_fraction", None)
+    else:
+        data["efficiency"]["moe_gemm_fraction"] = {"value": rate, "source": "benchmarks/moe_kernels.py fit"}
+    return HardwareProfile.model_validate(data)
+
+
+def fused_experts_s(hw: HardwareProfile, e: int, n: int, k: int, topk: int, m: int, dtype: str = "bf16") -> float:
+    """llmsim's seconds for one fused_experts call of this geometry on ``hw`` (one GPU; weights and
+    compute in ``dtype``: fp8 is W8A8)."""
+    base = get_model("qwen3-30b-a3b-instruct-2507")  # a catalog MoE; its geometry replaced below
+    model = dataclasses.replace(base, hidden_size=k, intermediate_size=n, num_experts=e, experts_per_token=topk)
+    cfg = CostConfig(weight_dtype=dtype, act_dtype=dtype)
+    cost = CostModel(model, hw, cfg)
+    ops = [op for op in step_ops(model, batch_shape([(m, 0)], []), cfg) if op.name in EXPERT_OPS]
+    return sum(cost.price(op).kernel_s for op in ops)
+
+
+def measured_us(rows: pd.DataFrame) -> pd.Series:
+    return rows["tuned_us"].where(rows["tuned_us"].notna(), rows["default_us"])
+
+
+def priced_us(rows: pd.DataFrame, hw: HardwareProfile) -> np.ndarray:
+    return np.array([fused_experts_s(hw, r.E, r.N, r.K, r.topk, r.M, r.dtype) * 1e6 for r in rows.itertuples()])
+
+
+def fit_rate(rows: pd.DataFrame, hw: HardwareProfile) -> float:
+    """The moe_gemm_fraction in (0.2, 1] with the least squared log error on ``rows``."""
+    meas = measured_us(rows).to_numpy()
+
+    def loss(rate: float) -> float:
+        return float(np.sum(np.log(priced_us(rows, with_moe_rate(hw, rate)) / meas) ** 2))
+
+    grid = np.linspace(0.2, 1.0, 81)  # 0.01 steps, then refined to 0.001 around the best
+    best = min(grid, key=loss)
+    fine = np.linspace(max(0.2, best - 0.01), min(1.0, best + 0.01), 21)
+    return round(float(min(fine, key=loss)), 3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fit", action="store_true", help="print the per-GPU fit only")
+    args = ap.parse_args(argv)
+    data = pd.read_csv(DATA)
+    table, fits = [], []
+    for profile, rows in data.groupby("profile", sort=True):
+        shipped = load_profile(profile)
+        dense = with_moe_rate(shipped, None)
+        big = rows[(rows["M"] >= FIT_MIN_M) & (rows["dtype"] == "bf16")]
+        fitted = fit_rate(big, dense) if len(big) else math.nan
+        own = shipped.efficiency.moe_gemm_fraction
+        fits.append((profile, len(big), fitted, own.value if own else math.nan))
+        meas = measured_us(rows).to_numpy()
+        before, after = priced_us(rows, dense), priced_us(rows, shipped)
+        for r, m_us, b, a in zip(rows.itertuples(), meas, before, after, strict=True):
+            shape = f"{r.E}/{r.N}/{r.K}/{r.topk} {r.dtype}"
+            table.append((profile, shape, r.M, m_us, b, b / m_us - 1, a, a / m_us - 1))
+    if not args.fit:
+        cols = ["profile", "E/N/K/topk dtype", "M", "measured us", "dense us", "err", "shipped us", "err "]
+        out = pd.DataFrame(table, columns=cols)
+        print(
+            out.to_string(index=False, formatters={c: "{:+.1%}".format for c in ("err", "err ")}, float_format="%.1f")
+        )
+        print()
+    fit = pd.DataFrame(fits, columns=["profile", f"bf16 rows M>={FIT_MIN_M}", "fitted moe_gemm_fraction", "shipped"])
+    print(fit.to_string(index=False, float_format="%.3f"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

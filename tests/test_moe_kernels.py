@@ -1,0 +1,62 @@
+"""The grouped expert kernel's compute rate (efficiency.moe_gemm_fraction): the shipped values are
+the fit benchmarks/moe_kernels.py makes to published vLLM fused_moe kernel times
+(data/validation/moe_kernels/fused_moe.csv), and the profiles then price those kernels."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from llmsim.costmodel import CostConfig, CostModel
+from llmsim.costmodel.ops import batch_shape, step_ops
+from llmsim.hardware import load_profile
+from llmsim.models import get_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import moe_kernels  # noqa: E402  (the fit and the pricing, one source)
+
+
+@pytest.fixture(scope="module")
+def rows() -> pd.DataFrame:
+    return pd.read_csv(moe_kernels.DATA)
+
+
+@pytest.mark.parametrize("profile", ["A100-SXM-80GB", "H100-SXM", "H200"])
+def test_shipped_fraction_is_the_fit_to_the_measured_kernels(rows, profile) -> None:
+    hw = load_profile(profile)
+    mine = rows[(rows["profile"] == profile) & (rows["M"] >= moe_kernels.FIT_MIN_M) & (rows["dtype"] == "bf16")]
+    assert len(mine) >= 2
+    fitted = moe_kernels.fit_rate(mine, moe_kernels.with_moe_rate(hw, None))
+    assert hw.efficiency.moe_gemm_fraction.value == pytest.approx(fitted, abs=0.002)
+
+
+def test_shipped_profiles_price_the_measured_kernels(rows) -> None:
+    """Compute-bound BF16 rows (M >= 1024) within 10 % with the shipped fraction (up to 44 %
+    short at the dense rate); the weight-streaming rows (16 <= M <= 256), which the fraction does
+    not touch, within 10 % too."""
+    bf16 = rows[rows["dtype"] == "bf16"]
+    for profile, mine in bf16.groupby("profile"):
+        hw = load_profile(profile)
+        err = moe_kernels.priced_us(mine, hw) / moe_kernels.measured_us(mine).to_numpy() - 1
+        big, mid = (mine["M"] >= 1024).to_numpy(), mine["M"].between(16, 256).to_numpy()
+        assert (abs(err[big]) <= 0.10).all(), (profile, err[big])
+        assert (abs(err[mid]) <= 0.10).all(), (profile, err[mid])
+
+
+def test_moe_gemm_fraction_slows_the_expert_gemms_compute_only() -> None:
+    model = get_model("qwen3-30b-a3b-instruct-2507")
+    shape = batch_shape([(4096, 0)], [])
+    hw = load_profile("H200")
+    plain = moe_kernels.with_moe_rate(hw, None)
+    rate = hw.efficiency.moe_gemm_fraction.value
+    slow, fast = CostModel(model, hw, CostConfig()), CostModel(model, plain, CostConfig())
+    for op in step_ops(model, shape, CostConfig()):
+        a, b = slow.price(op), fast.price(op)
+        if op.name in ("mlp_up_proj", "mlp_down_proj"):
+            assert a.compute_s == pytest.approx(b.compute_s / rate)
+            assert a.memory_s == pytest.approx(b.memory_s)
+        else:
+            assert a == b, op.name
