@@ -338,8 +338,9 @@ def saturation_verdict(
     not_offered: int = 0,
     in_flight: int = 0,
     burst_waited: bool = False,
-    in_system_share: float = 0.0,
-    in_system_se: float = 0.0,
+    in_system_share: float | None = None,
+    in_system_se: float | None = None,
+    in_system_not_judged: str = "",
 ) -> dict:
     """Stable / backlogged / overloaded, from how the waiting queue grows while requests arrive.
 
@@ -358,9 +359,11 @@ def saturation_verdict(
     A load that admits everyone (a large ``max_num_seqs`` and KV cache) grows the running batch,
     not the queue: ``in_system_share`` (``_in_system_growth``) is how fast the requests in the
     system, waiting or running, still grow at the end of the arrivals, ``in_system_se`` its
-    standard error. Past ``IN_SYSTEM_GROWING`` and three standard errors a run that would read stable is backlogged instead: it has not settled, whether it is
-    overloaded or only warming up (near capacity such a batch takes many latencies to settle, so
-    a short run cannot tell the two apart).
+    standard error (None: not judged, ``in_system_not_judged`` says why). Past ``IN_SYSTEM_GROWING``
+    and three standard errors a run that would read stable is backlogged instead: it has not
+    settled, whether it is overloaded or only warming up (near capacity such a batch takes many
+    latencies to settle, so a short run cannot tell the two apart); so is one whose arrivals were
+    too short to warm up ("short: ...").
     """
     backlog = max(unfinished - in_flight, 0)
     out = {
@@ -372,6 +375,7 @@ def saturation_verdict(
         "shed": shed,
         "in_system_growth_share": in_system_share,
         "in_system_growth_se": in_system_se,
+        "in_system_not_judged": in_system_not_judged,
     }
     if not queue.empty and last_arrival_s > 0:
         win = queue[queue["time_s"] <= last_arrival_s]
@@ -392,7 +396,7 @@ def saturation_verdict(
         verdict = "unserved"
     elif share > 0.05 or backlog + shed > 0.05 * max(n_requests, 1):
         verdict = "overloaded"
-    elif in_system_share > max(IN_SYSTEM_GROWING, 3 * in_system_se):
+    elif _growing(in_system_share, in_system_se) or (in_system_not_judged.startswith("short:") and not burst):
         verdict, unsettled = "backlogged", True
     elif share > 0.01 or backlog + shed > 0 or (burst and burst_waited):
         verdict = "backlogged"
@@ -412,7 +416,11 @@ def saturation_verdict(
         explanations["backlogged"] = (
             "every request arrived at once: latencies include each one's wait for the batch ahead of it, not a steady state"
         )
-    if unsettled:
+    if unsettled and in_system_not_judged.startswith("short:"):
+        explanations["backlogged"] = (
+            f"{in_system_not_judged.removeprefix('short: ')}; latencies are a warm-up's, not a steady state's"
+        )
+    elif unsettled:
         explanations["backlogged"] = (
             "the requests in the system (admitted, so the running batch, not the queue) were still growing when "
             "arrivals ended: the run is overloaded or has not warmed up; latencies are not a steady state's"
@@ -498,30 +506,52 @@ def summarize(
 IN_SYSTEM_GROWING = 0.2
 
 
-def _in_system_growth(req: pd.DataFrame, fin: pd.DataFrame, last_arrival_s: float) -> tuple[float, float]:
+def _growing(share: float | None, se: float | None) -> bool:
+    """The in-system count still grew: past ``IN_SYSTEM_GROWING`` and three standard errors."""
+    return share is not None and se is not None and share > max(IN_SYSTEM_GROWING, 3 * se)
+
+
+def _in_system_growth(
+    req: pd.DataFrame, fin: pd.DataFrame, last_arrival_s: float
+) -> tuple[float | None, float | None, str]:
     """How fast the requests in the system (arrived, not yet finished or rejected) grow over the
-    second half of the arrival window, as a share of the offered rate there, and the standard
-    error of that share (``IN_SYSTEM_GROWING``); zeros where a run is too small to tell.
+    second half of the arrival window, as a share of the offered rate there, the standard error of
+    that share (``IN_SYSTEM_GROWING``), and why it was not judged: (None, None, reason) where a run
+    is too small to tell, or too short to have warmed up ("short: ...").
 
     A steady state holds about the arrivals of the last latency W in the system (Little's law), so
     the count less the arrivals of the last ``W0`` seconds (``W0``: the median latency of the first
     tenth's requests, which met an emptier system) stays flat once warm, even while the offered rate
     ramps; an overload grows it at the offered rate less the served one, and so does a warm-up that
     lasts past the window's first half. Judged on >= 100 requests with >= 50 arrivals in the
-    second half."""
+    second half, and arrivals lasting at least two early latencies (else the window's count less
+    the last W0's arrivals is minus the departures: flat while nothing has left, not settled). The
+    standard error's latency is the median of the requests that arrived before the window: the
+    latency a settled run keeps, and one an overload has not yet swollen."""
     arrival = np.sort(req["arrival_s"].to_numpy(dtype=float))
     if len(arrival) < 100 or len(fin) < 10:
-        return 0.0, 0.0
+        return None, None, "fewer than 100 requests or 10 finished: too few to judge"
     t0 = float(arrival[0])
     span = last_arrival_s - t0
-    early = fin["e2e_s"].to_numpy(dtype=float)[fin["arrival_s"].to_numpy(dtype=float) <= t0 + 0.1 * span]
+    fin_arrival = fin["arrival_s"].to_numpy(dtype=float)
+    e2e = fin["e2e_s"].to_numpy(dtype=float)
+    early = e2e[fin_arrival <= t0 + 0.1 * span]
     if not span > 0 or len(early) < 5:
-        return 0.0, 0.0
+        return None, None, "fewer than 5 requests of the first tenth of the arrivals finished: too few to judge"
     w0 = float(np.median(early))
     half = t0 + span / 2
     n_half = len(arrival) - int(np.searchsorted(arrival, half, side="right"))
     if n_half < 50:
-        return 0.0, 0.0
+        return None, None, "fewer than 50 arrivals in the second half of the arrivals: too few to judge"
+    if w0 >= span / 2:
+        return (
+            None,
+            None,
+            (
+                f"short: the arrivals lasted {span:.3g} s, less than two early latencies ({w0:.3g} s each): "
+                "too short to reach a steady state"
+            ),
+        )
     status = req["status"].to_numpy()
     leave = np.where(
         status == "finished",
@@ -535,8 +565,9 @@ def _in_system_growth(req: pd.DataFrame, fin: pd.DataFrame, last_arrival_s: floa
     excess = in_system - (arrived - np.searchsorted(arrival, grid - w0, side="right"))
     window_s = last_arrival_s - half
     share = _slope(grid, excess.astype(float)) / (n_half / window_s)
-    latency_s = float(fin["e2e_s"].mean())
-    return share, math.sqrt(12 / n_half) * latency_s / window_s
+    before = e2e[fin_arrival <= half]
+    latency_s = float(np.median(before)) if len(before) else w0
+    return share, math.sqrt(12 / n_half) * latency_s / window_s, ""
 
 
 def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horizon_s: float | None, shed: int) -> dict:
@@ -557,7 +588,7 @@ def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horiz
     queued = req["queued_s"].to_numpy(dtype=float)
     # (the queue's samples at t = 0 count the arrivals one by one, before any step: no measure of waiting)
     waited = bool(np.isfinite(queued).any() and np.nanmax(queued) > np.nanmin(queued) + 1e-12)
-    growth, growth_se = _in_system_growth(req[offered], fin, last_arrival)
+    growth, growth_se, not_judged = _in_system_growth(req[offered], fin, last_arrival)
     return saturation_verdict(
         queue,
         n_offered,
@@ -570,4 +601,5 @@ def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horiz
         burst_waited=waited,
         in_system_share=growth,
         in_system_se=growth_se,
+        in_system_not_judged=not_judged,
     )

@@ -92,12 +92,40 @@ def test_draft_weights_shrink_the_kv_cache() -> None:
 
 def test_a_request_whose_lookahead_cannot_fit_is_rejected_not_stalled() -> None:
     # 100 blocks of 16 tokens: a 20-token prompt with 9 outputs fits without speculation, but each
-    # verify step also reserves k = 2,000 proposed tokens, which no step can hold (it used to wait
-    # for ever: a stall caught by the no_stall invariant)
+    # verify step also reserves k = 2,000 proposed tokens, which no step can hold. vLLM's policy
+    # (and the traditional one) re-admit a preempted request only when its whole recomputed prompt
+    # fits, in a step that preempted nobody: it cycled for ever (no_stall) and is rejected instead.
     kv = BlockManager(100, 16)
     cfg = SchedulerConfig(speculative=SpecConfig(k=2000, acceptance=[0.5] * 2000))
-    sched = make_scheduler("chunked", cfg, kv)
-    reason = sched.rejection_reason(Request(0, 0.0, 20, 10))
-    assert reason.startswith("needs 2029 tokens of KV cache (127 blocks)")
-    plain = make_scheduler("chunked", SchedulerConfig(), BlockManager(100, 16))
+    for kind in ("vllm", "traditional"):
+        reason = make_scheduler(kind, cfg, BlockManager(100, 16)).rejection_reason(Request(0, 0.0, 20, 10))
+        assert reason.startswith("needs 2029 tokens of KV cache (127 blocks, 2000 of them the last verify"), kind
+    # the chunked policy's recompute samples a token each time, so it finishes: not rejected
+    assert make_scheduler("chunked", cfg, kv).rejection_reason(Request(0, 0.0, 20, 10)) == ""
+    plain = make_scheduler("vllm", SchedulerConfig(), BlockManager(100, 16))
     assert plain.rejection_reason(Request(0, 0.0, 20, 10)) == ""
+
+
+@pytest.mark.parametrize(("policy", "finished"), [("chunked", 5), ("vllm", 0), ("traditional", 0)])
+def test_a_lookahead_no_step_can_hold_finishes_or_is_rejected_end_to_end(policy: str, finished: int) -> None:
+    """k = 1e6 on a 100-block cache, invariants checked: the chunked policy serves every request
+    (by preempting and recomputing), the others reject them; none stalls."""
+    sc = {
+        "name": "huge-k",
+        "seed": 3,
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "policy": {"kind": policy, "chunk_tokens": 512, "max_num_seqs": 64},
+        "kv_cache": {"block_tokens": 16, "num_blocks": 100},
+        "speculative": {"method": "mtp", "k": 1_000_000, "acceptance": 1.0},
+        "workload": {
+            "kind": "poisson",
+            "rate_rps": 2,
+            "num_requests": 5,
+            "prompt_tokens": {"dist": "fixed", "value": 20},
+            "output_tokens": {"dist": "fixed", "value": 10},
+        },
+    }
+    req = llmsim.run(sc).requests
+    assert int((req["status"] == "finished").sum()) == finished
+    assert int((req["status"] == "rejected").sum()) == 5 - finished

@@ -160,16 +160,25 @@ class Scheduler:
                 f"prompt of {req.prompt_tokens} tokens + {req.output_tokens} output tokens "
                 f"exceeds max_model_len={limit}"
             )
-        # (speculation: a decode step reserves its k proposed tokens too, so a request whose last
-        # step cannot hold them would wait for ever)
-        total = req.prompt_tokens + max(req.output_tokens - 1, 0) + self._lookahead() - 1
+        total = req.prompt_tokens + max(req.output_tokens - 1, 0) + self.final_step_reserve()
         blocks = self.kv.blocks_for_request(req, total)
         if blocks > self.kv.num_blocks:
-            return f"needs {total} tokens of KV cache ({blocks} blocks), capacity is {self.kv.num_blocks} blocks"
+            extra = self.final_step_reserve()
+            why = f", {extra} of them the last verify step's speculative.k proposals" if extra else ""
+            return f"needs {total} tokens of KV cache ({blocks} blocks{why}), capacity is {self.kv.num_blocks} blocks"
         return ""
 
     def schedule(self) -> BatchPlan:  # pragma: no cover
         raise NotImplementedError
+
+    def final_step_reserve(self) -> int:
+        """KV tokens beyond its last context a request must be able to hold to finish here.
+        Speculation: each decode step reserves its k proposed tokens too; a request whose last
+        steps cannot hold them is preempted, and here it comes back only when its whole
+        recomputed prompt fits, in a step that preempted nobody, so it cycles without progress
+        (a no_stall violation, mtp k=1e6): it is rejected instead. ``ChunkedScheduler``'s
+        recompute makes progress and needs none of it."""
+        return self._lookahead() - 1
 
     # ---- shared pieces -----------------------------------------------------------------
     def _lookahead(self) -> int:

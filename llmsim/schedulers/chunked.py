@@ -42,6 +42,11 @@ class ChunkedScheduler(Scheduler):
         """May waiting requests start in this step (after the running ones were planned)?"""
         return True
 
+    def final_step_reserve(self) -> int:
+        # a request whose verify step cannot hold its k proposals is preempted and recomputed;
+        # the recompute's prefill samples the next token, so it still finishes (slowly)
+        return 0
+
     def schedule(self) -> BatchPlan:
         plan = BatchPlan()
         waiting, running = self.waiting, self.running

@@ -42,3 +42,7 @@ class VllmScheduler(ChunkedScheduler):
 
     def may_admit(self, plan: BatchPlan) -> bool:
         return not plan.preempted
+
+    def final_step_reserve(self) -> int:
+        # (not chunked's: the whole recomputed prompt must fit, and never in a step that preempted)
+        return self._lookahead() - 1
