@@ -268,3 +268,24 @@ def test_an_overload_that_admits_everyone_is_not_called_stable():
     light = run(admit_everyone(60.0)).summary["saturation"]
     assert abs(light["in_system_growth_share"]) < 0.05
     assert light["verdict"] == "stable"
+
+
+def test_a_run_too_short_or_too_small_to_judge_is_not_called_stable_or_overloaded():
+    # arrivals over 2.3 s with 2.6 s early latencies: the in-system share is not judged (null),
+    # the run reads backlogged as too short (the share used to read a flat 0.0: stable)
+    short = run({**admit_everyone(130.0), "workload": {**admit_everyone(130.0)["workload"], "num_requests": 300}})
+    sat = short.summary["saturation"]
+    assert sat["in_system_growth_share"] is None and sat["in_system_not_judged"].startswith("short:")
+    assert sat["verdict"] == "backlogged" and "too short to reach a steady state" in sat["explanation"]
+    # a horizon that cuts a 60 req/s run before it warmed up: its leftovers are a warm-up's
+    cut = admit_everyone(60.0)
+    cut["workload"] = {**cut["workload"], "horizon_s": 3.0}
+    assert run(cut).summary["saturation"]["verdict"] == "backlogged"
+    # five arrivals, one served at a time: the queue grows, but five arrivals cannot tell an
+    # overload from a short queue
+    few = admit_everyone(8.0)
+    few["workload"] = {**few["workload"], "num_requests": 5}
+    few["policy"] = {"kind": "vllm", "chunk_tokens": 64, "max_num_seqs": 1}
+    sat = run(few).summary["saturation"]
+    assert sat["growth_share"] > 0.05
+    assert sat["verdict"] == "backlogged" and "too few to tell" in sat["explanation"]
