@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {"a40": "A40", "a100": "A100-SXM-80GB"}
 
 
-def fitted_files(calibrated: Path) -> str:
-    """The calibration block's list of fitted files, as one string to search."""
-    return str(yaml.safe_load(calibrated.read_text()).get("calibration", {}))
+def fitted_files(calibrated: Path) -> set[str]:
+    """The files the calibrated profile was fitted to (its calibration block), repository-relative."""
+    return set(yaml.safe_load(calibrated.read_text()).get("calibration", {}).get("files", []))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---:|---:|---:|---|")
     for csv in sorted((ROOT / "data/calibration/vidur/compute" / args.gpu).glob("*/*/mlp.csv*")):
         label = csv.parent.name
-        role = "fit" if f"{csv.parent.parent.name}/{label}/" in fitted else "held out"
+        role = "fit" if csv.relative_to(ROOT).as_posix() in fitted else "held out"
         rows = read_profile(csv)
         for kind, title in (("gemm", "linear"), ("elementwise", "elementwise")):
             part = [r for r in rows if r.kind == kind]

@@ -424,7 +424,7 @@ def saturation_verdict(
             f"the queue grew, but over only {n_requests} arrivals: too few to tell an overload from a "
             "short queue; latencies include it"
         )
-    elif unsettled and in_system_not_judged.startswith("short:"):
+    elif unsettled and short:
         explanations["backlogged"] = (
             f"{in_system_not_judged.removeprefix('short: ')}; latencies are a warm-up's, not a steady state's"
         )

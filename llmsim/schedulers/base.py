@@ -160,10 +160,10 @@ class Scheduler:
                 f"prompt of {req.prompt_tokens} tokens + {req.output_tokens} output tokens "
                 f"exceeds max_model_len={limit}"
             )
-        total = req.prompt_tokens + max(req.output_tokens - 1, 0) + self.final_step_reserve()
+        extra = self.final_step_reserve()
+        total = req.prompt_tokens + max(req.output_tokens - 1, 0) + extra
         blocks = self.kv.blocks_for_request(req, total)
         if blocks > self.kv.num_blocks:
-            extra = self.final_step_reserve()
             why = f", {extra} of them the last verify step's speculative.k proposals" if extra else ""
             return f"needs {total} tokens of KV cache ({blocks} blocks{why}), capacity is {self.kv.num_blocks} blocks"
         return ""

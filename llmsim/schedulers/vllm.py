@@ -23,6 +23,7 @@ cached at schedule time); here hits see blocks of completed steps.
 from __future__ import annotations
 
 from llmsim.request import Request
+from llmsim.schedulers.base import Scheduler
 from llmsim.schedulers.chunked import ChunkedScheduler
 from llmsim.schedulers.plan import BatchPlan
 
@@ -44,5 +45,6 @@ class VllmScheduler(ChunkedScheduler):
         return not plan.preempted
 
     def final_step_reserve(self) -> int:
-        # (not chunked's: the whole recomputed prompt must fit, and never in a step that preempted)
-        return self._lookahead() - 1
+        # the base policy's, not chunked's: the whole recomputed prompt must fit, and never in a
+        # step that preempted
+        return Scheduler.final_step_reserve(self)
