@@ -137,16 +137,16 @@ class DecodeSet:
         self._ticked(1)
         return self._finished() if self._finish and self._finish[0][0] <= self.tick else []
 
-    def advance(self, ends: list[float]) -> list[Request]:
-        """Apply ticks ending at ``ends``: gaps into the histogram, members that finish freed.
+    def advance(self, ends: list[float], lo: int, hi: int) -> list[Request]:
+        """Apply ticks ending at ``ends[lo:hi]``: gaps into the histogram, members that finish freed.
         Returns the finished requests (in admission order among those finishing together)."""
-        m = len(ends)
-        if not m:
+        m = hi - lo
+        if m <= 0:
             return []
-        self._first_tick_gaps(ends[0])
+        self._first_tick_gaps(ends[lo])
         if m > 1 and self.gaps is not None:  # later ticks: every member's gap is the same
-            self.gaps.add_many([ends[i] - ends[i - 1] for i in range(1, m)], self.n)
-        self._ends.extend(ends)
+            self.gaps.add_ends(ends, lo, hi, self.n)
+        self._ends.extend(ends[lo:hi])
         self._ticked(m)
         return self._finished()
 

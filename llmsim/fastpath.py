@@ -142,13 +142,13 @@ class FastPath:
                 return None
             cols = cast(DecodeSet, plan.decode_set)
             k = column_run_length(cols, kv.free_blocks, MAX_RUN, MIN_RUN)
-            return ColumnRun(cols, kv, start, self.cost.decode_steps_s(shape, k)) if k else None
+            return ColumnRun(cols, kv, start, self.cost.decode_run_s(shape, k), k) if k else None
         if not plan.decode:
             return None
         k = run_length(plan.decode, kv, self.window, MAX_RUN)
         if k < MIN_RUN:
             return None
-        return DecodeRun(list(plan.decode), kv, start, self.cost.decode_steps_s(shape, k))
+        return DecodeRun(list(plan.decode), kv, start, self.cost.decode_run_s(shape, k), k)
 
     def wait(self, run: DecodeRun | ColumnRun) -> Generator[simpy.Event, Any, int]:
         """Wait out a decode run (an arrival may end it after the step in progress) and emit its
@@ -156,7 +156,7 @@ class FastPath:
         env, clock = self.env, self.clock
         run.waiting0 = len(self.sched.waiting)
         nxt = clock.next_input_s()
-        if clock.ahead and run.ends[-1] < nxt:
+        if clock.ahead and run.ends_before(nxt):
             done = run.steps  # nothing can interrupt it: no event needed
         elif clock.ahead and self.sole:
             # the next arrival comes here: the run ends with the step in progress at that instant,
@@ -167,7 +167,7 @@ class FastPath:
             self.run = None
         else:
             self.run, self._cuttable, self._cut_at = run, True, run.steps
-            self._pending = env.timeout(run.ends[-1] - env.now)
+            self._pending = env.timeout(run.end_s() - env.now)
             yield self._pending  # or earlier: cut() moves the replica onto an earlier timeout
             done = self._cut_at
             self.run, self._cuttable, self._pending = None, False, None

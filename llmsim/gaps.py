@@ -27,8 +27,8 @@ class GapHistogram:
         # gaps are buffered and binned in bulk with numpy: a list append per token is cheap
         self._gaps: list[float] = []
         self._weighted: list[tuple[float, int]] = []
-        self._many: list[float] = []  # add_many's gaps, back to back
-        self._many_runs: list[tuple[int, int]] = []  # (gaps, count) of each add_many
+        self._many: list[float] = []  # add_ends' step end times, back to back
+        self._many_runs: list[tuple[int, int]] = []  # (end times, count) of each add_ends
 
     def add(self, gap_s: float, count: int = 1) -> None:
         if count == 1:
@@ -40,10 +40,12 @@ class GapHistogram:
             if len(self._weighted) >= 65536:
                 self._flush()
 
-    def add_many(self, gaps_s: list[float], count: int) -> None:
-        """Each gap in ``gaps_s`` seen ``count`` times (a run of decode steps of a whole batch)."""
-        self._many.extend(gaps_s)
-        self._many_runs.append((len(gaps_s), count))
+    def add_ends(self, ends_s: list[float], lo: int, hi: int, count: int) -> None:
+        """The gaps between the successive step ends ``ends_s[lo:hi]``, each seen ``count`` times (a
+        run of decode steps of a whole batch). The differences are taken when the buffer is binned:
+        the same subtraction, on arrays."""
+        self._many += ends_s[lo:hi]
+        self._many_runs.append((hi - lo, count))
         if len(self._many_runs) >= 4096:
             self._flush()
 
@@ -71,10 +73,12 @@ class GapHistogram:
             self.counts += np.bincount(self._bin(g), weights=c, minlength=self.BINS + 2).astype(np.int64)
             self._weighted = []
         if self._many_runs:
-            lengths = [k for k, _ in self._many_runs]
-            c = np.repeat([c for _, c in self._many_runs], lengths)
-            g = _floats(self._many)
-            self.counts += np.bincount(self._bin(g), weights=c, minlength=self.BINS + 2).astype(np.int64)
+            ends = _floats(self._many)
+            lengths = np.fromiter((k for k, _ in self._many_runs), dtype=np.int64, count=len(self._many_runs))
+            c = np.repeat(np.fromiter((c for _, c in self._many_runs), dtype=np.int64), lengths)
+            c[lengths.cumsum() - 1] = 0  # a segment's last end and the next one's first make no gap
+            g = ends[1:] - ends[:-1]
+            self.counts += np.bincount(self._bin(g), weights=c[:-1], minlength=self.BINS + 2).astype(np.int64)
             self._many, self._many_runs = [], []
 
     def merge(self, other: GapHistogram) -> None:

@@ -23,6 +23,7 @@ prefix caching, parallel sampling); columnar replicas (``decodeset.DecodeSet``) 
 from __future__ import annotations
 
 import bisect
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +33,7 @@ from llmsim.kvcache import BlockManager
 from llmsim.request import Request
 
 if TYPE_CHECKING:
+    from llmsim.costmodel.roofline import AffineSteps
     from llmsim.gaps import GapHistogram
 
 MIN_RUN = 4  # shorter runs are cheaper to step one by one
@@ -59,35 +61,74 @@ def run_length(members: list[Request], kv: BlockManager, window: int | None, lim
 
 
 class Run:
-    """A run of decode-only steps started at ``start_s``: what every kind of run shares.
+    """A run of ``steps`` decode-only steps started at ``start_s``: what every kind of run shares.
 
     The run's first step is the plan the scheduler just made, so its KV slots are already
-    allocated (``allocated`` starts at 1).
+    allocated (``allocated`` starts at 1). Its step times come affine (``AffineSteps``) or as a
+    list; ``durations`` and ``ends`` hold the steps priced so far: a run is priced as far as
+    someone reads it (the step in progress when an arrival cuts it, its end), not to its last step.
     """
 
-    def __init__(self, members: Any, kv: BlockManager, start_s: float, durations: list[float]) -> None:
+    def __init__(
+        self, members: Any, kv: BlockManager, start_s: float, times: list[float] | AffineSteps, steps: int
+    ) -> None:
         self.members = members  # list[Request] (DecodeRun) or the DecodeSet (ColumnRun)
         self.kv = kv
         self.start_s = start_s
-        self.durations = durations
+        self.steps = steps
+        self._affine: AffineSteps | None = None
+        if isinstance(times, list):
+            self.durations = times
+        else:
+            self.durations = []
+            self._affine = times
+        # end time of every step priced so far; Python floats, not arrays: runs are ~10-50 steps,
+        # where a compiled loop beats numpy's per-call overhead (the sums are numpy's cumsum's, in order)
+        self.ends: list[float] = []
+        self._acc = 0.0  # the sum of the priced steps' durations
         self.applied = 0  # steps whose tokens have been emitted
         self.allocated = 1  # steps whose KV slots have been allocated (a step allocates when it starts)
         self.external: list[tuple[int, int]] = []  # (step, blocks) held by others
         self.finished: list[Request] = []  # requests done at its last step
         self.waiting0 = 0  # requests waiting when it started (steps.csv)
-        # end time of every step; Python floats, not arrays: runs are ~10-50 steps, where a
-        # compiled loop beats numpy's per-call overhead (the sums are numpy's cumsum's, in order)
-        self.ends: list[float] = []
-        acc = 0.0
-        for d in durations:
-            acc += d
-            self.ends.append(acc + start_s)
         self._used0 = kv.used  # state at the start, for steps.csv rows
         self._held0 = kv.tokens_held
 
-    @property
-    def steps(self) -> int:
-        return len(self.durations)
+    def price_through(self, steps: int, until_s: float = math.inf) -> None:
+        """Price the steps up to ``steps`` (at most), stopping after the first that ends past ``until_s``."""
+        ends, durations, aff = self.ends, self.durations, self._affine
+        i, m = len(ends), min(steps, self.steps)
+        acc: float = self._acc
+        start: float = self.start_s
+        while i < m and (not i or ends[i - 1] <= until_s):
+            if aff is not None:
+                d = aff.step_s(i)
+                durations.append(d)
+            else:
+                d = durations[i]
+            acc += d
+            ends.append(acc + start)
+            i += 1
+        self._acc = acc
+
+    def end_s(self) -> float:
+        """When the run's last step ends (summed as ``price_through`` sums, without keeping the steps)."""
+        i, aff = len(self.ends), self._affine
+        if i == self.steps:
+            return self.ends[-1]
+        if aff is None:
+            self.price_through(self.steps)
+            return self.ends[-1]
+        acc: float = self._acc
+        while i < self.steps:
+            acc += aff.step_s(i)
+            i += 1
+        return acc + self.start_s
+
+    def ends_before(self, t: float) -> bool:
+        """Does the whole run end before ``t``? (Prices it as far as ``t``.)"""
+        self.price_through(self.steps, t)
+        return len(self.ends) == self.steps and self.ends[-1] < t
 
     def note_external_blocks(self, now: float, blocks: int) -> None:
         """Blocks taken from this cache by someone else during the run (a KV transfer's reservation)."""
@@ -95,9 +136,11 @@ class Run:
 
     def busy_s(self, steps: int) -> float:
         """Seconds the first ``steps`` steps took."""
+        self.price_through(steps)
         return self.ends[steps - 1] - self.start_s
 
     def steps_done_by(self, now: float) -> int:
+        self.price_through(self.steps, now)  # through the step in progress at ``now``
         return bisect.bisect_right(self.ends, now)
 
     def steps_through(self, t: float) -> int:
@@ -109,8 +152,10 @@ class Run:
 class DecodeRun(Run):
     """A run of the same ``members`` (Request objects), stopping short of the first finish."""
 
-    def __init__(self, members: list[Request], kv: BlockManager, start_s: float, durations: list[float]) -> None:
-        super().__init__(members, kv, start_s, durations)
+    def __init__(
+        self, members: list[Request], kv: BlockManager, start_s: float, times: list[float] | AffineSteps, steps: int
+    ) -> None:
+        super().__init__(members, kv, start_s, times, steps)
         self._kv0 = np.fromiter((r.kv_tokens for r in members), dtype=np.int64, count=len(members))
         self._blocks0 = np.fromiter((r.blocks for r in members), dtype=np.int64, count=len(members))
 
@@ -132,6 +177,7 @@ class DecodeRun(Run):
         if hi <= lo:
             return lo, lo
         self.allocate_through(hi)
+        self.price_through(hi)
         rest = self.durations[lo + 1 : hi]
         rest_max = max(rest) if rest else 0.0
         first_end, end = self.ends[lo], self.ends[hi - 1]
@@ -168,8 +214,10 @@ class ColumnRun(Run):
     """A run of decode-only steps of a ``DecodeSet`` (the interface of ``DecodeRun``);
     it ends at the first finish at the latest."""
 
-    def __init__(self, members: DecodeSet, kv: BlockManager, start_s: float, durations: list[float]) -> None:
-        super().__init__(members, kv, start_s, durations)
+    def __init__(
+        self, members: DecodeSet, kv: BlockManager, start_s: float, times: list[float] | AffineSteps, steps: int
+    ) -> None:
+        super().__init__(members, kv, start_s, times, steps)
         self.size = self._n = members.n
         self._tick0 = members.tick
         self._residue0 = members.residue()  # members leave at the run's end; keep who ran
@@ -186,7 +234,8 @@ class ColumnRun(Run):
         if hi <= lo:
             return lo, lo
         self.allocate_through(hi)
-        self.finished += self.members.advance(self.ends[lo:hi])
+        self.price_through(hi)
+        self.finished += self.members.advance(self.ends, lo, hi)
         self.applied = hi
         return lo, hi
 

@@ -168,6 +168,45 @@ def test_affine_run_pricing_only_where_linear(contexts: list[int], kink: bool) -
     np.testing.assert_allclose(cm.decode_steps_s(shape, 2000), exact, rtol=1e-12)
 
 
+def test_a_run_prices_only_the_steps_it_reaches() -> None:
+    # an affine run is priced as far as someone reads it: an arrival that cuts it early leaves
+    # the later steps unpriced; the steps it does price, and its end, are the floats the whole
+    # run priced at once gives (the same sums in the same order)
+    from llmsim.costmodel.roofline import AffineSteps
+    from llmsim.kvcache import BlockManager
+    from llmsim.runs import Run
+
+    times = AffineSteps(0.010, 1e-6, 0.01002)  # the floor (host time) leads for the first steps
+    whole = Run([], BlockManager(100, 16, 0.0), 5.0, times.expand(1000), 1000)
+    whole.price_through(1000)
+    lazy = Run([], BlockManager(100, 16, 0.0), 5.0, times, 1000)
+    assert lazy.end_s() == whole.ends[-1]
+    assert lazy.durations == [] and lazy.ends == []  # (the end is summed without keeping steps)
+    done = lazy.steps_through(5.5)
+    assert done == whole.steps_through(5.5) and 40 < done < 60
+    assert len(lazy.ends) == done  # through the step in progress at the cut, no further
+    assert lazy.ends == whole.ends[:done] and lazy.durations == whole.durations[:done]
+    assert lazy.durations[0] == 0.01002 and lazy.durations[-1] > 0.01002
+    assert not lazy.ends_before(whole.ends[-1]) and lazy.ends_before(whole.ends[-1] + 1e-9)
+    assert lazy.ends == whole.ends
+
+
+def test_gap_histogram_takes_a_runs_end_times() -> None:
+    # add_ends bins the differences of successive end times of each segment (never across two)
+    from llmsim.gaps import GapHistogram
+
+    rng = np.random.default_rng(1)
+    ends = np.cumsum(rng.uniform(1e-3, 0.2, 400)).tolist()
+    a, b = GapHistogram(), GapHistogram()
+    for lo, hi, count in ((0, 50, 3), (50, 51, 9), (60, 400, 7)):
+        if hi - lo > 1:
+            a.add_ends(ends, lo, hi, count)
+        for i in range(lo + 1, hi):
+            b.add(ends[i] - ends[i - 1], count)
+    assert a.total == b.total == 49 * 3 + 339 * 7
+    np.testing.assert_array_equal(a.counts, b.counts)
+
+
 def test_cli_exact_steps_flag_gives_the_same_requests(tmp_path: Path) -> None:
     from llmsim.cli import main
 

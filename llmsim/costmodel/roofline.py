@@ -76,6 +76,25 @@ class OpTime:
         return "compute" if self.compute_s >= self.memory_s else "memory"
 
 
+class AffineSteps:
+    """Step times ``max(first_s + slope_s * i, floor_s)`` of step ``i`` of a decode run (the floor:
+    the host's time per step under async scheduling, which the device time may not undercut). A
+    run prices only the steps it reaches (``runs.Run``): arrivals cut most runs well before their
+    last step."""
+
+    def __init__(self, first_s: float, slope_s: float, floor_s: float) -> None:
+        self.first_s = first_s
+        self.slope_s = slope_s
+        self.floor_s = floor_s
+
+    def step_s(self, i: int) -> float:
+        d: float = i * self.slope_s + self.first_s
+        return d if d >= self.floor_s else self.floor_s
+
+    def expand(self, steps: int) -> list[float]:
+        return [self.step_s(i) for i in range(steps)]
+
+
 @dataclass(frozen=True)
 class CostConfig(OpConfig):
     """OpConfig plus how kernels are launched and placed."""
@@ -375,8 +394,16 @@ class CostModel:
 
     def decode_steps_s(self, shape: BatchShape, steps: int) -> list[float]:
         """``step_time`` of ``steps`` successive decode-only steps from ``shape``, each with every
-        context one token longer (a run never crosses a sliding window, so the local view grows the
-        same), vectorised: the same arithmetic as ``_attention_s`` on an array of contexts."""
+        context one token longer (``decode_run_s``'s times, every step priced)."""
+        times = self.decode_run_s(shape, steps)
+        return times if isinstance(times, list) else times.expand(steps)
+
+    def decode_run_s(self, shape: BatchShape, steps: int) -> list[float] | AffineSteps:
+        """The step times of a run of ``steps`` decode-only steps from ``shape`` (every context one
+        token longer each step; a run never crosses a sliding window, so the local view grows the
+        same): an ``AffineSteps`` where they are affine in the step (most runs: a run reads only
+        the steps it reaches), else every step priced, vectorised with the same arithmetic as
+        ``_attention_s`` on an array of contexts."""
         n = shape.decode_tokens
         if self._mla:  # (priced from its ops, step by step)
             return [self.step_time(_grown(shape, n * i)) for i in range(steps)]
@@ -406,17 +433,15 @@ class CostModel:
 
     def _affine_decode_steps_s(
         self, shape: BatchShape, steps: int, stage_s: float, host_s: float, graphed: bool
-    ) -> list[float] | None:
+    ) -> AffineSteps | None:
         """The run's step times as ``first + slope * i`` where that is exact to rounding, else None.
 
         Decode attention's time is convex and piecewise linear in the context (the max of compute
         and memory time, then of that and the launch latency), so it is linear over the run exactly
         when one inner step lies on the chord between the first and the last (a convex function
-        that meets its chord inside an interval is that chord). Most runs sit in one regime, and
-        one compiled loop replaces the ten array operations of the general path."""
+        that meets its chord inside an interval is that chord). Most runs sit in one regime."""
         n, seqs, ctx = shape.decode_tokens, shape.decode_seqs, shape.decode_ctx_tokens
         last, mid = steps - 1, (steps - 1) // 2
-        # (declared floats: the compiled loop below then does machine arithmetic, ~5x faster)
         a0: float = self._decode_attention_s(ctx, n, seqs, self._layers, graphed)
         am: float = self._decode_attention_s(ctx + n * mid, n, seqs, self._layers, graphed)
         a1: float = self._decode_attention_s(ctx + n * last, n, seqs, self._layers, graphed)
@@ -424,10 +449,8 @@ class CostModel:
             return None
         slope: float = (a1 - a0) / last
         if self._async:  # max(device, host): the device time grows, so host may lead only at first
-            first_dev: float = stage_s + a0
-            return [max(i * slope + first_dev, host_s) for i in range(steps)]
-        first: float = stage_s + a0 + host_s
-        return [i * slope + first for i in range(steps)]
+            return AffineSteps(stage_s + a0, slope, host_s)
+        return AffineSteps(stage_s + a0 + host_s, slope, -math.inf)
 
     # ---- attention from aggregates ------------------------------------------------------
     def _attention_s(self, s: BatchShape, decode_only: bool) -> float:
