@@ -402,6 +402,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     step_tokens = step_budget(sc, p, name)
     blocks, memory = kv_blocks(
         sc,
+        engine,
         model,
         hw,
         p.tp,
@@ -520,8 +521,23 @@ def activation_bytes(model: ModelSpec, step_tokens: int, max_seqs: int, tp: int,
     return step_tokens * per_token + logits
 
 
+def _engine_memory_note(engine: EngineSpec, sampler: float, forward: float, non_torch: float, usable: float) -> str:
+    """What a "does not fit" message says of the engine's own memory (the sampler warm-up only
+    where it is a real part of the device: a tenth or more)."""
+    note = ""
+    if sampler > forward and sampler >= 0.1 * usable:
+        note += (
+            f" (the activation peak is {engine.name}'s sampler warm-up over min(policy.max_num_seqs, the step's "
+            "tokens) rows of the vocabulary: lower policy.max_num_seqs)"
+        )
+    if non_torch:
+        note += f", {non_torch / 1e9:.1f} GB the engine holds outside torch"
+    return note
+
+
 def kv_blocks(
     sc: Scenario,
+    engine: EngineSpec,
     model: ModelSpec,
     hw: HardwareProfile,
     tp: int,
@@ -534,17 +550,20 @@ def kv_blocks(
     ep: int = 1,
     redundant_experts: int = 0,
 ) -> tuple[int, dict]:
-    """KV capacity in blocks = (usable memory − weights − activations − reserve) / block bytes,
-    usable memory being ``memory_fraction`` of the device (vLLM, SGLang); or, with
+    """KV capacity in blocks = (usable memory − weights − activation peak − engine memory − reserve) /
+    block bytes, usable memory being ``memory_fraction`` of the device (vLLM, SGLang); or, with
     ``memory_fraction_of: free`` (TensorRT-LLM), ``memory_fraction`` of what is left once the rest
     is placed. A speculative draft model on the same devices adds its weights and its KV per token.
     Under expert parallelism (``ep`` > 1) each device holds the experts / (ep x pp) and the rest of
-    the weights / (tp x pp) (``ModelSpec.weight_bytes_per_device``), which leaves the KV cache more."""
+    the weights / (tp x pp) (``ModelSpec.weight_bytes_per_device``), which leaves the KV cache more.
+    The activation peak is the larger of the forward pass's at the step's tokens and the engine's
+    sampler profile run; the engine's memory outside torch is its own (``EngineSpec.reserved_bytes``)."""
     devices = tp * pp
     of_free = sc.kv_cache.memory_fraction_of == "free"
     usable = hw.memory_bytes * (1.0 if of_free else sc.kv_cache.memory_fraction)
     weights = model.weight_bytes_per_device(weight_dtype, tp, pp, ep, redundant_experts)
     act = activation_bytes(model, step_tokens, max_seqs, tp, sc.model.act_dtype)
+    peak, sampler, non_torch = engine.reserved_bytes(act, max_seqs, step_tokens, model.vocab_size, tp)
     reserve = sc.kv_cache.reserve_gb * 1e9
     lora = 0.0
     if sc.lora is not None:  # multi-LoRA: the adapters' GPU buffers, allocated before the KV cache
@@ -558,14 +577,17 @@ def kv_blocks(
         weights += draft.weight_bytes(weight_dtype) / devices
         # its KV heads split over tp as the target's are (MLA: the latent whole on every rank)
         per_token += draft.kv_bytes_per_token_per_device(sc.kv_cache.dtype, tp, 1) / pp
-    free = usable - weights - act - reserve
+    free = usable - weights - peak - non_torch - reserve
     if of_free:
         free *= sc.kv_cache.memory_fraction
     memory = {
         "device_memory_bytes": hw.memory_bytes,
         "usable_bytes": usable,
         "weights_bytes": weights,
-        "activation_bytes": act,
+        "activation_bytes": act,  # the forward pass's
+        "sampler_profile_bytes": sampler,  # the engine's sampler profile run (the peak is the larger)
+        "activation_peak_bytes": peak,
+        "non_torch_bytes": non_torch,
         "reserve_bytes": reserve,
         "lora_bytes": lora,  # (part of reserve_bytes)
         "kv_bytes": max(free, 0.0),
@@ -580,7 +602,8 @@ def kv_blocks(
         raise UserError(
             f"{key}: {model.name}{' with its draft ' + draft.name if draft is not None else ''} does not fit on "
             f"{hw.name} x{devices} (tp={tp}, pp={pp}{f', ep={ep}' if ep > 1 else ''}): weights need "
-            f"{weights / 1e9:.1f} GB and activations {act / 1e9:.1f} GB per device, but only "
+            f"{weights / 1e9:.1f} GB and activations {peak / 1e9:.1f} GB per device"
+            f"{_engine_memory_note(engine, sampler, act, non_torch, usable)}, but only "
             f"{usable / 1e9:.1f} GB is usable ({usable / hw.memory_bytes:.0%} of {hw.memory_bytes / 1e9:.0f} GB)"
             f"{' minus a ' + format(reserve / 1e9, '.1f') + ' GB reserve' if reserve else ''}"
             f"{' (of which ' + format(lora / 1e9, '.1f') + ' GB of LoRA buffers: lora.max_loras x max_lora_rank)' if lora else ''}; "

@@ -62,6 +62,24 @@ class EngineSpec:
     cuda_graph_sizes: tuple[int, ...] = ()  # captured decode batch sizes (empty: every size)
     defaults: str = ""  # "vllm": policy/kv_cache keys a scenario leaves unset get vLLM's (vllm_defaults)
     hardware_step_overhead: bool = False  # ideal: keep the profile's step_overhead_s instead
+    # Device memory the engine holds besides weights and KV cache, per device (build.kv_blocks): what
+    # vLLM's start-up profile run measures and subtracts before it sizes the cache
+    sampler_profile_bytes_per_logit: float = 0.0  # its dummy sampler run over max_num_seqs x vocab logits
+    non_torch_bytes: float = 0.0  # memory outside torch's allocator that grows during the profile, TP 1
+    non_torch_bytes_tp: float = 0.0  # the same per device at TP > 1 (NCCL, custom all-reduce buffers)
+    memory_source: str = ""
+
+    def reserved_bytes(
+        self, forward_bytes: float, max_seqs: int, step_tokens: int, vocab: int, tp: int
+    ) -> tuple[float, float, float]:
+        """(activation peak, sampler profile, non-torch) bytes per device: the profile's torch peak
+        is the larger of the forward pass's activations (``forward_bytes``) and the sampler run's
+        buffers, over the whole vocabulary on every TP rank (the logits are gathered first) for
+        min(max_num_seqs, max_num_batched_tokens) rows (vLLM's ``_dummy_run`` makes that many
+        requests of the profile's tokens)."""
+        sampler = self.sampler_profile_bytes_per_logit * min(max_seqs, step_tokens) * vocab
+        non_torch = self.non_torch_bytes_tp if tp > 1 else self.non_torch_bytes
+        return max(forward_bytes, sampler), sampler, non_torch
 
     def host_breakdown(self, seqs: int, tokens: int) -> dict[str, float]:
         """Host seconds of each named term of a step (``CostModel.host_s`` prices their sum)."""
@@ -116,7 +134,11 @@ def vllm_defaults(hw: HardwareProfile) -> tuple[dict[str, object], dict[str, obj
 
 def for_hardware(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
     """The engine as it runs on ``hw``: vLLM on a CPU forces async scheduling off ("not required
-    on CPU", vllm/platforms/cpu.py) and has no CUDA graphs; a TPU has no CUDA graphs either."""
+    on CPU", vllm/platforms/cpu.py) and has no CUDA graphs; a TPU has no CUDA graphs either. The
+    memory reservations were measured on CUDA GPUs (vLLM on a CPU sizes its cache from
+    VLLM_CPU_KVCACHE_SPACE, not from a profile run): elsewhere they are not applied."""
+    if spec.defaults == "vllm" and hw.family in ("cpu", "tpu"):
+        spec = replace(spec, sampler_profile_bytes_per_logit=0.0, non_torch_bytes=0.0, non_torch_bytes_tp=0.0)
     if spec.defaults == "vllm" and hw.family == "cpu":
         return replace(spec, async_scheduling=False, cuda_graphs=False, cuda_graph_sizes=())
     if spec.defaults == "vllm" and hw.family == "tpu":  # XLA compiles the graphs: no CUDA graphs to pad to
@@ -132,6 +154,19 @@ def for_hardware(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
 _DS = "DistServe profiler-a100-80g.{}.json (OPT-13B TP1), residual over llmsim's A100 kernels, stepmodel.fit_host_terms"
 _VLLM_2024 = HostTerm(8.2318e-3, 0.0, 5.1353e-5, _DS.format("vllm"))
 _DISTSERVE_2024 = HostTerm(3.9383e-3, 1.0095e-4, 1.1552e-5, _DS.format("distserve"))
+
+# vLLM 0.19's start-up memory profile on CUDA GPUs, fitted by benchmarks/vllm_memory.py to the fitting
+# rows of data/validation/vllm-memory/v0.19-h100.csv (its DEBUG log lines "torch peak memory increase"
+# and "non-torch forward increase" from public H100 logs; the other rows held out, docs/validation.md).
+# The torch peak is the dummy sampler run of vllm PR #13594 (top-k = vocab - 1 and top-p on, so the
+# sorting path: fp32 logits, their sorted copy and int64 indices, ~16 bytes a logit) over max_num_seqs
+# rows; the non-torch growth is CUDA/cuBLAS workspaces at TP 1 and NCCL plus custom all-reduce buffers
+# beyond. CUDA-graph memory is not subtracted by 0.19 (graphs are captured after the cache is
+# allocated; default from 0.21, vllm PR #30515's estimate), so it is not reserved here.
+_MEM = "benchmarks/vllm_memory.py fit to data/validation/vllm-memory/v0.19-h100.csv (vLLM 0.19 H100 start-up logs)"
+_VLLM_SAMPLER_BYTES_PER_LOGIT = 15.09
+_VLLM_NON_TORCH_BYTES = 0.2467 * 2**30
+_VLLM_NON_TORCH_BYTES_TP = 2.07 * 2**30
 
 PRESETS: dict[str, EngineSpec] = {
     "ideal": EngineSpec(
@@ -153,6 +188,10 @@ PRESETS: dict[str, EngineSpec] = {
         cuda_graphs=True,
         cuda_graph_sizes=vllm_capture_sizes(512),
         defaults="vllm",
+        sampler_profile_bytes_per_logit=_VLLM_SAMPLER_BYTES_PER_LOGIT,
+        non_torch_bytes=_VLLM_NON_TORCH_BYTES,
+        non_torch_bytes_tp=_VLLM_NON_TORCH_BYTES_TP,
+        memory_source=_MEM,
     ),
     "vllm-2024": EngineSpec(
         "vllm-2024",
@@ -191,7 +230,8 @@ def _seconds(v: object, where: str) -> float:
 
 
 _BOOLS = ("async_scheduling", "cuda_graphs", "hardware_step_overhead")
-_TEXTS = ("name", "source")
+_TEXTS = ("name", "source", "memory_source")
+_AMOUNTS = ("sampler_profile_bytes_per_logit", "non_torch_bytes", "non_torch_bytes_tp")
 DEFAULT_TABLES = ("", "vllm")
 
 
@@ -206,6 +246,10 @@ def _field(k: str, v: object, origin: str) -> object:
         return tuple(sorted(set(v)))
     if k == "output_delay_s":
         return _seconds(v, where)
+    if k in _AMOUNTS:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise UserError(f"{where} must be a finite number of bytes >= 0, got {v!r}")
+        return float(v)
     if k in _BOOLS:
         if k == "cuda_graphs" and v is None:
             return None

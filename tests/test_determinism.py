@@ -17,7 +17,9 @@ SCENARIO = {
     "cluster": {"replicas": 2, "router": "least_outstanding"},
     "policy": {"kind": "chunked", "chunk_tokens": 256, "max_num_seqs": 16},
     # a small KV pool (most of the memory reserved) forces preemptions, the subtlest code path
-    "kv_cache": {"reserve_gb": 59.8},  # leaves about 8,000 tokens of KV (weights 16.1 GB of 77 GB usable)
+    "kv_cache": {
+        "reserve_gb": 59.53
+    },  # leaves about 8,000 tokens of KV (weights 16.1 GB of 77 GB usable, vLLM 0.26 GB)
     "workload": {
         "kind": "gamma",
         "rate_rps": 30.0,

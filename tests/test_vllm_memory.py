@@ -1,0 +1,83 @@
+"""vLLM's own device memory (engine.py's memory terms, build.kv_blocks): fitted on public vLLM 0.19
+start-up logs, tested on the held-out ones and on the RTX 4090 run's recorded KV block count."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from llmsim.engine import PRESETS, for_hardware
+from llmsim.errors import UserError
+from llmsim.hardware import load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("vllm_memory", ROOT / "benchmarks" / "vllm_memory.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_preset_carries_the_fit():
+    bench = _bench()
+    terms = bench.fit(bench.load())
+    v = PRESETS["vllm-v1"]
+    assert v.sampler_profile_bytes_per_logit == pytest.approx(terms["sampler_profile_bytes_per_logit"], abs=0.01)
+    assert v.non_torch_bytes == pytest.approx(terms["non_torch_bytes"], rel=1e-3)
+    assert v.non_torch_bytes_tp == pytest.approx(terms["non_torch_bytes_tp"], rel=1e-3)
+    assert PRESETS["ideal"].sampler_profile_bytes_per_logit == PRESETS["ideal"].non_torch_bytes == 0.0
+
+
+def test_held_out_logs_are_predicted():
+    bench = _bench()
+    rows = bench.load()
+    table = bench.predict(rows, bench.fit(rows))
+    held = table[table.split == "held-out"]
+    assert len(held) >= 15 and set(rows[rows.split == "fit"].model) & set(rows[rows.split == "held-out"].model) == set()
+    dense = held[(held.by == "sampler") & (held.vocab >= 100_000) & ~held.moe]
+    # the vocabulary sets the peak of the dense models: within 8 % of every held-out one
+    assert len(dense) >= 10 and dense.peak_err_pct.abs().max() < 8.0
+    # the KV cache it leaves: within 4.5 % on every held-out row (MoE ones included, whose
+    # fused-MoE buffers are not modelled: 0.5-0.6 GiB short)
+    assert held.kv_err_pct.abs().max() < 4.5
+
+
+def test_the_rtx4090_run_sizes_closer_to_vllm():
+    blocks = _bench().rtx4090_blocks()
+    real = blocks["vLLM 0.19 (recorded)"]
+    v1, ideal = blocks["llmsim, engine vllm-v1"], blocks["llmsim, engine ideal"]
+    assert abs(v1 / real - 1) < 0.10 < ideal / real - 1  # 2,815 and 2,995 against 2,588
+
+
+def test_no_reservation_where_it_was_not_measured():
+    for hw in ("Xeon-8480+", "TPU-v5e"):
+        spec = for_hardware(PRESETS["vllm-v1"], load_profile(hw))
+        assert spec.reserved_bytes(1e6, 256, 8192, 128256, 1) == (1e6, 0.0, 0.0)
+    h100 = for_hardware(PRESETS["vllm-v1"], load_profile("H100-SXM"))
+    peak, sampler, non_torch = h100.reserved_bytes(1e6, 4096, 2048, 128256, 2)
+    assert sampler == pytest.approx(h100.sampler_profile_bytes_per_logit * 2048 * 128256)  # rows capped at the tokens
+    assert peak == sampler and non_torch == h100.non_torch_bytes_tp
+
+
+def test_a_sampler_warm_up_that_cannot_fit_is_named():
+    import llmsim
+
+    sc = {
+        "name": "huge-batch",
+        "model": "llama-3.1-8b",
+        "hardware": "RTX-4090",
+        "policy": {"kind": "vllm", "chunk_tokens": 16384, "max_batch_tokens": 16384, "max_num_seqs": 16384},
+        "workload": {
+            "kind": "poisson",
+            "rate_rps": 1,
+            "num_requests": 2,
+            "prompt_tokens": {"dist": "fixed", "value": 10},
+            "output_tokens": {"dist": "fixed", "value": 10},
+        },
+    }
+    with pytest.raises(UserError, match="sampler warm-up .* lower policy.max_num_seqs"):
+        llmsim.run(sc)
