@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -28,7 +29,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from llmsim.build import activation_bytes  # noqa: E402
+from llmsim.build import activation_bytes, moe_workspace_bytes  # noqa: E402
+from llmsim.engine import PRESETS  # noqa: E402
 from llmsim.models import CATALOG  # noqa: E402
 
 DATA = ROOT / "data" / "validation" / "vllm-memory" / "v0.19-h100.csv"
@@ -55,22 +57,27 @@ def fit(rows: pd.DataFrame) -> dict[str, float]:
     }
 
 
-def forward_bytes(row: pd.Series) -> float | None:
-    """llmsim's forward-pass activation estimate for the row's model, where the catalog has it."""
+def forward_bytes(row: pd.Series) -> tuple[float, float] | None:
+    """llmsim's forward-pass activation estimate and fused-MoE scratch for the row's model, where
+    the catalog has its architecture."""
     if not isinstance(row.llmsim_model, str):
         return None
     model = CATALOG[row.llmsim_model]
-    return activation_bytes(model, int(row.max_num_batched_tokens), int(row.max_num_seqs), int(row.tp), "bf16")
+    tokens, tp = int(row.max_num_batched_tokens), int(row.tp)
+    fwd = activation_bytes(model, tokens, int(row.max_num_seqs), tp, "bf16")
+    return fwd, moe_workspace_bytes(model, tokens, tp, 1, "bf16")
 
 
 def predict(rows: pd.DataFrame, terms: dict[str, float]) -> pd.DataFrame:
+    """Every row priced by the engine's own formula (``EngineSpec.reserved_bytes``) with ``terms``."""
+    engine = replace(PRESETS["vllm-v1"], **terms)
     out = []
     for _, r in rows.iterrows():
-        rows_ = min(r.max_num_seqs, r.max_num_batched_tokens)
-        sampler = terms["sampler_profile_bytes_per_logit"] * rows_ * r.vocab_size
-        fwd = forward_bytes(r)
-        peak = max(sampler, fwd) if fwd is not None else sampler
-        non_torch = terms["non_torch_bytes_tp"] if r.tp > 1 else terms["non_torch_bytes"]
+        known = forward_bytes(r)
+        fwd, moe = known if known is not None else (0.0, 0.0)
+        peak, sampler, non_torch = engine.reserved_bytes(
+            fwd, int(r.max_num_seqs), int(r.max_num_batched_tokens), int(r.vocab_size), int(r.tp), moe
+        )
         measured = (r.activation_memory_gib + r.non_torch_forward_gib) * GIB
         out.append(
             {
@@ -82,10 +89,10 @@ def predict(rows: pd.DataFrame, terms: dict[str, float]) -> pd.DataFrame:
                 "peak_gib": r.activation_memory_gib,
                 "pred_peak_gib": peak / GIB,
                 "peak_err_pct": 100 * (peak / GIB / r.activation_memory_gib - 1),
-                "by": "forward" if fwd is not None and fwd > sampler else "sampler",
+                "by": "forward" if fwd > sampler else "sampler",
+                "moe_ws_gib": moe / GIB,
                 "non_torch_gib": r.non_torch_forward_gib,
                 "pred_non_torch_gib": non_torch / GIB,
-                "reserved_err_gib": (peak + non_torch - measured) / GIB,
                 "kv_err_pct": 100 * (measured - peak - non_torch) / (r.kv_cache_memory_gib * GIB),
             }
         )

@@ -521,6 +521,20 @@ def activation_bytes(model: ModelSpec, step_tokens: int, max_seqs: int, tp: int,
     return step_tokens * per_token + logits
 
 
+def moe_workspace_bytes(model: ModelSpec, step_tokens: int, tp: int, ep: int, act_dtype: str) -> float:
+    """Scratch of vLLM's Triton fused-MoE kernel for a step of ``step_tokens``: workspace13 (tokens,
+    top-k, max(I, H)) and workspace2 (tokens, top-k, max(2I, H)) in the activation dtype, I the
+    expert's intermediate size on this device (split over TP unless experts are placed whole, EP)
+    and H the hidden size (TritonExperts.workspace_shapes, vllm/model_executor/layers/fused_moe/
+    fused_moe.py); 0 for a dense model."""
+    if not model.is_moe:
+        return 0.0
+    inter = model.intermediate_size if ep > 1 else model.intermediate_size // tp
+    h = model.hidden_size
+    per_row = max(inter, h) + max(2 * inter, h)
+    return float(step_tokens * model.experts_per_token * per_row * DTYPE_BYTES[storage_of(act_dtype)])
+
+
 def _engine_memory_note(engine: EngineSpec, sampler: float, forward: float, non_torch: float, usable: float) -> str:
     """What a "does not fit" message says of the engine's own memory (the sampler warm-up only
     where it is a real part of the device: a tenth or more)."""
@@ -563,7 +577,8 @@ def kv_blocks(
     usable = hw.memory_bytes * (1.0 if of_free else sc.kv_cache.memory_fraction)
     weights = model.weight_bytes_per_device(weight_dtype, tp, pp, ep, redundant_experts)
     act = activation_bytes(model, step_tokens, max_seqs, tp, sc.model.act_dtype)
-    peak, sampler, non_torch = engine.reserved_bytes(act, max_seqs, step_tokens, model.vocab_size, tp)
+    moe = moe_workspace_bytes(model, step_tokens, tp, ep, sc.model.act_dtype)
+    peak, sampler, non_torch = engine.reserved_bytes(act, max_seqs, step_tokens, model.vocab_size, tp, moe)
     reserve = sc.kv_cache.reserve_gb * 1e9
     lora = 0.0
     if sc.lora is not None:  # multi-LoRA: the adapters' GPU buffers, allocated before the KV cache
@@ -586,6 +601,7 @@ def kv_blocks(
         "weights_bytes": weights,
         "activation_bytes": act,  # the forward pass's
         "sampler_profile_bytes": sampler,  # the engine's sampler profile run (the peak is the larger)
+        "moe_workspace_bytes": moe if engine.moe_workspace_persists else 0.0,  # (part of the peak)
         "activation_peak_bytes": peak,
         "non_torch_bytes": non_torch,
         "reserve_bytes": reserve,

@@ -67,19 +67,22 @@ class EngineSpec:
     sampler_profile_bytes_per_logit: float = 0.0  # its dummy sampler run over max_num_seqs x vocab logits
     non_torch_bytes: float = 0.0  # memory outside torch's allocator that grows during the profile, TP 1
     non_torch_bytes_tp: float = 0.0  # the same per device at TP > 1 (NCCL, custom all-reduce buffers)
+    moe_workspace_persists: bool = False  # MoE kernels' scratch buffers stay allocated between calls
     memory_source: str = ""
 
     def reserved_bytes(
-        self, forward_bytes: float, max_seqs: int, step_tokens: int, vocab: int, tp: int
+        self, forward_bytes: float, max_seqs: int, step_tokens: int, vocab: int, tp: int, moe_workspace: float = 0.0
     ) -> tuple[float, float, float]:
         """(activation peak, sampler profile, non-torch) bytes per device: the profile's torch peak
         is the larger of the forward pass's activations (``forward_bytes``) and the sampler run's
         buffers, over the whole vocabulary on every TP rank (the logits are gathered first) for
         min(max_num_seqs, max_num_batched_tokens) rows (vLLM's ``_dummy_run`` makes that many
-        requests of the profile's tokens)."""
+        requests of the profile's tokens); plus, where the engine keeps them, the MoE kernels'
+        scratch buffers sized by the profile's tokens (``build.moe_workspace_bytes``)."""
         sampler = self.sampler_profile_bytes_per_logit * min(max_seqs, step_tokens) * vocab
         non_torch = self.non_torch_bytes_tp if tp > 1 else self.non_torch_bytes
-        return max(forward_bytes, sampler), sampler, non_torch
+        kept = moe_workspace if self.moe_workspace_persists else 0.0
+        return max(forward_bytes, sampler) + kept, sampler, non_torch
 
     def host_breakdown(self, seqs: int, tokens: int) -> dict[str, float]:
         """Host seconds of each named term of a step (``CostModel.host_s`` prices their sum)."""
@@ -158,11 +161,12 @@ _DISTSERVE_2024 = HostTerm(3.9383e-3, 1.0095e-4, 1.1552e-5, _DS.format("distserv
 # vLLM 0.19's start-up memory profile on CUDA GPUs, fitted by benchmarks/vllm_memory.py to the fitting
 # rows of data/validation/vllm-memory/v0.19-h100.csv (its DEBUG log lines "torch peak memory increase"
 # and "non-torch forward increase" from public H100 logs; the other rows held out, docs/validation.md).
-# The torch peak is the dummy sampler run of vllm PR #13594 (top-k = vocab - 1 and top-p on, so the
-# sorting path: fp32 logits, their sorted copy and int64 indices, ~16 bytes a logit) over max_num_seqs
-# rows; the non-torch growth is CUDA/cuBLAS workspaces at TP 1 and NCCL plus custom all-reduce buffers
+# The torch peak is the dummy sampler run of vllm PR #13594 (top-k = vocab - 1 and top-p on; 15.09
+# bytes a logit fitted, about fp32 logits + a sorted fp32 copy + int64 indices) over max_num_seqs rows; the non-torch growth is CUDA/cuBLAS workspaces at TP 1 and NCCL plus custom all-reduce buffers
 # beyond. CUDA-graph memory is not subtracted by 0.19 (graphs are captured after the cache is
-# allocated; default from 0.21, vllm PR #30515's estimate), so it is not reserved here.
+# allocated; default from 0.21, vllm PR #30515's estimate), so it is not reserved here. MoE models
+# keep their fused-MoE scratch buffers between calls (FusedMoEModularKernel.shared_buffers, a class
+# attribute, vllm/model_executor/layers/fused_moe/modular_kernel.py), so the sampler's peak sits on them.
 _MEM = "benchmarks/vllm_memory.py fit to data/validation/vllm-memory/v0.19-h100.csv (vLLM 0.19 H100 start-up logs)"
 _VLLM_SAMPLER_BYTES_PER_LOGIT = 15.09
 _VLLM_NON_TORCH_BYTES = 0.2467 * 2**30
@@ -191,6 +195,7 @@ PRESETS: dict[str, EngineSpec] = {
         sampler_profile_bytes_per_logit=_VLLM_SAMPLER_BYTES_PER_LOGIT,
         non_torch_bytes=_VLLM_NON_TORCH_BYTES,
         non_torch_bytes_tp=_VLLM_NON_TORCH_BYTES_TP,
+        moe_workspace_persists=True,
         memory_source=_MEM,
     ),
     "vllm-2024": EngineSpec(
@@ -229,7 +234,7 @@ def _seconds(v: object, where: str) -> float:
     return float(v)
 
 
-_BOOLS = ("async_scheduling", "cuda_graphs", "hardware_step_overhead")
+_BOOLS = ("async_scheduling", "cuda_graphs", "hardware_step_overhead", "moe_workspace_persists")
 _TEXTS = ("name", "source", "memory_source")
 _AMOUNTS = ("sampler_profile_bytes_per_logit", "non_torch_bytes", "non_torch_bytes_tp")
 DEFAULT_TABLES = ("", "vllm")

@@ -41,8 +41,11 @@ def test_held_out_logs_are_predicted():
     dense = held[(held.by == "sampler") & (held.vocab >= 100_000) & ~held.moe]
     # the vocabulary sets the peak of the dense models: within 8 % of every held-out one
     assert len(dense) >= 10 and dense.peak_err_pct.abs().max() < 8.0
-    # the KV cache it leaves: within 4.5 % on every held-out row (MoE ones included, whose
-    # fused-MoE buffers are not modelled: 0.5-0.6 GiB short)
+    # MoE models: the fused-MoE kernel's scratch, kept between calls, sits under the peak (from
+    # vLLM's workspace shapes, nothing fitted): within 8 % where the catalog has the architecture
+    moe = held[held.moe & (held.moe_ws_gib > 0)]
+    assert len(moe) == 2 and moe.peak_err_pct.abs().max() < 8.0
+    # the KV cache it leaves: within 4.5 % on every held-out row
     assert held.kv_err_pct.abs().max() < 4.5
 
 
