@@ -541,8 +541,8 @@ def _engine_memory_note(engine: EngineSpec, sampler: float, forward: float, non_
     note = ""
     if sampler > forward and sampler >= 0.1 * usable:
         note += (
-            f" (the activation peak is {engine.name}'s sampler warm-up over min(policy.max_num_seqs, the step's "
-            "tokens) rows of the vocabulary: lower policy.max_num_seqs)"
+            " (the activation peak is the engine's start-up sampler warm-up over min(policy.max_num_seqs, the "
+            "step's tokens) rows of the vocabulary, on every TP rank: lower policy.max_num_seqs)"
         )
     if non_torch:
         note += f", {non_torch / 1e9:.1f} GB the engine holds outside torch"
@@ -602,7 +602,7 @@ def kv_blocks(
         "activation_bytes": act,  # the forward pass's
         "sampler_profile_bytes": sampler,  # the engine's sampler profile run (the peak is the larger)
         "moe_workspace_bytes": moe if engine.moe_workspace_persists else 0.0,  # (part of the peak)
-        "activation_peak_bytes": peak,
+        "activation_reserved_bytes": peak,  # what the cache is sized without (the run's own peak: summary.memory)
         "non_torch_bytes": non_torch,
         "reserve_bytes": reserve,
         "lora_bytes": lora,  # (part of reserve_bytes)

@@ -140,8 +140,14 @@ def for_hardware(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
     on CPU", vllm/platforms/cpu.py) and has no CUDA graphs; a TPU has no CUDA graphs either. The
     memory reservations were measured on CUDA GPUs (vLLM on a CPU sizes its cache from
     VLLM_CPU_KVCACHE_SPACE, not from a profile run): elsewhere they are not applied."""
-    if spec.defaults == "vllm" and hw.family in ("cpu", "tpu"):
-        spec = replace(spec, sampler_profile_bytes_per_logit=0.0, non_torch_bytes=0.0, non_torch_bytes_tp=0.0)
+    if hw.family in ("cpu", "tpu"):
+        spec = replace(
+            spec,
+            sampler_profile_bytes_per_logit=0.0,
+            non_torch_bytes=0.0,
+            non_torch_bytes_tp=0.0,
+            moe_workspace_persists=False,
+        )
     if spec.defaults == "vllm" and hw.family == "cpu":
         return replace(spec, async_scheduling=False, cuda_graphs=False, cuda_graph_sizes=())
     if spec.defaults == "vllm" and hw.family == "tpu":  # XLA compiles the graphs: no CUDA graphs to pad to
@@ -301,7 +307,20 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
         data = load_yaml_file(path)
         if not isinstance(data, dict):
             raise UserError(f"{path}: an engine profile must be a mapping of engine fields")
-        base = engine_from_dict({k: v for k, v in data.items() if k != "fit"}, str(path), EngineSpec("profile", ""))
+        # a profile of a vLLM deployment (calibrate --serving writes defaults: vllm) keeps vLLM's memory
+        # terms unless it sets its own: the serving fit measures time, not memory
+        blank = EngineSpec("profile", "")
+        if data.get("defaults") == "vllm":
+            v = PRESETS[DEFAULT_ENGINE]
+            blank = replace(
+                blank,
+                sampler_profile_bytes_per_logit=v.sampler_profile_bytes_per_logit,
+                non_torch_bytes=v.non_torch_bytes,
+                non_torch_bytes_tp=v.non_torch_bytes_tp,
+                moe_workspace_persists=v.moe_workspace_persists,
+                memory_source=v.memory_source,
+            )
+        base = engine_from_dict({k: v for k, v in data.items() if k != "fit"}, str(path), blank)
     elif "preset" in value:
         name = str(value["preset"])
         if name not in PRESETS:

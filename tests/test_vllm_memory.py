@@ -59,7 +59,7 @@ def test_the_rtx4090_run_sizes_closer_to_vllm():
 def test_no_reservation_where_it_was_not_measured():
     for hw in ("Xeon-8480+", "TPU-v5e"):
         spec = for_hardware(PRESETS["vllm-v1"], load_profile(hw))
-        assert spec.reserved_bytes(1e6, 256, 8192, 128256, 1) == (1e6, 0.0, 0.0)
+        assert spec.reserved_bytes(1e6, 256, 8192, 128256, 1, moe_workspace=5e8) == (1e6, 0.0, 0.0)
     h100 = for_hardware(PRESETS["vllm-v1"], load_profile("H100-SXM"))
     peak, sampler, non_torch = h100.reserved_bytes(1e6, 4096, 2048, 128256, 2)
     assert sampler == pytest.approx(h100.sampler_profile_bytes_per_logit * 2048 * 128256)  # rows capped at the tokens
@@ -84,3 +84,19 @@ def test_a_sampler_warm_up_that_cannot_fit_is_named():
     }
     with pytest.raises(UserError, match="sampler warm-up .* lower policy.max_num_seqs"):
         llmsim.run(sc)
+
+
+def test_a_fitted_vllm_profile_keeps_the_memory_terms(tmp_path):
+    # calibrate --serving fits time, not memory: a profile of a vLLM deployment (defaults: vllm)
+    # reserves what the preset does unless it says otherwise
+    from llmsim.engine import load_engine
+
+    (tmp_path / "engine.yaml").write_text("defaults: vllm\nasync_scheduling: true\n")
+    spec = load_engine("engine.yaml", tmp_path, "test")
+    v = PRESETS["vllm-v1"]
+    assert spec.sampler_profile_bytes_per_logit == v.sampler_profile_bytes_per_logit
+    assert (spec.non_torch_bytes, spec.non_torch_bytes_tp) == (v.non_torch_bytes, v.non_torch_bytes_tp)
+    assert spec.moe_workspace_persists
+    (tmp_path / "other.yaml").write_text("async_scheduling: true\nnon_torch_bytes: 1000\n")
+    other = load_engine("other.yaml", tmp_path, "test")
+    assert other.non_torch_bytes == 1000.0 and other.sampler_profile_bytes_per_logit == 0.0
