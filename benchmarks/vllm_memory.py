@@ -75,7 +75,7 @@ def predict(rows: pd.DataFrame, terms: dict[str, float]) -> pd.DataFrame:
     for _, r in rows.iterrows():
         known = forward_bytes(r)
         fwd, moe = known if known is not None else (0.0, 0.0)
-        peak, sampler, non_torch = engine.reserved_bytes(
+        peak, sampler, _, non_torch = engine.reserved_bytes(
             fwd, int(r.max_num_seqs), int(r.max_num_batched_tokens), int(r.vocab_size), int(r.tp), moe
         )
         measured = (r.activation_memory_gib + r.non_torch_forward_gib) * GIB

@@ -535,7 +535,7 @@ def moe_workspace_bytes(model: ModelSpec, step_tokens: int, tp: int, ep: int, ac
     return float(step_tokens * model.experts_per_token * per_row * DTYPE_BYTES[storage_of(act_dtype)])
 
 
-def _engine_memory_note(engine: EngineSpec, sampler: float, forward: float, non_torch: float, usable: float) -> str:
+def _engine_memory_note(sampler: float, forward: float, non_torch: float, usable: float) -> str:
     """What a "does not fit" message says of the engine's own memory (the sampler warm-up only
     where it is a real part of the device: a tenth or more)."""
     note = ""
@@ -578,7 +578,7 @@ def kv_blocks(
     weights = model.weight_bytes_per_device(weight_dtype, tp, pp, ep, redundant_experts)
     act = activation_bytes(model, step_tokens, max_seqs, tp, sc.model.act_dtype)
     moe = moe_workspace_bytes(model, step_tokens, tp, ep, sc.model.act_dtype)
-    peak, sampler, non_torch = engine.reserved_bytes(act, max_seqs, step_tokens, model.vocab_size, tp, moe)
+    peak, sampler, moe, non_torch = engine.reserved_bytes(act, max_seqs, step_tokens, model.vocab_size, tp, moe)
     reserve = sc.kv_cache.reserve_gb * 1e9
     lora = 0.0
     if sc.lora is not None:  # multi-LoRA: the adapters' GPU buffers, allocated before the KV cache
@@ -601,7 +601,7 @@ def kv_blocks(
         "weights_bytes": weights,
         "activation_bytes": act,  # the forward pass's
         "sampler_profile_bytes": sampler,  # the engine's sampler profile run (the peak is the larger)
-        "moe_workspace_bytes": moe if engine.moe_workspace_persists else 0.0,  # (part of the peak)
+        "moe_workspace_bytes": moe,  # kept by the engine between calls (part of the peak)
         "activation_reserved_bytes": peak,  # what the cache is sized without (the run's own peak: summary.memory)
         "non_torch_bytes": non_torch,
         "reserve_bytes": reserve,
@@ -619,7 +619,7 @@ def kv_blocks(
             f"{key}: {model.name}{' with its draft ' + draft.name if draft is not None else ''} does not fit on "
             f"{hw.name} x{devices} (tp={tp}, pp={pp}{f', ep={ep}' if ep > 1 else ''}): weights need "
             f"{weights / 1e9:.1f} GB and activations {peak / 1e9:.1f} GB per device"
-            f"{_engine_memory_note(engine, sampler, act, non_torch, usable)}, but only "
+            f"{_engine_memory_note(sampler, act, non_torch, usable)}, but only "
             f"{usable / 1e9:.1f} GB is usable ({usable / hw.memory_bytes:.0%} of {hw.memory_bytes / 1e9:.0f} GB)"
             f"{' minus a ' + format(reserve / 1e9, '.1f') + ' GB reserve' if reserve else ''}"
             f"{' (of which ' + format(lora / 1e9, '.1f') + ' GB of LoRA buffers: lora.max_loras x max_lora_rank)' if lora else ''}; "

@@ -72,8 +72,8 @@ class EngineSpec:
 
     def reserved_bytes(
         self, forward_bytes: float, max_seqs: int, step_tokens: int, vocab: int, tp: int, moe_workspace: float = 0.0
-    ) -> tuple[float, float, float]:
-        """(activation peak, sampler profile, non-torch) bytes per device: the profile's torch peak
+    ) -> tuple[float, float, float, float]:
+        """(activation peak, sampler profile, MoE scratch kept, non-torch) bytes per device: the profile's torch peak
         is the larger of the forward pass's activations (``forward_bytes``) and the sampler run's
         buffers, over the whole vocabulary on every TP rank (the logits are gathered first) for
         min(max_num_seqs, max_num_batched_tokens) rows (vLLM's ``_dummy_run`` makes that many
@@ -82,7 +82,7 @@ class EngineSpec:
         sampler = self.sampler_profile_bytes_per_logit * min(max_seqs, step_tokens) * vocab
         non_torch = self.non_torch_bytes_tp if tp > 1 else self.non_torch_bytes
         kept = moe_workspace if self.moe_workspace_persists else 0.0
-        return max(forward_bytes, sampler) + kept, sampler, non_torch
+        return max(forward_bytes, sampler) + kept, sampler, kept, non_torch
 
     def host_breakdown(self, seqs: int, tokens: int) -> dict[str, float]:
         """Host seconds of each named term of a step (``CostModel.host_s`` prices their sum)."""
@@ -141,13 +141,7 @@ def for_hardware(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
     memory reservations were measured on CUDA GPUs (vLLM on a CPU sizes its cache from
     VLLM_CPU_KVCACHE_SPACE, not from a profile run): elsewhere they are not applied."""
     if hw.family in ("cpu", "tpu"):
-        spec = replace(
-            spec,
-            sampler_profile_bytes_per_logit=0.0,
-            non_torch_bytes=0.0,
-            non_torch_bytes_tp=0.0,
-            moe_workspace_persists=False,
-        )
+        spec = replace(spec, **memory_terms(PRESETS["ideal"]))  # (the ideal engine reserves nothing)
     if spec.defaults == "vllm" and hw.family == "cpu":
         return replace(spec, async_scheduling=False, cuda_graphs=False, cuda_graph_sizes=())
     if spec.defaults == "vllm" and hw.family == "tpu":  # XLA compiles the graphs: no CUDA graphs to pad to
@@ -168,8 +162,8 @@ _DISTSERVE_2024 = HostTerm(3.9383e-3, 1.0095e-4, 1.1552e-5, _DS.format("distserv
 # rows of data/validation/vllm-memory/v0.19-h100.csv (its DEBUG log lines "torch peak memory increase"
 # and "non-torch forward increase" from public H100 logs; the other rows held out, docs/validation.md).
 # The torch peak is the dummy sampler run of vllm PR #13594 (top-k = vocab - 1 and top-p on; 15.09
-# bytes a logit fitted, about fp32 logits + a sorted fp32 copy + int64 indices) over max_num_seqs rows; the non-torch growth is CUDA/cuBLAS workspaces at TP 1 and NCCL plus custom all-reduce buffers
-# beyond. CUDA-graph memory is not subtracted by 0.19 (graphs are captured after the cache is
+# bytes a logit fitted, about fp32 logits + a sorted fp32 copy + int64 indices) over max_num_seqs rows;
+# the non-torch growth is CUDA/cuBLAS workspaces at TP 1 and NCCL plus custom all-reduce buffers beyond. CUDA-graph memory is not subtracted by 0.19 (graphs are captured after the cache is
 # allocated; default from 0.21, vllm PR #30515's estimate), so it is not reserved here. MoE models
 # keep their fused-MoE scratch buffers between calls (FusedMoEModularKernel.shared_buffers, a class
 # attribute, vllm/model_executor/layers/fused_moe/modular_kernel.py), so the sampler's peak sits on them.
@@ -243,6 +237,14 @@ def _seconds(v: object, where: str) -> float:
 _BOOLS = ("async_scheduling", "cuda_graphs", "hardware_step_overhead", "moe_workspace_persists")
 _TEXTS = ("name", "source", "memory_source")
 _AMOUNTS = ("sampler_profile_bytes_per_logit", "non_torch_bytes", "non_torch_bytes_tp")
+MEMORY_FIELDS = (*_AMOUNTS, "moe_workspace_persists", "memory_source")  # what the engine holds on the device
+
+
+def memory_terms(spec: EngineSpec) -> dict[str, object]:
+    """``spec``'s device-memory terms, to give another engine the same (``dataclasses.replace``)."""
+    return {k: getattr(spec, k) for k in MEMORY_FIELDS}
+
+
 DEFAULT_TABLES = ("", "vllm")
 
 
@@ -311,15 +313,7 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
         # terms unless it sets its own: the serving fit measures time, not memory
         blank = EngineSpec("profile", "")
         if data.get("defaults") == "vllm":
-            v = PRESETS[DEFAULT_ENGINE]
-            blank = replace(
-                blank,
-                sampler_profile_bytes_per_logit=v.sampler_profile_bytes_per_logit,
-                non_torch_bytes=v.non_torch_bytes,
-                non_torch_bytes_tp=v.non_torch_bytes_tp,
-                moe_workspace_persists=v.moe_workspace_persists,
-                memory_source=v.memory_source,
-            )
+            blank = replace(blank, **memory_terms(PRESETS[DEFAULT_ENGINE]))
         base = engine_from_dict({k: v for k, v in data.items() if k != "fit"}, str(path), blank)
     elif "preset" in value:
         name = str(value["preset"])

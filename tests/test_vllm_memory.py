@@ -59,9 +59,9 @@ def test_the_rtx4090_run_sizes_closer_to_vllm():
 def test_no_reservation_where_it_was_not_measured():
     for hw in ("Xeon-8480+", "TPU-v5e"):
         spec = for_hardware(PRESETS["vllm-v1"], load_profile(hw))
-        assert spec.reserved_bytes(1e6, 256, 8192, 128256, 1, moe_workspace=5e8) == (1e6, 0.0, 0.0)
+        assert spec.reserved_bytes(1e6, 256, 8192, 128256, 1, moe_workspace=5e8) == (1e6, 0.0, 0.0, 0.0)
     h100 = for_hardware(PRESETS["vllm-v1"], load_profile("H100-SXM"))
-    peak, sampler, non_torch = h100.reserved_bytes(1e6, 4096, 2048, 128256, 2)
+    peak, sampler, _, non_torch = h100.reserved_bytes(1e6, 4096, 2048, 128256, 2)
     assert sampler == pytest.approx(h100.sampler_profile_bytes_per_logit * 2048 * 128256)  # rows capped at the tokens
     assert peak == sampler and non_torch == h100.non_torch_bytes_tp
 
