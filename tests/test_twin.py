@@ -458,3 +458,25 @@ def test_vllm_replay_resolves_a_relative_profile_path_from_the_working_directory
     monkeypatch.chdir(tmp_path)
     assert main(["twin", "--engine", "vllm", str(run), "--hardware", "host.yaml", "--quiet"]) == 2
     assert seen == [tmp_path / "host.yaml"]
+
+
+def test_vllm_replay_prices_each_run_with_its_own_campaigns_fit(monkeypatch, capsys):
+    """Runs of two campaigns (two machines) in one call: each folder's engine-fit/ prices it, and
+    an explicit --hardware still wins for every run."""
+    from llmsim.calibration import replay
+    from llmsim.cli import main
+
+    seen = []
+
+    def fake_replay(folder, hardware, engine):  # noqa: ANN001, ANN202
+        seen.append((folder.parent.name, hardware.parent.parent.name, engine.parent.parent.name))
+        return real(folder, hardware, engine)
+
+    real = replay.replay
+    monkeypatch.setattr(replay, "replay", fake_replay)
+    runs = [Path("data/validation/vllm-cpu/poisson-light"), Path("data/validation/vllm-cpu-xeon/poisson-light-b")]
+    assert main(["twin", "--engine", "vllm", *map(str, runs)]) == 0
+    assert seen == [("vllm-cpu", "vllm-cpu", "vllm-cpu"), ("vllm-cpu-xeon", "vllm-cpu-xeon", "vllm-cpu-xeon")]
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[2:4]}
+    assert rows == {"poisson-light": "validation", "poisson-light-b": "calibration"}

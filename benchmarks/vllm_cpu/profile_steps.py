@@ -55,6 +55,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=str(serve.OUT_ROOT / "profile"))
     ap.add_argument("--only", default="", help="substring filter on experiment names")
+    ap.add_argument("--warmup", choices=serve.WARMUPS, default="full", help="warm-up before t0 (serve.WARMUPS)")
     args = ap.parse_args(argv)
 
     env = serve.setup_env()
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
     kind = RequestOutputKind.DELTA
     engine, engine_kwargs = serve.build_engine()
     cfg = serve.resolved_config(engine)
-    warm = serve.warmup(engine, SamplingParams, TokensPrompt, kind)
+    warm = serve.warmup(engine, SamplingParams, TokensPrompt, kind, args.warmup)
     clock0 = time.monotonic()
 
     def clock():

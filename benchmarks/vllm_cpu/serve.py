@@ -462,20 +462,38 @@ def write_steps(path: Path, rows: list[dict]) -> None:
             w.writerow([_fmt(r.get(c)) for c in STEP_COLS])
 
 
-def warmup(engine, sampling_params_cls, tokens_prompt_cls, kind) -> dict:
-    """A few requests before t0 so one-time costs do not land on the first arrivals."""
+# Warm-up before t0. "short" (every run before 2026-12-05 02:00 UTC): four small requests, whose
+# steps stay under 1,100 tokens. "full" (the default since): those, then FULL_WARMUP_PROMPTS prompts
+# of 2,000 tokens at once, so the engine runs several steps of its whole token budget before t0. In
+# a fresh process the first such steps ran ~2x slower than later identical ones (2048-token steps
+# 577, 589, 354, 264 ms in the first burst-all on the Xeon VM; the same decay in every step profile:
+# freshly mapped activation buffers, by the look of it), and vLLM's CPU worker skips its own start-up
+# forward pass (a whole-budget profile_run) when eager with an explicit KV-cache size, as here
+# (cpu_worker.py _should_warm_up_model, 0.32).
+WARMUPS = ("short", "full")
+FULL_WARMUP_PROMPTS = 6
+
+
+def warmup(engine, sampling_params_cls, tokens_prompt_cls, kind, how: str = "full") -> dict:
+    """Requests before t0 so one-time costs do not land on the first arrivals (``WARMUPS``)."""
     rng = random.Random(7)
     t = time.monotonic()
-    for i, (plen, olen) in enumerate([(512, 8), (64, 16), (1024, 4), (200, 8)]):
-        ids = [rng.randrange(3, VOCAB) for _ in range(plen)]
-        sp = sampling_params_cls(max_tokens=olen, ignore_eos=True, detokenize=False, output_kind=kind)
-        engine.add_request(f"warm{i}", tokens_prompt_cls(prompt_token_ids=ids), sp)
     steps = 0
-    while engine.has_unfinished_requests():
-        engine.step()
-        steps += 1
+    batches = [[(512, 8), (64, 16), (1024, 4), (200, 8)]]
+    if how == "full":
+        batches.append([(2000, 1)] * FULL_WARMUP_PROMPTS)
+    n = 0
+    for batch in batches:
+        for plen, olen in batch:
+            ids = [rng.randrange(3, VOCAB) for _ in range(plen)]
+            sp = sampling_params_cls(max_tokens=olen, ignore_eos=True, detokenize=False, output_kind=kind)
+            engine.add_request(f"warm{n}", tokens_prompt_cls(prompt_token_ids=ids), sp)
+            n += 1
+        while engine.has_unfinished_requests():
+            engine.step()
+            steps += 1
     engine.reset_prefix_cache()
-    return {"requests": 4, "steps": steps, "wall_s": round(time.monotonic() - t, 3)}
+    return {"how": how, "requests": n, "steps": steps, "wall_s": round(time.monotonic() - t, 3)}
 
 
 # --------------------------------------------------------------------------- serving
@@ -487,6 +505,7 @@ def serve(
     repeat_tag: str = "",
     capacity_rps: float = CAPACITY_RPS,
     n_override: int = 0,
+    warm_how: str = "full",
 ) -> Path:
     spec = dict(WORKLOADS[name])
     if n_override:
@@ -504,7 +523,7 @@ def serve(
     build_s = time.monotonic() - t_build
     cfg = resolved_config(engine)
     kind = RequestOutputKind.DELTA
-    warm = warmup(engine, SamplingParams, TokensPrompt, kind)
+    warm = warmup(engine, SamplingParams, TokensPrompt, kind, warm_how)
 
     reqs = make_workload(name, spec, capacity_rps)
     by_id = {r["id"]: r for r in reqs}
@@ -682,13 +701,14 @@ def main(argv=None) -> int:
         help="requests/s the rate fractions are relative to",
     )
     ap.add_argument("--n", type=int, default=0, help="override request count (smoke)")
+    ap.add_argument("--warmup", choices=WARMUPS, default="full", help="warm-up before t0 (see WARMUPS)")
     args = ap.parse_args(argv)
     if args.list or not args.run:
         for k, v in WORKLOADS.items():
             print(k, json.dumps(v))
         return 0
     for name in args.run:
-        serve(name, Path(args.out), args.tag, args.capacity, args.n)
+        serve(name, Path(args.out), args.tag, args.capacity, args.n, args.warmup)
     return 0
 
 

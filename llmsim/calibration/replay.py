@@ -164,5 +164,31 @@ def replay(
     return scores, run.requests, sim
 
 
-def split() -> dict:
-    return json.loads((DATA / "split.json").read_text())
+def split(campaign: Path = DATA) -> dict:
+    """A campaign's ``split.json``: its calibration and validation runs, fixed before it was measured."""
+    return json.loads((campaign / "split.json").read_text())
+
+
+def campaign_fit(folder: Path) -> tuple[Path, Path]:
+    """(hardware, engine) profiles to replay a run with: its campaign's own fit (``engine-fit/`` beside
+    the run, written by ``calibrate --serving --fit-hardware`` on that campaign's calibration runs:
+    each campaign ran on its own machine), else the first campaign's."""
+    fit = folder.resolve().parent / "engine-fit"
+    own = fit / "hardware.yaml", fit / "engine.yaml"
+    return own if all(p.is_file() for p in own) else (HOST_PROFILE, ENGINE_PROFILE)
+
+
+def split_of(folder: Path) -> str:
+    """calibration, validation, repeat or other: the run's role in its campaign's split."""
+    try:
+        sp = split(folder.resolve().parent)
+    except (OSError, ValueError):
+        sp = {}
+    repeats = sp.get("validation_repeats", {})
+    if folder.name in sp.get("validation", ()):
+        return "validation"
+    if folder.name in sp.get("calibration", ()):
+        return "calibration"
+    if folder.name in (repeats.get("runs", ()) if isinstance(repeats, dict) else ()) or "-rep" in folder.name:
+        return "repeat"
+    return "other"

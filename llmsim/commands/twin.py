@@ -283,12 +283,10 @@ def _vllm(args: argparse.Namespace) -> int:
 
     from llmsim.calibration import replay
 
-    split = replay.split()
-    folders = [Path(f) for f in args.scenario] or [replay.DATA / n for n in split["validation"]]
-    kind = {n: "validation" for n in split["validation"]} | {n: "calibration" for n in split["calibration"]}
+    folders = [Path(f) for f in args.scenario] or [replay.DATA / n for n in replay.split()["validation"]]
     # absolute: the replay's scenario lives in a temporary folder, which a relative path would name
-    hardware = _existing(args.hardware, "--hardware", "a hardware profile") or replay.HOST_PROFILE
-    engine = _existing(args.engine_profile, "--engine-profile", "an engine profile") or replay.ENGINE_PROFILE
+    hardware = _existing(args.hardware, "--hardware", "a hardware profile")
+    engine = _existing(args.engine_profile, "--engine-profile", "an engine profile")
     for folder in folders:  # every folder is a run before the first replays (each takes seconds)
         if not folder.is_dir():
             raise UserError(
@@ -302,7 +300,9 @@ def _vllm(args: argparse.Namespace) -> int:
     with bar(len(folders), "twin", not args.quiet, unit="run") as b:
         for folder in folders:
             b.set_description(f"twin: {folder.name}")
-            s, measured, simulated = replay.replay(folder, hardware, engine)
+            own_hw, own_engine = replay.campaign_fit(folder)  # the fit of the run's own campaign (machine)
+            s, measured, simulated = replay.replay(folder, hardware or own_hw, engine or own_engine)
+            s["run"] = f"{folder.resolve().parent.name}/{folder.name}"  # (campaigns share run names)
             b.update()
             scores.append(s)
             if args.out:
@@ -311,14 +311,15 @@ def _vllm(args: argparse.Namespace) -> int:
                 f"{s[k]:+.1%}" for k in ("err_mean_ttft_ms", "err_p99_ttft_ms", "err_mean_e2el_ms", "err_p99_e2el_ms")
             ]
             cells += [f"{s['err_mean_itl_ms']:+.1%}", f"{s['e2el_request_median_abs_err']:.1%}"]
-            rows.append([folder.name, kind.get(folder.name, "repeat" if "-rep" in folder.name else "other"), *cells])
+            rows.append([folder.name, replay.split_of(folder), *cells])
     say = printer(args.quiet)
     say(table(rows, VLLM_HEADERS))
     say("errors are (simulated - measured) / measured; ITL is the mean gap between tokens over all tokens")
     if args.record:
         from llmsim.accuracy import record
 
-        where = record("vllm-cpu", scores, f"llmsim twin --engine vllm on {len(scores)} runs, engine {engine.name}")
+        fit = engine.name if engine else "each run's campaign fit (engine-fit/ beside it)"
+        where = record("vllm-cpu", scores, f"llmsim twin --engine vllm on {len(scores)} runs, engine {fit}")
         say(f"wrote {where}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
