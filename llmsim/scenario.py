@@ -745,6 +745,7 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
         graphs = bool(spec.cuda_graphs)
         sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"cuda_graphs": graphs})})
         filled["cluster"] = ["cuda_graphs"]
+    sc = _one_vllm_budget(sc, origin, "vllm" if spec.defaults == "vllm" else "")
     if spec.defaults == "vllm":
         policy, kv = vllm_defaults(hw)
         kind = sc.policy.kind if "kind" in sc.policy.model_fields_set else policy["kind"]
@@ -765,6 +766,29 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
     sc._engine = spec
     sc._engine_filled = filled
     return sc
+
+
+def _one_vllm_budget(sc: Scenario, origin: str, default_kind: str) -> Scenario:
+    """vLLM has one token budget per step (``--max-num-batched-tokens``) where llmsim's policies have
+    two keys (``chunk_tokens``, what chunked prefill spends a step, and ``max_batch_tokens``): under
+    ``policy.kind: vllm`` a file that sets one of them sets both (setting ``max_batch_tokens`` alone
+    used to leave the budget at its default), and two different values are refused."""
+    kind = sc.policy.kind if "kind" in sc.policy.model_fields_set else (default_kind or sc.policy.kind)
+    given = {"chunk_tokens", "max_batch_tokens"} & sc.policy.model_fields_set
+    if kind != "vllm" or not given:
+        return sc
+    if len(given) == 2:
+        if sc.policy.chunk_tokens != sc.policy.max_batch_tokens:
+            raise UserError(
+                f"{origin}: policy: kind vllm has one token budget per step (vLLM's --max-num-batched-tokens), "
+                f"but chunk_tokens is {sc.policy.chunk_tokens} and max_batch_tokens {sc.policy.max_batch_tokens}; "
+                "set one of them (or both to the same value)"
+            )
+        return sc
+    value = getattr(sc.policy, given.pop())
+    return sc.model_copy(
+        update={"policy": sc.policy.model_copy(update={"chunk_tokens": value, "max_batch_tokens": value})}
+    )
 
 
 def load_scenario(path: str | Path, overrides: dict[str, object] | None = None) -> Scenario:

@@ -298,3 +298,18 @@ def test_a_plan_point_on_other_hardware_gets_that_hardwares_vllm_defaults() -> N
 
     point = as_base(_sc()).scenario({"hardware": "A100-40GB"})  # from an H100 scenario
     assert (point.policy.chunk_tokens, point.policy.max_num_seqs) == (2048, 256)
+
+
+@pytest.mark.parametrize("key", ["chunk_tokens", "max_batch_tokens"])
+def test_vllms_one_token_budget_follows_either_key(key: str) -> None:
+    # vLLM's --max-num-batched-tokens is one knob; a user who maps it to either key gets that budget
+    # (max_batch_tokens alone used to leave an H100's budget at vLLM's default 8192)
+    sc = _sc(policy={"kind": "vllm", key: 2048})
+    assert (sc.policy.chunk_tokens, sc.policy.max_batch_tokens) == (2048, 2048)
+    # a copy validated again (planning/base.py) keeps it; other policies keep their two keys
+    again = scenario_from_dict(sc.model_dump(mode="json", exclude_unset=True), "t", Path("."))
+    assert (again.policy.chunk_tokens, again.policy.max_batch_tokens) == (2048, 2048)
+    other = _sc(policy={"kind": "chunked", key: 256})
+    assert (other.policy.chunk_tokens, other.policy.max_batch_tokens) != (256, 256)
+    with pytest.raises(UserError, match="one token budget per step"):
+        _sc(policy={"kind": "vllm", "chunk_tokens": 512, "max_batch_tokens": 1024})

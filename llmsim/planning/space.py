@@ -33,6 +33,8 @@ class Candidate:
         out: dict[str, object] = {"hardware": self.hardware, "policy.kind": self.policy}
         if self.chunk_tokens:
             out["policy.chunk_tokens"] = self.chunk_tokens
+            if self.policy == "vllm":  # vLLM's one budget (--max-num-batched-tokens): both keys say it
+                out["policy.max_batch_tokens"] = self.chunk_tokens
         if self.pd_ratio:
             p, d = (int(x) for x in self.pd_ratio.split(":"))
             out["cluster.prefill_pool"] = {"hardware": self.hardware, "replicas": p * replicas, "tp": self.tp}
