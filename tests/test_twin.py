@@ -480,3 +480,56 @@ def test_vllm_replay_prices_each_run_with_its_own_campaigns_fit(monkeypatch, cap
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[2:4]}
     assert rows == {"poisson-light": "validation", "poisson-light-b": "calibration"}
+
+
+def _copied_run(tmp_path: Path, name: str = "poisson-light") -> Path:
+    import shutil
+
+    dst = tmp_path / "campaign" / name
+    shutil.copytree(Path("data/validation/vllm-cpu-xeon") / name, dst)
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("split", "needle"),
+    [("[]", "lists of run folder names"), ('{"validation": 5}', "validation: 5"), ("{", "not a readable JSON split")],
+)
+def test_a_malformed_split_file_is_one_line(tmp_path, capsys, split, needle):
+    from llmsim.cli import main
+
+    run = _copied_run(tmp_path)
+    (run.parent / "split.json").write_text(split)
+    assert main(["twin", "--engine", "vllm", str(run), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "split.json" in err and needle in err and "Traceback" not in err
+
+
+def test_a_run_outside_its_campaign_is_priced_with_a_note_and_a_half_fit_is_refused(tmp_path, capsys):
+    from llmsim.cli import main
+
+    run = _copied_run(tmp_path)
+    assert main(["twin", "--engine", "vllm", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "note: no engine-fit/ beside" in out and "first campaign's fit" in out
+    (run.parent / "engine-fit").mkdir()
+    (run.parent / "engine-fit" / "engine.yaml").write_text("name: x\n")
+    assert main(["twin", "--engine", "vllm", str(run), "--quiet"]) == 2
+    assert "hardware.yaml missing" in capsys.readouterr().err
+
+
+def test_runs_of_two_campaigns_with_one_name_keep_their_campaigns(tmp_path, monkeypatch, capsys):
+    """Labels and --out files say which campaign; ``.`` names the run it is."""
+    from llmsim.cli import main
+
+    a = Path("data/validation/vllm-cpu-xeon/poisson-light").resolve()
+    b = Path("data/validation/vllm-cpu-xeon-cold/poisson-light").resolve()
+    assert main(["twin", "--engine", "vllm", str(a), str(b), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "vllm-cpu-xeon/poisson-light " in out and "vllm-cpu-xeon-cold/poisson-light " in out
+    names = sorted(p.name for p in (tmp_path / "o" / "bench").iterdir())
+    assert "vllm-cpu-xeon--poisson-light.measured.json" in names
+    assert "vllm-cpu-xeon-cold--poisson-light.measured.json" in names
+    monkeypatch.chdir(a)
+    assert main(["twin", "--engine", "vllm", "."]) == 0
+    row = capsys.readouterr().out.splitlines()[2].split()
+    assert row[:2] == ["poisson-light", "validation"]

@@ -145,6 +145,7 @@ def main(argv=None) -> int:
         "engine_args": engine_kwargs,
         "resolved": cfg,
         "warmup": warm,
+        "harness": serve.harness_files(),
         "repeats": args.repeats,
         "experiments": [{"name": n, **e} for n, e in exps],
         "machine": serve.machine_info(),

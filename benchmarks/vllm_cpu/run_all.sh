@@ -12,12 +12,14 @@ OUT=${OUT:-$(cd "$HERE/../.." && pwd)/data/validation/vllm-cpu}
 LOG=${LOG:-/tmp/vllm_cpu_run_all.log}
 mkdir -p "$OUT"
 stamp() { echo "[$(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)] $*" | tee -a "$LOG"; }
-run() { stamp "start $*"; "$PY" "$HERE/serve.py" --out "$OUT" "$@" >>"$LOG.engine" 2>&1 \
+# WARMUP=short reproduces the first two campaigns' warm-up (serve.py WARMUPS); default full
+WARMUP=${WARMUP:-full}
+run() { stamp "start $*"; "$PY" "$HERE/serve.py" --out "$OUT" --warmup "$WARMUP" "$@" >>"$LOG.engine" 2>&1 \
         || { stamp "FAILED $*"; return 0; }; tail -1 "$LOG.engine" | tee -a "$LOG"; }
 
 if [ "${SKIP_PROFILE:-0}" != 1 ]; then
   stamp "profile"
-  "$PY" "$HERE/profile_steps.py" --out "$OUT/profile" \
+  "$PY" "$HERE/profile_steps.py" --out "$OUT/profile" --warmup "$WARMUP" \
     --repeats "${PROFILE_REPEATS:-3}" --only "${PROFILE_ONLY:-}" >>"$LOG.engine" 2>&1
   tail -1 "$LOG.engine" | tee -a "$LOG"
 fi
@@ -46,7 +48,7 @@ fi
 stamp "done"
 if [ "${SKIP_PROFILE:-0}" != 1 ]; then
   stamp "profile-rep2 (drift check)"
-  "$PY" "$HERE/profile_steps.py" --out "$OUT/profile-rep2" \
+  "$PY" "$HERE/profile_steps.py" --out "$OUT/profile-rep2" --warmup "$WARMUP" \
     --repeats "${PROFILE_REPEATS:-3}" --only "${PROFILE_ONLY:-}" >>"$LOG.engine" 2>&1
   stamp "all done"
 fi

@@ -275,6 +275,15 @@ def _jsonable(x):
     return repr(x)
 
 
+def harness_files() -> dict[str, str]:
+    """sha256 (first 16 hex digits) of the harness's own scripts, so that a run can be tied to the
+    code that measured it (runs from 2026-12-05 02:30 UTC on)."""
+    import hashlib
+
+    here = Path(__file__).resolve().parent
+    return {f: hashlib.sha256((here / f).read_bytes()).hexdigest()[:16] for f in ("serve.py", "profile_steps.py")}
+
+
 def resolved_config(engine) -> dict:
     """What the engine actually runs with, read back after construction."""
     import torch
@@ -462,9 +471,10 @@ def write_steps(path: Path, rows: list[dict]) -> None:
             w.writerow([_fmt(r.get(c)) for c in STEP_COLS])
 
 
-# Warm-up before t0. "short" (every run before 2026-12-05 02:00 UTC): four small requests, whose
-# steps stay under 1,100 tokens. "full" (the default since): those, then FULL_WARMUP_PROMPTS prompts
-# of 2,000 tokens at once, so the engine runs several steps of its whole token budget before t0. In
+# Warm-up before t0. "short" (the first two campaigns, data/validation/vllm-cpu and -xeon-cold): four
+# small requests, whose steps stay under 1,100 tokens. "full" (the default since 2026-12-05 01:54 UTC):
+# those, then FULL_WARMUP_PROMPTS prompts of up to 2,000 tokens at once, so the engine runs several
+# steps of its whole token budget (up to 2,048 tokens, this harness's default) before t0. In
 # a fresh process the first such steps ran ~2x slower than later identical ones (2048-token steps
 # 577, 589, 354, 264 ms in the first burst-all on the Xeon VM; the same decay in every step profile:
 # freshly mapped activation buffers, by the look of it), and vLLM's CPU worker skips its own start-up
@@ -481,7 +491,14 @@ def warmup(engine, sampling_params_cls, tokens_prompt_cls, kind, how: str = "ful
     steps = 0
     batches = [[(512, 8), (64, 16), (1024, 4), (200, 8)]]
     if how == "full":
-        batches.append([(2000, 1)] * FULL_WARMUP_PROMPTS)
+        # a prompt the engine can hold whole: under max_model_len, and in the KV cache with a block to
+        # spare (24 blocks of 128 tokens in `preempt`: the prompts then run one at a time)
+        cache = engine.vllm_config.cache_config
+        kv_tokens = (engine.engine_core.engine_core.scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 2) * (
+            cache.block_size
+        )
+        plen = min(2000, engine.vllm_config.model_config.max_model_len - 1, kv_tokens)
+        batches.append([(plen, 1)] * FULL_WARMUP_PROMPTS)
     n = 0
     for batch in batches:
         for plen, olen in batch:
@@ -492,6 +509,8 @@ def warmup(engine, sampling_params_cls, tokens_prompt_cls, kind, how: str = "ful
         while engine.has_unfinished_requests():
             engine.step()
             steps += 1
+            if steps > 10_000:  # (a few dozen steps are needed: something is stuck)
+                raise RuntimeError(f"warm-up did not finish in {steps} steps")
     engine.reset_prefix_cache()
     return {"how": how, "requests": n, "steps": steps, "wall_s": round(time.monotonic() - t, 3)}
 
@@ -659,6 +678,7 @@ def serve(
         "resolved": cfg,
         "engine_build_s": round(build_s, 2),
         "warmup": warm,
+        "harness": harness_files(),
         "workload": {
             "name": name,
             "spec": spec,

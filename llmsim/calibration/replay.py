@@ -164,31 +164,52 @@ def replay(
     return scores, run.requests, sim
 
 
-def split(campaign: Path = DATA) -> dict:
-    """A campaign's ``split.json``: its calibration and validation runs, fixed before it was measured."""
-    return json.loads((campaign / "split.json").read_text())
+def split(campaign: Path = DATA) -> dict[str, list[str]]:
+    """A campaign's ``split.json``: its calibration and validation runs (and the repeats of the
+    validation workloads), fixed before it was measured; {} where the folder has none."""
+    path = campaign / "split.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{path}: not a readable JSON split ({exc})") from None
+    repeats = data.get("validation_repeats", {}) if isinstance(data, dict) else None
+    lists = {
+        "calibration": data.get("calibration", []) if isinstance(data, dict) else None,
+        "validation": data.get("validation", []) if isinstance(data, dict) else None,
+        "repeat": repeats.get("runs", []) if isinstance(repeats, dict) else None,
+    }
+    for key, names in lists.items():
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise UserError(
+                f"{path}: expected an object whose calibration, validation and validation_repeats.runs "
+                f"are lists of run folder names ({key}: {names!r})"
+            )
+    return lists
 
 
-def campaign_fit(folder: Path) -> tuple[Path, Path]:
-    """(hardware, engine) profiles to replay a run with: its campaign's own fit (``engine-fit/`` beside
-    the run, written by ``calibrate --serving --fit-hardware`` on that campaign's calibration runs:
-    each campaign ran on its own machine), else the first campaign's."""
+def campaign_fit(folder: Path) -> tuple[Path, Path] | None:
+    """(hardware, engine) profiles of the run's own campaign: the ``engine-fit/`` beside it, written by
+    ``calibrate --serving --fit-hardware`` on that campaign's calibration runs (each campaign ran on
+    its own machine); None where there is none. A fit folder missing one of the two is an error."""
     fit = folder.resolve().parent / "engine-fit"
     own = fit / "hardware.yaml", fit / "engine.yaml"
-    return own if all(p.is_file() for p in own) else (HOST_PROFILE, ENGINE_PROFILE)
+    if all(p.is_file() for p in own):
+        return own
+    if fit.exists():
+        missing = ", ".join(p.name for p in own if not p.is_file())
+        raise UserError(
+            f"{fit}: a campaign's fit holds hardware.yaml and engine.yaml ({missing} missing); rerun calibrate --serving --fit-hardware --out {fit}"
+        )
+    return None
 
 
 def split_of(folder: Path) -> str:
     """calibration, validation, repeat or other: the run's role in its campaign's split."""
-    try:
-        sp = split(folder.resolve().parent)
-    except (OSError, ValueError):
-        sp = {}
-    repeats = sp.get("validation_repeats", {})
-    if folder.name in sp.get("validation", ()):
-        return "validation"
-    if folder.name in sp.get("calibration", ()):
-        return "calibration"
-    if folder.name in (repeats.get("runs", ()) if isinstance(repeats, dict) else ()) or "-rep" in folder.name:
-        return "repeat"
+    folder = folder.resolve()
+    sp = split(folder.parent)
+    for role in ("validation", "calibration", "repeat"):
+        if folder.name in sp.get(role, ()):
+            return role
     return "other"

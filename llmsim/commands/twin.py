@@ -287,6 +287,7 @@ def _vllm(args: argparse.Namespace) -> int:
     # absolute: the replay's scenario lives in a temporary folder, which a relative path would name
     hardware = _existing(args.hardware, "--hardware", "a hardware profile")
     engine = _existing(args.engine_profile, "--engine-profile", "an engine profile")
+    fits, roles = [], []
     for folder in folders:  # every folder is a run before the first replays (each takes seconds)
         if not folder.is_dir():
             raise UserError(
@@ -294,38 +295,96 @@ def _vllm(args: argparse.Namespace) -> int:
                 "measured run folder (meta.json, requests.csv; data/validation/vllm-cpu/README.md)"
             )
         replay.read_run(folder)
+        roles.append(replay.split_of(folder))
+        fits.append(replay.campaign_fit(folder))
     if args.out:
         check_out(args.out)
-    rows, scores = [], []
+    labels = run_labels(folders)
+    default = (replay.HOST_PROFILE, replay.ENGINE_PROFILE)  # the first campaign's fit
+    rows, scores, used = [], [], []
     with bar(len(folders), "twin", not args.quiet, unit="run") as b:
-        for folder in folders:
-            b.set_description(f"twin: {folder.name}")
-            own_hw, own_engine = replay.campaign_fit(folder)  # the fit of the run's own campaign (machine)
-            s, measured, simulated = replay.replay(folder, hardware or own_hw, engine or own_engine)
-            s["run"] = f"{folder.resolve().parent.name}/{folder.name}"  # (campaigns share run names)
+        for folder, label, role, own in zip(folders, labels, roles, fits, strict=True):
+            b.set_description(f"twin: {label}")
+            hw, eng = hardware or (own or default)[0], engine or (own or default)[1]
+            used.append((hw, eng, own is None and not (hardware and engine)))
+            s, measured, simulated = replay.replay(folder, hw, eng)
+            s["run"] = f"{folder.resolve().parent.name}/{folder.resolve().name}"  # (campaigns share run names)
             b.update()
             scores.append(s)
             if args.out:
-                bench_files(args.out / "bench", folder.name, measured, simulated)
+                bench_files(args.out / "bench", label.replace("/", "--"), measured, simulated)
             cells = [
                 f"{s[k]:+.1%}" for k in ("err_mean_ttft_ms", "err_p99_ttft_ms", "err_mean_e2el_ms", "err_p99_e2el_ms")
             ]
             cells += [f"{s['err_mean_itl_ms']:+.1%}", f"{s['e2el_request_median_abs_err']:.1%}"]
-            rows.append([folder.name, replay.split_of(folder), *cells])
+            rows.append([label, role, *cells])
     say = printer(args.quiet)
     say(table(rows, VLLM_HEADERS))
     say("errors are (simulated - measured) / measured; ITL is the mean gap between tokens over all tokens")
+    for line in fit_lines(folders, used):
+        say(line)
     if args.record:
         from llmsim.accuracy import record
 
-        fit = engine.name if engine else "each run's campaign fit (engine-fit/ beside it)"
-        where = record("vllm-cpu", scores, f"llmsim twin --engine vllm on {len(scores)} runs, engine {fit}")
-        say(f"wrote {where}")
+        for campaign, picked in _by_campaign(folders, scores, used).items():
+            hw_set, eng_set = {_shown(h) for _, h, _ in picked}, {_shown(e) for _, _, e in picked}
+            src = (
+                f"llmsim twin --engine vllm on {len(picked)} runs of {campaign}, hardware "
+                f"{', '.join(sorted(hw_set))}, engine {', '.join(sorted(eng_set))}"
+            )
+            where = record(campaign, [s for s, _, _ in picked], src)
+        say(f"wrote {where} ({', '.join(_by_campaign(folders, scores, used))})")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "vllm_twin.json").write_text(json.dumps(scores, indent=1) + "\n")
         say(f"wrote {args.out / 'vllm_twin.json'} and {args.out / 'bench'}/<run>.{{measured,simulated}}.json")
     return 0
+
+
+def run_labels(folders: list[Path]) -> list[str]:
+    """Each run's name, with its campaign's where runs of two campaigns share a name (the resolved
+    folder: ``.`` or a link names the run it is)."""
+    real = [f.resolve() for f in folders]
+    names = [r.name for r in real]
+    clash = {n for n in names if len({r.parent for r in real if r.name == n}) > 1}
+    return [f"{r.parent.name}/{r.name}" if r.name in clash else r.name for r in real]
+
+
+def fit_lines(folders: list[Path], used: list[tuple[Path, Path, bool]]) -> list[str]:
+    """Which profiles priced the runs, so that a run priced with another machine's fit shows."""
+    own = [
+        h.parent == f.resolve().parent / "engine-fit" and e.parent == h.parent
+        for f, (h, e, _) in zip(folders, used, strict=True)
+    ]
+    if all(own):
+        campaigns = dict.fromkeys(f.resolve().parent.name for f in folders)
+        return [f"priced with each run's campaign fit: {', '.join(c + '/engine-fit' for c in campaigns)}"]
+    groups = dict.fromkeys((_shown(h), _shown(e)) for h, e, _ in used)
+    lines = [f"priced with hardware {h}, engine {e}" for h, e in groups]
+    foreign = [f for f, (_, _, fell_back) in zip(folders, used, strict=True) if fell_back]
+    if foreign:
+        lines.append(
+            f"note: no engine-fit/ beside {foreign[0]}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}: "
+            "priced with the first campaign's fit, another machine's; give --hardware and --engine-profile "
+            "fitted to the machine that measured it (calibrate --serving --fit-hardware)"
+        )
+    return lines
+
+
+def _shown(path: Path) -> str:
+    """A profile path as printed and recorded: relative to the checkout where it is inside it."""
+    from llmsim.calibration.replay import ROOT
+
+    p = path.resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
+
+def _by_campaign(folders: list[Path], scores: list[dict], used: list[tuple[Path, Path, bool]]) -> dict:
+    """The scores of each campaign (the runs' parent folder) with the profiles that priced them."""
+    out: dict[str, list] = {}
+    for folder, s, (hw, eng, _) in zip(folders, scores, used, strict=True):
+        out.setdefault(folder.resolve().parent.name, []).append((s, hw, eng))
+    return out
 
 
 def _existing(path: Path | None, flag: str, kind: str) -> Path | None:
