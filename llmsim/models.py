@@ -67,6 +67,13 @@ class ModelSpec:
     # the routed experts' own storage dtype where the checkpoint quantises them alone (GPT-OSS:
     # mxfp4, attention and embeddings bf16); "" = weight_dtype
     expert_weight_dtype: str = ""
+    # DeepSeek Sparse Attention (DSA, DeepSeek-V3.2; config.json index_n_heads / index_head_dim /
+    # index_topk): with MLA, a lightning indexer of index_n_heads x index_head_dim scores every
+    # cached token of a query (FP8, its own key cache) and the attention reads only the index_topk
+    # best. 0 = dense MLA
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
 
     def __post_init__(self) -> None:
         """Refuse field combinations the cost model would price as something else (MLA's and
@@ -81,6 +88,9 @@ class ModelSpec:
             "qk_nope_head_dim",
             "qk_rope_head_dim",
             "v_head_dim",
+            "index_n_heads",
+            "index_head_dim",
+            "index_topk",
         ):
             if getattr(self, field) < 0:
                 raise UserError(f"{where}: {field}: expected a non-negative integer, got {getattr(self, field)}")
@@ -98,6 +108,20 @@ class ModelSpec:
                 f"{self.first_dense_layers}, moe_layer_step {self.moe_layer_step}): the dense layers' MLP width"
             )
         mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        dsa = ("index_n_heads", "index_head_dim", "index_topk")
+        if any(getattr(self, f) for f in dsa):
+            missing = [f for f in dsa if getattr(self, f) <= 0]
+            if missing or not self.is_mla or not self.q_lora_rank:
+                what = f"{missing[0]} > 0" if missing else "multi-head latent attention with q_lora_rank > 0"
+                raise UserError(
+                    f"{where}: {(missing or ['kv_lora_rank' if not self.is_mla else 'q_lora_rank'])[0]}: DeepSeek "
+                    f"sparse attention needs {what} (the indexer reads the query latent)"
+                )
+            if self.index_head_dim < self.qk_rope_head_dim:
+                raise UserError(
+                    f"{where}: index_head_dim: {self.index_head_dim} is narrower than the rope part it carries "
+                    f"(qk_rope_head_dim {self.qk_rope_head_dim})"
+                )
         if not self.is_mla:
             stray = [f for f in mla_fields if getattr(self, f)]
             if stray:
@@ -119,6 +143,18 @@ class ModelSpec:
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
+
+    @property
+    def is_dsa(self) -> bool:
+        """DeepSeek sparse attention: MLA over the index_topk tokens a lightning indexer picks."""
+        return self.index_topk > 0
+
+    @property
+    def index_cache_row_bytes(self) -> int:
+        """Bytes the indexer caches per token per layer, whatever the KV cache's dtype: its key in
+        FP8 and one fp32 scale per 128 values (vLLM's DeepseekV32IndexerCache head size
+        ``head_dim + head_dim // quant_block_size * 4`` = 132 for DeepSeek-V3.2)."""
+        return self.index_head_dim + self.index_head_dim // 128 * 4 if self.is_dsa else 0
 
     @property
     def moe_layers(self) -> int:
@@ -165,7 +201,15 @@ class ModelSpec:
             n = h * heads * qk
         n += h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
         n += self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
-        return n + heads * self.v_head_dim * h
+        return n + heads * self.v_head_dim * h + self.indexer_params()
+
+    def indexer_params(self) -> int:
+        """DeepSeek sparse attention's indexer per layer (vLLM Indexer): wq_b [q_lora, Hi·di], wk
+        [H, di], weights_proj [H, Hi] and the key's LayerNorm (weight and bias); 0 without DSA."""
+        if not self.is_dsa:
+            return 0
+        hi, di = self.index_n_heads, self.index_head_dim
+        return self.q_lora_rank * hi * di + self.hidden_size * (di + hi) + 2 * di
 
     def expert_params(self, intermediate: int = 0) -> int:
         """One MLP (one expert for MoE), of ``intermediate`` when given."""
@@ -285,7 +329,7 @@ class ModelSpec:
         fused_qkv_a_proj / kv_a_proj_with_mqa are ReplicatedLinear)."""
         h, lq = self.hidden_size, self.q_lora_rank
         n = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
-        return n + (h * lq + lq if lq else 0)
+        return n + (h * lq + lq if lq else 0) + self.indexer_params()  # (the indexer is replicated too)
 
     def mla_absorbed_bytes_per_device(self, tp: int, pp: int) -> float:
         """The absorbed decode matrices one GPU keeps beside kv_b_proj: W_UK [P, Lkv] and W_UV
@@ -310,7 +354,7 @@ class ModelSpec:
 
     def kv_bytes_per_token_per_layer(self, kv_dtype: str = "bf16") -> float:
         if self.is_mla:  # one latent per token, not per head (DeepSeek-V2 sec. 2.1.2: (d_c + d_h^R)·l)
-            return self.mla_cache_width * DTYPE_BYTES[kv_dtype]
+            return self.mla_cache_width * DTYPE_BYTES[kv_dtype] + self.index_cache_row_bytes
         return 2 * self.kv_size * DTYPE_BYTES[kv_dtype]
 
     def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
@@ -322,8 +366,8 @@ class ModelSpec:
         latent has no heads to split: every TP rank caches all of it (vLLM's MLA attention layer
         is built with num_kv_heads = 1 and its cache spec's head size kv_lora_rank + qk_rope_head_dim
         on every rank, vllm/model_executor/layers/mla.py and attention/layer.py MLAAttention)."""
-        if self.is_mla:
-            return self.mla_cache_width * DTYPE_BYTES[kv_dtype] * (self.num_layers // pp)
+        if self.is_mla:  # (the indexer's key cache too: its heads share one key, replicated as well)
+            return self.kv_bytes_per_token_per_layer(kv_dtype) * (self.num_layers // pp)
         return 2 * self.kv_heads_per_device(tp) * self.head_dim * DTYPE_BYTES[kv_dtype] * (self.num_layers // pp)
 
     def kv_heads_per_device(self, tp: int) -> int:
@@ -333,6 +377,8 @@ class ModelSpec:
     def attention_windows(self) -> tuple[int | None, int | None]:
         """(window of the step's main attention aggregates, window of the local layers if the model
         interleaves local and global layers). Mistral: (4096, None); Gemma-2: (None, 4096)."""
+        if self.is_dsa:  # every query attends to min(its context, index_topk) keys, as a window would
+            return None, self.index_topk
         if self.sliding_window is None:
             return None, None
         if self.global_attn_every:
@@ -892,6 +938,7 @@ HF_FAMILIES = {
     "gptj": "gptj",
     "deepseek_v2": "deepseek",
     "deepseek_v3": "deepseek",
+    "deepseek_v32": "deepseek",
 }
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -905,6 +952,7 @@ ARCHITECTURES = {
     "GPTJForCausalLM": "gptj",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV32ForCausalLM": "deepseek_v32",
 }
 # fields of architectures the cost model does not price: (field, what it means)
 UNSUPPORTED_FIELDS = (
@@ -913,11 +961,14 @@ UNSUPPORTED_FIELDS = (
     ("n_shared_experts", "shared experts"),
     ("shared_expert_intermediate_size", "shared experts"),
     ("linear_attn_config", "linear-attention layers"),
-    ("index_topk", "DeepSeek sparse attention (DeepSeek-V3.2's lightning indexer)"),
-    ("index_n_heads", "DeepSeek sparse attention (DeepSeek-V3.2's lightning indexer)"),
+    ("index_topk", "DeepSeek sparse attention (DeepSeek-V3.2's lightning indexer) outside a DeepSeek model"),
+    ("index_n_heads", "DeepSeek sparse attention (DeepSeek-V3.2's lightning indexer) outside a DeepSeek model"),
 )
-# what the deepseek family prices itself: MLA and shared experts (the fields stay refused elsewhere)
-FAMILY_FIELDS = {"deepseek": ("kv_lora_rank", "q_lora_rank", "n_shared_experts")}
+# what the deepseek family prices itself: MLA, shared experts, DeepSeek sparse attention (refused elsewhere)
+FAMILY_FIELDS = {"deepseek": ("kv_lora_rank", "q_lora_rank", "n_shared_experts", "index_topk", "index_n_heads")}
+# DeepSeek sparse attention's fields: a deepseek config with index_topk is served with the indexer
+# (vLLM's DeepseekV2 attention: ``is_v32 = hasattr(config, "index_topk")``), so all three are needed
+DSA_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 
 
 def hf_family(cfg: dict, path: Path) -> str:
@@ -1044,7 +1095,22 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
         max_position_embeddings=hf_context_len(cfg),
         weight_dtype=dtype,
         source=f"HF config {path}",
+        **_dsa_fields(cfg, path, need),
     )
+
+
+def _dsa_fields(cfg: dict, path: Path, need) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """A DeepSeek-V3.2 config's indexer sizes (model_type deepseek_v32, or any deepseek config
+    with index_topk, as vLLM reads it); {} for dense MLA."""
+    if cfg.get("model_type") != "deepseek_v32" and cfg.get("index_topk") is None:
+        return {}
+    for key in DSA_FIELDS:
+        if cfg.get(key) is None:
+            raise UserError(
+                f"{path}: missing key {key!r}: a DeepSeek sparse-attention config needs "
+                f"{', '.join(DSA_FIELDS)} (HuggingFace config.json fields)"
+            )
+    return {key: need(key) for key in DSA_FIELDS}
 
 
 def _count(cfg: dict, path: Path, key: str, default: object, zero_ok: bool = False) -> int:

@@ -178,8 +178,8 @@ def test_hf_importer_reads_deepseek_v3_as_the_catalog_has_it(tmp_path):
 
 def test_hf_importer_refuses_what_it_cannot_price(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**V3_CONFIG, "index_topk": 2048}))
-    with pytest.raises(UserError, match="index_topk: DeepSeek sparse attention"):
+    path.write_text(json.dumps({**V3_CONFIG, "index_topk": 2048}))  # DSA (as vLLM reads it) without its sizes
+    with pytest.raises(UserError, match="missing key 'index_n_heads'"):
         from_hf_config(path)
     path.write_text(json.dumps({k: v for k, v in V3_CONFIG.items() if k != "v_head_dim"}))
     with pytest.raises(UserError, match="missing key 'v_head_dim'"):

@@ -61,7 +61,7 @@ def test_config_json_is_named_from_its_shape_not_its_folder(tmp_path):
 @pytest.mark.parametrize(
     ("change", "culprit"),
     [
-        ({"model_type": "deepseek_v32"}, "model_type: 'deepseek_v32' is not an architecture"),
+        ({"model_type": "qwen3_next"}, "model_type: 'qwen3_next' is not an architecture"),
         ({"model_type": "deepseek_v3"}, "missing key 'kv_lora_rank'"),  # MLA's fields, named
         ({"kv_lora_rank": 512}, "kv_lora_rank: multi-head latent attention"),
         ({"n_shared_experts": 1}, "n_shared_experts: shared experts"),

@@ -323,6 +323,11 @@ ELEMENTWISE_OPS = (
     "mla_kv_a_layernorm",
     "final_norm",
     "sampling",
+    "dsa_index_k_norm",
+    "dsa_index_rope",
+    "dsa_index_q_quant",
+    "dsa_index_cache_write",
+    "dsa_topk",
 )
 
 
@@ -444,7 +449,7 @@ def lora_ops(model: ModelSpec, tokens: int, adapters: int, cfg: OpConfig) -> lis
 # The ops of the prefill/decode split (expanded kv_b over the prefill keys, the absorbed W_UK / W_UV
 # batched GEMMs of the decode tokens) run inside vLLM's MLA attention op, so they are listed with
 # the attention kernels (``attention_ops``) and priced, graphed or not, as attention is.
-MLA_SPLIT_OPS = ("mla_kv_b_proj", "mla_q_absorb", "mla_out_absorb")
+MLA_SPLIT_OPS = ("mla_kv_b_proj", "mla_q_absorb", "mla_out_absorb", "dsa_topk")
 
 
 def on_attention_side(op: Op) -> bool:
@@ -471,7 +476,66 @@ def _mla_projection_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list
     ops.append(elementwise("attn_rope", T * (n * R + R), 3.0, 1, cfg, L))
     w = model.mla_cache_width  # the latent and the rope key: Lkv + R per token, whatever the heads
     ops.append(Op("kv_cache_write", "elementwise", 0.0, T * w * a, T * w * kvb, act, L))
+    if model.is_dsa:
+        ops.extend(_dsa_indexer_token_ops(model, T, cfg, L))
     return ops
+
+
+# ---- DeepSeek sparse attention (DSA, DeepSeek-V3.2), as vLLM runs it: a lightning indexer per layer
+# (vllm/model_executor/models/deepseek_v2.py Indexer: wq_b [Lq, Hi·di] on the query latent, wk [H, di]
+# and weights_proj [H, Hi] on the hidden state, all replicated on every TP rank; a LayerNorm on the
+# key, RoPE on the first R dims; q and k quantised to FP8 in groups of 128, the key cached as FP8 +
+# fp32 scale, DeepseekV32IndexerCache) scores every cached token of each query, logits = sum over
+# heads of w_h · ReLU(q_h · k) (DeepGEMM fp8_mqa_logits / fp8_paged_mqa_logits), and keeps the
+# index_topk best; the MLA then runs in its absorbed form for every token, prefill included, over
+# those keys only (vllm/v1/attention/backends/mla/flashmla_sparse.py, SparseMLACommonImpl). Hi =
+# index_n_heads, di = index_head_dim. Not counted: the indexer's Hadamard rotation of q and k
+# (d log d adds per vector, under 1% of its projections).
+def _dsa_indexer_token_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
+    """The indexer's token-wise ops: projections, key norm, RoPE, FP8 quantisation, key-cache write."""
+    d = DSADims(model, cfg)
+    Hi, di, R, H = d.heads, d.dim, model.qk_rope_head_dim, model.hidden_size
+    a = DTYPE_BYTES[storage_dtype(cfg)]
+    act = storage_dtype(cfg)
+    return [
+        gemm("dsa_index_q_proj", T, Hi * di, model.q_lora_rank, cfg, L),
+        gemm("dsa_index_k_proj", T, di, H, cfg, L),
+        gemm("dsa_index_weights_proj", T, Hi, H, _unquantised(cfg), L),  # (kept 16-bit: quant_config=None)
+        elementwise("dsa_index_k_norm", T * di, 7.0, 1, cfg, L),  # LayerNorm (norm_flops_per_elem's 7)
+        elementwise("dsa_index_rope", T * (Hi * R + R), 3.0, 1, cfg, L),
+        # per group of 128: absmax and scale (2 FLOPs a value); fp8 values and fp32 scales out
+        Op("dsa_index_q_quant", "elementwise", 2.0 * T * Hi * di, T * Hi * di * a, T * d.q_row_bytes, act, L),
+        Op("dsa_index_cache_write", "elementwise", 2.0 * T * di, T * di * a, T * d.row_bytes, act, L),
+    ]
+
+
+@dataclass(slots=True, init=False)  # init written out: compiled natively (see BatchShape)
+class DSADims:
+    """The indexer's sizes and the FLOPs and bytes of its logits and top-k kernels: the one source
+    of those formulas (``attention_ops``; the NumPy reference counts the same)."""
+
+    heads: int  # index_n_heads: every TP rank computes all of them (replicated projections)
+    dim: int  # index_head_dim
+    topk: int
+    row_bytes: float  # one cached index key: FP8 values and an fp32 scale per 128
+    q_row_bytes: float  # one token's index queries, as cached keys are stored
+
+    def __init__(self, model: ModelSpec, cfg: OpConfig) -> None:
+        self.heads, self.dim, self.topk = model.index_n_heads, model.index_head_dim, model.index_topk
+        self.row_bytes = float(model.index_cache_row_bytes)
+        self.q_row_bytes = float(self.heads * model.index_cache_row_bytes)
+
+    def logits(self, queries: int, pairs: int, keys_read: int) -> tuple[float, float, float]:
+        """``pairs`` (query, cached key) scores, each heads x (dim MACs, a ReLU, a weighted add);
+        reads every query's FP8 q and head weights (fp32) and ``keys_read`` cached keys, writes
+        the fp32 logits."""
+        flops = pairs * (2.0 * self.heads * self.dim + 3.0 * self.heads)
+        read = queries * (self.q_row_bytes + 4.0 * self.heads) + keys_read * self.row_bytes
+        return flops, read, 4.0 * pairs
+
+    def select(self, pairs: int, kept: int) -> tuple[float, float, float]:
+        """Top-k over the logits: a comparison per logit; reads them, writes the ``kept`` indices (int32)."""
+        return float(pairs), 4.0 * pairs, 4.0 * kept
 
 
 @dataclass(slots=True, init=False)  # init written out: compiled natively (see BatchShape)
@@ -557,6 +621,8 @@ def _mla_attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int) -> li
     ops: list[Op] = []
     if L <= 0:
         return ops
+    if model.is_dsa:
+        return _dsa_attention(model, s, cfg, L)
     if s.prefill_tokens:
         # kv_b [Lkv, n·(P+V)] expands the latent of every key a chunk attends to: its own new
         # tokens and its cached context (vLLM's _compute_prefill_context re-expands the cache)
@@ -588,6 +654,69 @@ def _mla_attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int) -> li
         flops = s.decode_ctx_tokens * dims.decode_flops_per_ctx(t, s.decode_seqs)
         ops.append(Op("attention_decode", "attention", flops, read, written, dtype, L, m=t, n=Lkv + R, k=Lkv + R))
         ops.append(_batched_gemm("mla_out_absorb", t, V, Lkv, n, bmm, L))  # o_latent [t, Lkv] @ W_UV [Lkv, V] per head
+    return ops
+
+
+def _dsa_attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int) -> list[Op]:
+    """DSA's context-dependent ops: the indexer's logits over every cached key and its top-k, then
+    the absorbed MLA of every token over the keys kept, ``s.local``'s aggregates (each query keeps
+    min(its context, index_topk) keys, as a window of index_topk would)."""
+    dims, d = MLADims(model, cfg), DSADims(model, cfg)
+    n, P, R, Lkv, V = dims.heads, dims.nope, dims.rope, dims.latent, dims.v_dim
+    kept = s.local if s.local is not None else s  # (a shape built without the model's windows)
+    bmm = _unquantised(cfg)
+    ops: list[Op] = []
+    picked = 0
+    for phase, queries, pairs, keys, sel in (
+        ("prefill", s.prefill_tokens, s.prefill_attn_pairs, s.prefill_kv_tokens, kept.prefill_attn_pairs),
+        ("decode", s.decode_tokens, s.decode_ctx_tokens, s.decode_ctx_tokens, kept.decode_ctx_tokens),
+    ):
+        if queries:
+            flops, read, written = d.logits(queries, pairs, keys)
+            ops.append(
+                Op(
+                    f"dsa_index_logits_{phase}",
+                    "attention",
+                    flops,
+                    read,
+                    written,
+                    "fp8",
+                    L,
+                    m=queries,
+                    n=d.dim,
+                    k=d.dim,
+                )
+            )
+            ops.append(Op("dsa_topk", "elementwise", *d.select(pairs, sel), "fp32", L))
+            picked += sel
+    ops.append(_batched_gemm("mla_q_absorb", s.tokens, Lkv, P, n, bmm, L))  # every token's q_nope @ W_UK
+    per_pair = 2.0 * n * (2 * Lkv + R)  # a kept key's score over Lkv + R dims and its latent value
+    q_bytes, o_bytes = n * (Lkv + R) * dims.act_bytes, n * Lkv * dims.act_bytes
+    # (name, query tokens, kept keys read, FLOPs, dtype): a decode sequence's tokens each score its keys
+    phases = (
+        (
+            "attention_prefill",
+            s.prefill_tokens,
+            kept.prefill_attn_pairs,
+            kept.prefill_attn_pairs * per_pair,
+            mla_prefill_dtype(cfg),
+        ),
+        (
+            "attention_decode",
+            s.decode_tokens,
+            kept.decode_ctx_tokens,
+            kept.decode_ctx_tokens * dims.decode_flops_per_ctx(s.decode_tokens, s.decode_seqs),
+            attention_dtype(cfg),
+        ),
+    )
+    for name, t, rows, flops, dtype in phases:
+        if t:
+            read, written = t * q_bytes + rows * dims.cache_row_bytes, t * o_bytes
+            q_flops = t * per_pair if name == "attention_prefill" else 0.0  # (price's per-row term: prefill only)
+            ops.append(
+                Op(name, "attention", flops, read, written, dtype, L, m=t, n=Lkv + R, k=Lkv + R, query_flops=q_flops)
+            )
+    ops.append(_batched_gemm("mla_out_absorb", s.tokens, V, Lkv, n, bmm, L))  # o_latent @ W_UV
     return ops
 
 

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmsim.costmodel.ops import norm_flops_per_elem
+from llmsim.costmodel.ops import DSADims, OpConfig, norm_flops_per_elem
 from llmsim.reference.counters import Counter
-from llmsim.reference.paged_kv import PagedKVCache
+from llmsim.reference.paged_kv import PagedKVCache, fp8_groups
 from llmsim.reference.weights import Weights
 
 ROPE_THETA = 10000.0  # Llama-2 default (HF config rope_theta)
+_FP32 = OpConfig(weight_dtype="fp32", kv_dtype="fp32", act_dtype="fp32")  # (DSADims' sizes do not depend on it)
 NORM_EPS = 1e-5
 
 
@@ -262,6 +263,9 @@ class Model:
             c.add("kv_cache_write", 0.0, T * w * self.a, T * w * self.kvb)
         scale = np.sqrt(P + R).astype(q.dtype)  # the expanded form's softmax scale, in both forms
         w_kv_b = p["w_kv_b"]  # [Lkv, N·(P+V)]
+        if spec.is_dsa:
+            keep = self._dsa_indexer(layer, p, h, q_c, pos, segs, slots)
+            return self._dsa_attention(layer, p, q_nope, q_pe, segs, keep, scale)
         out = np.empty((T, N, V), q.dtype)
         rows, starts, row = [], [], 0
         pre = [(i, s) for i, s in enumerate(segs) if s.kind != "decode"]
@@ -323,6 +327,82 @@ class Model:
                 read = t * N * (Lkv + R) * self.a + keys * spec.mla_cache_width * self.kvb
                 c.add("attention_decode", flops, read, t * N * Lkv * self.a)
             out[rows] = self._bmm("mla_out_absorb", o_lat, w_uv)  # [t, N, V]
+        return self._linear("attn_post_proj", out.reshape(T, N * V), p["w_o"])
+
+    # ---- DeepSeek sparse attention (DeepSeek-V3.2) --------------------------------------
+    def _dsa_indexer(self, layer, p, h, q_c, pos, segs, slots) -> list[list[np.ndarray]]:
+        """The lightning indexer (ops._dsa_indexer_token_ops, DSADims): per query token the
+        positions of the index_topk cached tokens with the largest sum_h w_h·ReLU(q_h·k), among
+        those it may see. -> per segment, per query row, the kept positions."""
+        spec, c = self.spec, self.counter
+        Hi, di, R, T = spec.index_n_heads, spec.index_head_dim, spec.qk_rope_head_dim, h.shape[0]
+        d = DSADims(spec, _FP32)
+        iq = self._linear("dsa_index_q_proj", q_c, p["w_idx_q"]).reshape(T, Hi, di)  # [T, Hi, di]
+        ik = self._linear("dsa_index_k_proj", h, p["w_idx_k"])  # [T, di]
+        iw = self._linear("dsa_index_weights_proj", h, p["w_idx_w"])  # [T, Hi]
+        if c is not None:
+            c.elementwise("dsa_index_k_norm", T * di, 7.0, 1, self.a)
+            c.elementwise("dsa_index_rope", T * (Hi * R + R), 3.0, 1, self.a)
+            c.add("dsa_index_q_quant", 2.0 * T * Hi * di, T * Hi * di * self.a, T * d.q_row_bytes)
+            c.add("dsa_index_cache_write", 2.0 * T * di, T * di * self.a, T * d.row_bytes)
+        ik = layernorm(ik, p["g_idx_k"], p["b_idx_k"])
+        iq = np.concatenate([rope(iq[..., :R], pos), iq[..., R:]], axis=-1)  # RoPE on the first R dims
+        ik = np.concatenate([rope(ik[:, None, :R], pos)[:, 0], ik[:, R:]], axis=-1)
+        iq = fp8_groups(iq)
+        self.cache.write_index(layer, np.concatenate(slots), ik)
+        keep, row = [], 0
+        for s in segs:
+            K = self.cache.index_keys(layer, s.table, s.past + s.n)  # [n_keys, di]
+            logits = np.einsum("qh,qhk->qk", iw[row : row + s.n], np.maximum(iq[row : row + s.n] @ K.T, 0.0))
+            qpos = np.arange(s.past, s.past + s.n)[:, None]
+            seen = np.arange(K.shape[0])[None, :] <= qpos  # [n_new, n_keys]: causal
+            logits = np.where(seen, logits, -np.inf)
+            kept = [
+                np.argsort(-row_)[: min(int(n), spec.index_topk)] for row_, n in zip(logits, seen.sum(1), strict=True)
+            ]
+            keep.append(kept)
+            if c is not None:
+                pairs, n_kept = int(seen.sum()), sum(len(k) for k in kept)
+                phase = "decode" if s.kind == "decode" else "prefill"
+                c.add(f"dsa_index_logits_{phase}", *d.logits(s.n, pairs, K.shape[0]))
+                c.add("dsa_topk", *d.select(pairs, n_kept))
+            row += s.n
+        return keep
+
+    def _dsa_attention(self, layer, p, q_nope, q_pe, segs, keep, scale) -> np.ndarray:
+        """Absorbed MLA for every token over the latents its indexer kept (prefill included)."""
+        spec, c = self.spec, self.counter
+        N, P, V, Lkv, R = (
+            spec.num_heads,
+            spec.qk_nope_head_dim,
+            spec.v_head_dim,
+            spec.kv_lora_rank,
+            spec.qk_rope_head_dim,
+        )
+        T = q_nope.shape[0]
+        W = p["w_kv_b"].reshape(Lkv, N, P + V)
+        w_uk, w_uv = W[:, :, :P].transpose(1, 2, 0), W[:, :, P:].transpose(1, 0, 2)  # [N, P, Lkv], [N, Lkv, V]
+        Q = np.concatenate([self._bmm("mla_q_absorb", q_nope, w_uk), q_pe], axis=-1)  # [T, N, Lkv + R]
+        o_lat = np.empty((T, N, Lkv), Q.dtype)
+        rows = {"prefill": [0, 0], "decode": [0, 0]}  # per phase: query tokens, kept keys
+        row = 0
+        for s, kept in zip(segs, keep, strict=True):
+            C, _, _, _ = self.cache.gather(layer, [s.table], [(0, s.past + s.n)])
+            C = C[0, :, 0]  # [n_keys, Lkv + R]: row i is position i
+            for j, idx in enumerate(kept):
+                scores = (Q[row + j] @ C[idx].T) / scale  # [N, k]
+                o_lat[row + j] = softmax(scores) @ C[idx, :Lkv]
+            phase = rows["decode" if s.kind == "decode" else "prefill"]
+            phase[0] += s.n
+            phase[1] += sum(len(k) for k in kept)
+            row += s.n
+        if c is not None:
+            per_pair = 2.0 * N * (2 * Lkv + R)
+            for name, (t, pairs) in (("attention_prefill", rows["prefill"]), ("attention_decode", rows["decode"])):
+                if t:
+                    read = t * N * (Lkv + R) * self.a + pairs * spec.mla_cache_width * self.kvb
+                    c.add(name, pairs * per_pair, read, t * N * Lkv * self.a)
+        out = self._bmm("mla_out_absorb", o_lat, w_uv)  # [T, N, V]
         return self._linear("attn_post_proj", out.reshape(T, N * V), p["w_o"])
 
     def _latent_norm(self, name: str, x: np.ndarray, g: np.ndarray) -> np.ndarray:

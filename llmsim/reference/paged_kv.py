@@ -25,6 +25,16 @@ def fake_quant_kv(x: np.ndarray, kind: str | None) -> np.ndarray:
     raise ValueError(f"unknown KV quantisation {kind!r} (int8 or fp8)")
 
 
+def fp8_groups(x: np.ndarray, group: int = 128) -> np.ndarray:
+    """[..., d] -> same, rounded as FP8 E4M3 with one scale per ``group`` values (absmax -> 448), as
+    DeepSeek-V3.2's indexer stores its keys and queries (vLLM per_token_group_quant_fp8)."""
+    shape = x.shape
+    g = x.reshape(*shape[:-1], -1, min(group, shape[-1]))
+    scale = np.abs(g).max(axis=-1, keepdims=True) / 448.0
+    scale = np.where(scale == 0, 1.0, scale)
+    return (fake_quant_kv(g / scale, "fp8") * scale).reshape(shape).astype(x.dtype)
+
+
 class PagedKVCache:
     """K/V storage in fixed-size blocks; a sequence's block table maps position -> slot.
 
@@ -46,6 +56,9 @@ class PagedKVCache:
         # sequence's K/V copies whole blocks (a NumPy fancy index per block, not per token)
         self.k = np.zeros((spec.num_layers, 0, block_tokens, self.kv_heads, self.k_dim), self.dtype)
         self.v = np.zeros((spec.num_layers, 0, block_tokens, self.kv_heads, self.v_dim), self.dtype)
+        # DeepSeek sparse attention's indexer keys, one per token and layer, in the same blocks
+        self.i_dim = spec.index_head_dim if spec.is_dsa else 0
+        self.ik = np.zeros((spec.num_layers, 0, block_tokens, self.i_dim), self.dtype)
         self.free_ids: list[int] = []
         self.refs: dict[int, int] = {}
 
@@ -55,6 +68,9 @@ class PagedKVCache:
         k, v = np.zeros((*shape, self.k_dim), self.dtype), np.zeros((*shape, self.v_dim), self.dtype)
         k[:, : self.k.shape[1]], v[:, : self.v.shape[1]] = self.k, self.v
         self.k, self.v = k, v
+        ik = np.zeros((self.spec.num_layers, new, self.block_tokens, self.i_dim), self.dtype)
+        ik[:, : self.ik.shape[1]] = self.ik
+        self.ik = ik
         self.free_ids.extend(range(new - 1, self.capacity - 1, -1))
         self.capacity = new
 
@@ -98,6 +114,14 @@ class PagedKVCache:
         self.k[layer].reshape(-1, self.kv_heads, self.k_dim)[slots] = fake_quant_kv(k, self.quant)
         if self.v_dim:  # (MLA: no separate values)
             self.v[layer].reshape(-1, self.kv_heads, self.v_dim)[slots] = fake_quant_kv(v, self.quant)
+
+    def write_index(self, layer: int, slots: np.ndarray, keys: np.ndarray) -> None:
+        """The indexer's keys [T, i_dim] of the tokens at ``slots``, stored as FP8 groups."""
+        self.ik[layer].reshape(-1, self.i_dim)[slots] = fp8_groups(keys)
+
+    def index_keys(self, layer: int, table: list[int], stop: int) -> np.ndarray:
+        """The indexer keys of positions [0, stop) of one sequence: [stop, i_dim]."""
+        return self.ik[layer].reshape(-1, self.i_dim)[self.slots(table, 0, stop)]
 
     def gather(self, layer: int, tables: list[list[int]], spans: list[tuple[int, int]]):  # noqa: ANN201
         """K and V of positions [lo, hi) of each sequence, padded to one length:

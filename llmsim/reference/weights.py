@@ -97,6 +97,17 @@ def _mla_weights(spec: ModelSpec, w, dtype: type) -> dict[str, np.ndarray]:  # t
     }
     if Lq:
         lay["g_q_a"] = np.ones(Lq, dtype)
+    if spec.is_dsa:  # the lightning indexer (DeepSeek-V3.2): wq_b on the query latent, wk and weights_proj
+        Hi, di = spec.index_n_heads, spec.index_head_dim
+        lay.update(
+            {
+                "w_idx_q": w(Lq, Hi * di),
+                "w_idx_k": w(H, di),
+                "w_idx_w": w(H, Hi),
+                "g_idx_k": np.ones(di, dtype),
+                "b_idx_k": np.zeros(di, dtype),
+            }
+        )
     return lay
 
 
