@@ -386,6 +386,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         long_prefill_token_threshold=sc.policy.long_prefill_token_threshold,
         max_model_len=max_model_len(sc, model),
         max_loras=sc.lora.max_loras if sc.lora is not None else 0,
+        window=model.attention_windows()[0],
+        local_window=model.attention_windows()[1],
     )
     if sc.lora is not None:
         from llmsim.lora import check_model

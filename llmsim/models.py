@@ -111,11 +111,17 @@ class ModelSpec:
         dsa = ("index_n_heads", "index_head_dim", "index_topk")
         if any(getattr(self, f) for f in dsa):
             missing = [f for f in dsa if getattr(self, f) <= 0]
-            if missing or not self.is_mla or not self.q_lora_rank:
-                what = f"{missing[0]} > 0" if missing else "multi-head latent attention with q_lora_rank > 0"
+            if missing:
+                raise UserError(f"{where}: {missing[0]}: DeepSeek sparse attention needs {', '.join(dsa)} > 0")
+            if not self.is_mla or not self.q_lora_rank:
                 raise UserError(
-                    f"{where}: {(missing or ['kv_lora_rank' if not self.is_mla else 'q_lora_rank'])[0]}: DeepSeek "
-                    f"sparse attention needs {what} (the indexer reads the query latent)"
+                    f"{where}: {'kv_lora_rank' if not self.is_mla else 'q_lora_rank'}: DeepSeek sparse attention "
+                    "needs multi-head latent attention with q_lora_rank > 0 (the indexer reads the query latent)"
+                )
+            if self.index_head_dim > 128 and self.index_head_dim % 128:
+                raise UserError(
+                    f"{where}: index_head_dim: {self.index_head_dim} is not a multiple of 128, the group the "
+                    "indexer's FP8 keys are scaled in (vLLM's quant_block_size)"
                 )
             if self.index_head_dim < self.qk_rope_head_dim:
                 raise UserError(
@@ -152,9 +158,9 @@ class ModelSpec:
     @property
     def index_cache_row_bytes(self) -> int:
         """Bytes the indexer caches per token per layer, whatever the KV cache's dtype: its key in
-        FP8 and one fp32 scale per 128 values (vLLM's DeepseekV32IndexerCache head size
-        ``head_dim + head_dim // quant_block_size * 4`` = 132 for DeepSeek-V3.2)."""
-        return self.index_head_dim + self.index_head_dim // 128 * 4 if self.is_dsa else 0
+        FP8 and one fp32 scale per group of up to 128 values (vLLM's DeepseekV32IndexerCache head
+        size ``head_dim + head_dim // quant_block_size * 4`` = 132 for DeepSeek-V3.2)."""
+        return self.index_head_dim + -(-self.index_head_dim // 128) * 4 if self.is_dsa else 0
 
     @property
     def moe_layers(self) -> int:

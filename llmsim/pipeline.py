@@ -55,7 +55,7 @@ class PipelineReplica(Replica):
             self.in_flight += 1
             if self.first_start_s < 0:
                 self.first_start_s = env.now
-            shape = plan.shape(self.window, self.local_window)
+            shape = plan.shape(self.window, self.local_window, self.spec_as_decode)
             stage_s = self.cost.stage_time(shape)
             send_s = self.cost.pp_send_time(shape)
             # the engine's host work is paid once, at stage 0

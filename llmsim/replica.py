@@ -62,6 +62,8 @@ class Replica:
         self.steps = steps
         self.max_queue = max_queue
         self.window, self.local_window = pool.cost.model.attention_windows()
+        # vLLM's MLA backends run speculative verification in their decode kernel (plan.shape)
+        self.spec_as_decode = pool.cost.model.is_mla
         # disaggregated serving (disagg.py): a prefill replica hands finished prompts to ``handoff``;
         # a decode replica takes prefilled requests (``accept_prefilled``) instead of arrivals
         self.handoff = handoff
@@ -230,7 +232,7 @@ class Replica:
 
     def step_shape(self, plan: BatchPlan) -> BatchShape:
         """The aggregates the cost model prices ``plan`` by."""
-        return plan.shape(self.window, self.local_window)
+        return plan.shape(self.window, self.local_window, self.spec_as_decode)
 
     def begin_step(
         self, plan: BatchPlan | None, shape: BatchShape | None, start_s: float

@@ -601,9 +601,10 @@ def roofline_points(r: ResultsDir) -> tuple[pd.DataFrame, float, float, str] | N
     if len(steps) > MAX_ROOFLINE_POINTS:
         steps = steps.iloc[:: math.ceil(len(steps) / MAX_ROOFLINE_POINTS)]
     rows = []
+    window, local = cost.model.attention_windows()
     for st in steps.itertuples():
         chunks = [(int(st.prefill_tokens), 0)] if st.prefill_tokens else []
-        shape = batch_shape(chunks, [ctx] * int(st.decode_tokens))
+        shape = batch_shape(chunks, [ctx] * int(st.decode_tokens), window, local_window=local)
         ops = cost.ops(shape)
         flops = sum(o.flops * o.count for o in ops)
         nbytes = sum(o.bytes * o.count for o in ops)

@@ -42,7 +42,7 @@ class StepCost:
         self.swap_s = 0.0
         self.offload_load_s = 0.0
         self.draft_s = 0.0
-        self.spec_base_s = 0.0  # what the verify steps would have cost as plain decodes
+        self.spec_base_s = 0.0  # what the verify steps would have cost decoding one token a request
         self.spec_time_s = 0.0  # what draft + verify cost
 
     def price(self, plan: BatchPlan, shape: BatchShape) -> tuple[float, float, float]:
@@ -53,18 +53,31 @@ class StepCost:
         dt = self.cost.step_time(shape)
         draft = 0.0
         if plan.spec_k and plan.decode:
-            decodes = batch_shape([], [r.kv_tokens for r in plan.decode])  # the same rows, one token each
-            if shape.group_tokens:  # lock-stepped EP ranks (dpgroup.py): the group gathers in proportion
-                decodes.group_tokens = max(1, shape.group_tokens * decodes.tokens // shape.tokens)
-            plain = self.cost.step_time(decodes)
+            window, local = self.cost.model.attention_windows()
+            contexts = [r.kv_tokens for r in plan.decode]
+            decodes = self._grouped(batch_shape([], contexts, window, local_window=local), shape)  # one token each
             if self.draft_cost is None:  # self-speculation: each MTP head costs about one layer
-                draft = plan.spec_k * plain / self.cost.model.num_layers
+                draft = plan.spec_k * self.cost.step_time(decodes) / self.cost.model.num_layers
             else:
                 draft = plan.spec_k * self.draft_cost.step_time(decodes)
+            # the speedup's baseline: the same step, its prompt chunks included, decoding one token
+            # a request (comparing a mixed step with its decodes alone would charge the chunks to
+            # speculation)
+            chunks = [(c, r.kv_tokens) for r, c in plan.prefill]
+            padded = [r.kv_tokens for r in plan.padding for _ in range(r.n_seqs)]
+            plain = self._grouped(batch_shape(chunks, contexts + padded, window, local_window=local), shape)
             self.draft_s += draft
-            self.spec_base_s += plain
+            self.spec_base_s += self.cost.step_time(plain)
             self.spec_time_s += dt + draft
         return dt + swap + draft, swap, draft
+
+    @staticmethod
+    def _grouped(alone: BatchShape, step: BatchShape) -> BatchShape:
+        """``alone`` (part of ``step``'s rows) on lock-stepped EP ranks (dpgroup.py): the group
+        gathers tokens in proportion to the rows."""
+        if step.group_tokens:
+            alone.group_tokens = max(1, step.group_tokens * alone.tokens // step.tokens)
+        return alone
 
     def swap_time(self, plan: BatchPlan) -> float:
         """Copying preempted KV to or from host memory before the step, over the host link, and

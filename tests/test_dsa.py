@@ -112,7 +112,8 @@ def test_hf_importer_reads_a_deepseek_v32_config(tmp_path):
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"index_topk": 8}, "index_n_heads: DeepSeek sparse attention needs index_n_heads > 0"),
+        ({"index_topk": 8}, "index_n_heads: DeepSeek sparse attention needs index_n_heads, index_head_dim"),
+        ({"index_n_heads": 2, "index_head_dim": 192, "index_topk": 8}, "index_head_dim: 192 is not a multiple of 128"),
         ({"index_n_heads": 2, "index_head_dim": 16, "index_topk": 8, "q_lora_rank": 0}, "q_lora_rank"),
         ({"index_n_heads": 2, "index_head_dim": 4, "index_topk": 8}, "index_head_dim: 4 is narrower"),
     ],

@@ -6,18 +6,21 @@ prefill numerically, the KV cache per token and per device, and the HF importer.
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from test_reference_counters import FP32, MIXES, NAIVE, assert_counts_match, run_counted
 from test_reference_model import chunked_logits, tokens
 
+import llmsim
 from llmsim.costmodel.ops import OpConfig, attention_ops, batch_shape, step_ops
 from llmsim.errors import UserError
 from llmsim.models import CATALOG, PUBLISHED_ACTIVE_PARAMS, PUBLISHED_PARAMS, ModelSpec, from_hf_config
 from llmsim.reference.model import Model, Segment
 from llmsim.reference.paged_kv import PagedKVCache
 from llmsim.reference.weights import init_weights
+from llmsim.scenario import scenario_from_dict
 
 V3 = CATALOG["deepseek-v3"]
 # tiny MLA models: q compression or not, and DeepSeekMoE (a dense first layer, routed + shared experts)
@@ -364,3 +367,42 @@ def test_draft_kv_cache_per_device_splits_heads_like_the_target():
     expected = target.kv_bytes_per_token_per_device("bf16", 8, 1) + draft.kv_bytes_per_token_per_device("bf16", 8, 1)
     assert pool.memory["kv_bytes_per_token"] == expected
     assert draft.kv_bytes_per_token_per_device("bf16", 8, 1) == draft.kv_bytes_per_token("bf16") / 4
+
+
+def test_mla_verification_runs_in_the_decode_kernel():
+    """vLLM's MLA backends verify short speculative queries in the absorbed decode kernel
+    (``supports_spec_as_decode``), not as expanded prefill chunks that up-project every cached
+    latent: a replica of an MLA model prices its verify steps as k+1 decode tokens per request,
+    which at long contexts is several times cheaper than the chunk form."""
+    from llmsim.costmodel import CostConfig, CostModel
+    from llmsim.hardware import load_profile
+
+    cm = CostModel(V3, load_profile("H200"), CostConfig(act_dtype="fp8"))
+    as_decode = cm.step_time(batch_shape([], [16000] * 32, tokens_per_decode=2))
+    as_chunks = cm.step_time(batch_shape([(2, 16000)] * 32, []))
+    assert as_chunks > 3 * as_decode
+    # end to end: MTP on long prompts speeds decoding up (priced as chunks, each verify step would
+    # cost about 7x a plain one at 16k tokens of context, and speculation would slow it 4x)
+    run = llmsim.run(
+        scenario_from_dict(
+            {
+                "name": "v3-mtp",
+                "model": {"name": "deepseek-v3", "act_dtype": "fp8"},
+                "hardware": "H200",
+                "cluster": {"tp": 8},
+                "policy": {"kind": "vllm", "chunk_tokens": 8192},
+                "workload": {
+                    "kind": "all_at_once",
+                    "num_requests": 16,
+                    "prompt_tokens": {"dist": "fixed", "value": 16000},
+                    "output_tokens": {"dist": "fixed", "value": 100},
+                },
+                "speculative": {"method": "mtp", "k": 1, "acceptance": [0.8]},
+                "output": {"steps": "none"},
+            },
+            "v3-mtp.yaml",
+            Path("."),
+        )
+    )
+    spec = run.summary["speculative"]
+    assert 1.0 < spec["speedup"] <= spec["tokens_per_step"]

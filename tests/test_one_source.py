@@ -87,6 +87,15 @@ def test_batch_plan_shape_is_batch_shape_of_its_rows(window: int | None, local: 
     assert _aggregates(got) == _aggregates(want)
     assert got.logits_rows == 1 + len(padded) + 3 * len(decodes)
 
+    plan.padding = []  # MLA: verification as k+1 decode tokens per request (vLLM's spec-as-decode)
+    want = batch_shape(rows, [r.kv_tokens for r in decodes], window, tokens_per_decode=3, local_window=local)
+    got = plan.shape(window, local, spec_as_decode=True)
+    assert _aggregates(got) == _aggregates(want)
+    if got.local is not None and want.local is not None:
+        assert _aggregates(got.local) == _aggregates(want.local)
+    assert got.logits_rows == 1 + 3 * len(decodes)
+    plan.padding = padding
+
     if window is None:
         plan.spec_k, plan.set_n, plan.set_ctx = 0, 4, 40  # four members of ten cached tokens each
         want = batch_shape(rows, contexts + [10] * 4)

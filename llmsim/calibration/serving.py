@@ -211,7 +211,8 @@ def fit_serving(
 
     pick = np.unique(np.linspace(0, len(ph) - 1, min(MAX_FIT_STEPS, len(ph))).astype(int))
     sub = ph.iloc[pick]
-    shapes = [batch_shape(*parse_batch(b)) for b in sub["batch"]]
+    window, local = model_spec.attention_windows()
+    shapes = [batch_shape(*parse_batch(b), window, local_window=local) for b in sub["batch"]]
     y = sub["exec_s"].to_numpy()
     s_seqs, s_tokens = sub["seqs"].to_numpy(), sub["tokens"].to_numpy()
     dtypes = {run_dtype(r) for r in runs}

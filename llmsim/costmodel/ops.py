@@ -537,6 +537,14 @@ class DSADims:
         """Top-k over the logits: a comparison per logit; reads them, writes the ``kept`` indices (int32)."""
         return float(pairs), 4.0 * pairs, 4.0 * kept
 
+    @staticmethod
+    def kernel_heads(heads: int) -> int:
+        """Attention heads the sparse MLA kernels compute for ``heads`` real ones on a device: vLLM's
+        FlashMLA-sparse FP8 decode kernel takes h_q = 64 or 128 and its BF16 prefill kernel pads to
+        64 (Hopper; 128 on Blackwell, not distinguished here), so a TP rank with fewer heads pays
+        for 64 (vllm/v1/attention/backends/mla/flashmla_sparse.py _compute_fp8_decode_padded_heads)."""
+        return 64 if heads <= 64 else -(-heads // 64) * 64
+
 
 @dataclass(slots=True, init=False)  # init written out: compiled natively (see BatchShape)
 class MLADims:
@@ -658,63 +666,68 @@ def _mla_attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int) -> li
 
 
 def _dsa_attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int) -> list[Op]:
-    """DSA's context-dependent ops: the indexer's logits over every cached key and its top-k, then
-    the absorbed MLA of every token over the keys kept, ``s.local``'s aggregates (each query keeps
-    min(its context, index_topk) keys, as a window of index_topk would)."""
-    dims, d = MLADims(model, cfg), DSADims(model, cfg)
+    """DSA's context-dependent ops: the indexer's logits over every key each query may see and
+    their top-k, then the absorbed MLA of every token over the keys kept: ``s.local``'s aggregates
+    (each query keeps min(its context, index_topk) keys, as a window of index_topk would; a shape
+    built without the model's ``attention_windows`` would price the attention dense, so it is an
+    error). A decoding sequence's new tokens (speculative verification) each score and keep their
+    own keys."""
+    if s.local is None and (s.prefill_attn_pairs or s.decode_ctx_tokens):  # (no context: token-wise pricing only)
+        raise ValueError(
+            "a DeepSeek sparse-attention step needs its kept-key aggregates: build the shape with the model's attention_windows()"
+        )
+    dims, d, kept = MLADims(model, cfg), DSADims(model, cfg), s.local or s
     n, P, R, Lkv, V = dims.heads, dims.nope, dims.rope, dims.latent, dims.v_dim
-    kept = s.local if s.local is not None else s  # (a shape built without the model's windows)
+    per_seq = s.decode_tokens // max(1, s.decode_seqs)  # query tokens per decoding sequence
     bmm = _unquantised(cfg)
     ops: list[Op] = []
-    picked = 0
-    for phase, queries, pairs, keys, sel in (
-        ("prefill", s.prefill_tokens, s.prefill_attn_pairs, s.prefill_kv_tokens, kept.prefill_attn_pairs),
-        ("decode", s.decode_tokens, s.decode_ctx_tokens, s.decode_ctx_tokens, kept.decode_ctx_tokens),
-    ):
-        if queries:
-            flops, read, written = d.logits(queries, pairs, keys)
-            ops.append(
-                Op(
-                    f"dsa_index_logits_{phase}",
-                    "attention",
-                    flops,
-                    read,
-                    written,
-                    "fp8",
-                    L,
-                    m=queries,
-                    n=d.dim,
-                    k=d.dim,
-                )
-            )
-            ops.append(Op("dsa_topk", "elementwise", *d.select(pairs, sel), "fp32", L))
-            picked += sel
-    ops.append(_batched_gemm("mla_q_absorb", s.tokens, Lkv, P, n, bmm, L))  # every token's q_nope @ W_UK
-    per_pair = 2.0 * n * (2 * Lkv + R)  # a kept key's score over Lkv + R dims and its latent value
-    q_bytes, o_bytes = n * (Lkv + R) * dims.act_bytes, n * Lkv * dims.act_bytes
-    # (name, query tokens, kept keys read, FLOPs, dtype): a decode sequence's tokens each score its keys
+    # (phase, query tokens, scored pairs, cached keys read, kept pairs, kernel dtype)
     phases = (
         (
-            "attention_prefill",
+            "prefill",
             s.prefill_tokens,
+            s.prefill_attn_pairs,
+            s.prefill_kv_tokens,
             kept.prefill_attn_pairs,
-            kept.prefill_attn_pairs * per_pair,
             mla_prefill_dtype(cfg),
         ),
         (
-            "attention_decode",
+            "decode",
             s.decode_tokens,
-            kept.decode_ctx_tokens,
-            kept.decode_ctx_tokens * dims.decode_flops_per_ctx(s.decode_tokens, s.decode_seqs),
+            s.decode_ctx_tokens * per_seq,
+            s.decode_ctx_tokens,
+            kept.decode_ctx_tokens * per_seq,
             attention_dtype(cfg),
         ),
     )
-    for name, t, rows, flops, dtype in phases:
+    for phase, t, pairs, keys, sel, _ in phases:
         if t:
-            read, written = t * q_bytes + rows * dims.cache_row_bytes, t * o_bytes
-            q_flops = t * per_pair if name == "attention_prefill" else 0.0  # (price's per-row term: prefill only)
             ops.append(
-                Op(name, "attention", flops, read, written, dtype, L, m=t, n=Lkv + R, k=Lkv + R, query_flops=q_flops)
+                Op(f"dsa_index_logits_{phase}", "attention", *d.logits(t, pairs, keys), "fp8", L, m=t, n=d.dim, k=d.dim)
+            )
+            ops.append(Op("dsa_topk", "elementwise", *d.select(pairs, sel), "fp32", L))
+    ops.append(_batched_gemm("mla_q_absorb", s.tokens, Lkv, P, n, bmm, L))  # every token's q_nope @ W_UK
+    # a kept key's score over Lkv + R dims and its latent value, for the heads the sparse kernels compute
+    per_pair = 2.0 * d.kernel_heads(n) * (2 * Lkv + R)
+    for phase, t, _, _, sel, dtype in phases:
+        if t:
+            a = DTYPE_BYTES[dtype]
+            read, written = t * n * (Lkv + R) * a + sel * dims.cache_row_bytes, t * n * Lkv * a
+            q_flops = t * per_pair if phase == "prefill" else 0.0  # (price's per-row term: prefill only)
+            ops.append(
+                Op(
+                    f"attention_{phase}",
+                    "attention",
+                    sel * per_pair,
+                    read,
+                    written,
+                    dtype,
+                    L,
+                    m=t,
+                    n=Lkv + R,
+                    k=Lkv + R,
+                    query_flops=q_flops,
+                )
             )
     ops.append(_batched_gemm("mla_out_absorb", s.tokens, V, Lkv, n, bmm, L))  # o_latent @ W_UV
     return ops

@@ -603,13 +603,18 @@ class CostModel:
 
 
 def _grown(shape: BatchShape, tokens: int) -> BatchShape:
-    """A decode-only ``shape`` with ``tokens`` more context in all (its sequences one step on)."""
-    return BatchShape(
+    """A decode-only ``shape`` with ``tokens`` more context in all (its sequences one step on); its
+    local view too, which grows the same while no context reaches the window (``runs.run_length``
+    ends a run before that)."""
+    grown = BatchShape(
         decode_seqs=shape.decode_seqs,
         decode_tokens=shape.decode_tokens,
         decode_ctx_tokens=shape.decode_ctx_tokens + tokens,
         logits_rows=shape.logits_rows,
     )
+    if shape.local is not None:
+        grown.local = _grown(shape.local, tokens)
+    return grown
 
 
 def _kernel_total_s(compute_s: float, memory_s: float, fixed_s: float, launch_s: float) -> float:

@@ -397,7 +397,7 @@ class Model:
             phase[1] += sum(len(k) for k in kept)
             row += s.n
         if c is not None:
-            per_pair = 2.0 * N * (2 * Lkv + R)
+            per_pair = 2.0 * DSADims.kernel_heads(N) * (2 * Lkv + R)  # (the heads the sparse kernels compute)
             for name, (t, pairs) in (("attention_prefill", rows["prefill"]), ("attention_decode", rows["decode"])):
                 if t:
                     read = t * N * (Lkv + R) * self.a + pairs * spec.mla_cache_width * self.kvb

@@ -65,6 +65,10 @@ class SchedulerConfig:
     # the engine's context limit (vLLM's max_model_len; 0 = none): prompt + requested output must fit
     max_model_len: int = 0
     max_loras: int = 0  # multi-LoRA: distinct adapters the running set may use (0 = LoRA off)
+    # the model's attention windows (ModelSpec.attention_windows), for the shapes the dynamic budget
+    # predicts: a windowed or sparse-attention model priced without them would read its whole context
+    window: int | None = None
+    local_window: int | None = None
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a policy may be plain Python (register_policy)

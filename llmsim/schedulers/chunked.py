@@ -32,7 +32,8 @@ class ChunkedScheduler(Scheduler):
         lookahead = plan.spec_k + 1 if plan.spec_k else 1
         while b > self.cfg.min_chunk_tokens:
             chunk = max(b - len(plan.decode) * lookahead, 1)
-            shape = batch_shape([(chunk, past)], contexts, tokens_per_decode=lookahead)
+            cfg = self.cfg
+            shape = batch_shape([(chunk, past)], contexts, cfg.window, lookahead, cfg.local_window)
             if self.predict_s(shape) <= self.cfg.tbt_target_s:
                 break
             b //= 2

@@ -71,16 +71,21 @@ class BatchPlan:
     def size(self) -> int:
         return len(self.prefill) + self.num_decode + len(self.padding)
 
-    def shape(self, window: int | None = None, local_window: int | None = None) -> BatchShape:
+    def shape(
+        self, window: int | None = None, local_window: int | None = None, spec_as_decode: bool = False
+    ) -> BatchShape:
         """The step's aggregates for the cost model (context = tokens already cached). Speculative
-        verification of k drafts is priced as a (k+1)-token chunk per decoding sequence. Models that
+        verification of k drafts is priced as a (k+1)-token chunk per decoding sequence, or, with
+        ``spec_as_decode`` (MLA models: vLLM's MLA backends run short verification queries in their
+        decode kernel, ``_init_reorder_batch_threshold(..., supports_spec_as_decode=True)`` in
+        vllm/v1/attention/backends/mla/), as k+1 decode tokens per sequence. Models that
         interleave local and global layers pass ``local_window`` too (``ModelSpec.attention_windows``).
         The same aggregates as ``ops.batch_shape`` of the plan's rows, written over the plan's own
         lists for the step loop; ``tests/test_one_source.py::test_batch_plan_shape_is_batch_shape_of_its_rows``
         holds the two equal."""
         if local_window is not None:  # (set on the fresh shape: dataclasses.replace took ~5 µs a step)
-            shape = self.shape(window)
-            shape.local = self.shape(local_window)
+            shape = self.shape(window, None, spec_as_decode)
+            shape.local = self.shape(local_window, None, spec_as_decode)
             return shape
         # (the per-chunk and per-row sums are ops.chunk_aggregates and ops.decode_keys_seen, the
         # same as batch_shape's; the loops run over the plan's lists, building none per step)
@@ -97,7 +102,14 @@ class BatchPlan:
         for r in self.padding:  # static batching's finished slots decode too (their rows are wasted)
             d_ctx += decode_keys_seen(r.kv_tokens, 1, window) * r.n_seqs
             n_dec += r.n_seqs
-        if self.spec_k:  # each decode verifies its k drafts: a (k+1)-token chunk, one per request
+        d_tok = 0  # decode tokens beyond one per decoding row: speculative verification as decode
+        if self.spec_k and spec_as_decode:  # k+1 query tokens per request, in the decode kernel
+            verify = self.spec_k + 1
+            for r in self.decode:
+                d_ctx += decode_keys_seen(r.kv_tokens, verify, window)
+                n_dec += 1
+                d_tok += verify - 1
+        elif self.spec_k:  # each decode verifies its k drafts: a (k+1)-token chunk, one per request
             verify = self.spec_k + 1
             for r in self.decode:
                 chunk_pairs_, keys_seen, score_elems = chunk_aggregates(verify, r.kv_tokens, window)
@@ -120,8 +132,11 @@ class BatchPlan:
             prefill_kv_tokens=kv,
             prefill_score_elems=score,
             decode_seqs=n_dec,
-            decode_tokens=n_dec,
+            decode_tokens=n_dec + d_tok,
             decode_ctx_tokens=d_ctx,
             # verification samples every position
-            logits_rows=sampled + n_dec + len(self.decode) * (self.spec_k + 1 if self.spec_k else 0),
+            logits_rows=sampled
+            + n_dec
+            + d_tok
+            + (0 if spec_as_decode else len(self.decode) * (self.spec_k + 1 if self.spec_k else 0)),
         )
