@@ -806,6 +806,16 @@ CATALOG["deepseek-r1"] = CATALOG["deepseek-v3"].with_(
     name="deepseek-r1",
     source="deepseek-ai/DeepSeek-R1 config.json (configs.md section 9, verbatim): DeepSeek-V3's architecture",
 )
+# DeepSeek-V3.2(-Exp) is DeepSeek-V3 with a lightning indexer per layer (DSA, configs.md section 14)
+CATALOG["deepseek-v3.2"] = CATALOG["deepseek-v3"].with_(
+    name="deepseek-v3.2",
+    index_n_heads=64,
+    index_head_dim=128,
+    index_topk=2048,
+    source="deepseek-ai/DeepSeek-V3.2-Exp config.json (model_type deepseek_v32; configs.md section 14): "
+    "DeepSeek-V3's architecture plus DeepSeek sparse attention, index_n_heads 64, index_head_dim 128, "
+    "index_topk 2048; the multi-token-prediction module is not counted",
+)
 
 # Published totals used by tests (parameters), with their sources.
 PUBLISHED_PARAMS = {

@@ -18,12 +18,12 @@ from llmsim.costmodel import CostConfig, CostModel
 from llmsim.costmodel.ops import attention_ops, batch_shape, step_ops
 from llmsim.errors import UserError
 from llmsim.hardware import load_profile
-from llmsim.models import from_hf_config
+from llmsim.models import CATALOG, from_hf_config
 from llmsim.reference.weights import init_weights
 
 # a tiny DSA model: 4 indexer heads of 16 (rope 8 of them), each query keeps its 6 best keys
 DSA = MLA.with_(name="tiny-dsa", index_n_heads=4, index_head_dim=16, index_topk=6)
-V32 = V3.with_(name="deepseek-v3.2-like", index_n_heads=64, index_head_dim=128, index_topk=2048)
+V32 = CATALOG["deepseek-v3.2"]  # DeepSeek-V3 with index_n_heads 64, index_head_dim 128, index_topk 2048
 
 
 def _shape(spec, chunks, decodes):
@@ -133,3 +133,12 @@ def test_the_indexer_weights_count_and_are_replicated():
     assert held == DSA.indexer_params()
     tp8, tp1 = V32.weight_bytes_per_device("fp8", 8, 1), V32.weight_bytes_per_device("fp8", 1, 1)
     assert tp8 - tp1 / 8 > 7 / 8 * 61 * per_layer  # every rank holds the whole indexer
+
+
+def test_catalog_deepseek_v32_is_v3_with_the_indexer(capsys):
+    from llmsim.cli import main
+
+    assert V32.with_(name=V3.name, source=V3.source, index_n_heads=0, index_head_dim=0, index_topk=0) == V3
+    assert V32.total_params() - V3.total_params() == V3.num_layers * V32.indexer_params()
+    assert main(["models", "deepseek-v3.2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sparse_attention_topk"] == 2048

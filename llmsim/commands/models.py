@@ -88,6 +88,7 @@ def entry(m: ModelSpec) -> dict:
         "vocab_size": m.vocab_size,
         "kv_bytes_per_token_bf16": m.kv_bytes_per_token(),
         "sliding_window_tokens": m.sliding_window,  # None: full attention
+        "sparse_attention_topk": m.index_topk or None,  # DeepSeek sparse attention: keys kept per query
     }
 
 
@@ -103,5 +104,6 @@ def row(e: dict) -> list:
         moe,
         e["vocab_size"],
         f"{e['kv_bytes_per_token_bf16'] / 1024:.0f}",
-        e["sliding_window_tokens"] or "-",
+        e["sliding_window_tokens"]
+        or (f"top {e['sparse_attention_topk']} (DSA)" if e["sparse_attention_topk"] else "-"),
     ]
