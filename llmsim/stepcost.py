@@ -55,10 +55,12 @@ class StepCost:
         if plan.spec_k and plan.decode:
             window, local = self.cost.model.attention_windows()
             contexts = [r.kv_tokens for r in plan.decode]
-            decodes = self._grouped(batch_shape([], contexts, window, local_window=local), shape)  # one token each
             if self.draft_cost is None:  # self-speculation: each MTP head costs about one layer
+                decodes = self._grouped(batch_shape([], contexts, window, local_window=local), shape)  # one token each
                 draft = plan.spec_k * self.cost.step_time(decodes) / self.cost.model.num_layers
-            else:
+            else:  # the draft model's own step over the same rows, with its own attention windows
+                d_window, d_local = self.draft_cost.model.attention_windows()
+                decodes = self._grouped(batch_shape([], contexts, d_window, local_window=d_local), shape)
                 draft = plan.spec_k * self.draft_cost.step_time(decodes)
             # the speedup's baseline: the same step, its prompt chunks included, decoding one token
             # a request (comparing a mixed step with its decodes alone would charge the chunks to

@@ -7,6 +7,7 @@ attention against dense MLA where it keeps every key, the KV cache per token, th
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,3 +143,60 @@ def test_catalog_deepseek_v32_is_v3_with_the_indexer(capsys):
     assert V32.total_params() - V3.total_params() == V3.num_layers * V32.indexer_params()
     assert main(["models", "deepseek-v3.2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sparse_attention_topk"] == 2048
+
+
+def test_twin_prices_a_dsa_model_with_its_kept_keys(tmp_path):
+    """`llmsim twin` on a tiny DeepSeek-V3.2-shaped config: the reference engine's step log and
+    the step grid price DSA with the model's windows (each crashed before: a shape without the
+    kept-key aggregates is refused rather than priced as dense MLA)."""
+    import pandas as pd
+    import yaml
+    from test_mla import V3_CONFIG
+
+    from llmsim.cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    tiny = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4}
+    tiny |= {"vocab_size": 97, "kv_lora_rank": 16, "q_lora_rank": 24, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8}
+    tiny |= {"v_head_dim": 12, "moe_intermediate_size": 32, "intermediate_size": 80, "n_routed_experts": 4}
+    tiny |= {"num_experts_per_tok": 2, "first_k_dense_replace": 1, "torch_dtype": "float32"}
+    dsa = {"model_type": "deepseek_v32", "index_n_heads": 4, "index_head_dim": 128, "index_topk": 16}
+    (tmp_path / "config.json").write_text(json.dumps({**V3_CONFIG, **tiny, **dsa}))
+    sc = yaml.safe_load((root / "scenarios/twin_small.yaml").read_text())
+    sc["model"]["hf_config"] = str(tmp_path / "config.json")
+    sc["workload"] |= {"num_requests": 3, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 40}}
+    sc["workload"]["output_tokens"] = {"dist": "uniform", "min": 2, "max": 4}
+    (tmp_path / "twin.yaml").write_text(yaml.safe_dump(sc))
+    hw = yaml.safe_load((root / "hardware_profiles/EPYC-9654.yaml").read_text())
+    hw["name"], hw["memory_capacity_bytes"]["value"] = "local-cpu-test", 4e9
+    (tmp_path / "cpu.yaml").write_text(yaml.safe_dump(hw))
+    twin = ["twin", str(tmp_path / "twin.yaml"), "--profile", str(tmp_path / "cpu.yaml"), "--quick"]
+    assert main([*twin, "--skip-grid", "--raw-clock", "--out", str(tmp_path / "run")]) == 0
+    assert main([*twin, "--steps-only", "--out", str(tmp_path / "grid")]) == 0
+    grid = pd.read_csv(tmp_path / "grid" / "twin_steps.csv")
+    model = from_hf_config(tmp_path / "config.json")
+    cfg = CostConfig(weight_dtype="fp32", act_dtype="fp32", attention_kernel="naive")
+    cost = CostModel(model, load_profile(str(tmp_path / "cpu.yaml")), cfg)
+    row = grid[grid["kind"] == "decode"].iloc[-1]
+    b, c = int(row["tokens_or_batch"]), int(row["context"])
+    assert c > 16  # past index_topk: dense MLA would read every key
+    assert row["predicted_s"] == pytest.approx(cost.step_time(batch_shape([], [c] * b, None, local_window=16)))
+
+
+def test_sparse_kernels_against_flashmla_published_rates():
+    """FlashMLA's published rates on H800 SXM5 (compute and bandwidth of an H100 SXM): sparse
+    decode 410 TFLOP/s at batch 128, 128 heads, s_q 2, top-2048 with the FP8 cache, computing in
+    bf16 (docs/20250929-hopper-fp8-sparse-deep-dive.md); sparse prefill "up to 640 TFlops"
+    (README, 2025.09.29). FLOPs as the blog counts them: 2 · h_q · s_q · topk · (576 + 512)."""
+    cm = CostModel(V32, load_profile("H100-SXM"), CostConfig(act_dtype="fp8", kv_dtype="fp8"))
+
+    def rate(shape, name):
+        op = next(o for o in cm.ops(shape) if o.name == name)
+        t = cm.price(op)
+        return op.flops / max(t.compute_s, t.memory_s) / 1e12, op
+
+    decode, op = rate(batch_shape([], [32768] * 128, None, tokens_per_decode=2, local_window=2048), "attention_decode")
+    assert op.dtype == "bf16" and op.flops == 2 * 128 * 2 * 128 * 2048 * (576 + 512)
+    assert decode == pytest.approx(410, rel=0.25)
+    prefill, _ = rate(batch_shape([(4096, 16384)], [], None, local_window=2048), "attention_prefill")
+    assert prefill == pytest.approx(640, rel=0.25)

@@ -129,3 +129,29 @@ def test_a_lookahead_no_step_can_hold_finishes_or_is_rejected_end_to_end(policy:
     req = llmsim.run(sc).requests
     assert int((req["status"] == "finished").sum()) == finished
     assert int((req["status"] == "rejected").sum()) == 5 - finished
+
+
+def test_a_draft_model_is_priced_with_its_own_attention_windows() -> None:
+    """The draft's step over the verify step's rows uses the draft's windows (a sliding-window
+    draft of a full-attention target reads at most its window), and the speedup's baseline is the
+    same step without speculation, its prompt chunk included."""
+    from llmsim.build import build_model, build_pools
+    from llmsim.costmodel.ops import batch_shape
+    from llmsim.schedulers.plan import BatchPlan
+    from llmsim.stepcost import StepCost
+
+    sc = scenario({"draft_model": "mistral-7b", "k": 3})
+    pool = build_pools(sc, build_model(sc))[0]
+    price = StepCost(pool, 0)
+    plan = BatchPlan()
+    rows = [Request(i, 0.0, 30000, 10) for i in range(4)]
+    for r in rows:
+        r.kv_tokens = r.prefilled = 30000
+    chunk = Request(9, 0.0, 800, 10)
+    plan.decode, plan.prefill, plan.spec_k = rows, [(chunk, 400)], 3
+    _, _, draft_s = price.price(plan, plan.shape())
+    window = pool.draft_cost.model.sliding_window
+    assert window == 4096
+    assert draft_s == pytest.approx(3 * pool.draft_cost.step_time(batch_shape([], [30000] * 4, window)))
+    plain = pool.cost.step_time(batch_shape([(400, 0)], [30000] * 4))
+    assert price.spec_base_s == pytest.approx(plain)

@@ -266,7 +266,7 @@ def test_engine_on_the_cost_models_clock_reproduces_the_simulator(tmp_path, poli
 
     def priced(plan):  # noqa: ANN001, ANN202
         execute(plan)
-        now[0] += pool.cost.step_time(plan.shape(eng.window))
+        now[0] += pool.cost.step_time(plan.shape(*eng.windows, eng.spec_as_decode))
 
     eng.execute = priced  # type: ignore[method-assign]
     reqs = [eng.new_request(i, float(wl.arrival_s[i]), int(wl.prompt_tokens[i]), int(wl.output_tokens[i])) for i in range(len(wl))]  # fmt: skip

@@ -53,8 +53,9 @@ def measure_steps(
         else:
             measured = raw = column_medians(time_steps_probed(model, cases, rounds, {})[0])
             factors = [1.0] * len(cases)
-    rows = [("prefill", n, 0, cost.step_time(batch_shape([(n, 0)], []))) for n in prefill]
-    rows += [("decode", b, c, cost.step_time(batch_shape([], [c] * b))) for b, c in decode]
+    window, local = cost.model.attention_windows()
+    rows = [("prefill", n, 0, cost.step_time(batch_shape([(n, 0)], [], window, local_window=local))) for n in prefill]
+    rows += [("decode", b, c, cost.step_time(batch_shape([], [c] * b, window, local_window=local))) for b, c in decode]
     rows = [(*r, m, w, f) for r, m, w, f in zip(rows, measured, raw, factors, strict=True)]
     cols = ["kind", "tokens_or_batch", "context", "predicted_s", "measured_s", "measured_raw_s", "speed_factor"]
     df = pd.DataFrame(rows, columns=cols)

@@ -697,7 +697,9 @@ def _dsa_attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int) -> li
             s.decode_ctx_tokens * per_seq,
             s.decode_ctx_tokens,
             kept.decode_ctx_tokens * per_seq,
-            attention_dtype(cfg),
+            # 16-bit MMAs over an fp8 cache too: FlashMLA's sparse decode kernel dequantises each
+            # kept row to bf16 first (FlashMLA docs/20250929-hopper-fp8-sparse-deep-dive.md)
+            storage_dtype(cfg),
         ),
     )
     for phase, t, pairs, keys, sel, _ in phases:

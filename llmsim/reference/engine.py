@@ -132,7 +132,8 @@ class ReferenceEngine:
         self.sched = make_scheduler(policy, sched_cfg, self.kv, predict_s=predict_s)
         self.cache = PagedKVCache(weights.spec, block_tokens, weights.dtype)
         self.model = Model(weights, self.cache)
-        self.window = weights.spec.sliding_window
+        # the log's shapes are the simulator's (replica.Replica): the model's windows, MLA's verification
+        self.windows, self.spec_as_decode = weights.spec.attention_windows(), weights.spec.is_mla
         self.rng = np.random.default_rng(seed)
 
     # ---- one step ----------------------------------------------------------------------
@@ -206,7 +207,9 @@ class ReferenceEngine:
                 t, t_raw = max(t + spent / factor, requests[i].arrival_s), t_raw + spent
                 continue
             g0 = clock()
-            shapes.append(plan.shape(self.window))  # for the log only: its time is not the engine's
+            shapes.append(
+                plan.shape(*self.windows, self.spec_as_decode)
+            )  # for the log only: its time is not the engine's
             c0 += clock() - g0
             f0 = clock()
             self.execute(plan)
