@@ -692,6 +692,11 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
     if sc.kv_cache.offload and not sc.kv_cache.prefix_caching:  # (the engine may turn the cache on)
         raise UserError(f"{origin}: kv_cache.offload: the tiers serve prefix-cache hits; set prefix_caching: true")
     _check_lora(sc, origin)
+    if sc.speculative is not None and sc.policy.kind == "static":  # (its scheduler never verifies drafts)
+        raise UserError(
+            f"{origin}: speculative: speculative decoding under policy 'static' is not modelled; "
+            "remove speculative or pick another policy"
+        )
     return sc
 
 

@@ -71,6 +71,7 @@ RUN_CATALOGUE = {
     "hf_negative_kv_heads.yaml": ["hf_bad_kv_heads/config.json", "num_key_value_heads", "positive integer", "-2"],
     "hf_unsupported_architecture.yaml": ["hf_qwen3_next/config.json", "model_type", "'qwen3_next'", "supported:"],
     "vllm_two_budgets.yaml": ["vllm_two_budgets.yaml", "one token budget", "chunk_tokens is 2048", "8192"],
+    "static_speculative.yaml": ["static_speculative.yaml", "speculative", "policy 'static' is not modelled"],
 }
 
 

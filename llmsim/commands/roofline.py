@@ -173,9 +173,11 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     if args.json:
         say(to_json(step_json(args, model.name, hw.name, step, rows, overheads, chart)))
         return 0
+    parts = [f"prefill {args.prefill_tokens} tokens"] if args.prefill_tokens else []
+    parts += [f"decode {args.decode_batch} x context {args.context}"] if args.decode_batch else []
     say(
-        f"{model.name} on {hw.name} tp={args.tp}{f' ep={args.ep}' if args.ep > 1 else ''}: prefill {args.prefill_tokens} tokens + decode "
-        f"{args.decode_batch} x context {args.context}; step {step * 1e3:.3f} ms"
+        f"{model.name} on {hw.name} tp={args.tp}{f' ep={args.ep}' if args.ep > 1 else ''}: {' + '.join(parts)}; "
+        f"step {step * 1e3:.3f} ms"
     )
     say(table([op_cells(r, step) for r in rows], ["op", "calls", "GFLOP", "MB", "FLOP/B", "bound", "time us", "share"]))
     for k, v in overheads.items():
