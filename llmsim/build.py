@@ -371,6 +371,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         moe_imbalance=moe_imbalance(sc, model, ep, "cluster"),
         redundant_experts=sc.cluster.redundant_experts if ep > 1 and sc.cluster.eplb else 0,
     )
+    window, local_window = model.attention_windows()
     sched = SchedulerConfig(
         max_num_seqs=p.max_num_seqs or sc.policy.max_num_seqs,
         max_batch_tokens=p.max_batch_tokens or sc.policy.max_batch_tokens,
@@ -386,8 +387,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         long_prefill_token_threshold=sc.policy.long_prefill_token_threshold,
         max_model_len=max_model_len(sc, model),
         max_loras=sc.lora.max_loras if sc.lora is not None else 0,
-        window=model.attention_windows()[0],
-        local_window=model.attention_windows()[1],
+        window=window,
+        local_window=local_window,
     )
     if sc.lora is not None:
         from llmsim.lora import check_model

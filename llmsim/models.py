@@ -16,6 +16,10 @@ DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "
 # 4-bit E2M1 value per element plus one 8-bit E8M0 scale per 32 (OCP Microscaling Formats v1.0),
 # 4.25 bits: GPT-OSS's experts as released
 DTYPE_BYTES["mxfp4"] = 4.25 / 8
+# DeepSeek sparse attention's fields, ModelSpec's and config.json's alike: a deepseek config with
+# index_topk is served with the indexer (vLLM's DeepseekV2 attention: ``is_v32 = hasattr(config,
+# "index_topk")``), so all three are needed
+DSA_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 
 
 @dataclass(frozen=True)
@@ -88,9 +92,7 @@ class ModelSpec:
             "qk_nope_head_dim",
             "qk_rope_head_dim",
             "v_head_dim",
-            "index_n_heads",
-            "index_head_dim",
-            "index_topk",
+            *DSA_FIELDS,
         ):
             if getattr(self, field) < 0:
                 raise UserError(f"{where}: {field}: expected a non-negative integer, got {getattr(self, field)}")
@@ -108,11 +110,10 @@ class ModelSpec:
                 f"{self.first_dense_layers}, moe_layer_step {self.moe_layer_step}): the dense layers' MLP width"
             )
         mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-        dsa = ("index_n_heads", "index_head_dim", "index_topk")
-        if any(getattr(self, f) for f in dsa):
-            missing = [f for f in dsa if getattr(self, f) <= 0]
+        if any(getattr(self, f) for f in DSA_FIELDS):
+            missing = [f for f in DSA_FIELDS if getattr(self, f) <= 0]
             if missing:
-                raise UserError(f"{where}: {missing[0]}: DeepSeek sparse attention needs {', '.join(dsa)} > 0")
+                raise UserError(f"{where}: {missing[0]}: DeepSeek sparse attention needs {', '.join(DSA_FIELDS)} > 0")
             if not self.is_mla or not self.q_lora_rank:
                 raise UserError(
                     f"{where}: {'kv_lora_rank' if not self.is_mla else 'q_lora_rank'}: DeepSeek sparse attention "
@@ -982,9 +983,6 @@ UNSUPPORTED_FIELDS = (
 )
 # what the deepseek family prices itself: MLA, shared experts, DeepSeek sparse attention (refused elsewhere)
 FAMILY_FIELDS = {"deepseek": ("kv_lora_rank", "q_lora_rank", "n_shared_experts", "index_topk", "index_n_heads")}
-# DeepSeek sparse attention's fields: a deepseek config with index_topk is served with the indexer
-# (vLLM's DeepseekV2 attention: ``is_v32 = hasattr(config, "index_topk")``), so all three are needed
-DSA_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 
 
 def hf_family(cfg: dict, path: Path) -> str:

@@ -587,7 +587,7 @@ def roofline_points(r: ResultsDir) -> tuple[pd.DataFrame, float, float, str] | N
     if r.scenario is None or r.requests.empty:
         return None
     from llmsim.build import build_model, build_pools
-    from llmsim.costmodel.ops import batch_shape
+    from llmsim.costmodel.ops import model_batch_shape
 
     sc = r.scenario
     try:
@@ -601,10 +601,9 @@ def roofline_points(r: ResultsDir) -> tuple[pd.DataFrame, float, float, str] | N
     if len(steps) > MAX_ROOFLINE_POINTS:
         steps = steps.iloc[:: math.ceil(len(steps) / MAX_ROOFLINE_POINTS)]
     rows = []
-    window, local = cost.model.attention_windows()
     for st in steps.itertuples():
         chunks = [(int(st.prefill_tokens), 0)] if st.prefill_tokens else []
-        shape = batch_shape(chunks, [ctx] * int(st.decode_tokens), window, local_window=local)
+        shape = model_batch_shape(cost.model, chunks, [ctx] * int(st.decode_tokens))
         ops = cost.ops(shape)
         flops = sum(o.flops * o.count for o in ops)
         nbytes = sum(o.bytes * o.count for o in ops)

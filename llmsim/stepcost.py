@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llmsim.costmodel.ops import BatchShape, batch_shape
+from llmsim.costmodel.ops import BatchShape, model_batch_shape
 from llmsim.schedulers.plan import BatchPlan
 
 if TYPE_CHECKING:
@@ -53,21 +53,19 @@ class StepCost:
         dt = self.cost.step_time(shape)
         draft = 0.0
         if plan.spec_k and plan.decode:
-            window, local = self.cost.model.attention_windows()
-            contexts = [r.kv_tokens for r in plan.decode]
+            contexts = [r.kv_tokens for r in plan.decode]  # the same rows, one token each
             if self.draft_cost is None:  # self-speculation: each MTP head costs about one layer
-                decodes = self._grouped(batch_shape([], contexts, window, local_window=local), shape)  # one token each
+                decodes = self._grouped(model_batch_shape(self.cost.model, [], contexts), shape)
                 draft = plan.spec_k * self.cost.step_time(decodes) / self.cost.model.num_layers
             else:  # the draft model's own step over the same rows, with its own attention windows
-                d_window, d_local = self.draft_cost.model.attention_windows()
-                decodes = self._grouped(batch_shape([], contexts, d_window, local_window=d_local), shape)
+                decodes = self._grouped(model_batch_shape(self.draft_cost.model, [], contexts), shape)
                 draft = plan.spec_k * self.draft_cost.step_time(decodes)
             # the speedup's baseline: the same step, its prompt chunks included, decoding one token
             # a request (comparing a mixed step with its decodes alone would charge the chunks to
             # speculation)
             chunks = [(c, r.kv_tokens) for r, c in plan.prefill]
             padded = [r.kv_tokens for r in plan.padding for _ in range(r.n_seqs)]
-            plain = self._grouped(batch_shape(chunks, contexts + padded, window, local_window=local), shape)
+            plain = self._grouped(model_batch_shape(self.cost.model, chunks, contexts + padded), shape)
             self.draft_s += draft
             self.spec_base_s += self.cost.step_time(plain)
             self.spec_time_s += dt + draft

@@ -16,7 +16,7 @@ from test_reference_counters import FP32, MIXES, assert_counts_match, run_counte
 from test_reference_model import chunked_logits, tokens
 
 from llmsim.costmodel import CostConfig, CostModel
-from llmsim.costmodel.ops import attention_ops, batch_shape, step_ops
+from llmsim.costmodel.ops import attention_ops, batch_shape, model_batch_shape, step_ops
 from llmsim.errors import UserError
 from llmsim.hardware import load_profile
 from llmsim.models import CATALOG, from_hf_config
@@ -27,19 +27,14 @@ DSA = MLA.with_(name="tiny-dsa", index_n_heads=4, index_head_dim=16, index_topk=
 V32 = CATALOG["deepseek-v3.2"]  # DeepSeek-V3 with index_n_heads 64, index_head_dim 128, index_topk 2048
 
 
-def _shape(spec, chunks, decodes):
-    window, local = spec.attention_windows()
-    return batch_shape(chunks, decodes, window, local_window=local)
-
-
 @pytest.mark.parametrize("mix", list(MIXES))
 def test_reference_dsa_counts_equal_cost_model(mix):
     chunks, decodes = MIXES[mix]
-    assert_counts_match(DSA, run_counted(DSA, chunks, decodes), _shape(DSA, chunks, decodes), cfg=FP32)
+    assert_counts_match(DSA, run_counted(DSA, chunks, decodes), model_batch_shape(DSA, chunks, decodes), cfg=FP32)
 
 
 def test_the_indexer_keeps_min_context_topk_keys_per_query():
-    ops = attention_ops(DSA, _shape(DSA, [(20, 30)], [3, 40]), FP32)
+    ops = attention_ops(DSA, model_batch_shape(DSA, [(20, 30)], [3, 40]), FP32)
     topk = [op for op in ops if op.name == "dsa_topk"]  # the prefill's and the decodes'
     # prefill: query i of the chunk sees 31 + i keys and keeps 6; decode: 4 and 41 keys, keeps 4 and 6
     assert sum(op.bytes_written for op in topk) == 4.0 * (20 * 6 + 4 + 6)
@@ -77,9 +72,9 @@ def test_sparse_attention_pays_at_long_contexts_not_short():
     dense, sparse = CostModel(V3, hw, cfg), CostModel(V32, hw, cfg)
     for ctx, faster in ((1_000, False), (64_000, True)):
         d = dense.step_time(batch_shape([], [ctx] * 32))
-        s = sparse.step_time(_shape(V32, [], [ctx] * 32))
+        s = sparse.step_time(model_batch_shape(V32, [], [ctx] * 32))
         assert (s < d) is faster, (ctx, d, s)
-    names = {op.name for op in step_ops(V32, _shape(V32, [(512, 0)], [100]), cfg)}
+    names = {op.name for op in step_ops(V32, model_batch_shape(V32, [(512, 0)], [100]), cfg)}
     assert {"dsa_index_q_proj", "dsa_index_logits_prefill", "dsa_index_logits_decode", "dsa_topk"} <= names
 
 

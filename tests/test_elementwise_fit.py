@@ -84,22 +84,15 @@ def test_shipped_calibrated_profile_holds_this_fit(fitted) -> None:
         assert shipped.overheads.elementwise_op_fixed_s[op].value == pytest.approx(floor, rel=1e-3)
 
 
-def _shape(model):
-    from llmsim.costmodel.ops import batch_shape
-
-    window, local = model.attention_windows()
-    return batch_shape([(8, 0)], [16], window, local_window=local)
-
-
 def test_every_elementwise_op_a_step_builds_has_a_name_profiles_may_use() -> None:
     """ops.ELEMENTWISE_OPS is what a profile's per-op terms are checked against."""
-    from llmsim.costmodel.ops import ELEMENTWISE_OPS, step_ops
+    from llmsim.costmodel.ops import ELEMENTWISE_OPS, model_batch_shape, step_ops
     from llmsim.models import CATALOG
 
     seen = {
         op.name
         for model in CATALOG.values()
-        for op in step_ops(model, _shape(model), OpConfig())
+        for op in step_ops(model, model_batch_shape(model, [(8, 0)], [16]), OpConfig())
         if op.kind == "elementwise"
     }
     assert seen <= set(ELEMENTWISE_OPS), seen - set(ELEMENTWISE_OPS)

@@ -195,7 +195,7 @@ def fit_serving(
 
     from llmsim.calibration.enginefit import with_values
     from llmsim.costmodel import CostConfig, CostModel
-    from llmsim.costmodel.ops import batch_shape
+    from llmsim.costmodel.ops import model_batch_shape
     from llmsim.engine import EngineSpec
     from llmsim.hardware import HardwareProfile
 
@@ -211,8 +211,7 @@ def fit_serving(
 
     pick = np.unique(np.linspace(0, len(ph) - 1, min(MAX_FIT_STEPS, len(ph))).astype(int))
     sub = ph.iloc[pick]
-    window, local = model_spec.attention_windows()
-    shapes = [batch_shape(*parse_batch(b), window, local_window=local) for b in sub["batch"]]
+    shapes = [model_batch_shape(model_spec, *parse_batch(b)) for b in sub["batch"]]
     y = sub["exec_s"].to_numpy()
     s_seqs, s_tokens = sub["seqs"].to_numpy(), sub["tokens"].to_numpy()
     dtypes = {run_dtype(r) for r in runs}

@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 from llmsim.calibration.enginefit import FP32
 from llmsim.calibration.steptimes import column_medians, time_steps_cold_normalised, time_steps_probed
 from llmsim.costmodel import CostModel
-from llmsim.costmodel.ops import batch_shape
+from llmsim.costmodel.ops import model_batch_shape
 from llmsim.hardware import load_profile
 from llmsim.models import ModelSpec
 from llmsim.reference.model import Model
@@ -53,9 +53,8 @@ def measure_steps(
         else:
             measured = raw = column_medians(time_steps_probed(model, cases, rounds, {})[0])
             factors = [1.0] * len(cases)
-    window, local = cost.model.attention_windows()
-    rows = [("prefill", n, 0, cost.step_time(batch_shape([(n, 0)], [], window, local_window=local))) for n in prefill]
-    rows += [("decode", b, c, cost.step_time(batch_shape([], [c] * b, window, local_window=local))) for b, c in decode]
+    rows = [("prefill", n, 0, cost.step_time(model_batch_shape(cost.model, [(n, 0)], []))) for n in prefill]
+    rows += [("decode", b, c, cost.step_time(model_batch_shape(cost.model, [], [c] * b))) for b, c in decode]
     rows = [(*r, m, w, f) for r, m, w, f in zip(rows, measured, raw, factors, strict=True)]
     cols = ["kind", "tokens_or_batch", "context", "predicted_s", "measured_s", "measured_raw_s", "speed_factor"]
     df = pd.DataFrame(rows, columns=cols)

@@ -141,7 +141,7 @@ def check_chart_path(out: str) -> Path | None:
 
 def cmd_roofline(args: argparse.Namespace) -> int:
     from llmsim.commands.models import model_arg
-    from llmsim.costmodel.ops import batch_shape
+    from llmsim.costmodel.ops import model_batch_shape
     from llmsim.costmodel.roofline import CostConfig, CostModel
     from llmsim.hardware import load_profile
 
@@ -161,8 +161,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     )
     cm = CostModel(model, hw, cfg)
     chunks = [(args.prefill_tokens, 0)] if args.prefill_tokens else []
-    window, local = model.attention_windows()
-    shape = batch_shape(chunks, [args.context] * args.decode_batch, window, local_window=local)
+    shape = model_batch_shape(model, chunks, [args.context] * args.decode_batch)
     rows = op_rows(cm, shape)
     step = cm.step_time(shape)
     overheads = {k: v for k, v in cm.breakdown(shape).items() if k in _OVERHEADS and v}

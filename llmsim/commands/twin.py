@@ -326,14 +326,15 @@ def _vllm(args: argparse.Namespace) -> int:
     if args.record:
         from llmsim.accuracy import record
 
-        for campaign, picked in _by_campaign(folders, scores, used).items():
+        campaigns = _by_campaign(folders, scores, used)
+        for campaign, picked in campaigns.items():
             hw_set, eng_set = {_shown(h) for _, h, _ in picked}, {_shown(e) for _, _, e in picked}
             src = (
                 f"llmsim twin --engine vllm on {len(picked)} runs of {campaign}, hardware "
                 f"{', '.join(sorted(hw_set))}, engine {', '.join(sorted(eng_set))}"
             )
             where = record(campaign, [s for s, _, _ in picked], src)
-        say(f"wrote {where} ({', '.join(_by_campaign(folders, scores, used))})")
+        say(f"wrote {where} ({', '.join(campaigns)})")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "vllm_twin.json").write_text(json.dumps(scores, indent=1) + "\n")

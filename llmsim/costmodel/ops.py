@@ -160,6 +160,19 @@ def batch_shape(
     return shape
 
 
+def model_batch_shape(
+    model: ModelSpec,
+    prefill_chunks: list[tuple[int, int]],
+    decode_contexts: list[int],
+    tokens_per_decode: int = 1,
+) -> BatchShape:
+    """``batch_shape`` with ``model``'s attention windows (``ModelSpec.attention_windows``): the
+    shape of a step of that model. A sliding-window, local+global or sparse-attention model priced
+    from a shape without them would read its whole context (a DSA model's is refused)."""
+    window, local = model.attention_windows()
+    return batch_shape(prefill_chunks, decode_contexts, window, tokens_per_decode, local)
+
+
 @dataclass(slots=True, init=False)  # init written out: compiled natively (see BatchShape)
 class Op:
     """One kernel (or collective), repeated ``count`` times per step (e.g. once per layer)."""
@@ -493,7 +506,7 @@ def _mla_projection_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list
 # (d log d adds per vector, under 1% of its projections).
 def _dsa_indexer_token_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int) -> list[Op]:
     """The indexer's token-wise ops: projections, key norm, RoPE, FP8 quantisation, key-cache write."""
-    d = DSADims(model, cfg)
+    d = DSADims(model)
     Hi, di, R, H = d.heads, d.dim, model.qk_rope_head_dim, model.hidden_size
     a = DTYPE_BYTES[storage_dtype(cfg)]
     act = storage_dtype(cfg)
@@ -520,7 +533,7 @@ class DSADims:
     row_bytes: float  # one cached index key: FP8 values and an fp32 scale per 128
     q_row_bytes: float  # one token's index queries, as cached keys are stored
 
-    def __init__(self, model: ModelSpec, cfg: OpConfig) -> None:
+    def __init__(self, model: ModelSpec) -> None:  # (FP8 keys and queries whatever the config)
         self.heads, self.dim, self.topk = model.index_n_heads, model.index_head_dim, model.index_topk
         self.row_bytes = float(model.index_cache_row_bytes)
         self.q_row_bytes = float(self.heads * model.index_cache_row_bytes)
@@ -676,7 +689,7 @@ def _dsa_attention(model: ModelSpec, s: BatchShape, cfg: OpConfig, L: int) -> li
         raise ValueError(
             "a DeepSeek sparse-attention step needs its kept-key aggregates: build the shape with the model's attention_windows()"
         )
-    dims, d, kept = MLADims(model, cfg), DSADims(model, cfg), s.local or s
+    dims, d, kept = MLADims(model, cfg), DSADims(model), s.local or s
     n, P, R, Lkv, V = dims.heads, dims.nope, dims.rope, dims.latent, dims.v_dim
     per_seq = s.decode_tokens // max(1, s.decode_seqs)  # query tokens per decoding sequence
     bmm = _unquantised(cfg)

@@ -590,16 +590,14 @@ class CostModel:
     # ---- convenience ------------------------------------------------------------------
     def prefill_time(self, prompt_tokens: int) -> float:
         """One whole prompt prefilled alone in one step."""
-        from llmsim.costmodel.ops import batch_shape
+        from llmsim.costmodel.ops import model_batch_shape
 
-        window, local = self.model.attention_windows()
-        return self.step_time(batch_shape([(prompt_tokens, 0)], [], window, local_window=local))
+        return self.step_time(model_batch_shape(self.model, [(prompt_tokens, 0)], []))
 
     def decode_time(self, contexts: list[int]) -> float:
-        from llmsim.costmodel.ops import batch_shape
+        from llmsim.costmodel.ops import model_batch_shape
 
-        window, local = self.model.attention_windows()
-        return self.step_time(batch_shape([], contexts, window, local_window=local))
+        return self.step_time(model_batch_shape(self.model, [], contexts))
 
 
 def _grown(shape: BatchShape, tokens: int) -> BatchShape:

@@ -207,9 +207,8 @@ class ReferenceEngine:
                 t, t_raw = max(t + spent / factor, requests[i].arrival_s), t_raw + spent
                 continue
             g0 = clock()
-            shapes.append(
-                plan.shape(*self.windows, self.spec_as_decode)
-            )  # for the log only: its time is not the engine's
+            # for the log only: its time is not the engine's
+            shapes.append(plan.shape(*self.windows, self.spec_as_decode))
             c0 += clock() - g0
             f0 = clock()
             self.execute(plan)

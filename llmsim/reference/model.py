@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmsim.costmodel.ops import DSADims, OpConfig, norm_flops_per_elem
+from llmsim.costmodel.ops import DSADims, norm_flops_per_elem
 from llmsim.reference.counters import Counter
 from llmsim.reference.paged_kv import PagedKVCache, fp8_groups
 from llmsim.reference.weights import Weights
 
 ROPE_THETA = 10000.0  # Llama-2 default (HF config rope_theta)
-_FP32 = OpConfig(weight_dtype="fp32", kv_dtype="fp32", act_dtype="fp32")  # (DSADims' sizes do not depend on it)
 NORM_EPS = 1e-5
 
 
@@ -336,7 +335,7 @@ class Model:
         those it may see. -> per segment, per query row, the kept positions."""
         spec, c = self.spec, self.counter
         Hi, di, R, T = spec.index_n_heads, spec.index_head_dim, spec.qk_rope_head_dim, h.shape[0]
-        d = DSADims(spec, _FP32)
+        d = DSADims(spec)
         iq = self._linear("dsa_index_q_proj", q_c, p["w_idx_q"]).reshape(T, Hi, di)  # [T, Hi, di]
         ik = self._linear("dsa_index_k_proj", h, p["w_idx_k"])  # [T, di]
         iw = self._linear("dsa_index_weights_proj", h, p["w_idx_w"])  # [T, Hi]

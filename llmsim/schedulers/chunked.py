@@ -23,21 +23,21 @@ class ChunkedScheduler(Scheduler):
 
     def budget(self, plan: BatchPlan) -> int:
         """Token budget of the next step, decodes included."""
-        b = self.cfg.chunk_tokens
-        if self.cfg.chunk_budget != "dynamic" or self.predict_s is None or self.cfg.tbt_target_s <= 0:
+        cfg = self.cfg
+        b = cfg.chunk_tokens
+        if cfg.chunk_budget != "dynamic" or self.predict_s is None or cfg.tbt_target_s <= 0:
             # (predict_s is never None with a dynamic budget: make_scheduler refuses that)
             return b
         past = next((r.kv_tokens for r in self.running if r.in_prefill), 0)
         contexts = [r.kv_tokens for r in plan.decode]
         lookahead = plan.spec_k + 1 if plan.spec_k else 1
-        while b > self.cfg.min_chunk_tokens:
+        while b > cfg.min_chunk_tokens:
             chunk = max(b - len(plan.decode) * lookahead, 1)
-            cfg = self.cfg
             shape = batch_shape([(chunk, past)], contexts, cfg.window, lookahead, cfg.local_window)
-            if self.predict_s(shape) <= self.cfg.tbt_target_s:
+            if self.predict_s(shape) <= cfg.tbt_target_s:
                 break
             b //= 2
-        return max(b, self.cfg.min_chunk_tokens)
+        return max(b, cfg.min_chunk_tokens)
 
     def may_admit(self, plan: BatchPlan) -> bool:
         """May waiting requests start in this step (after the running ones were planned)?"""
