@@ -389,6 +389,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         max_loras=sc.lora.max_loras if sc.lora is not None else 0,
         window=window,
         local_window=local_window,
+        spec_as_decode=model.spec_as_decode,
     )
     if sc.lora is not None:
         from llmsim.lora import check_model

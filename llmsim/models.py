@@ -152,6 +152,14 @@ class ModelSpec:
         return self.kv_lora_rank > 0
 
     @property
+    def spec_as_decode(self) -> bool:
+        """Does a speculative verification step run in the decode kernel (k+1 query tokens per
+        request) rather than as a (k+1)-token prefill chunk? MLA: vLLM's MLA backends take short
+        queries as decodes (``_init_reorder_batch_threshold(..., supports_spec_as_decode=True)``,
+        vllm/v1/attention/backends/mla/); the chunk form would up-project every cached latent."""
+        return self.is_mla
+
+    @property
     def is_dsa(self) -> bool:
         """DeepSeek sparse attention: MLA over the index_topk tokens a lightning indexer picks."""
         return self.index_topk > 0

@@ -63,7 +63,7 @@ class Replica:
         self.max_queue = max_queue
         self.window, self.local_window = pool.cost.model.attention_windows()
         # vLLM's MLA backends run speculative verification in their decode kernel (plan.shape)
-        self.spec_as_decode = pool.cost.model.is_mla
+        self.spec_as_decode = pool.cost.model.spec_as_decode
         # disaggregated serving (disagg.py): a prefill replica hands finished prompts to ``handoff``;
         # a decode replica takes prefilled requests (``accept_prefilled``) instead of arrivals
         self.handoff = handoff

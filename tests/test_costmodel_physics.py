@@ -182,6 +182,34 @@ def test_all_reduce_nvlink_faster_than_pcie() -> None:
     assert pcie > 2 * nvlink
 
 
+def test_tp_gathers_the_logits_and_every_rank_samples_the_whole_vocabulary() -> None:
+    """vLLM's LogitsProcessor all-gathers the vocab-parallel LM head's logits over the TP group
+    and every rank samples from all of them: the gather is one ring all-gather of the step's
+    sampled rows x vocab in the head's 16-bit dtype, over the TP link; nothing at TP 1."""
+    from llmsim.costmodel.comm import all_gather_s, tp_link
+
+    hw = load_profile("H100-PCIe")
+    shape = batch_shape([], [1024] * 64)  # 64 decodes: 64 sampled rows
+    one = {o.name: o for o in CostModel(L2_7B, hw).ops(shape)}
+    assert "logits_all_gather" not in one
+    for cfg in (CostConfig(tp=4), CostConfig(tp=4, weight_dtype="fp8", act_dtype="fp8")):
+        cm = CostModel(L2_7B, hw, cfg)
+        ops = {o.name: o for o in cm.ops(shape)}
+        gather = ops["logits_all_gather"]
+        whole = 64 * L2_7B.vocab_size * 2
+        assert (gather.bytes_written, gather.bytes_read, gather.ranks) == (whole, whole / 4, 4)
+        assert cm.breakdown(shape)["logits_all_gather"] == pytest.approx(
+            all_gather_s(whole, 4, tp_link(hw, 4), hw.efficiency.allreduce_bus_fraction.value)
+        )
+        # the sampler's pass covers the whole vocabulary on every rank, as at TP 1
+        assert ops["sampling"].flops == one["sampling"].flops
+    # the gather grows with the rows sampled, not with the tokens computed: a prompt chunk that
+    # ends mid-prompt samples nothing
+    mid = batch_shape([(512, 0)], [])
+    mid.logits_rows = 0
+    assert "logits_all_gather" not in {o.name for o in CostModel(L2_7B, hw, CostConfig(tp=4)).ops(mid)}
+
+
 def test_moe_imbalance_slows_expert_gemms() -> None:
     moe = next(m for m in CATALOG.values() if m.is_moe)
     hw = load_profile("H100-SXM")

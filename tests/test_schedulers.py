@@ -77,6 +77,37 @@ def test_dynamic_budget_shrinks_when_a_step_would_miss_the_tbt_target() -> None:
     assert sched.schedule().prefill_tokens == 1024
 
 
+@pytest.mark.parametrize("spec_as_decode", [False, True])
+def test_dynamic_budget_predicts_verification_as_the_step_is_priced(spec_as_decode: bool) -> None:
+    """With speculation, the budget's predicted step is the one the replica will price
+    (``BatchPlan.shape``): verification as a (k+1)-token chunk per request, or as k+1 decode
+    tokens where the model verifies in its decode kernel (MLA)."""
+    from llmsim.schedulers import SpecConfig
+
+    seen = []
+    cfg = SchedulerConfig(
+        chunk_tokens=256,
+        chunk_budget="dynamic",
+        tbt_target_s=1.0,  # never halves: the prediction is of the step that runs
+        speculative=SpecConfig(k=3, acceptance=[0.0] * 3),
+        spec_as_decode=spec_as_decode,
+    )
+    sched = make_scheduler("chunked", cfg, BlockManager(1000, 16), predict_s=lambda s: seen.append(s) or 0.0)
+    for i in range(2):
+        sched.add(Request(i, 0.0, 20 + 10 * i, 50))
+    sched.complete(sched.schedule(), 1.0)  # both prompts done: two decoding requests
+    sched.add(Request(2, 0.0, 4000, 4))
+    plan = sched.schedule()
+    assert len(plan.decode) == 2 and plan.prefill_tokens == 256 - 2 * 4
+    want, got = plan.shape(None, None, spec_as_decode), seen[-1]
+    for field in ("prefill_tokens", "prefill_seqs", "prefill_attn_pairs", "prefill_kv_tokens"):
+        assert getattr(got, field) == getattr(want, field), field
+    for field in ("decode_seqs", "decode_tokens", "decode_ctx_tokens"):
+        assert getattr(got, field) == getattr(want, field), field
+    # the chunk is taken to end its prompt (the worst case): one sampled row more than the plan's
+    assert got.lm_rows == want.lm_rows + 1
+
+
 def test_shortest_prompt_first_with_starvation_protection() -> None:
     waiting: deque[Request] = deque()
     bypassed: dict[int, int] = {}

@@ -191,9 +191,10 @@ class Op:
     weight_dtype: str  # the dtype those weights are stored in ("" for an op without weights)
     groups: int  # GEMMs of this shape in one launch (MoE: the experts touched), for the wave count
     # comm ops: the collective and the ranks it spans. "all_reduce" runs over the tensor-parallel
-    # group (its bytes_read is the message); "all_gather" / "reduce_scatter" (MoE expert-parallel
-    # dispatch / combine) over ``ranks`` ranks, the larger of bytes_read / bytes_written being the
-    # gathered whole
+    # group (its bytes_read is the message), as does "tp_all_gather" (the LM head's logits);
+    # "all_gather" / "reduce_scatter" (MoE expert-parallel dispatch / combine) over ``ranks``
+    # ranks of the expert-parallel group. The gathers' larger of bytes_read / bytes_written is
+    # the gathered whole
     collective: str
     ranks: int
     # prefill attention, for the profile's optional attention terms (hardware.Efficiency): FLOPs of
@@ -1029,16 +1030,41 @@ def step_ops(
 
 def head_ops(model: ModelSpec, rows: int, cfg: OpConfig) -> list[Op]:
     """Final norm, LM head and sampling over the ``rows`` positions that sample a token (none for
-    a step whose chunks all end mid-prompt)."""
+    a step whose chunks all end mid-prompt).
+
+    Under tensor parallelism the LM head is vocab-parallel: each rank computes its ``V / tp``
+    slice of the logits, which are then all-gathered over the TP group, and every rank samples
+    from the whole vocabulary (vLLM's ``LogitsProcessor._gather_logits``:
+    ``tensor_model_parallel_all_gather``, the default ``Platform.use_all_gather()`` being True;
+    vllm/model_executor/layers/logits_processor.py and vllm/platforms/interface.py, 0.32.0).
+    The logits travel in the head's output dtype (16 bits under quantised layers)."""
     if not rows:
         return []
-    H = model.hidden_size
+    H, V = model.hidden_size, model.vocab_size
     norm_flops = norm_flops_per_elem(model)
-    return [
+    head = _unquantised(cfg)
+    ops = [
         elementwise("final_norm", rows * H, norm_flops, 1, cfg, 1),
-        gemm("lm_head", rows, model.vocab_size // cfg.tp, H, _unquantised(cfg), 1),
-        elementwise("sampling", rows * model.vocab_size // cfg.tp, 5.0, 1, cfg, 1),
+        gemm("lm_head", rows, V // cfg.tp, H, head, 1),
     ]
+    if cfg.tp > 1:
+        logit = DTYPE_BYTES[storage_dtype(head)]
+        own, whole = rows * (V // cfg.tp) * logit, rows * V * logit
+        ops.append(
+            Op(
+                "logits_all_gather",
+                "comm",
+                0.0,
+                own,
+                whole,
+                storage_dtype(head),
+                1,
+                collective="tp_all_gather",
+                ranks=cfg.tp,
+            )
+        )
+    ops.append(elementwise("sampling", rows * V, 5.0, 1, cfg, 1))
+    return ops
 
 
 def _unquantised(cfg: OpConfig) -> OpConfig:

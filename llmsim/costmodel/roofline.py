@@ -301,13 +301,15 @@ class CostModel:
         return OpTime(op, compute, memory, gap, fixed, dequant)
 
     def collective_s(self, op: Op) -> float:
-        """Seconds of a comm op: the TP all-reduce over the tensor-parallel group, or an expert-
-        parallel all-gather / reduce-scatter over the op's own ranks (comm.all_gather_s prices both:
-        a ring reduce-scatter moves what the all-gather of its result moves)."""
+        """Seconds of a comm op: the TP all-reduce or the logits' all-gather over the tensor-
+        parallel group, or an expert-parallel all-gather / reduce-scatter over the op's own ranks
+        (comm.all_gather_s prices both: a ring reduce-scatter moves what the all-gather of its
+        result moves)."""
         if op.collective == "all_reduce":
             return all_reduce_s(op.bytes_read, self.cfg.tp, self._link, self._bus_fraction)
         total = op.bytes_read if op.bytes_read > op.bytes_written else op.bytes_written
-        return all_gather_s(total, op.ranks, self._ep_link, self._bus_fraction)
+        link = self._link if op.collective == "tp_all_gather" else self._ep_link
+        return all_gather_s(total, op.ranks, link, self._bus_fraction)
 
     def padded_flops(self, op: Op) -> float:
         """GEMM FLOPs the device actually executes: a TPU's weight-stationary systolic array holds

@@ -133,7 +133,7 @@ class ReferenceEngine:
         self.cache = PagedKVCache(weights.spec, block_tokens, weights.dtype)
         self.model = Model(weights, self.cache)
         # the log's shapes are the simulator's (replica.Replica): the model's windows, MLA's verification
-        self.windows, self.spec_as_decode = weights.spec.attention_windows(), weights.spec.is_mla
+        self.windows, self.spec_as_decode = weights.spec.attention_windows(), weights.spec.spec_as_decode
         self.rng = np.random.default_rng(seed)
 
     # ---- one step ----------------------------------------------------------------------

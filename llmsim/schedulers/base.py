@@ -69,6 +69,7 @@ class SchedulerConfig:
     # predicts: a windowed or sparse-attention model priced without them would read its whole context
     window: int | None = None
     local_window: int | None = None
+    spec_as_decode: bool = False  # ModelSpec.spec_as_decode: how the model's verification steps are priced
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a policy may be plain Python (register_policy)
