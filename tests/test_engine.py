@@ -247,6 +247,35 @@ def test_calibrate_serving_fits_the_measured_host_terms() -> None:
         read_run(DATA)
 
 
+def test_vllm_v1_host_terms_are_the_campaigns_engine_core_fits() -> None:
+    """The preset's schedule term is the campaign fit's; its output term the same non-negative
+    least squares over the same calibration runs of ``update_from_output`` alone (the rest of the
+    harness's in-process interval is the API server's work under ``vllm serve``)."""
+    import json
+
+    import numpy as np
+    import yaml
+
+    from llmsim.calibration.serving import nnls_term, read_run
+
+    fit = yaml.safe_load((DATA / "engine-fit" / "engine.yaml").read_text())
+    preset = PRESETS["vllm-v1"]
+    got = (preset.schedule.base_s, preset.schedule.per_seq_s, preset.schedule.per_token_s)
+    want = (fit["schedule"]["base_s"], fit["schedule"]["per_seq_s"], fit["schedule"]["per_token_s"])
+    assert got == pytest.approx(want, rel=1e-3)
+    seqs, tokens, update = [], [], []
+    for name in json.loads((DATA / "split.json").read_text())["calibration"]:
+        steps = read_run(DATA / name).steps
+        keep = (steps["update_end_s"] > steps["update_start_s"]) & (steps["step_end_s"] > steps["update_end_s"])
+        steps = steps[keep]
+        seqs += steps["num_scheduled_reqs"].tolist()
+        tokens += steps["num_scheduled_tokens"].tolist()
+        update += (steps["update_end_s"] - steps["update_start_s"]).tolist()
+    coef, _ = nnls_term(np.array(seqs), np.array(tokens), np.array(update))
+    out = preset.output
+    assert (out.base_s, out.per_seq_s, out.per_token_s) == pytest.approx(coef, rel=1e-3)
+
+
 def test_simultaneous_arrivals_at_an_idle_replica_share_its_next_step(tmp_path: Path) -> None:
     # an idle engine plans at once: all of a burst lands in one plan, async or not
     rows = [(0.0, 64, 4)] + [(1.0, 64, 4)] * 4
