@@ -6,6 +6,7 @@ embeddings, biases), never typed in; tests check them against published counts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -907,13 +908,15 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
     hidden = need("hidden_size", "n_embd")
     heads = need("num_attention_heads", "n_head")
     kv_heads = _count(cfg, path, "num_key_value_heads", heads)
-    inter = _count(cfg, path, "intermediate_size", cfg.get("n_inner") or 4 * hidden)
-    experts = _count(cfg, path, "num_local_experts", cfg.get("num_experts") or 0, zero_ok=True)
+    inter = _count(cfg, path, "intermediate_size", _count(cfg, path, "n_inner", 4 * hidden))
+    experts = _count(cfg, path, "num_local_experts", _count(cfg, path, "num_experts", 0, zero_ok=True), zero_ok=True)
     model_type = cfg.get("model_type") or ARCHITECTURES.get(str((cfg.get("architectures") or [""])[0]))
     if model_type in MOE_TYPES and not experts:  # else priced as the dense model it is not
         raise UserError(
             f"{path}: num_local_experts: a {model_type} config needs its expert count (1 or more), got {experts}"
         )
+    if experts:
+        inter = _expert_intermediate(cfg, path, inter)
     _check_shapes(cfg, path, hidden, heads, kv_heads, experts)
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     dtype = _hf_dtype(cfg, path, "float32" if is_gpt2 else "bfloat16")
@@ -937,7 +940,7 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
         experts_per_token=int(cfg.get("num_experts_per_tok", 0)) if experts else 0,
         sliding_window=int(window) if window else None,
         # Gemma 2 alternates local and global layers; Gemma 3 names the period sliding_window_pattern
-        global_attn_every=int(cfg.get("sliding_window_pattern") or (2 if cfg.get("model_type") == "gemma2" else 0))
+        global_attn_every=_count(cfg, path, "sliding_window_pattern", 2 if cfg.get("model_type") == "gemma2" else 0)
         if window
         else 0,
         max_position_embeddings=hf_context_len(cfg),
@@ -1135,6 +1138,21 @@ def _dsa_fields(cfg: dict, path: Path, need) -> dict[str, int]:  # type: ignore[
     return {key: need(key) for key in DSA_FIELDS}
 
 
+def _expert_intermediate(cfg: dict, path: Path, inter: int) -> int:
+    """An MoE layer's expert width. Qwen3-MoE gives it as ``moe_intermediate_size`` (its
+    ``intermediate_size`` is the dense MLP of ``mlp_only_layers``, unused when every layer is MoE:
+    transformers' Qwen3MoeDecoderLayer); Mixtral's ``intermediate_size`` is the expert's own. Mixed
+    dense and MoE layers (``decoder_sparse_step`` > 1, ``mlp_only_layers``) are refused: priced as
+    all-MoE they would be wrong without a word."""
+    step = cfg.get("decoder_sparse_step")
+    if step is not None and _count(cfg, path, "decoder_sparse_step", 1) != 1:
+        raise UserError(f"{path}: decoder_sparse_step: {step}: only every layer MoE (1) is modelled")
+    dense = cfg.get("mlp_only_layers")
+    if dense not in (None, []):
+        raise UserError(f"{path}: mlp_only_layers: {dense!r}: only every layer MoE (an empty list) is modelled")
+    return _count(cfg, path, "moe_intermediate_size", inter)
+
+
 def _count(cfg: dict, path: Path, key: str, default: object, zero_ok: bool = False) -> int:
     """An optional count field: a positive integer (or 0 where allowed), else ``default``."""
     v = cfg.get(key)
@@ -1168,10 +1186,29 @@ def _check_shapes(cfg: dict, path: Path, hidden: int, heads: int, kv_heads: int,
 
 
 def _check_context(cfg: dict, path: Path) -> None:
-    """Every context key a config states is a positive count (``hf_context_len`` reads them)."""
+    """Every context key a config states is a positive count, and a stretching ``rope_scaling``
+    a finite positive factor (``hf_context_len`` reads them)."""
     for key in CONTEXT_KEYS:
         if cfg.get(key) is not None:
             _count(cfg, path, key, 0)
+    rope = cfg.get("rope_scaling")
+    if not isinstance(rope, dict) or rope.get("rope_type", rope.get("type")) in UNSTRETCHED_ROPE:
+        return
+    factor = rope.get("factor")
+    if factor is not None and (
+        isinstance(factor, bool) or not isinstance(factor, int | float) or not math.isfinite(factor) or factor <= 0
+    ):
+        raise UserError(f"{path}: rope_scaling.factor: expected a finite positive number, got {factor!r}")
+    original = rope.get("original_max_position_embeddings")
+    if original is not None and (isinstance(original, bool) or not isinstance(original, int) or original <= 0):
+        raise UserError(
+            f"{path}: rope_scaling.original_max_position_embeddings: expected a positive integer, got {original!r}"
+        )
+    base = original if rope.get("rope_type", rope.get("type")) == "yarn" and original else _stated_context(cfg)
+    if factor is not None and base * factor > MAX_CONTEXT:
+        raise UserError(
+            f"{path}: rope_scaling.factor: {factor!r} stretches the {base:,}-token context past {MAX_CONTEXT:,} tokens"
+        )
 
 
 # The config keys vLLM reads a model's context from, the smallest winning (vllm/config/model.py
@@ -1187,6 +1224,15 @@ CONTEXT_KEYS = (
     "seq_len",
 )
 DEFAULT_CONTEXT = 2048
+MAX_CONTEXT = 2**31 - 1  # tokens: a context past this is a typo, not a model (int32 positions)
+# rope_scaling types whose config already gives the stretched length (or that stretch nothing)
+UNSTRETCHED_ROPE = ("su", "longrope", "llama3", "mrope", "default", None)
+
+
+def _stated_context(cfg: dict) -> int:
+    """The smallest context a config states (CONTEXT_KEYS), before any rope scaling."""
+    found = [int(cfg[k]) for k in CONTEXT_KEYS if isinstance(cfg.get(k), int | float) and cfg[k] > 0]
+    return min(found) if found else DEFAULT_CONTEXT
 
 
 def hf_context_len(cfg: dict) -> int:
@@ -1194,13 +1240,12 @@ def hf_context_len(cfg: dict) -> int:
     times ``rope_scaling.factor`` for the scalings that stretch it (yarn from its
     ``original_max_position_embeddings``; not llama3 / su / longrope, whose configs already give
     the stretched length)."""
-    found = [int(cfg[k]) for k in CONTEXT_KEYS if isinstance(cfg.get(k), int | float) and cfg[k] > 0]
-    length = min(found) if found else DEFAULT_CONTEXT
+    length = _stated_context(cfg)
     rope = cfg.get("rope_scaling")
     if isinstance(rope, dict):
         kind = rope.get("rope_type", rope.get("type"))
         factor = rope.get("factor")
-        if kind not in ("su", "longrope", "llama3", "mrope", "default", None) and isinstance(factor, int | float):
+        if kind not in UNSTRETCHED_ROPE and isinstance(factor, int | float):
             if kind == "yarn" and isinstance(rope.get("original_max_position_embeddings"), int | float):
                 length = int(rope["original_max_position_embeddings"])
             length = int(length * factor)

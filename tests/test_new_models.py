@@ -167,3 +167,38 @@ def test_gpt_j_by_hand_and_from_its_config(tmp_path: Path) -> None:
     imported = from_hf_config(tmp_path / "config.json", name="gpt-j-6b")
     assert imported.weight_dtype == "fp32"
     assert imported.with_(source=gptj.source, weight_dtype="fp16") == gptj
+
+
+def test_qwen3_moe_config_imports_as_the_catalog_model(tmp_path: Path) -> None:
+    """A Qwen3-MoE config.json's experts are moe_intermediate_size wide; its intermediate_size
+    (6144) is the dense MLP no layer uses when every layer is MoE. Read as the expert width it made
+    Qwen3-30B-A3B a 233 B model."""
+    import json
+
+    from llmsim.models import from_hf_config
+
+    cfg = {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "moe_intermediate_size": 768,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "max_position_embeddings": 262144,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec, catalog = from_hf_config(path), CATALOG["qwen3-30b-a3b-instruct-2507"]
+    assert spec.intermediate_size == catalog.intermediate_size == 768
+    assert spec.total_params() == pytest.approx(catalog.total_params(), rel=1e-3)
+    assert spec.active_params() == pytest.approx(catalog.active_params(), rel=1e-3)

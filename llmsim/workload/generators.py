@@ -124,6 +124,7 @@ _SYSTEM_BASE = 1 << 40  # content ids of system prompts (disjoint from per-reque
 def system_prompt_ids(count: int, tokens: int) -> list[list[int]]:
     """Content ids of ``count`` distinct system prompts of ``tokens`` tokens each."""
     per = -(-tokens // SYNTH_HASH_TOKENS)
+    _check_ids(count * per, "workload.system_prompts", "count x tokens")
     return [[_SYSTEM_BASE + p * per + j for j in range(per)] for p in range(count)]
 
 
@@ -152,6 +153,8 @@ def with_system_prompts(
     """Prefix ``share`` of the requests with one of ``count`` shared system prompts (Zipf-popular
     with exponent ``zipf``; 0 = uniform). Prompts grow by ``tokens`` (rounded to whole ids)."""
     n = len(w)
+    per = -(-tokens // SYNTH_HASH_TOKENS)  # every prefixed request repeats its prompt's ids
+    _check_ids((count + n) * per, "workload.system_prompts", "(count + requests) x tokens")
     prompts = system_prompt_ids(count, tokens)
     sys_tokens = len(prompts[0]) * SYNTH_HASH_TOKENS
     pick = rng.choice(count, size=n, p=zipf_weights(count, zipf))
@@ -202,14 +205,16 @@ class _IdSource:
         return list(range(self.next - per, self.next))
 
 
-def _check_ids(total: int) -> None:
-    """Conversations build each turn's ids from the whole history (ids grow with turns squared):
-    stop at MAX_PREFIX_BLOCKS, while building, rather than run out of memory."""
+def _check_ids(
+    total: int, key: str = "workload.conversations", what: str = "the turns' prompts, each turn repeating the history"
+) -> None:
+    """Synthetic prefix ids are Python ints in lists (conversations build each turn's ids from
+    the whole history: ids grow with turns squared): stop at MAX_PREFIX_BLOCKS, while building,
+    rather than run out of memory."""
     if total > MAX_PREFIX_BLOCKS:
         raise UserError(
-            f"workload.conversations: the turns' prompts need more than {MAX_PREFIX_BLOCKS:,} content ids for "
-            f"prefix caching (one per {SYNTH_HASH_TOKENS}-token block of every prompt, each turn repeating the "
-            "history, ~56 bytes each); use fewer turns, fewer requests or shorter prompts"
+            f"{key}: {what} need more than {MAX_PREFIX_BLOCKS:,} content ids for prefix caching (one per "
+            f"{SYNTH_HASH_TOKENS}-token block, ~56 bytes each); make them fewer or shorter"
         )
 
 

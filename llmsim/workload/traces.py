@@ -42,12 +42,28 @@ def _json_lines(path: Path) -> list[tuple[int, str]]:
         raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); is it a binary or compressed file?") from None
 
 
+def _json_row(line: str, where: str) -> object:
+    """One JSONL line's value, or a UserError naming the line (bad JSON, or nested past the
+    parser's recursion limit: a line of 50,000 brackets)."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+    except RecursionError:
+        raise UserError(f"{where}: JSON nested too deeply to read") from None
+
+
 def _read_csv(path: Path, required: list[str]) -> pd.DataFrame:
     check_trace_file(path)
     try:
         df = pd.read_csv(path, compression=None)  # (never by the name's extension: checked above)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: not a readable CSV: {str(exc).splitlines()[0]}") from None
+    if not isinstance(df.index, pd.RangeIndex):  # pandas made the surplus leading fields an index
+        raise UserError(
+            f"{path}: the rows have more fields than the header's {len(df.columns)} column names; "
+            "the columns would shift (a trailing comma, or a column without a name?)"
+        )
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise UserError(f"{path}: missing column(s) {missing}; found {list(df.columns)}")
@@ -165,6 +181,10 @@ def load_burstgpt(path: Path, drop_failed: bool = True) -> Workload:
     _check_sorted(t, path, None)
     keep = (out > 0) & (prompt > 0) if drop_failed else prompt > 0
     klass = df["Model"].astype(str).to_numpy(dtype=object)[keep] if "Model" in df.columns else None
+    if not keep.any():
+        raise UserError(
+            f"{path}: no requests left: every row is a failed request (0 response tokens), which are dropped"
+        )
     t = t[keep]
     return Workload(
         t - t[0], prompt[keep], out[keep], klass=klass, source=str(path), meta={"dropped_failed": int((~keep).sum())}
@@ -176,9 +196,9 @@ def load_mooncake(path: Path) -> Workload:
     t, p, o, hashes, lines = [], [], [], [], []
     for line_no, line in _json_lines(path):
         where = f"{path}: line {line_no}"
+        row = _json_row(line, where)
         try:
-            row = json.loads(line)
-            ts = float(row["timestamp"])
+            ts = float(row["timestamp"])  # type: ignore[index]
             p.append(_count(row["input_length"], "input_length", 0, where))
             o.append(_count(row["output_length"], "output_length", 0, where))
             hashes.append(_hash_ids(row.get("hash_ids", []), p[-1], where))
@@ -226,10 +246,7 @@ def _read_jsonl(path: Path, required: tuple[str, ...]) -> tuple[pd.DataFrame, np
     """A generic JSONL trace as a frame, with each row's physical line number for messages."""
     records, lines = [], []
     for line_no, line in _json_lines(path):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}: line {line_no}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+        row = _json_row(line, f"{path}: line {line_no}")
         if not isinstance(row, dict):
             raise UserError(f"{path}: line {line_no}: expected a JSON object, got {type(row).__name__}")
         missing = [c for c in required if c not in row]
@@ -388,10 +405,7 @@ def load_llmservingsim(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_T
     with_ids = 0
     for line_no, line in _json_lines(path):
         where = f"{path}: line {line_no}"
-        try:
-            row = json.loads(line.strip())
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+        row = _json_row(line.strip(), where)
         if not isinstance(row, dict):
             raise UserError(f"{where}: expected a JSON object, got {type(row).__name__}")
         if "sub_requests" in row:
@@ -436,7 +450,10 @@ def _token_ids(ids: object, count: int, where: str) -> np.ndarray:
     """A prompt's token ids as int64, or a UserError naming the first bad one."""
     if not isinstance(ids, list):
         raise UserError(f"{where}: input_tok_ids must be a list of token ids, got {type(ids).__name__}")
-    arr = np.asarray(ids) if ids else np.zeros(0, dtype=np.int64)
+    try:
+        arr = np.asarray(ids) if ids else np.zeros(0, dtype=np.int64)
+    except (ValueError, TypeError):  # a ragged nesting numpy cannot shape: the loop below names it
+        arr = np.zeros((0, 0))
     if arr.ndim != 1 or arr.dtype.kind not in "iu" or (len(arr) and arr.min() < 0):
         for k, v in enumerate(ids):
             if not _whole(v) or v < 0:
