@@ -891,6 +891,18 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
     named ``name`` when given, else by :func:`hf_model_name`."""
     path = Path(path)
     cfg = load_json_object(path, "model.hf_config")
+    spec_name = name or hf_model_name(path, cfg)
+    try:
+        return _from_hf(cfg, path, spec_name)
+    except UserError as exc:  # ModelSpec's own checks name the model; an imported one is named by its file
+        prefix, msg = f"model {spec_name!r}:", str(exc)
+        if not msg.startswith(prefix):
+            raise
+        raise UserError(f"{path}:{msg[len(prefix) :]}") from None
+
+
+def _from_hf(cfg: dict, path: Path, name: str) -> ModelSpec:
+    """``from_hf_config`` of a loaded config, named ``name``."""
 
     def need(*keys: str) -> int:
         for k in keys:
@@ -921,7 +933,7 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     dtype = _hf_dtype(cfg, path, "float32" if is_gpt2 else "bfloat16")
     return ModelSpec(
-        name=name or hf_model_name(path, cfg),
+        name=name,
         hidden_size=hidden,
         intermediate_size=int(inter),
         num_layers=need("num_hidden_layers", "n_layer"),
@@ -1071,7 +1083,7 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
     experts = _count(cfg, path, "n_routed_experts", 0, zero_ok=True)
     kind = cfg.get("model_type", "deepseek")
     for key in DEEPSEEK_REQUIRED + (DEEPSEEK_MOE_REQUIRED if experts else ()):
-        if key not in cfg:
+        if key not in cfg or (key != "q_lora_rank" and cfg[key] is None):  # (null q_lora_rank: no compression)
             null = " (null: no query compression)" if key == "q_lora_rank" else ""
             raise UserError(
                 f"{path}: missing key {key!r}: a {kind} config must state it{null}; transformers' default "
@@ -1098,7 +1110,7 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
     if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
         dtype = "fp8"  # DeepSeek-V3 as released: FP8 e4m3 block-quantised weights
     return ModelSpec(
-        name=name or hf_model_name(path, cfg),
+        name=name,
         hidden_size=need("hidden_size"),
         intermediate_size=need("moe_intermediate_size") if experts else inter,
         num_layers=layers,

@@ -66,6 +66,7 @@ RUN_CATALOGUE = {
     "trace_jsonl_too_deep.yaml": ["jsonl_too_deep.jsonl", "line 2", "nested too deeply"],
     "trace_llmservingsim_ragged_ids.yaml": ["llmservingsim_ragged_ids.jsonl", "line 1", "input_tok_ids[0]", "[1, 2]"],
     "trace_burstgpt_all_failed.yaml": ["burstgpt_all_failed.csv", "no requests left", "failed request"],
+    "trace_azure_unix_seconds.yaml": ["azure_unix_seconds.csv", "'TIMESTAMP'", "numbers (1700000000", "date-times"],
     **HOSTILE_SIZES,
     "does_not_exist.yaml": ["does_not_exist.yaml", "file not found"],
     "duplicate_key.yaml": ["duplicate_key.yaml", "line 8", "key 'rate_rps' given twice", "first on line 6"],

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from llmsim.errors import UserError, load_json_object
+from llmsim.workload.limits import MAX_TOKENS_PER_REQUEST
 
 STEP_COLUMNS = {
     "step_start_s",
@@ -71,6 +72,8 @@ def read_run(folder: Path) -> ServingRun:
     meta = load_json_object(meta_path)
     req_path = folder / "requests.csv"
     requests = _read_csv(req_path) if req_path.exists() else pd.DataFrame()  # a step profile has none
+    if req_path.exists() and requests.empty:
+        raise UserError(f"{req_path}: no requests (a header without rows); a step profile has no requests.csv")
     missing = set(REQUEST_COLUMNS) - set(requests.columns)
     if len(requests.columns) and missing:
         raise UserError(f"{req_path}: missing column(s) {sorted(missing)}")
@@ -120,6 +123,8 @@ def _check_numbers(requests: pd.DataFrame, path: Path) -> None:
         ("finish_s", requests["finish_s"] < requests["first_token_s"], "a finish before its first token"),
         ("prompt_tokens", requests["prompt_tokens"] < 1, "fewer than 1 prompt token"),
         ("output_tokens", requests["output_tokens"] < 1, "fewer than 1 output token"),
+        ("prompt_tokens", requests["prompt_tokens"] > MAX_TOKENS_PER_REQUEST, "over the limit of tokens per request"),
+        ("output_tokens", requests["output_tokens"] > MAX_TOKENS_PER_REQUEST, "over the limit of tokens per request"),
     )
     for col, bad, what in rules:
         rows = np.flatnonzero(bad.to_numpy())

@@ -159,10 +159,17 @@ def _date_times(col: pd.Series) -> pd.Series:
 def load_azure(path: Path) -> Workload:
     """Azure LLM inference trace 2023: TIMESTAMP (text), ContextTokens, GeneratedTokens."""
     df = _read_csv(path, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
+    if pd.api.types.is_numeric_dtype(df["TIMESTAMP"]):  # pandas would read the numbers as nanoseconds
+        raise UserError(
+            f"{path}: column 'TIMESTAMP': numbers ({df['TIMESTAMP'].iloc[0]}, ...) where the Azure trace gives "
+            "date-times (2023-11-16 18:15:46.6805900); for seconds use format: generic (arrival_s)"
+        )
     ts = _date_times(df["TIMESTAMP"])
     if ts.isna().any():
         row = int(np.flatnonzero(ts.isna().to_numpy())[0])
-        raise UserError(f"{path}: row {row + 2}: TIMESTAMP {df['TIMESTAMP'].iloc[row]!r} is not a date-time")
+        value = df["TIMESTAMP"].iloc[row]
+        shown = "empty" if pd.isna(value) else repr(str(value))
+        raise UserError(f"{path}: row {row + 2}: TIMESTAMP {shown} is not a date-time")
     t = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
     _check_sorted(t, path, None)
     return Workload(t, _ints(df, "ContextTokens", path), _ints(df, "GeneratedTokens", path), source=str(path))
