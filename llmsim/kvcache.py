@@ -173,11 +173,12 @@ class BlockManager:
             out[f"offload_{t.name}_held_blocks"] = len(t.held)
         return out
 
-    def cached_prefix_blocks(self, chain: list[int] | None) -> int:
-        """How many leading blocks of ``chain`` this cache holds (prefix-affinity routing)."""
+    def cached_prefix_blocks(self, chain: list[int] | None, limit: int = -1) -> int:
+        """How many leading blocks of ``chain`` (of its first ``limit``, if >= 0) this cache holds
+        (prefix-affinity routing)."""
         n = 0
         for h in chain or ():
-            if h not in self._block_of:
+            if n == limit or h not in self._block_of:
                 break
             n += 1
         return n
@@ -411,7 +412,9 @@ class BlockManager:
         chain = req.prefix_chain
         if not self.prefix_caching or not chain or req.block_ids is None:
             return
-        full = min(min(req.kv_tokens, req.prompt_tokens) // self.block_tokens, len(chain), len(req.block_ids))
+        # the chain covers the prompt's full blocks, and where a later prompt repeats the answer
+        # (workload output_hashes) the answer's too: its blocks are registered at the finish
+        full = min(req.kv_tokens // self.block_tokens, len(chain), len(req.block_ids))
         for i in range(self._registered.get(req.id, 0), full):
             h = chain[i]
             bid = req.block_ids[i]

@@ -40,7 +40,9 @@ def route(replicas: list[R], policy: str, counter: int, req: Request | None = No
         # least work left once the cached prefix is not prefilled again: affinity without piling
         # every request that shares a popular first block onto one replica
         def work(r: R) -> tuple[int, int]:
-            return r.outstanding_tokens - r.kv.cached_prefix_blocks(req.prefix_chain) * r.kv.block_tokens, r.index
+            bt = r.kv.block_tokens
+            cached = r.kv.cached_prefix_blocks(req.prefix_chain, (req.prompt_tokens - 1) // bt)  # of its prompt
+            return r.outstanding_tokens - cached * bt, r.index
 
         return min(replicas, key=work)
     if policy == "lora_affinity" and req is not None:

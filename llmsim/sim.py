@@ -181,6 +181,7 @@ def simulate(
     q_wait = array("q")
     klass = workload.klass
     hashes = workload.block_hashes
+    answers = workload.output_hashes  # multi-turn: where a later prompt repeats the answer
     want_chain = hashes is not None and (opts.prefix_caching or router == "prefix_affinity")
     traced = opts.traced_ids
     loras = workload.lora.tolist() if workload.lora is not None else None
@@ -209,7 +210,11 @@ def simulate(
             # vLLM keys cached blocks by adapter too (the LoRA id in every block's extra keys); a
             # tuple of ints hashes alike in every process (a str's hash is salted per process)
             seed = 0 if r.lora_id < 0 else hash((-1, r.lora_id))
-            r.prefix_chain = chain_hashes(r.block_hashes, id_tokens, block_tokens, r.prompt_tokens, seed)
+            if answers is not None and answers[i]:  # the answer's full blocks are cached too (kvcache.commit)
+                ids, tokens = r.block_hashes + answers[i], r.prompt_tokens + r.output_tokens
+            else:
+                ids, tokens = r.block_hashes, r.prompt_tokens
+            r.prefix_chain = chain_hashes(ids, id_tokens, block_tokens, tokens, seed)
         reqs.append(r)
         return r
 

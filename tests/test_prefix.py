@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 import llmsim
 from llmsim.kvcache import BlockManager, chain_hashes
 from llmsim.request import Request
@@ -65,26 +67,43 @@ def test_system_prompts_are_reused_and_prewarm_helps_the_first_requests() -> Non
     assert warm["p99_ttft_ms"] <= cold["p99_ttft_ms"]
 
 
-def test_multi_turn_conversations_reuse_their_history() -> None:
-    base = {
+def _chat(requests: int, turns: int, output_tokens: int, **kv_cache: object):  # type: ignore[no-untyped-def]
+    """A chat scenario on one H100: ``requests`` conversations of ``turns`` 200-token messages."""
+    data = {
         "name": "chat",
         "model": "llama-3.1-8b",
         "hardware": "H100-SXM",
-        "policy": {"kind": "chunked"},
-        "kv_cache": {"prefix_caching": True},
+        "kv_cache": {"prefix_caching": True, **kv_cache},
         "workload": {
             "kind": "poisson",
             "rate_rps": 1,
-            "num_requests": 6,
+            "num_requests": requests,
             "prompt_tokens": {"dist": "fixed", "value": 200},
-            "output_tokens": {"dist": "fixed", "value": 20},
-            "conversations": {"turns": 3, "think_s": 5},
+            "output_tokens": {"dist": "fixed", "value": output_tokens},
+            "conversations": {"turns": turns, "think_s": 5},
         },
         "output": {"steps": "none"},
     }
-    s = llmsim.run(scenario_from_dict(base, "chat.yaml", ROOT)).summary
+    return scenario_from_dict(data, "chat.yaml", ROOT)
+
+
+def test_multi_turn_conversations_reuse_their_history() -> None:
+    s = llmsim.run(_chat(6, 3, 20)).summary
     assert s["requests"]["finished"] == 18
     assert s["prefix_cache"]["hit_rate"] > 0.3
+
+
+def test_a_later_turn_hits_the_blocks_of_the_previous_answer() -> None:
+    """vLLM caches the full blocks of generated tokens, so turn 2 of a chat hits turn 1's prompt
+    and answer. By hand, one chat of 200-token messages and 40-token answers (content ids of 16
+    tokens): turn 1 computes 200 + 40 - 1 tokens of KV (the last token's never), 14 full blocks;
+    turn 2's prompt is turn 1's 13 message ids + 3 answer ids + its own message, so it hits 14
+    blocks (224 tokens), where the prompt's own 12 full blocks (192) were all that was cached."""
+    sc = _chat(1, 2, 40, block_tokens=16)
+    fast, exact = llmsim.run(sc), llmsim.run(sc, exact_steps=True)
+    assert fast.requests["cached_tokens"].tolist() == [0, 224]
+    # the fast path (a closed-form decode run up to the finish) registers the same blocks as step by step
+    pd.testing.assert_frame_equal(fast.requests, exact.requests, check_exact=False, rtol=1e-9)
 
 
 def test_mooncake_trace_replays_with_its_real_reuse() -> None:

@@ -89,7 +89,11 @@ def test_routers() -> None:
     class Fake:
         def __init__(self, index: int, cached: int, outstanding: int) -> None:
             self.index, self.outstanding_tokens = index, outstanding
-            kv = {"cached_prefix_blocks": lambda _s, chain: cached, "utilization": cached / 100, "block_tokens": 16}
+            kv = {
+                "cached_prefix_blocks": lambda _s, chain, limit=-1: cached,
+                "utilization": cached / 100,
+                "block_tokens": 16,
+            }
             self.kv = type("KV", (), kv)()
             self.waiting = []
             self.num_waiting = 0

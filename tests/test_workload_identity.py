@@ -169,9 +169,11 @@ def test_shared_prefix_multi_turn_grows_each_users_chat() -> None:
     assert w.prompt_tokens.tolist() == [150, 150, 220, 220, 290, 290]
     assert w.block_hashes[2][:9] == w.block_hashes[0][:9] or w.block_hashes[2][:9] == w.block_hashes[1][:9]
     res = llmsim.run(sc)
-    # by hand: user A 0, user B 96 (system prompt); round 1 reuses the previous prompt's 9 blocks
-    # (144; llmsim caches prompt blocks, not the answer's), round 2 the previous 220-token prompt's 13 (208)
-    assert res.requests["cached_tokens"].tolist() == [0, 96, 144, 144, 208, 208]
+    # by hand: user A 0, user B 96 (system prompt); round 1 reuses the previous round's full blocks,
+    # its answer's included as vLLM caches them: 150 + 20 tokens, the last one's KV never computed,
+    # 169 -> 10 blocks (160); round 2 the previous 220 + 20: 239 -> 14 blocks (224). Prompt blocks
+    # alone would give 144 and 208.
+    assert res.requests["cached_tokens"].tolist() == [0, 96, 160, 160, 224, 224]
 
 
 def test_shared_prefix_draws_lengths_per_user() -> None:

@@ -402,6 +402,8 @@ class Scheduler:
         if r.generated >= r.output_tokens and r.status != FINISHED:
             r.finish_s = now
             r.status = FINISHED
+            if self.kv.prefix_caching:  # its answer's full blocks stay cached for the next turn (vLLM)
+                self.kv.commit(r)
             self.kv.free(r)
             finished.append(r)
 

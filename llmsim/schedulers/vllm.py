@@ -15,9 +15,10 @@ Differences from llmsim's ``chunked`` policy, each from the code:
   ``base._schedule_decodes`` does, and then no waiting request starts in that step
   (``if not preempted_reqs``, scheduler.py:900 in 0.32).
 
-Not modelled: blocks of generated tokens are not hashed for later hits (vLLM hashes them), and a
-block computed in a step can be hit by a request admitted in the same step in vLLM (blocks are
-cached at schedule time); here hits see blocks of completed steps.
+Blocks of generated tokens are cached for later hits, as vLLM caches them, where the workload
+names what a later prompt repeats (``Workload.output_hashes``), at the request's finish
+(``base.complete``). Not modelled: a block computed in a step can be hit by a request admitted in
+the same step in vLLM (blocks are cached at schedule time); here hits see blocks of completed steps.
 """
 
 from __future__ import annotations

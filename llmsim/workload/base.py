@@ -24,6 +24,10 @@ class Workload:
     output_tokens: np.ndarray  # int64 >= 0 (0 = prefill only)
     klass: np.ndarray | None = None  # object array of class names (per-class SLOs)
     block_hashes: list[list[int]] | None = None  # per request, one id per prefix block
+    # per request, the ids its answer continues block_hashes with, where a later prompt repeats that
+    # answer (multi-turn chats): vLLM caches the generated tokens' full blocks too, so the next turn
+    # hits them (kvcache.BlockManager.commit at the request's finish)
+    output_hashes: list[list[int]] | None = None
     hash_block_tokens: int = 0  # tokens per hashed block (Mooncake: 512)
     source: str = "synthetic"
     meta: dict = field(default_factory=dict)
@@ -197,6 +201,7 @@ def slice_and_scale(
         output_tokens=w.output_tokens[idx],
         klass=None if w.klass is None else w.klass[idx],
         block_hashes=None if w.block_hashes is None else [w.block_hashes[i] for i in idx],
+        output_hashes=None if w.output_hashes is None else [w.output_hashes[i] for i in idx],
         hash_block_tokens=w.hash_block_tokens,
         source=w.source,
         meta=dict(w.meta, start_s=start_s, duration_s=duration_s, speedup=speedup),

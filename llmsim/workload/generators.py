@@ -167,6 +167,7 @@ def with_system_prompts(
         w.output_tokens,
         klass=w.klass,
         block_hashes=hashes,
+        output_hashes=w.output_hashes,
         hash_block_tokens=SYNTH_HASH_TOKENS,
         source=f"{w.source} + {count} system prompt(s) of {sys_tokens} tokens",
         meta=dict(w.meta, system_prompt_tokens=sys_tokens),
@@ -222,7 +223,7 @@ def conversations(rng: np.random.Generator, w: Workload, turns: int, think_s: fl
     """Turn each request into a conversation of ``turns`` turns. Turn t's prompt is the history
     (earlier prompts and answers) plus the new message, so it shares the history's prefix ids.
     Later turns arrive an exponential think time apart; the result is re-sorted by arrival."""
-    arr, prm, out, kls, ids = [], [], [], [], []
+    arr, prm, out, kls, ids, answers = [], [], [], [], [], []
     fresh = _IdSource().fresh
     total = 0
 
@@ -241,7 +242,8 @@ def conversations(rng: np.random.Generator, w: Workload, turns: int, think_s: fl
             ids.append(history + msg)
             total += len(ids[-1])
             _check_ids(total)
-            history = history + msg + fresh(max(o, 1))  # the answer joins the history
+            answers.append(fresh(max(o, 1)))
+            history = history + msg + answers[-1]  # the answer joins the history
             t += float(rng.exponential(think_s)) if think_s > 0 else 0.0
     order = np.argsort(np.asarray(arr), kind="stable")
     return Workload(
@@ -250,6 +252,7 @@ def conversations(rng: np.random.Generator, w: Workload, turns: int, think_s: fl
         np.asarray(out)[order],
         klass=None if w.klass is None else np.asarray(kls, dtype=object)[order],
         block_hashes=[ids[j] for j in order],
+        output_hashes=[answers[j] for j in order],
         hash_block_tokens=SYNTH_HASH_TOKENS,
         source=f"{w.source} as {turns}-turn conversations",
         meta=dict(w.meta, turns=turns, think_s=think_s),
@@ -272,6 +275,7 @@ def closed_loop_conversations(
     ``after_ptr`` / ``after_idx`` say which calls each waits for and ``delay_s`` how long after the
     last of them answers it is sent (sim: ``feeder.Feeder``)."""
     arr, prm, out, kls, ids, deps_of, delays, session = [], [], [], [], [], [], [], []
+    answers: list[list[int]] = []
     fresh = _IdSource().fresh
     total = 0
 
@@ -298,7 +302,8 @@ def closed_loop_conversations(
             deps_of.append(waits_on)
             delays.append(float(rng.exponential(think_s)) if turn and think_s > 0 else 0.0)
             session.append(i)
-            history = history + msg + fresh(max(o, 1))  # the answer joins the history
+            answers.append(fresh(max(o, 1)))
+            history = history + msg + answers[-1]  # the answer joins the history
             waits_on = [me]
             if turn == turns - 1 or not fanout:
                 continue
@@ -317,6 +322,7 @@ def closed_loop_conversations(
                 deps_of.append([me])
                 delays.append(0.0)  # sent as soon as the turn's answer asks for it
                 session.append(i)
+                answers.append([])  # its result joins the history after the turn's, not after its own prompt
                 results += fresh(max(o, 1))
             history = history + results  # the sub-calls' outputs come back as tool results
     ptr = np.zeros(len(arr) + 1, dtype=np.int64)
@@ -327,6 +333,7 @@ def closed_loop_conversations(
         np.asarray(out),
         klass=None if w.klass is None else np.asarray(kls, dtype=object),
         block_hashes=ids,
+        output_hashes=answers,
         hash_block_tokens=SYNTH_HASH_TOKENS,
         source=f"{w.source} as {turns}-turn closed-loop sessions"
         + (f", {fanout} sub-calls per turn" if fanout else ""),
@@ -374,6 +381,7 @@ def shared_prefix(
     prm = np.zeros(n, dtype=np.int64)
     out = np.zeros(n, dtype=np.int64)
     ids: list[list[int]] = []
+    answers: list[list[int]] = []  # multi-turn: the ids the answer's blocks continue the prompt with
     state: dict[int, tuple[list[tuple[int, int]], list[int]]] = {}  # user -> (chat so far, its ids)
     for i in range(n):
         k = int(order[i % len(users)])
@@ -390,7 +398,9 @@ def shared_prefix(
         out[i] = o
         ids.append(chain)
         if multi_turn:  # the answer joins the chat; the next turn's prompt extends this one
-            state[k] = ([*segments, (segment_key("answer", g, u, rnd), o)], chain)
+            chat = [*segments, (segment_key("answer", g, u, rnd), o)]
+            answers.append(segment_block_ids(chat, block_tokens, chain)[len(chain) :])
+            state[k] = (chat, chain)
         else:
             state[k] = (history, chain)
     assert (prm == lengths).all()  # the lengths checked are the prompts made
@@ -400,6 +410,7 @@ def shared_prefix(
         prm,
         out,
         block_hashes=ids,
+        output_hashes=answers if multi_turn else None,
         hash_block_tokens=block_tokens,
         source=f"shared_prefix: {groups} system prompt(s) of {system_prompt_len} tokens x {per} users, {mode}",
         meta={"shared_prefix_groups": groups, "shared_prefix_users": groups * per},
