@@ -514,13 +514,20 @@ def expert_parallel_degree(model: ModelSpec, p: PoolConfig, key: str) -> int:
 
 
 def activation_bytes(model: ModelSpec, step_tokens: int, max_seqs: int, tp: int, act_dtype: str) -> float:
-    """Peak activation memory of one step on one device: one layer's live buffers (residual,
-    normed input, QKV, MLP intermediate) plus fp32 logits of the sampled rows. Grows with the
-    tokens in a step, which is why chunking bounds it."""
+    """Peak activation memory of one step on one device: the live buffers of one layer's larger
+    half, plus fp32 logits of the sampled rows. Grows with the tokens in a step, which is why
+    chunking bounds it.
+
+    Both halves hold the residual, the normed input and their output (3 x hidden); the attention
+    half also its QKV projection and the attention output, the MLP half its gate/up projection and
+    the activation's output (3 x intermediate): the locals of vLLM's LlamaAttention.forward and
+    LlamaMLP.forward while their last GEMM runs (vllm/model_executor/models/llama.py). The halves
+    run one after the other, so the peak is the larger, not their sum (which overstated vLLM 0.19's
+    measured forward peak by 30 % on CodeLlama-7B, benchmarks/vllm_memory.py)."""
     a = DTYPE_BYTES[storage_of(act_dtype)]  # kept 16-bit between quantised GEMMs
-    per_token = (
-        3 * model.hidden_size + (model.q_size + 2 * model.kv_size) // tp + 3 * model.intermediate_size // tp
-    ) * a
+    attention = (model.q_size + 2 * model.kv_size) // tp + model.q_size // tp
+    mlp = 3 * model.intermediate_size // tp
+    per_token = (3 * model.hidden_size + max(attention, mlp)) * a
     logits = min(max_seqs, step_tokens) * model.vocab_size // tp * 4
     return step_tokens * per_token + logits
 

@@ -47,6 +47,10 @@ def test_held_out_logs_are_predicted():
     assert len(moe) == 2 and moe.peak_err_pct.abs().max() < 8.0
     # the KV cache it leaves: within 4.5 % on every held-out row
     assert held.kv_err_pct.abs().max() < 4.5
+    # where the forward pass sets the peak (a small vocabulary: CodeLlama-7B, Mixtral), one layer's
+    # larger half, not both halves summed (+30 % on CodeLlama-7B): within 8 %
+    forward = held[held.by == "forward"]
+    assert len(forward) == 2 and forward.peak_err_pct.abs().max() < 8.0
 
 
 def test_the_rtx4090_run_sizes_closer_to_vllm():
