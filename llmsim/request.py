@@ -84,9 +84,8 @@ class Request:
         self.spec_steps = 0  # speculative decoding: verify steps taken
         self.spec_accepted = 0  # speculative decoding: draft tokens accepted
         self.swapped = False  # preempted by swap: KV lives in host memory until swapped back in
-        self.prefix_chain: list[int] | None = (
-            None  # chained hashes of the full KV blocks of its prompt (and answer, where a later prompt repeats it)
-        )
+        # chained hashes of the full KV blocks of its prompt (and answer, where a later prompt repeats it)
+        self.prefix_chain: list[int] | None = None
         self.prefill_only = False  # disaggregated: leaves the prefill replica after its prompt
         # parallel sampling / beam search: sequences decoded together, sharing the prompt's KV
         # blocks (copy-on-write of the partly filled last one); token counters are per sequence

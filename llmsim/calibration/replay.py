@@ -101,17 +101,18 @@ def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, mo
         if not isinstance(section, dict):
             raise UserError(f"{where}.{key}: expected a mapping, got {type(section).__name__}")
 
-    def whole(section: dict, name: str, key: str, default: object = None) -> int:
-        value = section.get(key, default)
+    def whole(section: dict, name: str, key: str, default: int | None = None) -> int:
+        """``section[key]`` as a whole number >= 0; a missing or null value is ``default``."""
+        value = section.get(key)
+        value = default if value is None else value
         if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
-            raise UserError(f"{where}.{name}.{key}: expected a whole number >= 0, got {value!r}")
+            raise UserError(f"{where}{name}.{key}: expected a whole number >= 0, got {value!r}")
         return int(value)
 
-    blocks = whole(res, "", "num_kv_blocks", None) if res.get("num_kv_blocks") else 0
-    blocks = blocks or (whole(cache, "cache", "num_gpu_blocks") if cache.get("num_gpu_blocks") else 0)
+    blocks = whole(res, "", "num_kv_blocks", 0) or whole(cache, ".cache", "num_gpu_blocks", 0)
     if blocks < 2:
         raise UserError(f"{run.folder}/meta.json: no KV block count (resolved.num_kv_blocks)")
-    budget = whole(sch, "scheduler", "max_num_batched_tokens")
+    budget = whole(sch, ".scheduler", "max_num_batched_tokens")
     return {
         "name": f"replay-{run.name}",
         "seed": 0,
@@ -122,15 +123,13 @@ def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, mo
             "kind": "vllm",
             "chunk_tokens": budget,
             "max_batch_tokens": budget,
-            "max_num_seqs": whole(sch, "scheduler", "max_num_seqs"),
-            "long_prefill_token_threshold": whole(sch, "scheduler", "long_prefill_token_threshold", 0)
-            if sch.get("long_prefill_token_threshold") is not None
-            else 0,
+            "max_num_seqs": whole(sch, ".scheduler", "max_num_seqs"),
+            "long_prefill_token_threshold": whole(sch, ".scheduler", "long_prefill_token_threshold", 0),
             "reserve_full_prompt": bool(sch.get("scheduler_reserve_full_isl", True)),  # vLLM 0.32's default
             **_max_model_len(res),
         },
         "kv_cache": {
-            "block_tokens": whole(cache, "cache", "block_size"),
+            "block_tokens": whole(cache, ".cache", "block_size"),
             "num_blocks": blocks - 1,  # vLLM's block 0 is the null block (v1/core/block_pool.py)
             "prefix_caching": bool(cache.get("enable_prefix_caching")),
             "watermark": float(sch.get("watermark") or 0.0),

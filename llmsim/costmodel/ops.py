@@ -1048,21 +1048,10 @@ def head_ops(model: ModelSpec, rows: int, cfg: OpConfig) -> list[Op]:
         gemm("lm_head", rows, V // cfg.tp, H, head, 1),
     ]
     if cfg.tp > 1:
-        logit = DTYPE_BYTES[storage_dtype(head)]
-        own, whole = rows * (V // cfg.tp) * logit, rows * V * logit
-        ops.append(
-            Op(
-                "logits_all_gather",
-                "comm",
-                0.0,
-                own,
-                whole,
-                storage_dtype(head),
-                1,
-                collective="tp_all_gather",
-                ranks=cfg.tp,
-            )
-        )
+        dtype = storage_dtype(head)
+        own, whole = rows * (V // cfg.tp) * DTYPE_BYTES[dtype], rows * V * DTYPE_BYTES[dtype]
+        gather = Op("logits_all_gather", "comm", 0.0, own, whole, dtype, 1, collective="tp_all_gather", ranks=cfg.tp)
+        ops.append(gather)
     ops.append(elementwise("sampling", rows * V, 5.0, 1, cfg, 1))
     return ops
 

@@ -33,13 +33,13 @@ class ChunkedScheduler(Scheduler):
         lookahead = plan.spec_k + 1 if plan.spec_k else 1
         # speculative verification as the step will be priced (BatchPlan.shape): k+1 decode tokens
         # per request where the model verifies in its decode kernel, else a (k+1)-token chunk each
-        verify = [(lookahead, c) for c in contexts] if plan.spec_k and not cfg.spec_as_decode else []
+        # (the same rule as BatchPlan.shape's; tests/test_schedulers.py holds the two equal)
+        as_chunks = bool(plan.spec_k) and not cfg.spec_as_decode
+        verify = [(lookahead, c) for c in contexts] if as_chunks else []
+        decodes, per_decode = ([], 1) if as_chunks else (contexts, lookahead)
         while b > cfg.min_chunk_tokens:
             chunk = max(b - len(plan.decode) * lookahead, 1)
-            if verify:
-                shape = batch_shape([(chunk, past), *verify], [], cfg.window, 1, cfg.local_window)
-            else:
-                shape = batch_shape([(chunk, past)], contexts, cfg.window, lookahead, cfg.local_window)
+            shape = batch_shape([(chunk, past), *verify], decodes, cfg.window, per_decode, cfg.local_window)
             # the chunk taken to finish its prompt, and every verified position sampled
             shape.logits_rows = 1 + len(contexts) * lookahead
             if self.predict_s(shape) <= cfg.tbt_target_s:
