@@ -226,3 +226,47 @@ def test_a40_calibrated_profile_is_its_fit_and_holds_on_models_it_never_saw() ->
         assert (tuned.per_op()["mape"] <= 0.10).all(), (f, tuned.per_op())
         default = validate(load_profile("A40"), get_model("llama-2-7b"), gemms)
         assert tuned.overall_mape < default.overall_mape <= 0.12, f
+
+
+def test_gemm_rows_in_several_dtypes_fit_a_fraction_each(tmp_path) -> None:
+    """bf16 and int8 rows priced at two different best-shape fractions (shared shape terms): the fit
+    recovers each, bf16's as gemm_max_fraction and int8's as gemm_dtype_fraction.int8, and the
+    calibrated profile prices both dtypes' rows as measured. One dtype the profile already holds
+    apart (fp8 on an H100) is written there, leaving the bf16 fraction alone."""
+    import dataclasses
+
+    import numpy as np
+
+    from llmsim.calibration.fit import fit_gemm
+    from llmsim.costmodel.gemm import GemmCurve
+
+    hw = load_profile("Xeon-8480+")
+    lines = ["op,kind,dtype,m,n,k,seconds"]
+    truth = {"bf16": 0.36, "int8": 0.27}
+    for dtype, frac in truth.items():
+        shape = GemmCurve(max_fraction=frac, half_m=48.0)
+        for m in (1, 4, 16, 64, 256, 1024, 2048):
+            for n, k in ((5120, 3072), (16384, 3072), (3072, 8192)):
+                flops = 2.0 * m * n * k
+                nbytes = {"bf16": 2, "int8": 1}[dtype] * (m * k + k * n + m * n)
+                s = max(flops / (hw.peak(dtype) * shape.efficiency(m, n)), nbytes / (hw.bandwidth * 0.8)) + 5e-6
+                lines.append(f"mlp_up_proj,gemm,{dtype},{m},{n},{k},{s!r}")
+    csv = tmp_path / "amx.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    rows = read_profile(csv)
+    params, mape = fit_gemm(hw, rows)  # (least_squares' default tolerances: 1e-8 of the cost)
+    assert mape < 1e-3
+    assert params["gemm_max_fraction"] == pytest.approx(truth["bf16"], rel=1e-2)
+    assert params["gemm_dtype_fraction.int8"] == pytest.approx(truth["int8"], rel=1e-2)
+    assert params["gemm_half_m"] == pytest.approx(48.0, rel=2e-2)
+    fitted, res = calibrate(hw, rows, [str(csv)])
+    assert fitted.efficiency.gemm_fraction("int8") == pytest.approx(truth["int8"], rel=1e-2)
+    assert "amx.csv" in fitted.efficiency.gemm_dtype_fraction["int8"].source
+    checked = validate(fitted, get_model("llama-3.2-3b"), rows)
+    assert checked.overall_mape < 5e-3  # the cost model prices the rows as the fit did
+    # fp8 rows alone on an H100 (which holds fp8's fraction apart): bf16's fraction is untouched
+    h100 = load_profile("H100-SXM")
+    fp8 = [dataclasses.replace(r, dtype="fp8") for r in rows if r.dtype == "int8"]
+    params, _ = fit_gemm(h100, fp8)
+    assert set(params) >= {"gemm_dtype_fraction.fp8"} and "gemm_max_fraction" not in params
+    assert np.isfinite(params["gemm_dtype_fraction.fp8"])

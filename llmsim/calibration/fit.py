@@ -76,10 +76,27 @@ def _gemm_arrays(hw: HardwareProfile, rows: list[Measurement]) -> dict[str, np.n
 def _gemm_predict(
     p: np.ndarray, x: dict[str, np.ndarray], hw: HardwareProfile, units: float, tile: float
 ) -> np.ndarray:
-    curve = GemmCurve(max_fraction=p[0], half_m=p[1], wave_units=units, tile=tile, wave_exponent=p[4])
-    compute = x["flops"] / (x["peak"] * curve.efficiency(x["m"], x["n"]))
-    memory = x["bytes"] / (hw.bandwidth * p[2])
-    return np.maximum(compute, memory) + p[3]
+    """Seconds of each row; ``p`` is the shared shape terms (``_GEMM_PARAMS`` from the second on)
+    after one best-shape fraction per dtype, ``x["dtype_index"]`` picking each row's."""
+    fractions, (half_m, memory_fraction, fixed_s, wave_exponent) = p[:-4], p[-4:]
+    # the curve's shape at a best-shape fraction of 1, times each row's dtype's fraction (the curve
+    # is compiled: its fraction is one float)
+    shape = GemmCurve(max_fraction=1.0, half_m=half_m, wave_units=units, tile=tile, wave_exponent=wave_exponent)
+    compute = x["flops"] / (x["peak"] * fractions[x["dtype_index"]] * shape.efficiency(x["m"], x["n"]))
+    memory = x["bytes"] / (hw.bandwidth * memory_fraction)
+    return np.maximum(compute, memory) + fixed_s
+
+
+def fraction_names(hw: HardwareProfile, dtypes: list[str]) -> list[str]:
+    """Where each measured dtype's best-shape GEMM fraction goes in the profile: bf16 (what
+    ``gemm_max_fraction`` is measured in on every profile that has it), or else the dtype the profile
+    has no fraction of its own for, takes ``gemm_max_fraction``; every other dtype its own
+    ``gemm_dtype_fraction.<dtype>`` (Efficiency.gemm_fraction reads them so). A calibration in one
+    dtype that the profile already holds apart (fp8 rows on an H100) so no longer overwrites the
+    bf16 fraction with an fp8 one."""
+    own = set(hw.efficiency.gemm_dtype_fraction or {})
+    base = "bf16" if "bf16" in dtypes else next((d for d in dtypes if d not in own), None)
+    return ["gemm_max_fraction" if d == base else f"gemm_dtype_fraction.{d}" for d in dtypes]
 
 
 def check_enough_rows(rows: list[Measurement], terms: int, what: str) -> None:
@@ -96,33 +113,39 @@ def check_enough_rows(rows: list[Measurement], terms: int, what: str) -> None:
 
 
 def fit_gemm(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, float], float]:
-    """Least-squares fit of the GEMM curve; returns the parameters and the training MAPE."""
-    check_enough_rows(rows, len(_GEMM_PARAMS), "GEMM")
+    """Least-squares fit of the GEMM curve; returns the parameters and the training MAPE. Rows in
+    several dtypes fit one best-shape fraction per dtype (``fraction_names``: its profile key) and
+    share the shape terms (row under-fill, memory fraction, floor, wave exponent)."""
+    dtypes = sorted({r.dtype for r in rows}, key=lambda d: (d != "bf16", d))
+    names = fraction_names(hw, dtypes)
+    check_enough_rows(rows, len(_GEMM_PARAMS) - 1 + len(dtypes), "GEMM")
     e, o = hw.efficiency, hw.overheads
     units = e.gemm_wave_units.value if e.gemm_wave_units else 0.0
     tile = e.gemm_tile.value if e.gemm_tile else 128.0
     x = _gemm_arrays(hw, rows)
-    p0 = np.array(
-        [
-            e.gemm_max_fraction.value,
-            e.gemm_half_m.value,
-            e.memory_fraction.value,
-            o.kernel_fixed_s.value if o.kernel_fixed_s else 2e-6,
-            e.gemm_wave_exponent.value if (units and e.gemm_wave_exponent) else 0.0,
-        ]
-    )
-    lo = np.array([b[1] for b in _GEMM_PARAMS])
-    hi = np.array([b[2] for b in _GEMM_PARAMS])
+    x["dtype_index"] = np.array([dtypes.index(r.dtype) for r in rows])
+    shape0 = [
+        e.gemm_half_m.value,
+        e.memory_fraction.value,
+        o.kernel_fixed_s.value if o.kernel_fixed_s else 2e-6,
+        e.gemm_wave_exponent.value if (units and e.gemm_wave_exponent) else 0.0,
+    ]
+    p0 = np.array([e.gemm_fraction(d) for d in dtypes] + shape0)
+    bounds = [_GEMM_PARAMS[0]] * len(dtypes) + _GEMM_PARAMS[1:]
+    lo = np.array([b[1] for b in bounds])
+    hi = np.array([b[2] for b in bounds])
     if not units:  # no SM count: the wave term is off, pin its exponent at 0
-        hi[4] = 1e-12
+        hi[-1] = 1e-12
     p0 = np.clip(p0, lo, hi - 1e-15)
 
     def residual(p: np.ndarray) -> np.ndarray:
         return _gemm_predict(p, x, hw, units, tile) / x["seconds"] - 1.0
 
-    fit = least_squares(residual, p0, bounds=(lo, hi), x_scale=np.maximum(np.abs(p0), [0.1, 10, 0.1, 1e-6, 0.1]))
+    scale = np.maximum(np.abs(p0), [0.1] * len(dtypes) + [10, 0.1, 1e-6, 0.1])
+    fit = least_squares(residual, p0, bounds=(lo, hi), x_scale=scale)
     mape = float(np.mean(np.abs(residual(fit.x))))
-    return {name: float(v) for (name, _, _), v in zip(_GEMM_PARAMS, fit.x, strict=True)}, mape
+    keys = names + [name for name, _, _ in _GEMM_PARAMS[1:]]
+    return {key: float(v) for key, v in zip(keys, fit.x, strict=True)}, mape
 
 
 # The two protocols calibrate fits on a link (comm.ring_s prices each, takes the fastest): NCCL's
@@ -501,13 +524,17 @@ def apply_fit(
     data = hw.model_dump(exclude_none=True)
     by_kind = by_kind or {}
     p = res.params
-    if "gemm_max_fraction" in p:
+    if res.gemm_rows:
         note = f"{_fitted_on(by_kind.get('gemm', files))} ({res.gemm_rows} GEMM rows, MAPE {res.gemm_mape:.1%})"
         eff = data["efficiency"]
-        for key in ("gemm_max_fraction", "gemm_half_m", "memory_fraction", "gemm_wave_exponent"):
+        for key in ("gemm_half_m", "memory_fraction", "gemm_wave_exponent"):
             if key == "gemm_wave_exponent" and "gemm_wave_units" not in eff:
                 continue
             eff[key] = {"value": round(p[key], 6), "source": note}
+        for key in (k for k in p if k == "gemm_max_fraction" or k.startswith("gemm_dtype_fraction.")):
+            dtype = key.partition(".")[2]
+            place = eff.setdefault("gemm_dtype_fraction", {}) if dtype else eff
+            place[dtype or key] = {"value": round(p[key], 6), "source": note}
         data["overheads"]["kernel_fixed_s"] = {"value": float(f"{p['kernel_fixed_s']:.4g}"), "source": note}
     if res.comm_rows:
         where = _fitted_on(by_kind.get("comm", files))
