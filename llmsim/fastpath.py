@@ -231,7 +231,7 @@ class FastPath:
                 self.pool_name,
                 self.index,
                 starts[i],
-                run.durations[i],
+                run.duration(i),
                 0,
                 n,
                 n,

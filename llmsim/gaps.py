@@ -7,89 +7,59 @@ to it for every step.
 from __future__ import annotations
 
 import math
+from typing import Final
 
 import numpy as np
+
+_LO_S: Final = 1e-6
+_HI_S: Final = 1e3
+_BINS: Final = 4200
 
 
 class GapHistogram:
     """Log-binned histogram of inter-token gaps (TBT) across every token, O(1) memory.
 
     Bins are 0.5% wide in log space from 1 µs to 1000 s, so percentiles are exact to 0.5%.
+    Each gap is binned as it comes, in compiled arithmetic (``_bin_of``): a run of decode steps adds
+    its gaps from its step end times with no list, box or array made per step.
     """
 
-    LO = 1e-6  # s
-    HI = 1e3  # s
-    BINS = 4200
+    LO = _LO_S  # s
+    HI = _HI_S  # s
+    BINS = _BINS
 
     def __init__(self) -> None:
-        self.counts = np.zeros(self.BINS + 2, dtype=np.int64)
+        self._counts: list[int] = [0] * (self.BINS + 2)
         self._scale = self.BINS / math.log(self.HI / self.LO)
-        # gaps are buffered and binned in bulk with numpy: a list append per token is cheap
-        self._gaps: list[float] = []
-        self._weighted: list[tuple[float, int]] = []
-        self._many: list[float] = []  # add_ends' step end times, back to back
-        self._many_runs: list[tuple[int, int]] = []  # (end times, count) of each add_ends
 
     def add(self, gap_s: float, count: int = 1) -> None:
-        if count == 1:
-            self._gaps.append(gap_s)
-            if len(self._gaps) >= 65536:
-                self._flush()
-        else:
-            self._weighted.append((gap_s, count))
-            if len(self._weighted) >= 65536:
-                self._flush()
+        self._counts[_bin_of(gap_s, self._scale)] += count
 
     def add_ends(self, ends_s: list[float], lo: int, hi: int, count: int) -> None:
         """The gaps between the successive step ends ``ends_s[lo:hi]``, each seen ``count`` times (a
-        run of decode steps of a whole batch). The differences are taken when the buffer is binned:
-        the same subtraction, on arrays."""
-        self._many += ends_s[lo:hi]
-        self._many_runs.append((hi - lo, count))
-        if len(self._many_runs) >= 4096:
-            self._flush()
+        run of decode steps of a whole batch): each the difference of two ends, as a token's gap
+        from the one before is when the steps are taken one by one."""
+        counts, scale = self._counts, self._scale
+        prev = ends_s[lo]
+        for i in range(lo + 1, hi):
+            end = ends_s[i]
+            counts[_bin_of(end - prev, scale)] += count
+            prev = end
 
-    def _bin(self, gaps: np.ndarray) -> np.ndarray:
-        """Bin index of every gap: 1 + floor(log(gap / LO) * scale), 0 at or below LO, BINS + 1 at
-        or above HI (in place on one temporary: this runs over every token of a run)."""
-        x = np.maximum(gaps, 1e-300)
-        x /= self.LO
-        with np.errstate(divide="ignore"):
-            np.log(x, out=x)
-        x *= self._scale
-        np.floor(x, out=x)
-        x += 1
-        x[gaps <= self.LO] = 0
-        x[gaps >= self.HI] = self.BINS + 1
-        return x.astype(np.int64)
-
-    def _flush(self) -> None:
-        if self._gaps:
-            self.counts += np.bincount(self._bin(_floats(self._gaps)), minlength=self.BINS + 2)
-            self._gaps = []
-        if self._weighted:
-            g = np.asarray([w[0] for w in self._weighted])
-            c = np.asarray([w[1] for w in self._weighted], dtype=np.int64)
-            self.counts += np.bincount(self._bin(g), weights=c, minlength=self.BINS + 2).astype(np.int64)
-            self._weighted = []
-        if self._many_runs:
-            ends = _floats(self._many)
-            lengths = np.fromiter((k for k, _ in self._many_runs), dtype=np.int64, count=len(self._many_runs))
-            c = np.repeat(np.fromiter((c for _, c in self._many_runs), dtype=np.int64), lengths)
-            c[lengths.cumsum() - 1] = 0  # a segment's last end and the next one's first make no gap
-            g = ends[1:] - ends[:-1]
-            self.counts += np.bincount(self._bin(g), weights=c[:-1], minlength=self.BINS + 2).astype(np.int64)
-            self._many, self._many_runs = [], []
+    @property
+    def counts(self) -> np.ndarray:
+        """Gaps per bin: bin 0 at or below LO, bin BINS + 1 at or above HI."""
+        return np.asarray(self._counts, dtype=np.int64)
 
     def merge(self, other: GapHistogram) -> None:
-        self._flush()
-        other._flush()
-        self.counts += other.counts
+        mine = self._counts
+        for i, c in enumerate(other._counts):
+            if c:
+                mine[i] += c
 
     @property
     def total(self) -> int:
-        self._flush()
-        return int(self.counts.sum())
+        return sum(self._counts)
 
     def centres(self) -> np.ndarray:
         """The gap each bin stands for: the geometric middle of its bounds; LO and HI for the two
@@ -106,5 +76,10 @@ class GapHistogram:
         return float(self.centres()[min(idx, self.BINS + 1)])
 
 
-def _floats(values: list[float]) -> np.ndarray:
-    return np.fromiter(values, dtype=np.float64, count=len(values))  # (faster than asarray on lists)
+def _bin_of(gap_s: float, scale: float) -> int:
+    """Bin index of a gap: 1 + floor(log(gap / LO) * scale), 0 at or below LO, BINS + 1 at or above HI."""
+    if gap_s <= _LO_S:
+        return 0
+    if gap_s >= _HI_S:
+        return _BINS + 1
+    return int(math.floor(math.log(gap_s / _LO_S) * scale)) + 1

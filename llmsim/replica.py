@@ -286,7 +286,7 @@ class Replica:
     def _apply_run(self, run: DecodeRun | ColumnRun, steps: int, live_last: bool = True) -> None:
         """The outcome of a run's first ``steps`` steps (tokens already emitted): counters, rows."""
         if run.finished:
-            self.settle(run.finished, run.durations[steps - 1])
+            self.settle(run.finished, run.duration(steps - 1))
             self.signal_freed()
         self.busy_s += run.busy_s(steps)
         self.max_step_tokens = max(self.max_step_tokens, run.size)

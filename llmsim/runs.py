@@ -64,9 +64,10 @@ class Run:
     """A run of ``steps`` decode-only steps started at ``start_s``: what every kind of run shares.
 
     The run's first step is the plan the scheduler just made, so its KV slots are already
-    allocated (``allocated`` starts at 1). Its step times come affine (``AffineSteps``) or as a
-    list; ``durations`` and ``ends`` hold the steps priced so far: a run is priced as far as
-    someone reads it (the step in progress when an arrival cuts it, its end), not to its last step.
+    allocated (``allocated`` starts at 1). Its step times come affine (``AffineSteps``, each
+    computed where it is read: ``duration``) or as a list; ``ends`` holds the end times of the steps
+    priced so far: a run is priced as far as someone reads it (the step in progress when an arrival
+    cuts it, its end), not to its last step.
     """
 
     def __init__(
@@ -76,11 +77,12 @@ class Run:
         self.kv = kv
         self.start_s = start_s
         self.steps = steps
+        # step times: affine ones computed where read (``duration``), else the list priced whole
         self._affine: AffineSteps | None = None
+        self._durations: list[float] = []
         if isinstance(times, list):
-            self.durations = times
+            self._durations = times
         else:
-            self.durations = []
             self._affine = times
         # end time of every step priced so far; Python floats, not arrays: runs are ~10-50 steps,
         # where a compiled loop beats numpy's per-call overhead (the sums are numpy's cumsum's, in order)
@@ -96,20 +98,20 @@ class Run:
 
     def price_through(self, steps: int, until_s: float = math.inf) -> None:
         """Price the steps up to ``steps`` (at most), stopping after the first that ends past ``until_s``."""
-        ends, durations, aff = self.ends, self.durations, self._affine
+        ends, durations, aff = self.ends, self._durations, self._affine
         i, m = len(ends), min(steps, self.steps)
         acc: float = self._acc
         start: float = self.start_s
         while i < m and (not i or ends[i - 1] <= until_s):
-            if aff is not None:
-                d = aff.step_s(i)
-                durations.append(d)
-            else:
-                d = durations[i]
-            acc += d
+            acc += aff.step_s(i) if aff is not None else durations[i]
             ends.append(acc + start)
             i += 1
         self._acc = acc
+
+    def duration(self, i: int) -> float:
+        """Seconds step ``i`` takes (the float ``price_through`` added for it)."""
+        aff = self._affine
+        return aff.step_s(i) if aff is not None else self._durations[i]
 
     def end_s(self) -> float:
         """When the run's last step ends (summed as ``price_through`` sums, without keeping the steps)."""
@@ -178,7 +180,7 @@ class DecodeRun(Run):
             return lo, lo
         self.allocate_through(hi)
         self.price_through(hi)
-        rest = self.durations[lo + 1 : hi]
+        rest = [self.duration(i) for i in range(lo + 1, hi)]
         rest_max = max(rest) if rest else 0.0
         first_end, end = self.ends[lo], self.ends[hi - 1]
         n = hi - lo
