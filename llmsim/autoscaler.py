@@ -181,6 +181,10 @@ class Autoscaler:
         self.next_tick_s = math.inf  # the next instant it reads the replicas (bounds their run-ahead)
         self.rows: list[tuple[float, float, int, int, int, int, int]] = []
 
+    def next_tick(self) -> float:
+        """The next instant it reads the replicas (fastpath.Inputs asks)."""
+        return self.next_tick_s
+
     def run(self, busy: Callable[[], bool]) -> Generator[simpy.Event, Any, None]:
         """The control loop, while ``busy()`` (requests still to come or in flight). Idle at its
         floor (no work anywhere, nothing starting, the metric at 0), every decision until the

@@ -17,6 +17,7 @@ touched every step (``llmsim.run(..., exact_steps=True)`` turns them all off;
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -39,13 +40,33 @@ if TYPE_CHECKING:
 MAX_RUN = 1 << 20  # longest decode run priced in one go
 
 
+class Inputs:
+    """The next instant anything from outside reaches the replicas (``sim.simulate`` moves it on):
+    the next arrival (any replica may get it, and routing reads their state), the next time a
+    stale router reads them (router.StaleRouter), the autoscaler's next tick, or the horizon.
+    Read before every step a replica completes without an event: typed floats, not a closure."""
+
+    def __init__(self, arrival_s: float, horizon_s: float) -> None:
+        self.arrival_s = arrival_s
+        self.look_s = math.inf
+        self.horizon_s = horizon_s
+        self.tick_s: Callable[[], float] | None = None  # the autoscaler's next tick, with one
+
+    def next_s(self) -> float:
+        t = self.arrival_s if self.arrival_s < self.look_s else self.look_s
+        if self.tick_s is not None:
+            tick = self.tick_s()
+            t = tick if tick < t else t
+        return t if t < self.horizon_s else self.horizon_s
+
+
 class Clock:
     """A replica's clock: ahead of SimPy's while its steps complete without an event."""
 
-    def __init__(self, env: simpy.Environment, ahead: bool, next_input_s: Callable[[], float]) -> None:
+    def __init__(self, env: simpy.Environment, ahead: bool, inputs: Inputs) -> None:
         self.env = env
         self.ahead = ahead  # may steps complete without an event at all (the replica's kind allows it)
-        self.next_input_s = next_input_s  # when something from outside can next reach the replica
+        self.inputs = inputs  # when something from outside can next reach the replica
         self.now = env.now
 
     def advance(self, dt: float) -> simpy.Timeout | None:
@@ -53,7 +74,7 @@ class Clock:
         process can read or change the replica's state before the step ends."""
         start = self.now
         self.now = start + dt
-        if self.ahead and self.now < self.next_input_s():
+        if self.ahead and self.now < self.inputs.next_s():
             return None
         env = self.env
         return env.timeout(dt) if env.now == start else env.timeout(self.now - env.now)
@@ -155,7 +176,7 @@ class FastPath:
         tokens; returns the steps done (the replica counts and logs them)."""
         env, clock = self.env, self.clock
         run.waiting0 = len(self.sched.waiting)
-        nxt = clock.next_input_s()
+        nxt = clock.inputs.next_s()
         if clock.ahead and run.ends_before(nxt):
             done = run.steps  # nothing can interrupt it: no event needed
         elif clock.ahead and self.sole:

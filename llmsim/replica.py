@@ -17,7 +17,7 @@ import simpy
 
 from llmsim.costmodel.ops import BatchShape
 from llmsim.decodeset import DecodeSet
-from llmsim.fastpath import Clock, FastPath, shortcuts
+from llmsim.fastpath import Clock, FastPath, Inputs, shortcuts
 from llmsim.gaps import GapHistogram
 from llmsim.kvcache import BlockManager, OffloadTier, chain_hashes
 from llmsim.request import REJECTED, Request
@@ -49,7 +49,7 @@ class Replica:
         steps: StepLog,
         max_queue: int | None,
         opts: SimOptions,
-        next_input_s: Callable[[], float],
+        inputs: Inputs,
         sole: bool = False,
         handoff: Callable[[Replica, Request, float], None] | None = None,
         takes_prefilled: bool = False,
@@ -79,7 +79,7 @@ class Replica:
         columns = DecodeSet(self.kv, gaps) if columnar else None
         self.sched = make_scheduler(policy, pool.sched, self.kv, gaps, self.cost.step_time, columns)
         ahead = not grouped and not opts.exact_steps and not opts.feedback and self.runs_ahead()
-        self.clock = Clock(env, ahead, next_input_s)
+        self.clock = Clock(env, ahead, inputs)
         # answers reported to whoever sends requests that wait on them (feeder.Feeder)
         self.on_answered: Callable[[Request], None] | None = None
         self.fast = FastPath(env, self.kv, self.sched, self.cost, steps, (pool.name, index), runs, self.clock, sole)

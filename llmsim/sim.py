@@ -26,6 +26,7 @@ from llmsim.autoscaler import Autoscaler, ScalingSpec
 from llmsim.build import PoolSpec
 from llmsim.disagg import KVTransfer
 from llmsim.dpgroup import DataParallelGroup
+from llmsim.fastpath import Inputs
 from llmsim.feeder import Feeder
 from llmsim.gaps import GapHistogram
 from llmsim.kvcache import chain_hashes
@@ -66,13 +67,13 @@ class _Cluster:
     grow: Callable[[int], Replica]  # builds one more replica of the front pool, with this index
 
 
-def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, next_input_s, most) -> _Cluster:  # type: ignore[no-untyped-def]
+def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, inputs, most) -> _Cluster:  # type: ignore[no-untyped-def]
     # ``most``: replicas the run may reach (an autoscaler's maximum), for the one-replica shortcuts
     sole = sum(p.replicas for p in pools) == 1 and most == 1
 
     def make(index: int, pool: PoolSpec, pol: str, queue: int | None, o: SimOptions = opts, **side) -> Replica:  # type: ignore[no-untyped-def]
         kind = PipelineReplica if pool.pp > 1 else Replica
-        return kind(env, index, pool, pol, block_tokens, watermark, steps, queue, o, next_input_s, sole, **side)
+        return kind(env, index, pool, pol, block_tokens, watermark, steps, queue, o, inputs, sole, **side)
 
     def pool_of(first: int, pool: PoolSpec, pol: str, queue: int | None, **side) -> list[Replica]:  # type: ignore[no-untyped-def]
         # the replicas of an expert-parallel pool are the DP ranks of one group: they step together
@@ -133,23 +134,16 @@ def simulate(
     env = simpy.Environment()
     steps = StepLog(every=step_sample_every)
     n = len(workload)
-    # the next instant anything from outside reaches a replica: the next arrival (any replica may
-    # get it, and routing reads their state), or the horizon
-    next_input = [float(workload.arrival_s[0]) if n else np.inf]
-    next_look = [np.inf]  # the next instant a stale router reads the replicas (router.StaleRouter)
-
-    def next_input_s() -> float:
-        tick = scaler.next_tick_s if scaler is not None else np.inf  # the autoscaler reads the replicas then
-        return min(next_input[0], next_look[0], tick, horizon_s)
-
+    inputs = Inputs(float(workload.arrival_s[0]) if n else math.inf, horizon_s)  # what reaches the replicas next
     most = 1 if scaling is None else scaling.max_replicas
-    cluster = _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, next_input_s, most)
+    cluster = _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, inputs, most)
     front, replicas, transfer = cluster.front, cluster.replicas, cluster.transfer
     reqs: list[Request] = []
     scaler: Autoscaler | None = None
     if scaling is not None:  # the router picks from the replicas serving, a list the autoscaler keeps
         scaler = Autoscaler(env, scaling, replicas, lambda i: hooked(cluster.grow(i)), reqs, lambda: resized())
         front = scaler.serving
+        inputs.tick_s = scaler.next_tick  # the autoscaler reads the replicas then
     # a router with a view of the replicas that lags (router.StaleRouter); else route() reads them live
     seen_every_s = view_s(router, opts.router_view_s)
     stale = StaleRouter(front, router, seen_every_s) if seen_every_s > 0 or router == "vllm_dp" else None
@@ -164,16 +158,16 @@ def simulate(
         return rep
 
     def arrivals_left() -> bool:
-        return next_input[0] < np.inf if feeder is None else feeder.unsent > 0
+        return inputs.arrival_s < math.inf if feeder is None else feeder.unsent > 0
 
     def watch():  # type: ignore[no-untyped-def]
         # the stale router's view, refreshed every seen_every_s while arrivals remain
         assert stale is not None
         while arrivals_left():
-            next_look[0] = env.now + seen_every_s
+            inputs.look_s = env.now + seen_every_s
             yield env.timeout(seen_every_s)
             stale.look()
-        next_look[0] = np.inf
+        inputs.look_s = math.inf
 
     # arrival instants of the requests routed, and the queue then: machine numbers (8 bytes a
     # request; a list holds a boxed float of 24 more, 32 MB over a 1M-request run)
@@ -244,11 +238,11 @@ def simulate(
     def arrivals():  # type: ignore[no-untyped-def]
         for i in range(n):
             t = arrival_s[i]
-            next_input[0] = t
+            inputs.arrival_s = t
             if t > env.now:
                 yield env.timeout(t - env.now)
             send(i, t)
-        next_input[0] = np.inf
+        inputs.arrival_s = math.inf
 
     feeder = Feeder(env, workload, opts.max_concurrency, send, drop) if feedback else None
     if feeder is None:

@@ -119,8 +119,8 @@ class CostModel:
     engine: EngineSpec = PRESETS["ideal"]  # the host terms of a step (engine.py)
 
     def __post_init__(self) -> None:
-        self._body_cache: dict[tuple[int, bool, int], float] = {}
-        self._head_cache: dict[tuple[int, bool], float] = {}
+        self._body_cache: dict[int, float] = {}  # _dense_stage_time's parts, keyed on their inputs
+        self._head_cache: dict[int, float] = {}
         self._lora_cache: dict[tuple[int, int, bool], float] = {}
         self._peaks: dict[str, float] = {}  # dtype -> hw.peak(dtype)
         eff = self.hw.efficiency
@@ -170,6 +170,11 @@ class CostModel:
         self._host_const = self.engine.hardware_step_overhead
         self._async = self.engine.async_scheduling
         self._graph_sizes = self.cfg.cuda_graph_sizes
+        # the captured size each step of up to the largest pads to, by its tokens (graph_view)
+        sizes = self._graph_sizes
+        self._padded_to: list[int] = (
+            [sizes[bisect.bisect_left(sizes, t)] for t in range(sizes[-1] + 1)] if sizes else []
+        )
         e = self.engine  # its host terms summed into one affine form, read per step
         self._host_base = e.schedule.base_s + e.prepare.base_s + e.output.base_s
         self._host_seq = e.schedule.per_seq_s + e.prepare.per_seq_s + e.output.per_seq_s
@@ -377,7 +382,7 @@ class CostModel:
             return tokens, decode_only, decode_only
         if tokens > sizes[-1]:
             return tokens, False, False
-        return sizes[bisect.bisect_left(sizes, tokens)], True, decode_only
+        return self._padded_to[tokens], True, decode_only
 
     def host_s(self, seqs: int, tokens: int) -> float:
         """Host seconds of a step: the profile's constant (ideal engine) or the engine's terms."""
@@ -418,12 +423,14 @@ class CostModel:
                 return affine
         grow = np.arange(0, n * steps, n, dtype=np.int64) if n else np.zeros(steps, dtype=np.int64)
         if shape.local is None:
-            att = self._decode_attention_s(shape.decode_ctx_tokens + grow, n, shape.decode_seqs, self._layers, graphed)
+            att = self._decode_attention_steps_s(
+                shape.decode_ctx_tokens + grow, n, shape.decode_seqs, self._layers, graphed
+            )
         else:
             glob = self.model.global_layers(self._layers)
-            att = self._decode_attention_s(shape.decode_ctx_tokens + grow, n, shape.decode_seqs, glob, graphed)
+            att = self._decode_attention_steps_s(shape.decode_ctx_tokens + grow, n, shape.decode_seqs, glob, graphed)
             local = shape.local
-            att = att + self._decode_attention_s(
+            att = att + self._decode_attention_steps_s(
                 local.decode_ctx_tokens + grow, n, local.decode_seqs, self._layers - glob, graphed
             )
         if self.cfg.pp == 1 and isinstance(att, np.ndarray) and not self._async:
@@ -486,36 +493,52 @@ class CostModel:
             t += self._decode_attention_s(s.decode_ctx_tokens, s.decode_tokens, s.decode_seqs, layers, decode_only)
         return t
 
-    def _decode_attention_s(self, ctx, tokens: int, seqs: int, layers: int, decode_only: bool):  # type: ignore[no-untyped-def]
-        """Decode attention over ``ctx`` total context (an int, or an array of them), priced from
-        ``AttentionDims``' per-context FLOPs and bytes; a speed copy of ``price`` held to it by
-        ``tests/test_one_source.py::test_fast_attention_pricing_matches_priced_ops``."""
-        if layers <= 0:
-            return 0.0
+    def _decode_attention_terms(self, tokens: int, seqs: int) -> tuple[float, float, float]:
+        """Decode attention's compute and memory seconds per context token and its q traffic, from
+        ``AttentionDims``' per-context FLOPs and bytes: the scalars grouped before they meet the
+        context (one operation per term on an array of contexts, not four)."""
         dims = self._attn
-        # scalars are grouped before they meet ``ctx``: one array operation per term, not four
-        # (and declared floats: machine arithmetic when compiled)
         compute_per_ctx: float = dims.decode_flops_per_ctx(tokens, seqs) / (self._act_peak * self._decode_attn_frac)
         memory_per_ctx: float = dims.kv_row_bytes / self._attn_bw
         q_memory: float = 2 * dims.q_bytes(tokens) / self._attn_bw  # q read once, written once
+        return compute_per_ctx, memory_per_ctx, q_memory
+
+    def _decode_attention_s(self, ctx: int, tokens: int, seqs: int, layers: int, decode_only: bool) -> float:
+        """Decode attention over ``ctx`` total context: a speed copy of ``price`` held to it by
+        ``tests/test_one_source.py::test_fast_attention_pricing_matches_priced_ops`` (typed: machine
+        arithmetic when compiled; ``_decode_attention_steps_s`` is the same over an array of contexts)."""
+        if layers <= 0:
+            return 0.0
+        compute_per_ctx, memory_per_ctx, q_memory = self._decode_attention_terms(tokens, seqs)
+        compute: float = ctx * compute_per_ctx
+        memory: float = ctx * memory_per_ctx + q_memory
+        return _kernel_total_s(compute, memory, self._attn_fixed, self.launch_latency(decode_only)) * layers
+
+    def _decode_attention_steps_s(
+        self, ctx: np.ndarray, tokens: int, seqs: int, layers: int, decode_only: bool
+    ) -> np.ndarray | float:
+        """``_decode_attention_s`` of every context in ``ctx`` (the arithmetic of ``_kernel_total_s``,
+        in place)."""
+        if layers <= 0:
+            return 0.0
+        compute_per_ctx, memory_per_ctx, q_memory = self._decode_attention_terms(tokens, seqs)
         compute = ctx * compute_per_ctx
         memory = ctx * memory_per_ctx + q_memory
         launch = self.launch_latency(decode_only)
-        if isinstance(ctx, np.ndarray):  # the arithmetic of _kernel_total_s, in place
-            busy = np.maximum(compute, memory, out=compute)
-            busy += self._attn_fixed
-            if launch > busy[0]:  # busy grows with the context: only the first steps may be shorter
-                np.maximum(busy, launch, out=busy)
-            busy *= layers
-            return busy
-        return _kernel_total_s(compute, memory, self._attn_fixed, launch) * layers
+        busy = np.maximum(compute, memory, out=compute)
+        busy += self._attn_fixed
+        if launch > busy[0]:  # busy grows with the context: only the first steps may be shorter
+            np.maximum(busy, launch, out=busy)
+        busy *= layers
+        return busy
 
     def _dense_stage_time(self, tokens: int, lm_rows: int, decode_only: bool, group_tokens: int = 0) -> float:
         """Stage time of every op except attention: the layers' GEMMs, norms and collectives
         depend on the step's tokens only (and, under expert parallelism, the tokens the DP group
         gathers, ``BatchShape.group_tokens``), the LM head on the sampled rows only; each part is
         priced once per value and cached."""
-        key = (tokens, decode_only, group_tokens)
+        # one int per key (the three inputs packed; tokens < 2**30): no tuple made per step
+        key = (tokens << 32 | group_tokens) << 1 | decode_only
         body = self._body_cache.get(key)
         if body is None:
             shape = BatchShape(
@@ -527,10 +550,11 @@ class CostModel:
             )
             body = sum(self.price(op, decode_only).total_s for op in self.ops(shape) if not on_attention_side(op))
             self._body_cache[key] = body
-        head = self._head_cache.get((lm_rows, decode_only))
+        head_key = lm_rows << 1 | decode_only
+        head = self._head_cache.get(head_key)
         if head is None:
             head = sum(self.price(op, decode_only).total_s for op in head_ops(self.model, lm_rows, self.cfg))
-            self._head_cache[(lm_rows, decode_only)] = head
+            self._head_cache[head_key] = head
         return body + head
 
     def lora_s(self, shape: BatchShape) -> float:
