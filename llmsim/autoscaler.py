@@ -181,7 +181,7 @@ class Autoscaler:
         self.next_tick_s = math.inf  # the next instant it reads the replicas (bounds their run-ahead)
         self.rows: list[tuple[float, float, int, int, int, int, int]] = []
 
-    def next_tick(self) -> float:
+    def next_tick_at_s(self) -> float:
         """The next instant it reads the replicas (fastpath.Inputs asks)."""
         return self.next_tick_s
 

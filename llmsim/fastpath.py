@@ -50,12 +50,12 @@ class Inputs:
         self.arrival_s = arrival_s
         self.look_s = math.inf
         self.horizon_s = horizon_s
-        self.tick_s: Callable[[], float] | None = None  # the autoscaler's next tick, with one
+        self.tick_source: Callable[[], float] | None = None  # the autoscaler's next tick (s), with one
 
     def next_s(self) -> float:
         t = self.arrival_s if self.arrival_s < self.look_s else self.look_s
-        if self.tick_s is not None:
-            tick = self.tick_s()
+        if self.tick_source is not None:
+            tick = self.tick_source()
             t = tick if tick < t else t
         return t if t < self.horizon_s else self.horizon_s
 

@@ -143,7 +143,7 @@ def simulate(
     if scaling is not None:  # the router picks from the replicas serving, a list the autoscaler keeps
         scaler = Autoscaler(env, scaling, replicas, lambda i: hooked(cluster.grow(i)), reqs, lambda: resized())
         front = scaler.serving
-        inputs.tick_s = scaler.next_tick  # the autoscaler reads the replicas then
+        inputs.tick_source = scaler.next_tick_at_s  # the autoscaler reads the replicas then
     # a router with a view of the replicas that lags (router.StaleRouter); else route() reads them live
     seen_every_s = view_s(router, opts.router_view_s)
     stale = StaleRouter(front, router, seen_every_s) if seen_every_s > 0 or router == "vllm_dp" else None

@@ -270,3 +270,9 @@ def test_gemm_rows_in_several_dtypes_fit_a_fraction_each(tmp_path) -> None:
     params, _ = fit_gemm(h100, fp8)
     assert set(params) >= {"gemm_dtype_fraction.fp8"} and "gemm_max_fraction" not in params
     assert np.isfinite(params["gemm_dtype_fraction.fp8"])
+    # int8 and fp32 rows and no 16-bit ones, on a profile holding neither apart: which of the two
+    # gemm_max_fraction (what bf16 GEMMs are priced at) should take is unknown: refused, not guessed
+    bare = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"gemm_dtype_fraction": None})})
+    fp32 = [dataclasses.replace(r, dtype="fp32") for r in rows if r.dtype == "bf16"]
+    with pytest.raises(UserError, match=r"GEMM rows in fp32, int8: which of them .* gemm_max_fraction"):
+        fit_gemm(bare, fp32 + [r for r in rows if r.dtype == "int8"])

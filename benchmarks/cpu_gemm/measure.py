@@ -20,9 +20,10 @@ the engines pack them when they load a model; the packing is not timed):
 
 Method: the shapes are the four GEMMs of one decoder layer (``attn_pre_proj`` fused QKV, ``attn_post_proj``,
 ``mlp_up_proj`` fused gate+up, ``mlp_down_proj``) of each model in ``MODELS``, for m = 1 ... 2048 tokens.
-Random inputs; weight copies rotated so that the weights touched between two calls of the same copy exceed
-``--rotate-bytes`` (default 1 GiB, over this VM's reported 480 MiB L3): a call streams its weights from DRAM
-as a served model's do. Two warm-up calls, then repeated calls until ``--min-s`` has passed (at least 3);
+Random inputs; weight copies rotated so that the weights touched between two calls of the same copy reach
+``--rotate-bytes`` (default 1 GiB, over this VM's reported 480 MiB L3), at most 32 copies: a call streams its
+weights from DRAM as a served model's do, except the smallest int8 weights (Llama-3.2-3B's 9.4 MB O projection
+rotates through 302 MB), which may partly stay in the cache. Two warm-up calls, then repeated calls until ``--min-s`` has passed (at least 3);
 the row is the median of up to 5 such rounds' mean call time. ``torch.set_num_threads(--threads)``.
 
 Writes ``gemm_<kernel>_<dtype>_<model>.csv`` in llmsim's generic profile format (docs/profile_format.md; ``llmsim calibrate

@@ -88,14 +88,20 @@ def _gemm_predict(
 
 
 def fraction_names(hw: HardwareProfile, dtypes: list[str]) -> list[str]:
-    """Where each measured dtype's best-shape GEMM fraction goes in the profile: bf16 (what
-    ``gemm_max_fraction`` is measured in on every profile that has it), or else the dtype the profile
-    has no fraction of its own for, takes ``gemm_max_fraction``; every other dtype its own
-    ``gemm_dtype_fraction.<dtype>`` (Efficiency.gemm_fraction reads them so). A calibration in one
-    dtype that the profile already holds apart (fp8 rows on an H100) so no longer overwrites the
-    bf16 fraction with an fp8 one."""
+    """Where each measured dtype's best-shape GEMM fraction goes in the profile: a dtype the profile
+    holds apart to its own ``gemm_dtype_fraction.<dtype>`` (Efficiency.gemm_fraction reads that
+    first); of the others bf16 (what ``gemm_max_fraction`` is measured in on the shipped profiles),
+    else fp16, else the only one, to ``gemm_max_fraction``, every other to its own entry. Two
+    dtypes with neither bf16 nor fp16 among them leave ``gemm_max_fraction`` undetermined: refused,
+    rather than a fp32 fraction (0.87 on an AMX CPU) pricing every 16-bit GEMM (0.34 there)."""
     own = set(hw.efficiency.gemm_dtype_fraction or {})
-    base = "bf16" if "bf16" in dtypes else next((d for d in dtypes if d not in own), None)
+    free = [d for d in dtypes if d not in own]
+    base = next((d for d in ("bf16", "fp16") if d in free), free[0] if len(free) == 1 else None)
+    if free and base is None:
+        raise UserError(
+            f"GEMM rows in {', '.join(free)}: which of them {hw.name}'s gemm_max_fraction (the 16-bit one) "
+            "stands for is not known; add bf16 rows, or give the profile a gemm_dtype_fraction for all but one"
+        )
     return ["gemm_max_fraction" if d == base else f"gemm_dtype_fraction.{d}" for d in dtypes]
 
 
@@ -116,7 +122,7 @@ def fit_gemm(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, fl
     """Least-squares fit of the GEMM curve; returns the parameters and the training MAPE. Rows in
     several dtypes fit one best-shape fraction per dtype (``fraction_names``: its profile key) and
     share the shape terms (row under-fill, memory fraction, floor, wave exponent)."""
-    dtypes = sorted({r.dtype for r in rows}, key=lambda d: (d != "bf16", d))
+    dtypes = sorted({r.dtype for r in rows})
     names = fraction_names(hw, dtypes)
     check_enough_rows(rows, len(_GEMM_PARAMS) - 1 + len(dtypes), "GEMM")
     e, o = hw.efficiency, hw.overheads

@@ -537,7 +537,8 @@ class CostModel:
         depend on the step's tokens only (and, under expert parallelism, the tokens the DP group
         gathers, ``BatchShape.group_tokens``), the LM head on the sampled rows only; each part is
         priced once per value and cached."""
-        # one int per key (the three inputs packed; tokens < 2**30): no tuple made per step
+        # one int per key (the three inputs packed, one-to-one while group_tokens < 2**32: a DP
+        # group's tokens in one step): no tuple made per step
         key = (tokens << 32 | group_tokens) << 1 | decode_only
         body = self._body_cache.get(key)
         if body is None:
@@ -643,7 +644,7 @@ def _grown(shape: BatchShape, tokens: int) -> BatchShape:
 
 def _kernel_total_s(compute_s: float, memory_s: float, fixed_s: float, launch_s: float) -> float:
     """One kernel's time per call as ``CostModel.price`` computes it: the launch latency counts
-    only where it exceeds the kernel (``_decode_attention_s`` repeats this on arrays). A speed
+    only where it exceeds the kernel (``_decode_attention_steps_s`` repeats this on arrays). A speed
     copy held to ``price`` by ``tests/test_one_source.py::test_fast_attention_pricing_matches_priced_ops``."""
     busy = max(compute_s, memory_s) + fixed_s
     return busy if busy >= launch_s else launch_s  # = busy + max(0, launch_s - busy)
