@@ -400,6 +400,13 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     draft = None
     spec = sc.speculative
     if spec is not None and name != "prefill":
+        context = sched.max_model_len or model.max_position_embeddings
+        if spec.k + 1 > context:  # (and its per-position rates stay a bounded list)
+            raise UserError(
+                f"speculative.k: {spec.k:,} proposals make a verification of {spec.k + 1:,} tokens per "
+                f"sequence, longer than the context requests may reach ({context:,} tokens, "
+                "policy.max_model_len); vLLM's num_speculative_tokens is a handful"
+            )
         sched.speculative = SpecConfig(k=spec.k, acceptance=spec.rates(), seed=sc.seed)
         if spec.method == "draft":
             draft = get_model(spec.draft_model or "").with_(weight_dtype=weight_dtype)
