@@ -508,4 +508,9 @@ def test_pause(point: str) -> None:
     signal the process exactly there (tests/test_atomic_results.py). Costs one dict lookup."""
     if os.environ.get("LLMSIM_TEST_PAUSE_AT") == point:
         print(f"llmsim: test pause at {point}", file=sys.stderr, flush=True)
-        time.sleep(60)
+        # in short sleeps: a process-directed signal may land on another thread (pyarrow's, BLAS's),
+        # which does not cut the main thread's sleep short, so its handler would wait for the end
+        # of one long sleep (the test's 60 s timeout, once, under load); the interpreter runs it
+        # between two short ones
+        for _ in range(1200):
+            time.sleep(0.05)
