@@ -110,6 +110,11 @@ def test_cuda_graphs_pad_decode_batches_to_the_captured_size() -> None:
     assert cm.graph_view(5, True) == (8, True, True)  # full graph, padded
     assert cm.graph_view(300, False) == (304, True, False)  # piecewise: attention eager
     assert cm.graph_view(600, True) == (600, False, False)  # beyond the largest size: eager
+    # any capture list is accepted: one reaching a billion tokens pads alike, with no table that size
+    huge = CostModel(
+        CATALOG["llama-3.1-8b"], load_profile("H100-SXM"), CostConfig(cuda_graphs=True, cuda_graph_sizes=(1, 8, 10**9))
+    )
+    assert huge.graph_view(5, True) == (8, True, True) and huge.graph_view(10**6, True) == (10**9, True, True)
     # a batch of 300 runs the graph of 304: the padded rows' GEMM time is a named term
     parts = cm.breakdown(batch_shape([], [100] * 300))
     assert parts["cuda_graph_padding"] > 0

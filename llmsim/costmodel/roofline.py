@@ -170,10 +170,13 @@ class CostModel:
         self._host_const = self.engine.hardware_step_overhead
         self._async = self.engine.async_scheduling
         self._graph_sizes = self.cfg.cuda_graph_sizes
-        # the captured size each step of up to the largest pads to, by its tokens (graph_view)
+        # the captured size each step of up to the largest pads to, by its tokens (graph_view); a
+        # table only for capture sizes as vLLM's (up to thousands): any list is accepted, and one of
+        # a billion tokens would make a billion-entry table, so those take the bisect instead
         sizes = self._graph_sizes
+        table = bool(sizes) and sizes[-1] <= _PAD_TABLE_MAX
         self._padded_to: list[int] = (
-            [sizes[bisect.bisect_left(sizes, t)] for t in range(sizes[-1] + 1)] if sizes else []
+            [sizes[bisect.bisect_left(sizes, t)] for t in range(sizes[-1] + 1)] if table else []
         )
         e = self.engine  # its host terms summed into one affine form, read per step
         self._host_base = e.schedule.base_s + e.prepare.base_s + e.output.base_s
@@ -382,7 +385,9 @@ class CostModel:
             return tokens, decode_only, decode_only
         if tokens > sizes[-1]:
             return tokens, False, False
-        return self._padded_to[tokens], True, decode_only
+        if tokens < len(self._padded_to):
+            return self._padded_to[tokens], True, decode_only
+        return sizes[bisect.bisect_left(sizes, tokens)], True, decode_only
 
     def host_s(self, seqs: int, tokens: int) -> float:
         """Host seconds of a step: the profile's constant (ideal engine) or the engine's terms."""
@@ -640,6 +645,9 @@ def _grown(shape: BatchShape, tokens: int) -> BatchShape:
     if shape.local is not None:
         grown.local = _grown(shape.local, tokens)
     return grown
+
+
+_PAD_TABLE_MAX = 65_536  # graph_view's table of padded sizes, at most this many tokens
 
 
 def _kernel_total_s(compute_s: float, memory_s: float, fixed_s: float, launch_s: float) -> float:
