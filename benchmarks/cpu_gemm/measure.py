@@ -141,16 +141,16 @@ def _packers(kernel: str, dtype: str):
     raise ValueError(f"no kernel {kernel} {dtype}")
 
 
-def packed_copies(kernel: str, dtype: str, n: int, k: int, rotate_bytes: int) -> tuple[list, object]:
+def packed_copies(kernel: str, dtype: str, n: int, k: int, rotate_bytes: int) -> tuple[list, object, object]:
     """Enough packed copies of one random [n, k] weight that cycling through them overflows the
-    cache (``rotate_bytes``), and the kernel's call."""
+    cache (``rotate_bytes``), the kernel's call and its activation dtype."""
     import torch
 
-    pack, call, _ = _packers(kernel, dtype)
+    pack, call, act = _packers(kernel, dtype)
     weight_bytes = n * k * {"bf16": 2, "fp32": 4, "int8": 1}[dtype]
     copies = max(1, min(32, -(-rotate_bytes // weight_bytes)))
     base = torch.randn(n, k) * 0.02
-    return [pack(base.clone()) for _ in range(copies)], call
+    return [pack(base.clone()) for _ in range(copies)], call, act
 
 
 def time_gemm(packed: list, call, x, min_s: float) -> float:  # noqa: ANN001 - torch objects
@@ -194,8 +194,7 @@ def main() -> None:
                 w = csv.DictWriter(f, FIELDS)
                 w.writeheader()
                 for op, n, k in layer_gemms(model):
-                    packed, call = packed_copies(kernel, dtype, n, k, args.rotate_bytes)
-                    act = _packers(kernel, dtype)[2]
+                    packed, call, act = packed_copies(kernel, dtype, n, k, args.rotate_bytes)
                     for m in TOKENS:
                         s = time_gemm(packed, call, torch.randn(m, k).to(act), args.min_s)
                         row = {"op": op, "kind": "gemm", "dtype": dtype, "m": m, "n": n, "k": k}
