@@ -3,26 +3,29 @@
 * Sarathi-Serve (Agrawal et al., OSDI'24): on one A100 with Mistral-7B, chunked
   prefill sustains 2.6x the load of vLLM-style scheduling under the strict P99 TBT SLO. Capacity
   = the highest Poisson rate whose P99 TBT meets the SLO with a median scheduling delay under 2 s
-  (their definition). We accept 1.5x-6.5x (2.6x within a factor of 2.5 either way is the "rough
-  size"; the lower bound keeps the claim "clearly more").
+  (their definition). We accept 2.6x within a factor of 1.5 either way (1.73x-3.9x, issue 15's
+  bar). The runs keep the scenario's lengths and are long enough (400 requests) to show a growing
+  queue: with 80 requests and shortened answers the chunked arm's capacity came out 1.7x higher
+  (a 5.66x ratio), since a 12 s run at 6.7 req/s cannot show that it is overloaded.
 * DistServe (Zhong et al., OSDI'24): disaggregation gives more goodput per GPU than colocation
   under tight TTFT and TPOT SLOs on a ShareGPT-like chat mix (up to 7.4x). We accept 1.3x-11x.
 * Chunking lowers P99 TBT and slightly raises median TTFT at the same load (Sarathi-Serve 5.2).
 
-Workloads are short (80-120 requests, shorter answers than the scenarios) so the file runs in
-seconds; the bisections use 4 geometric steps (a 1.24x bracket), which the tolerances absorb.
+Every run keeps its scenario's lengths and has 400 requests, enough for a growing queue to show
+(short runs overstate capacity); the bisections use 6 geometric steps (a 1.06x bracket over
+Sarathi's 32x range, 1.05x over DistServe's).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import llmsim
 
 SCEN = Path(__file__).resolve().parent.parent / "scenarios"
 # shorter answers than the scenario's (fewer decode steps to simulate); prompts unchanged
-SHORT = {"workload.output_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.8, "min": 8, "max": 600}}
-SHORT_CHAT = {"workload.output_tokens": {"dist": "lognormal", "median": 128, "sigma": 0.8, "min": 8, "max": 800}}
 
 
 def _run(path: str, **over: object) -> llmsim.Results:
@@ -38,11 +41,11 @@ def _bisect(ok, lo: float, hi: float, iters: int = 4) -> float:
     return lo
 
 
-def _sarathi_capacity(policy: str) -> float:
+def _sarathi_capacity(policy: str, engine: str = "vllm-v1") -> float:
     def ok(rate: float) -> bool:
         r = _run(
             "traditional_vs_chunked.yaml",
-            **{"policy.kind": policy, "workload.rate_rps": rate, "workload.num_requests": 80, **SHORT},
+            **{"policy.kind": policy, "workload.rate_rps": rate, "workload.num_requests": 400, "engine": engine},
         )
         p99_tbt = r.summary["p99_itl_ms"] / 1e3
         delay = (r.requests["queued_s"] - r.requests["arrival_s"]).median()
@@ -50,20 +53,21 @@ def _sarathi_capacity(policy: str) -> float:
         stable = r.summary["saturation"]["verdict"] != "overloaded"
         return p99_tbt <= r.summary["slo"]["tbt_s"] and delay <= 2.0 and stable
 
-    return _bisect(ok, 0.5, 16.0)
+    return _bisect(ok, 0.5, 16.0, iters=6)
 
 
-def test_chunked_prefill_sustains_more_load_under_strict_tbt() -> None:
-    chunked, traditional = _sarathi_capacity("chunked"), _sarathi_capacity("traditional")
-    assert 1.5 <= chunked / traditional <= 6.5, (chunked, traditional)
+@pytest.mark.parametrize("engine", ["vllm-v1", "ideal"])
+def test_chunked_prefill_sustains_more_load_under_strict_tbt(engine: str) -> None:
+    chunked, traditional = _sarathi_capacity("chunked", engine), _sarathi_capacity("traditional", engine)
+    assert 2.6 / 1.5 <= chunked / traditional <= 2.6 * 1.5, (chunked, traditional)
 
 
 def _goodput(path: str, **over: object) -> float:
     def ok(rate: float) -> bool:
-        r = _run(path, **{"workload.rate_rps": rate, "workload.num_requests": 100, **SHORT_CHAT, **over})
+        r = _run(path, **{"workload.rate_rps": rate, "workload.num_requests": 400, **over})
         return r.summary["slo"]["attainment"] >= r.summary["slo"]["attainment_target"]
 
-    return _bisect(ok, 1.0, 32.0)
+    return _bisect(ok, 1.0, 32.0, iters=6)
 
 
 def _goodput_ratio(engine: str) -> float:
@@ -73,8 +77,8 @@ def _goodput_ratio(engine: str) -> float:
 
 def test_disaggregation_gives_more_goodput_per_gpu() -> None:
     # both arms use two A100s, so goodput per GPU compares like goodput. DistServe reports 2-4.6x
-    # against the vLLM of its day; under the ideal engine llmsim gives 1.9x, under vllm-v1 (today's
-    # vLLM scheduler: a 2048-token budget serves the colocated arm better) 1.24x (docs/validation.md)
+    # against the vLLM of its day; under the ideal engine llmsim gives 1.7x, under vllm-v1 (today's
+    # vLLM scheduler: a 2048-token budget serves the colocated arm better) 1.3x (docs/validation.md)
     assert 1.3 <= _goodput_ratio("ideal") <= 11.0
     assert 1.0 < _goodput_ratio("vllm-v1") <= 11.0
 
