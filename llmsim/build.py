@@ -275,14 +275,13 @@ _TRACE_LENGTHS: dict[tuple[str, str, int, int], tuple[np.ndarray, np.ndarray]] =
 def _trace_lengths(path: Path, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     """A trace's prompt and output lengths (read-only), read once per file version: a scenario
     that draws both lengths from one trace, and every point of a sweep or plan, read it once."""
-    from llmsim.workload.traces import check_trace_file, load_trace
+    from llmsim.workload.traces import check_trace_file, trace_lengths
 
     check_trace_file(path)  # a missing, special or oversized file: the loader's own message, before stat
     st = path.stat()
     key = (str(path.resolve()), fmt, st.st_mtime_ns, st.st_size)
     if key not in _TRACE_LENGTHS:
-        trace = load_trace(path, fmt)  # a fresh Workload: its arrays are ours to freeze
-        lengths = (trace.prompt_tokens, trace.output_tokens)
+        lengths = trace_lengths(path, fmt)  # fresh arrays: ours to freeze
         for a in lengths:
             a.flags.writeable = False
         _TRACE_LENGTHS.clear()  # one trace kept: memory stays bounded across many scenarios

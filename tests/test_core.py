@@ -184,6 +184,29 @@ def test_trace_replay_slices_and_scales() -> None:
     assert np.all(np.diff(arr) >= 0)
 
 
+def test_empirical_lengths_read_the_token_columns_only(tmp_path) -> None:  # noqa: ANN001
+    """An Azure trace drawn on for empirical lengths gives the counts the full loader gives, and
+    its date-time column is not read: a bad one does not stop a scenario that never uses it."""
+    from llmsim.errors import UserError
+    from llmsim.workload.traces import load_trace, trace_lengths
+
+    sample = __import__("pathlib").Path(__file__).parent / "data" / "azure_sample.csv"
+    prompt, output = trace_lengths(sample, "azure")
+    whole = load_trace(sample, "azure")
+    assert np.array_equal(prompt, whole.prompt_tokens) and np.array_equal(output, whole.output_tokens)
+    bad = tmp_path / "t.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nnot a time,5,6\n2023-11-16 18:15:46,7,8\n")
+    assert trace_lengths(bad, "azure")[0].tolist() == [5, 7]
+    with pytest.raises(UserError, match="TIMESTAMP"):
+        load_trace(bad, "azure")  # a trace replayed for its arrivals still checks them
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nx,0,6\n")
+    with pytest.raises(UserError, match="prompt tokens must be >= 1"):
+        trace_lengths(bad, "azure")
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nx,5,6,7\n")
+    with pytest.raises(UserError, match="more fields than the header"):
+        trace_lengths(bad, "azure")
+
+
 def test_static_batching_waits_for_whole_batch() -> None:
     sc = scenario(
         policy={"kind": "static", "max_num_seqs": 4},
