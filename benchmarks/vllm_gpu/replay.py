@@ -1,10 +1,11 @@
-"""Replay four real vLLM 0.19 GPU serving runs in llmsim and score them (issue #15 item 4).
+"""Replay five real vLLM GPU serving runs (four of 0.19, one of 0.28) in llmsim and score them (issue #15 item 4).
 
 The runs (data/validation/vllm-gpu/, from LLMServingSim's bench/examples, MIT) are 300 ShareGPT
 requests each at ~10 req/s on an RTX 4090 or RTX PRO 6000 Blackwell. For each run this builds an
 llmsim scenario from the run's meta.json (model, hardware, tp, max_num_seqs, chunk budget =
-max_num_batched_tokens, chunked prefill, 16-token blocks, prefix caching, KV blocks as recorded),
-replays the run's own workload file (format ``llmservingsim``: arrival times and token ids), and
+max_num_batched_tokens, chunked prefill, the block size and KV blocks where recorded, prefix caching),
+replays the run's own workload file (format ``llmservingsim``: arrival times and token ids; the
+DeepSeek run, whose workload file is not in the project: its requests' arrivals and lengths), and
 prints TTFT, TPOT and E2E mean and p99 for the real run, llmsim and LLMServingSim's prediction.
 
     .venv/bin/python benchmarks/vllm_gpu/replay.py [--runs NAME ...] [--max-requests N] [--out DIR]
@@ -49,9 +50,12 @@ STATS = ("mean", "p99")
 @dataclass(frozen=True)
 class Run:
     key: str  # folder under data/validation/vllm-gpu/
-    model: str  # llmsim catalog name
+    model: str | dict  # llmsim catalog name, or a scenario `model:` section (a config.json in the run's folder)
     hardware: str  # hardware_profiles/ name
     note: str = ""
+    # "dataset": the run's own token-id workload (workloads/); "requests": arrivals and lengths from its
+    # requests.jsonl, where the workload file is not in the project (no prompt content: no prefix-cache hits)
+    workload: str = "dataset"
 
     @property
     def dir(self) -> Path:
@@ -59,6 +63,12 @@ class Run:
 
     def meta(self) -> dict:
         return json.loads((self.dir / "meta.json").read_text())
+
+    def scenario_model(self) -> str | dict:
+        """The scenario's `model:`: a catalog name, or a section whose `hf_config` names a file in the run's folder."""
+        if isinstance(self.model, str):
+            return self.model
+        return {**self.model, "hf_config": str(self.dir / self.model["hf_config"])}
 
 
 RUNS = [
@@ -70,6 +80,15 @@ RUNS = [
         "qwen3-30b-a3b-instruct-2507",
         "RTX-PRO-6000",
         "DP2+EP: cluster.expert_parallel, EP 2",
+    ),
+    # vLLM 0.28, FP8 block-quantised weights with dynamic FP8 activations (the run's quant_config); the
+    # model's config is derived (README there), and the run's workload file is not in the project
+    Run(
+        "RTXPRO6000/DeepSeek-V3.2-Exp-16L64E",
+        {"name": "deepseek-v3.2-exp-16l64e", "hf_config": "model-config.derived.json", "act_dtype": "fp8"},
+        "RTX-PRO-6000",
+        "derived model config; lengths and arrivals from requests.jsonl (no prompt content)",
+        workload="requests",
     ),
 ]
 
@@ -91,12 +110,28 @@ def real_requests(run: Run) -> pd.DataFrame:
     return df
 
 
-def peer_requests(run: Run) -> pd.DataFrame:
-    """LLMServingSim's per-request prediction (nanoseconds in sim.csv)."""
+def peer_requests(run: Run) -> pd.DataFrame | None:
+    """LLMServingSim's per-request prediction (nanoseconds in sim.csv), None where the project
+    holds only its summary (``summary_table``)."""
+    path = run.dir / "llmservingsim_prediction" / "sim.csv.gz"
+    if not path.exists():
+        return None
     cols = ["request id", "output", "arrival", "end_time", "TTFT", "TPOT", "latency"]
-    df = pd.read_csv(run.dir / "llmservingsim_prediction" / "sim.csv.gz", usecols=cols)
+    df = pd.read_csv(path, usecols=cols)
     df["ttft_s"], df["tpot_s"], df["e2e_s"] = df["TTFT"] / 1e9, df["TPOT"] / 1e9, df["latency"] / 1e9
     return df.sort_values("request id").reset_index(drop=True)
+
+
+def summary_table(run: Run) -> dict[str, dict[str, float]]:
+    """LLMServingSim's summary.txt: {"vLLM" | "Sim": {"ttft_mean": s, "ttft_p99": s, ...}}."""
+    labels = {"TTFT": "ttft", "TPOT": "tpot", "Latency": "e2e"}
+    out: dict[str, dict[str, float]] = {"vLLM": {}, "Sim": {}}
+    for line in (run.dir / "llmservingsim_prediction" / "summary.txt").read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 5 and parts[0] in labels and parts[1] in ("Mean", "P99"):
+            key = f"{labels[parts[0]]}_{parts[1].lower()}"
+            out["vLLM"][key], out["Sim"][key] = float(parts[2]) / 1e3, float(parts[3]) / 1e3
+    return out
 
 
 def _accuracy():
@@ -151,7 +186,20 @@ def score(frame: pd.DataFrame, own: pd.DataFrame) -> dict[str, float]:
 
 
 def workload_file(run: Run, tmp: Path, max_requests: int | None) -> Path:
-    """The run's workload jsonl, decompressed (the trace loader reads plain files), optionally cut."""
+    """The run's workload jsonl, decompressed (the trace loader reads plain files), optionally cut;
+    for a ``requests`` run, a generic CSV of its requests' arrivals (client clock, from the first)
+    and token counts."""
+    if run.workload == "requests":
+        real = real_requests(run).sort_values("arrival_time", kind="stable").iloc[:max_requests]
+        dst = tmp / f"{run.key.replace('/', '_')}.csv"
+        pd.DataFrame(
+            {
+                "arrival_s": real["arrival_time"] - real["arrival_time"].min(),
+                "prompt_tokens": real["input_toks"],
+                "output_tokens": real["output_toks"],
+            }
+        ).to_csv(dst, index=False)
+        return dst
     src = DATA / run.meta()["dataset_path"]  # workloads/<name>.jsonl, stored gzipped
     src = src.with_name(src.name + ".gz")
     dst = tmp / f"{run.key.replace('/', '_')}.jsonl"
@@ -188,7 +236,7 @@ def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
     return {
         "name": "vllm-gpu-" + run.key.replace("/", "-").lower(),
         "seed": int(kw.get("seed") or 0),
-        "model": run.model,
+        "model": run.scenario_model(),
         "hardware": run.hardware,
         "cluster": {
             "replicas": dp,
@@ -208,7 +256,11 @@ def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
         "kv_cache": kv_cache,
         "workload": {
             "kind": "trace",
-            "trace": {"path": str(trace), "format": "llmservingsim", "hash_block_tokens": kv_cache["block_tokens"]},
+            "trace": (
+                {"path": str(trace), "format": "generic"}
+                if run.workload == "requests"
+                else {"path": str(trace), "format": "llmservingsim", "hash_block_tokens": kv_cache["block_tokens"]}
+            ),
         },
         "output": {"steps": "all"},  # for decode_steps: every step's duration and batch
     }
@@ -259,7 +311,7 @@ def replay(run: Run, max_requests: int | None = None, policy: str = "vllm", out:
         out.mkdir(parents=True, exist_ok=True)
         sim.to_csv(out / f"{run.key.replace('/', '_')}_llmsim_requests.csv", index=False)
     frames = {"real": scoring_frame(real, "real"), "llmsim": scoring_frame(fin, "llmsim")}
-    if max_requests is None:
+    if max_requests is None and peer is not None:
         frames["peer"] = scoring_frame(peer, "peer")
     own = {"real": real, "llmsim": fin, "peer": peer}
     acc = _accuracy()
@@ -281,7 +333,10 @@ def replay(run: Run, max_requests: int | None = None, policy: str = "vllm", out:
         "e2e_request_mape": e2e_mape,
         "scores": {**scores, "run": run.key},
         "decode_steps": decode,
+        "prompt_steps": prompt_step_row(run, res.steps),
         **{side: score(frames[side], own[side]) if side in frames else None for side in ("real", "llmsim", "peer")},
+        # no per-request prediction in the project: the peer's own summary table (mean and p99)
+        **({"peer": summary_table(run)["Sim"]} if peer is None and max_requests is None else {}),
     }
 
 
@@ -330,6 +385,30 @@ def decode_step_rows(run: Run, steps: pd.DataFrame) -> list[dict]:
     return rows
 
 
+def prompt_step_row(run: Run, steps: pd.DataFrame) -> dict:
+    """Steps while prompts are being prefilled, real beside llmsim, read the same way on both sides:
+    per second of the run with prompt tokens, a rank's mean step (ms) and its prompt tokens per
+    step; medians over those seconds. Real: steps per second = generated tokens / running (each
+    running request decodes once a step, as in ``real_decode_steps``); llmsim: its steps counted in
+    that second (a rank's, the first rank's for data-parallel runs)."""
+    ts = pd.read_csv(run.dir / "timeseries.csv")
+    dp = int(run.meta()["engine_kwargs"].get("data_parallel_size") or 1)
+    busy = ts[(ts["prompt_throughput"] > 0) & (ts["gen_throughput"] > 0) & (ts["running"] > 0)]
+    real_steps = busy["gen_throughput"] / busy["running"]
+    own = steps[steps["replica"] == steps["replica"].min()]
+    per_s = own.groupby(own["start_s"].floordiv(1.0)).agg(n=("duration_s", "size"), prompt=("prefill_tokens", "sum"))
+    per_s = per_s[per_s["prompt"] > 0]
+    return {
+        "run": run.key,
+        "real seconds": len(busy),
+        "real step ms": 1e3 * float((1 / real_steps).median()),
+        "real prompt tok/step": float((busy["prompt_throughput"] / dp / real_steps).median()),
+        "llmsim seconds": len(per_s),
+        "llmsim step ms": 1e3 * float((1 / per_s["n"]).median()),
+        "llmsim prompt tok/step": float((per_s["prompt"] / per_s["n"]).median()),
+    }
+
+
 def _err(sim: float | None, real: float) -> str:
     if sim is None or not np.isfinite(sim) or not np.isfinite(real) or real == 0:
         return "-"
@@ -362,7 +441,7 @@ def table(rows: list[dict]) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", nargs="*", help="run folders (default: all four), e.g. RTX4090/Llama-3.1-8B")
+    ap.add_argument("--runs", nargs="*", help="run folders (default: all), e.g. RTX4090/Llama-3.1-8B")
     ap.add_argument("--max-requests", type=int, default=None, help="replay only the first N requests")
     ap.add_argument("--policy", default="vllm", help="llmsim policy.kind (default vllm: vLLM v1's scheduler)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "vllm_gpu", help="where score.csv goes")
@@ -393,12 +472,20 @@ def main(argv: list[str] | None = None) -> int:
     print("\ndecode step time, median ms (real: running / generated tok/s in seconds without prompt tokens)")
     with pd.option_context("display.width", 200, "display.max_rows", 200, "display.float_format", "{:,.1f}".format):
         print(steps.to_string(index=False))
+    mixed = pd.DataFrame([r["prompt_steps"] for r in rows])
+    print(
+        "\nsteps while prompts are prefilled, per rank, medians over the seconds with prompt tokens "
+        "(real: step = running / generated tok/s; llmsim: its steps counted)"
+    )
+    with pd.option_context("display.width", 200, "display.max_rows", 200, "display.float_format", "{:,.1f}".format):
+        print(mixed.to_string(index=False))
     if args.record and args.max_requests is None:
         from llmsim.accuracy import record
 
         src = (
-            f"benchmarks/vllm_gpu/replay.py on {len(rows)} real vLLM 0.19 GPU runs (no parameter fitted to them; one "
-            "platform choice, RTX-PRO-6000's host-staged all-reduce, made after seeing the Qwen3-32B run)"
+            f"benchmarks/vllm_gpu/replay.py on {len(rows)} real vLLM GPU runs (0.19; the DeepSeek one 0.28, with a derived "
+            "model config; no parameter fitted to them; one platform choice, RTX-PRO-6000's host-staged all-reduce, "
+            "made after seeing the Qwen3-32B run)"
         )
         print(f"wrote {record('vllm-gpu', [r['scores'] for r in rows], src)}")
     return 0
