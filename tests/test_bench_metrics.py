@@ -171,3 +171,38 @@ def test_summary_json_is_strict_json(tmp_path: Path) -> None:
     res.write(tmp_path)
     text = (tmp_path / "summary.json").read_text()
     assert "NaN" not in text and json.loads(text)["nan_figure"] is None
+
+
+def test_run_gaps_bin_as_each_gap_alone() -> None:
+    """``add_ends`` reuses the previous gap's bin while a gap is strictly inside it: the counts equal
+    binning each gap on its own, on slowly changing runs and on gaps placed on the bins' edges."""
+    import math
+    import random
+
+    from llmsim.gaps import _bin_of
+
+    rng = random.Random(7)
+    h = GapHistogram()  # (its class attributes read through an instance: compiled, they are descriptors)
+    scale, lo_s, bins = h._scale, h.LO, h.BINS
+    for _ in range(300):
+        t, ends = rng.uniform(0, 1e4), []
+        a = 10 ** rng.uniform(-6.5, 3.5)
+        b = rng.uniform(-1e-3, 1e-3) * a
+        on_edges = rng.random() < 0.3
+        for i in range(rng.randint(2, 200)):
+            if on_edges:  # a bin's edge, or the float either side of it
+                edge = lo_s * math.exp(rng.randint(1, bins) / scale)
+                gap = edge * (1 + rng.choice([-1, 0, 1]) * 1e-15)
+            else:
+                gap = max(1e-9, a + b * i)
+            ends.append(t)
+            t += gap
+        ends.append(t)
+        lo = rng.randint(0, 1)
+        hi = rng.randint(lo + 1, len(ends))
+        want = [0] * (bins + 2)
+        for i in range(lo + 1, hi):
+            want[_bin_of(ends[i] - ends[i - 1], scale)] += 3
+        got = GapHistogram()
+        got.add_ends(ends, lo, hi, 3)
+        assert got.counts.tolist() == want
