@@ -241,11 +241,25 @@ def _term(d: object, key: str, origin: str) -> HostTerm:
     return HostTerm(**vals, source=str(d.get("source", "")))
 
 
+# an engine's host seconds per step, per sequence or per token, and its output delay: no engine
+# spends a minute on any of them, and 1e308 s would print infinities and verdicts of nothing
+MAX_HOST_S = 60.0
+# a captured CUDA-graph size is a step's token count: the scenario's bound on a step (MAX_STEP_TOKENS)
+MAX_GRAPH_TOKENS = 2**24
+
+
 def _seconds(v: object, where: str) -> float:
-    """A duration from a YAML value: a finite number >= 0 (not a bool), or a clear error."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-        raise UserError(f"{where} must be a finite number of seconds >= 0, got {v!r}")
+    """A duration from a YAML value: a finite number of seconds in 0..MAX_HOST_S (not a bool), or a
+    clear error."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 <= v <= MAX_HOST_S:
+        raise UserError(f"{where} must be a number of seconds from 0 to {MAX_HOST_S:g}, got {_short(v)}")
     return float(v)
+
+
+def _short(v: object) -> str:
+    """A value for a message, a huge integer cut to its first digits and length."""
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:12]}... ({len(text)} characters)"
 
 
 _BOOLS = ("async_scheduling", "cuda_graphs", "hardware_step_overhead", "moe_workspace_persists")
@@ -268,8 +282,10 @@ def _field(k: str, v: object, origin: str) -> object:
     if k in HOST_TERMS:
         return _term(v, k, origin)
     if k == "cuda_graph_sizes":
-        if not isinstance(v, list) or not v or not all(type(x) is int and x > 0 for x in v):
-            raise UserError(f"{where} must be a non-empty list of positive batch sizes, got {v!r}")
+        if not isinstance(v, list) or not v or not all(type(x) is int and 0 < x <= MAX_GRAPH_TOKENS for x in v):
+            raise UserError(
+                f"{where} must be a non-empty list of batch sizes from 1 to {MAX_GRAPH_TOKENS:,}, got {_short(v)}"
+            )
         return tuple(sorted(set(v)))
     if k == "output_delay_s":
         return _seconds(v, where)

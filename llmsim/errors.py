@@ -128,15 +128,27 @@ def _expanded_nodes(data: object, limit: int) -> int:
 
 
 class YAMLTooLarge(yaml.YAMLError):
-    """An alias expansion past MAX_YAML_NODES (``problem`` says so; there is no position)."""
+    """Data past MAX_YAML_NODES values, aliases followed (``problem`` says so; there is no position)."""
 
-    problem = f"expands to more than {MAX_YAML_NODES:,} values once its aliases are followed"
+    problem = f"holds more than {MAX_YAML_NODES:,} values (each alias counted as what it repeats)"
 
 
 class YAMLTooDeep(YAMLTooLarge):
     """Lists or mappings nested past what the parser can follow (Python's recursion limit)."""
 
     problem = "nested too deeply (lists or mappings inside each other hundreds of levels down)"
+
+
+# Python reads an integer of at most this many digits (sys.get_int_max_str_digits(), 3.11+); past it
+# int() raises ValueError wherever text becomes a number (YAML and JSON readers alike)
+INT_MAX_DIGITS = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+NUMBER_TOO_LONG = f"a number of more than {INT_MAX_DIGITS:,} digits, which no setting takes"
+
+
+class YAMLNumberTooLong(YAMLTooLarge):
+    """An integer literal past Python's digit limit for reading integers."""
+
+    problem = NUMBER_TOO_LONG
 
 
 def safe_yaml(text: str) -> object:
@@ -152,6 +164,8 @@ def safe_yaml(text: str) -> object:
         raise
     except RecursionError:  # the constructors recurse once per level of nesting
         raise YAMLTooDeep() from None
+    except ValueError:  # the int constructor: the only ValueError a safe load raises
+        raise YAMLNumberTooLong() from None
     if _expanded_nodes(data, MAX_YAML_NODES) > MAX_YAML_NODES:
         raise YAMLTooLarge()
     return data
@@ -196,6 +210,12 @@ def load_yaml_file(path: Path) -> object:
         raise UserError(yaml_problem(exc, str(path), where, "malformed YAML")) from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text file") from None
+
+
+def cut(text: str, limit: int = 80) -> str:
+    """``text`` for a message: as it is up to ``limit`` characters, else its start and its length
+    (a pasted 5,000-digit number names itself without filling the screen)."""
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text):,} characters)"
 
 
 def yaml_value(origin: str, text: str) -> object:
@@ -248,6 +268,8 @@ def json_text(raw: bytes | str, origin: str) -> object:
         raise UserError(
             f"{origin}: nested too deeply (lists or objects inside each other hundreds of levels down)"
         ) from None
+    except ValueError:  # (after JSONDecodeError, a ValueError too): the integer reader's digit limit
+        raise UserError(f"{origin}: {NUMBER_TOO_LONG}") from None
 
 
 def pydantic_message(exc: Exception, origin: str, suggestions: dict[str, list[str]] | None = None) -> str:

@@ -347,8 +347,9 @@ class HardwareProfile(BaseModel):
         if "bf16" not in v and "fp16" not in v and "fp32" not in v:
             raise ValueError("needs at least one of bf16, fp16, fp32")
         for dtype, fig in v.items():
-            try:  # 1 GFLOP/s: below one CPU core; 989.4 here is TFLOP/s meant as FLOP/s
-                _check(fig, "FLOP/s (989.4e12 for 989.4 TFLOP/s)", positive=True, at_least=1e9)
+            try:  # 1 GFLOP/s: below one CPU core; 989.4 here is TFLOP/s meant as FLOP/s; 1e18 (an
+                # exaFLOP/s) is 100x a B200's dense FP4
+                _check(fig, "FLOP/s (989.4e12 for 989.4 TFLOP/s)", positive=True, at_least=1e9, at_most=1e18)
             except ValueError as exc:
                 raise ValueError(f"{dtype}: {exc}") from None
         return v
@@ -356,12 +357,23 @@ class HardwareProfile(BaseModel):
     @field_validator("memory_capacity_bytes")
     @classmethod
     def _capacity(cls, v: Figure) -> Figure | None:
-        return _check(v, "bytes (80e9 for 80 GB)", positive=True, at_least=1e8)
+        # 1 PB: ~100x the largest CPU node's memory (block counts past it overflow int64 files)
+        return _check(v, "bytes (80e9 for 80 GB)", positive=True, at_least=1e8, at_most=1e15)
 
     @field_validator("memory_bandwidth_bytes_per_s")
     @classmethod
     def _bandwidth(cls, v: Figure) -> Figure | None:
-        return _check(v, "bytes/s (3.35e12 for 3.35 TB/s)", positive=True, at_least=1e8)
+        return _check(v, "bytes/s (3.35e12 for 3.35 TB/s)", positive=True, at_least=1e8, at_most=1e15)
+
+    @field_validator("price_per_hour_usd")
+    @classmethod
+    def _price(cls, v: Figure) -> Figure | None:  # a dollar figure past a million an hour prints as inf
+        return _check(v, "US dollars per device-hour (2.5)", at_most=1e6)
+
+    @field_validator("power_w")
+    @classmethod
+    def _power(cls, v: Figure) -> Figure | None:
+        return _check(v, "watts (700 for 700 W)", at_most=1e6)
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for a compute dtype, falling back to the nearest wider type."""

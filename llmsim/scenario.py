@@ -55,6 +55,11 @@ MAX_BLOCK_TOKENS = 8_192
 # seed: numpy's SeedSequence takes any integer >= 0 (a negative one is a traceback there); 64
 # bits keeps it an ordinary integer in summary.json for readers that parse int64.
 MAX_SEED = 2**64 - 1
+# all_at_once batch_size: requests sent together; a run holds at most 10**7 requests
+# (workload.limits.MAX_REQUESTS), so a batch past that is a typo
+MAX_BATCH = 10_000_000
+# cluster.router_view_s: the shortest period between a stale router's views (s)
+MIN_ROUTER_VIEW_S = 1e-3
 
 Replicas = Annotated[int, Field(gt=0, le=MAX_REPLICAS)]
 Parallel = Annotated[int, Field(gt=0, le=MAX_PARALLEL)]
@@ -184,7 +189,9 @@ class ClusterConfig(_Strict):
         "round_robin"
     )
     # seconds between the router's views of the replicas' load (router.StaleRouter); unset: live,
-    # 0.1 s for vllm_dp (its coordinator's period)
+    # 0.1 s for vllm_dp (its coordinator's period). 0 is live too; a view is taken every period of the
+    # run (one event each), so a period under 1 ms, far below any router's, would be a unit slip that
+    # runs for hours (1e-300 s would never move the clock)
     router_view_s: NonNegFloat | None = None
     # disaggregated: how a finished prompt picks its decode replica
     decode_router: Literal["round_robin", "least_outstanding", "kv_aware"] = "least_outstanding"
@@ -206,6 +213,11 @@ class ClusterConfig(_Strict):
             raise ValueError(
                 f"router_view_s: a stale view of the replicas' caches is not modelled ({self.router} "
                 "reads them live); use 0, or router least_outstanding / kv_aware / vllm_dp"
+            )
+        if self.router_view_s and self.router_view_s < MIN_ROUTER_VIEW_S:
+            raise ValueError(
+                f"router_view_s: {self.router_view_s:g} s between views is under {MIN_ROUTER_VIEW_S:g} s "
+                "(vLLM's DP coordinator refreshes every 0.1 s); use 0 for a live view"
             )
         if self.router_view_s and self.router == "round_robin":
             raise ValueError(
@@ -296,7 +308,8 @@ class KVCacheConfig(_Strict):
     )
     preemption: Literal["recompute", "swap"] = "recompute"
     prefix_caching: bool = False
-    prewarm: list[list[int]] = []  # prefixes (lists of content ids) cached on every replica at t=0
+    # prefixes (lists of content ids, 0..2**63-1 as a trace's hash ids) cached on every replica at t=0
+    prewarm: list[list[Annotated[int, Field(ge=0, lt=2**63)]]] = []
     prewarm_block_tokens: BlockTokens | None = None  # tokens per id in `prewarm` (default: the workload's)
     # tiers below the device cache, fastest first: evicted cached blocks are written back there
     # and read back on a prefix hit (needs prefix_caching)
@@ -379,7 +392,7 @@ class SystemPromptConfig(_Strict):
     count: PosInt = 1
     tokens: PosInt = 512
     share: float = Field(1.0, ge=0, le=1)  # fraction of requests that carry a system prompt
-    zipf: NonNegFloat = 0.0  # popularity skew across the prompts (0 = uniform)
+    zipf: Annotated[float, Field(ge=0, le=20)] = 0.0  # popularity skew (0 = uniform; past 20 the first takes all)
     prewarm: bool = False  # cache every system prompt on every replica before the first arrival
 
 
@@ -417,7 +430,7 @@ class SharedPrefixConfig(_Strict):
 class ClassConfig(_Strict):
     """A request class of a synthetic mix (its own lengths; its SLO goes in slo.classes)."""
 
-    share: PosFloat
+    share: Annotated[float, Field(gt=0, le=1e6)]  # relative weights: their sum must stay a number
     prompt_tokens: LengthSpec | None = None  # default: the workload's
     output_tokens: LengthSpec | None = None
 
@@ -430,7 +443,7 @@ class TraceConfig(_Strict):
     duration_s: PosFloat | None = None
     max_requests: PosInt | None = None
     # tokens per hashed block of prompt content (token ids, prompt ids); default kv_cache.block_tokens
-    hash_block_tokens: PosInt | None = None
+    hash_block_tokens: BlockTokens | None = None
 
 
 class WorkloadConfig(_Strict):
@@ -446,7 +459,7 @@ class WorkloadConfig(_Strict):
     cv: Annotated[float, Field(ge=1e-3, le=10.0)] = 1.0
     num_requests: PosInt | None = None
     duration_s: PosFloat | None = None  # alternative to num_requests: rate x duration requests
-    batch_size: PosInt = 1  # all_at_once: requests per batch
+    batch_size: Annotated[int, Field(gt=0, le=MAX_BATCH)] = 1  # all_at_once: requests per batch
     batch_interval_s: NonNegFloat = 0.0
     prompt_tokens: LengthSpec | None = None
     output_tokens: LengthSpec | None = None
@@ -562,6 +575,10 @@ class SpeculativeConfig(_Strict):
     def _consistent(self) -> SpeculativeConfig:
         if self.method == "draft" and not self.draft_model:
             raise ValueError("method 'draft' needs `draft_model` (a catalog model name)")
+        if self.method == "mtp" and self.draft_model:  # (it would be read past without a word)
+            raise ValueError(
+                "method 'mtp' drafts with the model's own heads: remove `draft_model`, or use method 'draft'"
+            )
         acc = self.acceptance if isinstance(self.acceptance, list) else [self.acceptance]
         if any(not 0 <= a <= 1 for a in acc):
             raise ValueError("acceptance rates must lie in [0, 1]")
@@ -583,6 +600,14 @@ class OutputConfig(_Strict):
     format: Literal["parquet", "csv"] = "parquet"  # requests and steps tables
     trace: Literal["none", "sample", "full"] = "sample"  # trace.json: sampled requests, or every request
     trace_requests: PosInt = 200  # with trace: sample, how many requests get their own track
+
+    @field_validator("percentiles")
+    @classmethod
+    def _each_once(cls, v: list[float]) -> list[float]:
+        twice = sorted({p for p in v if v.count(p) > 1})
+        if twice:  # (a second p99 column would say nothing new)
+            raise ValueError(f"{', '.join(f'{p:g}' for p in twice)} given more than once")
+        return v
 
 
 class Scenario(_Strict):
@@ -868,6 +893,12 @@ def _check_names(sc: Scenario, origin: str) -> None:
             raise UserError(f"{origin}: {key}: file not found: {sc.path(p)}")
     if sc.policy.kind == "disaggregated" and (sc.cluster.prefill_pool is None or sc.cluster.decode_pool is None):
         raise UserError(f"{origin}: cluster: policy 'disaggregated' needs cluster.prefill_pool and cluster.decode_pool")
+    pools = [k for k in ("prefill_pool", "decode_pool") if getattr(sc.cluster, k) is not None]
+    if pools and sc.policy.kind != "disaggregated":  # (they would be read past: one colocated pool runs)
+        raise UserError(
+            f"{origin}: cluster.{pools[0]}: pools are for policy.kind disaggregated, and the policy is "
+            f"{sc.policy.kind!r}; remove the pools (cluster.replicas sizes a colocated cluster) or set the policy"
+        )
     if sc.policy.kind == "disaggregated" and sc.cluster.autoscaling is not None:
         raise UserError(
             f"{origin}: cluster.autoscaling: scaling the prefill and decode pools of a disaggregated cluster "

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import yaml
 
-from llmsim.errors import UserError, atomic_write, atomic_write_text, load_yaml_file, yaml_value
+from llmsim.errors import UserError, atomic_write, atomic_write_text, cut, load_yaml_file, yaml_value
 from llmsim.metrics import LATENCY_ROWS
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def parse_values(text: str, item: str | None = None) -> list[object]:
         if len(values) > MAX_POINTS:
             raise UserError(f"range {text!r}: {len(values):,} values; a sweep runs at most {MAX_POINTS:,} points")
         return list(values)
-    origin = f"--set {(item or text)!r}"  # the --set value rules of `llmsim run`: plain YAML data
+    origin = f"--set {cut(item or text)!r}"  # the --set value rules of `llmsim run`: plain YAML data
     items = _top_level_items(text)
     if any(v.strip() for v in items) and any(not v.strip() for v in items):  # (all empty: "no values")
         raise UserError(f"{origin}: an empty value between commas")

@@ -72,7 +72,7 @@ RUN_CATALOGUE = {
     "duplicate_key.yaml": ["duplicate_key.yaml", "line 8", "key 'rate_rps' given twice", "first on line 6"],
     "infinite_rate.yaml": ["infinite_rate.yaml", "workload.rate_rps", "finite number", "inf"],
     "nan_slo.yaml": ["nan_slo.yaml", "slo.ttft_s", "finite number", "nan"],
-    "alias_bomb.yaml": ["alias_bomb.yaml", "more than 1,000,000 values", "aliases"],
+    "alias_bomb.yaml": ["alias_bomb.yaml", "more than 1,000,000 values", "alias"],
     "hf_negative_kv_heads.yaml": ["hf_bad_kv_heads/config.json", "num_key_value_heads", "positive integer", "-2"],
     "hf_unsupported_architecture.yaml": ["hf_qwen3_next/config.json", "model_type", "'qwen3_next'", "supported:"],
     "vllm_two_budgets.yaml": ["vllm_two_budgets.yaml", "one token budget", "chunk_tokens is 2048", "8192"],

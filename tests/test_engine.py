@@ -305,8 +305,10 @@ def test_the_scenarios_own_cuda_graph_switch_wins() -> None:
     ("engine", "needle"),
     [
         ({"async_scheduling": "yes"}, "engine.async_scheduling must be true or false"),
-        ({"schedule": {"base_s": float("nan")}}, "engine.schedule.base_s must be a finite number"),
+        ({"schedule": {"base_s": float("nan")}}, "engine.schedule.base_s must be a number of seconds from 0 to 60"),
+        ({"output_delay_s": 1e308}, "engine.output_delay_s must be a number of seconds from 0 to 60, got 1e"),
         ({"cuda_graph_sizes": [True, 8]}, "engine.cuda_graph_sizes must be a non-empty list"),
+        ({"cuda_graph_sizes": [8, 10**30]}, "batch sizes from 1 to 16,777,216"),
         ({"defaults": "sglang"}, "engine.defaults must be one of"),
         ({"preset": "ideal", "profile": "x.yaml"}, "a preset or a profile, not both"),
         ({"profile": "/nonexistent/engine.yaml"}, "engine.profile: file not found"),

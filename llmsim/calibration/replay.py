@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from llmsim.calibration.serving import ServingRun, read_run
-from llmsim.errors import UserError
+from llmsim.errors import NUMBER_TOO_LONG, UserError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DATA = ROOT / "data" / "validation" / "vllm-cpu"
@@ -60,8 +60,12 @@ def to_llmservingsim(src: Path, dst: Path) -> None:
                     out.write(json.dumps(_request_row(json.loads(line), src, no)) + "\n")
     except json.JSONDecodeError as exc:
         raise UserError(f"{src}: line {no}: not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise UserError(f"{src}: line {no}: JSON nested too deeply to read") from None
     except (EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:  # gzip.BadGzipFile is an OSError
         raise UserError(f"{src}: not a readable gzip-compressed JSONL workload (line {no}): {exc}") from None
+    except ValueError:  # (after JSONDecodeError and UnicodeDecodeError, ValueErrors too): the digit limit
+        raise UserError(f"{src}: line {no}: {NUMBER_TOO_LONG}") from None
 
 
 def _request_row(r: object, src: Path, no: int) -> dict:
@@ -80,7 +84,7 @@ def _request_row(r: object, src: Path, no: int) -> dict:
             )
     except KeyError as exc:
         raise UserError(f"{src}: line {no}: missing key {exc.args[0]!r}") from None
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # (OverflowError: float() of a 400-digit int)
         raise UserError(f"{src}: line {no}: {exc}") from None
     return {
         "input_toks": len(ids),

@@ -11,6 +11,7 @@ from pathlib import Path
 from llmsim.errors import (
     UserError,
     atomic_folder,
+    cut,
     output_pending,
     refuse_foreign_files,
     temp_sibling,
@@ -49,16 +50,17 @@ def parse_overrides(items: list[str]) -> dict[str, object]:
 
     out: dict[str, object] = {}
     for item in items:
+        shown = f"--set {cut(item)!r}"
         if "=" not in item:
-            raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. policy.chunk_tokens=256")
+            raise UserError(f"{shown}: expected KEY=VALUE, e.g. policy.chunk_tokens=256")
         key, value = item.split("=", 1)
         try:
             key_parts(key)
         except UserError as exc:
-            raise UserError(f"--set {item!r}: {exc}") from None
+            raise UserError(f"{shown}: {exc}") from None
         if key.strip() in out:  # (the last would win without a word)
-            raise UserError(f"--set {item!r}: the key {key.strip()} is given twice")
-        out[key.strip()] = yaml_value(f"--set {item!r}", value)
+            raise UserError(f"{shown}: the key {key.strip()} is given twice")
+        out[key.strip()] = yaml_value(shown, value)
     return out
 
 

@@ -52,13 +52,15 @@ class Workload:
         return len(self.arrival_s)
 
     def validate(self, origin: str) -> None:
-        """Raise a UserError naming the first bad row (0-based data row)."""
+        """Raise a UserError naming the first bad request (its index from 0, and the trace it was
+        read from: a trace's own loader has named file rows already, so what reaches here is
+        what slicing, scaling or generating made)."""
         if len(self) == 0:
             raise UserError(f"{origin}: the workload has no requests")
         bad = _first(~np.isfinite(self.arrival_s) | (self.arrival_s < 0))
         if bad is not None:
             raise UserError(
-                f"{origin}: row {bad}: arrival time must be a finite number >= 0, got {self.arrival_s[bad]}"
+                f"{origin}: {self._request(bad)}: arrival time must be a finite number >= 0, got {self.arrival_s[bad]}"
             )
         # traffic spread over more than ~32 years is a rate, speedup or unit off by orders of
         # magnitude; seconds past MAX_ABS_ARRIVAL_S keep too few digits for a step's duration (every
@@ -66,34 +68,38 @@ class Workload:
         bad = _first(self.arrival_s - self.arrival_s.min() > MAX_ARRIVAL_S)
         if bad is not None:
             raise UserError(
-                f"{origin}: row {bad}: arrival at {self.arrival_s[bad]:.3g} s is past {MAX_ARRIVAL_S:.0e} s "
+                f"{origin}: {self._request(bad)}: arrival at {self.arrival_s[bad]:.3g} s is past {MAX_ARRIVAL_S:.0e} s "
                 "(about 32 years) after the first; is a rate, speedup, interval or timestamp unit off?"
             )
         bad = _first(self.arrival_s > MAX_ABS_ARRIVAL_S)
         if bad is not None:
             raise UserError(
-                f"{origin}: row {bad}: arrival at {self.arrival_s[bad]:.3g} s is past {MAX_ABS_ARRIVAL_S:.0e} s, "
+                f"{origin}: {self._request(bad)}: arrival at {self.arrival_s[bad]:.3g} s is past {MAX_ABS_ARRIVAL_S:.0e} s, "
                 "where seconds keep too few digits for a step's duration; give times from the trace's start"
             )
         bad = _first(np.diff(self.arrival_s) < 0)
         if bad is not None:
             raise UserError(
-                f"{origin}: row {bad + 1}: arrival times are not sorted "
+                f"{origin}: {self._request(bad + 1)}: arrival times are not sorted "
                 f"({self.arrival_s[bad + 1]} after {self.arrival_s[bad]})"
             )
         if self.after_ptr is not None:
             self._validate_dependencies(origin)
         bad = _first(self.prompt_tokens < 1)
         if bad is not None:
-            raise UserError(f"{origin}: row {bad}: prompt tokens must be >= 1, got {self.prompt_tokens[bad]}")
+            raise UserError(
+                f"{origin}: {self._request(bad)}: prompt tokens must be >= 1, got {self.prompt_tokens[bad]}"
+            )
         bad = _first(self.output_tokens < 0)
         if bad is not None:
-            raise UserError(f"{origin}: row {bad}: output tokens must be >= 0, got {self.output_tokens[bad]}")
+            raise UserError(
+                f"{origin}: {self._request(bad)}: output tokens must be >= 0, got {self.output_tokens[bad]}"
+            )
         # a generated prompt can outgrow the bound its parts kept (conversations: the whole history)
         bad = _first(np.maximum(self.prompt_tokens, self.output_tokens) > MAX_TOKENS_PER_REQUEST)
         if bad is not None:
             raise UserError(
-                f"{origin}: row {bad}: {max(self.prompt_tokens[bad], self.output_tokens[bad]):,} tokens is over "
+                f"{origin}: {self._request(bad)}: {max(self.prompt_tokens[bad], self.output_tokens[bad]):,} tokens is over "
                 f"the limit of {MAX_TOKENS_PER_REQUEST:,} tokens per request"
             )
 
@@ -106,11 +112,17 @@ class Workload:
         bad = _first((idx < 0) | (idx >= owner))
         if bad is not None:
             raise UserError(
-                f"{origin}: row {owner[bad]}: waits for request {idx[bad]}, which must be an earlier request"
+                f"{origin}: {self._request(owner[bad])}: waits for request {idx[bad]}, which must be an earlier request"
             )
         bad = _first(~np.isfinite(delay) | (delay < 0))
         if bad is not None:
-            raise UserError(f"{origin}: row {bad}: delay after the answers must be >= 0 seconds, got {delay[bad]}")
+            raise UserError(
+                f"{origin}: {self._request(bad)}: delay after the answers must be >= 0 seconds, got {delay[bad]}"
+            )
+
+    def _request(self, i: int) -> str:
+        """Request ``i`` for a message: its index from 0, and the trace it came from."""
+        return f"request {int(i)} (counting from 0{', of ' + self.source if self.source else ''})"
 
     @property
     def has_dependencies(self) -> bool:

@@ -7,13 +7,15 @@ data/traces/README.md.
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from llmsim.errors import COMPRESSED_MAGIC, GZIP_MAGIC, UserError, check_input_file
+from llmsim.errors import COMPRESSED_MAGIC, GZIP_MAGIC, NUMBER_TOO_LONG, UserError, check_input_file
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
 from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, MAX_TRACE_BYTES, check_prefix_blocks
@@ -51,6 +53,8 @@ def _json_row(line: str, where: str) -> object:
         raise UserError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
     except RecursionError:
         raise UserError(f"{where}: JSON nested too deeply to read") from None
+    except ValueError:  # (after JSONDecodeError, a ValueError too): the integer reader's digit limit
+        raise UserError(f"{where}: {NUMBER_TOO_LONG}") from None
 
 
 def _read_csv(path: Path, required: list[str], skip: str | None = None) -> pd.DataFrame:
@@ -67,12 +71,22 @@ def _read_csv(path: Path, required: list[str], skip: str | None = None) -> pd.Da
             f"{path}: the rows have more fields than the header's {len(df.columns)} column names; "
             "the columns would shift (a trailing comma, or a column without a name?)"
         )
+    header = _header(path)
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:  # pandas would rename the second to "name.1" and the first would rule unannounced
+        raise UserError(f"{path}: column(s) {twice} appear more than once in the header")
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise UserError(f"{path}: missing column(s) {missing}; found {list(df.columns)}")
     if df.empty:
         raise UserError(f"{path}: the trace has no rows")
     return df
+
+
+def _header(path: Path) -> list[str]:
+    """A CSV trace's column names as its first line gives them (pandas renames repeated ones)."""
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        return [c.strip() for c in next(csv.reader([fh.readline(1 << 20)]), [])]
 
 
 def _where(path: Path, row: int, lines: np.ndarray | None) -> str:
@@ -109,12 +123,37 @@ def _numbers(raw: pd.Series, lines: np.ndarray | None) -> pd.Series:
     count: ``true`` is not 1 and ``"10"`` not 10 (a CSV's cells are all text, read as numbers)."""
     if lines is not None and (raw.dtype == object or raw.dtype == bool):
         raw = raw.map(lambda v: v if isinstance(v, int | float) and not isinstance(v, bool) else np.nan)
-    return pd.to_numeric(raw, errors="coerce")
+    try:
+        return pd.to_numeric(raw, errors="coerce")
+    except OverflowError:  # an integer past int64 and float (10**400): pandas raises despite "coerce"
+        return raw.map(_as_float).astype(np.float64)
+
+
+def _as_float(v: object) -> float:
+    """A cell as a float: NaN where it is no number, +-inf past the float range."""
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+    except OverflowError:  # a Python int past 1e308
+        return math.inf if v > 0 else -math.inf  # type: ignore[operator]
 
 
 def _plain(v: object) -> object:
-    """A cell as plain Python, so a message shows ``10.5``, not ``np.float64(10.5)``."""
-    return v.item() if isinstance(v, np.generic) else v
+    """A cell as plain Python, so a message shows ``10.5``, not ``np.float64(10.5)``; a number of
+    more than 30 digits as its first digits and length."""
+    v = v.item() if isinstance(v, np.generic) else v
+    text = str(v)
+    if len(text) > 30 and text.lstrip("-").isdigit():
+        return _Shown(f"{text[:12]}... ({len(text.lstrip('-'))} digits)")
+    return v
+
+
+class _Shown(str):
+    """Text a message shows as it is (its repr is the text)."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 def _check_times(t: np.ndarray, path: Path, lines: np.ndarray | None, what: str) -> None:
@@ -212,6 +251,8 @@ def load_mooncake(path: Path) -> Workload:
             p.append(_count(row["input_length"], "input_length", 0, where))
             o.append(_count(row["output_length"], "output_length", 0, where))
             hashes.append(_hash_ids(row.get("hash_ids", []), p[-1], where))
+        except OverflowError:  # a timestamp past the float range
+            raise UserError(f"{where}: timestamp {_plain(row['timestamp'])} is past any time in ms") from None  # type: ignore[index]
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"{where}: bad Mooncake record ({type(exc).__name__}: {exc})") from None
         t.append(ts / 1000.0)
@@ -429,8 +470,8 @@ def load_llmservingsim(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_T
         n_in = _count(row["input_toks"], "input_toks", 1, where)
         n_out = _count(row["output_toks"], "output_toks", 0, where)
         arr = row["arrival_time_ns"]
-        if isinstance(arr, bool) or not isinstance(arr, int | float) or not np.isfinite(arr) or arr < 0:
-            raise UserError(f"{where}: arrival_time_ns must be a number of nanoseconds >= 0, got {arr!r}")
+        if isinstance(arr, bool) or not isinstance(arr, int | float) or not math.isfinite(_as_float(arr)) or arr < 0:
+            raise UserError(f"{where}: arrival_time_ns must be a number of nanoseconds >= 0, got {_plain(arr)!r}")
         t.append(float(arr) / 1e9)
         p.append(n_in)
         o.append(n_out)
