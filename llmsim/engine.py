@@ -350,6 +350,11 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
         if name not in PRESETS:
             raise UserError(f"{origin}: engine.preset {name!r} is unknown; expected one of {', '.join(PRESETS)}")
         base = PRESETS[name]
+    if "fit" in value:  # (engine_from_dict reads past it: a profile file carries its fit report there)
+        raise UserError(
+            f"{origin}: engine.fit: a fit report belongs to an engine profile file (`llmsim calibrate "
+            "--serving` writes it), not to a scenario's engine section"
+        )
     spec = engine_from_dict(value, origin, base)
     changed = set(value) - {"preset", "profile", "name"}
     if changed and "name" not in value:  # no longer the preset its accuracy was validated for
