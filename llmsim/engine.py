@@ -251,7 +251,8 @@ MAX_GRAPH_TOKENS = 2**24
 def _seconds(v: object, where: str) -> float:
     """A duration from a YAML value: a finite number of seconds in 0..MAX_HOST_S (not a bool), or a
     clear error."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 <= v <= MAX_HOST_S:
+    # (the range test before isfinite: it is exact for a 400-digit int, which isfinite overflows on)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_HOST_S or not math.isfinite(v):
         raise UserError(f"{where} must be a number of seconds from 0 to {MAX_HOST_S:g}, got {_short(v)}")
     return float(v)
 

@@ -151,6 +151,14 @@ class YAMLNumberTooLong(YAMLTooLarge):
     problem = NUMBER_TOO_LONG
 
 
+class YAMLBadValue(YAMLTooLarge):
+    """A scalar its type cannot hold (``2024-02-30`` read as a date, ``!!int x``)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
 def safe_yaml(text: str) -> object:
     """``text`` as plain YAML data: the safe loader, a key given twice refused (``_BadKey``),
     an alias expansion past ``MAX_YAML_NODES`` refused (``YAMLTooLarge``). Raises yaml.YAMLError."""
@@ -164,8 +172,10 @@ def safe_yaml(text: str) -> object:
         raise
     except RecursionError:  # the constructors recurse once per level of nesting
         raise YAMLTooDeep() from None
-    except ValueError:  # the int constructor: the only ValueError a safe load raises
-        raise YAMLNumberTooLong() from None
+    except ValueError as exc:  # a constructor's: an integer past the digit limit, a date like 2024-02-30
+        if "Exceeds the limit" in str(exc):
+            raise YAMLNumberTooLong() from None
+        raise YAMLBadValue(f"not a valid value: {exc}") from None
     if _expanded_nodes(data, MAX_YAML_NODES) > MAX_YAML_NODES:
         raise YAMLTooLarge()
     return data

@@ -363,7 +363,8 @@ class HardwareProfile(BaseModel):
     @field_validator("memory_bandwidth_bytes_per_s")
     @classmethod
     def _bandwidth(cls, v: Figure) -> Figure | None:
-        return _check(v, "bytes/s (3.35e12 for 3.35 TB/s)", positive=True, at_least=1e8, at_most=1e15)
+        # 1e17: past a wafer-scale part's on-chip SRAM (Cerebras WSE-3: 21 PB/s)
+        return _check(v, "bytes/s (3.35e12 for 3.35 TB/s)", positive=True, at_least=1e8, at_most=1e17)
 
     @field_validator("price_per_hour_usd")
     @classmethod

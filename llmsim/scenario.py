@@ -430,9 +430,16 @@ class SharedPrefixConfig(_Strict):
 class ClassConfig(_Strict):
     """A request class of a synthetic mix (its own lengths; its SLO goes in slo.classes)."""
 
-    share: Annotated[float, Field(gt=0, le=1e6)]  # relative weights: their sum must stay a number
+    share: PosFloat  # relative weights, at most 1e300: their sum must stay a finite number
     prompt_tokens: LengthSpec | None = None  # default: the workload's
     output_tokens: LengthSpec | None = None
+
+    @field_validator("share")
+    @classmethod
+    def _summable(cls, v: float) -> float:
+        if v > 1e300:  # (a Field bound would print 1e300 as its 301 digits)
+            raise ValueError(f"{v:g} is past 1e300: shares are relative weights, and their sum must stay finite")
+        return v
 
 
 class TraceConfig(_Strict):

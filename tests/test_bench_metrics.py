@@ -185,13 +185,15 @@ def test_run_gaps_bin_as_each_gap_alone() -> None:
     h = GapHistogram()  # (its class attributes read through an instance: compiled, they are descriptors)
     scale, lo_s, bins = h._scale, h.LO, h.BINS
     for _ in range(300):
-        t, ends = rng.uniform(0, 1e4), []
+        on_edges = rng.random() < 0.3
+        # edge runs start at 0, where the differences of step ends keep a gap's last digits
+        t, ends = (0.0 if on_edges else rng.uniform(0, 1e4)), []
         a = 10 ** rng.uniform(-6.5, 3.5)
         b = rng.uniform(-1e-3, 1e-3) * a
-        on_edges = rng.random() < 0.3
+        k = 1
         for i in range(rng.randint(2, 200)):
-            if on_edges:  # a bin's edge, or the float either side of it
-                edge = lo_s * math.exp(rng.randint(1, bins) / scale)
+            if on_edges:  # near one bin's edge: on it, or a float either side, runs of them in one bin
+                edge = lo_s * math.exp((k := k if i % 4 else rng.randint(1, bins)) / scale)
                 gap = edge * (1 + rng.choice([-1, 0, 1]) * 1e-15)
             else:
                 gap = max(1e-9, a + b * i)

@@ -208,7 +208,12 @@ def test_a_gemm_faster_than_the_peak_is_refused(tmp_path, capsys) -> None:
 
 @pytest.mark.parametrize(
     ("ids", "fragment"),
-    [("[1.5, 2]", "non-negative integer"), ("[-1]", "non-negative integer"), ("[1, 2, 3]", "3 ids for a 1000-token")],
+    [
+        ("[1.5, 2]", "integer block ids from 0"),
+        ("[-1]", "integer block ids from 0"),
+        ("[1, 2, 3]", "3 ids for a 1000-token"),
+        ("[1180591620717411303424]", "to 2**63 - 1"),
+    ],
 )
 def test_mooncake_hash_ids_are_checked(tmp_path, capsys, ids, fragment) -> None:
     trace = tmp_path / "mc.jsonl"  # 1000 tokens: two 512-token blocks

@@ -137,3 +137,17 @@ def test_sensitivity_scales_the_per_dtype_gemm_fractions_too(tmp_path):
     base, low = load_profile("H100-SXM"), load_profile(path)
     assert low.efficiency.gemm_fraction("fp8") == pytest.approx(0.85 * base.efficiency.gemm_fraction("fp8"))
     assert low.efficiency.gemm_fraction("bf16") == pytest.approx(0.85 * base.efficiency.gemm_fraction("bf16"))
+
+
+def test_a_colocated_candidate_drops_a_disaggregated_base_s_pools() -> None:
+    """A plan over a disaggregated base scenario that also tries colocated policies: the colocated
+    candidate clears the base's pools (they apply to policy disaggregated only, which the scenario
+    check enforces) and runs on its own replicas."""
+    from llmsim.planning.space import Candidate
+
+    colocated = Candidate("A100-SXM-80GB", 1, "chunked", None, None)
+    over = colocated.overrides(2)
+    assert over["cluster.prefill_pool"] is None and over["cluster.decode_pool"] is None
+    small = {"workload.num_requests": 10, "output.steps": "none"}
+    res = llmsim.run(ROOT / "scenarios" / "colocated_vs_disaggregated.yaml", {**over, **small})
+    assert [p["replicas"] for p in res.summary["pools"]] == [2]

@@ -190,7 +190,12 @@ def workload_file(run: Run, tmp: Path, max_requests: int | None) -> Path:
     for a ``requests`` run, a generic CSV of its requests' arrivals (client clock, from the first)
     and token counts."""
     if run.workload == "requests":
-        real = real_requests(run).sort_values("arrival_time", kind="stable").iloc[:max_requests]
+        real = real_requests(run).iloc[:max_requests]
+        # llmsim numbers requests in trace order: bench-i must be row i, in arrival order, for the
+        # scoring to match them by id
+        ids = real["request_id"].str.replace("bench-", "", regex=False).astype(int).tolist()
+        if ids != list(range(len(real))) or not real["arrival_time"].is_monotonic_increasing:
+            raise SystemExit(f"{run.key}: requests.jsonl is not bench-0, bench-1, ... in arrival order")
         dst = tmp / f"{run.key.replace('/', '_')}.csv"
         pd.DataFrame(
             {

@@ -88,6 +88,6 @@ def _scaled_overrides(base: Base, p: Point, rate: dict, factor: float, out_dir: 
     hw_path = scaled_profile(p.candidate.hardware, base.base_dir, factor, out_dir)
     ov = {**p.overrides(), **rate, "hardware": hw_path}
     for pool in ("cluster.prefill_pool", "cluster.decode_pool"):
-        if pool in ov:
+        if ov.get(pool):  # (a colocated candidate's pools are None)
             ov[pool] = {**ov[pool], "hardware": hw_path}  # type: ignore[dict-item]
     return ov

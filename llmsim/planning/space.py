@@ -42,6 +42,8 @@ class Candidate:
         else:
             out["cluster.replicas"] = replicas
             out["cluster.tp"] = self.tp
+            # a colocated candidate on a disaggregated base scenario: its pools do not apply
+            out["cluster.prefill_pool"] = out["cluster.decode_pool"] = None
         return out
 
     def devices(self, replicas: int) -> int:

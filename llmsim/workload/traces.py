@@ -288,8 +288,8 @@ def _hash_ids(ids: object, prompt_tokens: int, where: str) -> list[int]:
             f"of {MOONCAKE_BLOCK_TOKENS} tokens"
         )
     for h in ids:
-        if isinstance(h, bool) or not isinstance(h, int) or h < 0:
-            raise UserError(f"{where}: hash_ids: expected non-negative integer block ids, got {h!r}")
+        if isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < 2**63:  # (int64, as prewarm ids)
+            raise UserError(f"{where}: hash_ids: expected integer block ids from 0 to 2**63 - 1, got {_plain(h)!r}")
     return ids
 
 
