@@ -19,7 +19,7 @@ from llmsim.schedulers import SchedulerConfig
 from llmsim.schedulers.base import SpecConfig
 from llmsim.workload import generators as gen
 from llmsim.workload.base import Workload, slice_and_scale
-from llmsim.workload.limits import MAX_ARRIVAL_S, MAX_REQUESTS, check_requests, check_tokens
+from llmsim.workload.limits import MAX_ARRIVAL_S, MAX_REQUESTS, as_float, check_requests, check_tokens
 
 
 def build_model(sc: Scenario) -> ModelSpec:
@@ -86,7 +86,7 @@ def _request_count(sc: Scenario) -> float:
     """Requests the synthetic workload asks for, as a float: rate x duration may be astronomically large."""
     w = sc.workload
     if w.num_requests:
-        return float(w.num_requests)
+        return as_float(w.num_requests)  # (inf past the float range: the limit check refuses it)
     seconds = w.duration_s or 0  # seconds of rate_rps traffic in the duration
     if w.rate_profile is not None:
         seconds = float(gen.profile_integral(w.rate_profile, seconds))

@@ -90,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     except InvariantError as exc:
         print(f"llmsim: INVARIANT VIOLATED (a bug in llmsim, please report it): {exc}", file=sys.stderr)
         return 3
+    except MemoryError:  # (output folders being written are left as they were, as on an interrupt)
+        print(
+            "llmsim: error: ran out of memory; simulate fewer requests or a shorter window (a run takes "
+            "about 1.6 KB a request), or give the process more memory",
+            file=sys.stderr,
+        )
+        return 2
     except BrokenPipeError:  # `llmsim ... | head`: the reader left; not an error
         sys.stderr.close()
         return 0

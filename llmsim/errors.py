@@ -222,6 +222,14 @@ def load_yaml_file(path: Path) -> object:
         raise UserError(f"{path}: not a text file") from None
 
 
+def _value_text(v: object) -> str:
+    """``repr(v)`` for a message, cut to its start and length; an integer past Python's digit limit
+    (whose repr raises) by its size alone."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 3.3 * INT_MAX_DIGITS:
+        return f"an integer of about {int(v.bit_length() * 0.30103):,} digits"
+    return cut(repr(v))
+
+
 def cut(text: str, limit: int = 80) -> str:
     """``text`` for a message: as it is up to ``limit`` characters, else its start and its length
     (a pasted 5,000-digit number names itself without filling the screen)."""
@@ -298,7 +306,7 @@ def pydantic_message(exc: Exception, origin: str, suggestions: dict[str, list[st
             msg = msg.removeprefix("Value error, ")  # (a validator's own sentence, said as the others)
             got = err.get("input")
             if got is not None and not isinstance(got, dict | list):
-                msg = f"{msg} (got {got!r})"
+                msg = f"{msg} (got {_value_text(got)})"
         lines.append(f"{loc}: {msg}")
     # one line, as every error: the first few problems, then how many more
     more = f"; and {len(lines) - 4} more" if len(lines) > 4 else ""

@@ -221,7 +221,14 @@ def _sweep_table(p: Path, meta: dict) -> pd.DataFrame:
             f"{p / 'sweep.json'}: grid axis {', '.join(axes)} is not a column of {path.name}: the two files come "
             "from different sweeps; run `llmsim sweep` again to rewrite the folder"
         )
+    for col in table.columns:  # a swept list or mapping (output.percentiles=[50, 90],[99]) as its text:
+        if table[col].dtype == object and any(_composite(v) for v in table[col]):  # grouped and shown as such
+            table[col] = [_shown(v) for v in table[col]]
     return table
+
+
+def _composite(v: object) -> bool:
+    return isinstance(v, list | dict | tuple) or (hasattr(v, "tolist") and getattr(v, "ndim", 0) > 0)
 
 
 def _plan_of(p: Path, tables: dict[str, pd.DataFrame]) -> dict:
@@ -854,6 +861,11 @@ def sweep_context(r: ResultsDir) -> dict:
 
 
 # ---------------------------------------------------------------- rendering
+
+
+def _shown(v: object) -> str:
+    """A swept value as text: a list read back from Parquet is an array, shown as the list it was."""
+    return str(v.tolist()) if _composite(v) and hasattr(v, "tolist") else str(v)
 
 
 def _md_cell(v: object) -> str:

@@ -138,6 +138,14 @@ def check_axes(grid: dict[str, object], fixed: dict[str, object] | None = None) 
     for key in grid:
         if key in (fixed or {}):
             raise UserError(f"--set {key}: the key is also given by --fix {key}; sweep it or fix it, not both")
+    given = [("--set", k) for k in grid] + [("--fix", k) for k in fixed or {}]
+    for flag, key in given:  # policy.kind under policy={...}: whichever applied last would rule unseen
+        for other_flag, other in given:
+            if other != key and key.startswith(other + "."):
+                raise UserError(
+                    f"{flag} {key}: {other_flag} {other} sets the whole of {other}, this key with it; "
+                    f"give {key} inside that value, or name {other}'s keys one by one"
+                )
     for key in [*grid, *(fixed or {})]:
         if key.split(".")[0].strip() == "plan":
             flag = "--set" if key in grid else "--fix"

@@ -252,6 +252,41 @@ def test_calibrate_serving_fits_the_measured_host_terms() -> None:
         read_run(DATA)
 
 
+def test_calibrate_serving_refuses_steps_it_cannot_fit(tmp_path) -> None:
+    """A steps.csv.gz with a header only (or no step with its stamps in order) is one clear error,
+    not numpy's 'zero-size array' from the least squares."""
+    import gzip
+    import shutil
+
+    from llmsim.calibration.serving import fit_serving, read_run
+    from llmsim.models import get_model
+
+    run_dir = tmp_path / "header-only"
+    shutil.copytree(DATA / "poisson-light-b", run_dir)
+    with gzip.open(run_dir / "steps.csv.gz", "rt") as fh:
+        header = fh.readline()
+    with gzip.open(run_dir / "steps.csv.gz", "wt") as fh:
+        fh.write(header)
+    model = get_model(str(DATA.parent.parent.parent / "benchmarks" / "vllm_cpu" / "model" / "config.json"))
+    hw = load_profile(str(DATA / "engine-fit" / "hardware.yaml"))
+    with pytest.raises(UserError, match="of the 0 steps in header-only's steps.csv.gz none has positive"):
+        fit_serving([read_run(run_dir)], model, hw.model_dump(mode="json"), fit_hardware=False)
+
+
+def test_running_out_of_memory_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
+    from llmsim import cli
+    from llmsim.commands import run as run_command
+
+    def exhausted(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(run_command, "cmd_run", exhausted)  # (the parser is built at each main())
+    code = cli.main(["run", str(Path(__file__).parent.parent / "scenarios" / "quickstart.yaml"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.startswith("llmsim: error: ran out of memory; simulate fewer requests")
+
+
 def test_vllm_v1_host_terms_are_the_campaigns_engine_core_fits() -> None:
     """The preset's schedule term is the campaign fit's; its output term the same non-negative
     least squares over the same calibration runs of ``update_from_output`` alone (the rest of the

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import llmsim
@@ -151,3 +152,10 @@ def test_a_colocated_candidate_drops_a_disaggregated_base_s_pools() -> None:
     small = {"workload.num_requests": 10, "output.steps": "none"}
     res = llmsim.run(ROOT / "scenarios" / "colocated_vs_disaggregated.yaml", {**over, **small})
     assert [p["replicas"] for p in res.summary["pools"]] == [2]
+
+
+def test_the_robustness_sentence_names_the_plan_s_own_sensitivity() -> None:
+    from llmsim.planning.prose import _robustness
+
+    rows = pd.DataFrame({"efficiency_factor": [0.6, 1.4], "meets_slos": [False, True], "slo_attainment": [0.5, 1.0]})
+    assert _robustness(rows).startswith("With every efficiency 40% lower it MISSES the SLOs (attainment 50.0%)")

@@ -113,6 +113,21 @@ def test_cli_sweep_quiet_writes_the_table(scenario, tmp_path, capsys):
     assert json.loads((out / "sweep.json").read_text())["grid"] == {"policy.chunk_tokens": [128, 256]}
 
 
+def test_a_sweep_over_lists_and_mappings_writes_its_report(scenario, tmp_path):
+    """An axis whose values are lists (output.percentiles) or mappings (a length spec): the report
+    groups and shows them as text (they came back from Parquet as arrays and dicts, no dict keys,
+    and the whole sweep was lost to a TypeError while writing the report)."""
+    from llmsim.cli import main
+
+    out = tmp_path / "sw"
+    lists = ["--set", "output.percentiles=[50, 90],[99]"]
+    specs = ["--set", "workload.output_tokens={dist: fixed, value: 4},{dist: fixed, value: 8}"]
+    assert main(["sweep", str(scenario), *lists, *specs, "--workers", "1", "--out", str(out), "--quiet"]) == 0
+    md = (out / "report.md").read_text()
+    assert "| swept: output.percentiles | [50, 90], [99] |" in md
+    assert "{'dist': 'fixed', 'value': 4}, {'dist': 'fixed', 'value': 8}" in md
+
+
 def test_cli_sweep_no_report_writes_the_table_only(scenario, tmp_path):
     from llmsim.cli import main
 

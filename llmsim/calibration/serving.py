@@ -208,8 +208,14 @@ def fit_serving(
     if not phases:
         raise UserError("calibrate --serving: none of the runs has steps.csv.gz (per-step times are needed)")
     ph = pd.concat(phases, ignore_index=True)
+    read = len(ph)
     ph = ph[(ph["exec_s"] > 0) & (ph["schedule_s"] > 0) & (ph["output_s"] > 0)].reset_index(drop=True)
     names = ", ".join(r.name for r in runs)
+    if ph.empty:  # (a steps.csv.gz with a header only, or every step's stamps out of order)
+        raise UserError(
+            f"calibrate --serving: of the {read:,} steps in {names}'s steps.csv.gz none has positive schedule, "
+            "execution and output times (each step's stamps in order: start, sched_end, update_start, end)"
+        )
     seqs, tokens = ph["seqs"].to_numpy(), ph["tokens"].to_numpy()
     sched, sched_err = nnls_term(seqs, tokens, ph["schedule_s"].to_numpy())
     out, out_err = nnls_term(seqs, tokens, ph["output_s"].to_numpy())

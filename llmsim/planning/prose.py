@@ -62,8 +62,9 @@ def _robustness(winner_rows: pd.DataFrame) -> str:
     """Whether the winner still meets the SLOs with every efficiency lower (its sensitivity rows)."""
     low = winner_rows[winner_rows["efficiency_factor"] < 1]
     holds = bool(low["meets_slos"].all())
+    lower = 1.0 - float(low["efficiency_factor"].iloc[0])  # plan.sensitivity: 0.15 unless set
     return (
-        "With every efficiency 15% lower it "
+        f"With every efficiency {lower:.0%} lower it "
         + ("still meets the SLOs" if holds else "MISSES the SLOs")
         + f" (attainment {low['slo_attainment'].iloc[0]:.1%})"
         + ("; the choice holds." if holds else "; budget one more replica or re-check the efficiencies.")

@@ -11,6 +11,7 @@ from pathlib import Path
 from llmsim.errors import UserError
 from llmsim.planning.base import Base, PlanConfig
 from llmsim.scenario import Scenario
+from llmsim.sweep import MAX_POINTS
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,9 @@ class Point:
         return self.candidate.devices(self.replicas)
 
 
+MAX_PLAN_POINTS = MAX_POINTS  # candidates x replica counts: the points a plan may search
+
+
 def candidates(base: Base, cfg: PlanConfig) -> list[Candidate]:
     """Every combination of the ``plan:`` lists, defaulting each to the scenario's own value."""
     sc = base.scenario()
@@ -107,6 +111,12 @@ def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate]]:
         except UserError as exc:
             raise UserError(f"{base.origin}: plan.hardware: {exc}") from None
     cands = candidates(base, cfg)
+    points = len(cands) * len(cfg.replicas)
+    if points > MAX_PLAN_POINTS:  # (each point is at least one simulation; 9M of them ran for days)
+        raise UserError(
+            f"{base.origin}: plan: {len(cands):,} candidates x {len(cfg.replicas):,} replica counts = {points:,} "
+            f"points; a plan searches at most {MAX_PLAN_POINTS:,} (a sweep's limit): narrow its lists"
+        )
     _check_unused_lists(base, cfg, cands)
     for c in cands:
         # the smallest and the largest replica count: a count past the scenario's limits would

@@ -53,8 +53,18 @@ def check_prefix_blocks(prompt_tokens: np.ndarray, block_tokens: int, origin: st
         )
 
 
+def as_float(n: float) -> float:
+    """``n`` as a float, inf for an integer past the float range (``math.isfinite`` of a 400-digit
+    int raises OverflowError)."""
+    try:
+        return float(n)
+    except OverflowError:
+        return math.inf if n > 0 else -math.inf
+
+
 def check_requests(n: float, key: str, origin: str) -> None:
     """Refuse a request count over MAX_REQUESTS (``n`` may be a float product such as rate x duration)."""
+    n = as_float(n)
     if not math.isfinite(n) or n > MAX_REQUESTS:
         raise UserError(
             f"{origin}: {key}: {_count(n)} requests is over the limit of {MAX_REQUESTS:,} per run "
@@ -64,6 +74,7 @@ def check_requests(n: float, key: str, origin: str) -> None:
 
 def check_tokens(value: float, key: str, origin: str) -> None:
     """Refuse a token count (a length spec's value, median, bound, a system prompt) over the bound."""
+    value = as_float(value)
     if not math.isfinite(value) or value > MAX_TOKENS_PER_REQUEST:
         raise UserError(
             f"{origin}: {key}: {_count(value)} tokens is over the limit of {MAX_TOKENS_PER_REQUEST:,} tokens per request"
