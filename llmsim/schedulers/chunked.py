@@ -12,12 +12,17 @@ TBT when the batch is large and long prompts finish faster when it is small.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from llmsim.costmodel.ops import batch_shape
 from llmsim.request import Request
 from llmsim.schedulers.base import Scheduler
 from llmsim.schedulers.plan import BatchPlan
 
 
+# open to interpreted subclasses as its base is: else mypyc's freed instance keeps its KV manager
+# and decode set (a replica's ~37 KB a run; tests/test_schedulers.py)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ChunkedScheduler(Scheduler):
     name = "chunked"
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 from llmsim.costmodel.ops import BatchShape
 from llmsim.kvcache import BlockManager
 from llmsim.request import Request
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
     from llmsim.gaps import GapHistogram
 
 
+# open to interpreted subclasses as its base is: else mypyc's freed instance keeps its KV manager
+# and decode set (a replica's ~37 KB a run; tests/test_schedulers.py)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class TraditionalScheduler(Scheduler):
     name = "traditional"
 
@@ -58,6 +63,9 @@ class TraditionalScheduler(Scheduler):
         return plan
 
 
+# open to interpreted subclasses as its base is: else mypyc's freed instance keeps its KV manager
+# and decode set (a replica's ~37 KB a run; tests/test_schedulers.py)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class StaticScheduler(TraditionalScheduler):
     """Shares traditional's admission rule (whole prompts within max_batch_tokens)."""
 

@@ -23,12 +23,17 @@ the same step in vLLM (blocks are cached at schedule time); here hits see blocks
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from llmsim.request import Request
 from llmsim.schedulers.base import Scheduler
 from llmsim.schedulers.chunked import ChunkedScheduler
 from llmsim.schedulers.plan import BatchPlan
 
 
+# open to interpreted subclasses as its base is: else mypyc's freed instance keeps its KV manager
+# and decode set (a replica's ~37 KB a run; tests/test_schedulers.py)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class VllmScheduler(ChunkedScheduler):
     name = "vllm"
 
