@@ -251,11 +251,18 @@ def _scenario_of(path: Path, data: dict) -> Scenario:
     from llmsim.errors import pydantic_message
 
     try:
-        return Scenario.model_validate(data)
+        sc = Scenario.model_validate(data)
     except ValidationError as exc:
         lines = pydantic_message(exc, str(path), {}).splitlines()
         more = f" (and {len(lines) - 1} more problem(s))" if len(lines) > 1 else ""
         raise UserError(lines[0] + more) from None
+    from llmsim.hardware import load_profile
+
+    try:  # the report prices with them: a name edited to nothing known is the file's mistake
+        load_profile(sc.hardware, Path(sc.base_dir))
+    except UserError as exc:
+        raise UserError(f"{path}: hardware: {exc}") from None
+    return sc
 
 
 def _csv(path: Path) -> pd.DataFrame:

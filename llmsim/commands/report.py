@@ -15,15 +15,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from llmsim.errors import atomic_folder
+    from llmsim.errors import UserError, atomic_folder
     from llmsim.report import ResultsDir, write_report
 
     folder = Path(args.results_dir)
     results = ResultsDir.load(folder)  # not a results folder, or a broken one: say so before copying anything
     # the new report files are written into a hard-linked copy of the folder that then replaces
     # it, so the folder never mixes an old report with a new trace (docs/reliability.md)
-    with atomic_folder(folder, keep=True) as tmp:
-        written = [folder / p.relative_to(tmp) for p in write_report(folder, into=tmp, results=results)]
+    try:
+        with atomic_folder(folder, keep=True) as tmp:
+            written = [folder / p.relative_to(tmp) for p in write_report(folder, into=tmp, results=results)]
+    except KeyError as exc:  # a file edited or swapped (steps.parquet copied over requests.parquet)
+        raise UserError(
+            f"{folder}: its results lack {exc.args[0]!r}, which every llmsim run writes (a file edited, cut "
+            "short, or from another tool); rerun the command that wrote the folder"
+        ) from None
     if not args.quiet:
         print("wrote: " + ", ".join(str(p) for p in written))
     return 0

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmsim.errors import UserError
-from llmsim.progress import bar, printer
+from llmsim.progress import bar, finite, printer
 from llmsim.tables import table
 
 if TYPE_CHECKING:
@@ -337,7 +337,8 @@ def _vllm(args: argparse.Namespace) -> int:
         say(f"wrote {where} ({', '.join(campaigns)})")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "vllm_twin.json").write_text(json.dumps(scores, indent=1) + "\n")
+        # strict JSON: a figure a run cannot have (no failed requests: err_failed) is null, not NaN
+        (args.out / "vllm_twin.json").write_text(json.dumps(finite(scores), indent=1, allow_nan=False) + "\n")
         say(f"wrote {args.out / 'vllm_twin.json'} and {args.out / 'bench'}/<run>.{{measured,simulated}}.json")
     return 0
 
