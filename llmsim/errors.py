@@ -484,6 +484,9 @@ def refuse_foreign_files(out: Path, owned: Callable[[Path], bool]) -> None:
     if not out.is_dir():
         raise UserError(f"output directory {out}: not writable (Not a directory)")
     foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if not owned(p))
+    plots = out / "report_plots"  # owned when the report wrote it: its figures NN.png and nothing else
+    if plots.is_dir() and owned(plots):
+        foreign += sorted(f"report_plots/{p.name}" for p in plots.iterdir() if not re.fullmatch(r"\d{2,}\.png", p.name))
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise UserError(

@@ -210,6 +210,17 @@ def test_a_second_run_replaces_every_file(old, scenario):
     assert json.loads((old / "summary.json").read_text())["seed"] == 4
 
 
+def test_a_file_of_the_user_s_in_report_plots_is_not_replaced(old, scenario, capsys):
+    """report_plots/ is the report's (NN.png figures): a file of someone else's inside it is theirs,
+    and a run that replaces the folder whole refuses it as it refuses one beside it (it was deleted)."""
+    (old / "report_plots").mkdir(exist_ok=True)
+    (old / "report_plots" / "notes.txt").write_text("mine")
+    before = snapshot(old)
+    assert main(["run", str(scenario), "--out", str(old), "--quiet", "--no-report"]) == 2
+    assert "holds files llmsim did not write (report_plots/notes.txt)" in capsys.readouterr().err
+    assert snapshot(old) == before
+
+
 def test_a_new_run_keeps_the_sweep_and_twin_folders_inside_it(old, scenario, capsys):
     """`llmsim run S`, `llmsim sweep S` (into <run folder>/sweep by default), `llmsim run S`: the
     second run keeps sweep/ and twin/ as they were; a folder that only shares the name does not pass."""

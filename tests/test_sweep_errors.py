@@ -249,3 +249,16 @@ def test_a_sweep_refuses_to_replace_a_folder_with_other_files(old_sweep, scenari
     assert sweep(scenario, old_sweep, "--set", "cluster.replicas=1", "--workers", "1") == 2
     assert "holds files llmsim did not write (notes.txt)" in one_error_line(capsys.readouterr().err)
     assert snapshot(old_sweep) == before
+
+
+def test_fixed_values_that_need_an_axis_are_validated_with_it(tmp_path, capsys):
+    """--fix policy.kind=vllm on a disaggregated file is valid only with the axes that drop its
+    pools: the base scenario was validated with the fixed values alone and refused the sweep."""
+    from pathlib import Path
+
+    dis = Path(__file__).resolve().parent.parent / "scenarios" / "colocated_vs_disaggregated.yaml"
+    out = tmp_path / "sw"
+    args = ["sweep", str(dis), "--fix", "policy.kind=vllm", "--fix", "workload.num_requests=8"]
+    args += ["--set", "cluster.prefill_pool=null", "--set", "cluster.decode_pool=null"]
+    assert main([*args, "--workers", "1", "--no-report", "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
+    assert pd.read_parquet(out / "sweep.parquet")["error"].isna().all()

@@ -52,7 +52,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from llmsim.commands.run import parse_overrides
     from llmsim.errors import UserError, atomic_folder, output_pending
     from llmsim.scenario import load_scenario
-    from llmsim.sweep import check_sweep, check_workers, dask_client, parse_grid, run_sweep, scenario_data
+    from llmsim.sweep import check_sweep, check_workers, dask_client, expand, parse_grid, run_sweep, scenario_data
 
     grid = parse_grid(args.set)
     if not grid:
@@ -60,7 +60,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     fixed = parse_overrides(args.fix)
     check_workers(args.workers)
     scenario_data(Path(args.scenario))  # a scenario, not another llmsim file given by mistake
-    sc = load_scenario(args.scenario, fixed)  # validates the base scenario before any work
+    try:  # the base scenario with the fixed values, validated before any work
+        sc = load_scenario(args.scenario, fixed)
+    except UserError:  # ... unless they need an axis (--fix policy.kind=vllm, --set cluster.prefill_pool=null)
+        sc = load_scenario(args.scenario, {**fixed, **expand(grid)[0]})
     check_sweep(args.scenario, grid, fixed)  # ... and every point of the grid, without simulating
     out = Path(args.out) if args.out else Path(sc.output.dir) / "sweep"
     check_sweep_output(out)
