@@ -85,8 +85,15 @@ def plan_owns(entry: Path) -> bool:
 def check_plan_output(out: Path) -> None:
     """Fail before planning if the plan's folder can't replace ``out`` (as ``llmsim run`` checks)."""
     from llmsim.commands.run import check_writable_parent
-    from llmsim.errors import refuse_foreign_files
+    from llmsim.errors import UserError, refuse_foreign_files
 
+    # a run's results (its summary.json without a plan.json) are not a plan's to replace, as a sweep's
+    # are not (commands/sweep.check_sweep_output): a plan folder holds its winner's run beside plan.json
+    if (out / "summary.json").is_file() and not (out / "plan.json").is_file():
+        raise UserError(
+            f"output directory {out} holds the results of `llmsim run` (summary.json); a plan replaces its whole "
+            "--out folder, so pick another"
+        )
     refuse_foreign_files(out, plan_owns)
     check_writable_parent(out)
 
