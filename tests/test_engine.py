@@ -273,6 +273,25 @@ def test_calibrate_serving_refuses_steps_it_cannot_fit(tmp_path) -> None:
         fit_serving([read_run(run_dir)], model, hw.model_dump(mode="json"), fit_hardware=False)
 
 
+def test_a_serving_fit_replaces_an_earlier_fits_hardware_profile(tmp_path, capsys) -> None:
+    """Two fits into one folder, with --fit-hardware and then without: the first's hardware.yaml
+    would sit beside the second's engine.yaml (twin reads them together); it is removed and said.
+    An --out naming a .yaml file is refused (it became a folder of that name)."""
+    from llmsim.cli import main
+
+    root = Path(__file__).resolve().parent.parent
+    common = ["calibrate", "--serving", str(DATA / "poisson-light-b"), "--hardware", str(DATA / "host-cpu.yaml")]
+    common += ["--model", str(root / "benchmarks" / "vllm_cpu" / "model" / "config.json")]
+    out = tmp_path / "fit"
+    assert main([*common, "--fit-hardware", "--out", str(out), "--quiet"]) == 0
+    assert (out / "hardware.yaml").is_file()
+    assert main([*common, "--out", str(out)]) == 0
+    assert not (out / "hardware.yaml").exists() and (out / "engine.yaml").is_file()
+    assert "removed " in capsys.readouterr().out
+    assert main([*common, "--out", str(tmp_path / "engine.yaml"), "--quiet"]) == 2
+    assert "names a file; with --serving --out is a folder" in capsys.readouterr().err
+
+
 def test_running_out_of_memory_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
     from llmsim import cli
     from llmsim.commands import run as run_command

@@ -178,8 +178,9 @@ def _serving(args: argparse.Namespace) -> int:
     if not args.hardware or not args.model:
         raise UserError("calibrate --serving needs --hardware (the device's profile) and --model (the served model)")
     out = Path(args.out) if args.out else Path("results/engine-fit")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: is a file; with --serving --out is a folder (engine.yaml, report.json go in it)")
+    if (out.exists() and not out.is_dir()) or (not out.exists() and out.suffix in (".yaml", ".yml", ".json")):
+        what = "is a file" if out.exists() else "names a file"
+        raise UserError(f"--out {out}: {what}; with --serving --out is a folder (engine.yaml, report.json go in it)")
     check_out_parent(out)
     runs, engine, fitted_hw, report = _fit_runs(args)
     resolved = runs[0].meta.get("resolved") or {}
@@ -196,13 +197,18 @@ def _serving(args: argparse.Namespace) -> int:
         texts["hardware.yaml"] = yaml.safe_dump(fitted_hw, sort_keys=False)
     texts["report.json"] = json.dumps(report, indent=1) + "\n"
     written = [out / name for name in texts if name != "report.json"]
+    stale = out / "hardware.yaml" if fitted_hw is None and (out / "hardware.yaml").is_file() else None
     try:  # each file whole or not at all (a full disk, a read-only folder)
         out.mkdir(parents=True, exist_ok=True)
         for name, text in texts.items():
             atomic_write_text(out / name, text)
+        if stale is not None:  # an earlier --fit-hardware fit's: twin would read it beside this engine.yaml
+            stale.unlink()
     except OSError as exc:
         raise UserError(f"--out {out}: could not write the fit ({os_reason(exc)})") from None
     say = printer(args.quiet)
+    if stale is not None:
+        say(f"removed {stale}: an earlier fit's hardware profile (this fit keeps --hardware's kernel model)")
     say(f"fitted {report['steps']} steps of {len(runs)} run(s): {', '.join(report['runs'])}")
     for k in ("schedule", "prepare", "output"):
         t = engine[k]
