@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from llmsim.errors import UserError, load_json_object
-from llmsim.workload.limits import MAX_TOKENS_PER_REQUEST
+from llmsim.workload.limits import MAX_ARRIVAL_S, MAX_TOKENS_PER_REQUEST
 
 STEP_COLUMNS = {
     "step_start_s",
@@ -121,6 +121,8 @@ def _check_numbers(requests: pd.DataFrame, path: Path) -> None:
         ("arrival_s", requests["arrival_s"] < 0, "an arrival before the run's start (negative)"),
         ("first_token_s", requests["first_token_s"] < requests["arrival_s"], "a first token before its arrival"),
         ("finish_s", requests["finish_s"] < requests["first_token_s"], "a finish before its first token"),
+        # (1e9 s, ~32 years, as a workload's arrivals: a stamp in another unit, not a run's length)
+        ("finish_s", requests["finish_s"] > MAX_ARRIVAL_S, f"past {MAX_ARRIVAL_S:.0e} s after the run's start"),
         ("prompt_tokens", requests["prompt_tokens"] < 1, "fewer than 1 prompt token"),
         ("output_tokens", requests["output_tokens"] < 1, "fewer than 1 output token"),
         ("prompt_tokens", requests["prompt_tokens"] > MAX_TOKENS_PER_REQUEST, "over the limit of tokens per request"),
@@ -131,6 +133,10 @@ def _check_numbers(requests: pd.DataFrame, path: Path) -> None:
         if len(rows):
             row = int(rows[0])
             raise UserError(f"{path}: row {row + 2}, column {col!r}: {what} ({requests[col].iloc[row]})")
+    again = np.flatnonzero(requests["id"].astype(str).duplicated().to_numpy())
+    if len(again):  # (the comparison matches requests by id: a second one would be scored twice)
+        row = int(again[0])
+        raise UserError(f"{path}: row {row + 2}, column 'id': {requests['id'].iloc[row]!r} is given twice")
 
 
 def parse_batch(batch: str) -> tuple[list[tuple[int, int]], list[int]]:
