@@ -26,6 +26,11 @@ from llmsim.workload.base import Workload
 
 def _scenario_of(scenario: object, overrides: dict[str, object] | None) -> Scenario:
     """``run``'s scenario argument as a validated Scenario."""
+    if overrides is not None and (not isinstance(overrides, dict) or not all(isinstance(k, str) for k in overrides)):
+        raise UserError(
+            "llmsim.run: overrides must be a dict of dotted keys to values, e.g. {'cluster.replicas': 2}, got "
+            f"{type(overrides).__name__}" + (" with a key that is not text" if isinstance(overrides, dict) else "")
+        )
     if isinstance(scenario, Scenario):
         if overrides:
             raise UserError(

@@ -345,6 +345,9 @@ def test_the_api_applies_overrides_to_a_dict_and_refuses_them_for_a_scenario() -
         llmsim.run(load_scenario(QUICK), {"seed": 7})
     with pytest.raises(UserError, match="got YAML text, not a path"):
         llmsim.run(Path(QUICK).read_text())
+    for bad in (["seed=7"], "seed=7", {7: 1}):  # (an AttributeError or a TypeError once)
+        with pytest.raises(UserError, match="overrides must be a dict of dotted keys"):
+            llmsim.run(QUICK, bad)  # type: ignore[arg-type]
 
 
 def test_an_overloaded_rate_is_not_an_slo_capacity(tmp_path) -> None:
