@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmsim.errors import UserError, load_yaml_file
+from llmsim.errors import UserError, load_yaml_file, value_text
 
 if TYPE_CHECKING:
     from llmsim.hardware import HardwareProfile
@@ -251,16 +251,11 @@ MAX_GRAPH_TOKENS = 2**24
 def _seconds(v: object, where: str) -> float:
     """A duration from a YAML value: a finite number of seconds in 0..MAX_HOST_S (not a bool), or a
     clear error."""
-    # (the range test before isfinite: it is exact for a 400-digit int, which isfinite overflows on)
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_HOST_S or not math.isfinite(v):
-        raise UserError(f"{where} must be a number of seconds from 0 to {MAX_HOST_S:g}, got {_short(v)}")
+    # (a range test, not isfinite: it refuses NaN and inf too, and is exact for a 400-digit int,
+    # which isfinite overflows on)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_HOST_S:
+        raise UserError(f"{where} must be a number of seconds from 0 to {MAX_HOST_S:g}, got {value_text(v)}")
     return float(v)
-
-
-def _short(v: object) -> str:
-    """A value for a message, a huge integer cut to its first digits and length."""
-    text = repr(v)
-    return text if len(text) <= 40 else f"{text[:12]}... ({len(text)} characters)"
 
 
 _BOOLS = ("async_scheduling", "cuda_graphs", "hardware_step_overhead", "moe_workspace_persists")
@@ -285,7 +280,7 @@ def _field(k: str, v: object, origin: str) -> object:
     if k == "cuda_graph_sizes":
         if not isinstance(v, list) or not v or not all(type(x) is int and 0 < x <= MAX_GRAPH_TOKENS for x in v):
             raise UserError(
-                f"{where} must be a non-empty list of batch sizes from 1 to {MAX_GRAPH_TOKENS:,}, got {_short(v)}"
+                f"{where} must be a non-empty list of batch sizes from 1 to {MAX_GRAPH_TOKENS:,}, got {value_text(v)}"
             )
         return tuple(sorted(set(v)))
     if k == "output_delay_s":

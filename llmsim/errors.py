@@ -151,12 +151,12 @@ class YAMLNumberTooLong(YAMLTooLarge):
     problem = NUMBER_TOO_LONG
 
 
-class YAMLBadValue(YAMLTooLarge):
-    """A scalar its type cannot hold (``2024-02-30`` read as a date, ``!!int x``)."""
+class YAMLBadValue(_BadKey):
+    """A scalar its type cannot hold (``2024-02-30`` read as a date, ``!!int x``): told as its
+    problem, as a key given twice is (the constructor gives no position)."""
 
     def __init__(self, problem: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
+        super().__init__(problem, None)
 
 
 def safe_yaml(text: str) -> object:
@@ -222,7 +222,7 @@ def load_yaml_file(path: Path) -> object:
         raise UserError(f"{path}: not a text file") from None
 
 
-def _value_text(v: object) -> str:
+def value_text(v: object) -> str:
     """``repr(v)`` for a message, cut to its start and length; an integer past Python's digit limit
     (whose repr raises) by its size alone."""
     if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 3.3 * INT_MAX_DIGITS:
@@ -306,7 +306,7 @@ def pydantic_message(exc: Exception, origin: str, suggestions: dict[str, list[st
             msg = msg.removeprefix("Value error, ")  # (a validator's own sentence, said as the others)
             got = err.get("input")
             if got is not None and not isinstance(got, dict | list):
-                msg = f"{msg} (got {_value_text(got)})"
+                msg = f"{msg} (got {value_text(got)})"
         lines.append(f"{loc}: {msg}")
     # one line, as every error: the first few problems, then how many more
     more = f"; and {len(lines) - 4} more" if len(lines) > 4 else ""
@@ -475,6 +475,16 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
         os.rename(old, out)  # put the old results back
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def results_in(out: Path) -> tuple[str, str] | None:
+    """(command, file) of the results ``out`` holds, None for none: a plan (plan.json, beside its
+    winner's summary.json), else a run (summary.json), else a sweep (sweep.json). The commands that
+    write a folder refuse another's, each naming it."""
+    for name, command in (("plan.json", "plan"), ("summary.json", "run"), ("sweep.json", "sweep")):
+        if (out / name).is_file():
+            return command, name
+    return None
 
 
 def refuse_foreign_files(out: Path, owned: Callable[[Path], bool]) -> None:

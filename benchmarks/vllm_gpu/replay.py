@@ -348,13 +348,18 @@ def replay(run: Run, max_requests: int | None = None, policy: str = "vllm", out:
 BANDS = ((1, 16), (16, 64), (64, 128), (128, 10**9))  # decoding requests per rank
 
 
+def per_second_log(run: Run) -> tuple[pd.DataFrame, int]:
+    """The run's per-second log (timeseries.csv: tokens per second, running, waiting) and its
+    data-parallel ranks (the log's counts are their totals)."""
+    return pd.read_csv(run.dir / "timeseries.csv"), int(run.meta()["engine_kwargs"].get("data_parallel_size") or 1)
+
+
 def real_decode_steps(run: Run) -> pd.DataFrame:
     """Decode step time the run's own per-second log implies: in a second with no prompt tokens
     every running request decodes once per step, so step = running / generated tokens per second
     (DP ranks step side by side: the totals give the same ratio). One row per such second, with
     the requests per rank."""
-    ts = pd.read_csv(run.dir / "timeseries.csv")
-    dp = int(run.meta()["engine_kwargs"].get("data_parallel_size") or 1)
+    ts, dp = per_second_log(run)
     quiet = ts[(ts["prompt_throughput"] == 0) & (ts["gen_throughput"] > 0) & (ts["running"] > 0)]
     return pd.DataFrame({"per_rank": quiet["running"] / dp, "step_s": quiet["running"] / quiet["gen_throughput"]})
 
@@ -396,8 +401,7 @@ def prompt_step_row(run: Run, steps: pd.DataFrame) -> dict:
     step; medians over those seconds. Real: steps per second = generated tokens / running (each
     running request decodes once a step, as in ``real_decode_steps``); llmsim: its steps counted in
     that second (a rank's, the first rank's for data-parallel runs)."""
-    ts = pd.read_csv(run.dir / "timeseries.csv")
-    dp = int(run.meta()["engine_kwargs"].get("data_parallel_size") or 1)
+    ts, dp = per_second_log(run)
     busy = ts[(ts["prompt_throughput"] > 0) & (ts["gen_throughput"] > 0) & (ts["running"] > 0)]
     real_steps = busy["gen_throughput"] / busy["running"]
     own = steps[steps["replica"] == steps["replica"].min()]

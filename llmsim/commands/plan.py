@@ -85,11 +85,11 @@ def plan_owns(entry: Path) -> bool:
 def check_plan_output(out: Path) -> None:
     """Fail before planning if the plan's folder can't replace ``out`` (as ``llmsim run`` checks)."""
     from llmsim.commands.run import check_writable_parent
-    from llmsim.errors import UserError, refuse_foreign_files
+    from llmsim.errors import UserError, refuse_foreign_files, results_in
 
-    # a run's results (its summary.json without a plan.json) are not a plan's to replace, as a sweep's
-    # are not (commands/sweep.check_sweep_output): a plan folder holds its winner's run beside plan.json
-    if (out / "summary.json").is_file() and not (out / "plan.json").is_file():
+    # a run's results are not a plan's to replace, as they are not a sweep's (a plan folder holds its
+    # winner's run beside plan.json: results_in names it a plan)
+    if (other := results_in(out)) is not None and other[0] == "run":
         raise UserError(
             f"output directory {out} holds the results of `llmsim run` (summary.json); a plan replaces its whole "
             "--out folder, so pick another"

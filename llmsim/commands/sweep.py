@@ -120,13 +120,12 @@ def check_sweep_output(out: Path) -> None:
     """Fail before simulating if the sweep's folder can't replace ``out`` (as ``llmsim run`` checks);
     a run's or a plan's results are named as such: replacing them is never what a sweep means."""
     from llmsim.commands.run import check_writable_parent
-    from llmsim.errors import UserError, refuse_foreign_files
+    from llmsim.errors import UserError, refuse_foreign_files, results_in
 
-    other = next((out / f for f in ("plan.json", "summary.json") if (out / f).is_file()), None)
-    if other is not None:
-        command = "plan" if other.name == "plan.json" else "run"
+    other = results_in(out)
+    if other is not None and other[0] != "sweep":
         raise UserError(
-            f"output directory {out} holds the results of `llmsim {command}` ({other.name}); a sweep replaces "
+            f"output directory {out} holds the results of `llmsim {other[0]}` ({other[1]}); a sweep replaces "
             "its whole --out folder, so pick another (the default is <output.dir>/sweep)"
         )
     refuse_foreign_files(out, sweep_owns)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmsim.errors import UserError
+from llmsim.errors import UserError, results_in
 from llmsim.progress import bar, finite, printer
 from llmsim.tables import table
 
@@ -154,11 +154,10 @@ def check_out(out: Path) -> None:
 
     if out.exists() and not out.is_dir():
         raise UserError(f"output directory {out}: not writable (Not a directory)")
-    other = next((out / f for f in ("summary.json", "plan.json", "sweep.json") if (out / f).is_file()), None)
+    other = results_in(out)
     if other is not None:  # the twin writes its files in place: they would mix with another command's
-        command = {"summary.json": "run", "plan.json": "plan", "sweep.json": "sweep"}[other.name]
         raise UserError(
-            f"output directory {out} holds the results of `llmsim {command}` ({other.name}); the twin writes "
+            f"output directory {out} holds the results of `llmsim {other[0]}` ({other[1]}); the twin writes "
             "its files into --out beside what is there, so pick another (the default is <output.dir>/twin)"
         )
     check_writable_parent(out)

@@ -18,7 +18,7 @@ import pandas as pd
 from llmsim.errors import COMPRESSED_MAGIC, GZIP_MAGIC, NUMBER_TOO_LONG, UserError, check_input_file
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
-from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, MAX_TRACE_BYTES, check_prefix_blocks
+from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, MAX_TRACE_BYTES, as_float, check_prefix_blocks
 
 
 def check_trace_file(path: Path) -> None:
@@ -130,13 +130,11 @@ def _numbers(raw: pd.Series, lines: np.ndarray | None) -> pd.Series:
 
 
 def _as_float(v: object) -> float:
-    """A cell as a float: NaN where it is no number, +-inf past the float range."""
+    """A cell as a float: NaN where it is no number, +-inf past the float range (``as_float``)."""
     try:
-        return float(v)  # type: ignore[arg-type]
+        return as_float(v)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return math.nan
-    except OverflowError:  # a Python int past 1e308
-        return math.inf if v > 0 else -math.inf  # type: ignore[operator]
 
 
 def _plain(v: object) -> object:
