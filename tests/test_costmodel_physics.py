@@ -310,3 +310,33 @@ def test_an_moe_steps_experts_never_get_faster_with_more_tokens(model: str, weig
     ]
     drops = [(t + 2, b / a - 1) for t, (a, b) in enumerate(zip(times, times[1:], strict=False)) if b < a * (1 - 1e-12)]
     assert not drops, drops
+
+
+@pytest.mark.parametrize(("profile", "serial"), [("Xeon-8480+", True), ("EPYC-9654", True), ("A100-SXM-80GB", False)])
+def test_cpu_operators_pay_their_whole_launch_gpu_kernels_only_the_gap(profile: str, serial: bool) -> None:
+    """A GPU's host queues the next kernel while one runs, so a launch idles the device only where
+    it is longer than the kernel; a CPU's cores dispatch the operator they then compute (eager
+    PyTorch), so every call pays the launch on top. Checked per op and on a whole decode step."""
+    hw = load_profile(profile)
+    launch = hw.overheads.kernel_launch_s.value
+    assert launch > 0
+    cm = CostModel(L2_7B, hw)
+    shape = batch_shape([], [2048] * 4)
+    priced = cm.priced(shape)
+    for t in priced:
+        if t.op.kind == "comm":
+            continue
+        expected = launch if serial else max(0.0, launch - t.kernel_s)
+        assert t.launch_s == pytest.approx(expected), t.op.name
+    long_ops = [t for t in priced if t.op.kind == "gemm" and t.kernel_s > launch]
+    assert long_ops, "the step has operators longer than one launch"
+    assert all((t.launch_s > 0) == serial for t in long_ops)
+    # the step is its ops' sum, attention's fast path included (tests/test_one_source.py holds the
+    # fast path to price); a CPU step exceeds its kernels by every call's launch
+    kernels_s = sum(t.kernel_s * t.op.count for t in priced)
+    calls = sum(t.op.count for t in priced if t.op.kind != "comm")
+    gap_s = cm.stage_time(shape) - kernels_s
+    if serial:
+        assert gap_s == pytest.approx(calls * launch, rel=1e-9)
+    else:
+        assert gap_s < calls * launch

@@ -148,6 +148,7 @@ def test_twin_prices_a_dsa_model_with_its_kept_keys(tmp_path):
     import yaml
     from test_mla import V3_CONFIG
 
+    from llmsim.calibration.enginefit import FP32 as GRID_CONFIG
     from llmsim.cli import main
 
     root = Path(__file__).resolve().parents[1]
@@ -170,8 +171,8 @@ def test_twin_prices_a_dsa_model_with_its_kept_keys(tmp_path):
     assert main([*twin, "--steps-only", "--out", str(tmp_path / "grid")]) == 0
     grid = pd.read_csv(tmp_path / "grid" / "twin_steps.csv")
     model = from_hf_config(tmp_path / "config.json")
-    cfg = CostConfig(weight_dtype="fp32", act_dtype="fp32", attention_kernel="naive")
-    cost = CostModel(model, load_profile(str(tmp_path / "cpu.yaml")), cfg)
+    # the reference engine's numerics (fp32 weights, activations and KV cache), as the grid prices them
+    cost = CostModel(model, load_profile(str(tmp_path / "cpu.yaml")), GRID_CONFIG)
     row = grid[grid["kind"] == "decode"].iloc[-1]
     b, c = int(row["tokens_or_batch"]), int(row["context"])
     assert c > 16  # past index_topk: dense MLA would read every key

@@ -153,10 +153,14 @@ def test_decode_steps_s_equals_step_by_step_pricing(hw: str, engine: str) -> Non
 
 @pytest.mark.parametrize(("contexts", "kink"), [([1], True), ([1000] * 32, False)])
 def test_affine_run_pricing_only_where_linear(contexts: list[int], kink: bool) -> None:
-    # on a CPU decode attention turns from compute- to memory-bound as the context grows: a run
-    # across that kink takes the array formula, a run inside one regime the affine shortcut;
-    # both price every step as step_time does
-    cm = CostModel(CATALOG["llama-3.1-8b"], load_profile("Xeon-8480+"), CostConfig())
+    # on a GPU without CUDA graphs a launch longer than a short decode attention kernel floors it
+    # (only the gap idles the device): a run across the context where the kernel outgrows the
+    # launch takes the array formula, a run inside one regime the affine shortcut; both price
+    # every step as step_time does. (A 10 us launch on an RTX 4090: the kink falls inside the run.)
+    hw = load_profile("RTX-4090")
+    launch = hw.overheads.kernel_launch_s.model_copy(update={"value": 10e-6})
+    hw = hw.model_copy(update={"overheads": hw.overheads.model_copy(update={"kernel_launch_s": launch})})
+    cm = CostModel(CATALOG["llama-3.1-8b"], hw, CostConfig())
     shape = batch_shape([], contexts)
     stage = cm._dense_stage_time(shape.tokens, shape.lm_rows, True)
     host = cm.host_s(shape.decode_seqs, shape.tokens)

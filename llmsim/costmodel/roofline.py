@@ -165,6 +165,10 @@ class CostModel:
         small = eff.gemm_small_m  # measured rate per m for m = 1..len (replaces the curve there)
         self._small_m: tuple[float, ...] = tuple(small.value) if small else ()
         self._launch = self.hw.overheads.kernel_launch_s.value
+        # a GPU's launches are asynchronous (the host queues the next kernel while one runs); a
+        # CPU's operators are not: the cores that compute also dispatch (eager PyTorch: Python,
+        # ATen dispatch, the OpenMP fork/join), so there the launch adds to every call
+        self._serial_launch = self.hw.family == "cpu"
         self._step_overhead = self.hw.overheads.step_overhead_s.value
         # host seconds per step: the profile's constant (the ideal engine) or the engine's terms
         self._host_const = self.engine.hardware_step_overhead
@@ -303,9 +307,10 @@ class CostModel:
             compute = op.flops / peak
             memory = op.bytes / self._elem_op_bw.get(op.name, self._elem_bw)
             fixed = self._elem_op_fixed.get(op.name, self._fixed)
-        # Launches are asynchronous: the host queues the next kernel while this one runs, so only
-        # the part of the launch latency longer than the kernel leaves the device idle.
-        gap = max(0.0, launch - (max(compute, memory) + fixed))
+        # On a GPU launches are asynchronous: the host queues the next kernel while this one
+        # runs, so only the part of the launch latency longer than the kernel leaves the device
+        # idle. On a CPU the whole of it is spent on the computing cores (_serial_launch).
+        gap = launch if self._serial_launch else max(0.0, launch - (max(compute, memory) + fixed))
         return OpTime(op, compute, memory, gap, fixed, dequant)
 
     def collective_s(self, op: Op) -> float:
@@ -493,7 +498,8 @@ class CostModel:
                 flops += self._row_keys * self._attn.prefill_query_flops(s)
             compute = flops / (self._act_peak * self._attn_frac)
             memory = (read + written) / self._attn_bw
-            t += _kernel_total_s(compute, memory, self._attn_fixed, self.launch_latency(decode_only)) * layers
+            launch = self.launch_latency(decode_only)
+            t += _kernel_total_s(compute, memory, self._attn_fixed, launch, self._serial_launch) * layers
         if s.decode_tokens:
             t += self._decode_attention_s(s.decode_ctx_tokens, s.decode_tokens, s.decode_seqs, layers, decode_only)
         return t
@@ -517,7 +523,8 @@ class CostModel:
         compute_per_ctx, memory_per_ctx, q_memory = self._decode_attention_terms(tokens, seqs)
         compute: float = ctx * compute_per_ctx
         memory: float = ctx * memory_per_ctx + q_memory
-        return _kernel_total_s(compute, memory, self._attn_fixed, self.launch_latency(decode_only)) * layers
+        launch = self.launch_latency(decode_only)
+        return _kernel_total_s(compute, memory, self._attn_fixed, launch, self._serial_launch) * layers
 
     def _decode_attention_steps_s(
         self, ctx: np.ndarray, tokens: int, seqs: int, layers: int, decode_only: bool
@@ -532,7 +539,9 @@ class CostModel:
         launch = self.launch_latency(decode_only)
         busy = np.maximum(compute, memory, out=compute)
         busy += self._attn_fixed
-        if launch > busy[0]:  # busy grows with the context: only the first steps may be shorter
+        if self._serial_launch:
+            busy += launch
+        elif launch > busy[0]:  # busy grows with the context: only the first steps may be shorter
             np.maximum(busy, launch, out=busy)
         busy *= layers
         return busy
@@ -650,9 +659,12 @@ def _grown(shape: BatchShape, tokens: int) -> BatchShape:
 _PAD_TABLE_MAX = 65_536  # graph_view's table of padded sizes, at most this many tokens
 
 
-def _kernel_total_s(compute_s: float, memory_s: float, fixed_s: float, launch_s: float) -> float:
+def _kernel_total_s(compute_s: float, memory_s: float, fixed_s: float, launch_s: float, serial: bool) -> float:
     """One kernel's time per call as ``CostModel.price`` computes it: the launch latency counts
-    only where it exceeds the kernel (``_decode_attention_steps_s`` repeats this on arrays). A speed
-    copy held to ``price`` by ``tests/test_one_source.py::test_fast_attention_pricing_matches_priced_ops``."""
+    only where it exceeds the kernel, or whole where launches are ``serial`` (a CPU's operators;
+    ``_decode_attention_steps_s`` repeats this on arrays). A speed copy held to ``price`` by
+    ``tests/test_one_source.py::test_fast_attention_pricing_matches_priced_ops``."""
     busy = max(compute_s, memory_s) + fixed_s
+    if serial:
+        return busy + launch_s
     return busy if busy >= launch_s else launch_s  # = busy + max(0, launch_s - busy)
