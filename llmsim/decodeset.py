@@ -23,6 +23,7 @@ decode steps are ``runs.ColumnRun``.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -49,6 +50,17 @@ class DecodeSet:
         # (its first) on, so memory follows the members' lifetimes, not the run's length
         self._ends: list[float] = []
         self._base = 0
+        # Worst gaps by segment: the ticks between two instants at which a member's ticks start
+        # (it joins, or is materialized). A member's ticks are whole segments: its first, whose
+        # largest inner gap is kept, and every later one, over which a stack of suffix maxima of
+        # (the gap into a segment, its inner gaps) answers. Its worst gap is then two binary
+        # searches, not a pass over each of its ticks. The last segment stays open (-1: none)
+        # until a member's ticks start.
+        self._seg_ticks: list[int] = []
+        self._seg_inner: list[float] = []
+        self._max_ticks: list[int] = []
+        self._max_gaps: list[float] = []
+        self._open, self._open_into, self._open_inner = -1, -1.0, -1.0
         self._trim_ticks = self._trim_at = trim_ticks
         self._residue = [0] * self.bt  # members by (kv_at_join - tick_at_join) % bt
         self._members: dict[int, Request] = {}
@@ -58,6 +70,7 @@ class DecodeSet:
     # ---- membership --------------------------------------------------------------------
     def add(self, r: Request) -> None:
         """A request whose counters are current joins (its prompt is done, it has tokens to go)."""
+        self._close()
         r.tick0 = self.tick
         self._members[r.admit_seq] = r
         self.n += 1
@@ -78,19 +91,21 @@ class DecodeSet:
         d = tick - r.tick0
         if d <= 0:
             return
-        ends, lo, hi = self._ends, r.tick0 - self._base, tick - self._base  # the ticks it took part in
-        prev = ends[lo]
-        worst = prev - r.last_token_s
-        for i in range(lo + 1, hi):  # the largest gap between its ticks (a compiled loop)
-            e = ends[i]
-            if e - prev > worst:
-                worst = e - prev
-            prev = e
+        self._close()  # (its ticks start again at this tick)
+        t0 = r.tick0  # its ticks: t0 .. tick - 1, segments from the one starting at t0
+        worst = self._ends[t0 - self._base] - r.last_token_s
+        if d > 1:
+            inner = self._seg_inner[bisect_left(self._seg_ticks, t0)]
+            if inner > worst:
+                worst = inner
+            k = bisect_right(self._max_ticks, t0)  # the segments after its first
+            if k < len(self._max_gaps) and self._max_gaps[k] > worst:
+                worst = self._max_gaps[k]
         if worst > r.max_tbt_s:
             r.max_tbt_s = worst
         r.kv_tokens += d
         r.generated += d
-        r.last_token_s = prev
+        r.last_token_s = self._ends[tick - 1 - self._base]
         r.blocks = -(-r.kv_tokens // self.bt)
         r.tick0 = tick
 
@@ -133,6 +148,7 @@ class DecodeSet:
     def tick_once(self, end_s: float) -> list[Request]:
         """``advance`` for one tick (the step-by-step path)."""
         self._first_tick_gaps(end_s)
+        self._extend(end_s, -1.0)
         self._ends.append(end_s)
         self._ticked(1)
         return self._finished() if self._finish and self._finish[0][0] <= self.tick else []
@@ -144,11 +160,44 @@ class DecodeSet:
         if m <= 0:
             return []
         self._first_tick_gaps(ends[lo])
-        if m > 1 and self.gaps is not None:  # later ticks: every member's gap is the same
-            self.gaps.add_ends(ends, lo, hi, self.n)
+        if self.gaps is not None:  # later ticks: every member's gap is the same
+            inner = self.gaps.add_ends(ends, lo, hi, self.n)  # (and the largest: -1 for one tick)
+        else:
+            inner = largest_gap(ends, lo, hi)
+        self._extend(ends[lo], inner)
         self._ends.extend(ends[lo:hi])
         self._ticked(m)
         return self._finished()
+
+    def _extend(self, first_end_s: float, inner: float) -> None:
+        """Ticks join the open segment (or open one): ``first_end_s`` the first one's end,
+        ``inner`` the largest gap between the new ticks (-1: one tick)."""
+        own = self._ends
+        into = first_end_s - own[len(own) - 1] if own else -1.0  # (the very first tick has none)
+        if self._open < 0:
+            self._open, self._open_into, self._open_inner = self.tick, into, inner
+            return
+        if into > inner:  # inside the open segment, the gap into the new ticks is an inner one
+            inner = into
+        if inner > self._open_inner:
+            self._open_inner = inner
+
+    def _close(self) -> None:
+        """A member's ticks start at this tick: the open segment ends here."""
+        start = self._open
+        if start < 0:
+            return
+        self._open = -1
+        inner = self._open_inner
+        self._seg_ticks.append(start)
+        self._seg_inner.append(inner)
+        top = self._open_into if self._open_into > inner else inner
+        ticks, gaps = self._max_ticks, self._max_gaps
+        while gaps and gaps[len(gaps) - 1] <= top:
+            gaps.pop()
+            ticks.pop()
+        ticks.append(start)
+        gaps.append(top)
 
     def _ticked(self, m: int) -> None:
         self.tick += m
@@ -162,6 +211,12 @@ class DecodeSet:
         keep = min(min((r.tick0 for r in self._members.values()), default=self.tick), max(self.tick - 1, 0))
         del self._ends[: keep - self._base]
         self._base = keep
+        k = bisect_left(self._seg_ticks, keep)  # segments before the oldest member's first
+        del self._seg_ticks[:k]
+        del self._seg_inner[:k]
+        k = bisect_left(self._max_ticks, keep)
+        del self._max_ticks[:k]
+        del self._max_gaps[:k]
         self._trim_at = max(self._trim_ticks, 2 * len(self._ends))
 
     def _first_tick_gaps(self, end_s: float) -> None:
@@ -187,6 +242,18 @@ class DecodeSet:
             self.kv.free(r)
             finished.append(r)
         return finished
+
+
+def largest_gap(ends: list[float], lo: int, hi: int) -> float:
+    """The largest difference of successive ``ends[lo:hi]`` (-1: fewer than two)."""
+    largest = -1.0
+    prev = ends[lo]
+    for i in range(lo + 1, hi):  # (a compiled loop over unboxed floats)
+        e = ends[i]
+        if e - prev > largest:
+            largest = e - prev
+        prev = e
+    return largest
 
 
 def _admit_seq(r: Request) -> int:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, cast
 
 import simpy
+from simpy.events import Initialize, Timeout  # (not env.timeout: a descriptor call and a bound method per event)
 
 from llmsim.costmodel.ops import BatchShape
 from llmsim.decodeset import DecodeSet
@@ -77,7 +78,7 @@ class Clock:
         if self.ahead and self.now < self.inputs.next_s():
             return None
         env = self.env
-        return env.timeout(dt) if env.now == start else env.timeout(self.now - env.now)
+        return Timeout(env, dt) if env.now == start else Timeout(env, self.now - env.now)
 
 
 def retarget(old: simpy.Event, new: simpy.Event) -> None:
@@ -87,6 +88,32 @@ def retarget(old: simpy.Event, new: simpy.Event) -> None:
     multi-replica cluster. Uses only ``Event.callbacks``, SimPy's public list of waiters."""
     new.callbacks.extend(old.callbacks)  # type: ignore[union-attr]
     old.callbacks.clear()  # type: ignore[union-attr]
+
+
+class Driven:
+    """A generator run as a SimPy process, as ``simpy.Process`` runs it (started by an urgent
+    event now, resumed by each event it yields, at once if that one is processed already) but
+    compiled and without what the simulation's own processes never use: interrupts, failed
+    events, a process as an event to wait on (Process._resume is interpreted, and ran at every
+    event). An exception in the generator propagates out of the event loop, as a failed
+    Process's does. tests/test_run_events.py holds it to SimPy's order."""
+
+    def __init__(self, env: simpy.Environment, gen: Generator[simpy.Event, Any, Any]) -> None:
+        self.gen = gen
+        self._again: Callable[[simpy.Event], None] = self._resume  # (one bound method, not one per event)
+        Initialize(env, self)  # type: ignore[arg-type]  # (it reads only ._resume)
+
+    def _resume(self, event: simpy.Event) -> None:
+        gen = self.gen
+        while True:
+            try:
+                event = gen.send(None)  # (every event these processes wait on succeeds, valueless)
+            except StopIteration:
+                return
+            callbacks = cast(Any, event).callbacks  # (None once processed: read untyped, no list check)
+            if callbacks is not None:
+                callbacks.append(self._again)
+                return
 
 
 def shortcuts(policy: str, pool: PoolSpec, opts: SimOptions) -> tuple[bool, bool]:
@@ -184,11 +211,11 @@ class FastPath:
             # where cut() would end it, without a second timeout
             done = run.steps_through(nxt)
             self.run = run  # (for the end of the simulation, if the horizon comes first)
-            yield env.timeout(run.ends[done - 1] - env.now)
+            yield Timeout(env, run.ends[done - 1] - env.now)
             self.run = None
         else:
             self.run, self._cuttable, self._cut_at = run, True, run.steps
-            self._pending = env.timeout(run.end_s() - env.now)
+            self._pending = Timeout(env, run.end_s() - env.now)
             yield self._pending  # or earlier: cut() moves the replica onto an earlier timeout
             done = self._cut_at
             self.run, self._cuttable, self._pending = None, False, None
@@ -206,7 +233,7 @@ class FastPath:
         done = run.steps_through(env.now)
         run.allocate_through(done)  # the step in progress holds its KV slots (readers see them)
         self._cut_at = done
-        retarget(self._pending, env.timeout(max(0.0, run.ends[done - 1] - env.now)))
+        retarget(self._pending, Timeout(env, max(0.0, run.ends[done - 1] - env.now)))
 
     def sync(self) -> None:
         """Bring KV blocks and tokens up to now inside a decode run, for readers from outside

@@ -35,28 +35,40 @@ class GapHistogram:
     def add(self, gap_s: float, count: int = 1) -> None:
         self._counts[_bin_of(gap_s, self._scale)] += count
 
-    def add_ends(self, ends_s: list[float], lo: int, hi: int, count: int) -> None:
+    def add_ends(self, ends_s: list[float], lo: int, hi: int, count: int) -> float:
         """The gaps between the successive step ends ``ends_s[lo:hi]``, each seen ``count`` times (a
         run of decode steps of a whole batch): each the difference of two ends, as a token's gap
-        from the one before is when the steps are taken one by one. A run's steps change slowly,
-        so most gaps fall in the bin of the one before: a gap strictly inside that bin's bounds,
-        shrunk by a relative 1e-9 (far more than ``log``'s rounding), takes it without a log."""
+        from the one before is when the steps are taken one by one. Returns the largest (-1: none).
+        A run's steps change slowly, so most gaps fall in the bin of the one before: a gap strictly
+        inside that bin's bounds, shrunk by a relative 1e-9 (far more than ``log``'s rounding),
+        takes it without a log, and the bin's count grows once per stretch of such gaps (each
+        update of a big count makes a new int)."""
         counts, scale = self._counts, self._scale
         prev = ends_s[lo]
         inside_lo = inside_hi = 0.0  # the current bin's bounds, shrunk (empty: no bin yet)
         k = 0
+        pending = 0  # gaps seen in bin k, not yet counted
+        largest = -1.0
         for i in range(lo + 1, hi):
             end = ends_s[i]
             gap = end - prev
             prev = end
+            if gap > largest:
+                largest = gap
             if not inside_lo < gap < inside_hi:
+                if pending:
+                    counts[k] += pending
+                    pending = 0
                 k = _bin_of(gap, scale)
                 if 0 < k <= _BINS:
                     inside_lo = _LO_S * math.exp((k - 1) / scale) * (1.0 + 1e-9)
                     inside_hi = _LO_S * math.exp(k / scale) * (1.0 - 1e-9)
                 else:
                     inside_lo = inside_hi = 0.0
-            counts[k] += count
+            pending += count
+        if pending:
+            counts[k] += pending
+        return largest
 
     @property
     def counts(self) -> np.ndarray:

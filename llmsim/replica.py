@@ -17,7 +17,7 @@ import simpy
 
 from llmsim.costmodel.ops import BatchShape
 from llmsim.decodeset import DecodeSet
-from llmsim.fastpath import Clock, FastPath, Inputs, shortcuts
+from llmsim.fastpath import Clock, Driven, FastPath, Inputs, shortcuts
 from llmsim.gaps import GapHistogram
 from llmsim.kvcache import BlockManager, OffloadTier, chain_hashes
 from llmsim.request import REJECTED, Request
@@ -113,7 +113,7 @@ class Replica:
         self.dp_dummy_steps = 0  # lock-step: group steps this rank had nothing for (a dummy batch)
         self.setup()
         if not grouped:
-            env.process(self.loop())
+            Driven(env, self.loop())
 
     def setup(self) -> None:
         """What a kind of replica adds before its process starts (``pipeline.PipelineReplica``)."""

@@ -183,8 +183,9 @@ def requests_frame(reqs: list, output_delay_s: float = 0.0) -> pd.DataFrame:
         "preemptions": column("preemptions", np.int64),
         "transfer_s": column("transfer_s", np.float64),
     }
-    if any(r.lora_id >= 0 for r in reqs):  # multi-LoRA: each request's adapter (-1: the base model)
-        cols["lora_id"] = column("lora_id", np.int64)
+    lora = column("lora_id", np.int64)
+    if (lora >= 0).any():  # multi-LoRA: each request's adapter (-1: the base model)
+        cols["lora_id"] = lora
     return pd.DataFrame(
         cols, copy=False
     )  # (the columns are ours: a copy would hold each twice, ~110 MB per 1M requests)
@@ -575,11 +576,11 @@ def _in_system_growth(
                 "too short to reach a steady state"
             ),
         )
-    status = req["status"].to_numpy()
+    status = req["status"]  # (compared as the column's own strings: no million Python strs made)
     leave = np.where(
-        status == "finished",
+        (status == "finished").to_numpy(dtype=bool),
         req["finish_s"].to_numpy(dtype=float),
-        np.where(status == "rejected", req["arrival_s"].to_numpy(dtype=float), np.inf),
+        np.where((status == "rejected").to_numpy(dtype=bool), req["arrival_s"].to_numpy(dtype=float), np.inf),
     )
     leave.sort()
     grid = np.linspace(half, last_arrival_s, 101)

@@ -16,17 +16,19 @@ import math
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from heapq import heappop
 
 import numpy as np
 import pandas as pd
 import simpy
-from simpy.core import StopSimulation
+from simpy.core import URGENT, EventPriority, StopSimulation
+from simpy.events import Timeout
 
 from llmsim.autoscaler import Autoscaler, ScalingSpec
 from llmsim.build import PoolSpec
 from llmsim.disagg import KVTransfer
 from llmsim.dpgroup import DataParallelGroup
-from llmsim.fastpath import Inputs
+from llmsim.fastpath import Driven, Inputs
 from llmsim.feeder import Feeder
 from llmsim.gaps import GapHistogram
 from llmsim.kvcache import chain_hashes
@@ -240,13 +242,13 @@ def simulate(
             t = arrival_s[i]
             inputs.arrival_s = t
             if t > env.now:
-                yield env.timeout(t - env.now)
+                yield Timeout(env, t - env.now)
             send(i, t)
         inputs.arrival_s = math.inf
 
     feeder = Feeder(env, workload, opts.max_concurrency, send, drop) if feedback else None
     if feeder is None:
-        env.process(arrivals())
+        Driven(env, arrivals())
     else:  # arrivals that wait on answers (feeder.py)
         for rep in replicas:
             rep.on_answered = feeder.answered
@@ -305,12 +307,53 @@ def run_until(
         for k in range(1, PROGRESS_SLICES + 1):
             t = min(horizon_s, last_arrival_s * k / PROGRESS_SLICES)
             if t > env.now:
-                env.run(until=t)
+                run_events(env, t)
             progress(env.now, last_arrival_s)
     if horizon_s == math.inf:  # no horizon: until every request is done (no event left)
-        env.run()
+        run_events(env, None)
     elif horizon_s > env.now:  # (a horizon before the last arrival was reached by the slices)
-        env.run(until=horizon_s)
+        run_events(env, horizon_s)
+
+
+def run_events(env: simpy.Environment, until_s: float | None) -> None:
+    """``env.run(until=until_s)`` with SimPy's event loop compiled: ``Environment.run`` and
+    ``step`` of simpy 4.1 (core.py) over the same queue, so the same events in the same order, the
+    horizon's stop event left in the queue as SimPy leaves it (most urgent, at the horizon);
+    tests/test_run_events.py holds the two equal. SimPy's step is interpreted and runs at every
+    event (~4 per request of a busy cluster). The internals read here (``_queue``, ``_now``) are
+    checked first: without them, ``env.run`` itself."""
+    if not _simpy_internals(env):
+        env.run(until=until_s)
+        return
+    stop: simpy.Event | None = None
+    if until_s is not None:
+        if not until_s > env.now:
+            raise ValueError(f"until ({until_s}) must be greater than the current simulation time")
+        stop = simpy.Event(env)
+        stop._ok = True
+        stop._value = None
+        env.schedule(stop, URGENT, until_s - env.now)
+    queue = env._queue
+    while queue:
+        now, _, _, event = heappop(queue)
+        env._now = now
+        if event is stop:  # (SimPy's stop callback raises StopSimulation; step puts the event back)
+            event.callbacks = []
+            env.schedule(event, EventPriority(-1))
+            return
+        callbacks = event.callbacks
+        event.callbacks = None  # type: ignore[assignment]  # (processed: SimPy's marker)
+        for callback in callbacks:
+            callback(event)
+        if not event._ok and not hasattr(event, "_defused"):  # a failed event nobody handled
+            err = event._value
+            exc = type(err)(*err.args)
+            exc.__cause__ = err
+            raise exc
+
+
+def _simpy_internals(env: simpy.Environment) -> bool:
+    return isinstance(getattr(env, "_queue", None), list) and isinstance(getattr(env, "_now", None), (int, float))
 
 
 def _transfer_totals(tr: KVTransfer) -> dict[str, float | str]:

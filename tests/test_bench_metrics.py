@@ -206,5 +206,6 @@ def test_run_gaps_bin_as_each_gap_alone() -> None:
         for i in range(lo + 1, hi):
             want[_bin_of(ends[i] - ends[i - 1], scale)] += 3
         got = GapHistogram()
-        got.add_ends(ends, lo, hi, 3)
+        largest = got.add_ends(ends, lo, hi, 3)
         assert got.counts.tolist() == want
+        assert largest == max((ends[i] - ends[i - 1] for i in range(lo + 1, hi)), default=-1.0)

@@ -107,19 +107,20 @@ def test_fast_paths_match_exact_steps(policy: str, extra: dict) -> None:
 
 
 def _count_events(monkeypatch: pytest.MonkeyPatch, sc: llmsim.Scenario, **kwargs: object) -> tuple[int, int]:
-    """(SimPy events processed, steps simulated) of one run."""
+    """(SimPy events scheduled, steps simulated) of one run (sim.run_events processes each one
+    it pops, SimPy's own step not called)."""
     import simpy
 
     count = [0]
-    step = simpy.Environment.step
+    schedule = simpy.Environment.schedule
 
-    def counting(env: simpy.Environment) -> None:
+    def counting(env: simpy.Environment, event: simpy.Event, priority: int = 1, delay: float = 0) -> None:
         count[0] += 1
-        step(env)
+        schedule(env, event, priority, delay)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(simpy.Environment, "step", counting)
+    monkeypatch.setattr(simpy.Environment, "schedule", counting)
     res = llmsim.run(sc, **kwargs)
-    monkeypatch.setattr(simpy.Environment, "step", step)
+    monkeypatch.setattr(simpy.Environment, "schedule", schedule)
     return count[0], res.summary["steps_total"]
 
 

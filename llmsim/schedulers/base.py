@@ -358,6 +358,11 @@ class Scheduler:
 
     def _join_columns(self) -> None:
         """Requests past their prompt move from ``running`` into the columnar set; others leave."""
+        for r in self.running:  # (most steps: nobody moves, every request here is mid-prompt)
+            if r.status != RUNNING or r.prefilled >= r.prefill_target:
+                break
+        else:
+            return
         keep = []
         for r in self.running:
             if r.status != RUNNING:

@@ -1,0 +1,96 @@
+"""The compiled event loop and process driver (sim.run_events, fastpath.Driven) against SimPy's
+own (Environment.run, Process): the same events in the same order, the same state left behind."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import pytest
+import simpy
+
+from llmsim.fastpath import Driven
+from llmsim.sim import events_pending, run_events
+
+Trace = list[tuple[float, str]]
+
+
+def _toy(env: simpy.Environment, start: Callable[[simpy.Environment, Generator], Any], trace: Trace) -> None:
+    """Processes whose events tie in time and priority, start others mid-run (their Initialize is
+    urgent) and wait on events others trigger, some landing exactly on the horizons used below."""
+    gate = env.event()
+
+    def ticker(name: str, dt: float, n: int) -> Generator[simpy.Event, Any, None]:
+        for _ in range(n):
+            yield simpy.events.Timeout(env, dt)
+            trace.append((env.now, name))
+            if name == "b" and env.now == 3.0:
+                start(env, child(f"{name}-child"))
+                gate.succeed()
+
+    def child(name: str) -> Generator[simpy.Event, Any, None]:
+        trace.append((env.now, name + " starts"))
+        yield simpy.events.Timeout(env, 0)
+        trace.append((env.now, name))
+        yield simpy.events.Timeout(env, 2.0)
+        trace.append((env.now, name + " again"))
+
+    def waiter() -> Generator[simpy.Event, Any, None]:
+        yield gate
+        trace.append((env.now, "gate open"))
+        yield gate  # (processed already: resumed at once)
+        trace.append((env.now, "gate again"))
+
+    start(env, ticker("a", 1.0, 9))
+    start(env, ticker("b", 1.5, 6))
+    start(env, ticker("c", 0.5, 14))
+    start(env, waiter())
+
+
+def _process(env: simpy.Environment, gen: Generator) -> None:
+    env.process(gen)
+
+
+def _driven(env: simpy.Environment, gen: Generator) -> None:
+    Driven(env, gen)
+
+
+def _queue(env: simpy.Environment) -> list[tuple[float, int]]:
+    return sorted((t, p) for t, p, _, _ in env._queue)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("start", [_process, _driven])
+@pytest.mark.parametrize("horizons", [[None], [3.0, 5.0, None], [0.5, 3.0, 4.5, 6.0], [2.25, 7.0]])
+def test_run_events_is_simpy_run(start: Callable, horizons: list[float | None]) -> None:
+    runs = []
+    for loop in ("simpy", "compiled"):
+        env, trace = simpy.Environment(), []
+        _toy(env, start, trace)
+        for until in horizons:
+            if loop == "simpy":
+                env.run(until=until)
+            else:
+                run_events(env, until)
+            trace.append((env.now, f"stopped at {until}"))
+        runs.append((trace, env.now, _queue(env), events_pending(env)))
+    assert runs[0] == runs[1]
+    assert len(runs[0][0]) > 20
+
+
+def test_driven_is_simpy_process() -> None:
+    traces = []
+    for start in (_process, _driven):
+        env, trace = simpy.Environment(), []
+        _toy(env, start, trace)
+        env.run()
+        traces.append(trace)
+    assert traces[0] == traces[1]
+
+
+def test_run_events_raises_a_failed_event_as_simpy_does() -> None:
+    env = simpy.Environment()
+    env.event().fail(KeyError("lost"))
+    with pytest.raises(KeyError, match="lost"):
+        run_events(env, None)
+    with pytest.raises(ValueError, match="greater than the current"):
+        run_events(env, env.now)
