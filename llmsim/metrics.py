@@ -159,6 +159,7 @@ def bench_metrics(
     good: pd.Series | None,
     itl: dict,
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+    fin: pd.DataFrame | None = None,
 ) -> dict:
     """vLLM-bench result keys of a run.
 
@@ -166,8 +167,9 @@ def bench_metrics(
     ``first_token_s``, ``finish_s``, ``prompt_tokens``, ``generated_tokens``, ``ttft_s``,
     ``tpot_s``, ``e2e_s`` and optionally ``tbt_max_s``; ``good``: requests meeting the SLOs (or
     None: no goodput, as vLLM without ``--goodput``); ``itl``: the ``*_itl_ms`` figures
-    (:func:`itl_from_histogram` or :func:`dist_ms` over every gap)."""
-    fin = finished(req)
+    (:func:`itl_from_histogram` or :func:`dist_ms` over every gap); ``fin``: ``finished(req)``
+    where the caller has it (a run with rejections copies the frame to make it)."""
+    fin = finished(req) if fin is None else fin
     n_done = len(fin)
     start = float(req["arrival_s"].min()) if len(req) else 0.0
     end = float(fin["finish_s"].max()) if n_done else start

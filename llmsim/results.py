@@ -460,7 +460,7 @@ def summarize(
     itl = itl_from_histogram(gaps, itl_mean_s, percentiles)
     good = meets if has_latency_slo(slo, slo_classes) else None  # vLLM: no --goodput, no goodput
     summary = {
-        **bench_metrics(req, good, itl, percentiles),
+        **bench_metrics(req, good, itl, percentiles, fin),
         "percentiles": list(percentiles),
         **meta,
         "requests": {
