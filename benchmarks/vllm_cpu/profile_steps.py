@@ -56,6 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(serve.OUT_ROOT / "profile"))
     ap.add_argument("--only", default="", help="substring filter on experiment names")
     ap.add_argument("--warmup", choices=serve.WARMUPS, default="full", help="warm-up before t0 (serve.WARMUPS)")
+    ap.add_argument("--model", default="", help="a model folder (config.json) other than model/ (the depth profiles)")
     args = ap.parse_args(argv)
 
     env = serve.setup_env()
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
     from vllm.sampling_params import RequestOutputKind
 
     kind = RequestOutputKind.DELTA
-    engine, engine_kwargs = serve.build_engine()
+    engine, engine_kwargs = serve.build_engine({"model": str(Path(args.model).resolve())} if args.model else None)
     cfg = serve.resolved_config(engine)
     warm = serve.warmup(engine, SamplingParams, TokensPrompt, kind, args.warmup)
     clock0 = time.monotonic()
