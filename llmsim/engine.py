@@ -69,6 +69,10 @@ class EngineSpec:
     non_torch_bytes_tp: float = 0.0  # the same per device at TP > 1 (NCCL, custom all-reduce buffers)
     moe_workspace_persists: bool = False  # MoE kernels' scratch buffers stay allocated between calls
     memory_source: str = ""
+    # On a CPU (family cpu): the host's seconds per operator, which there add to every call (eager
+    # Python, the dispatcher, OpenMP's fork/join): replaces the hardware profile's kernel_launch_s.
+    # None keeps the profile's (a C++ runtime's engine, or a profile fitted with its own launch).
+    cpu_op_s: float | None = None
 
     def reserved_bytes(
         self, forward_bytes: float, max_seqs: int, step_tokens: int, vocab: int, tp: int, moe_workspace: float = 0.0
@@ -186,6 +190,14 @@ _VLLM_SAMPLER_BYTES_PER_LOGIT = 15.09
 _VLLM_NON_TORCH_BYTES = 0.2467 * 2**30
 _VLLM_NON_TORCH_BYTES_TP = 2.07 * 2**30
 
+# vLLM's host cost per operator on a CPU (its CPU build runs eager: a Python call per module, the
+# dispatcher, an OpenMP fork/join per kernel): measured with real vLLM 0.32.0 on a 2-vCPU Xeon VM
+# (2.6 GHz, 2 threads) as the difference of a 2- and an 18-layer model's decode steps, less llmsim's
+# kernel prices, per operator as llmsim lists them: 37.9 and 36.7 us in two pairs of runs
+# (data/validation/vllm-cpu-depth/, benchmarks/vllm_cpu/depth_overhead.py; tests/test_vllm_cpu_depth.py
+# holds this value to them). A CPU with more threads per operator forks and joins over more of them.
+_VLLM_CPU_OP_S = 37.3e-6
+
 PRESETS: dict[str, EngineSpec] = {
     "ideal": EngineSpec(
         "ideal",
@@ -211,6 +223,7 @@ PRESETS: dict[str, EngineSpec] = {
         non_torch_bytes_tp=_VLLM_NON_TORCH_BYTES_TP,
         moe_workspace_persists=True,
         memory_source=_MEM,
+        cpu_op_s=_VLLM_CPU_OP_S,
     ),
     "vllm-2024": EngineSpec(
         "vllm-2024",
@@ -285,6 +298,8 @@ def _field(k: str, v: object, origin: str) -> object:
         return tuple(sorted(set(v)))
     if k == "output_delay_s":
         return _seconds(v, where)
+    if k == "cpu_op_s":
+        return None if v is None else _seconds(v, where)
     if k in _AMOUNTS:
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
             raise UserError(f"{where} must be a finite number of bytes >= 0, got {v!r}")

@@ -340,3 +340,35 @@ def test_cpu_operators_pay_their_whole_launch_gpu_kernels_only_the_gap(profile: 
         assert gap_s == pytest.approx(calls * launch, rel=1e-9)
     else:
         assert gap_s < calls * launch
+
+
+def test_a_cpu_pays_the_engines_cost_per_operator_where_the_engine_sets_one() -> None:
+    """On a CPU the host's cost per operator is the software's (EngineSpec.cpu_op_s: vLLM's, measured
+    at two model depths, replaces the profile's launch); the ideal engine and a GPU keep the profile's."""
+    from pathlib import Path
+
+    from llmsim.engine import PRESETS, for_hardware, load_engine
+    from llmsim.errors import UserError
+
+    vllm = PRESETS["vllm-v1"]
+    assert vllm.cpu_op_s is not None and vllm.cpu_op_s > 10 * 2e-6  # far above the profiles' 2 us prior
+    shape = batch_shape([], [512] * 2)
+    for profile, engine, launch in [
+        ("Xeon-8480+", "vllm-v1", vllm.cpu_op_s),
+        ("Xeon-8480+", "ideal", None),
+        ("A100-SXM-80GB", "vllm-v1", None),
+    ]:
+        hw = load_profile(profile)
+        spec = for_hardware(PRESETS[engine], hw)
+        cm = CostModel(L2_7B, hw, CostConfig(cuda_graphs=False), spec)
+        want = hw.overheads.kernel_launch_s.value if launch is None else launch
+        for t in cm.priced(shape):
+            if t.op.kind == "comm":
+                continue
+            gap = want if hw.family == "cpu" else max(0.0, want - t.kernel_s)
+            assert t.launch_s == pytest.approx(gap), (profile, engine, t.op.name)
+    # a scenario may set or clear it; a bad value is refused by name
+    assert load_engine({"preset": "vllm-v1", "cpu_op_s": None}, Path("."), "s.yaml").cpu_op_s is None
+    assert load_engine({"preset": "ideal", "cpu_op_s": 5e-6}, Path("."), "s.yaml").cpu_op_s == 5e-6
+    with pytest.raises(UserError, match="engine.cpu_op_s must be a number of seconds"):
+        load_engine({"preset": "vllm-v1", "cpu_op_s": -1}, Path("."), "s.yaml")

@@ -28,3 +28,7 @@ def test_two_depth_pairs_agree_and_the_serving_fit_matches_them() -> None:
     # the serving fit (per-op and per-step costs not separable there, its launch at its bound)
     # lands within 20 % of the measured per-operator cost
     assert abs(fitted_us / (sum(est.values()) / 2) - 1) < 0.2, (fitted_us, est)
+    # the vllm-v1 engine's cost per operator on a CPU is this measurement: the two pairs' mean
+    from llmsim.engine import PRESETS
+
+    assert PRESETS["vllm-v1"].cpu_op_s == round(sum(est.values()) / 2, 1) * 1e-6, est

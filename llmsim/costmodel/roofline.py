@@ -164,11 +164,13 @@ class CostModel:
         self._gemv_bw = self._stream_bw(gemv) if gemv else None
         small = eff.gemm_small_m  # measured rate per m for m = 1..len (replaces the curve there)
         self._small_m: tuple[float, ...] = tuple(small.value) if small else ()
-        self._launch = self.hw.overheads.kernel_launch_s.value
         # a GPU's launches are asynchronous (the host queues the next kernel while one runs); a
         # CPU's operators are not: the cores that compute also dispatch (eager PyTorch: Python,
-        # ATen dispatch, the OpenMP fork/join), so there the launch adds to every call
+        # ATen dispatch, the OpenMP fork/join), so there the launch adds to every call, and what
+        # it costs is the engine's software as much as the chip's (EngineSpec.cpu_op_s)
         self._serial_launch = self.hw.family == "cpu"
+        cpu_op = self.engine.cpu_op_s
+        self._launch = cpu_op if self._serial_launch and cpu_op is not None else self.hw.overheads.kernel_launch_s.value
         self._step_overhead = self.hw.overheads.step_overhead_s.value
         # host seconds per step: the profile's constant (the ideal engine) or the engine's terms
         self._host_const = self.engine.hardware_step_overhead
