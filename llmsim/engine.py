@@ -70,8 +70,9 @@ class EngineSpec:
     moe_workspace_persists: bool = False  # MoE kernels' scratch buffers stay allocated between calls
     memory_source: str = ""
     # On a CPU (family cpu): the host's seconds per operator, which there add to every call (eager
-    # Python, the dispatcher, OpenMP's fork/join): replaces the hardware profile's kernel_launch_s.
-    # None keeps the profile's (a C++ runtime's engine, or a profile fitted with its own launch).
+    # Python, the dispatcher, OpenMP's fork/join): replaces the hardware profile's kernel_launch_s,
+    # unless that profile is calibrated (its own launch was fitted or measured with its stack).
+    # None keeps the profile's (a C++ runtime's engine).
     cpu_op_s: float | None = None
 
     def reserved_bytes(

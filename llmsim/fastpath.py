@@ -92,14 +92,17 @@ def retarget(old: simpy.Event, new: simpy.Event) -> None:
 
 class Driven:
     """A generator run as a SimPy process, as ``simpy.Process`` runs it (started by an urgent
-    event now, resumed by each event it yields, at once if that one is processed already) but
-    compiled and without what the simulation's own processes never use: interrupts, failed
-    events, a process as an event to wait on (Process._resume is interpreted, and ran at every
-    event). An exception in the generator propagates out of the event loop, as a failed
-    Process's does. tests/test_run_events.py holds it to SimPy's order."""
+    event now, resumed by each event it yields, at once if that one is processed already, an
+    event scheduled when it returns) but compiled and without what the simulation's own
+    processes never use: interrupts, failed events to handle, ``env.active_process``, a process
+    as an event to wait on (Process._resume is interpreted, and ran at every event). An
+    exception in the generator propagates out of the event loop at once (SimPy raises a copy when
+    the failed process's event comes up). tests/test_run_events.py holds it to SimPy's order and
+    queue."""
 
     def __init__(self, env: simpy.Environment, gen: Generator[simpy.Event, Any, Any]) -> None:
         self.gen = gen
+        self.env = env
         self._again: Callable[[simpy.Event], None] = self._resume  # (one bound method, not one per event)
         Initialize(env, self)  # type: ignore[arg-type]  # (it reads only ._resume)
 
@@ -109,6 +112,7 @@ class Driven:
             try:
                 event = gen.send(None)  # (every event these processes wait on succeeds, valueless)
             except StopIteration:
+                simpy.Event(self.env).succeed()  # (as Process's own event: the queue stays SimPy's)
                 return
             callbacks = cast(Any, event).callbacks  # (None once processed: read untyped, no list check)
             if callbacks is not None:

@@ -367,6 +367,13 @@ def test_a_cpu_pays_the_engines_cost_per_operator_where_the_engine_sets_one() ->
                 continue
             gap = want if hw.family == "cpu" else max(0.0, want - t.kernel_s)
             assert t.launch_s == pytest.approx(gap), (profile, engine, t.op.name)
+    # a calibrated profile (here the third vLLM-CPU campaign's serving fit: launch 40 us) keeps its own
+    fitted = load_profile(
+        Path(__file__).resolve().parent.parent / "data/validation/vllm-cpu-xeon/engine-fit/hardware.yaml"
+    )
+    assert fitted.calibration is not None
+    cm = CostModel(L2_7B, fitted, CostConfig(), for_hardware(vllm, fitted))
+    assert {t.launch_s for t in cm.priced(shape) if t.op.kind != "comm"} == {fitted.overheads.kernel_launch_s.value}
     # a scenario may set or clear it; a bad value is refused by name
     assert load_engine({"preset": "vllm-v1", "cpu_op_s": None}, Path("."), "s.yaml").cpu_op_s is None
     assert load_engine({"preset": "ideal", "cpu_op_s": 5e-6}, Path("."), "s.yaml").cpu_op_s == 5e-6

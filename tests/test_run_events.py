@@ -78,13 +78,19 @@ def test_run_events_is_simpy_run(start: Callable, horizons: list[float | None]) 
 
 
 def test_driven_is_simpy_process() -> None:
-    traces = []
+    """The same trace, and the same queue at every instant a process ends (SimPy schedules an
+    event when a process returns, which ``env.peek()`` sees: the autoscaler reads it)."""
+    runs = []
     for start in (_process, _driven):
         env, trace = simpy.Environment(), []
         _toy(env, start, trace)
+        seen = []
+        for until in (2.0, 3.0, 3.5, 5.0, 6.5, 9.0):
+            env.run(until=until)
+            seen.append((env.now, env.peek(), _queue(env)))
         env.run()
-        traces.append(trace)
-    assert traces[0] == traces[1]
+        runs.append((trace, seen))
+    assert runs[0] == runs[1]
 
 
 def test_run_events_raises_a_failed_event_as_simpy_does() -> None:
@@ -94,3 +100,24 @@ def test_run_events_raises_a_failed_event_as_simpy_does() -> None:
         run_events(env, None)
     with pytest.raises(ValueError, match="greater than the current"):
         run_events(env, env.now)
+
+
+@pytest.mark.parametrize("start", [_process, _driven])
+def test_a_process_that_returned_is_still_in_the_queue_for_that_instant(start: Callable) -> None:
+    """SimPy schedules a process's own event when it returns; a process waking at the same instant
+    sees it in ``env.peek()`` (what the autoscaler reads to tell whether anything else is coming)."""
+    env = simpy.Environment()
+    seen: list[float] = []
+
+    def ends_at_1() -> Generator[simpy.Event, Any, None]:
+        yield simpy.events.Timeout(env, 1.0)
+
+    def looks_at_1() -> Generator[simpy.Event, Any, None]:
+        yield simpy.events.Timeout(env, 1.0)
+        seen.append(env.peek())
+
+    start(env, ends_at_1())
+    env.process(looks_at_1())
+    simpy.events.Timeout(env, 5.0)
+    env.run()
+    assert seen == [1.0]

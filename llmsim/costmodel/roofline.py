@@ -167,10 +167,12 @@ class CostModel:
         # a GPU's launches are asynchronous (the host queues the next kernel while one runs); a
         # CPU's operators are not: the cores that compute also dispatch (eager PyTorch: Python,
         # ATen dispatch, the OpenMP fork/join), so there the launch adds to every call, and what
-        # it costs is the engine's software as much as the chip's (EngineSpec.cpu_op_s)
+        # it costs is the engine's software as much as the chip's (EngineSpec.cpu_op_s); a
+        # calibrated profile (`llmsim calibrate` timed that machine and stack) keeps its own
         self._serial_launch = self.hw.family == "cpu"
         cpu_op = self.engine.cpu_op_s
-        self._launch = cpu_op if self._serial_launch and cpu_op is not None else self.hw.overheads.kernel_launch_s.value
+        engine_op = self._serial_launch and cpu_op is not None and self.hw.calibration is None
+        self._launch = cpu_op if engine_op and cpu_op is not None else self.hw.overheads.kernel_launch_s.value
         self._step_overhead = self.hw.overheads.step_overhead_s.value
         # host seconds per step: the profile's constant (the ideal engine) or the engine's terms
         self._host_const = self.engine.hardware_step_overhead
