@@ -171,8 +171,10 @@ class CostModel:
         # calibrated profile (`llmsim calibrate` timed that machine and stack) keeps its own
         self._serial_launch = self.hw.family == "cpu"
         cpu_op = self.engine.cpu_op_s
-        engine_op = self._serial_launch and cpu_op is not None and self.hw.calibration is None
-        self._launch = cpu_op if engine_op and cpu_op is not None else self.hw.overheads.kernel_launch_s.value
+        if self._serial_launch and cpu_op is not None and self.hw.calibration is None:
+            self._launch = cpu_op
+        else:
+            self._launch = self.hw.overheads.kernel_launch_s.value
         self._step_overhead = self.hw.overheads.step_overhead_s.value
         # host seconds per step: the profile's constant (the ideal engine) or the engine's terms
         self._host_const = self.engine.hardware_step_overhead
