@@ -18,11 +18,12 @@ touched every step (``llmsim.run(..., exact_steps=True)`` turns them all off;
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Generator, Iterator
+from heapq import heappush
+from typing import TYPE_CHECKING, Any, cast, final
 
 import simpy
-from simpy.events import Initialize, Timeout  # (not env.timeout: a descriptor call and a bound method per event)
+from simpy.events import NORMAL, Initialize, Timeout  # (not env.timeout: a descriptor call, a bound method)
 
 from llmsim.costmodel.ops import BatchShape
 from llmsim.decodeset import DecodeSet
@@ -61,6 +62,61 @@ class Inputs:
         return t if t < self.horizon_s else self.horizon_s
 
 
+def simpy_internals(env: simpy.Environment) -> bool:
+    """Does ``env`` hold SimPy 4's queue as ``Later`` and ``sim.run_events`` use it: ``_queue`` a
+    heap list of (time, priority, event id, event), ``_now`` the time, ``_eid`` the id counter?"""
+    return (
+        isinstance(getattr(env, "_queue", None), list)
+        and isinstance(getattr(env, "_now", None), (int, float))
+        and hasattr(env, "_eid")
+    )
+
+
+@final
+class Later:
+    """SimPy's ``Timeout`` as a compiled object: a valueless event that succeeds at the time it is
+    queued for (``Timer.after``). SimPy's own loop processes it as any event (it reads
+    ``callbacks``, ``_ok`` and ``_value``); ``sim.run_events`` and ``Driven`` read its fields
+    directly."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.callbacks: list[Callable[[Any], None]] | None = None  # (None: processed, or not queued yet)
+        self._ok = True
+        self._value: object = None
+        self._delay = 0.0
+
+
+class Timer:
+    """One process's timeouts: ``after(delay)`` is ``Timeout(env, delay)`` queued exactly as SimPy
+    queues it (``Environment.schedule``: ``(now + delay, NORMAL, next event id, event)``), as a
+    ``Later`` where ``simpy_internals`` holds (else SimPy's Timeout). Timeout's constructor and
+    ``schedule`` are interpreted, and in step-exact runs (one event per step) they took a fifth of
+    the time. A process waits on one event at a time, so its last Later, once processed (nobody
+    waits on it), is queued again rather than a new one made."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.native = simpy_internals(env)
+        e = cast(Any, env)
+        self._queue: list[Any] = e._queue if self.native else []
+        self._eid: Iterator[int] = e._eid if self.native else iter(())
+        self._last: Later | None = None
+
+    def after(self, delay: float) -> Later | simpy.Timeout:
+        if not self.native:
+            return Timeout(self.env, delay)
+        if delay < 0:
+            raise ValueError(f"Negative delay {delay}")  # (Timeout's check and message)
+        event = self._last
+        if event is None or event.callbacks is not None:  # (the first, or the last still queued)
+            event = self._last = Later(self.env)
+        event.callbacks = []
+        event._delay = delay
+        heappush(self._queue, (cast(Any, self.env)._now + delay, NORMAL, next(self._eid), event))
+        return event
+
+
 class Clock:
     """A replica's clock: ahead of SimPy's while its steps complete without an event."""
 
@@ -69,8 +125,9 @@ class Clock:
         self.ahead = ahead  # may steps complete without an event at all (the replica's kind allows it)
         self.inputs = inputs  # when something from outside can next reach the replica
         self.now = env.now
+        self.timer = Timer(env)  # (the events the replica's process waits on)
 
-    def advance(self, dt: float) -> simpy.Timeout | None:
+    def advance(self, dt: float) -> Later | simpy.Timeout | None:
         """Move on by one step of ``dt`` seconds; the event to wait for, or None if no other
         process can read or change the replica's state before the step ends."""
         start = self.now
@@ -78,16 +135,16 @@ class Clock:
         if self.ahead and self.now < self.inputs.next_s():
             return None
         env = self.env
-        return Timeout(env, dt) if env.now == start else Timeout(env, self.now - env.now)
+        return self.timer.after(dt if env.now == start else self.now - env.now)
 
 
-def retarget(old: simpy.Event, new: simpy.Event) -> None:
+def retarget(old: Later | simpy.Event, new: Later | simpy.Event) -> None:
     """Whoever waits on ``old`` (a pending timeout) resumes on ``new`` instead; ``old`` still fires,
     with nobody waiting. Cheaper than SimPy's ``Process.interrupt`` (no exception thrown into the
     generator: ~1 µs against ~10 µs), and a run is cut short at about every arrival of a busy
     multi-replica cluster. Uses only ``Event.callbacks``, SimPy's public list of waiters."""
-    new.callbacks.extend(old.callbacks)  # type: ignore[union-attr]
-    old.callbacks.clear()  # type: ignore[union-attr]
+    cast(Any, new).callbacks.extend(old.callbacks)
+    cast(Any, old).callbacks.clear()
 
 
 class Driven:
@@ -100,13 +157,13 @@ class Driven:
     the failed process's event comes up). tests/test_run_events.py holds it to SimPy's order and
     queue."""
 
-    def __init__(self, env: simpy.Environment, gen: Generator[simpy.Event, Any, Any]) -> None:
+    def __init__(self, env: simpy.Environment, gen: Generator[Any, Any, Any]) -> None:  # (yields Event or Later)
         self.gen = gen
         self.env = env
-        self._again: Callable[[simpy.Event], None] = self._resume  # (one bound method, not one per event)
+        self._again: Callable[[Any], None] = self._resume  # (one bound method, not one per event)
         Initialize(env, self)  # type: ignore[arg-type]  # (it reads only ._resume)
 
-    def _resume(self, event: simpy.Event) -> None:
+    def _resume(self, event: Any) -> None:
         gen = self.gen
         while True:
             try:
@@ -114,6 +171,12 @@ class Driven:
             except StopIteration:
                 simpy.Event(self.env).succeed()  # (as Process's own event: the queue stays SimPy's)
                 return
+            if isinstance(event, Later):  # (its fields read directly)
+                later = event.callbacks
+                if later is not None:
+                    later.append(self._again)
+                    return
+                continue
             callbacks = cast(Any, event).callbacks  # (None once processed: read untyped, no list check)
             if callbacks is not None:
                 callbacks.append(self._again)
@@ -172,7 +235,7 @@ class FastPath:
         self.sole = sole  # every arrival comes to this replica (one replica, nothing routed past it)
         self.run: DecodeRun | ColumnRun | None = None  # the run in progress, while readers from outside may see it
         self._cuttable = False  # the replica waits out ``run`` on ``_pending``, and cut() may end it early
-        self._pending: simpy.Event | None = None
+        self._pending: Later | simpy.Event | None = None
         self._cut_at = 0  # steps of that run done when it ends
 
     def decode_run(self, plan: BatchPlan, shape: BatchShape) -> DecodeRun | ColumnRun | None:
@@ -202,7 +265,7 @@ class FastPath:
             return None
         return DecodeRun(list(plan.decode), kv, start, self.cost.decode_run_s(shape, k), k)
 
-    def wait(self, run: DecodeRun | ColumnRun) -> Generator[simpy.Event, Any, int]:
+    def wait(self, run: DecodeRun | ColumnRun) -> Generator[Later | simpy.Event, Any, int]:
         """Wait out a decode run (an arrival may end it after the step in progress) and emit its
         tokens; returns the steps done (the replica counts and logs them)."""
         env, clock = self.env, self.clock
@@ -215,11 +278,11 @@ class FastPath:
             # where cut() would end it, without a second timeout
             done = run.steps_through(nxt)
             self.run = run  # (for the end of the simulation, if the horizon comes first)
-            yield Timeout(env, run.ends[done - 1] - env.now)
+            yield clock.timer.after(run.ends[done - 1] - env.now)
             self.run = None
         else:
             self.run, self._cuttable, self._cut_at = run, True, run.steps
-            self._pending = Timeout(env, run.end_s() - env.now)
+            self._pending = clock.timer.after(run.end_s() - env.now)
             yield self._pending  # or earlier: cut() moves the replica onto an earlier timeout
             done = self._cut_at
             self.run, self._cuttable, self._pending = None, False, None
@@ -237,7 +300,7 @@ class FastPath:
         done = run.steps_through(env.now)
         run.allocate_through(done)  # the step in progress holds its KV slots (readers see them)
         self._cut_at = done
-        retarget(self._pending, Timeout(env, max(0.0, run.ends[done - 1] - env.now)))
+        retarget(self._pending, self.clock.timer.after(max(0.0, run.ends[done - 1] - env.now)))
 
     def sync(self) -> None:
         """Bring KV blocks and tokens up to now inside a decode run, for readers from outside

@@ -74,7 +74,8 @@ class Replica:
         self.group_wake = group_wake
         grouped = group_wake is not None
         runs, columnar = (False, False) if grouped else shortcuts(policy, pool, opts)
-        self.kv = BlockManager(pool.kv_blocks, block_tokens, watermark, opts.prefix_caching, not columnar)
+        # block ids only where prefix caching shares blocks: without it no result reads them
+        self.kv = BlockManager(pool.kv_blocks, block_tokens, watermark, opts.prefix_caching, track_ids=False)
         gaps = GapHistogram()
         columns = DecodeSet(self.kv, gaps) if columnar else None
         self.sched = make_scheduler(policy, pool.sched, self.kv, gaps, self.cost.step_time, columns)

@@ -17,18 +17,18 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heappop
+from typing import cast
 
 import numpy as np
 import pandas as pd
 import simpy
 from simpy.core import URGENT, EventPriority, StopSimulation
-from simpy.events import Timeout
 
 from llmsim.autoscaler import Autoscaler, ScalingSpec
 from llmsim.build import PoolSpec
 from llmsim.disagg import KVTransfer
 from llmsim.dpgroup import DataParallelGroup
-from llmsim.fastpath import Driven, Inputs
+from llmsim.fastpath import Driven, Inputs, Later, Timer, simpy_internals
 from llmsim.feeder import Feeder
 from llmsim.gaps import GapHistogram
 from llmsim.kvcache import chain_hashes
@@ -237,12 +237,14 @@ def simulate(
         r.status, r.reject_reason = REJECTED, reason
         return r
 
+    timer = Timer(env)
+
     def arrivals():  # type: ignore[no-untyped-def]
         for i in range(n):
             t = arrival_s[i]
             inputs.arrival_s = t
             if t > env.now:
-                yield Timeout(env, t - env.now)
+                yield timer.after(t - env.now)
             send(i, t)
         inputs.arrival_s = math.inf
 
@@ -320,9 +322,9 @@ def run_events(env: simpy.Environment, until_s: float | None) -> None:
     ``step`` of simpy 4.1 (core.py) over the same queue, so the same events in the same order, the
     horizon's stop event left in the queue as SimPy leaves it (most urgent, at the horizon);
     tests/test_run_events.py holds the two equal. SimPy's step is interpreted and runs at every
-    event (~4 per request of a busy cluster). The internals read here (``_queue``, ``_now``) are
+    event (~4 per request of a busy cluster). The internals read here (``_queue``, ``_now``, ``_eid``) are
     checked first: without them, ``env.run`` itself."""
-    if not _simpy_internals(env):
+    if not simpy_internals(env):
         env.run(until=until_s)
         return
     stop: simpy.Event | None = None
@@ -337,6 +339,12 @@ def run_events(env: simpy.Environment, until_s: float | None) -> None:
     while queue:
         now, _, _, event = heappop(queue)
         env._now = now
+        if isinstance(event, Later):  # (most events: its fields read directly; it always succeeds)
+            later = event.callbacks
+            event.callbacks = None
+            for callback in cast(list, later):
+                callback(event)
+            continue
         if event is stop:  # (SimPy's stop callback raises StopSimulation; step puts the event back)
             event.callbacks = []
             env.schedule(event, EventPriority(-1))
@@ -350,10 +358,6 @@ def run_events(env: simpy.Environment, until_s: float | None) -> None:
             exc = type(err)(*err.args)
             exc.__cause__ = err
             raise exc
-
-
-def _simpy_internals(env: simpy.Environment) -> bool:
-    return isinstance(getattr(env, "_queue", None), list) and isinstance(getattr(env, "_now", None), (int, float))
 
 
 def _transfer_totals(tr: KVTransfer) -> dict[str, float | str]:

@@ -107,21 +107,22 @@ def test_fast_paths_match_exact_steps(policy: str, extra: dict) -> None:
 
 
 def _count_events(monkeypatch: pytest.MonkeyPatch, sc: llmsim.Scenario, **kwargs: object) -> tuple[int, int]:
-    """(SimPy events scheduled, steps simulated) of one run (sim.run_events processes each one
-    it pops, SimPy's own step not called)."""
+    """(SimPy events scheduled, steps simulated) of one run: read from the environment's event-id
+    counter, which SimPy's ``schedule`` and ``fastpath.Later`` both draw from."""
     import simpy
 
-    count = [0]
-    schedule = simpy.Environment.schedule
+    envs: list[simpy.Environment] = []
+    init = simpy.Environment.__init__
 
-    def counting(env: simpy.Environment, event: simpy.Event, priority: int = 1, delay: float = 0) -> None:
-        count[0] += 1
-        schedule(env, event, priority, delay)  # type: ignore[arg-type]
+    def keeping(env: simpy.Environment, *a: object, **k: object) -> None:
+        init(env, *a, **k)  # type: ignore[arg-type]
+        envs.append(env)
 
-    monkeypatch.setattr(simpy.Environment, "schedule", counting)
+    monkeypatch.setattr(simpy.Environment, "__init__", keeping)
     res = llmsim.run(sc, **kwargs)
-    monkeypatch.setattr(simpy.Environment, "schedule", schedule)
-    return count[0], res.summary["steps_total"]
+    monkeypatch.setattr(simpy.Environment, "__init__", init)
+    (env,) = envs
+    return next(env._eid), res.summary["steps_total"]  # type: ignore[attr-defined]
 
 
 def test_fast_paths_need_far_fewer_events_than_steps(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,25 +4,34 @@ own (Environment.run, Process): the same events in the same order, the same stat
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from functools import partial
 from typing import Any
 
 import pytest
 import simpy
 
-from llmsim.fastpath import Driven
+from llmsim.fastpath import Driven, Timer
 from llmsim.sim import events_pending, run_events
 
 Trace = list[tuple[float, str]]
 
 
-def _toy(env: simpy.Environment, start: Callable[[simpy.Environment, Generator], Any], trace: Trace) -> None:
+def _toy(
+    env: simpy.Environment,
+    start: Callable[[simpy.Environment, Generator], Any],
+    trace: Trace,
+    timers: bool = False,
+) -> None:
     """Processes whose events tie in time and priority, start others mid-run (their Initialize is
-    urgent) and wait on events others trigger, some landing exactly on the horizons used below."""
+    urgent) and wait on events others trigger, some landing exactly on the horizons used below.
+    The tickers wait on SimPy's Timeouts, or on those of a fastpath.Timer each, which stand in
+    for them."""
     gate = env.event()
 
     def ticker(name: str, dt: float, n: int) -> Generator[simpy.Event, Any, None]:
+        after = Timer(env).after if timers else partial(simpy.events.Timeout, env)
         for _ in range(n):
-            yield simpy.events.Timeout(env, dt)
+            yield after(dt)
             trace.append((env.now, name))
             if name == "b" and env.now == 3.0:
                 start(env, child(f"{name}-child"))
@@ -59,13 +68,20 @@ def _queue(env: simpy.Environment) -> list[tuple[float, int]]:
     return sorted((t, p) for t, p, _, _ in env._queue)  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("timers", [False, True])
 @pytest.mark.parametrize("start", [_process, _driven])
 @pytest.mark.parametrize("horizons", [[None], [3.0, 5.0, None], [0.5, 3.0, 4.5, 6.0], [2.25, 7.0]])
-def test_run_events_is_simpy_run(start: Callable, horizons: list[float | None]) -> None:
+def test_run_events_is_simpy_run(start: Callable, horizons: list[float | None], timers: bool) -> None:
+    # SimPy alone (its loop, its processes, its Timeout) against each mix of the compiled pieces,
+    # and SimPy's own loop over a Timer's events (it must process one as it processes a Timeout)
     runs = []
-    for loop in ("simpy", "compiled"):
+    for loop, how, ticks in (
+        ("simpy", _process, False),
+        ("simpy", start, timers),
+        ("compiled", start, timers),
+    ):
         env, trace = simpy.Environment(), []
-        _toy(env, start, trace)
+        _toy(env, how, trace, ticks)
         for until in horizons:
             if loop == "simpy":
                 env.run(until=until)
@@ -73,8 +89,27 @@ def test_run_events_is_simpy_run(start: Callable, horizons: list[float | None]) 
                 run_events(env, until)
             trace.append((env.now, f"stopped at {until}"))
         runs.append((trace, env.now, _queue(env), events_pending(env)))
-    assert runs[0] == runs[1]
+    assert runs[0] == runs[1] == runs[2]
     assert len(runs[0][0]) > 20
+
+
+def test_timer_queues_as_simpy_timeout() -> None:
+    # the same heap entries (time, priority, event id) SimPy's Timeouts make, its refusal of a
+    # negative delay, and a processed event queued again where one is still pending is not
+    entries = []
+    for timers in (False, True):
+        env = simpy.Environment(initial_time=2.5)
+        after = Timer(env).after if timers else partial(simpy.events.Timeout, env)
+        first = after(1.0)
+        second = after(0.1)  # (the first still queued: a new event)
+        assert second is not first
+        env.step()  # (the second processed)
+        third = after(0.2)
+        assert (third is second) == timers  # (reused once processed)
+        entries.append([(t, p, eid) for t, p, eid, _ in env._queue])  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="Negative delay"):
+            after(-1.0)
+    assert entries[0] == entries[1] == [((2.5 + 0.1) + 0.2, 1, 2), (2.5 + 1.0, 1, 0)]
 
 
 def test_driven_is_simpy_process() -> None:
