@@ -18,7 +18,7 @@ touched every step (``llmsim.run(..., exact_steps=True)`` turns them all off;
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from heapq import heappush
 from typing import TYPE_CHECKING, Any, cast, final
 
@@ -100,8 +100,12 @@ class Timer:
         self.native = simpy_internals(env)
         e = cast(Any, env)
         self._queue: list[Any] = e._queue if self.native else []
-        self._eid: Iterator[int] = e._eid if self.native else iter(())
         self._last: Later | None = None
+        # (fields, not module globals or builtins: read per event without a dictionary lookup; the
+        # ids and the priority as the objects they are, not unboxed and boxed again)
+        self._next_id: Callable[[], object] = e._eid.__next__ if self.native else iter(()).__next__
+        self._push: Callable[[list[Any], object], None] = heappush
+        self._normal: object = NORMAL
 
     def after(self, delay: float) -> Later | simpy.Timeout:
         if not self.native:
@@ -113,7 +117,8 @@ class Timer:
             event = self._last = Later(self.env)
         event.callbacks = []
         event._delay = delay
-        heappush(self._queue, (cast(Any, self.env)._now + delay, NORMAL, next(self._eid), event))
+        now: float = cast(Any, self.env)._now
+        self._push(self._queue, (now + delay, self._normal, self._next_id(), event))
         return event
 
 
@@ -134,8 +139,9 @@ class Clock:
         self.now = start + dt
         if self.ahead and self.now < self.inputs.next_s():
             return None
-        env = self.env
-        return self.timer.after(dt if env.now == start else self.now - env.now)
+        timer = self.timer
+        now: float = cast(Any, self.env)._now if timer.native else self.env.now  # (not the property)
+        return timer.after(dt if now == start else self.now - now)
 
 
 def retarget(old: Later | simpy.Event, new: Later | simpy.Event) -> None:
@@ -158,21 +164,21 @@ class Driven:
     queue."""
 
     def __init__(self, env: simpy.Environment, gen: Generator[Any, Any, Any]) -> None:  # (yields Event or Later)
-        self.gen = gen
+        self._send: Callable[[None], Any] = gen.send  # (bound once: no method lookup per event)
         self.env = env
         self._again: Callable[[Any], None] = self._resume  # (one bound method, not one per event)
         Initialize(env, self)  # type: ignore[arg-type]  # (it reads only ._resume)
 
     def _resume(self, event: Any) -> None:
-        gen = self.gen
+        send = self._send
         while True:
             try:
-                event = gen.send(None)  # (every event these processes wait on succeeds, valueless)
+                event = send(None)  # (every event these processes wait on succeeds, valueless)
             except StopIteration:
                 simpy.Event(self.env).succeed()  # (as Process's own event: the queue stays SimPy's)
                 return
-            if isinstance(event, Later):  # (its fields read directly)
-                later = event.callbacks
+            if isinstance(event, Later):  # (its fields read directly, through a typed name)
+                later = cast(Later, event).callbacks
                 if later is not None:
                     later.append(self._again)
                     return

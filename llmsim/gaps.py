@@ -31,9 +31,14 @@ class GapHistogram:
     def __init__(self) -> None:
         self._counts: list[int] = [0] * (self.BINS + 2)
         self._scale = self.BINS / math.log(self.HI / self.LO)
+        self._last_gap_s = -1.0  # the gap ``add`` binned last, and its bin
+        self._last_bin = 0
 
     def add(self, gap_s: float, count: int = 1) -> None:
-        self._counts[_bin_of(gap_s, self._scale)] += count
+        if gap_s != self._last_gap_s:  # (a step's decodes mostly share one gap: its bin, once)
+            self._last_gap_s = gap_s
+            self._last_bin = _bin_of(gap_s, self._scale)
+        self._counts[self._last_bin] += count
 
     def add_ends(self, ends_s: list[float], lo: int, hi: int, count: int) -> float:
         """The gaps between the successive step ends ``ends_s[lo:hi]``, each seen ``count`` times (a

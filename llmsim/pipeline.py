@@ -31,7 +31,7 @@ class PipelineReplica(Replica):
         self._landed = self.env.event()
         self.async_scheduling = False  # the micro-batch queue already plans ahead (vLLM: a batch queue of pp)
 
-    def loop(self):  # simpy process
+    def loop(self) -> Generator[Any, Any, None]:  # the SimPy process
         env = self.env
         stage0 = self.stages[0]
         while True:

@@ -11,7 +11,8 @@ disaggregated serving are in ``disagg.py``.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -198,7 +199,7 @@ class Replica:
         return self._freed
 
     # ---- the process -------------------------------------------------------------------
-    def loop(self):  # simpy process
+    def loop(self) -> Generator[Any, Any, None]:  # the SimPy process (typed: compiled to native calls)
         clock = self.clock
         while True:
             plan = self.next_plan()
@@ -294,7 +295,7 @@ class Replica:
         self.steps_taken += steps
         self.fast.log(run, steps, live_last)
 
-    def _sleep(self):  # type: ignore[no-untyped-def]
+    def _sleep(self) -> Generator[simpy.Event, Any, None]:
         self._idle = True
         self._wake = self.env.event()
         yield self._wake
@@ -322,6 +323,8 @@ class Replica:
 
     def log_step(self, plan: BatchPlan, start_s: float, dt: float, swap: float, draft: float) -> None:
         self.steps_taken += 1
+        if self.steps.skip(1):  # steps.csv turned off (counted, and nothing read for a row)
+            return
         waiting = len(self.sched.waiting)  # the scheduler's queue (arrivals for the plan after next are not in it)
         self.steps.add_plan(self.pool.name, self.index, plan, start_s, dt, self.kv, waiting, swap, draft)
 

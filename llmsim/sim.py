@@ -14,10 +14,10 @@ import contextlib
 import dataclasses
 import math
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from heapq import heappop
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -239,7 +239,7 @@ def simulate(
 
     timer = Timer(env)
 
-    def arrivals():  # type: ignore[no-untyped-def]
+    def arrivals() -> Generator[Any, Any, None]:
         for i in range(n):
             t = arrival_s[i]
             inputs.arrival_s = t
@@ -336,18 +336,21 @@ def run_events(env: simpy.Environment, until_s: float | None) -> None:
         stop._value = None
         env.schedule(stop, URGENT, until_s - env.now)
     queue = env._queue
+    pop = heappop  # (a local: not a module-dict lookup per event)
     while queue:
-        now, _, _, event = heappop(queue)
-        env._now = now
+        entry: tuple[Any, ...] = pop(queue)  # (time, priority, id, event)
+        env._now = entry[0]
+        event = entry[3]
         if isinstance(event, Later):  # (most events: its fields read directly; it always succeeds)
-            later = event.callbacks
-            event.callbacks = None
-            for callback in cast(list, later):
-                callback(event)
+            timeout = cast(Later, event)  # (a typed name: native field access, not getattr)
+            later = cast(list[Callable[[Any], None]], timeout.callbacks)
+            timeout.callbacks = None
+            for i in range(len(later)):
+                later[i](timeout)
             continue
-        if event is stop:  # (SimPy's stop callback raises StopSimulation; step puts the event back)
-            event.callbacks = []
-            env.schedule(event, EventPriority(-1))
+        if stop is not None and event is stop:  # (SimPy's stop callback raises StopSimulation; step puts it back)
+            stop.callbacks = []
+            env.schedule(stop, EventPriority(-1))
             return
         callbacks = event.callbacks
         event.callbacks = None  # type: ignore[assignment]  # (processed: SimPy's marker)

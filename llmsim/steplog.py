@@ -95,9 +95,8 @@ class StepLog:
         swap_s: float,
         draft_s: float,
     ) -> None:
-        """The row of a step that ran ``plan``, with the KV cache as the step left it."""
-        if self.skip(1):  # steps.csv turned off
-            return
+        """The row of a step that ran ``plan``, with the KV cache as the step left it (the caller
+        asked ``skip(1)`` first)."""
         self.add(
             pool,
             replica,

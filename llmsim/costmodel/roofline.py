@@ -119,8 +119,14 @@ class CostModel:
     engine: EngineSpec = PRESETS["ideal"]  # the host terms of a step (engine.py)
 
     def __post_init__(self) -> None:
-        self._body_cache: dict[int, float] = {}  # _dense_stage_time's parts, keyed on their inputs
-        self._head_cache: dict[int, float] = {}
+        # _dense_stage_time's parts, priced once per input: lists indexed by the step's tokens (its
+        # sampled rows for the LM head), one for decode-only steps and one for the rest (-1.0: not
+        # priced yet), a dict for expert-parallel steps (keyed on their DP group's tokens too)
+        self._body_decode: list[float] = []
+        self._body_mixed: list[float] = []
+        self._head_decode: list[float] = []
+        self._head_mixed: list[float] = []
+        self._body_cache: dict[int, float] = {}
         self._lora_cache: dict[tuple[int, int, bool], float] = {}
         self._peaks: dict[str, float] = {}  # dtype -> hw.peak(dtype)
         eff = self.hw.efficiency
@@ -557,26 +563,37 @@ class CostModel:
         depend on the step's tokens only (and, under expert parallelism, the tokens the DP group
         gathers, ``BatchShape.group_tokens``), the LM head on the sampled rows only; each part is
         priced once per value and cached."""
-        # one int per key (the three inputs packed, one-to-one while group_tokens < 2**32: a DP
-        # group's tokens in one step): no tuple made per step
-        key = (tokens << 32 | group_tokens) << 1 | decode_only
-        body = self._body_cache.get(key)
-        if body is None:
-            shape = BatchShape(
-                prefill_tokens=0 if decode_only else tokens,
-                decode_tokens=tokens if decode_only else 0,
-                decode_seqs=tokens if decode_only else 0,
-                logits_rows=0,
-                group_tokens=group_tokens,
-            )
-            body = sum(self.price(op, decode_only).total_s for op in self.ops(shape) if not on_attention_side(op))
-            self._body_cache[key] = body
-        head_key = lm_rows << 1 | decode_only
-        head = self._head_cache.get(head_key)
-        if head is None:
+        if group_tokens:
+            # one int per key (the three inputs packed, one-to-one while group_tokens < 2**32: a DP
+            # group's tokens in one step): no tuple made per step
+            key = (tokens << 32 | group_tokens) << 1 | decode_only
+            body = self._body_cache.get(key)
+            if body is None:
+                body = self._body_s(tokens, decode_only, group_tokens)
+                self._body_cache[key] = body
+        else:
+            bodies = self._body_decode if decode_only else self._body_mixed
+            body = bodies[tokens] if tokens < len(bodies) else -1.0
+            if body < 0.0:
+                body = self._body_s(tokens, decode_only, 0)
+                _store(bodies, tokens, body)
+        heads = self._head_decode if decode_only else self._head_mixed
+        head = heads[lm_rows] if lm_rows < len(heads) else -1.0
+        if head < 0.0:
             head = sum(self.price(op, decode_only).total_s for op in head_ops(self.model, lm_rows, self.cfg))
-            self._head_cache[head_key] = head
+            _store(heads, lm_rows, head)
         return body + head
+
+    def _body_s(self, tokens: int, decode_only: bool, group_tokens: int) -> float:
+        """Stage time of the layers' ops except attention (``_dense_stage_time``), priced."""
+        shape = BatchShape(
+            prefill_tokens=0 if decode_only else tokens,
+            decode_tokens=tokens if decode_only else 0,
+            decode_seqs=tokens if decode_only else 0,
+            logits_rows=0,
+            group_tokens=group_tokens,
+        )
+        return sum(self.price(op, decode_only).total_s for op in self.ops(shape) if not on_attention_side(op))
 
     def lora_s(self, shape: BatchShape) -> float:
         """Seconds of a step's multi-LoRA kernels (part of ``step_time``; its ``lora_shrink`` and
@@ -674,3 +691,10 @@ def _kernel_total_s(compute_s: float, memory_s: float, fixed_s: float, launch_s:
     if serial:
         return busy + launch_s
     return busy if busy >= launch_s else launch_s  # = busy + max(0, launch_s - busy)
+
+
+def _store(cache: list[float], i: int, value: float) -> None:
+    """``cache[i] = value``, the list grown with -1.0 (not priced yet) as far as ``i``."""
+    if i >= len(cache):
+        cache.extend([-1.0] * (i + 1 - len(cache)))
+    cache[i] = value
