@@ -379,3 +379,27 @@ def test_a_cpu_pays_the_engines_cost_per_operator_where_the_engine_sets_one() ->
     assert load_engine({"preset": "ideal", "cpu_op_s": 5e-6}, Path("."), "s.yaml").cpu_op_s == 5e-6
     with pytest.raises(UserError, match="engine.cpu_op_s must be a number of seconds"):
         load_engine({"preset": "vllm-v1", "cpu_op_s": -1}, Path("."), "s.yaml")
+
+
+def test_dense_stage_cache_prices_as_uncached_on_both_sides_of_its_lists() -> None:
+    # _dense_stage_time keeps its prices in lists up to _LISTED tokens (rows) and in a dict past
+    # them and under expert parallelism: every path returns the uncached price, and a huge step
+    # leaves no list that long behind (memory bounded whatever the step budget)
+    from llmsim.costmodel.roofline import _LISTED
+
+    cm = CostModel(CATALOG["llama-3.1-8b"], load_profile("H100-SXM"), CostConfig())
+    for tokens, rows, group in [
+        (0, 0, 0),
+        (1, 1, 0),
+        (512, 64, 0),
+        (_LISTED - 1, _LISTED - 1, 0),
+        (_LISTED, _LISTED, 0),
+        (3 * _LISTED, 5, 0),
+        (64, 64, 4096),
+    ]:
+        for decode_only in (True, False):
+            want = cm._body_s(tokens, decode_only, group) + cm._head_s(rows, decode_only)
+            for _ in range(2):  # priced, then from the cache
+                assert cm._dense_stage_time(tokens, rows, decode_only, group) == want
+    for cache in (cm._body_decode, cm._body_mixed, cm._head_decode, cm._head_mixed):
+        assert len(cache) <= _LISTED

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from llmsim.models import DTYPE_BYTES, ModelSpec
 # zero-point subtract), as in the Marlin / AWQ GEMM kernels' inner loops (Frantar et al. 2024).
 DEFAULT_DEQUANT_FLOPS = 4.0
 _EXPERT_OPS = ("mlp_up_proj", "mlp_down_proj")
+# _dense_stage_time's lists reach at most this many tokens (rows): past it a step's price is kept
+# in a dict, so a scenario's huge step budget cannot make a list of that length
+_LISTED: Final = 1 << 16
 
 
 @dataclass(slots=True, init=False)  # init written out: compiled natively (see BatchShape)
@@ -121,7 +125,8 @@ class CostModel:
     def __post_init__(self) -> None:
         # _dense_stage_time's parts, priced once per input: lists indexed by the step's tokens (its
         # sampled rows for the LM head), one for decode-only steps and one for the rest (-1.0: not
-        # priced yet), a dict for expert-parallel steps (keyed on their DP group's tokens too)
+        # priced yet), a dict for expert-parallel steps (keyed on their DP group's tokens too) and
+        # past the lists' reach (``_LISTED``)
         self._body_decode: list[float] = []
         self._body_mixed: list[float] = []
         self._head_decode: list[float] = []
@@ -563,26 +568,36 @@ class CostModel:
         depend on the step's tokens only (and, under expert parallelism, the tokens the DP group
         gathers, ``BatchShape.group_tokens``), the LM head on the sampled rows only; each part is
         priced once per value and cached."""
-        if group_tokens:
-            # one int per key (the three inputs packed, one-to-one while group_tokens < 2**32: a DP
-            # group's tokens in one step): no tuple made per step
-            key = (tokens << 32 | group_tokens) << 1 | decode_only
-            body = self._body_cache.get(key)
-            if body is None:
-                body = self._body_s(tokens, decode_only, group_tokens)
-                self._body_cache[key] = body
-        else:
+        if group_tokens == 0 and tokens < _LISTED:
             bodies = self._body_decode if decode_only else self._body_mixed
             body = bodies[tokens] if tokens < len(bodies) else -1.0
             if body < 0.0:
                 body = self._body_s(tokens, decode_only, 0)
                 _store(bodies, tokens, body)
-        heads = self._head_decode if decode_only else self._head_mixed
-        head = heads[lm_rows] if lm_rows < len(heads) else -1.0
-        if head < 0.0:
-            head = sum(self.price(op, decode_only).total_s for op in head_ops(self.model, lm_rows, self.cfg))
-            _store(heads, lm_rows, head)
+        else:
+            # one int per key (the three inputs packed, one-to-one while group_tokens < 2**32: a DP
+            # group's tokens in one step): no tuple made per step
+            key = (tokens << 32 | group_tokens) << 1 | decode_only
+            body = self._body_cache.get(key, -1.0)
+            if body < 0.0:
+                body = self._body_s(tokens, decode_only, group_tokens)
+                self._body_cache[key] = body
+        if lm_rows < _LISTED:
+            heads = self._head_decode if decode_only else self._head_mixed
+            head = heads[lm_rows] if lm_rows < len(heads) else -1.0
+            if head < 0.0:
+                head = self._head_s(lm_rows, decode_only)
+                _store(heads, lm_rows, head)
+        else:
+            head = self._body_cache.get(-(lm_rows << 1 | decode_only) - 1, -1.0)  # (negative keys: the head's)
+            if head < 0.0:
+                head = self._head_s(lm_rows, decode_only)
+                self._body_cache[-(lm_rows << 1 | decode_only) - 1] = head
         return body + head
+
+    def _head_s(self, rows: int, decode_only: bool) -> float:
+        """Stage time of the LM head's ops for ``rows`` sampled rows, priced."""
+        return sum(self.price(op, decode_only).total_s for op in head_ops(self.model, rows, self.cfg))
 
     def _body_s(self, tokens: int, decode_only: bool, group_tokens: int) -> float:
         """Stage time of the layers' ops except attention (``_dense_stage_time``), priced."""
