@@ -188,6 +188,18 @@ def test_pipelined_requests_that_each_fill_the_cache_still_finish(policy: str) -
     assert sum(r.preemptions for r in reqs) < 20
 
 
+@pytest.mark.parametrize("policy", ["chunked", "vllm"])
+def test_pipelined_swap_preemption_does_not_swap_its_victim_straight_back(policy: str) -> None:
+    # Found by a review (the quickstart at pp=2, swap preemption, a 700-block cache: a segfault
+    # compiled, RecursionError in pure Python): the newest partial prompt, swapped out so the
+    # others could grow, was swapped back in by the same step's re-plan, and out again, for ever
+    reqs = [Request(i, 0.0, 144, 19) for i in range(4)]
+    done = drive_pipelined(policy, reqs, blocks=25, depth=3, chunk_tokens=16, max_batch_tokens=1024, preemption="swap")
+    assert len(done) == 4
+    assert all(r.generated == 19 for r in reqs)
+    assert sum(r.preemptions for r in reqs) < 20
+
+
 @pytest.mark.parametrize("policy", ["traditional", "static", "chunked", "vllm"])
 def test_a_dropped_scheduler_releases_its_collaborators(policy: str) -> None:
     """mypyc compiled a native subclass of a base open to interpreted subclasses so that its

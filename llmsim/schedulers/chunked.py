@@ -62,9 +62,28 @@ class ChunkedScheduler(Scheduler):
         return 0
 
     def schedule(self) -> BatchPlan:
+        plan = self._plan(swap_in=True)
+        running = self.running
+        while plan.empty and len(running) > 1 and any(r.in_prefill for r in running):
+            # partial prompts fill the cache and none can grow (pipelined micro-batches admit
+            # several at once): preempt the newest so the others can finish, or they wait forever;
+            # if a newer one is in flight, wait for it to land and preempt it then. The plan is
+            # made again without swapping anyone in (vLLM v0 swaps in nothing in a step that
+            # preempted: a victim swapped out would come straight back, for ever)
+            if self._newer_in_flight(running[-1]):
+                return plan
+            self._preempt(running.pop(), plan)
+            again = self._plan(swap_in=False)
+            again.preempted[:0] = plan.preempted
+            again.swap_out_tokens += plan.swap_out_tokens
+            plan = again
+        return plan
+
+    def _plan(self, swap_in: bool) -> BatchPlan:
         plan = BatchPlan()
         waiting, running = self.waiting, self.running
-        self._swap_in(plan)
+        if swap_in:
+            self._swap_in(plan)
         self._schedule_decodes(plan)
         if not waiting and not any(r.in_prefill for r in running):
             return plan
@@ -99,15 +118,4 @@ class ChunkedScheduler(Scheduler):
             budget -= c
         if skipped:
             waiting.extendleft(reversed(skipped))
-        if plan.empty and len(running) > 1 and any(r.in_prefill for r in running):
-            # partial prompts fill the cache and none can grow (pipelined micro-batches admit
-            # several at once): preempt the newest so the others can finish, or they wait forever;
-            # if a newer one is in flight, wait for it to land and preempt it then
-            if self._newer_in_flight(running[-1]):
-                return plan
-            self._preempt(running.pop(), plan)
-            again = self.schedule()
-            again.preempted[:0] = plan.preempted
-            again.swap_out_tokens += plan.swap_out_tokens
-            return again
         return plan
