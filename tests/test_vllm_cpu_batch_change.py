@@ -1,0 +1,31 @@
+"""What the twin's fit leaves unpriced in real vLLM's decode steps on the Xeon VM
+(benchmarks/vllm_cpu/batch_change.py over data/validation/vllm-cpu-xeon/): steps whose running
+batch changed in the step before (a request left, or one decodes for the first time after its
+prompt) run longer than the fit prices them; settled steps are priced close. No vLLM needed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks" / "vllm_cpu"))
+
+import batch_change  # noqa: E402
+
+
+def _error(steps) -> float:  # noqa: ANN001
+    return float(steps.priced_s.sum() / steps.exec_s.sum() - 1)
+
+
+def test_steps_after_a_batch_change_are_the_ones_priced_short() -> None:
+    steps = batch_change.decode_steps(ROOT / "data" / "validation" / "vllm-cpu-xeon")
+    for split in ("calibration", "validation"):
+        mine = steps[(steps.split == split) & (steps.seqs >= 4)]
+        settled = mine[(mine.since >= 10) & ~mine.shrank]
+        after_prompt = mine[mine.since == 1]
+        after_leave = mine[(mine.since > 3) & mine.shrank]
+        assert len(settled) > 500 and len(after_prompt) > 100 and len(after_leave) > 100
+        assert abs(_error(settled)) < 0.04, split  # a settled batch: priced within 4 % (3.1 %, 0.6 %)
+        # the step after a change: 6.5-12 % short in both splits (not modelled: docs/validation.md)
+        assert _error(after_prompt) < -0.05 and _error(after_leave) < -0.05, split
