@@ -56,6 +56,11 @@ class EngineSpec:
     schedule: HostTerm = HostTerm()  # the scheduler's decision (vLLM: Scheduler.schedule)
     prepare: HostTerm = HostTerm()  # inputs and metadata for the forward, sampling
     output: HostTerm = HostTerm()  # update_from_output, stop checks, handing outputs to the frontend
+    # a step whose running batch changed in the step before (a request left, or one had prompt
+    # tokens): vLLM v1's model runner condenses and reorders its persistent batch and rebuilds the
+    # sampling metadata (GPUModelRunner._update_states, InputBatch.refresh_metadata, 0.32); a
+    # settled batch skips them. Fitted by calibrate --serving; zero in the presets
+    batch_change: HostTerm = HostTerm()
     async_scheduling: bool = False  # plan step N+1 while step N runs (vLLM's batch queue of 2)
     output_delay_s: float = 0.0  # step end -> the client sees the token (detokenise, stream)
     cuda_graphs: bool | None = None  # None: the scenario's cluster.cuda_graphs
@@ -289,7 +294,7 @@ DEFAULT_TABLES = ("", "vllm")
 def _field(k: str, v: object, origin: str) -> object:
     """One engine field, checked: a clear error naming it, never a silent coercion."""
     where = f"{origin}: engine.{k}"
-    if k in HOST_TERMS:
+    if k in HOST_TERMS or k == "batch_change":
         return _term(v, k, origin)
     if k == "cuda_graph_sizes":
         if not isinstance(v, list) or not v or not all(type(x) is int and 0 < x <= MAX_GRAPH_TOKENS for x in v):

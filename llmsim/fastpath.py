@@ -249,6 +249,7 @@ class FastPath:
         copies or drafting in the step either: they would make its time differ from the next's)."""
         if (
             not self.runs
+            or (plan.changed and self.cost.prices_batch_change)  # (its first step costs more: priced alone)
             or plan.prefill
             or plan.preempted
             or plan.padding

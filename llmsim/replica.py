@@ -109,6 +109,7 @@ class Replica:
         self.busy_s = 0.0
         self.max_step_tokens = self.steps_taken = 0
         self._idle = True
+        self._batch_changed = False  # (the step before the next one changed its batch: engine.batch_change)
         self._wake = env.event()
         self._freed = env.event()
         self.dp_wait_s = 0.0  # lock-step: seconds this rank's steps waited for the slowest rank
@@ -230,7 +231,10 @@ class Replica:
         if (plan is None or plan.empty) and self._late:  # an idle engine plans the new arrivals at once
             self._admit_late(everyone=True)
             plan = self.sched.schedule() if self.sched.has_work() else None
-        return None if plan is None or plan.empty else plan
+        if plan is None or plan.empty:
+            return None
+        plan.changed = self._batch_changed
+        return plan
 
     def step_shape(self, plan: BatchPlan) -> BatchShape:
         """The aggregates the cost model prices ``plan`` by."""
@@ -279,7 +283,10 @@ class Replica:
         """A step's outcome at ``end_s`` (``dt`` after ``start_s``, as the step was priced or waited):
         tokens and timestamps (the scheduler's), counters, the step's row."""
         used_before = self.kv.used
-        self.settle(self.sched.complete(plan, end_s), dt)
+        done = self.sched.complete(plan, end_s)
+        # the next step's batch differs: requests left, or prompt tokens ran (engine.batch_change)
+        self._batch_changed = bool(done) or bool(plan.prefill) or bool(plan.preempted)
+        self.settle(done, dt)
         if self.kv.used < used_before or plan.preempted:
             self.signal_freed()
         self.max_step_tokens = max(self.max_step_tokens, plan.prefill_tokens + plan.num_decode)
@@ -287,6 +294,7 @@ class Replica:
 
     def _apply_run(self, run: DecodeRun | ColumnRun, steps: int, live_last: bool = True) -> None:
         """The outcome of a run's first ``steps`` steps (tokens already emitted): counters, rows."""
+        self._batch_changed = bool(run.finished)  # (decode steps only: requests left, or none did)
         if run.finished:
             self.settle(run.finished, run.duration(steps - 1))
             self.signal_freed()

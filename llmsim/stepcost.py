@@ -50,7 +50,7 @@ class StepCost:
         swap = self.swap_time(plan)
         if self.lora is not None:
             swap += self._lora(plan, shape)
-        dt = self.cost.step_time(shape)
+        dt = self.cost.step_time(shape, plan.changed)
         draft = 0.0
         if plan.spec_k and plan.decode:
             contexts = [r.kv_tokens for r in plan.decode]  # the same rows, one token each
@@ -67,7 +67,7 @@ class StepCost:
             padded = [r.kv_tokens for r in plan.padding for _ in range(r.n_seqs)]
             plain = self._grouped(model_batch_shape(self.cost.model, chunks, contexts + padded), shape)
             self.draft_s += draft
-            self.spec_base_s += self.cost.step_time(plain)
+            self.spec_base_s += self.cost.step_time(plain, plan.changed)
             self.spec_time_s += dt + draft
         return dt + swap + draft, swap, draft
 

@@ -403,3 +403,53 @@ def test_vllms_one_token_budget_follows_either_key(key: str) -> None:
     assert (other.policy.chunk_tokens, other.policy.max_batch_tokens) != (256, 256)
     with pytest.raises(UserError, match="one token budget per step"):
         _sc(policy={"kind": "vllm", "chunk_tokens": 512, "max_batch_tokens": 1024})
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_changed_batch_pays_the_batch_change_term_and_breakdown_names_it(async_scheduling: bool) -> None:
+    from dataclasses import replace
+
+    from llmsim.engine import HostTerm
+
+    term = HostTerm(base_s=1e-3, per_seq_s=5e-5)
+    spec = replace(PRESETS["vllm-v1"], batch_change=term, async_scheduling=async_scheduling)
+    cm = CostModel(CATALOG["llama-3.1-8b"], load_profile("H100-SXM"), CostConfig(), spec)
+    shape = batch_shape([(300, 0)], [800] * 40)
+    for changed in (False, True):
+        parts = cm.breakdown(shape, changed)
+        assert sum(parts.values()) == pytest.approx(cm.step_time(shape, changed), rel=1e-12)
+        assert ("engine_batch_change" in parts) == changed
+    if not async_scheduling:  # (added to the host work, which follows the device)
+        assert cm.step_time(shape, True) - cm.step_time(shape, False) == pytest.approx(term.seconds(41, 340))
+    # the presets leave a changed step as it was
+    plain = _cost("vllm-v1")
+    assert plain.step_time(shape, True) == plain.step_time(shape, False)
+
+
+def test_batch_changed_reads_the_step_before() -> None:
+    import pandas as pd
+
+    from llmsim.calibration.serving import batch_changed
+
+    # steps: a prompt, its first decode, a settled decode, a request left, another starts (its
+    # prompt: the step after it changed), its first decode, then settled again
+    batch = pd.Series(["100@0 1@50", "1@100 1@51", "1@101 1@52", "1@102", "1@103 40@0", "1@104 1@40", "1@105 1@41"])
+    seqs = pd.Series([2, 2, 2, 1, 2, 2, 2])
+    assert batch_changed(batch, seqs).tolist() == [False, True, False, True, False, True, False]
+
+
+def test_calibrate_serving_fits_the_batch_change_term_when_asked() -> None:
+    from llmsim.calibration.serving import fit_serving, read_run
+    from llmsim.models import get_model
+
+    xeon = DATA.parent / "vllm-cpu-xeon"
+    runs = [read_run(xeon / n) for n in ("burst-all", "poisson-light-b", "poisson-mid-b", "poisson-high-b")]
+    model = get_model(str(DATA.parent.parent.parent / "benchmarks" / "vllm_cpu" / "model" / "config.json"))
+    hw = load_profile(str(xeon / "engine-fit" / "hardware.yaml")).model_dump(mode="json")
+    plain, _, without = fit_serving(runs, model, hw, fit_hardware=False)
+    engine, _, with_it = fit_serving(runs, model, hw, fit_hardware=False, fit_batch_change=True)
+    assert "batch_change" not in plain
+    term = engine["batch_change"]
+    # benchmarks/vllm_cpu/batch_change.py reads 0.4-2.0 ms more in such steps of 2-30 sequences
+    assert 3e-4 < term["base_s"] + 10 * term["per_seq_s"] < 3e-3, term
+    assert with_it["mape"]["exec"] < without["mape"]["exec"]

@@ -23,7 +23,12 @@ LENGTHS = {
 }
 
 
-def _scenario(policy: str, engine: str = "ideal", **extra: object) -> llmsim.Scenario:
+# vLLM v1, synchronous (as on a CPU: host work adds to the step), with a step after a batch change
+# costing 2 ms + 0.1 ms per sequence more (engine.batch_change)
+CHANGE: dict = {"preset": "vllm-v1", "async_scheduling": False, "batch_change": {"base_s": 2e-3, "per_seq_s": 1e-4}}
+
+
+def _scenario(policy: str, engine: str | dict = "ideal", **extra: object) -> llmsim.Scenario:
     d: dict = {
         "name": f"fast-{policy}",
         "engine": engine,
@@ -89,6 +94,11 @@ STEP_COLUMNS = ["start_s", "duration_s", "decode_tokens", "batch_size", "preempt
         ("vllm", {"engine": "vllm-v1", **TIGHT}),
         ("chunked", {"engine": "vllm-v1", "kv_cache__prefix_caching": False}),
         ("disaggregated", {"engine": "vllm-v1"}),
+        # a step after its batch changed pays the engine's batch_change term: decode runs start after it
+        ("vllm", {"engine": CHANGE}),
+        ("chunked", {"engine": {**CHANGE, "async_scheduling": True}, "kv_cache__prefix_caching": False}),
+        ("vllm", {"engine": CHANGE, "cluster__replicas": 1, "workload__rate_rps": 3.0}),
+        ("traditional", {"engine": CHANGE, **TIGHT}),
     ],
 )
 def test_fast_paths_match_exact_steps(policy: str, extra: dict) -> None:
@@ -222,3 +232,19 @@ def test_cli_exact_steps_flag_gives_the_same_requests(tmp_path: Path) -> None:
     assert main([*args, "--out", str(tmp_path / "fast")]) == 0
     assert main([*args, "--out", str(tmp_path / "exact"), "--exact-steps"]) == 0
     _compare(read_table(tmp_path / "exact", "requests"), read_table(tmp_path / "fast", "requests"))
+
+
+def test_a_batch_change_is_paid_by_the_step_after_it() -> None:
+    # the term prices the steps whose batch changed in the step before and no other: the run's busy
+    # time grows by it, once per such step, and the presets (zero) leave every step as it was
+    sync = {"preset": "vllm-v1", "async_scheduling": False}  # (host work adds to the step, as on a CPU)
+    plain = llmsim.run(_scenario("vllm", sync, cluster__replicas=1))
+    base_s = 2e-3
+    changed = llmsim.run(_scenario("vllm", {**sync, "batch_change": {"base_s": base_s}}, cluster__replicas=1))
+    steps = changed.steps
+    assert changed.summary["steps_total"] >= plain.summary["steps_total"] * 0.9
+    extra_s = steps["duration_s"].sum() - plain.steps["duration_s"].sum()
+    # at least one step in ten follows a change (arrivals and finishes every few steps) and the
+    # term never exceeds one per step
+    assert len(steps) * base_s * 0.1 < extra_s < len(steps) * base_s * 1.01
+    assert changed.summary["mean_itl_ms"] > plain.summary["mean_itl_ms"]

@@ -171,6 +171,19 @@ def step_phases(steps: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def batch_changed(batches: pd.Series, seqs: pd.Series) -> np.ndarray:
+    """Per step (in step order): did the running batch change in the step before? It carried
+    prompt tokens, or a request left (the step before ran more sequences than this one, less
+    those this one starts). What the engine's ``batch_change`` term prices (engine.py)."""
+    parsed = [parse_batch(b) for b in batches]
+    prompt = np.array([sum(c for c, _ in chunks) for chunks, _ in parsed])
+    starts = np.array([sum(1 for _, done in chunks if done == 0) for chunks, _ in parsed])
+    n = seqs.to_numpy()
+    changed = np.zeros(len(n), dtype=bool)
+    changed[1:] = (prompt[:-1] > 0) | (n[:-1] > n[1:] - starts[1:])
+    return changed
+
+
 def nnls_term(seqs: np.ndarray, tokens: np.ndarray, y: np.ndarray) -> tuple[list[float], float]:
     """``base, per_seq, per_token`` >= 0 by non-negative least squares; and the fit's MAPE."""
     from scipy.optimize import nnls
@@ -199,9 +212,11 @@ def run_dtype(run: ServingRun) -> str:
 
 
 def fit_serving(
-    runs: list[ServingRun], model_spec, hw_data: dict, fit_hardware: bool
+    runs: list[ServingRun], model_spec, hw_data: dict, fit_hardware: bool, fit_batch_change: bool = False
 ) -> tuple[dict, dict | None, dict]:
-    """(engine profile fields, refined hardware profile data or None, fit report)."""
+    """(engine profile fields, refined hardware profile data or None, fit report). With
+    ``fit_batch_change`` the execution fit also takes ``batch_change`` (base and per sequence) on
+    the steps whose batch changed in the step before (``batch_changed``)."""
     from scipy.optimize import least_squares
 
     from llmsim.calibration.enginefit import with_values
@@ -210,7 +225,12 @@ def fit_serving(
     from llmsim.engine import EngineSpec
     from llmsim.hardware import HardwareProfile
 
-    phases = [step_phases(r.steps) for r in runs if r.steps is not None]
+    phases = []
+    for r in runs:  # (each run's steps in order: whether a step's batch changed reads the one before)
+        if r.steps is not None:
+            one = step_phases(r.steps)
+            one["changed"] = batch_changed(one["batch"], one["seqs"])
+            phases.append(one)
     if not phases:
         raise UserError("calibrate --serving: none of the runs has steps.csv.gz (per-step times are needed)")
     ph = pd.concat(phases, ignore_index=True)
@@ -231,6 +251,10 @@ def fit_serving(
     shapes = [model_batch_shape(model_spec, *parse_batch(b)) for b in sub["batch"]]
     y = sub["exec_s"].to_numpy()
     s_seqs, s_tokens = sub["seqs"].to_numpy(), sub["tokens"].to_numpy()
+    # the batch_change term's columns (none without fit_batch_change): changed, changed x seqs
+    chg = sub["changed"].to_numpy().astype(float) if fit_batch_change else np.zeros((len(sub), 0))
+    change_cols = np.column_stack([chg, chg * s_seqs]) if fit_batch_change else np.zeros((len(sub), 0))
+    n_chg = change_cols.shape[1]
     dtypes = {run_dtype(r) for r in runs}
     if len(dtypes) > 1:
         raise UserError(f"calibrate --serving: the runs served in different dtypes {sorted(dtypes)}; fit them apart")
@@ -248,21 +272,25 @@ def fit_serving(
     if fit_hardware:
         x0 = np.log([_value(hw_data, k) for k in keys])
 
+        k = len(keys)
+
         def model(x: np.ndarray) -> tuple[np.ndarray, dict]:
-            data = with_values(hw_data, dict(zip(keys, np.exp(x[: len(keys)]), strict=True)))
-            return device_s(data) + x[len(keys)] + x[len(keys) + 1] * s_seqs + x[len(keys) + 2] * s_tokens, data
+            data = with_values(hw_data, dict(zip(keys, np.exp(x[:k]), strict=True)))
+            host = x[k] + x[k + 1] * s_seqs + x[k + 2] * s_tokens + change_cols @ x[k + 3 :]
+            return device_s(data) + host, data
 
         def resid(x: np.ndarray) -> np.ndarray:
             return np.log(np.maximum(model(x)[0], 1e-9) / y)
 
-        lo = np.r_[x0 - math.log(FIT_RANGE), 0.0, 0.0, 0.0]
+        lo = np.r_[x0 - math.log(FIT_RANGE), 0.0, 0.0, 0.0, np.zeros(n_chg)]
         # efficiencies are fractions of a peak: never above 1 (an overhead has no such cap)
         cap = np.array([0.0 if not k.endswith("_s") else np.inf for k in keys])
-        hi = np.r_[np.minimum(x0 + math.log(FIT_RANGE), cap), 0.1, 1e-3, 1e-5]
-        start = np.r_[x0, 1e-4, 1e-6, 0.0]
+        hi = np.r_[np.minimum(x0 + math.log(FIT_RANGE), cap), 0.1, 1e-3, 1e-5, [0.1, 1e-3][:n_chg]]
+        start = np.r_[x0, 1e-4, 1e-6, 0.0, [1e-4, 1e-6][:n_chg]]
         res = least_squares(resid, np.clip(start, lo, hi), bounds=(lo, hi), diff_step=1e-3, max_nfev=60)
         pred, fitted_hw = model(res.x)
-        prep = [float(v) for v in res.x[len(keys) :]]
+        prep = [float(v) for v in res.x[k : k + 3]]
+        change = [float(v) for v in res.x[k + 3 :]]
         fitted_hw = {**fitted_hw, "calibration": {"method": "calibrate --serving --fit-hardware", "runs": names}}
         for k, v in zip(keys, np.exp(res.x[: len(keys)]), strict=True):
             section = "overheads" if k.endswith("_s") else "efficiency"
@@ -271,9 +299,15 @@ def fit_serving(
                 "source": f"fitted by calibrate --serving to model-execution times of {names}",
             }
     else:
+        from scipy.optimize import nnls
+
         dev = device_s(hw_data)
-        prep, _ = nnls_term(s_seqs, s_tokens, np.maximum(y - dev, 0.0))
-        pred = dev + prep[0] + prep[1] * s_seqs + prep[2] * s_tokens
+        a = np.column_stack([np.ones(len(y)), s_seqs, s_tokens, change_cols]).astype(float)
+        scale = a.max(axis=0)
+        scale[scale <= 0] = 1.0  # (a column of zeros: nothing to scale)
+        coef = nnls(a / scale, np.maximum(y - dev, 0.0))[0] / scale  # (nnls_term's solve, more columns)
+        prep, change = [float(c) for c in coef[:3]], [float(c) for c in coef[3:]]
+        pred = dev + a @ coef
     exec_err = float(np.mean(np.abs(pred - y) / y))
     if exec_err > MAX_EXEC_MAPE:  # (a fit this far off priced another model or machine than the run's)
         served = sorted({str(r.meta.get("engine_args", {}).get("model", "?")) for r in runs})
@@ -290,6 +324,10 @@ def fit_serving(
         "prepare": _term_dict(prep, f"{src}: execution time beyond the kernel model (inputs, sampling)"),
         "output": _term_dict(out, f"{src}: update_from_output -> next step (busy)"),
     }
+    if fit_batch_change:
+        engine["batch_change"] = _term_dict(
+            [*change, 0.0], f"{src}: execution time of a step whose batch changed in the step before"
+        )
     report = {
         "runs": [r.name for r in runs],
         "steps": int(len(ph)),

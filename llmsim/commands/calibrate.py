@@ -34,6 +34,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", help="with --serving: the served model (catalog name or config.json)")
     p.add_argument("--fit-hardware", action="store_true", help="with --serving: refine the profile's efficiencies too")
+    p.add_argument(
+        "--fit-batch-change",
+        action="store_true",
+        help="with --serving: fit the engine's batch_change term too (a step after its batch changed)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar; print nothing but errors")
     p.set_defaults(func=cmd_calibrate)
 
@@ -42,10 +47,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 # another mode would be ignored silently, so it is refused by name.
 MODES = {
     "--local-cpu": ("--quick",),
-    "--serving": ("--hardware", "--model", "--fit-hardware"),
+    "--serving": ("--hardware", "--model", "--fit-hardware", "--fit-batch-change"),
     "--profile": ("--hardware",),
 }
-_FLAGS = ("--local-cpu", "--serving", "--profile", "--hardware", "--model", "--quick", "--fit-hardware")
+_FLAGS = (
+    "--local-cpu",
+    "--serving",
+    "--profile",
+    "--hardware",
+    "--model",
+    "--quick",
+    "--fit-hardware",
+    "--fit-batch-change",
+)
 
 
 def check_flags(args: argparse.Namespace) -> str:
@@ -162,7 +176,7 @@ def _fit_runs(args: argparse.Namespace) -> tuple[list, dict, dict | None, dict]:
         model = model_arg(args.model).with_(weight_dtype=run_dtype(runs[0]))
         hw_data = hw.model_dump(mode="json", exclude_none=True)
         b.set_description("calibrate: fitting")
-        engine, fitted_hw, report = fit_serving(runs, model, hw_data, args.fit_hardware)
+        engine, fitted_hw, report = fit_serving(runs, model, hw_data, args.fit_hardware, args.fit_batch_change)
         b.update()
     return runs, engine, fitted_hw, report
 

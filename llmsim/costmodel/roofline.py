@@ -203,6 +203,8 @@ class CostModel:
         self._host_base = e.schedule.base_s + e.prepare.base_s + e.output.base_s
         self._host_seq = e.schedule.per_seq_s + e.prepare.per_seq_s + e.output.per_seq_s
         self._host_tok = e.schedule.per_token_s + e.prepare.per_token_s + e.output.per_token_s
+        ch = e.batch_change  # (paid by a step whose batch changed in the step before: ``changed``)
+        self.prices_batch_change = not self._host_const and (ch.base_s > 0 or ch.per_seq_s > 0 or ch.per_token_s > 0)
         self._link = tp_link(self.hw, self.cfg.tp)
         self._ep_link = tp_link(self.hw, self.cfg.ep)  # the MoE dispatch / combine's (expert parallelism)
         # a pipeline stage's activations to the next: over NVLink while all tp x pp GPUs share a node
@@ -363,8 +365,9 @@ class CostModel:
         """Device time of one pipeline stage's part of the step (no per-step CPU overhead)."""
         return sum(t.total_s for t in self.priced(shape))
 
-    def step_time(self, shape: BatchShape) -> float:
-        """Seconds for one whole step (all stages back to back, plus CPU overhead).
+    def step_time(self, shape: BatchShape, changed: bool = False) -> float:
+        """Seconds for one whole step (all stages back to back, plus CPU overhead; ``changed``: the
+        running batch changed in the step before, which the engine's ``batch_change`` term prices).
 
         Equal to ``stage_time(shape) * pp + sends + overhead`` (a test checks it), computed faster:
         every op but attention depends only on (tokens, sampled rows), so that part is cached on
@@ -380,7 +383,7 @@ class CostModel:
             stage += self._lora_s(shape.lora_tokens, shape.lora_adapters, body_graphed)
         if self.cfg.pp > 1:
             stage = stage * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1)
-        return self.with_host(stage, shape.prefill_seqs + shape.decode_seqs, tokens)
+        return self.with_host(stage, shape.prefill_seqs + shape.decode_seqs, tokens, changed)
 
     def group_tokens(self, tokens: list[int], decode_only: bool) -> int:
         """Expert parallelism over lock-stepped DP ranks (dpgroup.py) carrying ``tokens`` this step
@@ -418,10 +421,12 @@ class CostModel:
         # the engine's HostTerm.seconds summed, from floats read once (breakdown names the terms)
         return self._host_base + self._host_seq * seqs + self._host_tok * tokens
 
-    def with_host(self, device_s: float, seqs: int, tokens: int) -> float:
+    def with_host(self, device_s: float, seqs: int, tokens: int, changed: bool = False) -> float:
         """A step's seconds from its device time: host work follows the device (sync), or
         overlaps the previous step's device time (async scheduling) so the longer one sets the pace."""
         host = self.host_s(seqs, tokens)
+        if changed and self.prices_batch_change:
+            host += self.engine.batch_change.seconds(seqs, tokens)
         if self._async:
             return device_s if device_s > host else host
         return device_s + host
@@ -634,8 +639,9 @@ class CostModel:
         nbytes = shape.tokens * self.model.hidden_size * DTYPE_BYTES[storage_dtype(self.cfg)]
         return send_s(nbytes, self._pp_link)
 
-    def breakdown(self, shape: BatchShape) -> dict[str, float]:
-        """Seconds per named term of a step: each op name, kernel launches, step overhead."""
+    def breakdown(self, shape: BatchShape, changed: bool = False) -> dict[str, float]:
+        """Seconds per named term of a step: each op name, kernel launches, step overhead (the
+        engine's ``batch_change`` too where ``changed``, as ``step_time``)."""
         out: dict[str, float] = {}
         launches = fixed = 0.0
         for t in self.priced(shape):
@@ -662,8 +668,12 @@ class CostModel:
             out["step_overhead"] = self._step_overhead
         else:
             out.update(self.engine.host_breakdown(seqs, shape.tokens))
+        host = self.host_s(seqs, shape.tokens)
+        if changed and self.prices_batch_change:
+            out["engine_batch_change"] = self.engine.batch_change.seconds(seqs, shape.tokens)
+            host += out["engine_batch_change"]
         if self._async:  # host work hidden under the device's time (negative: the terms sum to the step)
-            out["engine_async_overlap"] = -min(self.host_s(seqs, shape.tokens), device)
+            out["engine_async_overlap"] = -min(host, device)
         return out
 
     # ---- convenience ------------------------------------------------------------------

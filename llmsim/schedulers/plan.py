@@ -45,6 +45,9 @@ class BatchPlan:
     decode_set: DecodeColumns | None
     set_n: int
     set_ctx: int
+    # the running batch changed in the step before (a request left or had prompt tokens): set by
+    # the replica, priced by the engine's batch_change term (engine.py)
+    changed: bool
 
     def __init__(self) -> None:  # written out: compiled natively, one per step (see BatchShape)
         self.prefill = []
@@ -54,6 +57,7 @@ class BatchPlan:
         self.swap_in_tokens = self.swap_out_tokens = self.spec_k = 0
         self.decode_set = None
         self.set_n = self.set_ctx = 0
+        self.changed = False
 
     @property
     def num_decode(self) -> int:
