@@ -77,7 +77,9 @@ class Later:
     """SimPy's ``Timeout`` as a compiled object: a valueless event that succeeds at the time it is
     queued for (``Timer.after``). SimPy's own loop processes it as any event (it reads
     ``callbacks``, ``_ok`` and ``_value``); ``sim.run_events`` and ``Driven`` read its fields
-    directly."""
+    directly. It has SimPy's read-only state (``triggered``, ``processed``, ``ok``, ``value``) but
+    is not an Event: it cannot join a condition (``&``, ``|``, ``AnyOf``), and a process's timer
+    queues it again once processed, so only the process waiting on it may keep it."""
 
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
@@ -85,6 +87,22 @@ class Later:
         self._ok = True
         self._value: object = None
         self._delay = 0.0
+
+    @property
+    def triggered(self) -> bool:
+        return True  # (queued as it is made, as SimPy's Timeout)
+
+    @property
+    def processed(self) -> bool:
+        return self.callbacks is None
+
+    @property
+    def ok(self) -> bool:
+        return True
+
+    @property
+    def value(self) -> object:
+        return None
 
 
 class Timer:

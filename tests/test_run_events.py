@@ -156,3 +156,13 @@ def test_a_process_that_returned_is_still_in_the_queue_for_that_instant(start: C
     simpy.events.Timeout(env, 5.0)
     env.run()
     assert seen == [1.0]
+
+
+def test_a_timer_event_shows_simpy_s_state() -> None:
+    env = simpy.Environment()
+    event = Timer(env).after(1.0)
+    timeout = simpy.events.Timeout(env, 1.0)
+    for e in (event, timeout):
+        assert e.triggered and not e.processed and e.ok and e.value is None
+    env.run()
+    assert event.processed and timeout.processed
