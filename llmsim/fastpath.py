@@ -86,7 +86,6 @@ class Later:
         self.callbacks: list[Callable[[Any], None]] | None = None  # (None: processed, or not queued yet)
         self._ok = True
         self._value: object = None
-        self._delay = 0.0
 
     @property
     def triggered(self) -> bool:
@@ -134,7 +133,6 @@ class Timer:
         if event is None or event.callbacks is not None:  # (the first, or the last still queued)
             event = self._last = Later(self.env)
         event.callbacks = []
-        event._delay = delay
         now: float = cast(Any, self.env)._now
         self._push(self._queue, (now + delay, self._normal, self._next_id(), event))
         return event

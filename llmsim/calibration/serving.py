@@ -184,11 +184,14 @@ def batch_changed(batches: pd.Series, seqs: pd.Series) -> np.ndarray:
     return changed
 
 
-def nnls_term(seqs: np.ndarray, tokens: np.ndarray, y: np.ndarray) -> tuple[list[float], float]:
-    """``base, per_seq, per_token`` >= 0 by non-negative least squares; and the fit's MAPE."""
+def nnls_term(
+    seqs: np.ndarray, tokens: np.ndarray, y: np.ndarray, extra: np.ndarray | None = None
+) -> tuple[list[float], float]:
+    """``base, per_seq, per_token`` >= 0 by non-negative least squares (then one coefficient per
+    column of ``extra``, if given); and the fit's MAPE."""
     from scipy.optimize import nnls
 
-    a = np.column_stack([np.ones(len(y)), seqs, tokens]).astype(float)
+    a = np.column_stack([np.ones(len(y)), seqs, tokens, *([] if extra is None else [extra])]).astype(float)
     scale = a.max(axis=0)  # columns of similar size for a well-conditioned solve
     scale[scale <= 0] = 1.0  # (a column of zeros: nothing to scale)
     coef, _ = nnls(a / scale, y)
@@ -229,7 +232,8 @@ def fit_serving(
     for r in runs:  # (each run's steps in order: whether a step's batch changed reads the one before)
         if r.steps is not None:
             one = step_phases(r.steps)
-            one["changed"] = batch_changed(one["batch"], one["seqs"])
+            if fit_batch_change:
+                one["changed"] = batch_changed(one["batch"], one["seqs"])
             phases.append(one)
     if not phases:
         raise UserError("calibrate --serving: none of the runs has steps.csv.gz (per-step times are needed)")
@@ -252,8 +256,10 @@ def fit_serving(
     y = sub["exec_s"].to_numpy()
     s_seqs, s_tokens = sub["seqs"].to_numpy(), sub["tokens"].to_numpy()
     # the batch_change term's columns (none without fit_batch_change): changed, changed x seqs
-    chg = sub["changed"].to_numpy().astype(float) if fit_batch_change else np.zeros((len(sub), 0))
-    change_cols = np.column_stack([chg, chg * s_seqs]) if fit_batch_change else np.zeros((len(sub), 0))
+    change_cols = np.zeros((len(sub), 0))
+    if fit_batch_change:
+        chg = sub["changed"].to_numpy().astype(float)
+        change_cols = np.column_stack([chg, chg * s_seqs])
     n_chg = change_cols.shape[1]
     dtypes = {run_dtype(r) for r in runs}
     if len(dtypes) > 1:
@@ -272,11 +278,11 @@ def fit_serving(
     if fit_hardware:
         x0 = np.log([_value(hw_data, k) for k in keys])
 
-        k = len(keys)
+        n_keys = len(keys)
 
         def model(x: np.ndarray) -> tuple[np.ndarray, dict]:
-            data = with_values(hw_data, dict(zip(keys, np.exp(x[:k]), strict=True)))
-            host = x[k] + x[k + 1] * s_seqs + x[k + 2] * s_tokens + change_cols @ x[k + 3 :]
+            data = with_values(hw_data, dict(zip(keys, np.exp(x[:n_keys]), strict=True)))
+            host = x[n_keys] + x[n_keys + 1] * s_seqs + x[n_keys + 2] * s_tokens + change_cols @ x[n_keys + 3 :]
             return device_s(data) + host, data
 
         def resid(x: np.ndarray) -> np.ndarray:
@@ -289,8 +295,8 @@ def fit_serving(
         start = np.r_[x0, 1e-4, 1e-6, 0.0, [1e-4, 1e-6][:n_chg]]
         res = least_squares(resid, np.clip(start, lo, hi), bounds=(lo, hi), diff_step=1e-3, max_nfev=60)
         pred, fitted_hw = model(res.x)
-        prep = [float(v) for v in res.x[k : k + 3]]
-        change = [float(v) for v in res.x[k + 3 :]]
+        prep = [float(v) for v in res.x[n_keys : n_keys + 3]]
+        change = [float(v) for v in res.x[n_keys + 3 :]]
         fitted_hw = {**fitted_hw, "calibration": {"method": "calibrate --serving --fit-hardware", "runs": names}}
         for k, v in zip(keys, np.exp(res.x[: len(keys)]), strict=True):
             section = "overheads" if k.endswith("_s") else "efficiency"
@@ -299,15 +305,10 @@ def fit_serving(
                 "source": f"fitted by calibrate --serving to model-execution times of {names}",
             }
     else:
-        from scipy.optimize import nnls
-
         dev = device_s(hw_data)
-        a = np.column_stack([np.ones(len(y)), s_seqs, s_tokens, change_cols]).astype(float)
-        scale = a.max(axis=0)
-        scale[scale <= 0] = 1.0  # (a column of zeros: nothing to scale)
-        coef = nnls(a / scale, np.maximum(y - dev, 0.0))[0] / scale  # (nnls_term's solve, more columns)
-        prep, change = [float(c) for c in coef[:3]], [float(c) for c in coef[3:]]
-        pred = dev + a @ coef
+        coef, _ = nnls_term(s_seqs, s_tokens, np.maximum(y - dev, 0.0), change_cols)
+        prep, change = coef[:3], coef[3:]
+        pred = dev + prep[0] + prep[1] * s_seqs + prep[2] * s_tokens + change_cols @ np.array(change)
     exec_err = float(np.mean(np.abs(pred - y) / y))
     if exec_err > MAX_EXEC_MAPE:  # (a fit this far off priced another model or machine than the run's)
         served = sorted({str(r.meta.get("engine_args", {}).get("model", "?")) for r in runs})

@@ -125,13 +125,14 @@ class CostModel:
     def __post_init__(self) -> None:
         # _dense_stage_time's parts, priced once per input: lists indexed by the step's tokens (its
         # sampled rows for the LM head), one for decode-only steps and one for the rest (-1.0: not
-        # priced yet), a dict for expert-parallel steps (keyed on their DP group's tokens too) and
+        # priced yet), dicts for expert-parallel steps (keyed on their DP group's tokens too) and
         # past the lists' reach (``_LISTED``)
         self._body_decode: list[float] = []
         self._body_mixed: list[float] = []
         self._head_decode: list[float] = []
         self._head_mixed: list[float] = []
         self._body_cache: dict[int, float] = {}
+        self._head_cache: dict[int, float] = {}
         self._lora_cache: dict[tuple[int, int, bool], float] = {}
         self._peaks: dict[str, float] = {}  # dtype -> hw.peak(dtype)
         eff = self.hw.efficiency
@@ -594,10 +595,11 @@ class CostModel:
                 head = self._head_s(lm_rows, decode_only)
                 _store(heads, lm_rows, head)
         else:
-            head = self._body_cache.get(-(lm_rows << 1 | decode_only) - 1, -1.0)  # (negative keys: the head's)
+            head_key = lm_rows << 1 | decode_only
+            head = self._head_cache.get(head_key, -1.0)
             if head < 0.0:
                 head = self._head_s(lm_rows, decode_only)
-                self._body_cache[-(lm_rows << 1 | decode_only) - 1] = head
+                self._head_cache[head_key] = head
         return body + head
 
     def _head_s(self, rows: int, decode_only: bool) -> float:
