@@ -29,7 +29,7 @@ from llmsim.calibration.replay import MODEL_CONFIG
 from llmsim.calibration.serving import parse_batch, read_run, run_dtype, step_phases
 from llmsim.costmodel import CostConfig, CostModel
 from llmsim.costmodel.ops import model_batch_shape
-from llmsim.engine import EngineSpec
+from llmsim.engine import EngineSpec, HostTerm
 from llmsim.hardware import load_profile
 from llmsim.models import from_hf_config
 
@@ -38,7 +38,7 @@ def decode_steps(campaign: Path) -> pd.DataFrame:
     """Every decode-only step of the campaign's calibration and validation runs, measured and priced."""
     split = json.loads((campaign / "split.json").read_text())
     hw = load_profile(str(campaign / "engine-fit" / "hardware.yaml"))
-    prepare = yaml.safe_load((campaign / "engine-fit" / "engine.yaml").read_text())["prepare"]
+    prepare = HostTerm(**yaml.safe_load((campaign / "engine-fit" / "engine.yaml").read_text())["prepare"])
     spec = from_hf_config(MODEL_CONFIG)
     frames = []
     for kind in ("calibration", "validation"):
@@ -63,7 +63,7 @@ def decode_steps(campaign: Path) -> pd.DataFrame:
             ph["priced_s"] = [
                 cost.step_time(model_batch_shape(spec, *p)) for p, k in zip(parsed, keep, strict=True) if k
             ]
-            ph["priced_s"] += prepare["base_s"] + prepare["per_seq_s"] * ph.seqs + prepare["per_token_s"] * ph.tokens
+            ph["priced_s"] += prepare.seconds(ph.seqs, ph.tokens)
             ph["split"] = kind
             frames.append(ph)
     return pd.concat(frames, ignore_index=True)
