@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from llmsim.fastpath import Driven, Timer
 from llmsim.replica import Replica
 from llmsim.request import Request, blocks_for
 from llmsim.router import route
@@ -46,14 +47,24 @@ class KVTransfer:
         self.waits_s = 0.0
         self._link_free_s: dict[int, float] = {}  # prefill replica -> when its outbound link is next free
         self._incoming: dict[int, int] = {}  # decode replica -> transfers in flight to it
+        self.timer = Timer(env)  # (the transfers' arrivals)
 
     def connect(self, decode: list[Replica]) -> None:
         self.decode = decode
         self._incoming = {r.index: 0 for r in decode}
 
     def start(self, src: Replica, req: Request, step_s: float) -> None:
-        """A prefill replica's hand-off: ``req``'s prompt finished in a step of ``step_s``."""
-        self.env.process(self._send(src, req, step_s))
+        """A prefill replica's hand-off: ``req``'s prompt finished in a step of ``step_s``. It
+        picks the decode replica now; with room there, the send is one event (its arrival);
+        without, a process waits for blocks first."""
+        dst = route(self.decode, self.opts.decode_router, self.count, req)
+        self.count += 1
+        blocks = blocks_for(req.kv_tokens + 1, dst.kv.block_tokens)
+        dst.sync()
+        if self._has_room(dst, blocks):
+            self._send(src, dst, req, blocks, step_s, self.env.now)
+        else:
+            Driven(self.env, self._wait_then_send(src, dst, req, blocks, step_s))
 
     def kv_bytes(self, tokens: int) -> float:
         return tokens * self.opts.kv_bytes_per_token
@@ -79,27 +90,53 @@ class KVTransfer:
             return False
         return running + self._incoming[dst.index] < dst.pool.sched.max_num_seqs
 
-    def _send(self, src: Replica, req: Request, step_s: float) -> Generator[simpy.Event, Any, None]:
-        env = self.env
-        t0 = env.now
-        dst = route(self.decode, self.opts.decode_router, self.count, req)
-        self.count += 1
-        blocks = blocks_for(req.kv_tokens + 1, dst.kv.block_tokens)
-        dst.sync()  # back-pressure: wait for the decode replica's blocks and a batch slot
-        while not self._has_room(dst, blocks):
+    def _wait_then_send(
+        self, src: Replica, dst: Replica, req: Request, blocks: int, step_s: float
+    ) -> Generator[simpy.Event, Any, None]:
+        """Back-pressure: wait for the decode replica's blocks and a batch slot, then send."""
+        t0 = self.env.now
+        while True:
             yield dst.blocks_freed()
             dst.sync()
+            if self._has_room(dst, blocks):
+                break
+        self._send(src, dst, req, blocks, step_s, t0)
+
+    def _send(self, src: Replica, dst: Replica, req: Request, blocks: int, step_s: float, t0: float) -> None:
+        """Reserve the blocks on ``dst`` and send once the source's link is free (FIFO); the
+        request lands on ``dst`` at the end (``_land``), ``t0`` being when its prompt finished."""
+        now = self.env.now
         dst.kv.reserve(blocks)
         dst.fast.note_external_blocks(blocks)
         self._incoming[dst.index] += 1
         dt = self.seconds(src, dst, req.kv_tokens, step_s)
-        start = max(env.now, self._link_free_s.get(src.index, 0.0))
+        start = max(now, self._link_free_s.get(src.index, 0.0))
         self._link_free_s[src.index] = start + dt
-        yield env.timeout(start + dt - env.now)
+        sent = Sent(self, src, dst, req, blocks, t0, dt)
+        self.timer.call(start + dt - now, sent.land)
+
+    def land(self, sent: Sent) -> None:
+        """The KV is on ``sent.dst``: the source frees its blocks, the decode replica takes the request."""
+        src, dst, req = sent.src, sent.dst, sent.req
+        now = self.env.now
         self.busy_s += self.wire_s(src, dst, req.kv_tokens)
         self.bytes += self.kv_bytes(req.kv_tokens)
-        self.waits_s += env.now - t0 - dt
-        req.transfer_s = env.now - t0
+        self.waits_s += now - sent.t0 - sent.dt
+        req.transfer_s = now - sent.t0
         src.release_transferred(req)
         self._incoming[dst.index] -= 1
-        dst.accept_prefilled(req, blocks)
+        dst.accept_prefilled(req, sent.blocks)
+
+
+class Sent:
+    """A transfer on the wire: what its arrival needs (``KVTransfer.land``)."""
+
+    def __init__(
+        self, transfer: KVTransfer, src: Replica, dst: Replica, req: Request, blocks: int, t0: float, dt: float
+    ) -> None:
+        self.transfer = transfer
+        self.src, self.dst, self.req = src, dst, req
+        self.blocks, self.t0, self.dt = blocks, t0, dt
+
+    def land(self, _event: object) -> None:
+        self.transfer.land(self)

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from llmsim.fastpath import Driven, Later, Timer
+
 if TYPE_CHECKING:
     from llmsim.replica import Replica
 
@@ -44,19 +46,20 @@ class DataParallelGroup:
         self.env = env
         self.ranks: list[Replica] = []
         self._idle = True
-        self._wake = env.event()
+        self.timer = Timer(env)  # (SimPy's events as compiled ones: fastpath.Timer)
+        self._wake: Later | simpy.Event = env.event()
 
     def start(self, ranks: list[Replica]) -> None:
         self.ranks = ranks
-        self.env.process(self.loop())
+        Driven(self.env, self.loop())
 
     def wake(self) -> None:
         """A rank got something (an arrival, a prefilled request): the next group step plans it."""
         if self._idle:
             self._idle = False
-            self._wake.succeed()
+            self.timer.fire(self._wake)
 
-    def loop(self) -> Generator[simpy.Event, Any, None]:  # simpy process
+    def loop(self) -> Generator[Later | simpy.Event, Any, None]:  # the process (fastpath.Driven)
         env = self.env
         while True:
             plans = [rank.next_plan() for rank in self.ranks]
@@ -64,7 +67,7 @@ class DataParallelGroup:
                 for rank in self.ranks:
                     rank.rest()
                 self._idle = True
-                self._wake = env.event()
+                self._wake = self.timer.hold()
                 yield self._wake
                 continue
             start = env.now
@@ -83,7 +86,7 @@ class DataParallelGroup:
                 rank.begin_step(plan, shape, start) for rank, plan, shape in zip(self.ranks, plans, shapes, strict=True)
             ]
             step_s = max(o[0] for o in own if o is not None)
-            yield env.timeout(step_s)
+            yield self.timer.after(step_s)
             for rank, plan, mine in zip(self.ranks, plans, own, strict=True):
                 if plan is not None and mine is not None:  # (mine is None exactly when plan is)
                     rank.end_step(plan, start, step_s, mine)

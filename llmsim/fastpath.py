@@ -75,7 +75,8 @@ def simpy_internals(env: simpy.Environment) -> bool:
 @final
 class Later:
     """SimPy's ``Timeout`` as a compiled object: a valueless event that succeeds at the time it is
-    queued for (``Timer.after``). SimPy's own loop processes it as any event (it reads
+    queued for (``Timer.after``, ``Timer.call``), or, made by ``Timer.hold``, once it is queued
+    (``Timer.fire``, SimPy's ``succeed``). SimPy's own loop processes it as any event (it reads
     ``callbacks``, ``_ok`` and ``_value``); ``sim.run_events`` and ``Driven`` read its fields
     directly. It has SimPy's read-only state (``triggered``, ``processed``, ``ok``, ``value``) but
     is not an Event: it cannot join a condition (``&``, ``|``, ``AnyOf``), and a process's timer
@@ -86,10 +87,11 @@ class Later:
         self.callbacks: list[Callable[[Any], None]] | None = None  # (None: processed, or not queued yet)
         self._ok = True
         self._value: object = None
+        self.queued = True  # (False while held: ``Timer.hold``, an Event not triggered yet)
 
     @property
     def triggered(self) -> bool:
-        return True  # (queued as it is made, as SimPy's Timeout)
+        return self.queued  # (a timeout is queued as it is made, as SimPy's Timeout)
 
     @property
     def processed(self) -> bool:
@@ -110,7 +112,8 @@ class Timer:
     ``Later`` where ``simpy_internals`` holds (else SimPy's Timeout). Timeout's constructor and
     ``schedule`` are interpreted, and in step-exact runs (one event per step) they took a fifth of
     the time. A process waits on one event at a time, so its last Later, once processed (nobody
-    waits on it), is queued again rather than a new one made."""
+    waits on it), is queued again rather than a new one made. ``hold``/``fire`` are SimPy's
+    ``env.event()``/``succeed()`` for the same process, ``call`` a timeout with a callback."""
 
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
@@ -129,12 +132,51 @@ class Timer:
             return Timeout(self.env, delay)
         if delay < 0:
             raise ValueError(f"Negative delay {delay}")  # (Timeout's check and message)
-        event = self._last
-        if event is None or event.callbacks is not None:  # (the first, or the last still queued)
-            event = self._last = Later(self.env)
-        event.callbacks = []
+        event = self._reused()
         now: float = cast(Any, self.env)._now
         self._push(self._queue, (now + delay, self._normal, self._next_id(), event))
+        return event
+
+    def hold(self) -> Later | simpy.Event:
+        """``env.event()``: an event the process waits on until someone ``fire``s it (a wake-up).
+        SimPy makes an Event object and later queues it, both interpreted, at every wake-up of an
+        idle replica (one or two per request)."""
+        if not self.native:
+            return simpy.Event(self.env)
+        event = self._reused()
+        event.queued = False
+        return event
+
+    def fire(self, event: Later | simpy.Event) -> None:
+        """``event.succeed()`` for a ``hold``'s event: queued now, as SimPy queues it
+        (``Environment.schedule``: now, NORMAL, the next event id)."""
+        if not isinstance(event, Later):
+            event.succeed()
+            return
+        later = cast(Later, event)
+        later.queued = True
+        now: float = cast(Any, self.env)._now
+        self._push(self._queue, (now, self._normal, self._next_id(), later))
+
+    def call(self, delay: float, callback: Callable[[Any], None]) -> None:
+        """``callback(event)`` in ``delay`` seconds, queued as ``after`` queues a timeout: one event
+        where a process started for it would take three (its start, the timeout, its end)."""
+        if not self.native:
+            cast(Any, Timeout(self.env, delay)).callbacks.append(callback)
+            return
+        if delay < 0:
+            raise ValueError(f"Negative delay {delay}")
+        event = Later(self.env)  # (not reused: several may be queued at once)
+        event.callbacks = [callback]
+        now: float = cast(Any, self.env)._now
+        self._push(self._queue, (now + delay, self._normal, self._next_id(), event))
+
+    def _reused(self) -> Later:
+        """The process's last Later once processed (nobody waits on it), else a new one; pending."""
+        event = self._last
+        if event is None or event.callbacks is not None:  # (the first, or the last still queued or held)
+            event = self._last = Later(self.env)
+        event.callbacks = []
         return event
 
 

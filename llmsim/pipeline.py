@@ -13,6 +13,7 @@ from typing import Any
 
 import simpy
 
+from llmsim.fastpath import Driven
 from llmsim.replica import Replica
 from llmsim.request import Request
 from llmsim.schedulers.plan import BatchPlan
@@ -65,7 +66,7 @@ class PipelineReplica(Replica):
             self.stage_busy_s[0] += first
             self.busy_s += first
             stage0.release(slot)
-            env.process(self._land(plan, members, env.now - first, stage_s, send_s))
+            Driven(env, self._land(plan, members, env.now - first, stage_s, send_s))  # (SimPy's Process, compiled)
 
     def _land(
         self, plan: BatchPlan, members: list[Request], start_s: float, stage_s: float, send_s: float

@@ -18,7 +18,7 @@ import simpy
 
 from llmsim.costmodel.ops import BatchShape
 from llmsim.decodeset import DecodeSet
-from llmsim.fastpath import Clock, Driven, FastPath, Inputs, shortcuts
+from llmsim.fastpath import Clock, Driven, FastPath, Inputs, Later, shortcuts
 from llmsim.gaps import GapHistogram
 from llmsim.kvcache import BlockManager, OffloadTier, chain_hashes
 from llmsim.request import REJECTED, Request
@@ -110,7 +110,7 @@ class Replica:
         self.max_step_tokens = self.steps_taken = 0
         self._idle = True
         self._batch_changed = False  # (the step before the next one changed its batch: engine.batch_change)
-        self._wake = env.event()
+        self._wake: Later | simpy.Event = env.event()  # (``_sleep`` holds a new one each time)
         self._freed = env.event()
         self.dp_wait_s = 0.0  # lock-step: seconds this rank's steps waited for the slowest rank
         self.dp_dummy_steps = 0  # lock-step: group steps this rank had nothing for (a dummy batch)
@@ -187,7 +187,7 @@ class Replica:
         if self._idle:
             self._idle = False
             self._step_start_s = self.env.now  # the next step starts now: arrivals now join its plan
-            self._wake.succeed()
+            self.clock.timer.fire(self._wake)
         else:
             self.fast.cut()  # a decode run in progress ends with the step in progress
 
@@ -303,9 +303,9 @@ class Replica:
         self.steps_taken += steps
         self.fast.log(run, steps, live_last)
 
-    def _sleep(self) -> Generator[simpy.Event, Any, None]:
+    def _sleep(self) -> Generator[Later | simpy.Event, Any, None]:
         self._idle = True
-        self._wake = self.env.event()
+        self._wake = self.clock.timer.hold()
         yield self._wake
         self.clock.now = self.env.now
 

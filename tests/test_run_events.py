@@ -25,8 +25,16 @@ def _toy(
     """Processes whose events tie in time and priority, start others mid-run (their Initialize is
     urgent) and wait on events others trigger, some landing exactly on the horizons used below.
     The tickers wait on SimPy's Timeouts, or on those of a fastpath.Timer each, which stand in
-    for them."""
-    gate = env.event()
+    for them; with timers, the gate is a Timer's ``hold``/``fire`` (SimPy's event/succeed) and a
+    callback is queued by ``Timer.call`` (a Timeout with a callback)."""
+    gate_timer = Timer(env)
+    gate = gate_timer.hold() if timers else env.event()
+
+    def call(delay: float, callback: Callable[[Any], None]) -> None:
+        if timers:
+            Timer(env).call(delay, callback)
+        else:
+            simpy.events.Timeout(env, delay).callbacks.append(callback)  # type: ignore[union-attr]
 
     def ticker(name: str, dt: float, n: int) -> Generator[simpy.Event, Any, None]:
         after = Timer(env).after if timers else partial(simpy.events.Timeout, env)
@@ -35,7 +43,9 @@ def _toy(
             trace.append((env.now, name))
             if name == "b" and env.now == 3.0:
                 start(env, child(f"{name}-child"))
-                gate.succeed()
+                gate_timer.fire(gate)
+                call(0.5, lambda _event: trace.append((env.now, "called")))
+                call(0.0, lambda _event: trace.append((env.now, "called now")))
 
     def child(name: str) -> Generator[simpy.Event, Any, None]:
         trace.append((env.now, name + " starts"))
@@ -166,3 +176,18 @@ def test_a_timer_event_shows_simpy_s_state() -> None:
         assert e.triggered and not e.processed and e.ok and e.value is None
     env.run()
     assert event.processed and timeout.processed
+
+
+def test_a_held_timer_event_is_simpy_s_untriggered_event() -> None:
+    env = simpy.Environment()
+    timer = Timer(env)
+    held, event = timer.hold(), env.event()
+    for e in (held, event):
+        assert not e.triggered and not e.processed
+    timer.fire(held)
+    timer.fire(event)  # (SimPy's own event: succeed)
+    for e in (held, event):
+        assert e.triggered and not e.processed
+    env.run()
+    assert held.processed and event.processed
+    assert timer.hold() is held  # (processed, nobody waits on it: reused)
