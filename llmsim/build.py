@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,6 +30,28 @@ def build_model(sc: Scenario) -> ModelSpec:
     return m
 
 
+_last_trace: list[tuple[tuple[str, int, int, str, int], Workload]] = []  # (key, trace): the last one read
+
+
+def _trace(path: Path, fmt: str, hash_block_tokens: int) -> Workload:
+    """``load_trace``, kept for the next call with the same file (same path, modification time and
+    size), format and hash block: a sweep or plan reads one trace at every point (9 ms each for the
+    Azure conversation trace, a tenth of a plan point). Only the last is kept, so memory holds one
+    trace at most; ``slice_and_scale`` copies what a run uses, so the kept one is never changed."""
+    from llmsim.workload.traces import load_trace  # pandas: only when a trace is read
+
+    try:
+        st = Path(path).stat()
+        key = (str(path), st.st_mtime_ns, st.st_size, fmt, hash_block_tokens)
+    except OSError:
+        return load_trace(path, fmt, hash_block_tokens)  # (it says what is wrong with the file)
+    if _last_trace and _last_trace[0][0] == key:
+        return _last_trace[0][1]
+    wl = load_trace(path, fmt, hash_block_tokens)
+    _last_trace[:] = [(key, wl)]
+    return wl
+
+
 def build_workload(sc: Scenario) -> Workload:
     w = sc.workload
     rng = np.random.default_rng(sc.seed)
@@ -36,9 +59,7 @@ def build_workload(sc: Scenario) -> Workload:
     if w.kind == "trace":
         assert w.trace is not None
         t = w.trace
-        from llmsim.workload.traces import load_trace  # pandas: only when a trace is read
-
-        wl = load_trace(sc.path(t.path), t.format, t.hash_block_tokens or sc.kv_cache.block_tokens)
+        wl = _trace(sc.path(t.path), t.format, t.hash_block_tokens or sc.kv_cache.block_tokens)
         wl = slice_and_scale(wl, t.start_s, t.duration_s, t.max_requests, t.speedup)
         if wl.lora is not None and (wl.lora >= 0).any() and sc.lora is None:
             raise UserError(
@@ -428,9 +449,31 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     draft_cost = None
     if draft is not None:
         # the draft is small: it runs unsharded next to the target's shard
-        draft_cost = CostModel(draft, hw, replace(cfg, tp=1, pp=1, ep=1), engine)
-    cost = CostModel(model, hw, cfg, engine)
+        draft_cost = shared_cost_model(draft, hw, replace(cfg, tp=1, pp=1, ep=1), engine)
+    cost = shared_cost_model(model, hw, cfg, engine)
     return PoolSpec(name, hw, p.replicas, p.tp, p.pp, cost, blocks, sched, memory, draft_cost=draft_cost)
+
+
+SHARED_COST_MODELS = 16  # cost models (and their price caches) a process keeps for later runs
+_cost_models: OrderedDict[str, CostModel] = OrderedDict()
+
+
+def shared_cost_model(model: ModelSpec, hw: HardwareProfile, cfg: CostConfig, engine: EngineSpec) -> CostModel:
+    """The cost model of these four, shared by every run in this process that prices the same: the
+    points of a sweep or plan with the same model, hardware, parallelism and engine (replica counts,
+    rates, policies) reuse the step prices the earlier ones cached (#18 item 4). Its prices are a
+    function of these four alone (the caches fill with the same floats whatever the order), so
+    sharing changes no result. Keyed by their reprs (every field, floats exactly); the
+    ``SHARED_COST_MODELS`` most recently used are kept."""
+    key = repr((model, hw, cfg, engine))
+    cost = _cost_models.get(key)
+    if cost is None:
+        cost = _cost_models[key] = CostModel(model, hw, cfg, engine)
+        if len(_cost_models) > SHARED_COST_MODELS:
+            _cost_models.popitem(last=False)
+    else:
+        _cost_models.move_to_end(key)
+    return cost
 
 
 def max_model_len(sc: Scenario, model: ModelSpec) -> int:
