@@ -576,11 +576,14 @@ def _write_json_atomic(path: Path, events: Iterable[dict], metadata: dict | None
     ``metadata``: the trace format's top-level ``metadata`` object (before the events)."""
     head = f'"metadata":{json.dumps(metadata, separators=(",", ":"))},' if metadata else ""
 
+    # one encoder for every event: json.dumps with options builds a new one per call
+    encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
     def stream(tmp: Path) -> None:
         with tmp.open("w") as fh:
             fh.write('{"displayTimeUnit":"ms",' + head + '"traceEvents":[')
             for i, ev in enumerate(events):
-                fh.write(("\n" if i == 0 else ",\n") + json.dumps(ev, separators=(",", ":"), allow_nan=False))
+                fh.write(("\n" if i == 0 else ",\n") + encode(ev))
             fh.write("\n]}\n")
 
     atomic_write(path, stream)
