@@ -164,10 +164,13 @@ class Replica:
         self.wake()
 
     def release_transferred(self, req: Request) -> None:
-        """Prefill side: ``req``'s KV has left for a decode replica; its blocks are free."""
+        """Prefill side: ``req``'s KV has left for a decode replica; its blocks are free. An idle
+        replica with nothing queued is not woken: the blocks could start nothing (it would plan
+        nothing and sleep again, one event per request of a disaggregated run)."""
         self.kv.free(req)
         self.signal_freed()
-        self.wake()
+        if self.sched.has_work() or not self._idle:
+            self.wake()
 
     @property
     def num_waiting(self) -> int:
