@@ -29,3 +29,22 @@ def test_steps_after_a_batch_change_are_the_ones_priced_short() -> None:
         assert abs(_error(settled)) < 0.04, split  # a settled batch: priced within 4 % (3.1 %, 0.6 %)
         # the step after a change: 6.5-12 % short in both splits (not modelled: docs/validation.md)
         assert _error(after_prompt) < -0.05 and _error(after_leave) < -0.05, split
+
+
+def test_settled_steps_move_with_the_run_and_with_one_sequence() -> None:
+    """The repeats of a validation workload (same seed and rates, run later) price their settled
+    decode steps up to 10 points apart: the real engine's run-to-run floor, not a step shape. What
+    holds across a workload's runs is the single-sequence step, priced long."""
+    steps = batch_change.decode_steps(ROOT / "data" / "validation" / "vllm-cpu-xeon")
+    calm = steps[(steps.since >= 10) & ~steps.shrank]
+    per_run = calm.groupby("run").apply(_error)
+    mid = [per_run[f"poisson-mid{r}"] for r in ("", "-rep2", "-rep3")]
+    assert max(mid) - min(mid) > 0.08  # -7.3 %, +2.4 %, -1.7 %
+    for name in ("poisson-mid", "poisson-high", "poisson-overload", "shared-prefix"):
+        # each flagged validation run is the slowest of its three (priced shortest)
+        assert per_run[name] < min(per_run[f"{name}-rep2"], per_run[f"{name}-rep3"]), name
+    one, two, more = calm[calm.seqs == 1], calm[calm.seqs == 2], calm[(calm.seqs >= 3) & (calm.seqs <= 32)]
+    assert _error(one) > 0.10 and _error(two) > 0.04  # +12.9 %, +6.0 %
+    assert abs(_error(more)) < 0.03
+    for run in ("poisson-light", "poisson-light-rep2", "poisson-light-rep3"):
+        assert per_run[run] > 0.07  # two sequences on average: long in all three runs

@@ -34,38 +34,46 @@ from llmsim.hardware import load_profile
 from llmsim.models import from_hf_config
 
 
+def _runs(split: dict) -> list[tuple[str, str]]:
+    """(split, run) of the campaign's calibration and validation runs and their repeats."""
+    repeats = split.get("validation_repeats", [])
+    repeats = repeats.get("runs", []) if isinstance(repeats, dict) else repeats
+    return [(kind, name) for kind in ("calibration", "validation") for name in split[kind]] + [
+        ("repeat", name) for name in repeats
+    ]
+
+
 def decode_steps(campaign: Path) -> pd.DataFrame:
-    """Every decode-only step of the campaign's calibration and validation runs, measured and priced."""
+    """Every decode-only step of the campaign's calibration and validation runs and their repeats
+    (split ``repeat``: the same validation workloads run again), measured and priced."""
     split = json.loads((campaign / "split.json").read_text())
     hw = load_profile(str(campaign / "engine-fit" / "hardware.yaml"))
     prepare = HostTerm(**yaml.safe_load((campaign / "engine-fit" / "engine.yaml").read_text())["prepare"])
     spec = from_hf_config(MODEL_CONFIG)
     frames = []
-    for kind in ("calibration", "validation"):
-        for name in split[kind]:
-            if not (campaign / name / "steps.csv.gz").exists():
-                continue  # (the step profiles' folders hold no serving steps)
-            run = read_run(campaign / name)
-            dt = run_dtype(run)
-            cfg = CostConfig(weight_dtype=dt, kv_dtype=dt, act_dtype=dt, attention_kernel="flash")
-            cost = CostModel(spec, hw, cfg, EngineSpec("device only", "no host terms"))
-            ph = step_phases(run.steps)
-            parsed = [parse_batch(b) for b in ph.batch]
-            prompt = np.array([sum(c for c, _ in chunks) for chunks, _ in parsed])
-            since, k = [], 10**6
-            for p in prompt:  # steps since the last one with prompt tokens (1 = right after it)
-                since.append(k + 1)
-                k = 0 if p > 0 else k + 1
-            ph["since"] = since
-            ph["shrank"] = ph.seqs < ph.seqs.shift(1).fillna(0)
-            keep = (ph.exec_s > 0).to_numpy() & (prompt == 0)
-            ph = ph[keep].copy()
-            ph["priced_s"] = [
-                cost.step_time(model_batch_shape(spec, *p)) for p, k in zip(parsed, keep, strict=True) if k
-            ]
-            ph["priced_s"] += prepare.seconds(ph.seqs, ph.tokens)
-            ph["split"] = kind
-            frames.append(ph)
+    for kind, name in _runs(split):
+        if not (campaign / name / "steps.csv.gz").exists():
+            continue  # (the step profiles' folders hold no serving steps)
+        run = read_run(campaign / name)
+        dt = run_dtype(run)
+        cfg = CostConfig(weight_dtype=dt, kv_dtype=dt, act_dtype=dt, attention_kernel="flash")
+        cost = CostModel(spec, hw, cfg, EngineSpec("device only", "no host terms"))
+        ph = step_phases(run.steps)
+        parsed = [parse_batch(b) for b in ph.batch]
+        prompt = np.array([sum(c for c, _ in chunks) for chunks, _ in parsed])
+        since, k = [], 10**6
+        for p in prompt:  # steps since the last one with prompt tokens (1 = right after it)
+            since.append(k + 1)
+            k = 0 if p > 0 else k + 1
+        ph["since"] = since
+        ph["shrank"] = ph.seqs < ph.seqs.shift(1).fillna(0)
+        keep = (ph.exec_s > 0).to_numpy() & (prompt == 0)
+        ph = ph[keep].copy()
+        ph["priced_s"] = [cost.step_time(model_batch_shape(spec, *p)) for p, k in zip(parsed, keep, strict=True) if k]
+        ph["priced_s"] += prepare.seconds(ph.seqs, ph.tokens)
+        ph["split"] = kind
+        ph["run"] = name
+        frames.append(ph)
     return pd.concat(frames, ignore_index=True)
 
 
@@ -96,6 +104,11 @@ def main(argv: list[str]) -> int:
         sub = settled[settled.split == split]
         print(f"{split}: steps 4+ after a prefill, by whether a request left the batch the step before")
         print(table(sub, [sub.shrank.map({True: "shrank", False: "same"}), seqs[sub.index]]).to_string(), "\n")
+    calm = steps[(steps.since >= 10) & ~steps.shrank]  # settled: nothing changed the batch for 10 steps
+    print("settled decode steps (10+ after a prefill, no request left), every run and its repeats:")
+    print(table(calm, [calm.run.str.replace(r"-rep[23]$", "", regex=True), calm.run]).to_string(), "\n")
+    print("settled decode steps of every run, by batch size:")
+    print(table(calm, [pd.cut(calm.seqs, [0, 1, 2, 3, 4, 8, 16, 32, 64])]).to_string())
     return 0
 
 
