@@ -42,8 +42,8 @@ def _trace(path: Path, fmt: str, hash_block_tokens: int) -> Workload:
 
     try:
         st = Path(path).stat()
-        key = (str(path), st.st_mtime_ns, st.st_size, fmt, hash_block_tokens)
-    except OSError:
+        key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size, fmt, hash_block_tokens)
+    except (OSError, RuntimeError):
         return load_trace(path, fmt, hash_block_tokens)  # (it says what is wrong with the file)
     if _last_trace and _last_trace[0][0] == key:
         return _last_trace[0][1]

@@ -104,7 +104,7 @@ class KVTransfer:
 
     def _send(self, src: Replica, dst: Replica, req: Request, blocks: int, step_s: float, t0: float) -> None:
         """Reserve the blocks on ``dst`` and send once the source's link is free (FIFO); the
-        request lands on ``dst`` at the end (``_land``), ``t0`` being when its prompt finished."""
+        request lands on ``dst`` at the end (``land``), ``t0`` being when its prompt finished."""
         now = self.env.now
         dst.kv.reserve(blocks)
         dst.fast.note_external_blocks(blocks)

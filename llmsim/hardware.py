@@ -485,20 +485,21 @@ def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> Hard
         path = profiles[key]
     try:
         st = path.stat()
-    except OSError:
-        return _read_profile(str(path), -1, -1)  # (missing, unreadable: load_yaml_file says which)
-    return _read_profile(str(path), st.st_mtime_ns, st.st_size)
+        real = str(path.resolve())
+    except (OSError, RuntimeError):  # (missing, unreadable, a symlink loop: load_yaml_file says which)
+        return profile_from_dict(load_yaml_file(path), str(path))
+    return _read_profile(str(path), real, st.st_mtime_ns, st.st_size)
 
 
 @functools.lru_cache(maxsize=64)
-def _read_profile(path: str, mtime_ns: int, size: int) -> HardwareProfile:
-    """A profile file, read and validated once per version of the file in a process: a plan or a
-    sweep builds every point's scenario, pools and report from the same few profiles (a plan over
-    plan_azure_conv.yaml loaded them 340 times, ~1 ms each). Profiles are frozen, so sharing one
-    is safe; a file changed since is read again (its mtime or size differs). A failed read is
-    not cached (the error propagates)."""
-    data = load_yaml_file(Path(path))
-    return profile_from_dict(data, path)
+def _read_profile(shown: str, real: str, mtime_ns: int, size: int) -> HardwareProfile:
+    """A profile file (``real``: its resolved path; ``shown``: as errors name it), read and
+    validated once per version of the file in a process: a plan or a sweep builds every point's
+    scenario, pools and report from the same few profiles (a plan over plan_azure_conv.yaml loaded
+    them 340 times, ~1 ms each). Profiles are frozen, so sharing one is safe; a file changed since
+    is read again (its modification time or size differs). A failed read is not cached (the error
+    propagates)."""
+    return profile_from_dict(load_yaml_file(Path(shown)), shown)
 
 
 def profile_from_dict(data: object, origin: str) -> HardwareProfile:

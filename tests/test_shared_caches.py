@@ -99,3 +99,17 @@ def test_a_changed_trace_file_is_read_again(tmp_path: Path) -> None:
     lines = trace.read_text().splitlines()
     trace.write_text("\n".join(lines[:-1]) + "\n")  # one request fewer
     assert len(build_workload(sc)) == len(first) - 1
+
+
+def test_the_same_relative_profile_name_in_another_folder_is_another_file(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    text = available_profiles()["H100-SXM"].read_text()
+    prices = {"a": "3.5", "b": "4.5"}
+    for folder, price in prices.items():
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "mine.yaml").write_text(
+            text.replace("price_per_hour_usd: {value: 3.00,", f"price_per_hour_usd: {{value: {price},", 1)
+        )
+        os.utime(tmp_path / folder / "mine.yaml", ns=(1, 1))  # (the same size and time in both folders)
+    for folder, price in prices.items():
+        monkeypatch.chdir(tmp_path / folder)
+        assert load_profile("mine.yaml").price_per_hour_usd.value == float(price)
