@@ -13,7 +13,7 @@ from llmsim.costmodel import CostConfig, CostModel
 from llmsim.costmodel.ops import storage_of
 from llmsim.engine import EngineSpec, for_hardware
 from llmsim.errors import UserError
-from llmsim.hardware import HardwareProfile, cpu_subset, load_profile
+from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
 from llmsim.models import DTYPE_BYTES, ModelSpec, from_hf_config, get_model
 from llmsim.scenario import PoolConfig, Scenario
 from llmsim.schedulers import SchedulerConfig
@@ -30,19 +30,19 @@ def build_model(sc: Scenario) -> ModelSpec:
     return m
 
 
-_last_trace: list[tuple[tuple[str, int, int, str, int], Workload]] = []  # (key, trace): the last one read
+_last_trace: list[tuple[tuple[object, ...], Workload]] = []  # (key, trace): the last one read
 
 
 def _trace(path: Path, fmt: str, hash_block_tokens: int) -> Workload:
-    """``load_trace``, kept for the next call with the same file (same path, modification time and
-    size), format and hash block: a sweep or plan reads one trace at every point (9 ms each for the
-    Azure conversation trace, a tenth of a plan point). Only the last is kept, so memory holds one
-    trace at most; ``slice_and_scale`` copies what a run uses, so the kept one is never changed."""
+    """``load_trace``, kept for the next call with the same file version (``hardware.file_version``),
+    name (the workload's ``source`` says it), format and hash block: a sweep or plan reads one trace
+    at every point (9 ms each for the Azure conversation trace, a tenth of a plan point). Only the
+    last is kept, so memory holds one trace at most; ``slice_and_scale`` copies what a run uses, so
+    the kept one is never changed."""
     from llmsim.workload.traces import load_trace  # pandas: only when a trace is read
 
     try:
-        st = Path(path).stat()
-        key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size, fmt, hash_block_tokens)
+        key = (str(path), file_version(Path(path)), fmt, hash_block_tokens)
     except (OSError, RuntimeError):
         return load_trace(path, fmt, hash_block_tokens)  # (it says what is wrong with the file)
     if _last_trace and _last_trace[0][0] == key:

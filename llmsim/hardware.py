@@ -484,21 +484,27 @@ def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> Hard
         key = _match_name(text, list(profiles))
         path = profiles[key]
     try:
-        st = path.stat()
-        real = str(path.resolve())
+        version = file_version(path)
     except (OSError, RuntimeError):  # (missing, unreadable, a symlink loop: load_yaml_file says which)
         return profile_from_dict(load_yaml_file(path), str(path))
-    return _read_profile(str(path), real, st.st_mtime_ns, st.st_size)
+    return _read_profile(str(path), version)
+
+
+def file_version(path: Path) -> tuple[str, int, int, int, int, int]:
+    """What tells one version of a file from another without reading it: its resolved path, inode
+    and device, size, and modification and change times. A write, a rename onto it or a restored
+    modification time (``cp -p``, ``touch -d``) changes the change time, which no tool sets back."""
+    st = path.stat()
+    return str(path.resolve()), st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 @functools.lru_cache(maxsize=64)
-def _read_profile(shown: str, real: str, mtime_ns: int, size: int) -> HardwareProfile:
-    """A profile file (``real``: its resolved path; ``shown``: as errors name it), read and
+def _read_profile(shown: str, version: tuple[str, int, int, int, int, int]) -> HardwareProfile:
+    """A profile file (``shown``: as errors name it; ``version``: ``file_version``), read and
     validated once per version of the file in a process: a plan or a sweep builds every point's
     scenario, pools and report from the same few profiles (a plan over plan_azure_conv.yaml loaded
     them 340 times, ~1 ms each). Profiles are frozen, so sharing one is safe; a file changed since
-    is read again (its modification time or size differs). A failed read is not cached (the error
-    propagates)."""
+    is read again. A failed read is not cached (the error propagates)."""
     return profile_from_dict(load_yaml_file(Path(shown)), shown)
 
 

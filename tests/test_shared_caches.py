@@ -113,3 +113,25 @@ def test_the_same_relative_profile_name_in_another_folder_is_another_file(tmp_pa
     for folder, price in prices.items():
         monkeypatch.chdir(tmp_path / folder)
         assert load_profile("mine.yaml").price_per_hour_usd.value == float(price)
+
+
+def test_an_edit_that_keeps_size_and_modification_time_is_read_again(tmp_path: Path) -> None:
+    # cp -p, rsync -t, tar x: the same size and mtime, but the change time moves
+    path = tmp_path / "mine.yaml"
+    shutil.copy(available_profiles()["H100-SXM"], path)
+    before = path.stat()
+    assert load_profile(str(path)).price_per_hour_usd.value == 3.0
+    path.write_text(
+        path.read_text().replace("price_per_hour_usd: {value: 3.00,", "price_per_hour_usd: {value: 7.00,", 1)
+    )
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
+    assert load_profile(str(path)).price_per_hour_usd.value == 7.0
+
+
+def test_a_trace_read_under_another_name_keeps_its_own_name(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    shutil.copy(DATA / "azure_sample.csv", trace)
+    (tmp_path / "alias.csv").symlink_to(trace)
+    assert build._trace(trace, "azure", 16).source == str(trace)
+    assert build._trace(tmp_path / "alias.csv", "azure", 16).source == str(tmp_path / "alias.csv")
