@@ -377,9 +377,25 @@ class FastPath:
             run.allocate_through(done + 1)
 
     def note_external_blocks(self, blocks: int) -> None:
-        """Blocks of this replica's cache taken by someone else now (a KV transfer's reservation)."""
-        if self.run is not None:
-            self.run.note_external_blocks(self.env.now, blocks)
+        """Blocks of this replica's cache taken by someone else now (a KV transfer's reservation,
+        already taken). The run was as long as the free blocks allowed when it began: if the rest
+        of it no longer fits, it ends at the last step that does, where the step-by-step loop
+        would find a step without blocks (and preempt)."""
+        run = self.run
+        if run is None:
+            return
+        run.note_external_blocks(self.env.now, blocks)
+        if not self._cuttable:  # (cut already: it ends with the step in progress, whose blocks it holds)
+            return
+        fit = run.steps_that_fit(self.kv.free_blocks)
+        if fit >= self._cut_at:
+            return
+        run.shorten(fit)
+        self._cut_at = fit
+        assert self._pending is not None  # (set with _cuttable)
+        later = self.clock.timer.after(max(0.0, run.end_s() - self.env.now))
+        retarget(self._pending, later)
+        self._pending = later  # (what the replica now waits on: a later cut retargets this one)
 
     def finish(self) -> DecodeRun | ColumnRun | None:
         """At the end of the simulation: a run cut by the horizon with the steps that did complete

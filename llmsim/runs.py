@@ -10,7 +10,8 @@ outside needs the replica's exact state (``FastPath.sync``).
 
 Why the jump is exact: during a decode-only run no request finishes (this run stops one step
 short of the first finish; a ``DecodeSet`` run, ``ColumnRun``, ends with it), no block
-allocation can fail (the run is as long as the free blocks allow), and a waiting request that
+allocation can fail (the run is as long as the free blocks allow, and blocks someone else
+reserves during it shorten it: ``steps_that_fit``, ``FastPath.note_external_blocks``), and a waiting request that
 could not be admitted at the start cannot be admitted later (free blocks only shrink and the
 batch keeps its size). Arrivals interrupt the run at the next step boundary, as the step-by-step
 loop would see them.
@@ -136,6 +137,36 @@ class Run:
         """Blocks taken from this cache by someone else during the run (a KV transfer's reservation)."""
         self.external.append((self.steps_done_by(now), blocks))
 
+    def extra_blocks(self, steps: int) -> int:  # pragma: no cover (each kind of run has its own)
+        """Blocks its members need beyond those allocated to run through step ``steps``."""
+        raise NotImplementedError
+
+    def steps_that_fit(self, free_blocks: int) -> int:
+        """The most steps (at least those allocated) whose blocks the cache's ``free_blocks`` hold:
+        after someone else took blocks during the run, the rest may no longer fit."""
+        lo, hi = self.allocated, self.steps
+        if self.extra_blocks(hi) <= free_blocks:
+            return hi
+        while hi - lo > 1:  # extra_blocks(lo) == 0 fits; extra_blocks(hi) does not
+            mid = (lo + hi) // 2
+            if self.extra_blocks(mid) <= free_blocks:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def shorten(self, steps: int) -> None:
+        """End the run after ``steps`` (at least those allocated); the steps priced past it are
+        dropped and the sum of the rest taken again in the same order (the same floats)."""
+        assert self.allocated <= steps <= self.steps
+        self.steps = steps
+        if len(self.ends) > steps:
+            del self.ends[steps:]
+            acc = 0.0
+            for i in range(steps):
+                acc += self.duration(i)
+            self._acc = acc
+
     def busy_s(self, steps: int) -> float:
         """Seconds the first ``steps`` steps took."""
         self.price_through(steps)
@@ -172,6 +203,11 @@ class DecodeRun(Run):
             for r in self.members:
                 self.kv.grow(r, ahead, new)
             self.allocated = steps
+
+    def extra_blocks(self, steps: int) -> int:
+        bt = self.kv.block_tokens
+        now = -(-(self._kv0 + self.allocated) // bt)  # each member holds its context's blocks
+        return int((-(-(self._kv0 + steps) // bt) - now).sum())
 
     def apply_through(self, steps: int, gaps: GapHistogram | None) -> tuple[int, int]:
         """Emit the tokens of steps [applied, steps); returns that range."""
@@ -230,6 +266,11 @@ class ColumnRun(Run):
             blocks = blocks_over(self._residue0, self._n, self._tick0 + self.allocated, steps - self.allocated)
             self.members.allocate(blocks, steps - self.allocated)
             self.allocated = steps
+
+    def extra_blocks(self, steps: int) -> int:
+        if steps <= self.allocated:
+            return 0
+        return blocks_over(self._residue0, self._n, self._tick0 + self.allocated, steps - self.allocated)
 
     def apply_through(self, steps: int, gaps: GapHistogram | None = None) -> tuple[int, int]:
         lo, hi = self.applied, min(steps, self.steps)

@@ -17,6 +17,8 @@ from llmsim.models import CATALOG
 from llmsim.results import read_table
 from llmsim.scenario import scenario_from_dict
 
+ROOT = Path(__file__).resolve().parent.parent
+
 LENGTHS = {
     "prompt_tokens": {"dist": "lognormal", "median": 600, "sigma": 0.8, "min": 8, "max": 4000},
     "output_tokens": {"dist": "lognormal", "median": 90, "sigma": 0.9, "min": 1, "max": 600},
@@ -248,3 +250,18 @@ def test_a_batch_change_is_paid_by_the_step_after_it() -> None:
     # term never exceeds one per step
     assert len(steps) * base_s * 0.1 < extra_s < len(steps) * base_s * 1.01
     assert changed.summary["mean_itl_ms"] > plain.summary["mean_itl_ms"]
+
+
+def test_a_decode_run_ends_where_a_transfers_reservation_leaves_it_short() -> None:
+    """A slow KV link and a small decode cache: a transfer reserves blocks on the decode replica in
+    the middle of a decode run that was as long as the free blocks allowed when it began. The run
+    must end where the step-by-step loop runs short of blocks (and preempts); it used to run on
+    and overdraw the cache (InvariantError, found by a review of 2026-12-05)."""
+    over = {"cluster.kv_link": {"kind": "custom", "bandwidth_gbps": 0.5}, "kv_cache.num_blocks": 500}
+    sc = llmsim.load_scenario(ROOT / "scenarios" / "colocated_vs_disaggregated.yaml", over)
+    exact = llmsim.run(sc, exact_steps=True)
+    fast = llmsim.run(sc)
+    assert exact.summary["requests"]["preemptions"] > 100
+    assert fast.summary["requests"]["preemptions"] == exact.summary["requests"]["preemptions"]
+    assert fast.summary["steps_total"] == exact.summary["steps_total"]
+    _compare(exact.requests, fast.requests)
