@@ -38,7 +38,12 @@ def route(replicas: list[R], policy: str, counter: int, req: Request | None = No
         return min(replicas, key=lambda r: (r.kv.utilization + r.num_waiting / 1e6, r.index))
     if policy == "prefix_affinity" and req is not None:
         # least work left once the cached prefix is not prefilled again: affinity without piling
-        # every request that shares a popular first block onto one replica
+        # every request that shares a popular first block onto one replica. (Synced first: a
+        # replica inside a decode run allocates its steps' blocks lazily, and an allocation may
+        # evict cached blocks the router would otherwise still count)
+        for r in replicas:
+            r.sync()
+
         def work(r: R) -> tuple[int, int]:
             bt = r.kv.block_tokens
             cached = r.kv.cached_prefix_blocks(req.prefix_chain, (req.prompt_tokens - 1) // bt)  # of its prompt
