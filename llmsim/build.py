@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -30,26 +31,26 @@ def build_model(sc: Scenario) -> ModelSpec:
     return m
 
 
-_last_trace: list[tuple[tuple[object, ...], Workload]] = []  # (key, trace): the last one read
-
-
 def _trace(path: Path, fmt: str, hash_block_tokens: int) -> Workload:
     """``load_trace``, kept for the next call with the same file version (``hardware.file_version``),
     name (the workload's ``source`` says it), format and hash block: a sweep or plan reads one trace
-    at every point (9 ms each for the Azure conversation trace, a tenth of a plan point). Only the
-    last is kept, so memory holds one trace at most; ``slice_and_scale`` copies what a run uses, so
-    the kept one is never changed."""
+    at every point (9 ms each for the Azure conversation trace, a tenth of a plan point)."""
     from llmsim.workload.traces import load_trace  # pandas: only when a trace is read
 
     try:
-        key = (str(path), file_version(Path(path)), fmt, hash_block_tokens)
+        version = file_version(Path(path))
     except (OSError, RuntimeError):
         return load_trace(path, fmt, hash_block_tokens)  # (it says what is wrong with the file)
-    if _last_trace and _last_trace[0][0] == key:
-        return _last_trace[0][1]
-    wl = load_trace(path, fmt, hash_block_tokens)
-    _last_trace[:] = [(key, wl)]
-    return wl
+    return _read_trace(str(path), version, fmt, hash_block_tokens)
+
+
+@functools.lru_cache(maxsize=1)
+def _read_trace(shown: str, version: tuple[str, int, int, int, int, int], fmt: str, hash_block_tokens: int) -> Workload:
+    """The last trace read (memory holds one trace at most); ``slice_and_scale`` copies what a run
+    uses, so the kept one is never changed."""
+    from llmsim.workload.traces import load_trace
+
+    return load_trace(Path(shown), fmt, hash_block_tokens)
 
 
 def build_workload(sc: Scenario) -> Workload:

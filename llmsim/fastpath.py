@@ -130,11 +130,8 @@ class Timer:
     def after(self, delay: float) -> Later | simpy.Timeout:
         if not self.native:
             return Timeout(self.env, delay)
-        if delay < 0:
-            raise ValueError(f"Negative delay {delay}")  # (Timeout's check and message)
         event = self._reused()
-        now: float = cast(Any, self.env)._now
-        self._push(self._queue, (now + delay, self._normal, self._next_id(), event))
+        self._queue_in(delay, event)
         return event
 
     def hold(self) -> Later | simpy.Event:
@@ -155,8 +152,7 @@ class Timer:
             return
         later = cast(Later, event)
         later.queued = True
-        now: float = cast(Any, self.env)._now
-        self._push(self._queue, (now, self._normal, self._next_id(), later))
+        self._queue_in(0.0, later)
 
     def call(self, delay: float, callback: Callable[[Any], None]) -> None:
         """``callback(event)`` in ``delay`` seconds, queued as ``after`` queues a timeout: one event
@@ -164,10 +160,14 @@ class Timer:
         if not self.native:
             cast(Any, Timeout(self.env, delay)).callbacks.append(callback)
             return
-        if delay < 0:
-            raise ValueError(f"Negative delay {delay}")
         event = Later(self.env)  # (not reused: several may be queued at once)
         event.callbacks = [callback]
+        self._queue_in(delay, event)
+
+    def _queue_in(self, delay: float, event: Later) -> None:
+        """Queue ``event`` as ``Environment.schedule`` does: (now + delay, NORMAL, next event id)."""
+        if delay < 0:
+            raise ValueError(f"Negative delay {delay}")  # (Timeout's check and message)
         now: float = cast(Any, self.env)._now
         self._push(self._queue, (now + delay, self._normal, self._next_id(), event))
 
@@ -364,8 +364,18 @@ class FastPath:
         assert run is not None and self._pending is not None  # (set with _cuttable)
         done = run.steps_through(env.now)
         run.allocate_through(done)  # the step in progress holds its KV slots (readers see them)
-        self._cut_at = done
-        retarget(self._pending, self.clock.timer.after(max(0.0, run.ends[done - 1] - env.now)))
+        self._end_after(done)
+
+    def _end_after(self, steps: int) -> None:
+        """The run waited on ``_pending`` ends after ``steps`` steps: the replica waits on that
+        step's end instead (``_pending`` becomes it, for a later change)."""
+        run = self.run
+        assert run is not None and self._pending is not None  # (set with _cuttable)
+        run.price_through(steps)
+        self._cut_at = steps
+        later = self.clock.timer.after(max(0.0, run.ends[steps - 1] - self.env.now))
+        retarget(self._pending, later)
+        self._pending = later
 
     def sync(self) -> None:
         """Bring KV blocks and tokens up to now inside a decode run, for readers from outside
@@ -391,11 +401,7 @@ class FastPath:
         if fit >= self._cut_at:
             return
         run.shorten(fit)
-        self._cut_at = fit
-        assert self._pending is not None  # (set with _cuttable)
-        later = self.clock.timer.after(max(0.0, run.end_s() - self.env.now))
-        retarget(self._pending, later)
-        self._pending = later  # (what the replica now waits on: a later cut retargets this one)
+        self._end_after(fit)
 
     def finish(self) -> DecodeRun | ColumnRun | None:
         """At the end of the simulation: a run cut by the horizon with the steps that did complete

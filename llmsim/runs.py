@@ -156,16 +156,14 @@ class Run:
         return lo
 
     def shorten(self, steps: int) -> None:
-        """End the run after ``steps`` (at least those allocated); the steps priced past it are
-        dropped and the sum of the rest taken again in the same order (the same floats)."""
+        """End the run after ``steps`` (at least those allocated); steps priced past it are
+        priced again from the start, in the same order (the same floats)."""
         assert self.allocated <= steps <= self.steps
         self.steps = steps
         if len(self.ends) > steps:
-            del self.ends[steps:]
-            acc = 0.0
-            for i in range(steps):
-                acc += self.duration(i)
-            self._acc = acc
+            self.ends.clear()
+            self._acc = 0.0
+            self.price_through(steps)
 
     def busy_s(self, steps: int) -> float:
         """Seconds the first ``steps`` steps took."""
@@ -268,8 +266,6 @@ class ColumnRun(Run):
             self.allocated = steps
 
     def extra_blocks(self, steps: int) -> int:
-        if steps <= self.allocated:
-            return 0
         return blocks_over(self._residue0, self._n, self._tick0 + self.allocated, steps - self.allocated)
 
     def apply_through(self, steps: int, gaps: GapHistogram | None = None) -> tuple[int, int]:
