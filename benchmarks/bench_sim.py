@@ -89,6 +89,23 @@ def cases() -> dict[str, dict]:
         "workload": _poisson(300.0, 100_000, *synthetic_len),
         "output": quiet,
     }
+    # (e) long prompts (median 8,000 tokens) chunked 512 at a time on one replica: most steps carry
+    #     one prompt's chunk beside the decodes (chunk runs), within capacity and past it
+    long_len = (
+        {"dist": "lognormal", "median": 8000, "sigma": 0.5, "min": 1000, "max": 30000},
+        {"dist": "lognormal", "median": 200, "sigma": 0.8, "min": 1, "max": 1000},
+    )
+    for label, rate in (("e", 2.0), ("e-overload", 3.0)):
+        out[label] = {
+            "name": label,
+            "seed": 1,
+            "model": "llama-3.1-8b",
+            "hardware": "H100-SXM",
+            "cluster": {"replicas": 1},
+            "policy": {"kind": "chunked", "chunk_tokens": 512},
+            "workload": _poisson(rate, 20_000, *long_len),
+            "output": quiet,
+        }
     return out
 
 

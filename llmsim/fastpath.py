@@ -7,9 +7,11 @@ touched every step (``llmsim.run(..., exact_steps=True)`` turns them all off;
 - **Columnar decoders**: requests past their prompt are held as columns (``decodeset.DecodeSet``)
   where each decodes one token per step and holds ``ceil(tokens / block)`` blocks of its own
   (``shortcuts``): a step costs O(1) in the batch size.
-- **Closed-form decode runs** (``runs.py``): a plan that starts a run of identical decode-only
-  steps is priced in one call and waited out with one event (``decode_run``, ``wait``); an arrival
-  that reaches the replica during the run ends it with the step in progress (``cut``).
+- **Closed-form runs** (``runs.py``): a plan that starts a run of identical decode-only steps is
+  priced in one call and waited out with one event (``start_run``, ``wait``); so is a run of a
+  prompt's chunks riding on an unchanged columnar decode batch (each of its steps priced, none
+  planned or applied one by one); an arrival that reaches the replica during a run ends it with
+  the step in progress (``cut``).
 - **Steps without events** (``Clock``): while nothing from outside can reach the replica before a
   step ends (the next arrival is later), the step completes without a SimPy event; the replica's
   clock runs ahead of SimPy's and SimPy's catches up before the replica waits on anything.
@@ -26,9 +28,19 @@ import simpy
 from simpy.events import NORMAL, Initialize, Timeout  # (not env.timeout: a descriptor call, a bound method)
 
 from llmsim.costmodel.ops import BatchShape
+from llmsim.costmodel.roofline import ChunkSteps
 from llmsim.decodeset import DecodeSet
-from llmsim.runs import MIN_RUN, ColumnRun, DecodeRun, column_run_length, run_length
-from llmsim.schedulers import FAST_PATH_POLICIES
+from llmsim.runs import (
+    MIN_CHUNK_RUN,
+    MIN_RUN,
+    ChunkRun,
+    ColumnRun,
+    DecodeRun,
+    chunk_run_length,
+    column_run_length,
+    run_length,
+)
+from llmsim.schedulers import CHUNK_RUN_POLICIES, FAST_PATH_POLICIES
 from llmsim.schedulers.plan import BatchPlan
 
 if TYPE_CHECKING:
@@ -247,8 +259,9 @@ class Driven:
                 return
 
 
-def shortcuts(policy: str, pool: PoolSpec, opts: SimOptions) -> tuple[bool, bool]:
-    """(closed-form decode runs, columnar decoders) for a replica of ``pool`` under ``policy``."""
+def shortcuts(policy: str, pool: PoolSpec, opts: SimOptions) -> tuple[bool, bool, bool]:
+    """(closed-form decode runs, chunk runs, columnar decoders) for a replica of ``pool`` under
+    ``policy``."""
     # runs: every decode step of a run is the same one-token step
     runs = (
         not opts.exact_steps
@@ -265,11 +278,13 @@ def shortcuts(policy: str, pool: PoolSpec, opts: SimOptions) -> tuple[bool, bool
     )
     # columns: besides, each decoder holds ceil(tokens / block) blocks of its own
     window, local = pool.cost.model.attention_windows()
-    return runs, runs and not opts.prefix_caching and window is None and local is None
+    columns = runs and not opts.prefix_caching and window is None and local is None
+    # chunk runs: besides, the policy gives the only prompt in progress the same chunk every step
+    return runs, columns and policy in CHUNK_RUN_POLICIES, columns
 
 
 class FastPath:
-    """A replica's decode runs: which plans start one, waiting one out, and its steps' rows.
+    """A replica's closed-form runs: which plans start one, waiting one out, and its steps' rows.
 
     It holds the replica's collaborators it needs (KV cache, scheduler, cost model, step log), not
     the replica: the replica applies a run's outcome to its own counters (``Replica._apply_run``)."""
@@ -282,7 +297,7 @@ class FastPath:
         cost: CostModel,
         steps: StepLog,
         where: tuple[str, int],
-        runs: bool,
+        runs: tuple[bool, bool],
         clock: Clock,
         sole: bool,
     ) -> None:
@@ -292,29 +307,33 @@ class FastPath:
         self.cost = cost
         self.steps = steps
         self.pool_name, self.index = where  # the replica's steps.csv identity
-        self.runs = runs
+        self.runs, self.chunks = runs  # (decode runs, chunk runs: shortcuts)
         window, local = cost.model.attention_windows()
         self.window = local or window  # contexts grow linearly only below the (local) window
         self.clock = clock
         self.sole = sole  # every arrival comes to this replica (one replica, nothing routed past it)
-        self.run: DecodeRun | ColumnRun | None = None  # the run in progress, while readers from outside may see it
+        # the run in progress (a ChunkRun is a ColumnRun), while readers from outside may see it
+        self.run: DecodeRun | ColumnRun | None = None
         self._cuttable = False  # the replica waits out ``run`` on ``_pending``, and cut() may end it early
         self._pending: Later | simpy.Event | None = None
         self._cut_at = 0  # steps of that run done when it ends
 
-    def decode_run(self, plan: BatchPlan, shape: BatchShape) -> DecodeRun | ColumnRun | None:
-        """A closed-form run if this plan starts a run of identical decode-only steps (no swap
-        copies or drafting in the step either: they would make its time differ from the next's)."""
+    def start_run(self, plan: BatchPlan, shape: BatchShape) -> DecodeRun | ColumnRun | None:
+        """A closed-form run if this plan starts a run of identical decode-only steps, or of one
+        prompt's chunks beside unchanged decodes (no swap copies or drafting in the step either:
+        they would make its time differ from the next's)."""
         if (
             not self.runs
-            or (plan.changed and self.cost.prices_batch_change)  # (its first step costs more: priced alone)
-            or plan.prefill
             or plan.preempted
             or plan.padding
             or plan.spec_k
             or plan.swap_in_tokens
             or plan.swap_out_tokens
         ):
+            return None
+        if plan.prefill:
+            return self._chunk_run(plan, shape) if self.chunks else None
+        if plan.changed and self.cost.prices_batch_change:  # (its first step costs more: priced alone)
             return None
         kv, start = self.kv, self.clock.now
         if plan.decode_set is not None:
@@ -329,6 +348,20 @@ class FastPath:
         if k < MIN_RUN:
             return None
         return DecodeRun(list(plan.decode), kv, start, self.cost.decode_run_s(shape, k), k)
+
+    def _chunk_run(self, plan: BatchPlan, shape: BatchShape) -> ChunkRun | None:
+        """A chunk run if ``plan`` gives the replica's only prompt in progress a chunk that does not
+        finish it (then the policy plans the same chunk again: runs.ChunkRun)."""
+        sched = self.sched
+        if len(plan.prefill) != 1 or plan.decode or len(sched.running) != 1:
+            return None
+        prompt, chunk = plan.prefill[0]
+        cols = cast(DecodeSet, sched.columns)  # (chunk runs only on columnar replicas: shortcuts)
+        k = chunk_run_length(cols, prompt, chunk, self.kv.free_blocks, MAX_RUN, MIN_CHUNK_RUN)
+        if not k:
+            return None
+        times = ChunkSteps(self.cost, shape, plan.changed, chunk, prompt.kv_tokens)
+        return ChunkRun(cols, self.kv, self.clock.now, times, k, prompt, chunk)
 
     def wait(self, run: DecodeRun | ColumnRun) -> Generator[Later | simpy.Event, Any, int]:
         """Wait out a decode run (an arrival may end it after the step in progress) and emit its
@@ -415,13 +448,13 @@ class FastPath:
         return run
 
     def log(self, run: DecodeRun | ColumnRun, steps: int, live_last: bool = True) -> None:
-        """steps.csv rows of a decode run, as the step-by-step loop would have written them. The
-        last row of a run that ended normally is the live state (finished requests freed)."""
+        """steps.csv rows of a run, as the step-by-step loop would have written them. The last row
+        of a run that ended normally is the live state (finished requests freed)."""
         if self.steps.skip(steps):
             return
         used, held = run.kv_after_steps(0, steps)
         starts = [run.start_s, *run.ends[: steps - 1]]
-        n, kv = run.size, self.kv
+        n, chunk, kv = run.size, run.chunk, self.kv
         bt = kv.block_tokens
         for i in range(steps):
             if i < steps - 1 or not live_last:
@@ -434,9 +467,9 @@ class FastPath:
                 self.index,
                 starts[i],
                 run.duration(i),
-                0,
+                chunk,
                 n,
-                n,
+                n + 1 if chunk else n,
                 0,
                 u,
                 kv.num_blocks,

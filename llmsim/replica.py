@@ -74,7 +74,7 @@ class Replica:
         # shortcut sees the other ranks)
         self.group_wake = group_wake
         grouped = group_wake is not None
-        runs, columnar = (False, False) if grouped else shortcuts(policy, pool, opts)
+        runs, chunk_runs, columnar = (False, False, False) if grouped else shortcuts(policy, pool, opts)
         # block ids only where prefix caching shares blocks: without it no result reads them
         self.kv = BlockManager(pool.kv_blocks, block_tokens, watermark, opts.prefix_caching, track_ids=False)
         gaps = GapHistogram()
@@ -84,7 +84,8 @@ class Replica:
         self.clock = Clock(env, ahead, inputs)
         # answers reported to whoever sends requests that wait on them (feeder.Feeder)
         self.on_answered: Callable[[Request], None] | None = None
-        self.fast = FastPath(env, self.kv, self.sched, self.cost, steps, (pool.name, index), runs, self.clock, sole)
+        where = (pool.name, index)
+        self.fast = FastPath(env, self.kv, self.sched, self.cost, steps, where, (runs, chunk_runs), self.clock, sole)
         # KV offload tiers below the device cache (kvcache.OffloadTier), where prompts are matched:
         # not on a disaggregated decode replica (its requests arrive prefilled)
         if opts.offload and not takes_prefilled:
@@ -211,9 +212,9 @@ class Replica:
                 yield from self._sleep()
                 continue
             shape = self.step_shape(plan)
-            run = None if self._late else self.fast.decode_run(plan, shape)
+            run = None if self._late else self.fast.start_run(plan, shape)
             self._step_start_s = clock.now
-            if run is not None:  # a closed-form run of identical decode steps
+            if run is not None:  # a closed-form run (identical decode steps, or a prompt's chunks beside them)
                 done = yield from self.fast.wait(run)
                 self._step_start_s = run.ends[done - 2] if done > 1 else run.start_s  # the last step's
                 self._apply_run(run, done)
@@ -297,12 +298,12 @@ class Replica:
 
     def _apply_run(self, run: DecodeRun | ColumnRun, steps: int, live_last: bool = True) -> None:
         """The outcome of a run's first ``steps`` steps (tokens already emitted): counters, rows."""
-        self._batch_changed = bool(run.finished)  # (decode steps only: requests left, or none did)
+        self._batch_changed = bool(run.finished) or run.chunk > 0  # (requests left, or prompt tokens ran)
         if run.finished:
             self.settle(run.finished, run.duration(steps - 1))
             self.signal_freed()
         self.busy_s += run.busy_s(steps)
-        self.max_step_tokens = max(self.max_step_tokens, run.size)
+        self.max_step_tokens = max(self.max_step_tokens, run.size + run.chunk)
         self.steps_taken += steps
         self.fast.log(run, steps, live_last)
 

@@ -112,6 +112,15 @@ class Request:
     def remaining_output(self) -> int:
         return self.output_tokens - self.generated
 
+    def prefill_chunk(self, tokens: int, end_s: float) -> None:
+        """A step that ended at ``end_s`` prefilled ``tokens`` more of its prompt (into its KV)."""
+        if self.queued_s != self.queued_s:  # NaN: first time scheduled
+            self.queued_s = end_s
+        self.prefilled += tokens
+        self.kv_tokens += tokens
+        if self.chunks is not None:
+            self.chunks.append((end_s, tokens))
+
     def preempt_for_recompute(self) -> None:
         """Drop the KV cache. Later the prompt and every generated token are prefilled again in
         one go; that prefill samples the next token, so no output token is produced twice."""

@@ -31,13 +31,14 @@ import numpy as np
 
 from llmsim.decodeset import DecodeSet, blocks_for_ticks, blocks_over
 from llmsim.kvcache import BlockManager
-from llmsim.request import Request
+from llmsim.request import Request, blocks_for
 
 if TYPE_CHECKING:
-    from llmsim.costmodel.roofline import AffineSteps
+    from llmsim.costmodel.roofline import StepTimes
     from llmsim.gaps import GapHistogram
 
 MIN_RUN = 4  # shorter runs are cheaper to step one by one
+MIN_CHUNK_RUN = 2  # (a chunk run prices each step; what it saves is each step's plan and outcome)
 
 
 def run_length(members: list[Request], kv: BlockManager, window: int | None, limit: int) -> int:
@@ -65,26 +66,28 @@ class Run:
     """A run of ``steps`` decode-only steps started at ``start_s``: what every kind of run shares.
 
     The run's first step is the plan the scheduler just made, so its KV slots are already
-    allocated (``allocated`` starts at 1). Its step times come affine (``AffineSteps``, each
-    computed where it is read: ``duration``) or as a list; ``ends`` holds the end times of the steps
+    allocated (``allocated`` starts at 1). Its step times come as ``StepTimes`` (each computed
+    where it is read: ``duration``) or as a list; ``ends`` holds the end times of the steps
     priced so far: a run is priced as far as someone reads it (the step in progress when an arrival
-    cuts it, its end), not to its last step.
+    cuts it, its end), not to its last step. ``size`` is its decoding requests, ``chunk`` the
+    prompt tokens each step also prefills (a ``ChunkRun``'s; 0 in a decode run).
     """
 
     def __init__(
-        self, members: Any, kv: BlockManager, start_s: float, times: list[float] | AffineSteps, steps: int
+        self, members: Any, kv: BlockManager, start_s: float, times: list[float] | StepTimes, steps: int
     ) -> None:
-        self.members = members  # list[Request] (DecodeRun) or the DecodeSet (ColumnRun)
+        self.members = members  # list[Request] (DecodeRun) or the DecodeSet (ColumnRun, ChunkRun)
+        self.chunk = 0  # prompt tokens each step prefills besides its decodes (ChunkRun)
         self.kv = kv
         self.start_s = start_s
         self.steps = steps
-        # step times: affine ones computed where read (``duration``), else the list priced whole
-        self._affine: AffineSteps | None = None
+        # step times: computed where read (``duration``), else the list priced whole
+        self._lazy: StepTimes | None = None
         self._durations: list[float] = []
         if isinstance(times, list):
             self._durations = times
         else:
-            self._affine = times
+            self._lazy = times
         # end time of every step priced so far; Python floats, not arrays: runs are ~10-50 steps,
         # where a compiled loop beats numpy's per-call overhead (the sums are numpy's cumsum's, in order)
         self.ends: list[float] = []
@@ -99,7 +102,7 @@ class Run:
 
     def price_through(self, steps: int, until_s: float = math.inf) -> None:
         """Price the steps up to ``steps`` (at most), stopping after the first that ends past ``until_s``."""
-        ends, durations, aff = self.ends, self._durations, self._affine
+        ends, durations, aff = self.ends, self._durations, self._lazy
         i, m = len(ends), min(steps, self.steps)
         acc: float = self._acc
         start: float = self.start_s
@@ -111,12 +114,12 @@ class Run:
 
     def duration(self, i: int) -> float:
         """Seconds step ``i`` takes (the float ``price_through`` added for it)."""
-        aff = self._affine
+        aff = self._lazy
         return aff.step_s(i) if aff is not None else self._durations[i]
 
     def end_s(self) -> float:
         """When the run's last step ends (summed as ``price_through`` sums, without keeping the steps)."""
-        i, aff = len(self.ends), self._affine
+        i, aff = len(self.ends), self._lazy
         if i == self.steps:
             return self.ends[-1]
         if aff is None:
@@ -184,7 +187,7 @@ class DecodeRun(Run):
     """A run of the same ``members`` (Request objects), stopping short of the first finish."""
 
     def __init__(
-        self, members: list[Request], kv: BlockManager, start_s: float, times: list[float] | AffineSteps, steps: int
+        self, members: list[Request], kv: BlockManager, start_s: float, times: list[float] | StepTimes, steps: int
     ) -> None:
         super().__init__(members, kv, start_s, times, steps)
         self._kv0 = np.fromiter((r.kv_tokens for r in members), dtype=np.int64, count=len(members))
@@ -251,7 +254,7 @@ class ColumnRun(Run):
     it ends at the first finish at the latest."""
 
     def __init__(
-        self, members: DecodeSet, kv: BlockManager, start_s: float, times: list[float] | AffineSteps, steps: int
+        self, members: DecodeSet, kv: BlockManager, start_s: float, times: list[float] | StepTimes, steps: int
     ) -> None:
         super().__init__(members, kv, start_s, times, steps)
         self.size = self._n = members.n
@@ -274,7 +277,8 @@ class ColumnRun(Run):
             return lo, lo
         self.allocate_through(hi)
         self.price_through(hi)
-        self.finished += self.members.advance(self.ends, lo, hi)
+        if self._n:  # (an empty set takes no ticks: the step-by-step loop plans no decodes then)
+            self.finished += self.members.advance(self.ends, lo, hi)
         self.applied = hi
         return lo, hi
 
@@ -297,5 +301,102 @@ def column_run_length(members: DecodeSet, free_blocks: int, limit: int, min_run:
         return 0
     if members.blocks_over(members.tick + 1, k - 1) > free_blocks:
         cum = members.blocks_for_ticks(members.tick + 1, k - 1).cumsum()
+        k = 1 + int(cum.searchsorted(free_blocks, side="right"))  # steps whose blocks all fit
+    return k if k >= min_run else 0
+
+
+class ChunkRun(ColumnRun):
+    """A prompt's chunks riding on an unchanged columnar decode batch: every step the same
+    ``DecodeSet`` members decode a token each and ``prompt`` prefills ``chunk`` more of its tokens.
+
+    Why the jump is exact, besides what holds for a ``ColumnRun`` (no finish before its last step,
+    no waiting request admitted: one that could not start in its first step cannot start later,
+    with the same budget left and fewer free blocks): the replica's only prompt in progress gets
+    the same chunk every step (the fixed budget less the unchanged decodes, or
+    ``long_prefill_token_threshold``) until the chunk that finishes it, which the run stops short
+    of (that step samples the prompt's first token and the request joins the decoders); the run
+    is as long as the free blocks hold both the decoders' and the prompt's growth, so no step is
+    short of a block (the step-by-step loop would preempt or plan no chunk there).
+    ``chunk_run_length`` says how far that is."""
+
+    def __init__(
+        self,
+        members: DecodeSet,
+        kv: BlockManager,
+        start_s: float,
+        times: StepTimes,
+        steps: int,
+        prompt: Request,
+        chunk: int,
+    ) -> None:
+        super().__init__(members, kv, start_s, [], steps)  # (durations: kept as they are priced)
+        self._pricer = times
+        self.prompt = prompt
+        self.chunk = chunk
+        self._past0 = prompt.kv_tokens  # its cached tokens when the run's first step was planned
+
+    def price_through(self, steps: int, until_s: float = math.inf) -> None:
+        """As ``Run.price_through``, but each step ends at the previous end plus its time, as the
+        step-by-step loop's clock adds them: a chunk run's steps end at the loop's very floats
+        (a decode run adds up its durations first, for speed over its many more steps). Each step
+        is priced once, its time kept (``duration`` reads it)."""
+        ends, durations = self.ends, self._durations
+        i, m = len(ends), min(steps, self.steps)
+        end = ends[i - 1] if i else self.start_s
+        while i < m and (not i or end <= until_s):
+            if i == len(durations):
+                durations.append(self._pricer.step_s(i))
+            end += durations[i]
+            ends.append(end)
+            i += 1
+
+    def end_s(self) -> float:
+        self.price_through(self.steps)
+        return self.ends[-1]
+
+    def allocate_through(self, steps: int) -> None:
+        steps = min(steps, self.steps)
+        if steps > self.allocated:
+            ahead, new = (steps - self.applied) * self.chunk, (steps - self.allocated) * self.chunk
+            super().allocate_through(steps)
+            self.kv.grow(self.prompt, ahead, new)
+
+    def extra_blocks(self, steps: int) -> int:
+        bt, c, past = self.kv.block_tokens, self.chunk, self._past0
+        prompt = blocks_for(past + steps * c, bt) - blocks_for(past + self.allocated * c, bt)
+        return super().extra_blocks(steps) + prompt
+
+    def apply_through(self, steps: int, gaps: GapHistogram | None = None) -> tuple[int, int]:
+        lo, hi = super().apply_through(steps, gaps)
+        prompt, c, ends = self.prompt, self.chunk, self.ends
+        for i in range(lo, hi):
+            prompt.prefill_chunk(c, ends[i])
+        return lo, hi
+
+    def kv_after_steps(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        used, held = super().kv_after_steps(lo, hi)
+        bt, c, past = self.kv.block_tokens, self.chunk, self._past0
+        i = np.arange(lo, hi, dtype=np.int64)
+        after = -(-(past + (i + 1) * c) // bt)  # the prompt's blocks after step i
+        return used + after - blocks_for(past + c, bt), held + c * i
+
+
+def chunk_run_length(
+    members: DecodeSet, prompt: Request, chunk: int, free_blocks: int, limit: int, min_run: int
+) -> int:
+    """Steps of a chunk run from a plan that gives ``prompt`` a ``chunk`` not finishing it, beside
+    ``members`` decoding: short of the prompt's last chunk, through the decoders' first finish at
+    the latest, while the free blocks hold every step's; 0 if fewer than ``min_run``. Step 0 is
+    the plan just made: its blocks are held already."""
+    k = min(limit, -(-prompt.prompt_remaining // chunk) - 1)  # the chunks before its last
+    if members.n:
+        k = min(k, members.next_finish - members.tick)
+    if k < min_run:
+        return 0
+    bt, past = members.bt, prompt.kv_tokens
+    prompt_blocks = blocks_for(past + k * chunk, bt) - blocks_for(past + chunk, bt)
+    if members.blocks_over(members.tick + 1, k - 1) + prompt_blocks > free_blocks:
+        held = -(-(past + np.arange(1, k + 1, dtype=np.int64) * chunk) // bt)  # the prompt's, after steps 0..k-1
+        cum = (members.blocks_for_ticks(members.tick + 1, k - 1) + np.diff(held)).cumsum()
         k = 1 + int(cum.searchsorted(free_blocks, side="right"))  # steps whose blocks all fit
     return k if k >= min_run else 0

@@ -16,6 +16,7 @@ from llmsim.hardware import load_profile
 from llmsim.models import CATALOG
 from llmsim.results import read_table
 from llmsim.scenario import scenario_from_dict
+from llmsim.steplog import STEP_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,7 +63,8 @@ def _compare(a: pd.DataFrame, b: pd.DataFrame) -> None:
 
 # one replica with a small cache under overload: requests are preempted (and come back)
 TIGHT = {"cluster__replicas": 1, "kv_cache__memory_fraction": 0.23}
-STEP_COLUMNS = ["start_s", "duration_s", "decode_tokens", "batch_size", "preempted", "kv_utilization", "waiting"]
+# every numeric column of steps.csv (kv_blocks_used is compared exactly, below)
+NUMERIC_STEP_COLUMNS = [c for c in STEP_COLUMNS if c not in ("pool", "replica", "kv_blocks_used")]
 
 
 @pytest.mark.parametrize(
@@ -101,6 +103,19 @@ STEP_COLUMNS = ["start_s", "duration_s", "decode_tokens", "batch_size", "preempt
         ("chunked", {"engine": {**CHANGE, "async_scheduling": True}, "kv_cache__prefix_caching": False}),
         ("vllm", {"engine": CHANGE, "cluster__replicas": 1, "workload__rate_rps": 3.0}),
         ("traditional", {"engine": CHANGE, **TIGHT}),
+        # chunk runs (a prompt's chunks beside unchanged decodes): a per-prompt cap under the
+        # budget; small chunks, so long runs that the free blocks end
+        ("vllm", {"engine": "vllm-v1", "policy__long_prefill_token_threshold": 48}),
+        (
+            "chunked",
+            {
+                "cluster__replicas": 1,
+                "kv_cache__num_blocks": 300,
+                "policy__chunk_tokens": 64,
+                "workload__rate_rps": 2.0,
+            },
+        ),
+        ("vllm", {"engine": CHANGE, "cluster__replicas": 1, "policy__chunk_tokens": 64, "workload__rate_rps": 3.0}),
     ],
 )
 def test_fast_paths_match_exact_steps(policy: str, extra: dict) -> None:
@@ -112,7 +127,8 @@ def test_fast_paths_match_exact_steps(policy: str, extra: dict) -> None:
         assert exact.summary["requests"]["preemptions"] > 0  # the case exercises preemption
     assert exact.summary["steps_total"] == fast.summary["steps_total"]
     assert len(exact.steps) == len(fast.steps)
-    np.testing.assert_allclose(exact.steps[STEP_COLUMNS], fast.steps[STEP_COLUMNS], rtol=1e-9, atol=1e-12)
+    cols = NUMERIC_STEP_COLUMNS
+    np.testing.assert_allclose(exact.steps[cols], fast.steps[cols], rtol=1e-9, atol=1e-12)
     assert (exact.steps["kv_blocks_used"].to_numpy() == fast.steps["kv_blocks_used"].to_numpy()).all()
     for q in ("median", "p90", "p99"):
         assert exact.summary[f"{q}_itl_ms"] == fast.summary[f"{q}_itl_ms"]
@@ -300,3 +316,48 @@ def test_the_prefix_affinity_router_reads_replicas_brought_up_to_date() -> None:
     fast = llmsim.run(sc)
     assert exact.summary["steps_total"] == fast.summary["steps_total"]
     _compare(exact.requests, fast.requests)
+
+
+@pytest.mark.parametrize(("members", "free"), [(0, 10_000), (5, 10_000), (5, 40), (12, 9)])
+def test_a_chunk_run_counts_the_blocks_its_steps_take(members: int, free: int) -> None:
+    """A chunk run's three views of its blocks agree: what its length allows (``chunk_run_length``),
+    what it would still need (``extra_blocks``, read when someone else takes blocks during it) and
+    what it holds after each step (``kv_after_steps``, the steps.csv column), against the cache's
+    own count as the run allocates step by step."""
+    from llmsim.costmodel.roofline import AffineSteps
+    from llmsim.decodeset import DecodeSet
+    from llmsim.kvcache import BlockManager
+    from llmsim.request import Request
+    from llmsim.runs import ChunkRun, chunk_run_length
+
+    bt, chunk = 16, 40
+    kv = BlockManager(10_000, bt, track_ids=False)
+    cols = DecodeSet(kv, None)
+    for i in range(members):  # decoders at every position inside their last block
+        r = Request(i, 0.0, 30 + 7 * i, 500)
+        kv.allocate(r, r.prompt_tokens)
+        r.kv_tokens = r.prefilled = r.prompt_tokens
+        r.generated, r.admit_seq = 1, i
+        cols.add(r)
+    prompt = Request(99, 0.0, 1_000, 10)
+    kv.allocate(prompt, 123)  # a prompt part-way through
+    prompt.kv_tokens = prompt.prefilled = 123
+    cols.allocate(cols.blocks_next())  # step 0, the plan: the decoders' blocks, then the chunk's
+    kv.allocate(prompt, chunk)
+    kv.num_blocks = kv.used + free  # (the free blocks the case wants)
+    k = chunk_run_length(cols, prompt, chunk, kv.free_blocks, 1 << 20, 2)
+    whole = -(-(1_000 - 123) // chunk) - 1  # 21: its chunks before the last (no decoder finishes before)
+    run = ChunkRun(cols, kv, 0.0, AffineSteps(0.01, 0.0, 0.0), k, prompt, chunk)
+    need = [run.extra_blocks(s) for s in range(1, k + 1)]
+    assert need[-1] <= kv.free_blocks
+    if free > 1_000:
+        assert k == whole
+    else:  # the free blocks end it: one more step would not fit
+        assert 2 <= k < whole
+        assert run.extra_blocks(k + 1) > kv.free_blocks
+    used, held = run.kv_after_steps(0, k)
+    used0 = kv.used
+    for s in range(1, k + 1):
+        run.allocate_through(s)
+        assert kv.used - used0 == need[s - 1]
+        assert (kv.used, kv.tokens_held) == (used[s - 1], held[s - 1])

@@ -23,6 +23,7 @@ from llmsim.costmodel.ops import (
     OpConfig,
     attention_dtype,
     attention_ops,
+    chunk_aggregates,
     head_ops,
     lora_ops,
     mla_prefill_dtype,
@@ -80,7 +81,15 @@ class OpTime:
         return "compute" if self.compute_s >= self.memory_s else "memory"
 
 
-class AffineSteps:
+class StepTimes:
+    """The step times of a run, each computed where it is read (``step_s(i)``, step ``i``, from
+    0): ``runs.Run`` prices only the steps it reaches."""
+
+    def step_s(self, i: int) -> float:  # pragma: no cover (each kind of run has its own)
+        raise NotImplementedError
+
+
+class AffineSteps(StepTimes):
     """Step times ``max(first_s + slope_s * i, floor_s)`` of step ``i`` of a decode run (the floor:
     the host's time per step under async scheduling, which the device time may not undercut). A
     run prices only the steps it reaches (``runs.Run``): arrivals cut most runs well before their
@@ -97,6 +106,43 @@ class AffineSteps:
 
     def expand(self, steps: int) -> list[float]:
         return [self.step_s(i) for i in range(steps)]
+
+
+class ChunkSteps(StepTimes):
+    """Step times of a chunk run (``runs.ChunkRun``): step ``i`` is the ``first`` step's plan with
+    every decoding context ``i`` tokens longer and the prompt's chunk ``i`` chunks further on
+    (after ``past + i * chunk`` cached tokens). Each step is priced as the step-by-step loop
+    prices it, ``step_time`` of its shape (the chunk's attention grows with its prefix, and host
+    terms and graph padding are not affine); the first as its plan was (``changed``), the others
+    after a step with prompt tokens, which changes the next step's batch (engine.batch_change).
+    Only for what a columnar replica plans: one prompt's chunk that does not finish it, without
+    attention windows, speculation or adapters."""
+
+    def __init__(self, cost: CostModel, first: BatchShape, changed: bool, chunk: int, past: int) -> None:
+        self.cost = cost
+        self.first = first
+        self.changed = changed
+        self.chunk = chunk
+        self.past = past
+
+    def step_s(self, i: int) -> float:
+        first = self.first
+        if not i:
+            return self.cost.step_time(first, self.changed)
+        c = self.chunk
+        pairs, keys_seen, score = chunk_aggregates(c, self.past + i * c)
+        shape = BatchShape(
+            prefill_tokens=c,
+            prefill_seqs=1,
+            prefill_attn_pairs=pairs,
+            prefill_kv_tokens=keys_seen,
+            prefill_score_elems=score,
+            decode_seqs=first.decode_seqs,
+            decode_tokens=first.decode_tokens,
+            decode_ctx_tokens=first.decode_ctx_tokens + i * first.decode_seqs,
+            logits_rows=first.logits_rows,
+        )
+        return self.cost.step_time(shape, True)
 
 
 @dataclass(frozen=True)

@@ -327,12 +327,7 @@ class Scheduler:
         handed off to a decode pool come back too, with status ``transferring``."""
         finished: list[Request] = []
         for r, c in plan.prefill:
-            if r.queued_s != r.queued_s:  # NaN: first time scheduled
-                r.queued_s = now
-            r.prefilled += c
-            r.kv_tokens += c
-            if r.chunks is not None:
-                r.chunks.append((now, c))
+            r.prefill_chunk(c, now)
             if self.kv.prefix_caching:
                 self.kv.commit(r)
             if r.prefilled == r.prefill_target:
