@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from llmsim.schedulers.base import Scheduler
     from llmsim.steplog import StepLog
 
-MAX_RUN = 1 << 20  # longest decode run priced in one go
+MAX_RUN = 1 << 20  # longest run priced in one go
 
 
 class Inputs:
@@ -297,9 +297,10 @@ class FastPath:
         cost: CostModel,
         steps: StepLog,
         where: tuple[str, int],
-        runs: tuple[bool, bool],
+        runs: bool,
         clock: Clock,
         sole: bool,
+        chunk_runs: bool = False,
     ) -> None:
         self.env = env
         self.kv = kv
@@ -307,7 +308,8 @@ class FastPath:
         self.cost = cost
         self.steps = steps
         self.pool_name, self.index = where  # the replica's steps.csv identity
-        self.runs, self.chunks = runs  # (decode runs, chunk runs: shortcuts)
+        self.runs = runs
+        self.chunks = chunk_runs
         window, local = cost.model.attention_windows()
         self.window = local or window  # contexts grow linearly only below the (local) window
         self.clock = clock
@@ -364,8 +366,8 @@ class FastPath:
         return ChunkRun(cols, self.kv, self.clock.now, times, k, prompt, chunk)
 
     def wait(self, run: DecodeRun | ColumnRun) -> Generator[Later | simpy.Event, Any, int]:
-        """Wait out a decode run (an arrival may end it after the step in progress) and emit its
-        tokens; returns the steps done (the replica counts and logs them)."""
+        """Wait out a run (an arrival may end it after the step in progress) and emit its tokens and
+        prompt chunks; returns the steps done (the replica counts and logs them)."""
         env, clock = self.env, self.clock
         run.waiting0 = len(self.sched.waiting)
         nxt = clock.inputs.next_s()
@@ -411,8 +413,8 @@ class FastPath:
         self._pending = later
 
     def sync(self) -> None:
-        """Bring KV blocks and tokens up to now inside a decode run, for readers from outside
-        (KV-aware routing, disaggregated back-pressure, the end of the run)."""
+        """Bring KV blocks and tokens up to now inside a run, for readers and writers from outside
+        (KV-aware routing, KV transfers and their back-pressure, the end of the run)."""
         run = self.run
         if run is not None:
             done = min(run.steps_done_by(self.env.now), run.steps - 1)  # the run's end settles itself

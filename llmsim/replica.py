@@ -3,7 +3,7 @@
 The replica owns its KV block manager and scheduler (built with ``make_scheduler``, as the
 reference engine builds its own), prices each plan with the pool's cost model plus the host link
 for swap copies and the drafting of speculative decoding, waits the step out and hands the
-scheduler the outcome. The exact shortcuts (closed-form decode runs, steps completed without an
+scheduler the outcome. The exact shortcuts (closed-form runs, steps completed without an
 event) are ``fastpath.FastPath``'s; pipelining is ``pipeline.PipelineReplica``; the two sides of
 disaggregated serving are in ``disagg.py``.
 """
@@ -85,7 +85,7 @@ class Replica:
         # answers reported to whoever sends requests that wait on them (feeder.Feeder)
         self.on_answered: Callable[[Request], None] | None = None
         where = (pool.name, index)
-        self.fast = FastPath(env, self.kv, self.sched, self.cost, steps, where, (runs, chunk_runs), self.clock, sole)
+        self.fast = FastPath(env, self.kv, self.sched, self.cost, steps, where, runs, self.clock, sole, chunk_runs)
         # KV offload tiers below the device cache (kvcache.OffloadTier), where prompts are matched:
         # not on a disaggregated decode replica (its requests arrive prefilled)
         if opts.offload and not takes_prefilled:
@@ -157,6 +157,7 @@ class Replica:
     def accept_prefilled(self, req: Request, reserved_blocks: int) -> None:
         """Decode side: a request arrives with its prompt's KV (into the blocks reserved for it)
         and its first token."""
+        self.sync()  # (a run in progress holds its steps' blocks before the reservation leaves: the cache's peak)
         self.kv.unreserve(reserved_blocks)
         self.kv.swap_in(req)
         req.replica = self.index
@@ -168,6 +169,7 @@ class Replica:
         """Prefill side: ``req``'s KV has left for a decode replica; its blocks are free. An idle
         replica with nothing queued is not woken: the blocks could start nothing (it would plan
         nothing and sleep again, one event per request of a disaggregated run)."""
+        self.sync()  # (a run in progress holds its steps' blocks before these leave: the cache's peak)
         self.kv.free(req)
         self.signal_freed()
         if self.sched.has_work() or not self._idle:
@@ -193,7 +195,7 @@ class Replica:
             self._step_start_s = self.env.now  # the next step starts now: arrivals now join its plan
             self.clock.timer.fire(self._wake)
         else:
-            self.fast.cut()  # a decode run in progress ends with the step in progress
+            self.fast.cut()  # a run in progress ends with the step in progress
 
     def sync(self) -> None:
         """Bring KV blocks and tokens up to now, for readers from outside (routers, transfers)."""
@@ -342,7 +344,7 @@ class Replica:
 
     def finish(self) -> None:
         """At the end of the simulation: every request's counters up to date, and the steps of a
-        decode run cut by the horizon that did complete counted and logged."""
+        run cut by the horizon that did complete counted and logged."""
         run = self.fast.finish()
         if run is not None and run.applied:
             self._apply_run(run, run.applied, live_last=False)

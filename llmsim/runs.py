@@ -1,12 +1,13 @@
-"""Runs of identical decode-only steps, priced in one call and applied in one go, with exact results.
+"""Runs of steps the scheduler would plan alike, priced lazily and applied in one go, with exact results.
 
 Between events that change a batch (an arrival, a prompt chunk, a request finishing, a KV
 block that cannot be had), a replica repeats the same decode step with every context one token
 longer. Only the attention kernels depend on the context, so the whole run's step times come
-from one pricing call (``CostModel.decode_steps_s``): one SimPy event for the run instead
+from one pricing call (``CostModel.decode_run_s``): one SimPy event for the run instead
 of one per step. The run's
 outcome is applied per request in one go, or up to any instant inside the run when something
-outside needs the replica's exact state (``FastPath.sync``).
+outside needs the replica's exact state (``FastPath.sync``). A ``ChunkRun`` is the same for a
+prompt's chunks riding on an unchanged decode batch (each of its steps priced on its own).
 
 Why the jump is exact: during a decode-only run no request finishes (this run stops one step
 short of the first finish; a ``DecodeSet`` run, ``ColumnRun``, ends with it), no block
@@ -17,8 +18,8 @@ batch keeps its size). Arrivals interrupt the run at the next step boundary, as 
 loop would see them.
 
 ``DecodeRun`` serves replicas whose requests are Python objects each step (sliding windows,
-prefix caching, parallel sampling); columnar replicas (``decodeset.DecodeSet``) use ``ColumnRun``.
-``fastpath.FastPath`` decides when a replica takes a run and waits it out.
+prefix caching, parallel sampling); columnar replicas (``decodeset.DecodeSet``) use ``ColumnRun``
+and ``ChunkRun``. ``fastpath.FastPath`` decides when a replica takes a run and waits it out.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def run_length(members: list[Request], kv: BlockManager, window: int | None, lim
 
 
 class Run:
-    """A run of ``steps`` decode-only steps started at ``start_s``: what every kind of run shares.
+    """A run of ``steps`` steps started at ``start_s`` (decode-only, or a ``ChunkRun``'s): what every
+    kind of run shares.
 
     The run's first step is the plan the scheduler just made, so its KV slots are already
     allocated (``allocated`` starts at 1). Its step times come as ``StepTimes`` (each computed
@@ -91,7 +93,9 @@ class Run:
         # end time of every step priced so far; Python floats, not arrays: runs are ~10-50 steps,
         # where a compiled loop beats numpy's per-call overhead (the sums are numpy's cumsum's, in order)
         self.ends: list[float] = []
-        self._acc = 0.0  # the sum of the priced steps' durations
+        # an end is the durations summed from 0, plus the start (``sum_from_start`` changes it)
+        self._acc0 = self._acc = 0.0  # the sum so far, and where it began
+        self._base_s = start_s  # added to the sum for an end
         self.applied = 0  # steps whose tokens have been emitted
         self.allocated = 1  # steps whose KV slots have been allocated (a step allocates when it starts)
         self.external: list[tuple[int, int]] = []  # (step, blocks) held by others
@@ -102,34 +106,41 @@ class Run:
 
     def price_through(self, steps: int, until_s: float = math.inf) -> None:
         """Price the steps up to ``steps`` (at most), stopping after the first that ends past ``until_s``."""
-        ends, durations, aff = self.ends, self._durations, self._lazy
+        ends, durations, lazy = self.ends, self._durations, self._lazy
         i, m = len(ends), min(steps, self.steps)
         acc: float = self._acc
-        start: float = self.start_s
+        base: float = self._base_s
         while i < m and (not i or ends[i - 1] <= until_s):
-            acc += aff.step_s(i) if aff is not None else durations[i]
-            ends.append(acc + start)
+            acc += lazy.step_s(i) if lazy is not None else durations[i]
+            ends.append(acc + base)
             i += 1
         self._acc = acc
 
+    def sum_from_start(self) -> None:
+        """Sum each end as the replica's clock does, the previous end plus the step's time (call it
+        before any step is priced): the ends are then the step-by-step loop's very floats. A
+        decode run sums its durations first (its times come in one piece, some affine)."""
+        self._acc0 = self._acc = self.start_s
+        self._base_s = 0.0
+
     def duration(self, i: int) -> float:
         """Seconds step ``i`` takes (the float ``price_through`` added for it)."""
-        aff = self._lazy
-        return aff.step_s(i) if aff is not None else self._durations[i]
+        lazy = self._lazy
+        return lazy.step_s(i) if lazy is not None else self._durations[i]
 
     def end_s(self) -> float:
         """When the run's last step ends (summed as ``price_through`` sums, without keeping the steps)."""
-        i, aff = len(self.ends), self._lazy
+        i, lazy = len(self.ends), self._lazy
         if i == self.steps:
             return self.ends[-1]
-        if aff is None:
+        if lazy is None:
             self.price_through(self.steps)
             return self.ends[-1]
         acc: float = self._acc
         while i < self.steps:
-            acc += aff.step_s(i)
+            acc += lazy.step_s(i)
             i += 1
-        return acc + self.start_s
+        return acc + self._base_s
 
     def ends_before(self, t: float) -> bool:
         """Does the whole run end before ``t``? (Prices it as far as ``t``.)"""
@@ -165,7 +176,7 @@ class Run:
         self.steps = steps
         if len(self.ends) > steps:
             self.ends.clear()
-            self._acc = 0.0
+            self._acc = self._acc0
             self.price_through(steps)
 
     def busy_s(self, steps: int) -> float:
@@ -329,30 +340,11 @@ class ChunkRun(ColumnRun):
         prompt: Request,
         chunk: int,
     ) -> None:
-        super().__init__(members, kv, start_s, [], steps)  # (durations: kept as they are priced)
-        self._pricer = times
+        super().__init__(members, kv, start_s, times, steps)
+        self.sum_from_start()  # (its steps' times are the loop's own: so are their ends)
         self.prompt = prompt
         self.chunk = chunk
         self._past0 = prompt.kv_tokens  # its cached tokens when the run's first step was planned
-
-    def price_through(self, steps: int, until_s: float = math.inf) -> None:
-        """As ``Run.price_through``, but each step ends at the previous end plus its time, as the
-        step-by-step loop's clock adds them: a chunk run's steps end at the loop's very floats
-        (a decode run adds up its durations first, for speed over its many more steps). Each step
-        is priced once, its time kept (``duration`` reads it)."""
-        ends, durations = self.ends, self._durations
-        i, m = len(ends), min(steps, self.steps)
-        end = ends[i - 1] if i else self.start_s
-        while i < m and (not i or end <= until_s):
-            if i == len(durations):
-                durations.append(self._pricer.step_s(i))
-            end += durations[i]
-            ends.append(end)
-            i += 1
-
-    def end_s(self) -> float:
-        self.price_through(self.steps)
-        return self.ends[-1]
 
     def allocate_through(self, steps: int) -> None:
         steps = min(steps, self.steps)
@@ -377,7 +369,7 @@ class ChunkRun(ColumnRun):
         used, held = super().kv_after_steps(lo, hi)
         bt, c, past = self.kv.block_tokens, self.chunk, self._past0
         i = np.arange(lo, hi, dtype=np.int64)
-        after = -(-(past + (i + 1) * c) // bt)  # the prompt's blocks after step i
+        after = -(-(past + (i + 1) * c) // bt)  # the prompt's blocks after step i (blocks_for, on arrays)
         return used + after - blocks_for(past + c, bt), held + c * i
 
 

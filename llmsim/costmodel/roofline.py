@@ -116,7 +116,8 @@ class ChunkSteps(StepTimes):
     terms and graph padding are not affine); the first as its plan was (``changed``), the others
     after a step with prompt tokens, which changes the next step's batch (engine.batch_change).
     Only for what a columnar replica plans: one prompt's chunk that does not finish it, without
-    attention windows, speculation or adapters."""
+    attention windows, speculation or adapters. Each step is priced once: a run reads its times
+    again (its end, its steps.csv rows)."""
 
     def __init__(self, cost: CostModel, first: BatchShape, changed: bool, chunk: int, past: int) -> None:
         self.cost = cost
@@ -124,8 +125,15 @@ class ChunkSteps(StepTimes):
         self.changed = changed
         self.chunk = chunk
         self.past = past
+        self._priced: list[float] = []
 
     def step_s(self, i: int) -> float:
+        priced = self._priced
+        while len(priced) <= i:
+            priced.append(self._price(len(priced)))
+        return priced[i]
+
+    def _price(self, i: int) -> float:
         first = self.first
         if not i:
             return self.cost.step_time(first, self.changed)

@@ -28,9 +28,10 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
 # to ``exact_steps``; a policy joins only with such a test. Others get neither (steps completing
 # without an event still apply to every policy: they depend on no scheduling decision).
 FAST_PATH_POLICIES = {"traditional", "chunked", "vllm"}
-# Policies that, with nothing waiting, give the only prompt in progress the same chunk every step
-# (the token budget less the decodes, or a per-prompt cap) until its last: chunk runs assume it
-# (runs.ChunkRun; tests/test_fastpath.py holds them equal to ``exact_steps``).
+# Policies that give the only prompt in progress the same chunk every step (the token budget less
+# the decodes, or a per-prompt cap) until its last, and admit no waiting request later that they
+# could not admit at the first: chunk runs assume it (runs.ChunkRun; tests/test_fastpath.py holds
+# them equal to ``exact_steps``).
 CHUNK_RUN_POLICIES = {"chunked", "vllm"}
 
 
