@@ -91,11 +91,12 @@ class Run:
         else:
             self._lazy = times
         # end time of every step priced so far; Python floats, not arrays: runs are ~10-50 steps,
-        # where a compiled loop beats numpy's per-call overhead (the sums are numpy's cumsum's, in order)
+        # where a compiled loop beats numpy's per-call overhead. Each end is the one before plus the
+        # step's time, as the replica's clock adds them step by step: where the times are the step
+        # loop's own (a chunk run's), so are the ends, and no same-instant order flips on an ulp
+        # (summing the times first and adding the start put ends up to 1e-9 apart, relative)
         self.ends: list[float] = []
-        # an end is the durations summed from 0, plus the start (``sum_from_start`` changes it)
-        self._acc0 = self._acc = 0.0  # the sum so far, and where it began
-        self._base_s = start_s  # added to the sum for an end
+        self._acc = start_s  # the end of the last step priced
         self.applied = 0  # steps whose tokens have been emitted
         self.allocated = 1  # steps whose KV slots have been allocated (a step allocates when it starts)
         self.external: list[tuple[int, int]] = []  # (step, blocks) held by others
@@ -109,19 +110,11 @@ class Run:
         ends, durations, lazy = self.ends, self._durations, self._lazy
         i, m = len(ends), min(steps, self.steps)
         acc: float = self._acc
-        base: float = self._base_s
         while i < m and (not i or ends[i - 1] <= until_s):
             acc += lazy.step_s(i) if lazy is not None else durations[i]
-            ends.append(acc + base)
+            ends.append(acc)
             i += 1
         self._acc = acc
-
-    def sum_from_start(self) -> None:
-        """Sum each end as the replica's clock does, the previous end plus the step's time (call it
-        before any step is priced): the ends are then the step-by-step loop's very floats. A
-        decode run sums its durations first (its times come in one piece, some affine)."""
-        self._acc0 = self._acc = self.start_s
-        self._base_s = 0.0
 
     def duration(self, i: int) -> float:
         """Seconds step ``i`` takes (the float ``price_through`` added for it)."""
@@ -140,7 +133,7 @@ class Run:
         while i < self.steps:
             acc += lazy.step_s(i)
             i += 1
-        return acc + self._base_s
+        return acc
 
     def ends_before(self, t: float) -> bool:
         """Does the whole run end before ``t``? (Prices it as far as ``t``.)"""
@@ -176,7 +169,7 @@ class Run:
         self.steps = steps
         if len(self.ends) > steps:
             self.ends.clear()
-            self._acc = self._acc0
+            self._acc = self.start_s
             self.price_through(steps)
 
     def busy_s(self, steps: int) -> float:
@@ -341,7 +334,6 @@ class ChunkRun(ColumnRun):
         chunk: int,
     ) -> None:
         super().__init__(members, kv, start_s, times, steps)
-        self.sum_from_start()  # (its steps' times are the loop's own: so are their ends)
         self.prompt = prompt
         self.chunk = chunk
         self._past0 = prompt.kv_tokens  # its cached tokens when the run's first step was planned
