@@ -146,6 +146,14 @@ class Timer:
         self._queue_in(delay, event)
         return event
 
+    def now_s(self) -> float:
+        """``env.now``, read without SimPy's interpreted property (several times an arrival)."""
+        return cast(Any, self.env)._now if self.native else self.env.now
+
+    def at(self, t_s: float) -> Later | simpy.Timeout:
+        """``after`` the delay from now to the instant ``t_s``."""
+        return self.after(t_s - self.now_s())
+
     def hold(self) -> Later | simpy.Event:
         """``env.event()``: an event the process waits on until someone ``fire``s it (a wake-up).
         SimPy makes an Event object and later queues it, both interpreted, at every wake-up of an
@@ -210,7 +218,7 @@ class Clock:
         if self.ahead and self.now < self.inputs.next_s():
             return None
         timer = self.timer
-        now: float = cast(Any, self.env)._now if timer.native else self.env.now  # (not the property)
+        now = timer.now_s()
         return timer.after(dt if now == start else self.now - now)
 
 
@@ -368,7 +376,7 @@ class FastPath:
     def wait(self, run: DecodeRun | ColumnRun) -> Generator[Later | simpy.Event, Any, int]:
         """Wait out a run (an arrival may end it after the step in progress) and emit its tokens and
         prompt chunks; returns the steps done (the replica counts and logs them)."""
-        env, clock = self.env, self.clock
+        clock = self.clock
         run.waiting0 = len(self.sched.waiting)
         nxt = clock.inputs.next_s()
         if clock.ahead and run.ends_before(nxt):
@@ -378,11 +386,11 @@ class FastPath:
             # where cut() would end it, without a second timeout
             done = run.steps_through(nxt)
             self.run = run  # (for the end of the simulation, if the horizon comes first)
-            yield clock.timer.after(run.ends[done - 1] - env.now)
+            yield clock.timer.at(run.ends[done - 1])
             self.run = None
         else:
             self.run, self._cuttable, self._cut_at = run, True, run.steps
-            self._pending = clock.timer.after(run.end_s() - env.now)
+            self._pending = clock.timer.at(run.end_s())
             yield self._pending  # or earlier: cut() moves the replica onto an earlier timeout
             done = self._cut_at
             self.run, self._cuttable, self._pending = None, False, None
@@ -395,9 +403,9 @@ class FastPath:
         if not self._cuttable:
             return
         self._cuttable = False
-        run, env = self.run, self.env
+        run = self.run
         assert run is not None and self._pending is not None  # (set with _cuttable)
-        done = run.steps_through(env.now)
+        done = run.steps_through(self.clock.timer.now_s())
         run.allocate_through(done)  # the step in progress holds its KV slots (readers see them)
         self._end_after(done)
 
@@ -408,7 +416,8 @@ class FastPath:
         assert run is not None and self._pending is not None  # (set with _cuttable)
         run.price_through(steps)
         self._cut_at = steps
-        later = self.clock.timer.after(max(0.0, run.ends[steps - 1] - self.env.now))
+        timer = self.clock.timer
+        later = timer.after(max(0.0, run.ends[steps - 1] - timer.now_s()))
         retarget(self._pending, later)
         self._pending = later
 
@@ -417,7 +426,7 @@ class FastPath:
         (KV-aware routing, KV transfers and their back-pressure, the end of the run)."""
         run = self.run
         if run is not None:
-            done = min(run.steps_done_by(self.env.now), run.steps - 1)  # the run's end settles itself
+            done = min(run.steps_done_by(self.clock.timer.now_s()), run.steps - 1)  # the run's end settles itself
             run.apply_through(done, self.sched.gaps)
             run.allocate_through(done + 1)
 
@@ -429,7 +438,7 @@ class FastPath:
         run = self.run
         if run is None:
             return
-        run.note_external_blocks(self.env.now, blocks)
+        run.note_external_blocks(self.clock.timer.now_s(), blocks)
         if not self._cuttable:  # (cut already: it ends with the step in progress, whose blocks it holds)
             return
         fit = run.steps_that_fit(self.kv.free_blocks)

@@ -147,7 +147,7 @@ class Replica:
         if reason:
             req.status, req.reject_reason = REJECTED, reason
             return
-        if self.async_scheduling and not self._idle and self.env.now > self._step_start_s:
+        if self.async_scheduling and not self._idle and self.clock.timer.now_s() > self._step_start_s:
             self._late.append(req)  # a step is running, and the next one is planned already
         else:
             self.sched.add(req)

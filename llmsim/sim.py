@@ -243,8 +243,9 @@ def simulate(
         for i in range(n):
             t = arrival_s[i]
             inputs.arrival_s = t
-            if t > env.now:
-                yield timer.after(t - env.now)
+            now = timer.now_s()
+            if t > now:
+                yield timer.after(t - now)
             send(i, t)
         inputs.arrival_s = math.inf
 
