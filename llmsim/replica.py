@@ -198,7 +198,7 @@ class Replica:
             self.fast.cut()  # a run in progress ends with the step in progress
 
     def sync(self) -> None:
-        """Bring KV blocks and tokens up to now, for readers from outside (routers, transfers)."""
+        """Bring KV blocks and tokens up to now, for readers and writers from outside (routers, transfers)."""
         self.fast.sync()
 
     def blocks_freed(self) -> simpy.Event:
