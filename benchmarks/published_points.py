@@ -245,6 +245,25 @@ def precision(point: dict) -> tuple[dict | None, str]:
     return {"weight_dtype": w, "act_dtype": a}, ""
 
 
+def weight_groups(point: dict) -> tuple[dict, str]:
+    """The weights' quantisation groups where the source states a group size ({} elsewhere: the
+    dtype's usual format, models.WEIGHT_GROUPS), and the note saying whose scales they carry."""
+    m = re.search(r"group size (\d+)", str(point["weights"]))
+    if not m:
+        return {}, ""
+    if "ggml" in str(point.get("engine_name")):
+        # ITREX's --use_ggml writes llama.cpp's Q4_0: 32 weights and one fp16 scale in 18 bytes
+        # (ggml-common.h block_q4_0), whatever group the table's column says
+        return {"weight_group_size": 32, "weight_scale_bits": 16}, "weights as GGML Q4_0: an fp16 scale per 32"
+    # ITREX LLM Runtime's scripts/quantize.py defaults: --scale_dtype fp32, --alg sym (no zero
+    # point) (intel_extension_for_transformers/llm/runtime/graph/README.md, 03fab02)
+    group = int(m.group(1))
+    return {
+        "weight_group_size": group,
+        "weight_scale_bits": 32,
+    }, f"an fp32 scale per {group} weights (quantize.py's default)"
+
+
 def kv_dtype(point: dict, prec: dict) -> tuple[str, str]:
     """The KV-cache dtype and, when the source leaves it unstated, why this one."""
     text = str(point["kv_cache_dtype"])
@@ -339,7 +358,15 @@ def engine_section(mp: Mapping, flow: str, cat: str, hw: str, tp: int, pp: int, 
         mp.notes.append(f"trtllm-bench heuristic: max_batch_size {bs}, max_num_tokens {tokens}")
         mp.notes.append("KV: 0.95 of free memory ('in many cases' per the page)")
         out["kv_cache"]["memory_fraction"] = frac
-        out["policy"] = {"kind": "chunked", "max_num_seqs": bs, "chunk_tokens": tokens, "max_batch_tokens": tokens}
+        seqs = bs
+        if flow == "trtllm-pytorch" and pp > 1:
+            # max_batch_size bounds one micro-batch, and pp of them are in flight: the executor
+            # holds max_batch_size x pp sequences (tensorrt_llm/_torch/pyexecutor/
+            # py_executor_creator.py, max_num_sequences = max_batch_size * mapping.pp_size), as
+            # the heuristic's batch (requests / pp) assumes
+            seqs = bs * pp
+            mp.notes.append(f"PP{pp}: {pp} micro-batches of max_batch_size in flight, max_num_seqs {seqs}")
+        out["policy"] = {"kind": "chunked", "max_num_seqs": seqs, "chunk_tokens": tokens, "max_batch_tokens": tokens}
         mp.no_evict = True
     elif flow == "trtllm-triton":
         out["kv_cache"]["memory_fraction"] = 0.9
@@ -453,8 +480,10 @@ def map_point(point: dict) -> Mapping:
     tp, pp, replicas = par
     mp.lengths = lens
     kv, note_kv = kv_dtype(point, prec)
-    if note_kv:
-        mp.notes.append(note_kv)
+    groups, note_groups = weight_groups(point)
+    for note in (note_kv, note_groups):
+        if note:
+            mp.notes.append(note)
     part = cpu_cluster(point) if load_profile(hw).cpu is not None else {}
     if part:
         mp.notes.append(f"part of the node: cluster {part}")
@@ -464,7 +493,7 @@ def map_point(point: dict) -> Mapping:
     concurrency = sec["policy"].get("max_num_seqs", 1024)
     mp.scenario = {
         "name": point["id"],
-        "model": {"name": cat, **prec},
+        "model": {"name": cat, **prec, **groups},
         "hardware": hw,
         "cluster": {"tp": tp, "pp": pp, "replicas": replicas, **part, **sec["cluster"]},
         "policy": sec["policy"],

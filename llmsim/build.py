@@ -28,7 +28,14 @@ def build_model(sc: Scenario) -> ModelSpec:
     m = from_hf_config(sc.hf_config_path(), sc.model.name) if sc.model.hf_config else get_model(sc.model.name or "")
     if sc.model.weight_dtype:
         m = m.with_(weight_dtype=sc.model.weight_dtype)
-    return m
+    groups = {k: getattr(sc.model, k) for k in ("weight_group_size", "weight_scale_bits")}
+    groups = {k: v for k, v in groups.items() if v is not None}
+    if groups and DTYPE_BYTES[m.weight_dtype] >= 2:
+        raise UserError(
+            f"model.{next(iter(groups))}: quantisation groups need quantised weights (model.weight_dtype "
+            f"fp8, int8, int4 or fp4); {m.name}'s weights are {m.weight_dtype}"
+        )
+    return m.with_(**groups) if groups else m
 
 
 def _trace(path: Path, fmt: str, hash_block_tokens: int) -> Workload:
@@ -382,6 +389,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         pp=p.pp,
         ep=ep,
         weight_dtype=weight_dtype,
+        weight_group_size=model.weight_group_size,
+        weight_scale_bits=model.weight_scale_bits,
         kv_dtype=sc.kv_cache.dtype,
         act_dtype=act,
         attention_kernel=sc.model.attention_kernel,
@@ -430,7 +439,11 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
             )
         sched.speculative = SpecConfig(k=spec.k, acceptance=spec.rates(), seed=sc.seed)
         if spec.method == "draft":
-            draft = get_model(spec.draft_model or "").with_(weight_dtype=weight_dtype)
+            draft = get_model(spec.draft_model or "").with_(
+                weight_dtype=weight_dtype,
+                weight_group_size=model.weight_group_size,
+                weight_scale_bits=model.weight_scale_bits,
+            )
     step_tokens = step_budget(sc, p, name)
     blocks, memory = kv_blocks(
         sc,

@@ -17,6 +17,34 @@ DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "
 # 4-bit E2M1 value per element plus one 8-bit E8M0 scale per 32 (OCP Microscaling Formats v1.0),
 # 4.25 bits: GPT-OSS's experts as released
 DTYPE_BYTES["mxfp4"] = 4.25 / 8
+# Group-quantised weights carry a scale (and, asymmetric, a zero point) per group of weights along
+# a column: bytes the weight streams read with them. Each dtype's default is its usual checkpoint
+# format, as (weights per group, bits of scale and zero point per group); a scenario's
+# model.weight_group_size / weight_scale_bits override it (ITREX's fp32 scales, llama.cpp's Q4_0):
+# - int4: AWQ / GPTQ at group 128 (vLLM's and TensorRT-LLM's int4 checkpoints): an fp16 scale and
+#   a 4-bit zero point packed eight to an int32 (AutoAWQ / AutoGPTQ qzeros), 20 bits, 4.16 bits
+#   a weight;
+# - fp4: NVFP4, an E4M3 scale per 16 values (NVIDIA, "Introducing NVFP4", 2025; ModelOpt and
+#   TensorRT-LLM's FP4), 4.5 bits a weight; its one fp32 scale per tensor is left out.
+# fp8 and int8 checkpoints scale per tensor or per output channel (FP8 block scales: one per
+# 128 x 128), under 0.2 % of their bytes: none counted.
+WEIGHT_GROUPS: dict[str, tuple[int, float]] = {"int4": (128, 20.0), "fp4": (16, 8.0)}
+
+
+def weight_param_bytes(dtype: str, group_size: int | None = None, scale_bits: float | None = None) -> float:
+    """Bytes one stored weight of ``dtype`` takes, its share of its group's scales included.
+    ``group_size``: weights per scale (0: per channel, no group scales); ``scale_bits``: bits of
+    scale and zero point per group. Either left ``None`` takes the dtype's default format
+    (``WEIGHT_GROUPS``; an fp16 scale for a group size given to a dtype without one). 16- and
+    32-bit weights have no groups (a quantised model's 16-bit LM head among them)."""
+    default_group, default_bits = WEIGHT_GROUPS.get(dtype, (0, 16.0))
+    group = default_group if group_size is None else group_size
+    if not group or DTYPE_BYTES[dtype] >= 2:
+        return DTYPE_BYTES[dtype]
+    bits = default_bits if scale_bits is None else scale_bits
+    return DTYPE_BYTES[dtype] + bits / 8 / group
+
+
 # DeepSeek sparse attention's fields, ModelSpec's and config.json's alike: a deepseek config with
 # index_topk is served with the indexer (vLLM's DeepseekV2 attention: ``is_v32 = hasattr(config,
 # "index_topk")``), so all three are needed
@@ -50,6 +78,9 @@ class ModelSpec:
     global_attn_every: int = 0  # with a window: every n-th layer attends globally, the rest locally (0: all local)
     max_position_embeddings: int = 4096
     weight_dtype: str = "bf16"
+    # the decoder weights' quantisation groups (weight_param_bytes): None = the dtype's default format
+    weight_group_size: int | None = None
+    weight_scale_bits: float | None = None
     source: str = ""
     # DeepSeek MoE (DeepSeek-V2/V3 config.json): ``n_shared_experts`` experts of intermediate_size
     # every token passes through besides its routed ones, and the first ``first_k_dense_replace``
@@ -99,6 +130,15 @@ class ModelSpec:
                 raise UserError(f"{where}: {field}: expected a non-negative integer, got {getattr(self, field)}")
         # first_dense_layers above num_layers is allowed: a truncated copy (with_(num_layers=2), a
         # draft) keeps its dense first layers, all of them dense (moe_layers / decoder_params cap it)
+        if self.weight_group_size is not None and self.weight_group_size < 0:
+            raise UserError(
+                f"{where}: weight_group_size: expected weights per scale (0: per channel), got {self.weight_group_size}"
+            )
+        if self.weight_scale_bits is not None and not 0 <= self.weight_scale_bits <= 64:
+            raise UserError(
+                f"{where}: weight_scale_bits: expected the bits of a group's scale and zero point (0-64), "
+                f"got {self.weight_scale_bits}"
+            )
         if self.moe_layer_step < 1:
             raise UserError(f"{where}: moe_layer_step: expected an integer >= 1, got {self.moe_layer_step}")
         if self.expert_weight_dtype and self.expert_weight_dtype not in DTYPE_BYTES:
@@ -293,11 +333,11 @@ class ModelSpec:
         """Bytes of the weights in ``dtype``. A quantised checkpoint (fp8, int8, int4: FP8 and W8A8
         from llm-compressor / ModelOpt, AWQ, GPTQ) quantises the decoder layers; the embeddings, the
         final norm and the LM head stay 16-bit (their ``ignore: [lm_head]`` / unquantised modules)."""
-        per = DTYPE_BYTES[dtype or self.weight_dtype]
+        per = self.param_bytes(dtype)
         total = self.total_params()
         # experts with a dtype of their own (GPT-OSS's mxfp4) are counted apart
         experts = self.routed_expert_params() if self.expert_weight_dtype else 0
-        if per >= 2:
+        if DTYPE_BYTES[dtype or self.weight_dtype] >= 2:
             rest = (total - experts) * per
         else:
             layers = self.decoder_params() - experts
@@ -316,8 +356,21 @@ class ModelSpec:
         which a scenario's ``model.weight_dtype`` does not change."""
         if not self.is_moe:
             return 0.0
-        per = DTYPE_BYTES[self.expert_weight_dtype or dtype or self.weight_dtype]
+        per = DTYPE_BYTES[self.expert_weight_dtype] if self.expert_weight_dtype else self.param_bytes(dtype)
         return self.routed_expert_params() * per
+
+    def weight_format(self) -> str:
+        """The decoder weights' dtype as a report shows it, with the bits a weight takes where
+        group scales add to them."""
+        bits = self.param_bytes() * 8
+        if bits == DTYPE_BYTES[self.weight_dtype] * 8:
+            return self.weight_dtype
+        return f"{self.weight_dtype}, {bits:.3g} bits a weight with its group scales"
+
+    def param_bytes(self, dtype: str | None = None) -> float:
+        """Bytes one decoder-layer weight takes in ``dtype`` (default: the model's), its share of
+        the quantisation groups' scales included (``weight_param_bytes``)."""
+        return weight_param_bytes(dtype or self.weight_dtype, self.weight_group_size, self.weight_scale_bits)
 
     def weight_bytes_per_device(
         self, dtype: str | None, tp: int, pp: int, ep: int = 1, redundant_experts: int = 0
@@ -358,7 +411,7 @@ class ModelSpec:
     def mla_extra_bytes_per_device(self, dtype: str | None, tp: int, pp: int) -> float:
         """What MLA adds to an even tp x pp split of the weights on one GPU: the replicated latent
         projections' other (tp - 1)/tp, and the 16-bit absorbed W_UK / W_UV."""
-        per = DTYPE_BYTES[dtype or self.weight_dtype]  # decoder-layer weights: the checkpoint's dtype
+        per = self.param_bytes(dtype)  # decoder-layer weights: the checkpoint's dtype
         replicated = self.num_layers * self.mla_replicated_params() * per
         return replicated * (1 - 1 / tp) / pp + self.mla_absorbed_bytes_per_device(tp, pp)
 

@@ -539,7 +539,7 @@ def assumption_tables(r: ResultsDir) -> list[Table]:
             ("layers", m.num_layers),
             ("hidden size", m.hidden_size),
             ("attention heads / KV heads", f"{m.num_heads} / {m.num_kv_heads}"),
-            ("weights dtype", str(sc.model.weight_dtype or m.weight_dtype)),
+            ("weights dtype", m.weight_format()),
             ("KV cache dtype", str(sc.kv_cache.dtype)),
             ("policy", policy),
         ]

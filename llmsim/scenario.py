@@ -101,6 +101,11 @@ class ModelConfig(_Strict):
     name: str | None = None  # catalog name; with hf_config, the name the model is shown under
     hf_config: str | None = None  # path to a HuggingFace config.json
     weight_dtype: Dtype | None = None  # default: bf16 (fp32 for GPT-2)
+    # group-quantised weights' scales (models.WEIGHT_GROUPS): weights per scale (0: per channel)
+    # and bits of scale + zero point per group; default: the dtype's usual format (int4: AWQ /
+    # GPTQ at 128 with an fp16 scale and a 4-bit zero; fp4: NVFP4, an 8-bit scale per 16)
+    weight_group_size: Annotated[int, Field(ge=0, le=1 << 20)] | None = None
+    weight_scale_bits: Annotated[float, Field(ge=0, le=64)] | None = None
     # the GEMMs' compute dtype: fp8 / int8 = W8A8 on 8-bit tensor cores (activations between the
     # GEMMs stay bf16), fp4 = NVFP4 / MXFP4 W4A4 on Blackwell; with int4 weights, int8 is W4A8
     act_dtype: Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4"] = "bf16"

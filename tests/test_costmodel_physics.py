@@ -7,7 +7,7 @@ import pytest
 from llmsim.costmodel.ops import batch_shape, step_ops
 from llmsim.costmodel.roofline import CostConfig, CostModel
 from llmsim.hardware import load_profile
-from llmsim.models import CATALOG
+from llmsim.models import CATALOG, weight_param_bytes
 
 EXPERT_OPS = ("mlp_up_proj", "mlp_down_proj")  # an MoE layer's grouped expert GEMMs
 L2_7B = CATALOG["llama-2-7b"]
@@ -85,9 +85,32 @@ def test_quantised_weights_keep_embeddings_and_lm_head_16_bit() -> None:
     m = L2_7B
     layers = m.num_layers * m.layer_params()
     rest = m.total_params() - layers
-    assert m.weight_bytes("int4") == pytest.approx(layers * 0.5 + rest * 2)
+    # an int4 checkpoint is AWQ / GPTQ's by default: an fp16 scale and a 4-bit zero per 128 weights
+    assert m.weight_bytes("int4") == pytest.approx(layers * (0.5 + 20 / 8 / 128) + rest * 2)
+    assert m.with_(weight_group_size=0).weight_bytes("int4") == pytest.approx(layers * 0.5 + rest * 2)
     assert m.weight_bytes("fp8") == pytest.approx(layers + rest * 2)
     assert m.weight_bytes("bf16") == m.total_params() * 2
+
+
+def test_group_scales_are_streamed_with_the_weights_not_unpacked() -> None:
+    """A group's scale is bytes every weight stream reads (ITREX's default, an fp32 scale per 32
+    weights, makes int4 5 bits a weight), not more weights to unpack; NVFP4 is 4.5 bits."""
+    assert weight_param_bytes("int4", 32, 32) * 8 == 5.0
+    assert weight_param_bytes("fp4") * 8 == 4.5 and weight_param_bytes("mxfp4") * 8 == 4.25
+    assert weight_param_bytes("fp8") == 1.0 and weight_param_bytes("int8", 128) * 8 == 8.125  # fp16 scale
+    hw = load_profile("A100-SXM-80GB")
+    shape = batch_shape([], [512] * 4)
+
+    def gemms(**groups: float) -> dict:
+        cm = CostModel(L2_7B, hw, CostConfig(weight_dtype="int4", **groups))  # type: ignore[arg-type]
+        return {t.op.name: t for t in cm.priced(shape) if t.op.kind == "gemm"}
+
+    bare, g32 = gemms(weight_group_size=0), gemms(weight_group_size=32, weight_scale_bits=32)
+    up_bare, up = bare["mlp_up_proj"], g32["mlp_up_proj"]
+    assert up.op.weight_bytes == pytest.approx(up_bare.op.weight_bytes * 5 / 4)
+    assert up.dequant_s == pytest.approx(up_bare.dequant_s)  # as many weights to unpack
+    assert up.memory_s > up_bare.memory_s and up.total_s > up_bare.total_s  # a batch-4 decode streams them
+    assert g32["lm_head"].op.weight_bytes == bare["lm_head"].op.weight_bytes  # the 16-bit head has none
 
 
 def test_int4_weight_only_pays_dequantisation() -> None:

@@ -186,3 +186,28 @@ def test_a_one_socket_intel_point_runs_on_one_socket():
     assert mp.scenario is not None, mp.reasons
     assert mp.scenario["hardware"] == "Xeon-8480+"
     assert (mp.scenario["cluster"]["sockets"], mp.scenario["cluster"]["cores"]) == (1, 32)
+
+
+def test_a_stated_group_size_gets_its_runtimes_scales():
+    """ITREX writes an fp32 scale per group (quantize.py's default, symmetric); its GGML baseline
+    is llama.cpp's Q4_0, an fp16 scale per 32. Points that state no group keep the dtype's format."""
+    model = pp.map_point(BY_ID["itrex-llama2-7b-chat-int4-g32-in32-c56-next"]).scenario["model"]
+    assert (model["weight_group_size"], model["weight_scale_bits"]) == (32, 32)
+    model = pp.map_point(BY_ID["itrex-ggml-llama2-7b-chat-int4-g32-in1024-c32-next"]).scenario["model"]
+    assert (model["weight_group_size"], model["weight_scale_bits"]) == (32, 16)
+    model = pp.map_point(BY_ID["trtllm10-llama31-405b-b200-tp4-fp4-1000-1000"]).scenario["model"]
+    assert "weight_group_size" not in model  # NVFP4, fp4's default
+
+
+def test_pipeline_parallel_trtllm_holds_a_batch_per_micro_batch():
+    """TensorRT-LLM's PyTorch executor bounds each of its pp micro-batches by max_batch_size and
+    holds max_batch_size x pp sequences; llmsim's max_num_seqs counts the whole replica."""
+    point = BY_ID["trtllm10-llama33-70b-rtx6000pro-tp1pp8-fp4-1000-1000"]
+    bs, _ = pp.trtllm_bench_limits("llama-3.1-70b", "RTX-PRO-6000", 1, 8, 1000, 1000, "fp4", "fp8", 0.95)
+    mp = pp.map_point(point)
+    assert mp.scenario["policy"]["max_num_seqs"] == bs * 8
+    solo = pp.map_point(BY_ID["trtllm10-llama33-70b-rtx6000pro-tp1pp1-fp4-1000-1000"])
+    assert (
+        solo.scenario["policy"]["max_num_seqs"]
+        == pp.trtllm_bench_limits("llama-3.1-70b", "RTX-PRO-6000", 1, 1, 1000, 1000, "fp4", "fp8", 0.95)[0]
+    )

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from llmsim.models import DTYPE_BYTES, ModelSpec
+from llmsim.models import DTYPE_BYTES, ModelSpec, weight_param_bytes
 
 OpKind = Literal["gemm", "attention", "elementwise", "comm"]
 
@@ -256,6 +256,9 @@ class OpConfig:
     # --enable-expert-parallel); 1 = every GPU holds every expert (TP-split)
     ep: int = 1
     weight_dtype: str = "bf16"
+    # the weights' quantisation groups (models.weight_param_bytes): None = the dtype's default format
+    weight_group_size: int | None = None
+    weight_scale_bits: float | None = None
     kv_dtype: str = "bf16"
     act_dtype: str = "bf16"  # activations and the GEMM compute dtype (fp8 for W8A8)
     attention_kernel: Literal["flash", "naive"] = "flash"
@@ -270,6 +273,15 @@ class OpConfig:
 # adds, RoPE, TP all-reduces and the LM head (left unquantised by FP8 checkpoints) stay bf16, and
 # attention too unless the KV cache is fp8 (FlashAttention-3 / TRT-LLM FP8 FMHA then run fp8).
 QUANTISED_COMPUTE = ("fp8", "int8", "fp4")
+
+
+def param_bytes(cfg: OpConfig, dtype: str = "") -> float:
+    """Bytes one stored weight takes, its group scales included: the model's weight dtype in
+    ``cfg``'s quantisation groups, or ``dtype``'s own format where an op's weights are stored
+    apart (the experts' mxfp4, whose scales ``DTYPE_BYTES`` counts)."""
+    if dtype and dtype != cfg.weight_dtype:
+        return weight_param_bytes(dtype)
+    return weight_param_bytes(cfg.weight_dtype, cfg.weight_group_size, cfg.weight_scale_bits)
 
 
 def storage_of(act_dtype: str) -> str:
@@ -299,7 +311,7 @@ def gemm(name: str, m: int, n: int, k: int, cfg: OpConfig, count: int, weights: 
     """[m, k] @ [k, n] with a weight matrix [k, n] (read once per kernel): its input in the
     compute dtype (``act_dtype``, quantised by the op before it), its output in the storage dtype."""
     a_in, a_out = DTYPE_BYTES[cfg.act_dtype], DTYPE_BYTES[storage_dtype(cfg)]
-    w = DTYPE_BYTES[cfg.weight_dtype] * k * n if weights else a_in * k * n
+    w = param_bytes(cfg) * k * n if weights else a_in * k * n
     return Op(
         name=name,
         kind="gemm",
@@ -625,7 +637,7 @@ def _batched_gemm(name: str, rows: int, n: int, k: int, groups: int, cfg: OpConf
     """``groups`` GEMMs [rows, k] @ [k, n] in one launch (one per head: torch.bmm)."""
     op = gemm(name, rows, n * groups, k, cfg, count)
     a_in, a_out = DTYPE_BYTES[cfg.act_dtype], DTYPE_BYTES[storage_dtype(cfg)]
-    w = DTYPE_BYTES[cfg.weight_dtype] * k * n * groups
+    w = param_bytes(cfg) * k * n * groups
     return dataclasses.replace(
         op,
         bytes_read=rows * k * groups * a_in + w,
@@ -996,10 +1008,10 @@ def _expert_gemm(
     its efficiency is priced, at that many rows, not at the routed total; all the experts' tiles
     share one launch, so its last wave is counted over ``groups`` = the experts touched. ``wdtype``:
     the experts' own storage dtype (``ModelSpec.expert_weight_dtype``; GPT-OSS's mxfp4)."""
-    if wdtype:
-        cfg = dataclasses.replace(cfg, weight_dtype=wdtype)
+    if wdtype:  # a format of its own: its scales are in DTYPE_BYTES, not the model's groups
+        cfg = dataclasses.replace(cfg, weight_dtype=wdtype, weight_group_size=0)
     op = gemm(name, routed, n, k, cfg, count)
-    w = touched * n * k * DTYPE_BYTES[cfg.weight_dtype]
+    w = touched * n * k * param_bytes(cfg)
     rows = max(1, round(routed / touched)) if touched > 0 else routed
     groups = max(1, round(touched))
     # the efficiency follows the exact share (a rounded one jumped where it crossed 1.5, 2.5, ...:

@@ -28,6 +28,7 @@ from llmsim.costmodel.ops import (
     lora_ops,
     mla_prefill_dtype,
     on_attention_side,
+    param_bytes,
     step_ops,
     storage_dtype,
 )
@@ -325,7 +326,7 @@ class CostModel:
         w, a = op.weight_dtype, op.dtype  # (the LM head stays 16-bit in a quantised model)
         if not op.weight_bytes or DTYPE_BYTES[w] >= DTYPE_BYTES[a]:
             return 0.0
-        weights = op.weight_bytes / DTYPE_BYTES[w]  # every matrix read (each MoE expert touched)
+        weights = op.weight_bytes / param_bytes(self.cfg, w)  # every matrix read (each MoE expert touched)
         return weights * math.ceil(op.m / self._curve.tile) * self._dequant_flops / self._vector_peak
 
     def _pad(self, d: int) -> int:
