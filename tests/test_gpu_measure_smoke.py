@@ -1,24 +1,19 @@
 """Smoke test of benchmarks/gpu/measure.py: pure shape/CSV code always; a --tiny CPU run when torch exists."""
 
 import csv
-import importlib.util
 import itertools
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "measure.py"
 
 
 @pytest.fixture(scope="module")
 def measure():
-    spec = importlib.util.spec_from_file_location("gpu_measure", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_measure"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("gpu_measure", SCRIPT)
 
 
 def test_import_does_not_need_torch(measure):

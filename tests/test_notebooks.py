@@ -3,12 +3,12 @@ computed conclusion; the committed notebooks are the ones notebooks/_make_notebo
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from script_module import load_script
 
 HERE = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(HERE.glob("[0-9]*.ipynb"))
@@ -41,10 +41,7 @@ def test_the_notebooks_exist():
 def test_committed_notebooks_are_the_generated_ones_with_outputs():
     """The cells match _make_notebooks.py (edit it, then `python notebooks/_make_notebooks.py --execute`)
     and the committed copies keep their executed outputs, figures included."""
-    spec = importlib.util.spec_from_file_location("_make_notebooks", HERE / "_make_notebooks.py")
-    assert spec and spec.loader
-    make = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make)
+    make = load_script("_make_notebooks", HERE / "_make_notebooks.py")
     assert sorted(make.NOTEBOOKS) == [p.stem for p in NOTEBOOKS]
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)

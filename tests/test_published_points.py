@@ -4,27 +4,18 @@ hand against its source settings. No accuracy thresholds: the cost model is stil
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 from llmsim.hardware import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("published_points", ROOT / "benchmarks" / "published_points.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-pp = _module()
+pp = load_script("published_points", ROOT / "benchmarks" / "published_points.py")
 POINTS = pp.load_points()
 BY_ID = {p["id"]: p for p in POINTS}
 # one point per mode, each fast to simulate
@@ -211,3 +202,26 @@ def test_pipeline_parallel_trtllm_holds_a_batch_per_micro_batch():
         solo.scenario["policy"]["max_num_seqs"]
         == pp.trtllm_bench_limits("llama-3.1-70b", "RTX-PRO-6000", 1, 1, 1000, 1000, "fp4", "fp8", 0.95)[0]
     )
+
+
+def test_every_cell_of_the_trtllm_table_maps_to_a_scenario():
+    """The 373 cells of TensorRT-LLM 0.17's throughput table: each GPU column has its template
+    record, each model its catalog entry, and every cell maps to a scenario llmsim accepts."""
+    tt = load_script("trtllm_table", ROOT / "benchmarks" / "trtllm_table.py")
+    cells = tt.load_cells()
+    assert len(cells) == 373
+    assert {c["gpu"] for c in cells} == set(tt.TEMPLATES) and {c["model"] for c in cells} == set(tt.MODELS)
+    for cell in cells:
+        mp = pp.map_point(tt.cell_point(cell, BY_ID))
+        assert mp.scenario is not None and not mp.reasons, (cell, mp.reasons)
+    # a cell that is also a points.yaml record maps as that record does (but for its name)
+    cell = next(
+        c
+        for c in cells
+        if (c["model"], c["tp"], c["input_len"], c["output_len"]) == ("LLaMA v3.1 70B", "4", "2048", "2048")
+        and c["gpu"].startswith("H100")
+    )
+    record = BY_ID["trtllm017-llama31-70b-h100-tp4-fp8-2048-2048"]
+    mine, theirs = pp.map_point(tt.cell_point(cell, BY_ID)).scenario, pp.map_point(record).scenario
+    assert {**mine, "name": ""} == {**theirs, "name": ""}
+    assert float(cell["output_tokens_per_s"]) == record["value"]

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import math
 import re
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from script_module import load_script
 
 from llmsim.hardware import load_profile
 
@@ -22,11 +21,7 @@ DATA = ROOT / "data" / "validation" / "vllm-gpu"
 
 
 def _replay_module():
-    spec = importlib.util.spec_from_file_location("vllm_gpu_replay", ROOT / "benchmarks" / "vllm_gpu" / "replay.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("vllm_gpu_replay", ROOT / "benchmarks" / "vllm_gpu" / "replay.py")
 
 
 replay = _replay_module()

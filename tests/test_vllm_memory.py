@@ -3,10 +3,10 @@ start-up logs, tested on the held-out ones and on the RTX 4090 run's recorded KV
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 from llmsim.engine import PRESETS, for_hardware
 from llmsim.errors import UserError
@@ -16,10 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("vllm_memory", ROOT / "benchmarks" / "vllm_memory.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("vllm_memory", ROOT / "benchmarks" / "vllm_memory.py")
 
 
 def test_the_preset_carries_the_fit():
