@@ -28,6 +28,8 @@ def build_model(sc: Scenario) -> ModelSpec:
     m = from_hf_config(sc.hf_config_path(), sc.model.name) if sc.model.hf_config else get_model(sc.model.name or "")
     if sc.model.weight_dtype:
         m = m.with_(weight_dtype=sc.model.weight_dtype)
+    if sc.model.sliding_window is not None:
+        m = m.with_(sliding_window=sc.model.sliding_window or None)
     groups = {k: getattr(sc.model, k) for k in ("weight_group_size", "weight_scale_bits")}
     groups = {k: v for k, v in groups.items() if v is not None}
     if groups and DTYPE_BYTES[m.weight_dtype] >= 2:

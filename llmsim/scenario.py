@@ -106,6 +106,10 @@ class ModelConfig(_Strict):
     # GPTQ at 128 with an fp16 scale and a 4-bit zero; fp4: NVFP4, an 8-bit scale per 16)
     weight_group_size: Annotated[int, Field(ge=0, le=1 << 20)] | None = None
     weight_scale_bits: Annotated[float, Field(ge=0, le=64)] | None = None
+    # the attention window of the model's windowed layers, as the engine runs it: 0 = full
+    # attention on every layer (an engine that ignores the checkpoint's window: TensorRT-LLM unless
+    # max_attention_window_size is given); default: the model's (config.json sliding_window)
+    sliding_window: Annotated[int, Field(ge=0, le=1 << 24)] | None = None
     # the GEMMs' compute dtype: fp8 / int8 = W8A8 on 8-bit tensor cores (activations between the
     # GEMMs stay bf16), fp4 = NVFP4 / MXFP4 W4A4 on Blackwell; with int4 weights, int8 is W4A8
     act_dtype: Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4"] = "bf16"

@@ -225,3 +225,12 @@ def test_every_cell_of_the_trtllm_table_maps_to_a_scenario():
     mine, theirs = pp.map_point(tt.cell_point(cell, BY_ID)).scenario, pp.map_point(record).scenario
     assert {**mine, "name": ""} == {**theirs, "name": ""}
     assert float(cell["output_tokens_per_s"]) == record["value"]
+
+
+def test_tensorrt_engines_attend_over_the_whole_context():
+    """TensorRT-LLM 0.17's engine flow runs Mistral without its window (none was passed at run
+    time); other flows keep the model's."""
+    mp = pp.map_point(BY_ID["trtllm017-mistral-7b-h100-tp1-fp8-500-2000"])
+    assert mp.scenario["model"]["sliding_window"] == 0
+    assert any("full attention" in n for n in mp.notes)
+    assert "sliding_window" not in pp.map_point(BY_ID["trtllm10-llama31-8b-h100-tp1-fp8-1000-1000"]).scenario["model"]
