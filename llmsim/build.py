@@ -542,8 +542,10 @@ def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
             f"{key}.tp: tensor parallelism {tp} and the {model.num_kv_heads} KV heads of "
             f"{model.name} do not divide one another"
         )
-    if model.num_layers % pp:
-        raise UserError(f"{key}.pp: {pp} pipeline stages do not divide the {model.num_layers} layers of {model.name}")
+    if pp > model.num_layers:
+        raise UserError(
+            f"{key}.pp: {pp} pipeline stages for the {model.num_layers} layers of {model.name}: a stage needs one"
+        )
     if pp > 1 and model.is_moe and model.dense_layers:
         raise UserError(
             f"{key}.pp: pipeline parallelism ({pp} stages) with the {model.dense_layers} dense-MLP layers of "

@@ -379,13 +379,16 @@ class ModelSpec:
         parallelism the experts are split over ep x pp (vLLM: E/ep whole experts per GPU) and the
         rest over tp x pp. With ep = 1 this is ``weight_bytes / (tp * pp)`` exactly, but for MLA
         (``mla_extra_bytes_per_device``: replicated latent projections, 16-bit W_UK / W_UV).
-        ``redundant_experts``: EPLB's extra expert copies, spread over the ep x pp GPUs."""
+        ``redundant_experts``: EPLB's extra expert copies, spread over the ep x pp GPUs. Layers
+        that ``pp`` does not divide: the largest stage's share (``stage_layers``), on all of it."""
         total = self.weight_bytes(dtype)
         if ep <= 1:
             split = total / (tp * pp)
         else:
             experts = self.expert_weight_bytes(dtype)
             split = (total - experts) / (tp * pp) + experts / (ep * pp)
+        if self.num_layers % pp:
+            split *= self.stage_layers(pp) * pp / self.num_layers
         if self.is_mla:
             split += self.mla_extra_bytes_per_device(dtype, tp, pp)
         if redundant_experts:
@@ -400,13 +403,20 @@ class ModelSpec:
         n = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
         return n + (h * lq + lq if lq else 0) + self.indexer_params()  # (the indexer is replicated too)
 
+    def stage_layers(self, pp: int) -> int:
+        """Layers of the largest of ``pp`` pipeline stages, ceil(num_layers / pp): vLLM and
+        TensorRT-LLM split layers that do not divide evenly by giving some stages one more
+        (vllm/distributed/utils.py get_pp_indices), and the largest stage paces the pipeline and
+        holds the most weights and KV cache per token. Every stage is priced as this one."""
+        return -(-self.num_layers // pp)
+
     def mla_absorbed_bytes_per_device(self, tp: int, pp: int) -> float:
         """The absorbed decode matrices one GPU keeps beside kv_b_proj: W_UK [P, Lkv] and W_UV
         [Lkv, V] for each of its heads and layers, in 16 bits whatever the checkpoint (vLLM
         MLACommonImpl.process_weights_after_loading dequantises kv_b_proj into W_UK_T and W_UV,
         vllm/v1/attention/backends/mla/common.py)."""
         per_head = self.qk_nope_head_dim * self.kv_lora_rank + self.kv_lora_rank * self.v_head_dim
-        return (self.num_layers // pp) * (self.num_heads // tp) * per_head * 2.0
+        return self.stage_layers(pp) * (self.num_heads // tp) * per_head * 2.0
 
     def mla_extra_bytes_per_device(self, dtype: str | None, tp: int, pp: int) -> float:
         """What MLA adds to an even tp x pp split of the weights on one GPU: the replicated latent
@@ -436,8 +446,8 @@ class ModelSpec:
         is built with num_kv_heads = 1 and its cache spec's head size kv_lora_rank + qk_rope_head_dim
         on every rank, vllm/model_executor/layers/mla.py and attention/layer.py MLAAttention)."""
         if self.is_mla:  # (the indexer's key cache too: its heads share one key, replicated as well)
-            return self.kv_bytes_per_token_per_layer(kv_dtype) * (self.num_layers // pp)
-        return 2 * self.kv_heads_per_device(tp) * self.head_dim * DTYPE_BYTES[kv_dtype] * (self.num_layers // pp)
+            return self.kv_bytes_per_token_per_layer(kv_dtype) * self.stage_layers(pp)
+        return 2 * self.kv_heads_per_device(tp) * self.head_dim * DTYPE_BYTES[kv_dtype] * self.stage_layers(pp)
 
     def kv_heads_per_device(self, tp: int) -> int:
         """KV heads each tensor-parallel rank holds: replicated when tp exceeds the KV heads."""

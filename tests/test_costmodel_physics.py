@@ -198,6 +198,21 @@ def test_breakdown_terms_sum_to_step_time() -> None:
     assert sum(parts.values()) == pytest.approx(cm.step_time(shape), rel=1e-9)
 
 
+def test_layers_pp_does_not_divide_are_priced_as_the_largest_stage() -> None:
+    """Llama-3.1-405B's 126 layers over 8 stages: engines run stages of 16 and 15 layers, and the
+    16-layer stage paces the pipeline and holds the most weights and KV per token."""
+    m = CATALOG["llama-3.1-405b"]
+    assert (m.stage_layers(8), m.stage_layers(7), m.stage_layers(1)) == (16, 18, 126)
+    hw = load_profile("H100-SXM")
+    shape = batch_shape([], [1024] * 32)
+    uneven, even = CostModel(m, hw, CostConfig(tp=1, pp=8)), CostModel(m, hw, CostConfig(tp=1, pp=7))
+    assert uneven.stage_time(shape) / even.stage_time(shape) == pytest.approx(16 / 18, rel=0.02)
+    assert m.kv_bytes_per_token_per_device("bf16", 1, 8) == m.kv_bytes_per_token("bf16") * 16 / 126
+    per_device = m.weight_bytes_per_device("bf16", 1, 8)
+    assert per_device == pytest.approx(m.weight_bytes("bf16") / 8 * 128 / 126)
+    assert m.weight_bytes_per_device("bf16", 1, 7) == pytest.approx(m.weight_bytes("bf16") / 7)  # even: unchanged
+
+
 def test_all_reduce_nvlink_faster_than_pcie() -> None:
     shape = batch_shape([(2048, 0)], [])
     nvlink = CostModel(L2_7B, load_profile("H100-SXM"), CostConfig(tp=2)).breakdown(shape)["tp_all_reduce"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import llmsim
-from llmsim.build import build_model
+from llmsim.build import build_model, build_pools
 from llmsim.models import ModelSpec
 from llmsim.scenario import scenario_from_dict
 
@@ -44,7 +44,10 @@ def test_sliding_window_zero_attends_over_the_whole_context():
 
 
 def test_weight_groups_reach_the_model_and_the_report():
-    model = _built(weight_dtype="int4", weight_group_size=32, weight_scale_bits=32)
+    sc = scenario_from_dict(_scenario(weight_dtype="int4", weight_group_size=32, weight_scale_bits=32), "t", Path("."))
+    model = build_model(sc)
     assert (model.weight_group_size, model.weight_scale_bits) == (32, 32.0)
+    cfg = build_pools(sc, model)[0].cost.cfg  # the GEMMs' weight streams carry them too
+    assert (cfg.weight_dtype, cfg.weight_group_size, cfg.weight_scale_bits) == ("int4", 32, 32.0)
     assert model.weight_format() == "int4, 5 bits a weight with its group scales"
     assert _built().weight_format() == "bf16"

@@ -204,27 +204,38 @@ def test_pipeline_parallel_trtllm_holds_a_batch_per_micro_batch():
     )
 
 
-def test_every_cell_of_the_trtllm_table_maps_to_a_scenario():
-    """The 373 cells of TensorRT-LLM 0.17's throughput table: each GPU column has its template
-    record, each model its catalog entry, and every cell maps to a scenario llmsim accepts."""
+def test_every_cell_of_the_trtllm_tables_maps_to_a_scenario():
+    """The 373 cells of TensorRT-LLM 0.17's throughput table and the 146 of v1.0's dense models:
+    each GPU column has its template record, each model its catalog entry, and every cell maps
+    to a scenario llmsim accepts."""
     tt = load_script("trtllm_table", ROOT / "benchmarks" / "trtllm_table.py")
-    cells = tt.load_cells()
-    assert len(cells) == 373
-    assert {c["gpu"] for c in cells} == set(tt.TEMPLATES) and {c["model"] for c in cells} == set(tt.MODELS)
-    for cell in cells:
-        mp = pp.map_point(tt.cell_point(cell, BY_ID))
-        assert mp.scenario is not None and not mp.reasons, (cell, mp.reasons)
+    for name, count in (("0.17", 373), ("1.0", 146)):
+        cells = tt.load_cells(name)
+        assert len(cells) == count
+        tab = tt.TABLES[name]
+        assert {c["gpu"] for c in cells} == set(tab.templates) and {c["model"] for c in cells} == set(tab.models)
+        for cell in cells:
+            mp = pp.map_point(tt.cell_point(cell, BY_ID))
+            assert mp.scenario is not None and not mp.reasons, (cell, mp.reasons)
     # a cell that is also a points.yaml record maps as that record does (but for its name)
-    cell = next(
-        c
-        for c in cells
-        if (c["model"], c["tp"], c["input_len"], c["output_len"]) == ("LLaMA v3.1 70B", "4", "2048", "2048")
-        and c["gpu"].startswith("H100")
-    )
-    record = BY_ID["trtllm017-llama31-70b-h100-tp4-fp8-2048-2048"]
-    mine, theirs = pp.map_point(tt.cell_point(cell, BY_ID)).scenario, pp.map_point(record).scenario
-    assert {**mine, "name": ""} == {**theirs, "name": ""}
-    assert float(cell["output_tokens_per_s"]) == record["value"]
+    for name, key, record_id in (
+        (
+            "0.17",
+            ("LLaMA v3.1 70B", "4", "1", "2048", "2048", "H100 80GB HBM3"),
+            "trtllm017-llama31-70b-h100-tp4-fp8-2048-2048",
+        ),
+        (
+            "1.0",
+            ("Llama 3.3 70B", "1", "8", "1000", "1000", "RTX6000Pro"),
+            "trtllm10-llama33-70b-rtx6000pro-tp1pp8-fp4-1000-1000",
+        ),
+    ):
+        fields = ("model", "tp", "pp", "input_len", "output_len", "gpu")
+        cell = next(c for c in tt.load_cells(name) if tuple(c[f] for f in fields) == key)
+        record = BY_ID[record_id]
+        mine, theirs = pp.map_point(tt.cell_point(cell, BY_ID)).scenario, pp.map_point(record).scenario
+        assert {**mine, "name": ""} == {**theirs, "name": ""}
+        assert float(cell["output_tokens_per_s"]) == record["value"]
 
 
 def test_tensorrt_engines_attend_over_the_whole_context():
@@ -233,4 +244,6 @@ def test_tensorrt_engines_attend_over_the_whole_context():
     mp = pp.map_point(BY_ID["trtllm017-mistral-7b-h100-tp1-fp8-500-2000"])
     assert mp.scenario["model"]["sliding_window"] == 0
     assert any("full attention" in n for n in mp.notes)
-    assert "sliding_window" not in pp.map_point(BY_ID["trtllm10-llama31-8b-h100-tp1-fp8-1000-1000"]).scenario["model"]
+    pytorch = {**BY_ID["trtllm017-mistral-7b-h100-tp1-fp8-500-2000"], "engine_version": "1.0 (PyTorch backend)"}
+    assert pp.engine_flow(pytorch) == "trtllm-pytorch"
+    assert "sliding_window" not in pp.map_point(pytorch).scenario["model"]

@@ -373,7 +373,7 @@ def norm_flops_per_elem(model: ModelSpec) -> float:
 
 def layer_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     """Ops of the decoder layers on one pipeline stage (count = layers per stage)."""
-    tp, L = cfg.tp, model.num_layers // cfg.pp
+    tp, L = cfg.tp, model.stage_layers(cfg.pp)
     T = s.tokens
     H = model.hidden_size
     q, kv = model.q_size // tp, model.kv_heads_per_device(tp) * model.head_dim
@@ -423,7 +423,7 @@ def lora_ops(model: ModelSpec, tokens: int, adapters: int, cfg: OpConfig) -> lis
     Tokens without an adapter are skipped by the kernels (lora id -1)."""
     from llmsim.lora import lora_modules  # (only a LoRA step gets here)
 
-    T, r, L = tokens, cfg.lora_rank, model.num_layers // cfg.pp
+    T, r, L = tokens, cfg.lora_rank, model.stage_layers(cfg.pp)
     act = storage_dtype(cfg)
     a = DTYPE_BYTES[act]
     ops: list[Op] = []
@@ -767,7 +767,7 @@ def attention_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
     A model that interleaves local (sliding-window) and global layers gets both kinds, each
     counted over its own layers: ``attention_*`` over the global ones (aggregates of ``s``) and
     ``attention_*_local`` over the windowed ones (aggregates of ``s.local``)."""
-    layers = model.num_layers // cfg.pp
+    layers = model.stage_layers(cfg.pp)
     if model.is_mla:
         return _mla_attention(model, s, cfg, layers)
     if s.local is None:

@@ -268,7 +268,7 @@ class CostModel:
         self._bus_fraction = self.hw.efficiency.allreduce_bus_fraction.value
         self._mxu = self.hw.tpu.mxu_dim if self.hw.tpu else 0
         # attention kernels are priced from the step's aggregates directly (see _attention_s)
-        self._layers = self.model.num_layers // self.cfg.pp
+        self._layers = self.model.stage_layers(self.cfg.pp)
         self._attn = AttentionDims(self.model, self.cfg)
         self._act_peak = self.hw.peak(attention_dtype(self.cfg))  # the attention kernels' rate
         # MLA: its attention side (ops.on_attention_side) is priced from its ops
