@@ -15,7 +15,7 @@ from llmsim.costmodel.ops import storage_of
 from llmsim.engine import EngineSpec, for_hardware
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
-from llmsim.models import DTYPE_BYTES, ModelSpec, from_hf_config, get_model
+from llmsim.models import DTYPE_BYTES, WEIGHT_GROUPS, ModelSpec, from_hf_config, get_model
 from llmsim.scenario import PoolConfig, Scenario
 from llmsim.schedulers import SchedulerConfig
 from llmsim.schedulers.base import SpecConfig
@@ -28,16 +28,44 @@ def build_model(sc: Scenario) -> ModelSpec:
     m = from_hf_config(sc.hf_config_path(), sc.model.name) if sc.model.hf_config else get_model(sc.model.name or "")
     if sc.model.weight_dtype:
         m = m.with_(weight_dtype=sc.model.weight_dtype)
-    if sc.model.sliding_window is not None:
-        m = m.with_(sliding_window=sc.model.sliding_window or None)
-    groups = {k: getattr(sc.model, k) for k in ("weight_group_size", "weight_scale_bits")}
-    groups = {k: v for k, v in groups.items() if v is not None}
-    if groups and DTYPE_BYTES[m.weight_dtype] >= 2:
+    return _with_groups(sc, _with_window(sc, m))
+
+
+def _with_window(sc: Scenario, m: ModelSpec) -> ModelSpec:
+    """``model.sliding_window``: the window the engine runs the model's windowed layers with (0:
+    none). A model without windowed layers has only 0 to take: a number would be a new model."""
+    window = sc.model.sliding_window
+    if window is None:
+        return m
+    if window and (m.sliding_window is None or m.is_mla):
+        what = "multi-head latent attention attends to the whole context" if m.is_mla else "it has no windowed layers"
         raise UserError(
-            f"model.{next(iter(groups))}: quantisation groups need quantised weights (model.weight_dtype "
+            f"model.sliding_window: {window:,} for {m.name}, but {what}; 0 (full attention) is its one "
+            "setting (a model with a window of its own: model.hf_config)"
+        )
+    return m.with_(sliding_window=window or None)
+
+
+def _with_groups(sc: Scenario, m: ModelSpec) -> ModelSpec:
+    """``model.weight_group_size`` / ``weight_scale_bits``: the quantised weights' groups. Each
+    refused where nothing would read it: groups on 16- or 32-bit weights, scale bits without groups."""
+    size, bits = sc.model.weight_group_size, sc.model.weight_scale_bits
+    if size is None and bits is None:
+        return m
+    key = "weight_group_size" if size is not None else "weight_scale_bits"
+    if DTYPE_BYTES[m.weight_dtype] >= 2 and (size or bits is not None):
+        raise UserError(
+            f"model.{key}: quantisation groups need quantised weights (model.weight_dtype "
             f"fp8, int8, int4 or fp4); {m.name}'s weights are {m.weight_dtype}"
         )
-    return m.with_(**groups) if groups else m
+    group = size if size is not None else WEIGHT_GROUPS.get(m.weight_dtype, (0, 0.0))[0]
+    if bits is not None and not group:
+        raise UserError(
+            f"model.weight_scale_bits: {m.name}'s {m.weight_dtype} weights have no quantisation groups "
+            f"(weight_group_size {group}: a scale per channel), so nothing reads the bits; give "
+            "model.weight_group_size or drop weight_scale_bits"
+        )
+    return m.with_(weight_group_size=size, weight_scale_bits=bits)
 
 
 def _trace(path: Path, fmt: str, hash_block_tokens: int) -> Workload:

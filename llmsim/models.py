@@ -403,11 +403,21 @@ class ModelSpec:
         n = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
         return n + (h * lq + lq if lq else 0) + self.indexer_params()  # (the indexer is replicated too)
 
+    def stage_split(self, pp: int) -> list[int]:
+        """Layers of each of ``pp`` pipeline stages as vLLM splits them when ``pp`` does not divide
+        the layers: the remainder's extra layers go to the stages before the last, from the
+        second-to-last back (vllm/distributed/utils.py get_pp_indices), so the last stage keeps
+        the LM head and one layer fewer."""
+        split = [self.num_layers // pp] * pp
+        for i in range(2, self.num_layers % pp + 2):
+            split[-i] += 1
+        return split
+
     def stage_layers(self, pp: int) -> int:
-        """Layers of the largest of ``pp`` pipeline stages, ceil(num_layers / pp): vLLM and
-        TensorRT-LLM split layers that do not divide evenly by giving some stages one more
-        (vllm/distributed/utils.py get_pp_indices), and the largest stage paces the pipeline and
-        holds the most weights and KV cache per token. Every stage is priced as this one."""
+        """Layers of the largest of ``pp`` pipeline stages, ceil(num_layers / pp) (``stage_split``):
+        the stage that paces a full pipeline and holds the most weights and KV cache per token.
+        The cost model prices a stage's kernels at this many layers; a smaller stage takes its
+        share of that time (``PipelineReplica``, ``CostModel.step_time``)."""
         return -(-self.num_layers // pp)
 
     def mla_absorbed_bytes_per_device(self, tp: int, pp: int) -> float:

@@ -25,6 +25,10 @@ class PipelineReplica(Replica):
     def setup(self) -> None:
         pp = self.pool.pp
         self.stages = [simpy.Resource(self.env, capacity=1) for _ in range(pp)]
+        # each stage's time as a share of the largest's, which the cost model prices (all 1.0
+        # when pp divides the layers)
+        split = self.cost.model.stage_split(pp)
+        self.stage_shares = [layers / max(split) for layers in split]
         self.stage_busy_s = [0.0] * pp
         self.in_flight = 0
         self.first_start_s = -1.0
@@ -60,7 +64,9 @@ class PipelineReplica(Replica):
             stage_s = self.cost.stage_time(shape)
             send_s = self.cost.pp_send_time(shape)
             # the engine's host work is paid once, at stage 0
-            first = self.cost.with_host(stage_s, shape.prefill_seqs + shape.decode_seqs, shape.tokens)
+            first = self.cost.with_host(
+                stage_s * self.stage_shares[0], shape.prefill_seqs + shape.decode_seqs, shape.tokens
+            )
             first += self.price.swap_time(plan)
             yield env.timeout(first)
             self.stage_busy_s[0] += first
@@ -76,8 +82,9 @@ class PipelineReplica(Replica):
         for i in range(1, len(self.stages)):
             with self.stages[i].request() as slot:
                 yield slot
-                yield env.timeout(send_s + stage_s)
-                self.stage_busy_s[i] += send_s + stage_s
+                busy = send_s + stage_s * self.stage_shares[i]
+                yield env.timeout(busy)
+                self.stage_busy_s[i] += busy
         self.in_flight -= 1
         dt = env.now - start_s
         self.last_end_s = env.now

@@ -441,3 +441,19 @@ def test_dense_stage_cache_prices_as_uncached_on_both_sides_of_its_lists() -> No
                 assert cm._dense_stage_time(tokens, rows, decode_only, group) == want
     for cache in (cm._body_decode, cm._body_mixed, cm._head_decode, cm._head_mixed):
         assert len(cache) <= _LISTED
+
+
+def test_a_pass_through_uneven_stages_costs_the_layers_sum() -> None:
+    """vLLM's split of 32 layers over 31 stages is one stage of 2 and thirty of 1: a step through
+    them all is 32 layers' time, not 31 stages of 2 (a pipeline sweep had a sawtooth)."""
+    m = CATALOG["llama-3.1-8b"]
+    assert m.stage_split(31) == [1] * 29 + [2, 1] and sum(m.stage_split(31)) == 32
+    assert m.stage_split(8) == [4] * 8 and CATALOG["llama-3.1-405b"].stage_split(8) == [15] + [16] * 6 + [15]
+    hw = load_profile("H100-SXM")
+    shape = batch_shape([], [512] * 8)
+    step = {pp: CostModel(m, hw, CostConfig(pp=pp)) for pp in (16, 31, 32)}
+    sends = {pp: step[pp].pp_send_time(shape) * (pp - 1) for pp in step}
+    for pp in (16, 31, 32):
+        device = step[pp].step_time(shape) - sends[pp] - step[pp].with_host(0.0, 8, shape.tokens)
+        assert device == pytest.approx(step[pp].stage_time(shape) * 32 / m.stage_layers(pp), rel=1e-9)
+    assert step[31].step_time(shape) < step[32].step_time(shape)  # one send fewer, no layer more

@@ -269,6 +269,9 @@ class CostModel:
         self._mxu = self.hw.tpu.mxu_dim if self.hw.tpu else 0
         # attention kernels are priced from the step's aggregates directly (see _attention_s)
         self._layers = self.model.stage_layers(self.cfg.pp)
+        # a pass through every stage in units of the largest: pp when the layers divide evenly,
+        # fewer when some stages hold one layer less (ModelSpec.stage_split)
+        self._stages = self.model.num_layers / self._layers
         self._attn = AttentionDims(self.model, self.cfg)
         self._act_peak = self.hw.peak(attention_dtype(self.cfg))  # the attention kernels' rate
         # MLA: its attention side (ops.on_attention_side) is priced from its ops
@@ -438,7 +441,7 @@ class CostModel:
         if shape.lora_tokens and self.cfg.lora_rank:
             stage += self._lora_s(shape.lora_tokens, shape.lora_adapters, body_graphed)
         if self.cfg.pp > 1:
-            stage = stage * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1)
+            stage = stage * self._stages + self.pp_send_time(shape) * (self.cfg.pp - 1)
         return self.with_host(stage, shape.prefill_seqs + shape.decode_seqs, tokens, changed)
 
     def group_tokens(self, tokens: list[int], decode_only: bool) -> int:
@@ -524,7 +527,7 @@ class CostModel:
         if self.cfg.pp == 1 and isinstance(att, np.ndarray) and not self._async:
             att += stage + host  # in place (and in this order: the sums stay those of step_time's cache)
             return att.tolist()
-        device = (stage + att) * self.cfg.pp + self.pp_send_time(shape) * (self.cfg.pp - 1)
+        device = (stage + att) * self._stages + self.pp_send_time(shape) * (self.cfg.pp - 1)
         out = np.maximum(device, host) if self._async else device + host
         return out.tolist() if isinstance(out, np.ndarray) else [float(out)] * steps
 
@@ -678,7 +681,7 @@ class CostModel:
         if not shape.lora_tokens or not self.cfg.lora_rank:
             return 0.0
         _, graphed, _ = self.graph_view(shape.tokens, shape.prefill_tokens == 0)
-        return self._lora_s(shape.lora_tokens, shape.lora_adapters, graphed) * self.cfg.pp
+        return self._lora_s(shape.lora_tokens, shape.lora_adapters, graphed) * self._stages
 
     def _lora_s(self, tokens: int, adapters: int, graphed: bool) -> float:
         """Stage time of the multi-LoRA kernels (``ops.lora_ops``), cached on their two inputs."""
@@ -702,9 +705,9 @@ class CostModel:
         out: dict[str, float] = {}
         launches = fixed = 0.0
         for t in self.priced(shape):
-            out[t.op.name] = out.get(t.op.name, 0.0) + max(t.compute_s, t.memory_s) * t.op.count * self.cfg.pp
-            launches += t.launch_s * t.op.count * self.cfg.pp
-            fixed += t.fixed_s * t.op.count * self.cfg.pp
+            out[t.op.name] = out.get(t.op.name, 0.0) + max(t.compute_s, t.memory_s) * t.op.count * self._stages
+            launches += t.launch_s * t.op.count * self._stages
+            fixed += t.fixed_s * t.op.count * self._stages
         out["kernel_launch_overhead"] = launches
         out["kernel_fixed_latency"] = fixed
         out["pp_send"] = self.pp_send_time(shape) * (self.cfg.pp - 1)
@@ -718,7 +721,7 @@ class CostModel:
             pad = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed, g)
             out["cuda_graph_padding"] = (
                 pad - self._dense_stage_time(shape.tokens, shape.lm_rows, body_graphed, g)
-            ) * self.cfg.pp
+            ) * self._stages
         seqs = shape.prefill_seqs + shape.decode_seqs
         device = sum(out.values())
         if self._host_const:

@@ -23,12 +23,14 @@ class Candidate:
     policy: str
     chunk_tokens: int | None
     pd_ratio: str | None
+    pp: int = 1  # the scenario's cluster.pp (a colocated candidate's replicas are pipelined so)
 
     @property
     def label(self) -> str:
         extra = f" chunk{self.chunk_tokens}" if self.chunk_tokens else ""
         extra += f" P:D {self.pd_ratio}" if self.pd_ratio else ""
-        return f"{self.hardware} tp{self.tp} {self.policy}{extra}"
+        pipeline = f" pp{self.pp}" if self.pp > 1 else ""
+        return f"{self.hardware} tp{self.tp}{pipeline} {self.policy}{extra}"
 
     def overrides(self, replicas: int) -> dict[str, object]:
         out: dict[str, object] = {"hardware": self.hardware, "policy.kind": self.policy}
@@ -51,7 +53,7 @@ class Candidate:
         if self.pd_ratio:
             p, d = (int(x) for x in self.pd_ratio.split(":"))
             return (p + d) * replicas * self.tp
-        return replicas * self.tp
+        return replicas * self.tp * self.pp
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ def candidates(base: Base, cfg: PlanConfig) -> list[Candidate]:
                     for ratio in ratios:
                         if ratio is not None and not _valid_ratio(ratio):
                             raise UserError(f"{base.origin}: plan.pd_ratios: {ratio!r} is not like '1:2'")
-                        out.append(Candidate(hw, tp, policy, chunk, ratio))
+                        # a disaggregated candidate's pools are not pipelined
+                        out.append(Candidate(hw, tp, policy, chunk, ratio, 1 if ratio else sc.cluster.pp))
     return out
 
 
@@ -137,8 +140,9 @@ def _check_parallelism(base: Base, sc: Scenario, c: Candidate) -> None:
     from llmsim.build import build_model, check_parallelism
 
     try:
-        pp = 1 if c.pd_ratio else sc.cluster.pp  # a disaggregated candidate's pools are not pipelined
-        check_parallelism(build_model(sc), c.tp, pp, "plan")
+        model = build_model(sc)
+        check_parallelism(model, c.tp, 1, "plan")  # plan.tp
+        check_parallelism(model, 1, c.pp, "cluster")  # the scenario's cluster.pp
     except UserError as exc:
         raise UserError(f"{base.origin}: plan: candidate {c.label}: {exc}") from None
 
