@@ -154,6 +154,25 @@ def test_a_colocated_candidate_drops_a_disaggregated_base_s_pools() -> None:
     assert [p["replicas"] for p in res.summary["pools"]] == [2]
 
 
+def test_a_pipelined_scenario_s_candidates_count_and_name_their_stages(tmp_path) -> None:
+    """cluster.pp multiplies a colocated candidate's devices (power, J per token) and shows in its
+    label; a disaggregated candidate's pools are not pipelined."""
+    from llmsim.planning.base import Base
+    from llmsim.planning.space import candidates
+
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\ncluster: {tp: 1, pp: 4}\n"
+        "workload: {kind: all_at_once, num_requests: 4, prompt_tokens: {dist: fixed, value: 8}, "
+        "output_tokens: {dist: fixed, value: 2}}\n"
+        "plan: {policies: [chunked, disaggregated], pd_ratios: ['1:1']}\n"
+    )
+    base = Base.from_path(path)
+    by_policy = {c.policy: c for c in candidates(base, base.plan_config())}
+    assert by_policy["chunked"].label.startswith("H100-SXM tp1 pp4 ") and by_policy["chunked"].devices(2) == 8
+    assert by_policy["disaggregated"].pp == 1 and by_policy["disaggregated"].devices(1) == 2
+
+
 def test_the_robustness_sentence_names_the_plan_s_own_sensitivity() -> None:
     from llmsim.planning.prose import _robustness
 
