@@ -27,7 +27,7 @@ from llmsim.costmodel.gemm import GemmCurve
 from llmsim.costmodel.ops import BatchShape, Op, OpConfig, attention_ops, batch_shape, step_ops
 from llmsim.errors import UserError
 from llmsim.hardware import Figure, HardwareProfile
-from llmsim.models import DTYPE_BYTES, ModelSpec
+from llmsim.models import DTYPE_BYTES, ModelSpec, weight_param_bytes
 
 # Fitted parameters of the GEMM curve: name, lower bound, upper bound.
 _GEMM_PARAMS = [
@@ -58,6 +58,7 @@ def _gemm_arrays(hw: HardwareProfile, rows: list[Measurement]) -> dict[str, np.n
     n = np.array([r.n for r in rows], float)
     k = np.array([r.k for r in rows], float)
     a = np.array([DTYPE_BYTES[r.dtype] for r in rows])
+    w = np.array([weight_param_bytes(r.dtype) for r in rows])  # (group scales: the dtype's format)
     if hw.tpu:  # the same padding CostModel.padded_flops applies: n and k to the MXU edge, not m
         pad = hw.tpu.mxu_dim
         m_, n_, k_ = m, np.ceil(n / pad) * pad, np.ceil(k / pad) * pad
@@ -67,7 +68,7 @@ def _gemm_arrays(hw: HardwareProfile, rows: list[Measurement]) -> dict[str, np.n
         "m": m,
         "n": n,
         "flops": 2.0 * m_ * n_ * k_,
-        "bytes": a * (m * k + k * n + m * n),  # ops.gemm: activations in, weights, activations out
+        "bytes": a * (m * k + m * n) + w * k * n,  # ops.gemm: activations in and out, weights
         "peak": np.array([hw.peak(r.dtype) for r in rows]),
         "seconds": np.array([r.seconds for r in rows]),
     }
