@@ -543,6 +543,10 @@ def assumption_tables(r: ResultsDir) -> list[Table]:
             ("KV cache dtype", str(sc.kv_cache.dtype)),
             ("policy", policy),
         ]
+        if m.sliding_window or sc.model.sliding_window is not None:  # the window the run used
+            layers = f" on the local layers (1 in {m.global_attn_every} global)" if m.global_attn_every else ""
+            window = f"{m.sliding_window:,} tokens{layers}" if m.sliding_window else "none: full attention"
+            pairs.insert(3, ("attention window", window))
         out.append(pairs_table(f"Model: {m.name}", pairs, ("field", "value")))
     wl = r.summary.get("workload", {})
     if wl:

@@ -51,3 +51,21 @@ def test_weight_groups_reach_the_model_and_the_report():
     assert (cfg.weight_dtype, cfg.weight_group_size, cfg.weight_scale_bits) == ("int4", 32, 32.0)
     assert model.weight_format() == "int4, 5 bits a weight with its group scales"
     assert _built().weight_format() == "bf16"
+
+
+def test_the_report_names_the_window_the_run_used(tmp_path):
+    """A windowed model's report says its window; model.sliding_window: 0 says there was none."""
+    import yaml
+
+    from llmsim.cli import main
+
+    for window, expect in (
+        (None, "| attention window | 4,096 tokens |"),
+        (0, "| attention window | none: full attention |"),
+    ):
+        sc = _scenario(**({} if window is None else {"sliding_window": window}))
+        sc["workload"] = {**WORKLOAD, "num_requests": 2, "prompt_tokens": {"dist": "fixed", "value": 16}}
+        path, out = tmp_path / f"w{window}.yaml", tmp_path / f"w{window}"
+        path.write_text(yaml.safe_dump(sc))
+        assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+        assert expect in (out / "report.md").read_text()
