@@ -474,9 +474,20 @@ class ModelSpec:
             return None, self.sliding_window
         return self.sliding_window, None
 
-    def global_layers(self, layers: int) -> int:
-        """Of ``layers`` consecutive layers, how many attend globally (local+global models)."""
-        return layers // self.global_attn_every if self.global_attn_every else layers
+    def stage_global_layers(self, pp: int) -> int:
+        """Layers that attend globally in the stage the cost model prices (``stage_layers``; of the
+        stages that large, the one with the most global layers). HF's local/global pattern makes
+        layer i global when i + 1 is a multiple of ``global_attn_every`` (Gemma 2 and 3, GPT-OSS):
+        one stage of 21 of Gemma-2's 42 layers holds 10 global layers, the other 11."""
+        every = self.global_attn_every
+        if not every:
+            return self.stage_layers(pp)
+        largest, start, most = self.stage_layers(pp), 0, 0
+        for layers in self.stage_split(pp):
+            if layers == largest:  # the global layers among start .. start + layers - 1
+                most = max(most, (start + layers) // every - start // every)
+            start += layers
+        return most
 
     def with_(self, **changes: object) -> ModelSpec:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -457,3 +457,11 @@ def test_a_pass_through_uneven_stages_costs_the_layers_sum() -> None:
         device = step[pp].step_time(shape) - sends[pp] - step[pp].with_host(0.0, 8, shape.tokens)
         assert device == pytest.approx(step[pp].stage_time(shape) * 32 / m.stage_layers(pp), rel=1e-9)
     assert step[31].step_time(shape) < step[32].step_time(shape)  # one send fewer, no layer more
+
+
+def test_the_priced_stage_holds_the_most_global_layers() -> None:
+    """Gemma-2 makes every second layer global (layer i when i + 1 is even): over 2 stages of 21
+    one holds 10 global layers and the other 11, and the pipeline waits for the 11."""
+    g = CATALOG["gemma-2-9b"]
+    assert (g.stage_global_layers(1), g.stage_global_layers(2), g.stage_global_layers(5)) == (21, 11, 5)
+    assert CATALOG["llama-3.1-8b"].stage_global_layers(4) == 8  # no local layers: all of the stage

@@ -772,7 +772,7 @@ def attention_ops(model: ModelSpec, s: BatchShape, cfg: OpConfig) -> list[Op]:
         return _mla_attention(model, s, cfg, layers)
     if s.local is None:
         return _attention(model, s, cfg, layers, "")
-    n_global = model.global_layers(layers)
+    n_global = model.stage_global_layers(cfg.pp)
     return _attention(model, s, cfg, n_global, "") + _attention(model, s.local, cfg, layers - n_global, "_local")
 
 

@@ -272,6 +272,7 @@ class CostModel:
         # a pass through every stage in units of the largest: pp when the layers divide evenly,
         # fewer when some stages hold one layer less (ModelSpec.stage_split)
         self._stages = self.model.num_layers / self._layers
+        self._globals = self.model.stage_global_layers(self.cfg.pp)  # (local+global models)
         self._attn = AttentionDims(self.model, self.cfg)
         self._act_peak = self.hw.peak(attention_dtype(self.cfg))  # the attention kernels' rate
         # MLA: its attention side (ops.on_attention_side) is priced from its ops
@@ -518,7 +519,7 @@ class CostModel:
                 shape.decode_ctx_tokens + grow, n, shape.decode_seqs, self._layers, graphed
             )
         else:
-            glob = self.model.global_layers(self._layers)
+            glob = self._globals
             att = self._decode_attention_steps_s(shape.decode_ctx_tokens + grow, n, shape.decode_seqs, glob, graphed)
             local = shape.local
             att = att + self._decode_attention_steps_s(
@@ -563,7 +564,7 @@ class CostModel:
             return sum(self.price(op, decode_only).total_s for op in attention_ops(self.model, s, self.cfg))
         if s.local is None:
             return self._attention_layers_s(s, self._layers, decode_only)
-        glob = self.model.global_layers(self._layers)
+        glob = self._globals
         return self._attention_layers_s(s, glob, decode_only) + self._attention_layers_s(
             s.local, self._layers - glob, decode_only
         )
