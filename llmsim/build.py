@@ -15,7 +15,7 @@ from llmsim.costmodel.ops import storage_of
 from llmsim.engine import EngineSpec, for_hardware
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
-from llmsim.models import DTYPE_BYTES, WEIGHT_GROUPS, ModelSpec, from_hf_config, get_model
+from llmsim.models import DTYPE_BYTES, ModelSpec, from_hf_config, get_model, weight_groups
 from llmsim.scenario import PoolConfig, Scenario
 from llmsim.schedulers import SchedulerConfig
 from llmsim.schedulers.base import SpecConfig
@@ -58,7 +58,7 @@ def _with_groups(sc: Scenario, m: ModelSpec) -> ModelSpec:
             f"model.{key}: quantisation groups need quantised weights (model.weight_dtype "
             f"fp8, int8, int4 or fp4); {m.name}'s weights are {m.weight_dtype}"
         )
-    group = size if size is not None else WEIGHT_GROUPS.get(m.weight_dtype, (0, 0.0))[0]
+    group, _ = weight_groups(m.weight_dtype, size)
     if bits is not None and not group:
         raise UserError(
             f"model.weight_scale_bits: {m.name}'s {m.weight_dtype} weights have no quantisation groups "

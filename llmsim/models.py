@@ -31,18 +31,21 @@ DTYPE_BYTES["mxfp4"] = 4.25 / 8
 WEIGHT_GROUPS: dict[str, tuple[int, float]] = {"int4": (128, 20.0), "fp4": (16, 8.0)}
 
 
-def weight_param_bytes(dtype: str, group_size: int | None = None, scale_bits: float | None = None) -> float:
-    """Bytes one stored weight of ``dtype`` takes, its share of its group's scales included.
-    ``group_size``: weights per scale (0: per channel, no group scales); ``scale_bits``: bits of
-    scale and zero point per group. Either left ``None`` takes the dtype's default format
-    (``WEIGHT_GROUPS``; an fp16 scale for a group size given to a dtype without one). 16- and
-    32-bit weights have no groups (a quantised model's 16-bit LM head among them)."""
+def weight_groups(dtype: str, group_size: int | None = None, scale_bits: float | None = None) -> tuple[int, float]:
+    """(weights per scale, bits of scale and zero point per group) of ``dtype``'s weights: the
+    given values, either left ``None`` the dtype's default format (``WEIGHT_GROUPS``; an fp16
+    scale for a group size given to a dtype without one). 0 weights per scale: no group scales
+    (per channel), as 16- and 32-bit weights always are (a quantised model's LM head among them)."""
     default_group, default_bits = WEIGHT_GROUPS.get(dtype, (0, 16.0))
-    group = default_group if group_size is None else group_size
-    if not group or DTYPE_BYTES[dtype] >= 2:
-        return DTYPE_BYTES[dtype]
-    bits = default_bits if scale_bits is None else scale_bits
-    return DTYPE_BYTES[dtype] + bits / 8 / group
+    group = 0 if DTYPE_BYTES[dtype] >= 2 else default_group if group_size is None else group_size
+    return group, default_bits if scale_bits is None else scale_bits
+
+
+def weight_param_bytes(dtype: str, group_size: int | None = None, scale_bits: float | None = None) -> float:
+    """Bytes one stored weight of ``dtype`` takes, its share of its group's scales included
+    (``weight_groups`` says which groups)."""
+    group, bits = weight_groups(dtype, group_size, scale_bits)
+    return DTYPE_BYTES[dtype] + bits / 8 / group if group else DTYPE_BYTES[dtype]
 
 
 # DeepSeek sparse attention's fields, ModelSpec's and config.json's alike: a deepseek config with
