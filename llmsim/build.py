@@ -368,12 +368,8 @@ def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
     """One pool when colocated; a prefill and a decode pool when disaggregated."""
     c = sc.cluster
     if sc.policy.kind == "disaggregated":
+        # (the colocated sizing keys are refused beside pools: scenario._check_pools_size_disaggregated)
         assert c.prefill_pool is not None and c.decode_pool is not None
-        if c.expert_parallel:  # each pool is its own expert-parallel group: say so rather than ignore it
-            raise UserError(
-                "cluster.expert_parallel: a disaggregated scenario sets it per pool "
-                "(cluster.prefill_pool.expert_parallel, cluster.decode_pool.expert_parallel)"
-            )
         pools = [_pool(sc, model, "prefill", c.prefill_pool), _pool(sc, model, "decode", c.decode_pool)]
     else:
         main = PoolConfig(replicas=c.replicas, tp=c.tp, pp=c.pp, expert_parallel=c.expert_parallel)

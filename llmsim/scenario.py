@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from llmsim.errors import UserError, load_yaml_file, pydantic_message
+from llmsim.errors import UserError, load_yaml_file, pydantic_message, value_text
 
 PosInt = Annotated[int, Field(gt=0)]
 PosFloat = Annotated[float, Field(gt=0)]
@@ -915,6 +915,8 @@ def _check_names(sc: Scenario, origin: str) -> None:
             f"{origin}: cluster.{pools[0]}: pools are for policy.kind disaggregated, and the policy is "
             f"{sc.policy.kind!r}; remove the pools (cluster.replicas sizes a colocated cluster) or set the policy"
         )
+    if sc.policy.kind == "disaggregated":
+        _check_pools_size_disaggregated(sc.cluster, origin)
     if sc.policy.kind == "disaggregated" and sc.cluster.autoscaling is not None:
         raise UserError(
             f"{origin}: cluster.autoscaling: scaling the prefill and decode pools of a disaggregated cluster "
@@ -925,6 +927,19 @@ def _check_names(sc: Scenario, origin: str) -> None:
         raise UserError(f"{origin}: cluster.kv_link.bandwidth_gbps: a 'custom' link needs its bandwidth in GB/s")
     if sc.workload.classes and sc.workload.kind == "trace":
         raise UserError(f"{origin}: workload.classes: classes mix synthetic requests; a trace brings its own")
+
+
+def _check_pools_size_disaggregated(c: ClusterConfig, origin: str) -> None:
+    """A disaggregated cluster is its two pools: the colocated sizing keys would be read past, so
+    one set away from its default is an error naming where it goes, never a silent no-op."""
+    for key in ("replicas", "tp", "pp", "expert_parallel"):
+        value = getattr(c, key)
+        if value != ClusterConfig.model_fields[key].default:
+            raise UserError(
+                f"{origin}: cluster.{key}: a disaggregated cluster is sized by its pools; set "
+                f"cluster.prefill_pool.{key} and cluster.decode_pool.{key} instead (cluster.{key} is "
+                f"{value_text(value)} here and would be ignored)"
+            )
 
 
 def _pool_hardware(sc: Scenario) -> list[tuple[str, str]]:

@@ -219,12 +219,13 @@ base = {"workload.num_requests": 300, "workload.rate_rps": 6}
 configs = {
     "colocated chunked 2x H100": {"policy.kind": "chunked", "cluster.replicas": 2},
     "disagg 1 H100 prefill + 1 H100 decode": {
-        "policy.kind": "disaggregated",
+        # the pools size a disaggregated cluster: the base's colocated replicas go back to 1
+        "policy.kind": "disaggregated", "cluster.replicas": 1,
         "cluster.prefill_pool": {"hardware": "H100-SXM", "replicas": 1},
         "cluster.decode_pool": {"hardware": "H100-SXM", "replicas": 1}},
     # a 16 GB v5e chip cannot hold 16 GB of bf16 weights: the prefill replica shards over 2 chips
     "disagg TPU-v5e x2 (tp2) prefill + 1 H100 decode": {
-        "policy.kind": "disaggregated",
+        "policy.kind": "disaggregated", "cluster.replicas": 1,
         "cluster.prefill_pool": {"hardware": "TPU-v5e", "replicas": 1, "tp": 2},
         "cluster.decode_pool": {"hardware": "H100-SXM", "replicas": 1}},
 }

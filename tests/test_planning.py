@@ -173,6 +173,24 @@ def test_a_pipelined_scenario_s_candidates_count_and_name_their_stages(tmp_path)
     assert by_policy["disaggregated"].pp == 1 and by_policy["disaggregated"].devices(1) == 2
 
 
+def test_a_disaggregated_candidate_resets_a_colocated_base_s_sizing(tmp_path) -> None:
+    """A disaggregated scenario refuses cluster.replicas / tp / pp (its pools size it), so a
+    disaggregated candidate over a colocated base with them set resets them and runs on its pools."""
+    from llmsim.planning.space import Candidate
+
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\ncluster: {replicas: 3, tp: 2, pp: 2}\n"
+        "workload: {kind: all_at_once, num_requests: 4, prompt_tokens: {dist: fixed, value: 8}, "
+        "output_tokens: {dist: fixed, value: 2}}\noutput: {steps: none}\n"
+    )
+    over = Candidate("H100-SXM", 1, "disaggregated", None, "1:2").overrides(1)
+    res = llmsim.run(path, over)
+    assert [(p["replicas"], p["tp"]) for p in res.summary["pools"]] == [(1, 1), (2, 1)]
+    with pytest.raises(UserError, match=r"cluster.replicas: a disaggregated cluster is sized by its pools"):
+        llmsim.run(path, {k: v for k, v in over.items() if k != "cluster.replicas"})
+
+
 def test_the_robustness_sentence_names_the_plan_s_own_sensitivity() -> None:
     from llmsim.planning.prose import _robustness
 

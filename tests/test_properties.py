@@ -132,6 +132,8 @@ def scenarios(draw) -> dict:
     if policy == "disaggregated":
         for pool in ("prefill_pool", "decode_pool"):
             cluster[pool] = {"replicas": draw(st.integers(1, 2)), "tp": draw(st.sampled_from(tps))}
+        for key in ("replicas", "tp", "pp"):  # (the pools size a disaggregated cluster: these are refused)
+            del cluster[key]
     return {
         "name": "prop",
         "seed": draw(st.integers(0, 2**16)),

@@ -42,6 +42,9 @@ class Candidate:
             p, d = (int(x) for x in self.pd_ratio.split(":"))
             out["cluster.prefill_pool"] = {"hardware": self.hardware, "replicas": p * replicas, "tp": self.tp}
             out["cluster.decode_pool"] = {"hardware": self.hardware, "replicas": d * replicas, "tp": self.tp}
+            # the pools size it: a base scenario's colocated sizing is reset (a disaggregated
+            # scenario refuses it rather than read past it), its pipeline too (the pools run unpipelined)
+            out["cluster.replicas"], out["cluster.tp"], out["cluster.pp"] = 1, 1, 1
         else:
             out["cluster.replicas"] = replicas
             out["cluster.tp"] = self.tp
