@@ -399,6 +399,17 @@ def moe_imbalance(sc: Scenario, model: ModelSpec, ep: int, key: str) -> float:
     return expert_imbalance(model.num_experts, ep, c.expert_skew, sc.seed, c.eplb, c.redundant_experts)
 
 
+def fp8_attention(engine: EngineSpec, hw: HardwareProfile, model: ModelSpec) -> bool | None:
+    """Whether attention over an fp8 KV cache runs in fp8, where the engine decides it: an engine
+    that quantises its queries (``EngineSpec.fp8_query``, vLLM) does so on a device whose kernels
+    take fp8 queries (``HardwareProfile.fp8_attention``) and nowhere else, whatever the compute
+    dtype. None leaves the cost model's rule (fp8 with fp8/fp4 compute, ``ops.attention_dtype``),
+    as do MLA models: their backends (FlashMLA, CUTLASS MLA) choose their own dtypes."""
+    if not engine.fp8_query or model.is_mla:
+        return None
+    return hw.fp8_attention is not None and hw.fp8_attention.value
+
+
 def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     hw = load_profile(p.hardware or sc.hardware, Path(sc.base_dir))
     hw = cpu_subset(hw, sc.cluster.sockets, sc.cluster.cores)  # the whole device unless they are set
@@ -426,6 +437,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         numa_aware=sc.cluster.numa_aware,
         moe_imbalance=moe_imbalance(sc, model, ep, "cluster"),
         redundant_experts=sc.cluster.redundant_experts if ep > 1 and sc.cluster.eplb else 0,
+        fp8_attention=fp8_attention(engine, hw, model),
     )
     window, local_window = model.attention_windows()
     sched = SchedulerConfig(

@@ -65,6 +65,12 @@ class EngineSpec:
     output_delay_s: float = 0.0  # step end -> the client sees the token (detokenise, stream)
     cuda_graphs: bool | None = None  # None: the scenario's cluster.cuda_graphs
     cuda_graph_sizes: tuple[int, ...] = ()  # captured decode batch sizes (empty: every size)
+    # an fp8 KV cache makes the engine quantise its queries and run attention in fp8 on a device
+    # whose kernels take fp8 queries (HardwareProfile.fp8_attention), whatever the compute dtype:
+    # vLLM's Attention layer (query_quant, QuantFP8, compiled into the op before it) for backends
+    # with supports_quant_query_input (FlashAttention-3). False: fp8 attention only with fp8
+    # compute, as TensorRT-LLM's FP8 context FMHA and XQA run (costmodel/ops.py attention_dtype)
+    fp8_query: bool = False
     defaults: str = ""  # "vllm": policy/kv_cache keys a scenario leaves unset get vLLM's (vllm_defaults)
     hardware_step_overhead: bool = False  # ideal: keep the profile's step_overhead_s instead
     # Device memory the engine holds besides weights and KV cache, per device (build.kv_blocks): what
@@ -223,6 +229,7 @@ PRESETS: dict[str, EngineSpec] = {
         output_delay_s=0.0,
         cuda_graphs=True,
         cuda_graph_sizes=vllm_capture_sizes(512),
+        fp8_query=True,
         defaults="vllm",
         sampler_profile_bytes_per_logit=_VLLM_SAMPLER_BYTES_PER_LOGIT,
         non_torch_bytes=_VLLM_NON_TORCH_BYTES,
@@ -277,7 +284,7 @@ def _seconds(v: object, where: str) -> float:
     return float(v)
 
 
-_BOOLS = ("async_scheduling", "cuda_graphs", "hardware_step_overhead", "moe_workspace_persists")
+_BOOLS = ("async_scheduling", "cuda_graphs", "hardware_step_overhead", "moe_workspace_persists", "fp8_query")
 _TEXTS = ("name", "source", "memory_source")
 _AMOUNTS = ("sampler_profile_bytes_per_logit", "non_torch_bytes", "non_torch_bytes_tp")
 MEMORY_FIELDS = (*_AMOUNTS, "moe_workspace_persists", "memory_source")  # what the engine holds on the device
@@ -357,10 +364,11 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
         if not isinstance(data, dict):
             raise UserError(f"{path}: an engine profile must be a mapping of engine fields")
         # a profile of a vLLM deployment (calibrate --serving writes defaults: vllm) keeps vLLM's memory
-        # terms unless it sets its own: the serving fit measures time, not memory
+        # terms and kernels unless it sets its own: the serving fit measures time, not memory
         blank = EngineSpec("profile", "")
         if data.get("defaults") == "vllm":
-            blank = replace(blank, **memory_terms(PRESETS[DEFAULT_ENGINE]))
+            vllm = PRESETS[DEFAULT_ENGINE]
+            blank = replace(blank, **memory_terms(vllm), fp8_query=vllm.fp8_query)
         base = engine_from_dict({k: v for k, v in data.items() if k != "fit"}, str(path), blank)
     elif "preset" in value:
         name = str(value["preset"])

@@ -93,6 +93,14 @@ def _per_op(v: dict[str, Figure] | None, unit: str, **bounds: float) -> dict[str
     return v
 
 
+class Capability(BaseModel):
+    """One sourced yes/no fact about a device's kernels."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: bool
+    source: str = Field(min_length=3)
+
+
 class CollectiveProtocol(BaseModel):
     """One way NCCL moves a collective's data over a link (its LL, LL128 and Simple protocols):
     a ring collective of ``steps`` hops over ``ranks`` ranks takes ``base_s + steps * hop_s +
@@ -322,6 +330,11 @@ class HardwareProfile(BaseModel):
     price_per_hour_usd: Figure  # an editable assumption, not a datasheet figure
     efficiency: Efficiency
     overheads: Overheads
+    # attention kernels that take fp8 queries over an fp8 KV cache in prefill, as an engine that
+    # quantises its queries (EngineSpec.fp8_query: vLLM) picks them: FlashAttention-3 on SM90.
+    # Attention then runs on the fp8 tensor cores. Absent or false: 16-bit queries, the kernels
+    # convert the cache as they load it (costmodel/ops.py attention_dtype)
+    fp8_attention: Capability | None = None
     cpu: CpuTopology | None = None
     tpu: TpuTopology | None = Field(None, validate_default=True)  # validated when absent too
     calibration: dict | None = None  # provenance written by `llmsim calibrate`

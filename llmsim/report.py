@@ -514,7 +514,8 @@ def assumption_tables(r: ResultsDir) -> list[Table]:
         from llmsim.build import build_model, build_pools
 
         sc = r.scenario
-        for pool in build_pools(sc, build_model(sc)):
+        pools = build_pools(sc, build_model(sc))
+        for pool in pools:
             hw = pool.hw
             rows = [[f"peak {k} (dense)", f"{f.value / 1e12:.1f} TFLOP/s", f.source] for k, f in hw.peak_flops.items()]
             rows += [
@@ -543,6 +544,8 @@ def assumption_tables(r: ResultsDir) -> list[Table]:
             ("KV cache dtype", str(sc.kv_cache.dtype)),
             ("policy", policy),
         ]
+        if sc.kv_cache.dtype in ("fp8", "int8"):  # its attention: fp8 MMAs, or 16-bit over the converted cache
+            pairs.insert(-1, ("attention compute dtype", attention_dtypes(pools)))
         if m.sliding_window or sc.model.sliding_window is not None:  # the window the run used
             layers = f" on the local layers (1 in {m.global_attn_every} global)" if m.global_attn_every else ""
             window = f"{m.sliding_window:,} tokens{layers}" if m.sliding_window else "none: full attention"
@@ -553,6 +556,16 @@ def assumption_tables(r: ResultsDir) -> list[Table]:
         out.append(pairs_table("Workload", list(wl.items()), ("statistic", "value")))
     out.append(slo_table(r.summary.get("slo", {})))
     return out
+
+
+def attention_dtypes(pools: list) -> str:
+    """The attention kernels' compute dtype (``ops.attention_dtype``), per pool where they differ."""
+    from llmsim.costmodel.ops import attention_dtype
+
+    each = {p.name: attention_dtype(p.cost.cfg) for p in pools}
+    if len(set(each.values())) == 1:
+        return next(iter(each.values()))
+    return ", ".join(f"{d} (pool {name})" for name, d in each.items())
 
 
 def slo_table(slo: dict) -> Table:

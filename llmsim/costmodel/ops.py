@@ -264,6 +264,10 @@ class OpConfig:
     attention_kernel: Literal["flash", "naive"] = "flash"
     lora_rank: int = 0  # multi-LoRA: max_lora_rank, the rank the LoRA kernels compute at (0 = off)
     redundant_experts: int = 0  # expert parallelism with EPLB: extra expert copies over the ep GPUs
+    # attention over an fp8 KV cache in fp8, as the engine and device decide it (build.fp8_attention):
+    # None = with fp8/fp4 compute only (attention_dtype); True = the engine quantises the queries
+    # and the device's kernels take them, whatever the compute dtype; False = 16-bit attention
+    fp8_attention: bool | None = None
 
 
 # 8- and 4-bit compute (W8A8, NVFP4 W4A4): each GEMM takes fp8/int8/fp4 inputs on the tensor cores, but what flows between
@@ -294,8 +298,13 @@ def storage_dtype(cfg: OpConfig) -> str:
 
 
 def attention_dtype(cfg: OpConfig) -> str:
-    """The attention kernel's compute dtype: fp8 only with fp8/fp4 compute and an fp8 KV cache."""
-    return "fp8" if cfg.act_dtype in ("fp8", "fp4") and cfg.kv_dtype == "fp8" else storage_dtype(cfg)
+    """The attention kernel's compute dtype: fp8 over an fp8 KV cache where ``cfg.fp8_attention``
+    says so, or, left unset, with fp8/fp4 compute (TensorRT-LLM's FP8 context FMHA and XQA); 16-bit
+    otherwise. 16-bit attention over an fp8 cache converts each key and value as it loads them (vLLM's
+    FlashInfer and Triton kernels, triton_unified_attention.py): that vector work runs beside the
+    tensor cores and the cache stream and is not priced apart (docs/costmodel.md "FP8 KV cache")."""
+    fp8 = cfg.act_dtype in ("fp8", "fp4") if cfg.fp8_attention is None else cfg.fp8_attention
+    return "fp8" if fp8 and cfg.kv_dtype == "fp8" else storage_dtype(cfg)
 
 
 def mla_prefill_dtype(cfg: OpConfig) -> str:
