@@ -722,6 +722,34 @@ CATALOG: dict[str, ModelSpec] = {
             "per-head q/k RMSNorm not counted)",
         ),
         ModelSpec(
+            name="qwen3-8b",
+            hidden_size=4096,
+            intermediate_size=12288,
+            num_layers=36,
+            num_heads=32,
+            num_kv_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+            max_position_embeddings=40960,
+            source="Qwen/Qwen3-8B config.json (model_type qwen3: hidden 4096, intermediate 12288, 36 layers, 32 query "
+            "/ 8 KV heads of 128, vocab 151936, untied embeddings, max_position_embeddings 40960; the model card's "
+            "8.2B parameters, 6.95B non-embedding, check the sizes; per-head q/k RMSNorm not counted)",
+        ),
+        ModelSpec(
+            name="qwen3-14b",
+            hidden_size=5120,
+            intermediate_size=17408,
+            num_layers=40,
+            num_heads=40,
+            num_kv_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+            max_position_embeddings=40960,
+            source="Qwen/Qwen3-14B config.json (model_type qwen3: hidden 5120, intermediate 17408, 40 layers, 40 query "
+            "/ 8 KV heads of 128, vocab 151936, untied embeddings, max_position_embeddings 40960; the model card's "
+            "14.8B parameters, 13.2B non-embedding, check the sizes; per-head q/k RMSNorm not counted)",
+        ),
+        ModelSpec(
             name="qwen3-30b-a3b-instruct-2507",
             hidden_size=2048,
             intermediate_size=768,  # moe_intermediate_size; the config's intermediate_size 6144 is unused
@@ -929,6 +957,8 @@ PUBLISHED_PARAMS = {
     "gpt-j-6b": (6_053_381_344, "EleutherAI/gpt-j-6b model card: n_parameters 6,053,381,344"),
     "gemma-2-9b": (9.24e9, "Gemma 2 9B model card: 9.24B parameters"),
     "qwen3-32b": (32.8e9, "Qwen3-32B model card: 32.8B parameters"),
+    "qwen3-8b": (8.2e9, "Qwen3-8B model card: 8.2B parameters (6.95B non-embedding)"),
+    "qwen3-14b": (14.8e9, "Qwen3-14B model card: 14.8B parameters (13.2B non-embedding)"),
     "qwen3-30b-a3b-instruct-2507": (30.5e9, "Qwen3-30B-A3B-Instruct-2507 model card: 30.5B total, 3.3B activated"),
     "llama-2-13b": (13.0e9, "Llama 2 model card: 13B (13.02B from the config, data/models/configs.md)"),
     "llama-3.2-3b": (3.21e9, "Llama 3.2 model card: 3B (3.21B)"),

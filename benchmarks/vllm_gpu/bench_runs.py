@@ -1,0 +1,224 @@
+"""Score llmsim against real vLLM 0.30 GPU serving runs (data/validation/vllm-gpu-bench/, a validation set).
+
+Each run is one `vllm bench serve` pass against vLLM's own bf16 path: a random dataset of fixed
+prompt and output lengths (ignore_eos), sent all at once (request rate inf), as a Poisson stream
+(rate r), or one at a time (max concurrency 1). The scenario a user would write for it: the model
+(catalog, or the folder's derived config), the GPU's profile, tensor parallelism, the `vllm-v1`
+engine with the run's stated server arguments (max_num_seqs, max_num_batched_tokens,
+max_model_len, gpu_memory_utilization, the CUDA-graph capture size), and the KV capacity vLLM
+logged ("GPU KV cache size: N tokens", less its null block) so that the timing is scored apart
+from the memory estimate, which is scored on its own (llmsim's KV tokens against the logged ones).
+Nothing is fitted to these runs.
+
+    .venv/bin/python benchmarks/vllm_gpu/bench_runs.py [--runs ID ...] [--out DIR]
+
+Errors are llmsim / real - 1, on the metrics `vllm bench serve` prints (ms): TTFT, TPOT, ITL and
+E2EL mean, median and p99, and request throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "data" / "validation" / "vllm-gpu-bench"
+RUNS = DATA / "runs.yaml"
+
+# the GPU names the records print -> llmsim's profiles
+HARDWARE = {
+    "NVIDIA A100-SXM4-40GB": "A100-40GB",
+    "NVIDIA H100 80GB HBM3": "H100-SXM",
+    "NVIDIA GH200 480GB": "GH200",
+    "NVIDIA L4": "L4",
+    "NVIDIA RTX A6000": "RTX-A6000",
+}
+# HF ids -> llmsim's catalog, or a derived config in this folder (its README gives the derivation)
+MODELS: dict[str, str | dict] = {
+    "Qwen/Qwen3-8B": "qwen3-8b",
+    "Qwen/Qwen3-14B": "qwen3-14b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
+    "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b-instruct-2507",  # the same architecture as the 2507 release
+    "Qwen/Qwen2.5-72B-Instruct": "qwen2.5-72b",
+    "kalomaze/Qwen3-16B-A3B": {"name": "qwen3-16b-a3b", "hf_config": str(DATA / "qwen3-16b-a3b.config.json")},
+}
+METRICS = ("ttft", "tpot", "itl", "e2el")
+STATS = ("mean", "median", "p99")
+
+
+def load_runs(path: Path = RUNS) -> list[dict]:
+    return yaml.safe_load(path.read_text())["runs"]
+
+
+def hardware(run: dict) -> str:
+    gpu = str(run["gpu"])
+    for name, profile in HARDWARE.items():
+        if gpu.startswith(name):
+            return profile
+    raise KeyError(f"{run['id']}: no profile for GPU {gpu!r}")
+
+
+def _int(value: object) -> int | None:
+    """A stated integer setting (some records add a note after the number: '256 (README: ...)')."""
+    if value is None:
+        return None
+    text = str(value).split()[0]
+    return int(text) if text.isdigit() else None
+
+
+def scenario_dict(run: dict, logged_kv: bool = True) -> dict:
+    """The scenario a user would write for ``run`` (``logged_kv``: the KV capacity vLLM logged)."""
+    server, bench = run.get("server") or {}, run["bench"]
+    policy: dict = {"kind": "vllm"}
+    seqs, tokens, model_len = (_int(server.get(k)) for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"))
+    if seqs:
+        policy["max_num_seqs"] = seqs
+    if tokens:
+        policy["chunk_tokens"] = policy["max_batch_tokens"] = tokens
+    if model_len:
+        policy["max_model_len"] = model_len
+    kv: dict = {"memory_fraction": float(server.get("gpu_memory_utilization") or 0.9)}
+    if logged_kv:
+        kv["num_blocks"] = int(run["kv_cache"]["gpu_kv_cache_tokens"]) // 16 - 1  # block 0: vLLM's null block
+    engine: str | dict = "vllm-v1"
+    capture = str(server.get("compilation_config") or "")
+    if "max_cudagraph_capture_size" in capture:  # --compilation-config '{"max_cudagraph_capture_size": N}'
+        from llmsim.engine import vllm_capture_sizes
+
+        size = int(capture.split("max_cudagraph_capture_size")[1].strip('":} '))
+        engine = {"preset": "vllm-v1", "cuda_graph_sizes": list(vllm_capture_sizes(size))}
+    rate = float(bench["request_rate"])
+    workload: dict = {
+        "kind": "all_at_once" if math.isinf(rate) else "poisson",
+        "num_requests": int(bench["num_prompts"]),
+        "prompt_tokens": {"dist": "fixed", "value": int(bench["random_input_len"])},
+        "output_tokens": {"dist": "fixed", "value": int(bench["random_output_len"])},  # ignore_eos: all of them
+    }
+    if not math.isinf(rate):
+        workload["rate_rps"] = rate
+    if bench.get("max_concurrency"):
+        workload["max_concurrency"] = int(bench["max_concurrency"])
+    return {
+        "name": "vllm-gpu-bench-" + run["id"].replace("/", "-"),
+        "seed": int(bench.get("seed") or 0),
+        "model": MODELS[run["model"]],
+        "hardware": hardware(run),
+        "engine": engine,
+        "cluster": {"tp": int(run.get("tensor_parallel_size") or 1)},
+        "policy": policy,
+        "kv_cache": kv,
+        "workload": workload,
+        "output": {"steps": "none"},
+    }
+
+
+def kv_tokens_estimate(run: dict) -> int:
+    """llmsim's own KV capacity for the run (tokens per replica), from its memory model."""
+    from llmsim.build import build_model, build_pools
+    from llmsim.scenario import scenario_from_dict
+
+    sc = scenario_from_dict(scenario_dict(run, logged_kv=False), run["id"], ROOT)
+    pool = build_pools(sc, build_model(sc))[0]
+    return int(pool.kv_blocks) * int(sc.kv_cache.block_tokens)
+
+
+def simulate(run: dict) -> dict:
+    """llmsim's figures for ``run``, keyed as the real run's ``results``."""
+    import llmsim
+    from llmsim.scenario import scenario_from_dict
+
+    sc = scenario_from_dict(scenario_dict(run), run["id"], ROOT)
+    s = llmsim.run(sc).summary
+    out = {f"{stat}_{m}_ms": s.get(f"{stat}_{m}_ms") for m in METRICS for stat in STATS}
+    out["request_throughput"] = s.get("request_throughput")
+    return out
+
+
+def score(run: dict) -> dict:
+    real, sim = run["results"], simulate(run)
+    row: dict = {
+        "run": run["id"],
+        "gpu": hardware(run),
+        "model": run["model"].split("/")[-1],
+        "tp": int(run.get("tensor_parallel_size") or 1),
+        "rate": run["bench"]["request_rate"],
+        "kv_tokens_real": int(run["kv_cache"]["gpu_kv_cache_tokens"]),
+        "kv_tokens_llmsim": kv_tokens_estimate(run),
+    }
+    for key in [f"{stat}_{m}_ms" for m in METRICS for stat in STATS] + ["request_throughput"]:
+        r, p = real.get(key), sim.get(key)
+        row[f"{key}_real"], row[f"{key}_llmsim"] = r, p
+        row[f"{key}_err"] = (p / r - 1) if r and p is not None else float("nan")
+    row["kv_tokens_err"] = row["kv_tokens_llmsim"] / row["kv_tokens_real"] - 1
+    return row
+
+
+HEADLINE = ("mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "request_throughput")
+# the figures llmsim.accuracy records as prediction intervals (its RECORDED keys)
+HEADLINE_RECORDED = ("mean_ttft_ms", "p99_ttft_ms", "mean_e2el_ms", "p99_e2el_ms", "mean_itl_ms")
+
+
+def print_table(rows: list[dict]) -> None:
+    df = pd.DataFrame(rows)
+    cols = ["run", "gpu", "model", "tp", "rate"]
+    show = df[cols].copy()
+    for key in HEADLINE:
+        name = key.replace("_ms", "").replace("request_throughput", "req_s")
+        show[f"{name} real"] = df[f"{key}_real"].map(lambda v: f"{v:,.1f}" if v == v and v is not None else "-")
+        show[f"{name} err"] = df[f"{key}_err"].map(lambda v: f"{v:+.1%}" if v == v else "-")
+    show["KV est err"] = df["kv_tokens_err"].map(lambda v: f"{v:+.1%}")
+    print(show.to_string(index=False))
+    print()
+    print("median |error| and share within +-10 % / +-20 %, over the runs:")
+    for key in [f"{stat}_{m}_ms" for m in METRICS for stat in STATS] + ["request_throughput", "kv_tokens"]:
+        errs = [abs(v) for v in df[f"{key}_err"] if v == v]
+        if errs:
+            within10 = sum(e <= 0.10 for e in errs)
+            within20 = sum(e <= 0.20 for e in errs)
+            print(
+                f"  {key:20s} {statistics.median(errs):6.1%}  {within10:2d}/{len(errs)} within 10%,"
+                f" {within20:2d}/{len(errs)} within 20%"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", nargs="+", metavar="ID", help="run ids (default: all)")
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "vllm_gpu_bench", help="folder for score.csv")
+    ap.add_argument("--record", action="store_true", help="store the errors in data/validation/accuracy.json")
+    args = ap.parse_args(argv)
+    runs = load_runs()
+    if args.runs:
+        unknown = sorted(set(args.runs) - {r["id"] for r in runs})
+        if unknown:
+            print(f"unknown run id(s): {', '.join(unknown)}", file=sys.stderr)
+            return 2
+        runs = [r for r in runs if r["id"] in args.runs]
+    t0 = time.perf_counter()
+    rows = [score(r) for r in runs]
+    print_table(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(args.out / "score.csv", index=False)
+    print(f"\n{len(rows)} runs in {time.perf_counter() - t0:.0f} s; wrote {args.out / 'score.csv'}")
+    if args.record and not args.runs:
+        from llmsim.accuracy import record
+
+        scores = [{"run": r["run"], **{f"err_{k}": r[f"{k}_err"] for k in HEADLINE_RECORDED}} for r in rows]
+        src = (
+            f"benchmarks/vllm_gpu/bench_runs.py on {len(rows)} real vLLM 0.30 GPU runs (vllm bench serve, random "
+            "fixed lengths; A100-40GB, H100, GH200, L4, 2x RTX A6000; data/validation/vllm-gpu-bench/), KV capacity "
+            "as vLLM logged it; nothing fitted to them"
+        )
+        print(f"wrote {record('vllm-gpu-bench', scores, src)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The vLLM 0.30 GPU runs (data/validation/vllm-gpu-bench/): every pass is sourced and expressible,
+and the scored set holds the accuracy docs/validation.md reports (a regression guard, not a fit)."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+from script_module import load_script
+
+from llmsim.scenario import scenario_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+bench = load_script("vllm_gpu_bench_runs", ROOT / "benchmarks" / "vllm_gpu" / "bench_runs.py")
+RUNS = bench.load_runs()
+
+
+def test_every_pass_names_its_source_and_its_figures():
+    assert len(RUNS) == 43 and len({r["id"] for r in RUNS}) == 43
+    for run in RUNS:
+        src = run["source"]
+        assert src["repo"] == "surya-koritala/Glyd" and re.fullmatch(r"[0-9a-f]{40}", src["commit"]), run["id"]
+        assert run["vllm_version"] == "0.30.0"
+        res = run["results"]
+        for key in ("mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "request_throughput"):
+            assert res[key] > 0, (run["id"], key)
+        assert res["mean_e2el_ms"] > res["mean_ttft_ms"]
+        assert run["kv_cache"]["gpu_kv_cache_tokens"] > 0
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r["id"] for r in RUNS])
+def test_each_pass_is_a_valid_scenario(run):
+    d = bench.scenario_dict(run)
+    sc = scenario_from_dict(d, run["id"], ROOT)
+    bench_cfg = run["bench"]
+    assert sc.workload.num_requests == bench_cfg["num_prompts"]
+    assert (sc.workload.kind == "all_at_once") == math.isinf(float(bench_cfg["request_rate"]))
+    assert sc.kv_cache.num_blocks == run["kv_cache"]["gpu_kv_cache_tokens"] // 16 - 1
+
+
+def test_the_scored_set_holds_its_reported_accuracy():
+    """Median |error| over the 43 passes, as docs/validation.md reports them (E2EL mean 7.2 %, TPOT mean
+    7.5 %, request throughput 6.1 %); a change that moves them past these bounds must update the doc."""
+    rows = [bench.score(r) for r in RUNS]
+    med = {
+        k: statistics.median(abs(r[f"{k}_err"]) for r in rows)
+        for k in ("mean_e2el_ms", "mean_tpot_ms", "request_throughput")
+    }
+    assert med["mean_e2el_ms"] < 0.09 and med["mean_tpot_ms"] < 0.09 and med["request_throughput"] < 0.08, med
