@@ -404,10 +404,11 @@ def fp8_attention(engine: EngineSpec, hw: HardwareProfile, model: ModelSpec) -> 
     that quantises its queries (``EngineSpec.fp8_query``, vLLM) does so on a device whose kernels
     take fp8 queries (``HardwareProfile.fp8_attention``) and nowhere else, whatever the compute
     dtype. None leaves the cost model's rule (fp8 with fp8/fp4 compute, ``ops.attention_dtype``),
-    as do MLA models: their backends (FlashMLA, CUTLASS MLA) choose their own dtypes."""
-    if not engine.fp8_query or model.is_mla:
+    as do MLA models (their backends, FlashMLA and CUTLASS MLA, choose their own dtypes) and a
+    profile that does not say what its kernels take."""
+    if not engine.fp8_query or model.is_mla or hw.fp8_attention is None:  # (a profile that does not say)
         return None
-    return hw.fp8_attention is not None and hw.fp8_attention.value
+    return hw.fp8_attention.value
 
 
 def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
@@ -501,7 +502,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     draft_cost = None
     if draft is not None:
         # the draft is small: it runs unsharded next to the target's shard
-        draft_cost = shared_cost_model(draft, hw, replace(cfg, tp=1, pp=1, ep=1), engine)
+        draft_cfg = replace(cfg, tp=1, pp=1, ep=1, fp8_attention=fp8_attention(engine, hw, draft))
+        draft_cost = shared_cost_model(draft, hw, draft_cfg, engine)
     cost = shared_cost_model(model, hw, cfg, engine)
     return PoolSpec(name, hw, p.replicas, p.tp, p.pp, cost, blocks, sched, memory, draft_cost=draft_cost)
 

@@ -67,9 +67,10 @@ class EngineSpec:
     cuda_graph_sizes: tuple[int, ...] = ()  # captured decode batch sizes (empty: every size)
     # an fp8 KV cache makes the engine quantise its queries and run attention in fp8 on a device
     # whose kernels take fp8 queries (HardwareProfile.fp8_attention), whatever the compute dtype:
-    # vLLM's Attention layer (query_quant, QuantFP8, compiled into the op before it) for backends
-    # with supports_quant_query_input (FlashAttention-3). False: fp8 attention only with fp8
-    # compute, as TensorRT-LLM's FP8 context FMHA and XQA run (costmodel/ops.py attention_dtype)
+    # vLLM's Attention layer (query_quant, QuantFP8, compiled into the op before it) for
+    # FlashAttention-3 on SM90, FlashInfer's q_data_type for trtllm-gen on SM100. False: fp8
+    # attention only with fp8 compute, as TensorRT-LLM's FP8 context FMHA and XQA run
+    # (costmodel/ops.py attention_dtype)
     fp8_query: bool = False
     defaults: str = ""  # "vllm": policy/kv_cache keys a scenario leaves unset get vLLM's (vllm_defaults)
     hardware_step_overhead: bool = False  # ideal: keep the profile's step_overhead_s instead

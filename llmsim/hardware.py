@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
 from llmsim.errors import UserError, load_yaml_file, pydantic_message
 
@@ -94,11 +94,18 @@ def _per_op(v: dict[str, Figure] | None, unit: str, **bounds: float) -> dict[str
 
 
 class Capability(BaseModel):
-    """One sourced yes/no fact about a device's kernels."""
+    """One sourced yes/no fact about a device's kernels: ``{value: true, source: ...}``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    value: bool
+    value: StrictBool  # (1, "yes", "off" would be read as a yes or a no: a typo, refused)
     source: str = Field(min_length=3)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, v: object) -> object:
+        if not isinstance(v, dict):
+            raise ValueError("expected a mapping {value: true or false, source: ...}")
+        return v
 
 
 class CollectiveProtocol(BaseModel):
@@ -330,10 +337,11 @@ class HardwareProfile(BaseModel):
     price_per_hour_usd: Figure  # an editable assumption, not a datasheet figure
     efficiency: Efficiency
     overheads: Overheads
-    # attention kernels that take fp8 queries over an fp8 KV cache in prefill, as an engine that
-    # quantises its queries (EngineSpec.fp8_query: vLLM) picks them: FlashAttention-3 on SM90.
-    # Attention then runs on the fp8 tensor cores. Absent or false: 16-bit queries, the kernels
-    # convert the cache as they load it (costmodel/ops.py attention_dtype)
+    # attention kernels that take fp8 queries over an fp8 KV cache, as an engine that quantises
+    # its queries (EngineSpec.fp8_query: vLLM) picks them: FlashAttention-3 on SM90, trtllm-gen on
+    # SM100. True: attention runs on the fp8 tensor cores; false: 16-bit queries, the kernels
+    # convert the cache as they load it; absent: the cost model's rule (costmodel/ops.py
+    # attention_dtype: fp8 with fp8/fp4 compute)
     fp8_attention: Capability | None = None
     cpu: CpuTopology | None = None
     tpu: TpuTopology | None = Field(None, validate_default=True)  # validated when absent too

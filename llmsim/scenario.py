@@ -935,10 +935,11 @@ def _check_pools_size_disaggregated(c: ClusterConfig, origin: str) -> None:
     for key in ("replicas", "tp", "pp", "expert_parallel"):
         value = getattr(c, key)
         if value != ClusterConfig.model_fields[key].default:
+            shown = str(value).lower() if isinstance(value, bool) else value_text(value)  # (as YAML writes it)
             raise UserError(
                 f"{origin}: cluster.{key}: a disaggregated cluster is sized by its pools; set "
                 f"cluster.prefill_pool.{key} and cluster.decode_pool.{key} instead (cluster.{key} is "
-                f"{value_text(value)} here and would be ignored)"
+                f"{shown} here and would be ignored)"
             )
 
 

@@ -470,7 +470,8 @@ def _pool_cfg(hardware: str, engine: str, kv: str = "fp8", act: str = "bf16", mo
         ("H100-SXM", "vllm-v1", "bf16", "fp8"),  # FA3: vLLM quantises the queries whatever the compute dtype
         ("H200", "vllm-v1", "fp8", "fp8"),
         ("L40S", "vllm-v1", "fp8", "bf16"),  # SM89: no FA3, the cache is converted as it loads
-        ("B200", "vllm-v1", "bf16", "bf16"),  # SM100: vLLM keeps prefill queries 16-bit by default
+        ("B200", "vllm-v1", "bf16", "fp8"),  # SM100: FlashInfer quantises the queries for trtllm-gen
+        ("MI300X", "vllm-v1", "fp8", "fp8"),  # a profile that does not say: the cost model's rule
         ("H100-SXM", "ideal", "bf16", "bf16"),  # TensorRT-LLM's rule: fp8 attention with fp8 compute only
         ("H100-SXM", "ideal", "fp8", "fp8"),
         ("L40S", "ideal", "fp8", "fp8"),

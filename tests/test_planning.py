@@ -191,6 +191,32 @@ def test_a_disaggregated_candidate_resets_a_colocated_base_s_sizing(tmp_path) ->
         llmsim.run(path, {k: v for k, v in over.items() if k != "cluster.replicas"})
 
 
+def test_a_disaggregated_base_s_pools_give_the_plan_its_tp_and_expert_parallelism(tmp_path) -> None:
+    """Without plan.tp a disaggregated base is planned at its pools' tp (its cluster.tp must stay 1),
+    and a scenario's expert parallelism follows each candidate into its layout: a colocated
+    candidate's cluster, a disaggregated one's pools."""
+    from llmsim.planning.base import Base
+    from llmsim.planning.space import candidates
+
+    path = tmp_path / "d.yaml"
+    path.write_text(
+        "name: d\nmodel: qwen3-30b-a3b-instruct-2507\nhardware: H100-SXM\npolicy: {kind: disaggregated}\n"
+        "cluster: {prefill_pool: {replicas: 1, tp: 2, expert_parallel: true}, decode_pool: {replicas: 1, tp: 2, "
+        "expert_parallel: true}}\n"
+        "workload: {kind: all_at_once, num_requests: 2, prompt_tokens: {dist: fixed, value: 8}, "
+        "output_tokens: {dist: fixed, value: 2}}\noutput: {steps: none}\n"
+        "plan: {policies: [chunked, disaggregated], pd_ratios: ['1:1']}\n"
+    )
+    base = Base.from_path(path)
+    by_policy = {c.policy: c for c in candidates(base, base.plan_config())}
+    assert {c.tp for c in by_policy.values()} == {2}
+    colocated, disagg = by_policy["chunked"].overrides(2), by_policy["disaggregated"].overrides(1)
+    assert colocated["cluster.expert_parallel"] is True
+    assert disagg["cluster.expert_parallel"] is False and disagg["cluster.decode_pool"]["expert_parallel"] is True
+    for over in (colocated, disagg):
+        assert llmsim.run(path, over).summary["requests"]["finished"] == 2
+
+
 def test_the_robustness_sentence_names_the_plan_s_own_sensitivity() -> None:
     from llmsim.planning.prose import _robustness
 

@@ -19,6 +19,7 @@ E2EL mean, median and p99, and request throughput.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -88,11 +89,11 @@ def scenario_dict(run: dict, logged_kv: bool = True) -> dict:
     if logged_kv:
         kv["num_blocks"] = int(run["kv_cache"]["gpu_kv_cache_tokens"]) // 16 - 1  # block 0: vLLM's null block
     engine: str | dict = "vllm-v1"
-    capture = str(server.get("compilation_config") or "")
-    if "max_cudagraph_capture_size" in capture:  # --compilation-config '{"max_cudagraph_capture_size": N}'
+    compilation = json.loads(server.get("compilation_config") or "{}")  # --compilation-config's JSON
+    if "max_cudagraph_capture_size" in compilation:
         from llmsim.engine import vllm_capture_sizes
 
-        size = int(capture.split("max_cudagraph_capture_size")[1].strip('":} '))
+        size = int(compilation["max_cudagraph_capture_size"])
         engine = {"preset": "vllm-v1", "cuda_graph_sizes": list(vllm_capture_sizes(size))}
     rate = float(bench["request_rate"])
     workload: dict = {
@@ -198,16 +199,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs:
         unknown = sorted(set(args.runs) - {r["id"] for r in runs})
         if unknown:
-            print(f"unknown run id(s): {', '.join(unknown)}", file=sys.stderr)
+            ids = ", ".join(r["id"] for r in runs)
+            print(f"bench_runs.py: error: unknown run id(s) {', '.join(unknown)}; the runs are: {ids}", file=sys.stderr)
             return 2
         runs = [r for r in runs if r["id"] in args.runs]
+    if args.record and args.runs:  # (the record is the whole set's spread, not a subset's)
+        print("bench_runs.py: error: --record stores the whole set's errors; drop --runs", file=sys.stderr)
+        return 2
+    try:  # (before any scoring: a folder that cannot be made fails now, not after the runs)
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(
+            f"bench_runs.py: error: --out {args.out}: not a folder that can be written ({exc.strerror})",
+            file=sys.stderr,
+        )
+        return 2
     t0 = time.perf_counter()
     rows = [score(r) for r in runs]
     print_table(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(args.out / "score.csv", index=False)
     print(f"\n{len(rows)} runs in {time.perf_counter() - t0:.0f} s; wrote {args.out / 'score.csv'}")
-    if args.record and not args.runs:
+    if args.record:
         from llmsim.accuracy import record
 
         scores = [{"run": r["run"], **{f"err_{k}": r[f"{k}_err"] for k in HEADLINE_RECORDED}} for r in rows]

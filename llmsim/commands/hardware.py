@@ -62,6 +62,9 @@ def detail_rows(hw: HardwareProfile) -> list[list[str]]:
                 for term in ("base_s", "hop_s", "bus_fraction"):
                     fig = getattr(proto, term)
                     rows.append([f"{key}.{proto.name}.{term}", _figure_text(fig.value), fig.source])
+    if hw.fp8_attention is not None:
+        cap = hw.fp8_attention
+        rows.append(["fp8_attention", "yes" if cap.value else "no", cap.source])
     for section in ("efficiency", "overheads"):
         for name, fig in getattr(hw, section):
             if isinstance(fig, dict):  # one figure per dtype (efficiency.gemm_dtype_fraction)

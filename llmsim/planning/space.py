@@ -24,6 +24,9 @@ class Candidate:
     chunk_tokens: int | None
     pd_ratio: str | None
     pp: int = 1  # the scenario's cluster.pp (a colocated candidate's replicas are pipelined so)
+    # MoE: the scenario's expert parallelism (colocated: its replicas are one EP group; disaggregated:
+    # each pool is one), carried to whichever layout the candidate has
+    expert_parallel: bool = False
 
     @property
     def label(self) -> str:
@@ -40,14 +43,17 @@ class Candidate:
                 out["policy.max_batch_tokens"] = self.chunk_tokens
         if self.pd_ratio:
             p, d = (int(x) for x in self.pd_ratio.split(":"))
-            out["cluster.prefill_pool"] = {"hardware": self.hardware, "replicas": p * replicas, "tp": self.tp}
-            out["cluster.decode_pool"] = {"hardware": self.hardware, "replicas": d * replicas, "tp": self.tp}
+            ep = {"expert_parallel": True} if self.expert_parallel else {}
+            out["cluster.prefill_pool"] = {"hardware": self.hardware, "replicas": p * replicas, "tp": self.tp, **ep}
+            out["cluster.decode_pool"] = {"hardware": self.hardware, "replicas": d * replicas, "tp": self.tp, **ep}
             # the pools size it: a base scenario's colocated sizing is reset (a disaggregated
             # scenario refuses it rather than read past it), its pipeline too (the pools run unpipelined)
             out["cluster.replicas"], out["cluster.tp"], out["cluster.pp"] = 1, 1, 1
+            out["cluster.expert_parallel"] = False
         else:
             out["cluster.replicas"] = replicas
             out["cluster.tp"] = self.tp
+            out["cluster.expert_parallel"] = self.expert_parallel
             # a colocated candidate on a disaggregated base scenario: its pools do not apply
             out["cluster.prefill_pool"] = out["cluster.decode_pool"] = None
         return out
@@ -84,9 +90,14 @@ MAX_PLAN_POINTS = MAX_POINTS  # candidates x replica counts: the points a plan m
 def candidates(base: Base, cfg: PlanConfig) -> list[Candidate]:
     """Every combination of the ``plan:`` lists, defaulting each to the scenario's own value."""
     sc = base.scenario()
+    c = sc.cluster
+    pools = [p for p in (c.prefill_pool, c.decode_pool) if p is not None]
+    # a disaggregated base is sized by its pools: their tp (and expert parallelism) are its defaults
+    tps = sorted({p.tp for p in pools}) if pools else [c.tp]
+    expert_parallel = any(p.expert_parallel for p in pools) if pools else c.expert_parallel
     out = []
     for hw in cfg.hardware or [sc.hardware]:
-        for tp in cfg.tp or [sc.cluster.tp]:
+        for tp in cfg.tp or tps:
             for policy in cfg.policies or [sc.policy.kind]:
                 chunks = (cfg.chunk_tokens or [sc.policy.chunk_tokens]) if policy in ("chunked", "vllm") else [None]
                 ratios = cfg.pd_ratios if policy == "disaggregated" else [None]
@@ -95,7 +106,8 @@ def candidates(base: Base, cfg: PlanConfig) -> list[Candidate]:
                         if ratio is not None and not _valid_ratio(ratio):
                             raise UserError(f"{base.origin}: plan.pd_ratios: {ratio!r} is not like '1:2'")
                         # a disaggregated candidate's pools are not pipelined
-                        out.append(Candidate(hw, tp, policy, chunk, ratio, 1 if ratio else sc.cluster.pp))
+                        pp = 1 if ratio else c.pp
+                        out.append(Candidate(hw, tp, policy, chunk, ratio, pp, expert_parallel))
     return out
 
 
