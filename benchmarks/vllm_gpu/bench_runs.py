@@ -161,6 +161,50 @@ def score(run: dict) -> dict:
     return row
 
 
+DECODE_STEPS = DATA / "decode_steps.yaml"
+
+
+def decode_step_rows(path: Path = DECODE_STEPS) -> list[dict]:
+    """The records' measured vLLM decode steps against llmsim's step time for the same batch and
+    context (the vllm-v1 engine, the GPU's profile, CUDA graphs): the decode step apart from
+    queueing and prefill."""
+    from llmsim.build import build_model, build_pools
+    from llmsim.costmodel.ops import model_batch_shape
+    from llmsim.scenario import scenario_from_dict
+
+    rows = []
+    for entry in yaml.safe_load(path.read_text()):
+        longest = max(s["context"] for s in entry["steps"]) + 1
+        d = {
+            "name": "decode-steps",
+            "model": MODELS[entry["model"]],
+            "hardware": entry["profile"],
+            "policy": {"kind": "vllm", "max_model_len": longest},
+            "workload": {
+                "kind": "all_at_once",
+                "num_requests": 1,
+                "prompt_tokens": {"dist": "fixed", "value": 1},
+                "output_tokens": {"dist": "fixed", "value": 1},
+            },
+        }
+        sc = scenario_from_dict(d, "decode_steps.yaml", ROOT)
+        model = build_model(sc)
+        cost = build_pools(sc, model)[0].cost
+        for step in entry["steps"]:
+            priced = cost.step_time(model_batch_shape(model, [], [step["context"]] * step["batch"])) * 1e3
+            rows.append(
+                {
+                    "gpu": entry["profile"],
+                    "model": entry["model"].split("/")[-1],
+                    "batch x context": f"{step['batch']} x {step['context']:,}",
+                    "real_ms": step["step_ms"],
+                    "llmsim_ms": round(priced, 2),
+                    "err": f"{priced / step['step_ms'] - 1:+.1%}",
+                }
+            )
+    return rows
+
+
 HEADLINE = ("mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "request_throughput")
 # the figures llmsim.accuracy records as prediction intervals (its RECORDED keys)
 HEADLINE_RECORDED = ("mean_ttft_ms", "p99_ttft_ms", "mean_e2el_ms", "p99_e2el_ms", "mean_itl_ms")
@@ -217,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     rows = [score(r) for r in runs]
     print_table(rows)
+    if not args.runs:
+        print("\nvLLM's own decode step, one step's wall time (the records' profiles) against llmsim's step:")
+        print(pd.DataFrame(decode_step_rows()).to_string(index=False))
     pd.DataFrame(rows).to_csv(args.out / "score.csv", index=False)
     print(f"\n{len(rows)} runs in {time.perf_counter() - t0:.0f} s; wrote {args.out / 'score.csv'}")
     if args.record:
