@@ -559,10 +559,16 @@ def assumption_tables(r: ResultsDir) -> list[Table]:
 
 
 def attention_dtypes(pools: list) -> str:
-    """The attention kernels' compute dtype (``ops.attention_dtype``), per pool where they differ."""
-    from llmsim.costmodel.ops import attention_dtype
+    """The attention kernels' compute dtype (``ops.attention_dtype``), per pool where they differ; an
+    MLA model's prefill and decode kernels each (its prefill runs 16-bit whatever the cache)."""
+    from llmsim.costmodel.ops import attention_dtype, mla_prefill_dtype
 
-    each = {p.name: attention_dtype(p.cost.cfg) for p in pools}
+    def dtypes(cost) -> str:
+        decode = attention_dtype(cost.cfg)
+        prefill = mla_prefill_dtype(cost.cfg) if cost.model.is_mla else decode
+        return decode if prefill == decode else f"prefill {prefill}, decode {decode}"
+
+    each = {p.name: dtypes(p.cost) for p in pools}
     if len(set(each.values())) == 1:
         return next(iter(each.values()))
     return ", ".join(f"{d} (pool {name})" for name, d in each.items())

@@ -547,3 +547,18 @@ def test_the_report_names_the_attention_dtype_of_an_fp8_cache(tmp_path) -> None:
         assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
         report = (out / "report.md").read_text()
         assert (expect in report) if expect else ("attention compute dtype" not in report)
+
+
+def test_the_report_names_an_mla_models_prefill_and_decode_attention_dtypes() -> None:
+    """MLA's prefill kernel runs 16-bit whatever the cache (ops.mla_prefill_dtype); its absorbed decode
+    runs fp8 with fp8 compute and an fp8 cache: the report's row says both."""
+    from llmsim.build import build_model, build_pools
+    from llmsim.report import attention_dtypes
+
+    sc = _sc(
+        model={"name": "deepseek-v3", "act_dtype": "fp8", "weight_dtype": "fp8"},
+        hardware="H200",
+        cluster={"tp": 8},
+        kv_cache={"dtype": "fp8"},
+    )
+    assert attention_dtypes(build_pools(sc, build_model(sc))) == "prefill bf16, decode fp8"

@@ -83,3 +83,25 @@ def test_roofline_ep_shows_the_dispatch_and_combine(capsys) -> None:
         return float(out.splitlines()[0].rsplit("step ", 1)[1].split()[0])
 
     assert step_ms(ep) < step_ms(plain)  # half the expert weights read per GPU outweighs the collectives
+
+
+def test_roofline_prices_a_step_as_the_engine_runs_it(capsys) -> None:
+    """``--engine vllm-v1`` prices the step as `llmsim run` does under it: an fp8 KV cache on an H100
+    makes attention fp8 (FlashAttention-3), and the engine's host terms, overlapped by async
+    scheduling, are listed; the default (ideal) keeps the cost model's rule and the profile's step
+    overhead. The op shares and the listed terms still add up to the step."""
+    base = ["roofline", "--model", "llama-3.1-8b", "--hardware", "H100-SXM", "--prefill-tokens", "4096"]
+    base += ["--kv-dtype", "fp8", "--out", "-", "--json"]
+    import json
+
+    steps = {}
+    for engine in ("ideal", "vllm-v1"):
+        assert main([*base, "--engine", engine]) == 0
+        data = json.loads(capsys.readouterr().out)
+        ops = {op["op"]: op for op in data["ops"]}
+        steps[engine] = ops["attention_prefill"]["time_s"]
+        if engine == "vllm-v1":
+            assert "engine_prepare" in data["overheads"] and "step_overhead" not in data["overheads"]
+    assert steps["vllm-v1"] < 0.7 * steps["ideal"]  # fp8 against bf16 MMAs: 2 x 0.709 / 0.803
+    assert main([*base[:-1], "--engine", "nope"]) == 2
+    assert "--engine 'nope': expected one of ideal, vllm-v1" in capsys.readouterr().err

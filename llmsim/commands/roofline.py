@@ -11,6 +11,7 @@ from llmsim.progress import printer, to_json
 from llmsim.tables import table
 
 if TYPE_CHECKING:
+    from llmsim.engine import EngineSpec
     from llmsim.hardware import HardwareProfile
     from llmsim.models import ModelSpec
 
@@ -34,6 +35,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-dtype", default="bf16")
     p.add_argument("--act-dtype", default="bf16", help="activation/compute dtype (fp8 for W8A8)")
     p.add_argument("--attention-kernel", choices=["flash", "naive"], default="flash")
+    p.add_argument(
+        "--engine",
+        default="ideal",
+        help="engine preset whose host terms, CUDA graphs and kernel choices price the step (default ideal: the "
+        "hardware alone; vllm-v1 as `llmsim run` uses it, e.g. its fp8 attention over an fp8 KV cache)",
+    )
     p.add_argument("--out", default="roofline.png", help="chart path (.png, .svg or .pdf); '-' for none")
     p.add_argument("--json", action="store_true", help="print JSON: the step, every op's figures, the overheads")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors (the chart is still written)")
@@ -139,7 +146,17 @@ def check_chart_path(out: str) -> Path | None:
     return path
 
 
+def engine_arg(name: str, hw: HardwareProfile) -> EngineSpec:
+    """``--engine``: a preset, as it runs on ``hw`` (engine.for_hardware)."""
+    from llmsim.engine import PRESETS, for_hardware
+
+    if name not in PRESETS:
+        raise UserError(f"--engine {name!r}: expected one of {', '.join(PRESETS)}")
+    return for_hardware(PRESETS[name], hw)
+
+
 def cmd_roofline(args: argparse.Namespace) -> int:
+    from llmsim.build import fp8_attention
     from llmsim.commands.models import model_arg
     from llmsim.costmodel.ops import model_batch_shape
     from llmsim.costmodel.roofline import CostConfig, CostModel
@@ -151,6 +168,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     chart_path = check_chart_path(args.out)
     model, hw = model_arg(args.model), load_profile(args.hardware)
     check_step(args, model, hw)
+    engine = engine_arg(args.engine, hw)
     cfg = CostConfig(
         tp=args.tp,
         ep=args.ep,
@@ -158,8 +176,11 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         kv_dtype=args.kv_dtype,
         act_dtype=args.act_dtype,
         attention_kernel=args.attention_kernel,
+        cuda_graphs=bool(engine.cuda_graphs),
+        cuda_graph_sizes=engine.cuda_graph_sizes,
+        fp8_attention=fp8_attention(engine, hw, model),
     )
-    cm = CostModel(model, hw, cfg)
+    cm = CostModel(model, hw, cfg, engine)
     chunks = [(args.prefill_tokens, 0)] if args.prefill_tokens else []
     shape = model_batch_shape(model, chunks, [args.context] * args.decode_batch)
     rows = op_rows(cm, shape)
@@ -234,7 +255,18 @@ def step_json(
     }
 
 
-_OVERHEADS = ("kernel_launch_overhead", "kernel_fixed_latency", "pp_send", "step_overhead")
+_OVERHEADS = (
+    "kernel_launch_overhead",
+    "kernel_fixed_latency",
+    "pp_send",
+    "step_overhead",
+    # an engine's host terms (EngineSpec.host_breakdown) and the part of them async scheduling hides
+    "engine_schedule",
+    "engine_prepare",
+    "engine_output",
+    "engine_batch_change",
+    "engine_async_overlap",
+)
 
 
 def op_rows(cm: object, shape: object) -> list[dict]:
