@@ -103,5 +103,12 @@ def test_roofline_prices_a_step_as_the_engine_runs_it(capsys) -> None:
         if engine == "vllm-v1":
             assert "engine_prepare" in data["overheads"] and "step_overhead" not in data["overheads"]
     assert steps["vllm-v1"] < 0.7 * steps["ideal"]  # fp8 against bf16 MMAs: 2 x 0.709 / 0.803
+    # a decode batch of 3 pads to the captured size 4: the padding is a listed term, and all add up
+    padded = ["roofline", "--model", "llama-3.1-8b", "--hardware", "H100-SXM", "--decode-batch", "3"]
+    assert main([*padded, "--context", "8192", "--engine", "vllm-v1", "--out", "-", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["overheads"]["cuda_graph_padding"]["time_s"] > 0
+    total = sum(op["time_s"] for op in data["ops"]) + sum(o["time_s"] for o in data["overheads"].values())
+    assert total == pytest.approx(data["step_s"], rel=1e-9)
     assert main([*base[:-1], "--engine", "nope"]) == 2
     assert "--engine 'nope': expected one of ideal, vllm-v1" in capsys.readouterr().err

@@ -195,8 +195,9 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         return 0
     parts = [f"prefill {args.prefill_tokens} tokens"] if args.prefill_tokens else []
     parts += [f"decode {args.decode_batch} x context {args.context}"] if args.decode_batch else []
+    by = f" under {args.engine}" if args.engine != "ideal" else ""  # (the default says nothing, as before)
     say(
-        f"{model.name} on {hw.name} tp={args.tp}{f' ep={args.ep}' if args.ep > 1 else ''}: {' + '.join(parts)}; "
+        f"{model.name} on {hw.name} tp={args.tp}{f' ep={args.ep}' if args.ep > 1 else ''}{by}: {' + '.join(parts)}; "
         f"step {step * 1e3:.3f} ms"
     )
     say(table([op_cells(r, step) for r in rows], ["op", "calls", "GFLOP", "MB", "FLOP/B", "bound", "time us", "share"]))
@@ -245,6 +246,7 @@ def step_json(
         "model": model,
         "hardware": hw,
         "tp": args.tp,
+        "engine": args.engine,
         "prefill_tokens": args.prefill_tokens,
         "decode_batch": args.decode_batch,
         "context_tokens": args.context,
@@ -260,6 +262,7 @@ _OVERHEADS = (
     "kernel_fixed_latency",
     "pp_send",
     "step_overhead",
+    "cuda_graph_padding",  # a decode batch padded up to its captured size (engine.cuda_graph_sizes)
     # an engine's host terms (EngineSpec.host_breakdown) and the part of them async scheduling hides
     "engine_schedule",
     "engine_prepare",
