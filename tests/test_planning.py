@@ -154,21 +154,35 @@ def test_a_colocated_candidate_drops_a_disaggregated_base_s_pools() -> None:
     assert [p["replicas"] for p in res.summary["pools"]] == [2]
 
 
-def test_a_pipelined_scenario_s_candidates_count_and_name_their_stages(tmp_path) -> None:
-    """cluster.pp multiplies a colocated candidate's devices (power, J per token) and shows in its
-    label; a disaggregated candidate's pools are not pipelined."""
+# a few requests of a few tokens: enough for a plan's candidates to build and run
+SMALL_WORKLOAD = (
+    "workload: {kind: all_at_once, num_requests: 2, prompt_tokens: {dist: fixed, value: 8}, "
+    "output_tokens: {dist: fixed, value: 2}}\noutput: {steps: none}\n"
+)
+PLAN_BOTH = "plan: {policies: [chunked, disaggregated], pd_ratios: ['1:1']}\n"
+
+
+def _scenario(tmp_path: Path, head: str, tail: str = "") -> Path:
+    """A small scenario file: ``head`` (name, model, hardware, cluster ...), the small workload, ``tail``."""
+    path = tmp_path / "s.yaml"
+    path.write_text(head + SMALL_WORKLOAD + tail)
+    return path
+
+
+def _candidates_by_policy(path: Path) -> dict:
+    """The plan candidates of the scenario at ``path``, one per policy."""
     from llmsim.planning.base import Base
     from llmsim.planning.space import candidates
 
-    path = tmp_path / "p.yaml"
-    path.write_text(
-        "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\ncluster: {tp: 1, pp: 4}\n"
-        "workload: {kind: all_at_once, num_requests: 4, prompt_tokens: {dist: fixed, value: 8}, "
-        "output_tokens: {dist: fixed, value: 2}}\n"
-        "plan: {policies: [chunked, disaggregated], pd_ratios: ['1:1']}\n"
-    )
     base = Base.from_path(path)
-    by_policy = {c.policy: c for c in candidates(base, base.plan_config())}
+    return {c.policy: c for c in candidates(base, base.plan_config())}
+
+
+def test_a_pipelined_scenario_s_candidates_count_and_name_their_stages(tmp_path) -> None:
+    """cluster.pp multiplies a colocated candidate's devices (power, J per token) and shows in its
+    label; a disaggregated candidate's pools are not pipelined."""
+    head = "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\ncluster: {tp: 1, pp: 4}\n"
+    by_policy = _candidates_by_policy(_scenario(tmp_path, head, PLAN_BOTH))
     assert by_policy["chunked"].label.startswith("H100-SXM tp1 pp4 ") and by_policy["chunked"].devices(2) == 8
     assert by_policy["disaggregated"].pp == 1 and by_policy["disaggregated"].devices(1) == 2
 
@@ -178,11 +192,8 @@ def test_a_disaggregated_candidate_resets_a_colocated_base_s_sizing(tmp_path) ->
     disaggregated candidate over a colocated base with them set resets them and runs on its pools."""
     from llmsim.planning.space import Candidate
 
-    path = tmp_path / "p.yaml"
-    path.write_text(
-        "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\ncluster: {replicas: 3, tp: 2, pp: 2}\n"
-        "workload: {kind: all_at_once, num_requests: 4, prompt_tokens: {dist: fixed, value: 8}, "
-        "output_tokens: {dist: fixed, value: 2}}\noutput: {steps: none}\n"
+    path = _scenario(
+        tmp_path, "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\ncluster: {replicas: 3, tp: 2, pp: 2}\n"
     )
     over = Candidate("H100-SXM", 1, "disaggregated", None, "1:2").overrides(1)
     res = llmsim.run(path, over)
@@ -195,20 +206,13 @@ def test_a_disaggregated_base_s_pools_give_the_plan_its_tp_and_expert_parallelis
     """Without plan.tp a disaggregated base is planned at its pools' tp (its cluster.tp must stay 1),
     and a scenario's expert parallelism follows each candidate into its layout: a colocated
     candidate's cluster, a disaggregated one's pools."""
-    from llmsim.planning.base import Base
-    from llmsim.planning.space import candidates
-
-    path = tmp_path / "d.yaml"
-    path.write_text(
+    head = (
         "name: d\nmodel: qwen3-30b-a3b-instruct-2507\nhardware: H100-SXM\npolicy: {kind: disaggregated}\n"
         "cluster: {prefill_pool: {replicas: 1, tp: 2, expert_parallel: true}, decode_pool: {replicas: 1, tp: 2, "
         "expert_parallel: true}}\n"
-        "workload: {kind: all_at_once, num_requests: 2, prompt_tokens: {dist: fixed, value: 8}, "
-        "output_tokens: {dist: fixed, value: 2}}\noutput: {steps: none}\n"
-        "plan: {policies: [chunked, disaggregated], pd_ratios: ['1:1']}\n"
     )
-    base = Base.from_path(path)
-    by_policy = {c.policy: c for c in candidates(base, base.plan_config())}
+    path = _scenario(tmp_path, head, PLAN_BOTH)
+    by_policy = _candidates_by_policy(path)
     assert {c.tp for c in by_policy.values()} == {2}
     colocated, disagg = by_policy["chunked"].overrides(2), by_policy["disaggregated"].overrides(1)
     assert colocated["cluster.expert_parallel"] is True

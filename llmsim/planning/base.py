@@ -21,9 +21,8 @@ class PlanConfig(BaseModel):
     # each list, when given, holds at least one value (an empty one would plan nothing, or fall
     # back to the scenario's value unannounced) and no value twice (duplicate candidates)
     hardware: list[str] | None = Field(None, min_length=1)  # default: the scenario's hardware
-    tp: list[PositiveInt] | None = Field(
-        None, min_length=1
-    )  # default: the scenario's cluster.tp (a disaggregated one's: its pools' tp)
+    # default: the scenario's cluster.tp (a disaggregated one's: its pools' tp)
+    tp: list[PositiveInt] | None = Field(None, min_length=1)
     # tried in increasing order until the SLOs are met
     replicas: list[PositiveInt] = Field([1, 2, 4, 8], min_length=1)
     policies: list[str] | None = Field(None, min_length=1)  # default: the scenario's policy.kind
