@@ -184,10 +184,10 @@ def for_hardware(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
 # llmsim/calibration/stepmodel.py to DistServe's step-time models of them (data/validation/distserve/,
 # Apache-2.0; OPT-13B TP1) over llmsim's A100 kernels. `benchmarks/distserve_presets.py` prints the
 # fit and tests/test_stepmodel.py refits these numbers; docs/validation.md has the errors (TP1 fit
-# 3.4% / 6.9% MAPE per step; held out TP2 and TP4 worse).
+# 3.2% / 8.0% MAPE per step; held out TP2 and TP4 worse).
 _DS = "DistServe profiler-a100-80g.{}.json (OPT-13B TP1), residual over llmsim's A100 kernels, stepmodel.fit_host_terms"
-_VLLM_2024 = HostTerm(8.2318e-3, 0.0, 5.1353e-5, _DS.format("vllm"))
-_DISTSERVE_2024 = HostTerm(3.9383e-3, 1.0095e-4, 1.1552e-5, _DS.format("distserve"))
+_VLLM_2024 = HostTerm(7.6571e-3, 0.0, 3.6450e-5, _DS.format("vllm"))
+_DISTSERVE_2024 = HostTerm(1.6951e-3, 1.0431e-4, 0.0, _DS.format("distserve"))
 
 # vLLM 0.19's start-up memory profile on CUDA GPUs, fitted by benchmarks/vllm_memory.py to the fitting
 # rows of data/validation/vllm-memory/v0.19-h100.csv (its DEBUG log lines "torch peak memory increase"

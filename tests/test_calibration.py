@@ -15,7 +15,7 @@ from llmsim.calibration.readers import LINEAR_OPS, MLP_ELEMENTWISE_OPS, read_pro
 from llmsim.calibration.validate import validate
 from llmsim.cli import main
 from llmsim.errors import UserError
-from llmsim.hardware import load_profile
+from llmsim.hardware import HardwareProfile, load_profile
 from llmsim.models import get_model
 
 VIDUR = Path(__file__).resolve().parent.parent / "data" / "calibration" / "vidur"
@@ -25,10 +25,23 @@ HELD_OUT = MLP / "meta-llama/Meta-Llama-3-8B/mlp.csv"
 ALL_REDUCE = VIDUR / "network/a100_dgx/all_reduce.csv"
 
 
+# The GEMM curve the A100 profiles carried until 2026-12-05, before they took this fit's compute
+# terms: MAMF's best-shape rate (271.2 of 312 TFLOPS [STAS-ACC]) and priors for the curve's shape.
+MAMF_PRIOR = {"gemm_max_fraction": 0.869, "gemm_half_m": 64.0, "gemm_wave_exponent": 0.2}
+
+
+def mamf_prior(hw: HardwareProfile) -> HardwareProfile:
+    """``hw`` with the A100's pre-fit GEMM curve (datasheet peak, MAMF, priors: no fitting)."""
+    eff = {k: getattr(hw.efficiency, k).model_copy(update={"value": v}) for k, v in MAMF_PRIOR.items()}
+    return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update=eff)})
+
+
 @pytest.fixture(scope="module")
 def calibrated():
+    """The fit, started from the pre-fit prior (it reaches the same optimum as from the shipped
+    profile, which carries its compute terms)."""
     rows = [r for f in [*TRAIN, ALL_REDUCE] for r in read_profile(f)]
-    return calibrate(load_profile("A100-SXM-80GB"), rows, [str(f) for f in [*TRAIN, ALL_REDUCE]])
+    return calibrate(mamf_prior(load_profile("A100-SXM-80GB")), rows, [str(f) for f in [*TRAIN, ALL_REDUCE]])
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +60,24 @@ def test_calibrated_profile_within_10pct_per_linear_op_on_held_out_model(calibra
     assert (rep.per_op_tp() <= 0.12).all().all()
 
 
-def test_default_profile_within_25pct_and_calibration_improves_it(calibrated, held_out_rows) -> None:
-    default = validate(load_profile("A100-SXM-80GB"), get_model("llama-3-8b"), held_out_rows)
-    assert (default.per_op()["mape"] <= 0.25).all()
+def test_prior_within_25pct_and_calibration_improves_it(calibrated, held_out_rows) -> None:
+    prior = validate(mamf_prior(load_profile("A100-SXM-80GB")), get_model("llama-3-8b"), held_out_rows)
+    assert (prior.per_op()["mape"] <= 0.25).all()
     tuned = validate(calibrated[0], get_model("llama-3-8b"), held_out_rows)
-    assert tuned.overall_mape < 0.6 * default.overall_mape
+    assert tuned.overall_mape < 0.6 * prior.overall_mape
+
+
+def test_shipped_a100_profiles_carry_the_fits_gemm_curve(calibrated, held_out_rows) -> None:
+    """The A100 profiles price GEMMs on the fit's compute curve (their memory side is their own:
+    the fit's is eager PyTorch's, one kernel timed at a time), so they hold the calibrated bar on
+    the held-out model without calibration."""
+    fitted = calibrated[0].efficiency
+    for name in ("A100-SXM-80GB", "A100-40GB", "A100-PCIe-80GB"):
+        shipped = load_profile(name).efficiency
+        for key in MAMF_PRIOR:
+            assert getattr(shipped, key).value == pytest.approx(getattr(fitted, key).value, rel=1e-4), (name, key)
+    per_op = validate(load_profile("A100-SXM-80GB"), get_model("llama-3-8b"), held_out_rows).per_op()
+    assert (per_op["mape"] <= 0.10).all(), per_op
 
 
 def test_fit_reports_provenance_and_all_reduce(calibrated) -> None:
