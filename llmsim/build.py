@@ -450,6 +450,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         tbt_target_s=sc.policy.tbt_target_s or sc.slo.tbt_s or 0.0,
         min_chunk_tokens=sc.policy.min_chunk_tokens,
         prefill_only=name == "prefill",
+        first_token_at_prefill=name == "prefill" and engine.first_token_at_prefill,
         queue_order=sc.policy.queue_order,
         max_bypass=sc.policy.max_bypass,
         reserve_full_prompt=sc.policy.reserve_full_prompt,
@@ -498,6 +499,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         draft=draft,
         ep=ep,
         redundant_experts=cfg.redundant_experts,
+        num_blocks=p.num_blocks,
     )
     draft_cost = None
     if draft is not None:
@@ -679,6 +681,7 @@ def kv_blocks(
     draft: ModelSpec | None = None,
     ep: int = 1,
     redundant_experts: int = 0,
+    num_blocks: int | None = None,
 ) -> tuple[int, dict]:
     """KV capacity in blocks = (usable memory − weights − activation peak − engine memory − reserve) /
     block bytes, usable memory being ``memory_fraction`` of the device (vLLM, SGLang); or, with
@@ -687,7 +690,8 @@ def kv_blocks(
     Under expert parallelism (``ep`` > 1) each device holds the experts / (ep x pp) and the rest of
     the weights / (tp x pp) (``ModelSpec.weight_bytes_per_device``), which leaves the KV cache more.
     The activation peak is the larger of the forward pass's at the step's tokens and the engine's
-    sampler profile run; the engine's memory outside torch is its own (``EngineSpec.reserved_bytes``)."""
+    sampler profile run; the engine's memory outside torch is its own (``EngineSpec.reserved_bytes``).
+    ``num_blocks`` (the pool's reported count), else ``kv_cache.num_blocks``, replaces the budget."""
     devices = tp * pp
     of_free = sc.kv_cache.memory_fraction_of == "free"
     usable = hw.memory_bytes * (1.0 if of_free else sc.kv_cache.memory_fraction)
@@ -727,8 +731,9 @@ def kv_blocks(
     }
     block_bytes = per_token * sc.kv_cache.block_tokens
     blocks = int(free // block_bytes) if free > 0 else 0
-    if sc.kv_cache.num_blocks is not None:  # as the engine reported it (vLLM: num_gpu_blocks)
-        blocks = sc.kv_cache.num_blocks
+    reported = num_blocks if num_blocks is not None else sc.kv_cache.num_blocks  # the pool's, else the scenario's
+    if reported is not None:  # as the engine reported it (vLLM: num_gpu_blocks)
+        blocks = reported
         memory["kv_bytes"] = blocks * block_bytes
     if blocks < 1:
         raise UserError(

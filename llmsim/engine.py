@@ -63,6 +63,11 @@ class EngineSpec:
     batch_change: HostTerm = HostTerm()
     async_scheduling: bool = False  # plan step N+1 while step N runs (vLLM's batch queue of 2)
     output_delay_s: float = 0.0  # step end -> the client sees the token (detokenise, stream)
+    # disaggregated: the prefill instance streams the first token as its prompt step ends (DistServe:
+    # ContextStageLLMEngine._step hands each request's StepOutput to the client, then queues its KV
+    # for migration), so a wait for the decode side shows in TPOT; false: the client's first token
+    # comes from the decode instance once the KV lands (vLLM's P/D proxy streams the decode's answer)
+    first_token_at_prefill: bool = False
     cuda_graphs: bool | None = None  # None: the scenario's cluster.cuda_graphs
     cuda_graph_sizes: tuple[int, ...] = ()  # captured decode batch sizes (empty: every size)
     # an fp8 KV cache makes the engine quantise its queries and run attention in fp8 on a device
@@ -250,9 +255,11 @@ PRESETS: dict[str, EngineSpec] = {
     "distserve-2024": EngineSpec(
         "distserve-2024",
         "DistServe's own engine (OSDI'24) as its authors measured it: synchronous steps, decode CUDA graphs, "
-        "host terms fitted to DistServe's step model of it (llmsim/engine.py); pair with policy.kind disaggregated",
+        "host terms fitted to DistServe's step model of it (llmsim/engine.py), the first token streamed by the "
+        "prefill instance (distserve/single_stage_engine.py); pair with policy.kind disaggregated",
         prepare=_DISTSERVE_2024,
         cuda_graphs=True,
+        first_token_at_prefill=True,
     ),
 }
 DEFAULT_ENGINE = "vllm-v1"
@@ -285,7 +292,14 @@ def _seconds(v: object, where: str) -> float:
     return float(v)
 
 
-_BOOLS = ("async_scheduling", "cuda_graphs", "hardware_step_overhead", "moe_workspace_persists", "fp8_query")
+_BOOLS = (
+    "async_scheduling",
+    "cuda_graphs",
+    "hardware_step_overhead",
+    "moe_workspace_persists",
+    "fp8_query",
+    "first_token_at_prefill",
+)
 _TEXTS = ("name", "source", "memory_source")
 _AMOUNTS = ("sampler_profile_bytes_per_logit", "non_torch_bytes", "non_torch_bytes_tp")
 MEMORY_FIELDS = (*_AMOUNTS, "moe_workspace_persists", "memory_source")  # what the engine holds on the device

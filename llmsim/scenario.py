@@ -134,6 +134,9 @@ class PoolConfig(_Strict):
     expert_parallel: bool = False
     max_num_seqs: Seqs | None = None  # default: policy.max_num_seqs
     max_batch_tokens: StepTokens | None = None
+    # KV blocks per replica of this pool as its engine reported them (pools of different tp hold
+    # different caches); default: kv_cache.num_blocks, else the memory budget
+    num_blocks: Annotated[int, Field(gt=0, le=MAX_KV_BLOCKS)] | None = None
 
 
 class LinkConfig(_Strict):

@@ -56,6 +56,9 @@ class SchedulerConfig:
     tbt_target_s: float = 0.0  # dynamic budget: predicted step time to stay under
     min_chunk_tokens: int = 64  # dynamic budget: never shrink below this
     prefill_only: bool = False  # disaggregated prefill pool: hand requests off after their prompt
+    # ... and stream the prompt's first token from here, before the KV moves (DistServe), rather
+    # than from the decode replica once it lands (vLLM's P/D: EngineSpec.first_token_at_prefill)
+    first_token_at_prefill: bool = False
     speculative: SpecConfig | None = None
     queue_order: str = "fcfs"  # where an arrival joins the queue (schedulers/queue.py)
     max_bypass: int = 16  # starvation protection for non-FCFS queue orders
@@ -124,10 +127,12 @@ class Scheduler:
 
     def resume_prefilled(self, req: Request, now: float) -> None:
         """Disaggregated decode side: a request arrives with its prompt's KV (already in ``kv``)
-        and its first token, which reaches the user now; it decodes from the next step."""
+        and its first token, which reaches the user now unless the prefill replica streamed it
+        (``first_token_at_prefill``); it decodes from the next step."""
         req.prefill_only = False
         req.status = RUNNING
-        self._emit(req, now, [])
+        if req.generated == 0:
+            self._emit(req, now, [])
         self.start_running(req)
 
     def hold(self, plan: BatchPlan) -> list[Request]:
@@ -332,6 +337,8 @@ class Scheduler:
                 self.kv.commit(r)
             if r.prefilled == r.prefill_target:
                 if self.cfg.prefill_only and r.generated == 0 and r.output_tokens > 1:
+                    if self.cfg.first_token_at_prefill:
+                        self._emit(r, now, finished)  # (not its last token: it has two or more)
                     r.status = TRANSFERRING
                     finished.append(r)
                 else:
