@@ -308,7 +308,7 @@ def test_w8a8_int8_computes_at_the_int8_rate() -> None:
     up = {t.op.name: t for t in int8.priced(batch_shape([(8192, 0)], []))}["mlp_up_proj"]
     assert up.op.dtype == "int8" and up.dequant_s == 0.0  # int8 weights, int8 inputs: nothing to unpack
     assert up.compute_s * hw.peak("int8") * int8.gemm_efficiency(8192, up.op.n) == pytest.approx(up.op.flops)
-    assert int8.gemm_efficiency(8192) < 0.813
+    assert int8.gemm_efficiency(8192) < 0.706
 
 
 def test_moe_expert_gemms_are_priced_at_the_rows_each_expert_gets() -> None:
