@@ -20,7 +20,8 @@ OPT13B, A100 = CATALOG["opt-13b"], load_profile("A100-SXM-80GB")
 @pytest.mark.parametrize(
     # (distserve-2024's fit is 8.0 % since the A100 profiles' GEMMs moved to the Vidur fit, 6.9 % before;
     # its per-token term sits at its bound of 0 there)
-    ("preset", "source", "bar"), [("vllm-2024", "vllm", 0.05), ("distserve-2024", "distserve", 0.085)]
+    ("preset", "source", "bar"),
+    [("vllm-2024", "vllm", 0.05), ("distserve-2024", "distserve", 0.085)],
 )
 def test_the_presets_are_the_fit_of_distserves_step_models(preset: str, source: str, bar: float) -> None:
     coeffs = load_step_models(source)["facebook/opt-13b"]["1"]
