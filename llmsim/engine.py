@@ -396,7 +396,9 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
             "--serving` writes it), not to a scenario's engine section"
         )
     spec = engine_from_dict(value, origin, base)
-    changed = set(value) - {"preset", "profile", "name"}
+    ref = base or PRESETS[DEFAULT_ENGINE]  # (what engine_from_dict started from)
+    # a field set to what the preset already has changes nothing (its validated accuracy stands)
+    changed = {k for k in set(value) - {"preset", "profile", "name"} if getattr(spec, k) != getattr(ref, k)}
     if changed and "name" not in value:  # no longer the preset its accuracy was validated for
         spec = replace(spec, name=f"{spec.name} (modified: {', '.join(sorted(changed))})")
     return spec

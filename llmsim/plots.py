@@ -182,7 +182,9 @@ def timelines(steps: pd.DataFrame, kv_capacity_blocks: int | None) -> Figure:
     for (pool, rep), g in steps.groupby(["pool", "replica"], sort=True):
         label = f"{pool}/{rep}"
         axes[0].plot(g["start_s"], g["batch_size"], lw=0.7, label=label)
-        if kv_capacity_blocks:
+        if "kv_utilization" in g:  # (its own replica's capacity: a disaggregated run's pools differ)
+            axes[1].plot(g["start_s"], 100.0 * g["kv_utilization"], lw=0.7, label=label)
+        elif kv_capacity_blocks:
             axes[1].plot(g["start_s"], 100.0 * g["kv_blocks_used"] / kv_capacity_blocks, lw=0.7, label=label)
     axes[0].set_ylabel("batch size (seqs)")
     axes[1].set_ylabel("KV cache used (%)")

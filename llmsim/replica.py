@@ -142,6 +142,8 @@ class Replica:
     def submit(self, req: Request) -> None:
         req.replica = self.index
         reason = self.sched.rejection_reason(req)
+        if reason and self.sched.cfg.prefill_only:  # (which pool refused it: the decode pool's say so too)
+            reason = f"prefill pool: {reason}"
         if not reason and self.max_queue is not None and self.num_waiting >= self.max_queue:
             reason = f"queue full (max_queue={self.max_queue})"
         if reason:

@@ -239,10 +239,11 @@ REJECTION_KINDS = (
 
 
 def rejection_kind(reason: str) -> str:
-    """The kind of a rejection reason (REJECTION_KINDS; a decode pool's get ``decode_pool.`` first)."""
-    pool, sep, rest = reason.partition("decode pool: ")
-    if sep and not pool:
-        return "decode_pool." + rejection_kind(rest)
+    """The kind of a rejection reason (REJECTION_KINDS; a disaggregated pool's get ``decode_pool.`` or
+    ``prefill_pool.`` first)."""
+    for prefix in ("decode pool: ", "prefill pool: "):
+        if reason.startswith(prefix):
+            return prefix[:-2].replace(" ", "_") + "." + rejection_kind(reason[len(prefix) :])
     for kind, pattern in REJECTION_KINDS:
         if re.match(pattern, reason):
             return kind
@@ -494,7 +495,12 @@ def summarize(
         }
     if not steps.empty and kv_capacity_blocks:
         w = steps["duration_s"].to_numpy()
-        util = steps["kv_blocks_used"].to_numpy() / kv_capacity_blocks
+        # each step against its own replica's cache (pools of a disaggregated run differ)
+        util = (
+            steps["kv_utilization"].to_numpy()
+            if "kv_utilization" in steps
+            else steps["kv_blocks_used"].to_numpy() / kv_capacity_blocks
+        )
         summary["kv_cache"] = {
             "capacity_blocks_per_replica": kv_capacity_blocks,
             "utilization_mean": float(np.average(util, weights=w)) if w.sum() > 0 else 0.0,

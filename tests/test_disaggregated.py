@@ -115,3 +115,18 @@ def test_heterogeneous_pools_scenario_runs() -> None:
     pools = {p["name"]: p["hardware"] for p in res.summary["pools"]}
     assert pools == {"prefill": "H100-SXM", "decode": "A100-SXM-80GB"}
     assert res.summary["requests"]["finished"] == 40
+
+
+def test_each_pool_holds_its_own_reported_blocks_and_the_prefill_pool_only_prompts() -> None:
+    """A pool's num_blocks wins over kv_cache.num_blocks; a prefill pool that holds a 1,000-token
+    prompt (63 blocks) but not prompt + answer serves it (the answer grows on the decode side); one
+    too small for the prompt refuses it as the prefill pool's; KV utilisation is each replica's own."""
+    res = llmsim.run(scenario(decode={"num_blocks": 4000}, num_blocks=64))
+    assert (res.requests["status"] == "finished").all()
+    assert [p["kv_blocks_per_replica"] for p in res.summary["pools"]] == [64, 4000]
+    steps = res.steps
+    assert res.summary["kv_cache"]["utilization_peak"] == pytest.approx(steps["kv_utilization"].max())
+    assert res.summary["kv_cache"]["utilization_peak"] <= 1.0
+    small = llmsim.run(scenario(decode={"num_blocks": 4000}, num_blocks=40))
+    assert (small.requests["reject_reason"].str.startswith("prefill pool: needs 1000 tokens")).all()
+    assert small.summary["rejected_by"] == {"prefill_pool.kv_capacity": 12}

@@ -562,3 +562,8 @@ def test_the_report_names_an_mla_models_prefill_and_decode_attention_dtypes() ->
         kv_cache={"dtype": "fp8"},
     )
     assert attention_dtypes(build_pools(sc, build_model(sc))) == "prefill bf16, decode fp8"
+
+
+def test_a_field_set_to_the_presets_own_value_keeps_it_validated() -> None:
+    sc = _sc(engine={"preset": "vllm-v1", "async_scheduling": True, "first_token_at_prefill": False})
+    assert sc.engine_spec.name == "vllm-v1"

@@ -171,7 +171,9 @@ class Scheduler:
                 f"exceeds max_model_len={limit}"
             )
         extra = self.final_step_reserve()
-        total = req.prompt_tokens + max(req.output_tokens - 1, 0) + extra
+        # a disaggregated prefill pool holds the prompt's KV only (the answer grows on the decode side)
+        answer = 0 if self.cfg.prefill_only else max(req.output_tokens - 1, 0)
+        total = req.prompt_tokens + answer + extra
         blocks = self.kv.blocks_for_request(req, total)
         if blocks > self.kv.num_blocks:
             why = f", {extra} of them the last verify step's speculative.k proposals" if extra else ""
