@@ -12,7 +12,7 @@ batch; DistServe's prefill 128 prompts and 8,192 tokens a batch, its decode 1,02
 16) and the KV capacity DistServe measured for the model (66,144 tokens on one GPU, 163,008 on two in
 TP 2), so timing is scored apart from memory. Nothing is fitted to these runs.
 
-    .venv/bin/python benchmarks/distserve_real.py [--runs NAME ...] [--requests]
+    .venv/bin/python benchmarks/distserve_real.py [--runs NAME ...]
 
 Per run: TTFT and TPOT mean and p90 (ms), E2E mean, and SLO attainment under the paper's chatbot
 SLOs (TTFT 0.25 s and TPOT 0.1 s, both met), real against llmsim; then per engine the highest run

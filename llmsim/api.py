@@ -297,6 +297,7 @@ def engine_summary(sc: Scenario) -> dict:
         "async_scheduling": e.async_scheduling,
         "cuda_graphs": sc.cluster.cuda_graphs if e.cuda_graphs is None else e.cuda_graphs,
         "output_delay_s": e.output_delay_s,
+        "first_token_at_prefill": e.first_token_at_prefill,  # (disaggregated: where TTFT is stamped)
         "source": e.source,
     }
 

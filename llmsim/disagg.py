@@ -6,7 +6,8 @@ waits until that replica has blocks for the KV and a batch slot (back-pressure: 
 stays in the prefill replica's memory and keeps its blocks), sends it over the prefill replica's
 outbound link, then frees the source's blocks (``Replica.release_transferred``) and gives the
 request to the decode replica (``Replica.accept_prefilled``), whose first token reaches the user
-then. Both sides are reached only through public methods and attributes (KV capacity, the running
+then (unless the engine streams it from the prefill replica as the prompt ends:
+``EngineSpec.first_token_at_prefill``). Both sides are reached only through public methods and attributes (KV capacity, the running
 count, ``FastPath.note_external_blocks`` for a reservation during a decode run), never private state.
 """
 

@@ -158,7 +158,7 @@ class Replica:
 
     def accept_prefilled(self, req: Request, reserved_blocks: int) -> None:
         """Decode side: a request arrives with its prompt's KV (into the blocks reserved for it)
-        and its first token."""
+        and its first token (already streamed, under ``first_token_at_prefill``)."""
         self.sync()  # (a run in progress holds its steps' blocks before the reservation leaves: the cache's peak)
         self.kv.unreserve(reserved_blocks)
         self.kv.swap_in(req)
