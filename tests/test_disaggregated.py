@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import llmsim
@@ -14,11 +15,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def scenario(
-    link: dict | None = None, decode: dict | None = None, n: int = 12, policy: dict | None = None, **kv: object
+    link: dict | None = None,
+    decode: dict | None = None,
+    n: int = 12,
+    policy: dict | None = None,
+    engine: dict | str = "vllm-v1",
+    **kv: object,
 ) -> llmsim.Scenario:
     return scenario_from_dict(
         {
             "name": "disagg",
+            "engine": engine,
             "seed": 2,
             "model": "llama-3.1-8b",
             "hardware": "H100-SXM",
@@ -130,3 +137,18 @@ def test_each_pool_holds_its_own_reported_blocks_and_the_prefill_pool_only_promp
     small = llmsim.run(scenario(decode={"num_blocks": 4000}, num_blocks=40))
     assert (small.requests["reject_reason"].str.startswith("prefill pool: needs 1000 tokens")).all()
     assert small.summary["rejected_by"] == {"prefill_pool.kv_capacity": 12}
+
+
+def test_first_token_at_prefill_moves_the_transfer_into_tpot() -> None:
+    """The same run with the first token streamed by the prefill instance (DistServe) or by the
+    decode instance (vLLM's P/D): every request finishes at the same time; its TTFT is shorter by
+    its transfer, its TPOT longer."""
+    link = {"kind": "custom", "bandwidth_gbps": 5.0}  # a 1,000-token prompt's KV: ~26 ms
+    at_prefill = llmsim.run(scenario(link, engine={"preset": "vllm-v1", "first_token_at_prefill": True})).requests
+    at_decode = llmsim.run(scenario(link)).requests
+    pd.testing.assert_series_equal(at_prefill["finish_s"], at_decode["finish_s"])
+    assert (at_prefill["transfer_s"] > 0.01).all()
+    pd.testing.assert_series_equal(
+        at_prefill["ttft_s"] + at_prefill["transfer_s"], at_decode["ttft_s"], check_names=False, rtol=1e-9
+    )
+    assert (at_prefill["tpot_s"] > at_decode["tpot_s"]).all()

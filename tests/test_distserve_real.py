@@ -7,12 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from script_module import load_script
-
-import llmsim
-from llmsim.scenario import scenario_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 real_runs = load_script("distserve_real", ROOT / "benchmarks" / "distserve_real.py")
@@ -70,38 +66,3 @@ def test_the_direction_holds_as_measured(rows) -> None:
     for side in ("real", "sim"):
         assert real_runs.slo_rate(vllm, side) == 0.0  # below the lowest rate run
         assert real_runs.slo_rate(ds, side) / 3 >= 2 * lowest
-
-
-def test_first_token_at_prefill_moves_the_transfer_into_tpot() -> None:
-    """The same run with the first token streamed by the prefill instance or by the decode
-    instance: every request finishes at the same time; its TTFT is shorter by its transfer."""
-    d = {
-        "name": "first-token",
-        "seed": 3,
-        "model": "opt-13b",
-        "hardware": "A100-SXM-80GB",
-        "engine": {"preset": "distserve-2024", "first_token_at_prefill": True},
-        "cluster": {
-            "prefill_pool": {"replicas": 1},
-            "decode_pool": {"replicas": 1},
-            "kv_link": {"kind": "custom", "bandwidth_gbps": 5.0},
-        },
-        "policy": {"kind": "disaggregated"},
-        "workload": {
-            "kind": "poisson",
-            "rate_rps": 2.0,
-            "num_requests": 40,
-            "prompt_tokens": {"dist": "uniform", "min": 200, "max": 1500},
-            "output_tokens": {"dist": "uniform", "min": 2, "max": 60},
-        },
-        "output": {"steps": "none"},
-    }
-    at_prefill = llmsim.run(scenario_from_dict(d, "t", ROOT)).requests
-    d["engine"] = {"preset": "distserve-2024", "first_token_at_prefill": False}
-    at_decode = llmsim.run(scenario_from_dict(d, "t", ROOT)).requests
-    pd.testing.assert_series_equal(at_prefill["finish_s"], at_decode["finish_s"])
-    assert (at_prefill["transfer_s"] > 0.01).all()  # a 5 GB/s link: tens of ms a prompt
-    pd.testing.assert_series_equal(
-        at_prefill["ttft_s"] + at_prefill["transfer_s"], at_decode["ttft_s"], check_names=False, rtol=1e-9
-    )
-    assert (at_prefill["tpot_s"] > at_decode["tpot_s"]).all()
