@@ -177,7 +177,8 @@ class Scheduler:
         blocks = self.kv.blocks_for_request(req, total)
         if blocks > self.kv.num_blocks:
             why = f", {extra} of them the last verify step's speculative.k proposals" if extra else ""
-            return f"needs {total} tokens of KV cache ({blocks} blocks{why}), capacity is {self.kv.num_blocks} blocks"
+            cap = self.kv.num_blocks
+            return f"needs {total} tokens of KV cache ({blocks} blocks{why}), capacity is {cap} block{'s' * (cap != 1)}"
         return ""
 
     def schedule(self) -> BatchPlan:  # pragma: no cover
