@@ -12,11 +12,13 @@ batch; DistServe's prefill 128 prompts and 8,192 tokens a batch, its decode 1,02
 16) and the KV capacity DistServe measured for the model (66,144 tokens on one GPU, 163,008 on two in
 TP 2), so timing is scored apart from memory. Nothing is fitted to these runs.
 
-    .venv/bin/python benchmarks/distserve_real.py [--runs NAME ...]
+    .venv/bin/python benchmarks/distserve_real.py [--runs NAME ...] [--record]
 
 Per run: TTFT and TPOT mean and p90 (ms), E2E mean, and SLO attainment under the paper's chatbot
 SLOs (TTFT 0.25 s and TPOT 0.1 s, both met), real against llmsim; then per engine the highest run
-rate with at least 90% attainment, per GPU, which is how DistServe states its result.
+rate with at least 90% attainment, per GPU, which is how DistServe states its result. ``--record``
+stores each engine's errors (as llmsim.accuracy scores them) in data/validation/accuracy.json, so
+a run under `vllm-2024` or `distserve-2024` prints them as its validated intervals.
 """
 
 from __future__ import annotations
@@ -117,7 +119,27 @@ def attained(ttft_s: np.ndarray, tpot_s: np.ndarray) -> float:
     return float(np.mean((ttft_s <= TTFT_SLO_S) & (tpot <= TPOT_SLO_S)))
 
 
+def request_tables(real: pd.DataFrame, sim: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both sides as llmsim.accuracy's per-request tables (one clock per side, matched by id)."""
+    ids = np.arange(len(real))
+    measured = pd.DataFrame(
+        {
+            "id": ids,
+            "arrival_s": real["arrival_s"],
+            "first_token_s": real["arrival_s"] + real["ttft_ms"] / 1e3,
+            "finish_s": real["arrival_s"] + real["latency_ms"] / 1e3,
+            "prompt_tokens": real["prompt_len"],
+            "output_tokens": real["output_len"],
+        }
+    )
+    cols = ["arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens"]
+    predicted = sim[cols].assign(id=ids)
+    return measured, predicted
+
+
 def score(name: str) -> dict:
+    from llmsim.accuracy import compare
+
     real = load(name)
     sim = simulate(name, real)
     assert len(sim) == len(real) and (sim["prompt_tokens"].to_numpy() == real["prompt_len"].to_numpy()).all()
@@ -134,6 +156,7 @@ def score(name: str) -> dict:
         row[f"{label}_p90_real"], row[f"{label}_p90_sim"] = 1e3 * np.percentile(r, 90), 1e3 * np.percentile(s, 90)
     row["e2e_request_mape"] = float(np.mean(np.abs(se2e / re2e - 1)))
     row["attain_real"], row["attain_sim"] = attained(rt, rp), attained(st, sp)
+    row["compared"] = compare(*request_tables(real, sim))  # (what --record stores)
     return row
 
 
@@ -166,7 +189,11 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", nargs="+", metavar="NAME", help="run names (default: all)")
+    ap.add_argument("--record", action="store_true", help="store the errors in data/validation/accuracy.json")
     args = ap.parse_args()
+    if args.record and args.runs:
+        print("distserve_real.py: error: --record stores the whole set's errors; drop --runs", file=sys.stderr)
+        return 2
     rows = [score(n) for n in (args.runs or runs())]
 
     def pair(r: dict, key: str) -> list[str]:
@@ -199,6 +226,14 @@ def main() -> int:
     print()
     heads = ["engine", "GPUs", "run rates (req/s)", "SLO rate real", "llmsim", "per GPU real", "llmsim"]
     print(table(slo_rates(rows), heads))
+    if args.record:
+        from llmsim.accuracy import record
+
+        for engine in dict.fromkeys(r["engine"] for r in rows):
+            scores = [{**r["compared"], "run": r["run"]} for r in rows if r["engine"] == engine]
+            src = "benchmarks/distserve_real.py: DistServe's measured OPT-13B runs (data/validation/distserve/runs/)"
+            path = record(f"distserve-runs/{engine}", scores, src, engine=engine)
+        print(f"wrote {path}")
     return 0
 
 

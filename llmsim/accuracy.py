@@ -95,34 +95,48 @@ def error_spread(scores: list[dict]) -> dict:
     return out
 
 
-def record(kind: str, scores: list[dict], source: str, path: Path = RECORD) -> Path:
-    """Store the errors of one set of validation runs (``kind``: vllm-cpu, vllm-gpu) in ``path``."""
+DEFAULT_VALIDATED = "vllm-v1"  # the engine a record validates when it does not name one
+
+
+def record(kind: str, scores: list[dict], source: str, path: Path = RECORD, engine: str = DEFAULT_VALIDATED) -> Path:
+    """Store the errors of one set of validation runs (``kind``: vllm-cpu, vllm-gpu, ...) of the
+    preset ``engine`` in ``path``."""
     data = json.loads(path.read_text()) if path.exists() else {}
-    data[kind] = {"source": source, "runs": [s.get("run") for s in scores], "errors": error_spread(scores)}
+    rec = {"source": source, "runs": [s.get("run") for s in scores], "errors": error_spread(scores)}
+    if engine != DEFAULT_VALIDATED:
+        rec["engine"] = engine
+    data[kind] = rec
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return path
 
 
-VALIDATED_ENGINES = ("vllm-v1",)  # the presets the recorded runs validate (a fitted profile has its own report)
-
-
 def validated(engine: str, path: Path = RECORD) -> dict | None:
-    """The recorded errors that qualify a run under ``engine``, or None where nothing validated it
-    (the ideal engine, a preset with changed terms, a calibrated profile: see its fit report)."""
-    if engine not in VALIDATED_ENGINES or not path.exists():
+    """The recorded errors that qualify a run under the preset ``engine``, or None where nothing
+    validated it (the ideal engine, a preset with changed terms, a calibrated profile: see its fit
+    report)."""
+    if not path.exists():
         return None
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    return {k: v for k, v in data.items() if isinstance(v, dict) and "errors" in v} or None
+    mine = {
+        k: v
+        for k, v in data.items()
+        if isinstance(v, dict) and "errors" in v and v.get("engine", DEFAULT_VALIDATED) == engine
+    }
+    return mine or None
 
 
 def interval_line(v: dict | None) -> str:
     """Lines for a run's printout: how far the validation says to trust its figures."""
     if not v:
-        return "not validated for this engine (only the vllm-v1 preset is; docs/validation.md)"
-    lines = ["validated against real vLLM: median |error| of the run means (worst), docs/validation.md"]
+        return (
+            "not validated for this engine (the vllm-v1, vllm-2024 and distserve-2024 presets are; docs/validation.md)"
+        )
+    engines = {rec.get("engine", DEFAULT_VALIDATED) for rec in v.values()}
+    against = "real vLLM" if engines == {DEFAULT_VALIDATED} else f"real runs of {', '.join(sorted(engines))}"
+    lines = [f"validated against {against}: median |error| of the run means (worst), docs/validation.md"]
     for kind, rec in sorted(v.items()):
         e = rec["errors"]
         figs = ", ".join(

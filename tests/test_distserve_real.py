@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from script_module import load_script
 
@@ -66,3 +67,19 @@ def test_the_direction_holds_as_measured(rows) -> None:
     for side in ("real", "sim"):
         assert real_runs.slo_rate(vllm, side) == 0.0  # below the lowest rate run
         assert real_runs.slo_rate(ds, side) / 3 >= 2 * lowest
+
+
+def test_the_runs_errors_are_the_2024_presets_validated_intervals(rows) -> None:
+    """accuracy.json holds each engine's errors over these runs (distserve_real.py --record), and a
+    run under that preset, and only that preset, reports them."""
+    from llmsim.accuracy import interval_line, validated
+
+    for engine in ("vllm-2024", "distserve-2024"):
+        rec = validated(engine)
+        assert rec is not None and set(rec) == {f"distserve-runs/{engine}"}
+        errs = [abs(r["compared"]["err_mean_ttft_ms"]) for r in _by_engine(rows, engine)]
+        assert rec[f"distserve-runs/{engine}"]["errors"]["mean_ttft_ms"]["median_abs_err"] == pytest.approx(
+            float(np.median(errs))
+        )
+        assert f"validated against real runs of {engine}" in interval_line(rec)
+    assert not any(k.startswith("distserve-runs/") for k in validated("vllm-v1") or {})
