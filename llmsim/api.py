@@ -339,6 +339,7 @@ def sim_options(
         decode_router=sc.cluster.decode_router,
         router_view_s=sc.cluster.router_view_s,
         max_concurrency=sc.workload.max_concurrency,
+        answer_delay_s=sc.engine_spec.output_delay_s,
         kv_bytes_per_token=model.kv_bytes_per_token(sc.kv_cache.dtype),
         num_layers=model.num_layers,
         n_seqs=sc.workload.beam_width or sc.workload.parallel_samples,

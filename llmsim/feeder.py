@@ -7,7 +7,8 @@ others (``Workload.after``) is sent ``Workload.delay_s`` after the last of them 
 with ``max_concurrency`` a request is sent only while fewer than that many are in flight (sent and
 neither answered nor rejected), the others waiting first come, first served, as vLLM's benchmark
 client holds them on a semaphore. A request's ``arrival_s`` is when it was sent, which is what the
-benchmark measures TTFT from.
+benchmark measures TTFT from. An answer counts when the client has it: ``answer_delay_s`` (the
+engine's ``output_delay_s``) after the engine's last step, as its ``finish_s`` says.
 
 ``Feeder`` owns that state: the in-flight slots (a SimPy ``Resource``), how many answers each
 dependent request still waits for, and the sends. The replicas tell it when a request is answered
@@ -35,8 +36,10 @@ class Feeder:
         max_concurrency: int | None,
         send: Callable[[int, float], Request],
         drop: Callable[[int, float, str], Request],
+        answer_delay_s: float = 0.0,
     ) -> None:
         self.env = env
+        self.answer_delay_s = answer_delay_s
         self.send = send  # builds, routes and submits request i, sent now (sim.py)
         self.drop = drop  # builds request i as rejected now, with a reason, never sent
         n = len(workload)
@@ -78,9 +81,20 @@ class Feeder:
             self.answered(r)
 
     def answered(self, r: Request) -> None:
-        """``r`` was answered (finished) or rejected: its slot frees, and who waited on it may go.
-        After a rejection its session ends: who waited on it is rejected too, never sent (a client
-        does not go on with a conversation whose call failed)."""
+        """``r`` was answered (finished) or rejected: its slot frees, and who waited on it may go,
+        once the client has the answer (``answer_delay_s`` after its last step; a rejection at
+        once). After a rejection its session ends: who waited on it is rejected too, never sent (a
+        client does not go on with a conversation whose call failed)."""
+        if r.status != REJECTED and self.answer_delay_s > 0:
+            self.env.process(self._delivered(r))
+            return
+        self._received(r)
+
+    def _delivered(self, r: Request) -> Generator[simpy.Event, Any, None]:
+        yield self.env.timeout(self.answer_delay_s)
+        self._received(r)
+
+    def _received(self, r: Request) -> None:
         slot = self._held.pop(r.id, None)
         if slot is not None and self.slots is not None:
             self.slots.release(slot)

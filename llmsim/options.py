@@ -49,6 +49,9 @@ class SimOptions:
     decode_router: str = "least_outstanding"
     router_view_s: float | None = None  # seconds between the router's views of the replicas (router.view_s)
     max_concurrency: int | None = None  # client-side cap on requests in flight (feeder.py)
+    # an answer reaches the client this long after the engine's last step (engine.output_delay_s):
+    # a closed-loop client's next call and its in-flight slot wait for it (feeder.py)
+    answer_delay_s: float = 0.0
     # arrivals wait on answers (feeder.py): no replica may run ahead of SimPy's clock, since an
     # answer can release a request at any instant (set by sim.simulate)
     feedback: bool = False

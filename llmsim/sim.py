@@ -249,7 +249,7 @@ def simulate(
             send(i, t)
         inputs.arrival_s = math.inf
 
-    feeder = Feeder(env, workload, opts.max_concurrency, send, drop) if feedback else None
+    feeder = Feeder(env, workload, opts.max_concurrency, send, drop, opts.answer_delay_s) if feedback else None
     if feeder is None:
         Driven(env, arrivals())
     else:  # arrivals that wait on answers (feeder.py)

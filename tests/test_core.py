@@ -71,11 +71,14 @@ def test_single_request_ttft_is_prefill_time() -> None:
     res = llmsim.run(sc)
     cost = build_pools(sc, build_model(sc))[0].cost
     row = res.requests.iloc[0]
-    # one prompt alone: TTFT is exactly the cost model's prefill step (no queueing)
-    assert row["ttft_s"] == pytest.approx(cost.prefill_time(2000), rel=1e-9)
+    # one prompt alone: TTFT is exactly the cost model's prefill step (no queueing), plus the
+    # engine's delay to the client (vllm-v1: its API server and stream, engine.output_delay_s)
+    delay = sc.engine_spec.output_delay_s
+    assert delay == 0.010
+    assert row["ttft_s"] == pytest.approx(cost.prefill_time(2000) + delay, rel=1e-9)
     # and E2E adds exactly 49 decode steps at growing context
     decode = sum(cost.decode_time([2000 + i]) for i in range(49))
-    assert row["e2e_s"] == pytest.approx(cost.prefill_time(2000) + decode, rel=1e-9)
+    assert row["e2e_s"] == pytest.approx(cost.prefill_time(2000) + decode + delay, rel=1e-9)
 
 
 @pytest.mark.parametrize("policy", ["traditional", "chunked", "static"])

@@ -254,6 +254,7 @@ def test_engine_on_the_cost_models_clock_reproduces_the_simulator(tmp_path, poli
         sc_data["policy"].update(chunk_budget="dynamic", tbt_target_s=1e-9, min_chunk_tokens=32)
     sc_data["workload"]["num_requests"] = 16
     sc_data["hardware"] = str(fake_profile(tmp_path))
+    sc_data["engine"] = {"preset": "vllm-v1", "output_delay_s": 0.0}  # the engine's own stamps: no client
     path = tmp_path / "twin.yaml"
     path.write_text(yaml.safe_dump(sc_data))
     sc = load_scenario(path)

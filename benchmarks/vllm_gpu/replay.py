@@ -243,6 +243,9 @@ def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
         "seed": int(kw.get("seed") or 0),
         "model": run.scenario_model(),
         "hardware": run.hardware,
+        # the runs' times are vLLM's own stamps (queued_ts, first_token_ts: LLMServingSim's validate.py),
+        # not a client's: the API server's delay to the client (engine.output_delay_s) is not in them
+        "engine": {"preset": "vllm-v1", "output_delay_s": 0.0},
         "cluster": {
             "replicas": dp,
             "tp": int(kw.get("tensor_parallel_size") or 1),
