@@ -385,7 +385,9 @@ def engine_section(mp: Mapping, flow: str, cat: str, hw: str, tp: int, pp: int, 
         if flow == "trtllm-session":
             mp.notes.append("static batch (gptSessionBenchmark); KV: TensorRT-LLM's default 0.9 of free")
     elif flow in ("vllm", "sglang"):
-        out["engine"] = "vllm-v1"
+        # offline benchmarks (benchmark_throughput / _latency, bench_one_batch) run the engine in
+        # process: no API server between it and the timer (engine.output_delay_s)
+        out["engine"] = "vllm-v1" if mode == "online" else {"preset": "vllm-v1", "output_delay_s": 0.0}
         util = _flag(notes, "--gpu-memory-utilization")
         out["kv_cache"]["memory_fraction"] = float(util) if util else 0.9
         policy: dict = {"kind": "vllm"}

@@ -221,9 +221,11 @@ _VLLM_CPU_OP_S = 37.3e-6
 # the CPU twin's in-process harness do not see. Measured as the client's TTFT less vLLM's own
 # (vllm:time_to_first_token_seconds) through `vllm serve`'s completions endpoint, 512-token prompts:
 # +8.4 and +12.0 ms in two rounds (github.com/vllm-project/vllm PR #54628, vLLM 0.28.1rc1, an RTX 4070
-# laptop under WSL2; the chat and responses endpoints +10.5 to +12.2). It depends on the host: against
-# vLLM 0.30's own GPU passes llmsim reads 4-17 ms short by host (docs/validation.md). A replay of
-# engine-side stamps sets it to 0.
+# laptop under WSL2; the chat and responses endpoints +10.5 to +12.2). It covers the way in (HTTP,
+# tokenising) and the stream out, all added after the engine here (the same for a client's TTFT and
+# E2E). It depends on the host: against vLLM 0.30's GPU passes llmsim read 4-17.5 ms short on the
+# A100, H100 and GH200 hosts without it, 64 ms on the L4 (mostly its prefill; docs/validation.md).
+# Offline benchmarks and replays of engine-side stamps set it to 0.
 _VLLM_FRONTEND_S = 0.010
 
 PRESETS: dict[str, EngineSpec] = {
@@ -237,7 +239,8 @@ PRESETS: dict[str, EngineSpec] = {
         "vllm-v1",
         "vLLM v1 (0.19-0.32): scheduler vllm/v1/core/sched/scheduler.py, defaults vllm/engine/arg_utils.py, "
         "async scheduling on GPUs (vllm/config/scheduler.py), CUDA graphs FULL_AND_PIECEWISE with the default "
-        "capture sizes; host terms measured on vLLM 0.32 (CPU build), see llmsim/engine.py",
+        "capture sizes; host terms measured on vLLM 0.32 (CPU build); 10 ms from the engine to a client through "
+        "vLLM's OpenAI server (vLLM PR #54628), see llmsim/engine.py",
         schedule=_VLLM_SCHEDULE,
         prepare=_VLLM_PREPARE_GPU,
         output=_VLLM_OUTPUT,
