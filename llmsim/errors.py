@@ -290,8 +290,11 @@ def json_text(raw: bytes | str, origin: str) -> object:
         raise UserError(f"{origin}: {NUMBER_TOO_LONG}") from None
 
 
-def pydantic_message(exc: Exception, origin: str, suggestions: dict[str, list[str]] | None = None) -> str:
-    """Turn a pydantic ValidationError into one line per problem: ``file: key.path: message``."""
+def pydantic_message(
+    exc: Exception, origin: str, suggestions: dict[str, list[str]] | None = None, moved: dict[str, str] | None = None
+) -> str:
+    """Turn a pydantic ValidationError into one line per problem: ``file: key.path: message``.
+    ``moved``: keys that live in another section (``key.path`` -> where to set it instead)."""
     lines = []
     for err in exc.errors():  # type: ignore[attr-defined]
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -299,7 +302,8 @@ def pydantic_message(exc: Exception, origin: str, suggestions: dict[str, list[st
         if err["type"] == "extra_forbidden":
             key = str(err["loc"][-1])
             siblings = (suggestions or {}).get(".".join(str(p) for p in err["loc"][:-1]), [])
-            msg = f"unknown key {key!r}{did_you_mean(key, siblings)}"
+            hint = (moved or {}).get(".".join(str(p) for p in err["loc"]))
+            msg = f"unknown key {key!r}" + (f" (set {hint} instead)" if hint else did_you_mean(key, siblings))
         elif err["type"] == "missing":
             msg = "required key is missing"
         else:

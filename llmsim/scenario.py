@@ -694,6 +694,12 @@ class Scenario(_Strict):
         return p
 
 
+# keys a user may look for in the wrong section, and where they are
+MOVED_KEYS = {
+    "cluster.num_blocks": "kv_cache.num_blocks, or a disaggregated pool's cluster.prefill_pool/decode_pool.num_blocks",
+}
+
+
 def _section_keys() -> dict[str, list[str]]:
     """Valid keys per section, for 'did you mean' suggestions."""
     out = {"": list(Scenario.model_fields)}
@@ -730,7 +736,7 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
     try:
         sc = Scenario.model_validate(dict(data, base_dir=str(base_dir)))
     except ValidationError as exc:
-        raise UserError(pydantic_message(exc, origin, _section_keys())) from None
+        raise UserError(pydantic_message(exc, origin, _section_keys(), MOVED_KEYS)) from None
     _check_names(sc, origin)
     sc = apply_engine(sc, origin)
     if sc.kv_cache.offload and not sc.kv_cache.prefix_caching:  # (the engine may turn the cache on)
