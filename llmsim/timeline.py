@@ -126,7 +126,10 @@ def trace_events(
             pid, info, steps, tids, max_counter_points, None if out.trace == "full" else MAX_STEP_SLICES
         )
     if out.trace != "none" and not requests.empty:
-        yield from _request_events(len(pools) + 1, requests, steps, out, tids, chunks)
+        # the requests' first token and finish are the client's (engine.output_delay_s after the
+        # step that made them); their phases are drawn on the steps' clock, the engine's
+        delay = float(((summary or {}).get("engine") or {}).get("output_delay_s") or 0.0)
+        yield from _request_events(len(pools) + 1, requests, steps, out, tids, chunks, delay)
 
 
 # ---------------------------------------------------------------- pools, replicas, steps
@@ -312,6 +315,7 @@ def _request_events(
     output: OutputConfig,
     tids: _Tids,
     chunks: pd.DataFrame | None = None,
+    delay_s: float = 0.0,
 ) -> Iterator[dict]:
     chosen = sample_requests(requests, output)
     spans = _chunk_spans_ns(chunks, steps)
@@ -320,7 +324,7 @@ def _request_events(
     yield from _process_meta(pid, label, 1_000_000)
     rejected = chosen[chosen["status"] == "rejected"]
     served = chosen[chosen["status"] != "rejected"]
-    bounds = _phase_bounds_ns(served, _first_scheduled_s(served, steps), _last_instant_s(requests, steps))
+    bounds = _phase_bounds_ns(served, _first_scheduled_s(served, steps), _last_instant_s(requests, steps), delay_s)
     lanes = _pack_lanes(bounds[:, 0], bounds[:, -1], np.zeros(len(bounds), np.int64))
     lane_tids = [tids.next() for _ in range(int(lanes.max()) + 1 if len(lanes) else 0)]
     for k, tid in enumerate(lane_tids):
@@ -392,17 +396,18 @@ def _chunk_spans_ns(chunks: pd.DataFrame | None, steps: pd.DataFrame) -> dict[in
     return out
 
 
-def _phase_bounds_ns(served: pd.DataFrame, scheduled_s: np.ndarray, last_s: float) -> np.ndarray:
-    """(n, 4) instants arrival, first scheduled, first token, finish. A time the request never
-    reached is the last instant the frames hold for the phase it was in, and the next ones are
-    empty; cumulative max keeps the order if CSV rounding swapped two equal instants."""
+def _phase_bounds_ns(served: pd.DataFrame, scheduled_s: np.ndarray, last_s: float, delay_s: float = 0.0) -> np.ndarray:
+    """(n, 4) instants arrival, first scheduled, first token, finish, on the engine's clock (the
+    client's first token and finish less ``delay_s``). A time the request never reached is the last
+    instant the frames hold for the phase it was in, and the next ones are empty; cumulative max
+    keeps the order if CSV rounding swapped two equal instants."""
     if served.empty:
         return np.zeros((0, 4), np.int64)
     t = np.column_stack(
         [
             served["arrival_s"].to_numpy(dtype=float),
             scheduled_s,
-            *(served[c].to_numpy(dtype=float) for c in ("first_token_s", "finish_s")),
+            *(served[c].to_numpy(dtype=float) - delay_s for c in ("first_token_s", "finish_s")),
         ]
     )
     t = np.where(np.isnan(t), last_s, t)
