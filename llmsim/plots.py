@@ -176,16 +176,13 @@ def _group_label(keys: list[str], values: object) -> str:
     return ", ".join(f"{k}={v}" for k, v in zip(keys, vals, strict=False))
 
 
-def timelines(steps: pd.DataFrame, kv_capacity_blocks: int | None) -> Figure:
+def timelines(steps: pd.DataFrame) -> Figure:
     """Batch size and KV-cache utilisation over time, one line per replica."""
     fig, axes = plt.subplots(2, 1, figsize=(12, 4.5), sharex=True)
     for (pool, rep), g in steps.groupby(["pool", "replica"], sort=True):
         label = f"{pool}/{rep}"
         axes[0].plot(g["start_s"], g["batch_size"], lw=0.7, label=label)
-        if "kv_utilization" in g:  # (its own replica's capacity: a disaggregated run's pools differ)
-            axes[1].plot(g["start_s"], 100.0 * g["kv_utilization"], lw=0.7, label=label)
-        elif kv_capacity_blocks:
-            axes[1].plot(g["start_s"], 100.0 * g["kv_blocks_used"] / kv_capacity_blocks, lw=0.7, label=label)
+        axes[1].plot(g["start_s"], 100.0 * g["kv_utilization"], lw=0.7, label=label)  # (of its own replica's cache)
     axes[0].set_ylabel("batch size (seqs)")
     axes[1].set_ylabel("KV cache used (%)")
     axes[1].set_xlabel("time (s)")

@@ -599,10 +599,7 @@ def run_figures(r: ResultsDir) -> list[Figure]:
             Figure("Latency CDFs (TTFT, TPOT, TBT max, E2EL)", plots.png_bytes(plots.latency_cdfs(r.requests, slo)))
         )
     if not r.steps.empty:
-        kv = r.summary.get("kv_cache", {}).get("capacity_blocks_per_replica")
-        out.append(
-            Figure("Batch size and KV-cache utilisation over time", plots.png_bytes(plots.timelines(r.steps, kv)))
-        )
+        out.append(Figure("Batch size and KV-cache utilisation over time", plots.png_bytes(plots.timelines(r.steps))))
         fig = plots.gantt(r.steps, GANTT_WINDOW_S)
         out.append(Figure(f"Per-replica step timeline (first {GANTT_WINDOW_S:g} s)", plots.png_bytes(fig)))
         roof = roofline_points(r)

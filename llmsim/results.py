@@ -238,12 +238,16 @@ REJECTION_KINDS = (
 )
 
 
+# a disaggregated pool's refusals say which pool (sim.py: the decode pool's, replica.py: the prefill pool's)
+POOL_PREFIXES = {"decode pool: ": "decode_pool", "prefill pool: ": "prefill_pool"}
+
+
 def rejection_kind(reason: str) -> str:
     """The kind of a rejection reason (REJECTION_KINDS; a disaggregated pool's get ``decode_pool.`` or
     ``prefill_pool.`` first)."""
-    for prefix in ("decode pool: ", "prefill pool: "):
+    for prefix, pool in POOL_PREFIXES.items():
         if reason.startswith(prefix):
-            return prefix[:-2].replace(" ", "_") + "." + rejection_kind(reason[len(prefix) :])
+            return f"{pool}.{rejection_kind(reason[len(prefix) :])}"
     for kind, pattern in REJECTION_KINDS:
         if re.match(pattern, reason):
             return kind
@@ -495,12 +499,7 @@ def summarize(
         }
     if not steps.empty and kv_capacity_blocks:
         w = steps["duration_s"].to_numpy()
-        # each step against its own replica's cache (pools of a disaggregated run differ)
-        util = (
-            steps["kv_utilization"].to_numpy()
-            if "kv_utilization" in steps
-            else steps["kv_blocks_used"].to_numpy() / kv_capacity_blocks
-        )
+        util = steps["kv_utilization"].to_numpy()  # each step's own replica's share (steplog.py)
         summary["kv_cache"] = {
             "capacity_blocks_per_replica": kv_capacity_blocks,
             "utilization_mean": float(np.average(util, weights=w)) if w.sum() > 0 else 0.0,
