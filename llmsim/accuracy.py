@@ -110,30 +110,33 @@ def record(kind: str, scores: list[dict], source: str, path: Path = RECORD, engi
     return path
 
 
+def _records(path: Path = RECORD) -> dict[str, dict]:
+    """Every stored set of validation runs by kind ({} where the file is missing or unreadable)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict) and "errors" in v}
+
+
 def validated(engine: str, path: Path = RECORD) -> dict | None:
     """The recorded errors that qualify a run under the preset ``engine``, or None where nothing
     validated it (the ideal engine, a preset with changed terms, a calibrated profile: see its fit
     report)."""
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    mine = {
-        k: v
-        for k, v in data.items()
-        if isinstance(v, dict) and "errors" in v and v.get("engine", DEFAULT_VALIDATED) == engine
-    }
+    mine = {k: v for k, v in _records(path).items() if v.get("engine", DEFAULT_VALIDATED) == engine}
     return mine or None
+
+
+def validated_engines(path: Path = RECORD) -> list[str]:
+    """The presets some stored set of real runs validates."""
+    return sorted({v.get("engine", DEFAULT_VALIDATED) for v in _records(path).values()})
 
 
 def interval_line(v: dict | None) -> str:
     """Lines for a run's printout: how far the validation says to trust its figures."""
     if not v:
-        return (
-            "not validated for this engine (the vllm-v1, vllm-2024 and distserve-2024 presets are; docs/validation.md)"
-        )
+        presets = ", ".join(validated_engines()) or "none"
+        return f"not validated for this engine (validated presets: {presets}; docs/validation.md)"
     engines = {rec.get("engine", DEFAULT_VALIDATED) for rec in v.values()}
     against = "real vLLM" if engines == {DEFAULT_VALIDATED} else f"real runs of {', '.join(sorted(engines))}"
     lines = [f"validated against {against}: median |error| of the run means (worst), docs/validation.md"]

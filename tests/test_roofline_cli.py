@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from llmsim.cli import main
@@ -112,3 +114,7 @@ def test_roofline_prices_a_step_as_the_engine_runs_it(capsys) -> None:
     assert total == pytest.approx(data["step_s"], rel=1e-9)
     assert main([*base[:-1], "--engine", "nope"]) == 2
     assert "--engine 'nope': expected one of ideal, vllm-v1" in capsys.readouterr().err
+    # an engine profile file prices the step with its own host terms, as a scenario's engine.profile does
+    profile = Path(__file__).resolve().parent.parent / "data" / "validation" / "vllm-cpu" / "engine-fit" / "engine.yaml"
+    assert main([*padded, "--engine", str(profile), "--out", "-", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["overheads"]["engine_schedule"]["time_s"] > 0

@@ -38,8 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--engine",
         default="ideal",
-        help="engine preset whose host terms, CUDA graphs and kernel choices price the step (default ideal: the "
-        "hardware alone; vllm-v1 as `llmsim run` uses it, e.g. its fp8 attention over an fp8 KV cache)",
+        help="engine preset or engine profile (.yaml) whose host terms, CUDA graphs and kernel choices price the "
+        "step (default ideal: the hardware alone; vllm-v1 as `llmsim run` uses it, e.g. its fp8 attention over an "
+        "fp8 KV cache)",
     )
     p.add_argument("--out", default="roofline.png", help="chart path (.png, .svg or .pdf); '-' for none")
     p.add_argument("--json", action="store_true", help="print JSON: the step, every op's figures, the overheads")
@@ -147,12 +148,12 @@ def check_chart_path(out: str) -> Path | None:
 
 
 def engine_arg(name: str, hw: HardwareProfile) -> EngineSpec:
-    """``--engine``: a preset, as it runs on ``hw`` (engine.for_hardware)."""
-    from llmsim.engine import PRESETS, for_hardware
+    """``--engine``: a preset or an engine profile file, as it runs on ``hw`` (engine.for_hardware)."""
+    from llmsim.engine import PRESETS, for_hardware, load_engine
 
-    if name not in PRESETS:
-        raise UserError(f"--engine {name!r}: expected one of {', '.join(PRESETS)}")
-    return for_hardware(PRESETS[name], hw)
+    if name not in PRESETS and not name.endswith((".yaml", ".yml")):
+        raise UserError(f"--engine {name!r}: expected one of {', '.join(PRESETS)}, or an engine profile (.yaml)")
+    return for_hardware(load_engine(name, Path.cwd(), "--engine"), hw)
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
