@@ -430,6 +430,8 @@ def _request_slices(
     name = f"request {rid}" if status == "finished" else f"request {rid} ({status})"
     t = b.tolist()
     ts, dur = _ts_dur(t[0], t[3])
+    request_end_us = ts + dur
+    phase_end_us = [request_end_us] * len(PHASES)  # (the float end each phase's slice got)
     yield {
         "name": name,
         "cat": "request",
@@ -446,7 +448,8 @@ def _request_slices(
         # a phase that took no time is left out: viewers nest a zero-length slice inside the
         # sibling that starts at the same instant, or put it after the request at its end
         if reached[k] and t[k + 1] > t[k]:
-            ts, dur = _ts_dur(t[k], t[k + 1])
+            ts, dur = _ts_dur(t[k], t[k + 1], request_end_us)
+            phase_end_us[k] = ts + dur
             yield {
                 "name": phase,
                 "cat": "request",
@@ -457,10 +460,12 @@ def _request_slices(
                 "tid": tid,
                 "args": small,
             }
-    yield from _chunk_slices(pid, tid, t, chunks or [], small)
+    yield from _chunk_slices(pid, tid, t, chunks or [], small, phase_end_us)
 
 
-def _chunk_slices(pid: int, tid: int, t: list[int], chunks: list[tuple[int, int, int]], args: dict) -> Iterator[dict]:
+def _chunk_slices(
+    pid: int, tid: int, t: list[int], chunks: list[tuple[int, int, int]], args: dict, phase_end_us: list[float]
+) -> Iterator[dict]:
     """A slice per prefill chunk (the step that carried it), inside the phase it lies in: the
     prompt's chunks inside ``prefill``; after a preemption by recompute, the prompt and the tokens
     generated so far prefilled again inside ``decode`` ("recompute")."""
@@ -472,7 +477,7 @@ def _chunk_slices(pid: int, tid: int, t: list[int], chunks: list[tuple[int, int,
         if e <= a:
             continue
         name = f"chunk {k + 1}: {tokens} tokens" if inside_prefill else f"recompute: {tokens} tokens"
-        ts, dur = _ts_dur(a, e)
+        ts, dur = _ts_dur(a, e, phase_end_us[PHASES.index("prefill" if inside_prefill else "decode")])
         yield {"name": name, "cat": "chunk", "ph": "X", "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
 
 
@@ -544,11 +549,13 @@ def _clip_to_next(start_ns: np.ndarray, end_ns: np.ndarray, lanes: np.ndarray) -
     return np.maximum(out, start_ns)
 
 
-def _ts_dur(t0_ns: int, t1_ns: int) -> tuple[float, float]:
-    """(ts, dur) in µs with ts + dur <= the end in floating point too. DevTools and chrome://tracing
-    add them as floats, and an end one ulp past the next slice's start reads as an overlap (that
-    slice drops out of the flame chart); Perfetto rounds each to ns, which the nudge leaves alone."""
-    ts, end = t0_ns / 1000, t1_ns / 1000
+def _ts_dur(t0_ns: int, t1_ns: int, within_us: float = math.inf) -> tuple[float, float]:
+    """(ts, dur) in µs with ts + dur <= the end in floating point too, and <= ``within_us`` (the
+    float end of the slice this one nests in: two sums of different starts can land an ulp apart).
+    DevTools and chrome://tracing add them as floats, and an end one ulp past the next slice's start
+    (or its parent's end) reads as an overlap (that slice drops out of the flame chart); Perfetto
+    rounds each to ns, which the nudge leaves alone."""
+    ts, end = t0_ns / 1000, min(t1_ns / 1000, within_us)
     dur = end - ts
     while dur > 0 and ts + dur > end:
         dur = math.nextafter(dur, 0.0)
