@@ -3,6 +3,7 @@ elementwise ops (data/calibration/vidur/compute/<gpu>/), as the tables in docs/v
 
     python benchmarks/kernel_tables.py a40      # A40 vs hardware_profiles/{A40,calibrated/A40}.yaml
     python benchmarks/kernel_tables.py a100     # A100-SXM-80GB
+    python benchmarks/kernel_tables.py h100     # H100-SXM (Vidur's H100 rows: a selection, data/calibration/vidur/README.md)
 
 Each model's rows are priced by ``llmsim.calibration.validate`` (the code ``llmsim validate``
 runs: every row on its own measured shape). ``role`` says whether the calibrated profile was
@@ -22,7 +23,7 @@ from llmsim.hardware import load_profile
 from llmsim.models import get_model
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILES = {"a40": "A40", "a100": "A100-SXM-80GB"}
+PROFILES = {"a40": "A40", "a100": "A100-SXM-80GB", "h100": "H100-SXM"}
 
 
 def fitted_files(calibrated: Path) -> set[str]:

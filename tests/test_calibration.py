@@ -303,3 +303,38 @@ def test_gemm_rows_in_several_dtypes_fit_a_fraction_each(tmp_path) -> None:
     fp32 = [dataclasses.replace(r, dtype="fp32") for r in rows if r.dtype == "bf16"]
     with pytest.raises(UserError, match=r"GEMM rows in fp32, int8: which of them .* gemm_max_fraction"):
         fit_gemm(bare, fp32 + [r for r in rows if r.dtype == "int8"])
+
+
+# The H100: Vidur's H100 SXM timings, 20 token counts x TP 1-8 of each model's file
+# (data/calibration/vidur/README.md); the same split as the A100's: Llama-2-7B and -70B fitted,
+# CodeLlama-34B held out.
+MLP_H100 = VIDUR / "compute" / "h100"
+TRAIN_H100 = [MLP_H100 / "meta-llama/Llama-2-7b-hf/mlp.csv", MLP_H100 / "meta-llama/Llama-2-70b-hf/mlp.csv"]
+HELD_OUT_H100 = MLP_H100 / "codellama/CodeLlama-34b-Instruct-hf/mlp.csv"
+# the H100 SXM profile's terms until 2026-12-06: MAMF's best shape, priors, a Nsight weight load
+H100_PRIOR = {"gemm_max_fraction": 0.803, "gemm_half_m": 64.0, "gemm_wave_exponent": 0.2, "memory_fraction": 0.84}
+
+
+def test_h100_profiles_carry_their_fit_and_hold_on_a_held_out_model() -> None:
+    """H100 SXM prices GEMMs on what calibrate fits to its two fit files (compute and memory
+    side; the fit's kernel floor is the profile's 4 us), the H200 and GH200 (the same die) on its
+    curve; on the held-out model every linear op is within 10 % and better than the prior."""
+    hw = load_profile("H100-SXM")
+    eff = {k: getattr(hw.efficiency, k).model_copy(update={"value": v}) for k, v in H100_PRIOR.items()}
+    prior = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update=eff)})
+    rows = [r for f in TRAIN_H100 for r in read_profile(f)]
+    fitted, res = calibrate(prior, rows, [str(f) for f in TRAIN_H100])
+    assert res.gemm_rows == 2 * 4 * 20 * 4 and res.gemm_mape < 0.09
+    assert fitted.overheads.kernel_fixed_s.value == pytest.approx(hw.overheads.kernel_fixed_s.value, rel=0.01)
+    for key in H100_PRIOR:
+        assert getattr(hw.efficiency, key).value == pytest.approx(getattr(fitted.efficiency, key).value, rel=1e-4), key
+    for name in ("H200", "GH200"):
+        shipped = load_profile(name).efficiency
+        for key in ("gemm_half_m", "gemm_wave_exponent"):
+            assert getattr(shipped, key).value == pytest.approx(getattr(fitted.efficiency, key).value, rel=1e-4)
+    held_out = [r for r in read_profile(HELD_OUT_H100) if r.kind == "gemm"]
+    per_op = validate(hw, get_model("codellama-34b"), held_out).per_op()
+    assert set(per_op.index) == set(LINEAR_OPS) and (per_op["n"] == 80).all()
+    assert (per_op["mape"] <= 0.10).all(), per_op
+    before = validate(prior, get_model("codellama-34b"), held_out).overall_mape
+    assert validate(hw, get_model("codellama-34b"), held_out).overall_mape < 0.85 * before

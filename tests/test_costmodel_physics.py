@@ -290,16 +290,17 @@ def test_local_global_attention_splits_layers_and_caps_local_context() -> None:
 
 
 def test_each_compute_dtype_reaches_its_own_measured_fraction() -> None:
-    """FP8 GEMMs reach 0.709 of the FP8 peak on H100 (MAMF), not bf16's 0.803: a big FP8 GEMM is
-    1.77x a bf16 one, not 2x (hardware_profiles/H100-SXM.yaml gemm_dtype_fraction)."""
+    """FP8 GEMMs reach 0.689 of the FP8 peak on H100, not bf16's 0.780 (MAMF's best shapes, 0.709
+    and 0.803, in the same ratio): a big FP8 GEMM is 1.77x a bf16 one, not 2x
+    (hardware_profiles/H100-SXM.yaml gemm_dtype_fraction)."""
     hw = load_profile("H100-SXM")
     bf16 = CostModel(L2_7B, hw, CostConfig())
     fp8 = CostModel(L2_7B, hw, CostConfig(weight_dtype="fp8", act_dtype="fp8"))
     big = 8192
-    assert fp8.gemm_efficiency(big) / bf16.gemm_efficiency(big) == pytest.approx(0.709 / 0.803)
+    assert fp8.gemm_efficiency(big) / bf16.gemm_efficiency(big) == pytest.approx(0.709 / 0.803, rel=2e-3)
     up = {t.op.name: t for t in bf16.priced(batch_shape([(big, 0)], []))}["mlp_up_proj"]
     up8 = {t.op.name: t for t in fp8.priced(batch_shape([(big, 0)], []))}["mlp_up_proj"]
-    assert up.compute_s / up8.compute_s == pytest.approx(2 * 0.709 / 0.803, rel=1e-3)  # peaks 989.4 / 1978.9
+    assert up.compute_s / up8.compute_s == pytest.approx(2 * 0.709 / 0.803, rel=2e-3)  # peaks 989.4 / 1978.9
 
 
 def test_w8a8_int8_computes_at_the_int8_rate() -> None:
