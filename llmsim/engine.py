@@ -391,6 +391,12 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
         data = load_yaml_file(path)
         if not isinstance(data, dict):
             raise UserError(f"{path}: an engine profile must be a mapping of engine fields")
+        if "preset" in data or "profile" in data:  # (engine_from_dict reads past them in a scenario's section)
+            raise UserError(
+                f"{path}: an engine profile lists engine fields itself; it cannot name a "
+                f"{'preset' if 'preset' in data else 'profile'} to start from (a scenario's engine: section "
+                "can: engine: {preset: NAME, <field>: <value>})"
+            )
         # a profile of a vLLM deployment (calibrate --serving writes defaults: vllm) keeps vLLM's memory
         # terms and kernels unless it sets its own: the serving fit measures time, not memory
         blank = EngineSpec("profile", "")

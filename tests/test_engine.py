@@ -499,8 +499,8 @@ def test_fp8_attention_speeds_up_long_prefills_under_vllm_on_hopper_only_with_an
         attention_ms("fp8", "vllm-v1"),
         attention_ms("fp8", "ideal"),
     )
-    # the fp8 peak is twice bf16's; its measured GEMM fraction on H100 is 0.709 against 0.803
-    assert fp8_vllm == pytest.approx(bf16 * 0.803 / (2 * 0.709), rel=0.02)
+    # the fp8 peak is twice bf16's; H100's FP8 GEMM fraction is 0.689 against bf16's 0.780 (MAMF's ratio)
+    assert fp8_vllm == pytest.approx(bf16 * 0.780 / (2 * 0.689), rel=0.02)
     assert fp8_ideal == pytest.approx(bf16, rel=0.01)  # 16-bit MMAs; the cache's fp8 bytes are a sliver of a prefill's
 
 
@@ -567,3 +567,12 @@ def test_the_report_names_an_mla_models_prefill_and_decode_attention_dtypes() ->
 def test_a_field_set_to_the_presets_own_value_keeps_it_validated() -> None:
     sc = _sc(engine={"preset": "vllm-v1", "async_scheduling": True, "first_token_at_prefill": False})
     assert sc.engine_spec.name == "vllm-v1"
+
+
+def test_an_engine_profile_cannot_name_a_preset(tmp_path) -> None:
+    """A profile file is a list of fields; a `preset:` in it would be read past and the file
+    priced as a blank engine, so it is refused with where the key belongs."""
+    profile = tmp_path / "engine.yaml"
+    profile.write_text("preset: vllm-2024\n")
+    with pytest.raises(UserError, match="cannot name a preset to start from"):
+        _sc(engine={"profile": str(profile)})

@@ -118,3 +118,5 @@ def test_roofline_prices_a_step_as_the_engine_runs_it(capsys) -> None:
     profile = Path(__file__).resolve().parent.parent / "data" / "validation" / "vllm-cpu" / "engine-fit" / "engine.yaml"
     assert main([*padded, "--engine", str(profile), "--out", "-", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["overheads"]["engine_schedule"]["time_s"] > 0
+    assert main([*padded, "--engine", "no/such/engine.yaml", "--out", "-"]) == 2
+    assert "--engine no/such/engine.yaml: no such engine profile file" in capsys.readouterr().err

@@ -464,3 +464,17 @@ def test_chromium_trace_engine_reads_every_track(runs, tmp_path):
                     assert thread["roots"] == thread["entries"]  # steps: nothing nested
         assert {(int(p), int(t)) for p, pr in got["procs"].items() for t in pr["threads"]} == set(written)
         assert got["counters"] == sum(e["ph"] == "C" for e in trace["traceEvents"])
+
+
+def test_a_nested_slice_never_ends_past_its_parent_in_floating_point() -> None:
+    """ts + dur of two slices with different starts can land an ulp apart for the same ns end: a
+    request from 41,221,535 to 344,042,810 ns ends at 344042.80999999994 µs in floats, while most
+    phases ending at the same ns reach 344042.81. A phase is held to its request's float end."""
+    from llmsim.timeline import _ts_dur
+
+    ts, dur = _ts_dur(41_221_535, 344_042_810)
+    assert ts + dur < 344_042.81  # (the parent that cannot reach its end exactly)
+    for start in range(41_221_535, 344_042_810, 1_000_003):
+        unbounded = sum(_ts_dur(start, 344_042_810))
+        cts, cdur = _ts_dur(start, 344_042_810, ts + dur)
+        assert cts + cdur <= ts + dur <= unbounded
