@@ -391,6 +391,8 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
         data = load_yaml_file(path)
         if not isinstance(data, dict):
             raise UserError(f"{path}: an engine profile must be a mapping of engine fields")
+        if {"model", "hardware", "workload"} & set(data):  # a scenario given where its engine belongs
+            raise UserError(f"{path}: a scenario, not an engine profile (an engine profile lists engine fields only)")
         if "preset" in data or "profile" in data:  # (engine_from_dict reads past them in a scenario's section)
             raise UserError(
                 f"{path}: an engine profile lists engine fields itself; it cannot name a "

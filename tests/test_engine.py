@@ -576,3 +576,6 @@ def test_an_engine_profile_cannot_name_a_preset(tmp_path) -> None:
     profile.write_text("preset: vllm-2024\n")
     with pytest.raises(UserError, match="cannot name a preset to start from"):
         _sc(engine={"profile": str(profile)})
+    profile.write_text("model: llama-3.1-8b\nhardware: H100-SXM\n")  # a scenario where the engine belongs
+    with pytest.raises(UserError, match="a scenario, not an engine profile"):
+        _sc(engine={"profile": str(profile)})
