@@ -70,6 +70,12 @@ class EngineSpec:
     first_token_at_prefill: bool = False
     cuda_graphs: bool | None = None  # None: the scenario's cluster.cuda_graphs
     cuda_graph_sizes: tuple[int, ...] = ()  # captured decode batch sizes (empty: every size)
+    # the rows a CUDA graph pads a step with are routed to no expert (their top-k ids set to -1,
+    # VLLM_MOE_SKIP_PADDING, vLLM PR #46428; on by default in vllm/envs.py since mid-2026, as the
+    # descriptions of vLLM PRs #50757 and #50759 state, 2026-08-02), where the router supports it:
+    # the fused softmax top-k (Mixtral, Qwen-MoE), not grouped top-k or custom routers (DeepSeek's;
+    # those PRs, open, extend it). False: padded rows are routed like real ones (vLLM 0.19)
+    moe_skip_padding: bool = False
     # an fp8 KV cache makes the engine quantise its queries and run attention in fp8 on a device
     # whose kernels take fp8 queries (HardwareProfile.fp8_attention), whatever the compute dtype:
     # vLLM's Attention layer (query_quant, QuantFP8, compiled into the op before it) for
@@ -248,6 +254,7 @@ PRESETS: dict[str, EngineSpec] = {
         output_delay_s=_VLLM_FRONTEND_S,
         cuda_graphs=True,
         cuda_graph_sizes=vllm_capture_sizes(512),
+        moe_skip_padding=True,
         fp8_query=True,
         defaults="vllm",
         sampler_profile_bytes_per_logit=_VLLM_SAMPLER_BYTES_PER_LOGIT,
@@ -312,6 +319,7 @@ _BOOLS = (
     "moe_workspace_persists",
     "fp8_query",
     "first_token_at_prefill",
+    "moe_skip_padding",
 )
 _TEXTS = ("name", "source", "memory_source")
 _AMOUNTS = ("sampler_profile_bytes_per_logit", "non_torch_bytes", "non_torch_bytes_tp")

@@ -466,3 +466,35 @@ def test_the_priced_stage_holds_the_most_global_layers() -> None:
     g = CATALOG["gemma-2-9b"]
     assert (g.stage_global_layers(1), g.stage_global_layers(2), g.stage_global_layers(5)) == (21, 11, 5)
     assert CATALOG["llama-3.1-8b"].stage_global_layers(4) == 8  # no local layers: all of the stage
+
+
+def test_cuda_graph_padding_rows_reach_no_expert_where_the_engine_skips_them() -> None:
+    """A decode step of 5 sequences pads to the captured size 8. vLLM's fused top-k router sets
+    the padding rows' expert ids to -1 (VLLM_MOE_SKIP_PADDING, on in the vllm-v1 preset), so the
+    experts read are those 5 tokens reach; the dense GEMMs still run all 8 rows. Without the skip
+    (vLLM 0.19, ``moe_skip_padding: false``) the padding is routed like real tokens."""
+    from dataclasses import replace
+
+    from llmsim.engine import PRESETS, vllm_capture_sizes
+    from llmsim.models import get_model
+
+    moe = get_model("qwen3-30b-a3b-instruct-2507")
+    hw = load_profile("H100-SXM")
+    cfg = CostConfig(cuda_graphs=True, cuda_graph_sizes=vllm_capture_sizes(512))
+    skip = CostModel(moe, hw, cfg, PRESETS["vllm-v1"])
+    routed = CostModel(moe, hw, cfg, replace(PRESETS["vllm-v1"], moe_skip_padding=False))
+    shape = batch_shape([], [1000] * 5)
+    five, eight = batch_shape([], [1000] * 5), batch_shape([], [1000] * 8)
+    # with the skip the padding costs only its dense rows; routed, it costs the three tokens' experts too
+    assert skip.breakdown(shape)["cuda_graph_padding"] < 0.1 * routed.breakdown(shape)["cuda_graph_padding"]
+    assert routed.step_time(five) == pytest.approx(routed.step_time(eight), rel=0.02)  # (padded to 8 either way)
+    assert skip.step_time(five) < 0.85 * skip.step_time(eight)
+    # a dense model's padding is the same either way
+    dense = CATALOG["llama-3.1-8b"]
+    a = CostModel(dense, hw, cfg, PRESETS["vllm-v1"]).step_time(shape)
+    assert a == CostModel(dense, hw, cfg, replace(PRESETS["vllm-v1"], moe_skip_padding=False)).step_time(shape)
+    # a grouped router (DeepSeek's: dense layers and shared experts) routes its padding rows
+    ds = get_model("deepseek-v3")
+    cfg8 = CostConfig(tp=8, cuda_graphs=True, cuda_graph_sizes=vllm_capture_sizes(512))
+    b = CostModel(ds, hw, cfg8, PRESETS["vllm-v1"]).step_time(shape)
+    assert b == CostModel(ds, hw, cfg8, replace(PRESETS["vllm-v1"], moe_skip_padding=False)).step_time(shape)

@@ -32,7 +32,9 @@ class BatchShape:
     ``decode_tokens`` can exceed ``decode_seqs`` when each sequence verifies several tokens
     (speculative decoding). ``group_tokens`` is, under expert parallelism across data-parallel
     ranks, the tokens the whole group's MoE layers gather this step (``dpgroup.py`` knows every
-    rank's); 0 when unknown: every rank is then taken to carry this one's ``tokens``.
+    rank's); 0 when unknown: every rank is then taken to carry this one's ``tokens``. Without
+    expert parallelism it is the tokens routed to experts where fewer than ``tokens`` (a CUDA
+    graph's padding rows the engine routes to none, ``CostModel``); 0: all of them.
     """
 
     prefill_tokens: int
@@ -45,7 +47,9 @@ class BatchShape:
     decode_ctx_tokens: int
     logits_rows: int  # rows that go through the LM head; -1 = prefill_seqs + decode_tokens
     local: BatchShape | None  # local+global models: the aggregates seen by the windowed layers
-    group_tokens: int  # expert parallelism: tokens gathered over the DP ranks (0 = tokens x dp)
+    group_tokens: (
+        int  # the tokens the MoE experts see: EP, gathered over the DP ranks (0 = tokens x dp); else (0 = tokens)
+    )
     lora_tokens: int  # multi-LoRA: tokens of requests with an adapter (lora.py)
     lora_adapters: int  # multi-LoRA: distinct adapters those tokens use
 
@@ -917,8 +921,9 @@ def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tokens: int 
     # bytes follow the experts actually touched (expected distinct experts for T tokens with
     # uniform routing), which is what makes small-batch MoE decode memory-bound.
     E, k = model.num_experts, model.experts_per_token
-    routed = T * k
-    touched = experts_touched(E, k, E, T)
+    real = group_tokens or T  # (rows a CUDA graph pads the step with reach no expert where skipped)
+    routed = real * k
+    touched = experts_touched(E, k, E, real)
     return [
         gemm("moe_router", T, E, H, cfg, L),
         _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, model.expert_weight_dtype),
@@ -941,8 +946,8 @@ def _deepseek_mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tok
     ops: list[Op] = []
     if dense:
         ops.extend(_dense_mlp("dense_mlp_", model, T, model.dense_intermediate_size // tp, cfg, dense))
-    if moe:
-        ops.extend(_mlp_ops(model, T, cfg, moe, group_tokens))
+    if moe:  # (without expert parallelism their grouped router routes padding rows: no skip count)
+        ops.extend(_mlp_ops(model, T, cfg, moe, group_tokens if cfg.ep > 1 else 0))
         if model.shared_experts:
             inter = model.shared_experts * model.intermediate_size // tp
             ops.extend(_dense_mlp("shared_expert_", model, T, inter, cfg, moe))

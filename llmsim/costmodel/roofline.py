@@ -247,6 +247,13 @@ class CostModel:
         self._host_const = self.engine.hardware_step_overhead
         self._async = self.engine.async_scheduling
         self._graph_sizes = self.cfg.cuda_graph_sizes
+        # the engine routes a CUDA graph's padding rows to no expert (EngineSpec.moe_skip_padding):
+        # where its router can (ops._mlp_ops: not the grouped routers of models with shared
+        # experts or dense layers) and the experts are this GPU's alone (no expert parallelism)
+        m = self.model
+        self._skip_pad: bool = (
+            self.engine.moe_skip_padding and m.is_moe and self.cfg.ep == 1 and not (m.dense_layers or m.shared_experts)
+        )
         # the captured size each step of up to the largest pads to, by its tokens (graph_view); a
         # table only for capture sizes as vLLM's (up to thousands): any list is accepted, and one of
         # a billion tokens would make a billion-entry table, so those take the bisect instead
@@ -437,13 +444,21 @@ class CostModel:
         if not tokens:
             return 0.0
         body_tokens, body_graphed, attn_graphed = self.graph_view(tokens, shape.prefill_tokens == 0)
-        stage = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed, shape.group_tokens)
+        routed = self._routed_tokens(body_tokens, tokens, shape.group_tokens)
+        stage = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed, routed)
         stage += self._attention_s(shape, attn_graphed)
         if shape.lora_tokens and self.cfg.lora_rank:
             stage += self._lora_s(shape.lora_tokens, shape.lora_adapters, body_graphed)
         if self.cfg.pp > 1:
             stage = stage * self._stages + self.pp_send_time(shape) * (self.cfg.pp - 1)
         return self.with_host(stage, shape.prefill_seqs + shape.decode_seqs, tokens, changed)
+
+    def _routed_tokens(self, body_tokens: int, tokens: int, group_tokens: int) -> int:
+        """``BatchShape.group_tokens`` for pricing a step of ``tokens`` padded to ``body_tokens``:
+        its real tokens where the engine routes the padding rows to no expert."""
+        if self._skip_pad and body_tokens != tokens:
+            return tokens
+        return group_tokens
 
     def group_tokens(self, tokens: list[int], decode_only: bool) -> int:
         """Expert parallelism over lock-stepped DP ranks (dpgroup.py) carrying ``tokens`` this step
@@ -507,7 +522,8 @@ class CostModel:
         if self._mla:  # (priced from its ops, step by step)
             return [self.step_time(_grown(shape, n * i)) for i in range(steps)]
         body_tokens, body_graphed, graphed = self.graph_view(shape.tokens, True)
-        stage = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed)
+        routed = self._routed_tokens(body_tokens, shape.tokens, shape.group_tokens)
+        stage = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed, routed)
         host = self.host_s(shape.decode_seqs, shape.tokens)  # the batch is the same every step
         if shape.local is None and self.cfg.pp == 1 and steps > 2:
             affine = self._affine_decode_steps_s(shape, steps, stage, host, graphed)
@@ -719,7 +735,9 @@ class CostModel:
         body_tokens, body_graphed, _ = self.graph_view(shape.tokens, decode_only)
         if body_tokens != shape.tokens:  # rows a CUDA graph computes beyond the batch's
             g = shape.group_tokens
-            pad = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed, g)
+            pad = self._dense_stage_time(
+                body_tokens, shape.lm_rows, body_graphed, self._routed_tokens(body_tokens, shape.tokens, g)
+            )
             out["cuda_graph_padding"] = (
                 pad - self._dense_stage_time(shape.tokens, shape.lm_rows, body_graphed, g)
             ) * self._stages
