@@ -71,10 +71,12 @@ class EngineSpec:
     cuda_graphs: bool | None = None  # None: the scenario's cluster.cuda_graphs
     cuda_graph_sizes: tuple[int, ...] = ()  # captured decode batch sizes (empty: every size)
     # the rows a CUDA graph pads a step with are routed to no expert (their top-k ids set to -1,
-    # VLLM_MOE_SKIP_PADDING, vLLM PR #46428; on by default in vllm/envs.py since mid-2026, as the
-    # descriptions of vLLM PRs #50757 and #50759 state, 2026-08-02), where the router supports it:
-    # the fused softmax top-k (Mixtral, Qwen-MoE), not grouped top-k or custom routers (DeepSeek's;
-    # those PRs, open, extend it). False: padded rows are routed like real ones (vLLM 0.19)
+    # VLLM_MOE_SKIP_PADDING, vLLM PR #46428 "Skip DP padding tokens in MoE", 2026-06; on by default in
+    # vllm/envs.py by 2026-08-02, as the descriptions of PRs #50757 (closed) and #50759 (open) state;
+    # the V1 model runner marks its padding from PR #56079, merged 2026-09-09, before 0.30.0), where
+    # the router supports it: the fused softmax top-k (Mixtral, Qwen-MoE), not grouped top-k or custom
+    # routers (DeepSeek's; #50759 extends it). llmsim applies it without expert parallelism only.
+    # False: padded rows are routed like real ones (vLLM 0.19)
     moe_skip_padding: bool = False
     # an fp8 KV cache makes the engine quantise its queries and run attention in fp8 on a device
     # whose kernels take fp8 queries (HardwareProfile.fp8_attention), whatever the compute dtype:
@@ -412,7 +414,9 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
         blank = EngineSpec("profile", "")
         if data.get("defaults") == "vllm":
             vllm = PRESETS[DEFAULT_ENGINE]
-            blank = replace(blank, **memory_terms(vllm), fp8_query=vllm.fp8_query)
+            blank = replace(
+                blank, **memory_terms(vllm), fp8_query=vllm.fp8_query, moe_skip_padding=vllm.moe_skip_padding
+            )
         base = engine_from_dict({k: v for k, v in data.items() if k != "fit"}, str(path), blank)
     elif "preset" in value:
         name = str(value["preset"])

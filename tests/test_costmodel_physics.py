@@ -493,6 +493,13 @@ def test_cuda_graph_padding_rows_reach_no_expert_where_the_engine_skips_them() -
     dense = CATALOG["llama-3.1-8b"]
     a = CostModel(dense, hw, cfg, PRESETS["vllm-v1"]).step_time(shape)
     assert a == CostModel(dense, hw, cfg, replace(PRESETS["vllm-v1"], moe_skip_padding=False)).step_time(shape)
+    # a shape carrying a DP group's count to a model without expert parallelism (a MoE draft
+    # model's, stepcost._grouped) is priced on its own tokens, as before the skip existed
+    grouped = batch_shape([], [1000] * 8)
+    grouped.group_tokens = 32
+    for engine in (PRESETS["vllm-v1"], replace(PRESETS["vllm-v1"], moe_skip_padding=False)):
+        cm = CostModel(moe, hw, cfg, engine)
+        assert cm.step_time(grouped) == cm.step_time(eight)
     # a grouped router (DeepSeek's: dense layers and shared experts) routes its padding rows
     ds = get_model("deepseek-v3")
     cfg8 = CostConfig(tp=8, cuda_graphs=True, cuda_graph_sizes=vllm_capture_sizes(512))

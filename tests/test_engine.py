@@ -569,6 +569,16 @@ def test_a_field_set_to_the_presets_own_value_keeps_it_validated() -> None:
     assert sc.engine_spec.name == "vllm-v1"
 
 
+def test_a_vllm_engine_profile_keeps_vllms_moe_padding_skip(tmp_path) -> None:
+    """A profile of a vLLM deployment (calibrate --serving writes defaults: vllm) routes CUDA-graph
+    padding as vLLM does unless it says otherwise, as it keeps vLLM's memory terms."""
+    profile = tmp_path / "engine.yaml"
+    profile.write_text("defaults: vllm\ncuda_graphs: true\n")
+    assert _sc(engine={"profile": str(profile)}).engine_spec.moe_skip_padding is True
+    profile.write_text("defaults: vllm\nmoe_skip_padding: false\n")
+    assert _sc(engine={"profile": str(profile)}).engine_spec.moe_skip_padding is False
+
+
 def test_an_engine_profile_cannot_name_a_preset(tmp_path) -> None:
     """A profile file is a list of fields; a `preset:` in it would be read past and the file
     priced as a blank engine, so it is refused with where the key belongs."""

@@ -180,8 +180,8 @@ class CostModel:
     def __post_init__(self) -> None:
         # _dense_stage_time's parts, priced once per input: lists indexed by the step's tokens (its
         # sampled rows for the LM head), one for decode-only steps and one for the rest (-1.0: not
-        # priced yet), dicts for expert-parallel steps (keyed on their DP group's tokens too) and
-        # past the lists' reach (``_LISTED``)
+        # priced yet), dicts for steps with a routed-token count (expert parallelism's DP group, or
+        # a padded MoE step's real tokens: keyed on it too) and past the lists' reach (``_LISTED``)
         self._body_decode: list[float] = []
         self._body_mixed: list[float] = []
         self._head_decode: list[float] = []
@@ -455,10 +455,12 @@ class CostModel:
 
     def _routed_tokens(self, body_tokens: int, tokens: int, group_tokens: int) -> int:
         """``BatchShape.group_tokens`` for pricing a step of ``tokens`` padded to ``body_tokens``:
-        its real tokens where the engine routes the padding rows to no expert."""
-        if self._skip_pad and body_tokens != tokens:
-            return tokens
-        return group_tokens
+        under expert parallelism the DP group's gathered tokens; without it, the real tokens where
+        the engine routes the padding rows to no expert, else 0 (every row routed). (A shape can
+        carry a group count without expert parallelism here: a draft model's, stepcost._grouped.)"""
+        if self.cfg.ep > 1:
+            return group_tokens
+        return tokens if self._skip_pad and body_tokens != tokens else 0
 
     def group_tokens(self, tokens: list[int], decode_only: bool) -> int:
         """Expert parallelism over lock-stepped DP ranks (dpgroup.py) carrying ``tokens`` this step
@@ -739,7 +741,10 @@ class CostModel:
                 body_tokens, shape.lm_rows, body_graphed, self._routed_tokens(body_tokens, shape.tokens, g)
             )
             out["cuda_graph_padding"] = (
-                pad - self._dense_stage_time(shape.tokens, shape.lm_rows, body_graphed, g)
+                pad
+                - self._dense_stage_time(
+                    shape.tokens, shape.lm_rows, body_graphed, self._routed_tokens(shape.tokens, shape.tokens, g)
+                )
             ) * self._stages
         seqs = shape.prefill_seqs + shape.decode_seqs
         device = sum(out.values())
