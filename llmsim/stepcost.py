@@ -58,7 +58,10 @@ class StepCost:
                 decodes = self._grouped(model_batch_shape(self.cost.model, [], contexts), shape)
                 draft = plan.spec_k * self.cost.step_time(decodes) / self.cost.model.num_layers
             else:  # the draft model's own step over the same rows, with its own attention windows
-                decodes = self._grouped(model_batch_shape(self.draft_cost.model, [], contexts), shape)
+                # (its own cost model has no expert parallelism: no DP group gathers its tokens)
+                decodes = model_batch_shape(self.draft_cost.model, [], contexts)
+                if self.draft_cost.cfg.ep > 1:
+                    decodes = self._grouped(decodes, shape)
                 draft = plan.spec_k * self.draft_cost.step_time(decodes)
             # the speedup's baseline: the same step, its prompt chunks included, decoding one token
             # a request (comparing a mixed step with its decodes alone would charge the chunks to

@@ -47,9 +47,7 @@ class BatchShape:
     decode_ctx_tokens: int
     logits_rows: int  # rows that go through the LM head; -1 = prefill_seqs + decode_tokens
     local: BatchShape | None  # local+global models: the aggregates seen by the windowed layers
-    group_tokens: (
-        int  # the tokens the MoE experts see: EP, gathered over the DP ranks (0 = tokens x dp); else (0 = tokens)
-    )
+    group_tokens: int  # tokens the MoE experts see: EP, gathered over the DP (0 = tokens x dp); else 0 = tokens
     lora_tokens: int  # multi-LoRA: tokens of requests with an adapter (lora.py)
     lora_adapters: int  # multi-LoRA: distinct adapters those tokens use
 
