@@ -18,20 +18,16 @@ is fitted here.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from fitting import least_log_error, print_fit, print_scored, with_efficiency
 
 from llmsim.costmodel.ops import model_batch_shape, step_ops
 from llmsim.costmodel.roofline import CostConfig, CostModel
 from llmsim.hardware import HardwareProfile, load_profile
 from llmsim.models import get_model
-from llmsim.tables import table
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from forward_passes import least_log_error, with_gemm_fraction  # noqa: E402  (one fit, one source)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data/calibration/layer-products/layer_products.csv"
@@ -48,8 +44,10 @@ def layer_products_ms(model_name: str, hw: HardwareProfile, tokens: int) -> floa
     return sum(cost.price(op).kernel_s for op in ops) * 1e3  # an op's price is one layer's call
 
 
-def priced_ms(rows: pd.DataFrame, hw: HardwareProfile) -> np.ndarray:
-    return np.array([layer_products_ms(r.model, hw, int(r.tokens)) for r in rows.itertuples()])
+def priced_ms(rows: pd.DataFrame, hw: HardwareProfile | None = None) -> np.ndarray:
+    """Every row priced on ``hw``, or (None) on its own GPU's shipped profile."""
+    profiles = {gpu: hw or load_profile(gpu) for gpu in rows["gpu"].unique()}
+    return np.array([layer_products_ms(r.model, profiles[r.gpu], int(r.tokens)) for r in rows.itertuples()])
 
 
 def load_rows() -> pd.DataFrame:
@@ -58,7 +56,12 @@ def load_rows() -> pd.DataFrame:
 
 def fit_fraction(rows: pd.DataFrame, hw: HardwareProfile) -> float:
     """The gemm_max_fraction with the least squared log error on ``rows``."""
-    return least_log_error(lambda f: priced_ms(rows, with_gemm_fraction(hw, f)), rows["bf16_layer_ms"].to_numpy())
+    trial = lambda f: with_efficiency(hw, "gemm_max_fraction", f, "benchmarks/layer_products.py fit")  # noqa: E731
+    return least_log_error(lambda f: priced_ms(rows, trial(f)), rows["bf16_layer_ms"].to_numpy())
+
+
+def fit_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[(rows["gpu"] == FITTED) & (rows["split"] == "fit")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,54 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = load_rows()
     if not args.fit:
-        profiles = {gpu: load_profile(gpu) for gpu in rows["gpu"].unique()}
-        rows["llmsim_ms"] = [layer_products_ms(r.model, profiles[r.gpu], int(r.tokens)) for r in rows.itertuples()]
-        rows["err"] = rows["llmsim_ms"] / rows["bf16_layer_ms"] - 1
-        cells = [
-            [
-                r.gpu,
-                r.session,
-                r.model,
-                r.split,
-                r.tokens,
-                f"{r.bf16_layer_ms:.3f}",
-                f"{r.llmsim_ms:.3f}",
-                f"{r.err:+.1%}",
-            ]
-            for r in rows.itertuples()
-        ]
-        print(table(cells, ["gpu", "session", "model", "split", "tokens", "measured ms", "llmsim ms", "err"]))
-        print()
-        summary = [
-            [
-                gpu,
-                model,
-                split,
-                len(g),
-                f"{g['err'].median():+.1%}",
-                f"{g['err'].abs().mean():.1%}",
-                f"{g['err'].min():+.1%}",
-                f"{g['err'].max():+.1%}",
-            ]
-            for (gpu, model, split), g in rows.groupby(["gpu", "model", "split"], sort=False)
-        ]
-        print(table(summary, ["gpu", "model", "split", "rows", "median err", "MAPE", "min", "max"]))
-        print()
-    hw = load_profile(FITTED)
-    fit = fit_fraction(rows[(rows["gpu"] == FITTED) & (rows["split"] == "fit")], hw)
-    print(
-        table(
-            [
-                [
-                    FITTED,
-                    int(((rows["gpu"] == FITTED) & (rows["split"] == "fit")).sum()),
-                    fit,
-                    hw.efficiency.gemm_max_fraction.value,
-                ]
-            ],
-            ["profile", "fit rows", "fitted gemm_max_fraction", "shipped"],
+        print_scored(
+            rows,
+            "bf16_layer_ms",
+            priced_ms(rows),
+            ["gpu", "session", "model", "split", "tokens"],
+            ["gpu", "model", "split"],
+            ".3f",
         )
-    )
+    hw, mine = load_profile(FITTED), fit_rows(rows)
+    print_fit(FITTED, len(mine), fit_fraction(mine, hw), hw.efficiency.gemm_max_fraction.value)
     return 0
 
 

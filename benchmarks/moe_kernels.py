@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from fitting import least_log_error, with_efficiency
 
 from llmsim.costmodel import CostConfig, CostModel
 from llmsim.costmodel.ops import batch_shape, step_ops
@@ -38,12 +39,7 @@ FIT_MIN_M = 512
 
 def with_moe_rate(hw: HardwareProfile, rate: float | None) -> HardwareProfile:
     """``hw`` with ``efficiency.moe_gemm_fraction`` set to ``rate`` (None: removed)."""
-    data = hw.model_dump()
-    if rate is None:
-        data["efficiency"].pop("moe_gemm_fraction", None)
-    else:
-        data["efficiency"]["moe_gemm_fraction"] = {"value": rate, "source": "benchmarks/moe_kernels.py fit"}
-    return HardwareProfile.model_validate(data)
+    return with_efficiency(hw, "moe_gemm_fraction", rate, "benchmarks/moe_kernels.py fit")
 
 
 def fused_experts_s(hw: HardwareProfile, e: int, n: int, k: int, topk: int, m: int, dtype: str = "bf16") -> float:
@@ -67,15 +63,7 @@ def priced_us(rows: pd.DataFrame, hw: HardwareProfile) -> np.ndarray:
 
 def fit_rate(rows: pd.DataFrame, hw: HardwareProfile) -> float:
     """The moe_gemm_fraction in (0.2, 1] with the least squared log error on ``rows``."""
-    meas = measured_us(rows).to_numpy()
-
-    def loss(rate: float) -> float:
-        return float(np.sum(np.log(priced_us(rows, with_moe_rate(hw, rate)) / meas) ** 2))
-
-    grid = np.linspace(0.2, 1.0, 81)  # 0.01 steps, then refined to 0.001 around the best
-    best = min(grid, key=loss)
-    fine = np.linspace(max(0.2, best - 0.01), min(1.0, best + 0.01), 21)
-    return round(float(min(fine, key=loss)), 3)
+    return least_log_error(lambda rate: priced_us(rows, with_moe_rate(hw, rate)), measured_us(rows).to_numpy())
 
 
 def main(argv: list[str] | None = None) -> int:
