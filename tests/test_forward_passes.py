@@ -70,6 +70,7 @@ def test_l40s_fraction_is_its_burst_at_its_sustained_clock() -> None:
     ("gpu", "ratio"),
     [
         ("L40S", 0.709 / 0.803),  # the H100 SXM's fp8/bf16 MAMF ratio (no L40S FP8 measurement)
+        ("L4", 0.709 / 0.803),  # the same rule on the other Ada card
         ("GH200", (1535.0 / 1979) / (828.6 / 989)),  # the GH200's own MAMF fp8/bf16 ratio
     ],
 )

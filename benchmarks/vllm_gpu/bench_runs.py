@@ -273,9 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         src = (
             f"benchmarks/vllm_gpu/bench_runs.py on {len(rows)} real vLLM 0.30 GPU runs (vllm bench serve, random "
             "fixed lengths; A100-40GB, H100, GH200, L4, 2x RTX A6000; data/validation/vllm-gpu-bench/), KV capacity "
-            "as vLLM logged it; no parameter fitted to them, but two profile choices made after seeing them: the A100 "
-            "and H100/H200/GH200 GEMM curves fitted to Vidur's kernels (and H100's memory fraction) replaced best-shape "
-            "priors (docs/validation.md)"
+            "as vLLM logged it; no parameter fitted to them, but five choices made after seeing them, each from other "
+            "measurements: the A100 and H100/H200 GEMM curves fitted to Vidur's kernels (and the H100's memory "
+            "fraction), the vllm-v1 preset's 10 ms client delay (vLLM PR #54628), the L4's GEMM rate fitted to measured "
+            "prompt passes at its power cap, the GH200's fitted to measured layer products (these passes run at two "
+            "trial values first) (docs/validation.md)"
         )
         print(f"wrote {record('vllm-gpu-bench', scores, src)}")
     return 0
