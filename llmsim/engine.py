@@ -396,7 +396,7 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
     if "profile" in value:
         path = Path(str(value["profile"]))
         path = path if path.is_absolute() else base_dir / path
-        if not path.exists():
+        if not path.is_file():  # (a folder named x.yaml is not a profile either)
             raise UserError(f"{origin}: engine.profile: file not found: {path}")
         data = load_yaml_file(path)
         if not isinstance(data, dict):

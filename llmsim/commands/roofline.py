@@ -153,8 +153,6 @@ def engine_arg(name: str, hw: HardwareProfile) -> EngineSpec:
 
     if name not in PRESETS and not name.endswith((".yaml", ".yml")):
         raise UserError(f"--engine {name!r}: expected one of {', '.join(PRESETS)}, or an engine profile (.yaml)")
-    if name not in PRESETS and not Path(name).is_file():
-        raise UserError(f"--engine {name}: no such engine profile file")
     return for_hardware(load_engine(name, Path.cwd(), "--engine"), hw)
 
 
