@@ -4,6 +4,7 @@ overload finishes within the horizon and says so."""
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,6 +16,9 @@ from llmsim.errors import InvariantError
 from llmsim.invariants import check_kv_freed, check_no_stall, check_requests, check_steps, check_summary
 from llmsim.scenario import scenario_from_dict
 from llmsim.sim import events_pending
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import saturation_sweep  # noqa: E402  (the admit-everyone scenario, one source)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -239,21 +243,9 @@ def test_a_run_where_nothing_finishes_is_unserved_not_stable() -> None:
 
 def admit_everyone(rate_rps: float) -> dict:
     """Llama-3.1-8B on one H100 with vLLM's scheduler and no practical batch limit: 2,000 short
-    requests all fit the KV cache at once, so an overload grows the running batch, not the queue."""
-    return {
-        "name": "admit-all",
-        "seed": 1,
-        "model": "llama-3.1-8b",
-        "hardware": "H100-SXM",
-        "policy": {"kind": "vllm", "chunk_tokens": 8192, "max_num_seqs": 100000},
-        "workload": {
-            "kind": "poisson",
-            "rate_rps": rate_rps,
-            "num_requests": 2000,
-            "prompt_tokens": {"dist": "fixed", "value": 64},
-            "output_tokens": {"dist": "fixed", "value": 256},
-        },
-    }
+    requests all fit the KV cache at once, so an overload grows the running batch, not the queue
+    (benchmarks/saturation_sweep.py runs the same setup over rates, lengths and seeds)."""
+    return saturation_sweep.scenario(rate_rps, output_tokens=256, requests=2000, seed=1)
 
 
 def test_an_overload_that_admits_everyone_is_not_called_stable():
