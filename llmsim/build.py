@@ -367,6 +367,9 @@ class PoolSpec:
 def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
     """One pool when colocated; a prefill and a decode pool when disaggregated."""
     c = sc.cluster
+    moe_keys = [k for k in ("expert_skew", "eplb", "redundant_experts") if getattr(c, k)]
+    if moe_keys and not model.is_moe:
+        raise UserError(f"cluster.{moe_keys[0]}: {model.name} is a dense model, with no experts to route to; remove it")
     if sc.policy.kind == "disaggregated":
         # (the colocated sizing keys are refused beside pools: scenario._check_pools_size_disaggregated)
         assert c.prefill_pool is not None and c.decode_pool is not None
@@ -374,10 +377,9 @@ def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
     else:
         main = PoolConfig(replicas=c.replicas, tp=c.tp, pp=c.pp, expert_parallel=c.expert_parallel)
         pools = [_pool(sc, model, "main", main)]
-    if (c.expert_skew or c.eplb) and all(p.cost.cfg.ep == 1 for p in pools):
-        key = "cluster.eplb" if c.eplb else "cluster.expert_skew"
+    if c.eplb and all(p.cost.cfg.ep == 1 for p in pools):
         raise UserError(
-            f"{key}: routing skew and EPLB act across expert-parallel GPUs; set expert_parallel on a pool "
+            "cluster.eplb: EPLB places experts across expert-parallel GPUs; set expert_parallel on a pool "
             "(with tensor-parallel experts every GPU runs a slice of every expert)"
         )
     return pools
@@ -438,6 +440,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         numa_aware=sc.cluster.numa_aware,
         moe_imbalance=moe_imbalance(sc, model, ep, "cluster"),
         redundant_experts=sc.cluster.redundant_experts if ep > 1 and sc.cluster.eplb else 0,
+        expert_skew=sc.cluster.expert_skew,
         fp8_attention=fp8_attention(engine, hw, model),
     )
     window, local_window = model.attention_windows()
@@ -504,7 +507,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     draft_cost = None
     if draft is not None:
         # the draft is small: it runs unsharded next to the target's shard
-        draft_cfg = replace(cfg, tp=1, pp=1, ep=1, fp8_attention=fp8_attention(engine, hw, draft))
+        # (the routing skew is the target's: a MoE draft routes its own way, taken as even)
+        draft_cfg = replace(cfg, tp=1, pp=1, ep=1, fp8_attention=fp8_attention(engine, hw, draft), expert_skew=0.0)
         draft_cost = shared_cost_model(draft, hw, draft_cfg, engine)
     cost = shared_cost_model(model, hw, cfg, engine)
     return PoolSpec(name, hw, p.replicas, p.tp, p.pp, cost, blocks, sched, memory, draft_cost=draft_cost)

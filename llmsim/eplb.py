@@ -17,8 +17,11 @@ tokens: the cost model scales the expert GEMMs by ``max rank load / mean rank lo
   packed onto the ranks heaviest first, each to the least loaded rank with a slot left.
 
 Not modelled: EPLB's periodic re-measurement (loads are known and fixed for the run), its
-hierarchical (per-node group) policy, and skew under tensor-parallel experts (there every GPU
-runs a slice of every expert, so skew does not unbalance the GPUs).
+hierarchical (per-node group) policy, and an imbalance under tensor-parallel experts (there every
+GPU runs a slice of every expert, so skew does not unbalance the GPUs; it only shrinks the experts a
+step reaches, costmodel/ops.py ``experts_touched``). These loads are the uncapped Zipf shares, where
+``experts_touched`` holds an expert at one pick a token (at most 1/k of the rows): at skew 1 and
+above the two differ for the hottest experts.
 """
 
 from __future__ import annotations

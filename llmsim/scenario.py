@@ -191,9 +191,9 @@ class ClusterConfig(_Strict):
     # MoE: the replicas are data-parallel ranks of one expert-parallel group: each GPU holds
     # num_experts / (replicas x tp) experts (vLLM --data-parallel-size --enable-expert-parallel)
     expert_parallel: bool = False
-    # MoE under expert parallelism (eplb.py): Zipf exponent of the experts' popularity (0 = even
-    # routing), and vLLM's expert-parallel load balancer (--enable-eplb) with its
-    # EPLBConfig.num_redundant_experts extra expert copies
+    # MoE: Zipf exponent of the experts' popularity (0 = even routing: fewer experts reached, and under
+    # expert parallelism the busiest GPU's load, eplb.py), and vLLM's expert-parallel load balancer
+    # (--enable-eplb) with its EPLBConfig.num_redundant_experts extra expert copies
     expert_skew: Annotated[float, Field(ge=0, le=10)] = 0.0
     eplb: bool = False
     redundant_experts: Annotated[int, Field(ge=0, le=4096)] = 0

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import llmsim
+from llmsim.costmodel.ops import experts_touched
 from llmsim.eplb import eplb_rank_loads, expert_imbalance, expert_loads, imbalance, linear_rank_loads
 from llmsim.errors import UserError
 from llmsim.scenario import scenario_from_dict
@@ -106,10 +107,32 @@ def test_redundant_copies_are_read_at_decode() -> None:
     [
         ({"redundant_experts": 8}, "redundant_experts: extra expert copies are EPLB's; set eplb: true"),
         ({"eplb": True, "redundant_experts": 6}, r"128 experts \+ 6 copies must divide over the 4"),
-        ({"expert_parallel": False, "expert_skew": 1.0}, "act across expert-parallel GPUs"),
+        ({"expert_parallel": False, "eplb": True}, "places experts across expert-parallel GPUs"),
         ({"expert_skew": -1}, "greater than or equal to 0"),
     ],
 )
 def test_bad_eplb_refused(cluster: dict, message: str) -> None:
     with pytest.raises(UserError, match=message):
         llmsim.run(scenario_from_dict(_data(**cluster), "test", ROOT))
+
+
+def test_skewed_routing_reaches_fewer_experts() -> None:
+    """Without skew the formula is the uniform one exactly; with it a token still picks k experts,
+    and a step's tokens reach fewer distinct ones the more skewed the popularity."""
+    for tokens in (1, 3, 12, 100):
+        assert experts_touched(128, 8, 128, tokens, 0.0) == 128 * (1 - (1 - 8 / 128) ** tokens)
+    for skew in (0.3, 1.0, 2.0):
+        assert experts_touched(128, 8, 128, 1, skew) == pytest.approx(8.0)
+        assert experts_touched(128, 8, 16, 1, skew) == pytest.approx(1.0)  # an average share of 16 held here
+    curve = [experts_touched(128, 8, 128, 12, skew) for skew in (0.0, 0.5, 1.0, 1.5, 3.0)]
+    assert curve == sorted(curve, reverse=True) and curve[-1] > 8
+    assert experts_touched(8, 2, 8, 1, 10.0) == pytest.approx(2.0)  # the two most popular, always
+
+
+def test_skew_without_expert_parallelism_prices_decode_lighter() -> None:
+    """Tensor-parallel experts: skew changes no GPU's share of the work, only how many experts a
+    step's tokens reach, so small decode batches read fewer expert weights."""
+    base = {"replicas": 1, "expert_parallel": False, "router": "round_robin"}
+    even = llmsim.run(scenario_from_dict(_data(**base), "test", ROOT)).summary
+    skewed = llmsim.run(scenario_from_dict(_data(**base, expert_skew=1.0), "test", ROOT)).summary
+    assert skewed["mean_tpot_ms"] < even["mean_tpot_ms"]

@@ -266,6 +266,10 @@ class OpConfig:
     attention_kernel: Literal["flash", "naive"] = "flash"
     lora_rank: int = 0  # multi-LoRA: max_lora_rank, the rank the LoRA kernels compute at (0 = off)
     redundant_experts: int = 0  # expert parallelism with EPLB: extra expert copies over the ep GPUs
+    # MoE routing skew (cluster.expert_skew): the experts' popularity is Zipf with this exponent (0 =
+    # uniform); it shrinks the experts a step's tokens reach (experts_touched). The grouped GEMM is
+    # still priced at the mean rows per expert reached, optimistic for the popular experts' tiles
+    expert_skew: float = 0.0
     # attention over an fp8 KV cache in fp8, as the engine and device decide it (build.fp8_attention):
     # None = with fp8/fp4 compute only (attention_dtype); True = the engine quantises the queries
     # and the device's kernels take them, whatever the compute dtype; False = 16-bit attention
@@ -916,12 +920,12 @@ def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tokens: int 
     if cfg.ep > 1:
         return _expert_parallel_moe_ops(model, T, cfg, L, group_tokens)
     # MoE: every token visits `experts_per_token` experts. FLOPs follow routed tokens; weight
-    # bytes follow the experts actually touched (expected distinct experts for T tokens with
-    # uniform routing), which is what makes small-batch MoE decode memory-bound.
+    # bytes follow the experts actually touched (expected distinct experts for T tokens, as their
+    # popularity makes them), which is what makes small-batch MoE decode memory-bound.
     E, k = model.num_experts, model.experts_per_token
     real = group_tokens or T  # (rows a CUDA graph pads the step with reach no expert where skipped)
     routed = real * k
-    touched = experts_touched(E, k, E, real)
+    touched = experts_touched(E, k, E, real, cfg.expert_skew)
     return [
         gemm("moe_router", T, E, H, cfg, L),
         _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, model.expert_weight_dtype),
@@ -958,11 +962,37 @@ def _mlp_activation(model: ModelSpec) -> tuple[float, int]:
     return (5.0, 2) if model.gated_mlp else (8.0, 1)
 
 
-def experts_touched(experts: int, k: int, local_experts: int, tokens: int) -> float:
+def experts_touched(experts: int, k: int, local_experts: int, tokens: int, skew: float = 0.0) -> float:
     """Expected distinct experts, of ``local_experts`` held here out of ``experts``, that ``tokens``
-    tokens routed uniformly to ``k`` experts each reach: each expert is missed by a token with
-    probability 1 - k/E, independently across tokens."""
-    return local_experts * (1.0 - (1.0 - k / experts) ** tokens)
+    tokens routed to ``k`` experts each reach. Uniform routing (``skew`` 0): each expert is missed
+    by a token with probability 1 - k/E, independently across tokens. Skewed routing: expert e is
+    picked by a token with probability about k·p_e, p_e its Zipf popularity with exponent ``skew``
+    (``_pick_probabilities``: still k picks a token), so popular experts take more of the tokens
+    and a step reaches fewer distinct experts; the local experts are an average share."""
+    if skew == 0.0:
+        return local_experts * (1.0 - (1.0 - k / experts) ** tokens)
+    reached = sum(1.0 - (1.0 - q) ** tokens for q in _pick_probabilities(experts, k, skew))
+    return reached * local_experts / experts
+
+
+_PICKS: dict[tuple[int, int, float], tuple[float, ...]] = {}
+
+
+def _pick_probabilities(experts: int, k: int, skew: float) -> tuple[float, ...]:
+    """Each expert's chance to be among a token's ``k`` picks under Zipf popularity (cached): k·p_e,
+    an expert past certainty held at 1 and the rest scaled up to keep k picks a token."""
+    key = (experts, k, skew)
+    if key not in _PICKS:
+        # Zipf weights as workload.generators.zipf_weights, in plain Python: this module is compiled
+        weights = [1.0 / (i + 1) ** skew for i in range(experts)]
+        certain, share = 0, 0.0  # the most popular experts, picked by every token (weights fall with rank)
+        while certain < k:
+            share = (k - certain) / sum(weights[certain:])
+            if weights[certain] * share <= 1.0:
+                break
+            certain += 1
+        _PICKS[key] = tuple(1.0 if i < certain else w * share for i, w in enumerate(weights))
+    return _PICKS[key]
 
 
 def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tokens: int = 0) -> list[Op]:
@@ -989,7 +1019,9 @@ def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, gr
     physical = E + cfg.redundant_experts
     local = physical // cfg.ep
     routed = -(-gathered * k // cfg.ep)  # rows routed to the local experts (T·k at tp 1), rounded up
-    touched = experts_touched(physical, k, local, gathered)
+    # (with a routing skew, the average GPU's share of the experts reached: the busiest GPU's own
+    # count is not followed, only its load, cfg.moe_imbalance)
+    touched = experts_touched(physical, k, local, gathered, cfg.expert_skew)
     inter = model.intermediate_size  # whole: the experts are not TP-split
     up_n = 2 * inter if model.gated_mlp else inter
     act_flops, act_reads = _mlp_activation(model)
