@@ -398,7 +398,8 @@ def moe_imbalance(sc: Scenario, model: ModelSpec, ep: int, key: str) -> float:
         )
     from llmsim.eplb import expert_imbalance
 
-    return expert_imbalance(model.num_experts, ep, c.expert_skew, sc.seed, c.eplb, c.redundant_experts)
+    k = model.experts_per_token
+    return expert_imbalance(model.num_experts, ep, c.expert_skew, sc.seed, c.eplb, c.redundant_experts, k)
 
 
 def fp8_attention(engine: EngineSpec, hw: HardwareProfile, model: ModelSpec) -> bool | None:

@@ -7,8 +7,9 @@ waits for the slowest, so a step's MoE layers take as long as the GPU with the m
 tokens: the cost model scales the expert GEMMs by ``max rank load / mean rank load``
 (``CostConfig.moe_imbalance``).
 
-* ``expert_loads``: expert popularity, Zipf with exponent ``skew`` (0 = uniform), scattered over the
-  expert ids by a seeded permutation (popularity has nothing to do with an expert's index).
+* ``expert_loads``: expert popularity, Zipf with exponent ``skew`` (0 = uniform; an expert takes at
+  most one of a token's k picks), scattered over the expert ids by a seeded permutation (popularity
+  has nothing to do with an expert's index).
 * ``linear_rank_loads``: vLLM's default placement (``expert_placement_strategy: linear``): rank r
   holds experts r·E/ep .. (r+1)·E/ep − 1.
 * ``eplb_rank_loads``: vLLM's EPLB (``--enable-eplb``, ``EPLBConfig.num_redundant_experts``;
@@ -19,21 +20,21 @@ tokens: the cost model scales the expert GEMMs by ``max rank load / mean rank lo
 Not modelled: EPLB's periodic re-measurement (loads are known and fixed for the run), its
 hierarchical (per-node group) policy, and an imbalance under tensor-parallel experts (there every
 GPU runs a slice of every expert, so skew does not unbalance the GPUs; it only shrinks the experts a
-step reaches, costmodel/ops.py ``experts_touched``). These loads are the uncapped Zipf shares, where
-``experts_touched`` holds an expert at one pick a token (at most 1/k of the rows): at skew 1 and
-above the two differ for the hottest experts.
+step reaches, costmodel/ops.py ``experts_touched``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from llmsim.workload.generators import zipf_weights
+from llmsim.costmodel.ops import pick_probabilities
 
 
-def expert_loads(num_experts: int, skew: float, seed: int) -> list[float]:
-    """Each expert's share of the routed tokens (they sum to 1)."""
-    weights = zipf_weights(num_experts, skew)
+def expert_loads(num_experts: int, skew: float, seed: int, k: int = 1) -> list[float]:
+    """Each expert's share of the routed tokens (they sum to 1), when each token picks ``k``
+    experts: the picks' chances over k (costmodel/ops.py ``pick_probabilities``, the same ones that
+    set how many experts a step reaches), so no expert takes more than 1/k of the rows."""
+    weights = np.array(pick_probabilities(num_experts, k, skew)) / k
     order = np.random.default_rng(seed).permutation(num_experts)
     loads = np.empty(num_experts)
     loads[order] = weights  # the i-th most popular expert is expert order[i]
@@ -72,9 +73,11 @@ def imbalance(rank_loads: list[float]) -> float:
     return max(rank_loads) / mean if mean > 0 else 1.0
 
 
-def expert_imbalance(num_experts: int, ep: int, skew: float, seed: int, eplb: bool, redundant: int = 0) -> float:
+def expert_imbalance(
+    num_experts: int, ep: int, skew: float, seed: int, eplb: bool, redundant: int = 0, k: int = 1
+) -> float:
     """The step's MoE slowdown under expert parallelism: linear placement, or EPLB's (with
-    ``redundant`` extra copies)."""
-    loads = expert_loads(num_experts, skew, seed)
+    ``redundant`` extra copies), ``k`` experts a token."""
+    loads = expert_loads(num_experts, skew, seed, k)
     ranks = eplb_rank_loads(loads, ep, redundant) if eplb else linear_rank_loads(loads, ep)
     return imbalance(ranks)

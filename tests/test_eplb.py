@@ -39,6 +39,9 @@ def test_eplb_packing_and_redundant_copies_by_hand() -> None:
 def test_skew_and_seeded_placement() -> None:
     loads = expert_loads(256, 1.0, seed=7)
     assert sum(loads) == pytest.approx(1.0) and max(loads) == pytest.approx(1 / sum(1 / i for i in range(1, 257)))
+    # k picks a token: no expert takes more than 1/k of the rows, the rest scaled to still sum to 1
+    capped = expert_loads(256, 1.0, seed=7, k=8)
+    assert sum(capped) == pytest.approx(1.0) and max(capped) == pytest.approx(1 / 8) and max(loads) > 1 / 8
     assert loads == expert_loads(256, 1.0, seed=7) and loads != expert_loads(256, 1.0, seed=8)
     assert expert_imbalance(256, 8, 0.0, 7, eplb=False) == pytest.approx(1.0)
     skewed = expert_imbalance(256, 8, 1.0, 7, eplb=False)
@@ -74,11 +77,12 @@ def test_skew_slows_the_moe_layers_and_eplb_wins_it_back() -> None:
     packed = _run(expert_skew=1.2, eplb=True)
     copies = _run(expert_skew=1.2, eplb=True, redundant_experts=32)
     imb = [s["pools"][0]["expert_imbalance"] for s in (even, skew, packed, copies)]
-    assert imb[0] == 1.0 and imb[1] > 1.3 and 1.0 < imb[3] < imb[2] < imb[1] and imb[3] < 1.1
+    # (top-8 routing: no expert takes more than 1/8 of the rows, so packing alone nearly evens it)
+    assert imb[0] == 1.0 and imb[1] > 1.3 and imb[3] <= imb[2] < imb[1] and imb[2] < 1.05
     # the GPU with the most routed tokens sets every MoE layer's pace: prefill-heavy steps slow
-    assert skew["mean_ttft_ms"] > 1.1 * even["mean_ttft_ms"]
-    # EPLB's packing alone wins part of it back
-    assert even["mean_ttft_ms"] < packed["mean_ttft_ms"] < skew["mean_ttft_ms"]
+    assert skew["mean_ttft_ms"] > 1.05 * even["mean_ttft_ms"]
+    # EPLB's packing wins it back (and the skew's fewer experts reached make decode lighter)
+    assert packed["mean_ttft_ms"] < skew["mean_ttft_ms"] and packed["mean_tpot_ms"] < even["mean_tpot_ms"]
     # the 32 copies even the compute out but cost memory (8 more experts of weights per GPU,
     # fewer KV blocks) and weight reads: every copy a decode step touches is read
     assert copies["pools"][0]["kv_blocks_per_replica"] < skew["pools"][0]["kv_blocks_per_replica"]

@@ -967,20 +967,21 @@ def experts_touched(experts: int, k: int, local_experts: int, tokens: int, skew:
     tokens routed to ``k`` experts each reach. Uniform routing (``skew`` 0): each expert is missed
     by a token with probability 1 - k/E, independently across tokens. Skewed routing: expert e is
     picked by a token with probability about k·p_e, p_e its Zipf popularity with exponent ``skew``
-    (``_pick_probabilities``: still k picks a token), so popular experts take more of the tokens
+    (``pick_probabilities``: still k picks a token), so popular experts take more of the tokens
     and a step reaches fewer distinct experts; the local experts are an average share."""
     if skew == 0.0:
         return local_experts * (1.0 - (1.0 - k / experts) ** tokens)
-    reached = sum(1.0 - (1.0 - q) ** tokens for q in _pick_probabilities(experts, k, skew))
+    reached = sum(1.0 - (1.0 - q) ** tokens for q in pick_probabilities(experts, k, skew))
     return reached * local_experts / experts
 
 
 _PICKS: dict[tuple[int, int, float], tuple[float, ...]] = {}
 
 
-def _pick_probabilities(experts: int, k: int, skew: float) -> tuple[float, ...]:
-    """Each expert's chance to be among a token's ``k`` picks under Zipf popularity (cached): k·p_e,
-    an expert past certainty held at 1 and the rest scaled up to keep k picks a token."""
+def pick_probabilities(experts: int, k: int, skew: float) -> tuple[float, ...]:
+    """Each expert's chance to be among a token's ``k`` picks under Zipf popularity with exponent
+    ``skew``, most popular first (cached): k·p_e, an expert past certainty held at 1 and the rest
+    scaled up to keep k picks a token. Over k, each expert's share of the routed rows (eplb.py)."""
     key = (experts, k, skew)
     if key not in _PICKS:
         # Zipf weights as workload.generators.zipf_weights, in plain Python: this module is compiled
