@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from llmsim.hardware import HardwareProfile
+from llmsim.hardware import HardwareProfile, load_profile
 from llmsim.tables import table
 
 
@@ -37,6 +37,26 @@ def least_log_error(price: Callable[[float], np.ndarray], measured: np.ndarray) 
 
     best = min(np.linspace(0.2, 1.0, 81), key=loss)
     return round(float(min(np.linspace(max(0.2, best - 0.01), min(1.0, best + 0.01), 21), key=loss)), 3)
+
+
+def priced(rows: pd.DataFrame, price_row: Callable, hw: HardwareProfile | None = None) -> np.ndarray:
+    """Every row's ``price_row(row, profile)``: on ``hw``, or (None) on the row's own GPU's shipped profile."""
+    profiles = {gpu: hw or load_profile(gpu) for gpu in rows["gpu"].unique()}
+    return np.array([price_row(r, profiles[r.gpu]) for r in rows.itertuples()])
+
+
+def fit_gemm_fraction(
+    rows: pd.DataFrame, hw: HardwareProfile, price_row: Callable, measured: str, source: str
+) -> float:
+    """The ``gemm_max_fraction`` of ``hw`` whose prices of ``rows`` have the least squared log error
+    against their ``measured`` column."""
+    trial = lambda f: with_efficiency(hw, "gemm_max_fraction", f, source)  # noqa: E731
+    return least_log_error(lambda f: priced(rows, price_row, trial(f)), rows[measured].to_numpy())
+
+
+def fit_rows(rows: pd.DataFrame, gpu: str) -> pd.DataFrame:
+    """``gpu``'s rows marked ``fit``."""
+    return rows[(rows["gpu"] == gpu) & (rows["split"] == "fit")]
 
 
 def print_scored(

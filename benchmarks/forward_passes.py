@@ -24,9 +24,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import fitting
 import numpy as np
 import pandas as pd
-from fitting import least_log_error, print_fit, print_scored, with_efficiency
+from fitting import print_fit, print_scored
 
 from llmsim.commands.models import model_arg
 from llmsim.costmodel.ops import model_batch_shape
@@ -52,16 +53,18 @@ def prompt_pass_ms(model: ModelSpec, hw: HardwareProfile, tokens: int) -> float:
     return cost.step_time(model_batch_shape(model, [(tokens, 0)], [])) * 1e3
 
 
+def _row_ms(row: tuple, hw: HardwareProfile) -> float:
+    return prompt_pass_ms(model_for(row.model), hw, int(row.tokens))
+
+
 def priced_ms(rows: pd.DataFrame, hw: HardwareProfile | None = None) -> np.ndarray:
     """Every row priced on ``hw``, or (None) on its own GPU's shipped profile."""
-    profiles = {gpu: hw or load_profile(gpu) for gpu in rows["gpu"].unique()}
-    return np.array([prompt_pass_ms(model_for(r.model), profiles[r.gpu], int(r.tokens)) for r in rows.itertuples()])
+    return fitting.priced(rows, _row_ms, hw)
 
 
 def fit_fraction(rows: pd.DataFrame, hw: HardwareProfile) -> float:
     """The gemm_max_fraction with the least squared log error on ``rows``."""
-    trial = lambda f: with_efficiency(hw, "gemm_max_fraction", f, "benchmarks/forward_passes.py fit")  # noqa: E731
-    return least_log_error(lambda f: priced_ms(rows, trial(f)), rows["ms"].to_numpy())
+    return fitting.fit_gemm_fraction(rows, hw, _row_ms, "ms", "benchmarks/forward_passes.py fit")
 
 
 def load_rows() -> pd.DataFrame:
@@ -69,7 +72,7 @@ def load_rows() -> pd.DataFrame:
 
 
 def fit_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows[(rows["gpu"] == FITTED) & (rows["split"] == "fit")]
+    return fitting.fit_rows(rows, FITTED)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import fitting
 import numpy as np
 import pandas as pd
-from fitting import least_log_error, print_fit, print_scored, with_efficiency
+from fitting import print_fit, print_scored
 
 from llmsim.costmodel.ops import model_batch_shape, step_ops
 from llmsim.costmodel.roofline import CostConfig, CostModel
@@ -44,10 +45,13 @@ def layer_products_ms(model_name: str, hw: HardwareProfile, tokens: int) -> floa
     return sum(cost.price(op).kernel_s for op in ops) * 1e3  # an op's price is one layer's call
 
 
+def _row_ms(row: tuple, hw: HardwareProfile) -> float:
+    return layer_products_ms(row.model, hw, int(row.tokens))
+
+
 def priced_ms(rows: pd.DataFrame, hw: HardwareProfile | None = None) -> np.ndarray:
     """Every row priced on ``hw``, or (None) on its own GPU's shipped profile."""
-    profiles = {gpu: hw or load_profile(gpu) for gpu in rows["gpu"].unique()}
-    return np.array([layer_products_ms(r.model, profiles[r.gpu], int(r.tokens)) for r in rows.itertuples()])
+    return fitting.priced(rows, _row_ms, hw)
 
 
 def load_rows() -> pd.DataFrame:
@@ -56,12 +60,11 @@ def load_rows() -> pd.DataFrame:
 
 def fit_fraction(rows: pd.DataFrame, hw: HardwareProfile) -> float:
     """The gemm_max_fraction with the least squared log error on ``rows``."""
-    trial = lambda f: with_efficiency(hw, "gemm_max_fraction", f, "benchmarks/layer_products.py fit")  # noqa: E731
-    return least_log_error(lambda f: priced_ms(rows, trial(f)), rows["bf16_layer_ms"].to_numpy())
+    return fitting.fit_gemm_fraction(rows, hw, _row_ms, "bf16_layer_ms", "benchmarks/layer_products.py fit")
 
 
 def fit_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows[(rows["gpu"] == FITTED) & (rows["split"] == "fit")]
+    return fitting.fit_rows(rows, FITTED)
 
 
 def main(argv: list[str] | None = None) -> int:
