@@ -29,8 +29,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from llmsim.build import activation_bytes, moe_workspace_bytes  # noqa: E402
-from llmsim.engine import PRESETS  # noqa: E402
+from llmsim.build import forward_body_bytes, logits_bytes, moe_workspace_bytes  # noqa: E402
+from llmsim.engine import PRESETS, VLLM_019_MEMORY  # noqa: E402
 from llmsim.models import CATALOG  # noqa: E402
 
 DATA = ROOT / "data" / "validation" / "vllm-memory" / "v0.19-h100.csv"
@@ -57,26 +57,29 @@ def fit(rows: pd.DataFrame) -> dict[str, float]:
     }
 
 
-def forward_bytes(row: pd.Series) -> tuple[float, float] | None:
-    """llmsim's forward-pass activation estimate and fused-MoE scratch for the row's model, where
-    the catalog has its architecture."""
+def forward_bytes(row: pd.Series) -> tuple[float, float, float] | None:
+    """llmsim's forward-pass activation estimate, the sampled rows' fp32 logits and the fused-MoE
+    scratch for the row's model, where the catalog has its architecture."""
     if not isinstance(row.llmsim_model, str):
         return None
     model = CATALOG[row.llmsim_model]
     tokens, tp = int(row.max_num_batched_tokens), int(row.tp)
-    fwd = activation_bytes(model, tokens, int(row.max_num_seqs), tp, "bf16")
-    return fwd, moe_workspace_bytes(model, tokens, tp, 1, "bf16")
+    body = forward_body_bytes(model, tokens, tp, "bf16")
+    logits = logits_bytes(model, min(int(row.max_num_seqs), tokens), tp)
+    return body, logits, moe_workspace_bytes(model, tokens, tp, 1, "bf16")
 
 
 def predict(rows: pd.DataFrame, terms: dict[str, float]) -> pd.DataFrame:
-    """Every row priced by the engine's own formula (``EngineSpec.reserved_bytes``) with ``terms``."""
-    engine = replace(PRESETS["vllm-v1"], **terms)
+    """Every row priced by the engine's own formula (``EngineSpec.reserved_bytes``) with vLLM 0.19's
+    memory terms and ``terms``."""
+    engine = replace(PRESETS["vllm-v1"], **{**VLLM_019_MEMORY, **terms})
     out = []
     for _, r in rows.iterrows():
         known = forward_bytes(r)
-        fwd, moe = known if known is not None else (0.0, 0.0)
+        body, logits, moe = known if known is not None else (0.0, 0.0, 0.0)
+        fwd = body + logits  # (vLLM 0.19's forward peak holds the logits: logits_after_forward false)
         peak, sampler, _, non_torch = engine.reserved_bytes(
-            fwd, int(r.max_num_seqs), int(r.max_num_batched_tokens), int(r.vocab_size), int(r.tp), moe
+            body, logits, int(r.max_num_seqs), int(r.max_num_batched_tokens), int(r.vocab_size), int(r.tp), moe
         )
         measured = (r.activation_memory_gib + r.non_torch_forward_gib) * GIB
         out.append(
@@ -99,6 +102,119 @@ def predict(rows: pd.DataFrame, terms: dict[str, float]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+V030 = ROOT / "data" / "validation" / "vllm-memory" / "v0.30-glyd.csv"
+# the fit rows' GPUs whose readings set vllm-v1's own terms (GPUs without a measurement take them),
+# and the one whose readings set the Hopper profiles' overheads (GH200, H100, H200: the same SM90
+# kernels, FlashAttention-3 among them)
+DEFAULT_GPUS = ("NVIDIA L4", "NVIDIA A100-SXM4-40GB")
+HOPPER_GPU = "NVIDIA GH200 480GB"
+
+
+def load_030() -> pd.DataFrame:
+    """vLLM 0.30's start-ups, with the settings each ran under (vLLM's defaults for the GPU where the
+    log says ``default``), its captured CUDA graphs, and the terms vLLM printed, per device (GiB)."""
+    from llmsim.build import graph_sizes
+    from llmsim.engine import graph_counts, vllm_capture_sizes, vllm_defaults
+    from llmsim.hardware import load_profile
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "vllm_gpu"))
+    from bench_runs import HARDWARE
+
+    rows = pd.read_csv(V030)
+    out = []
+    for _, r in rows.iterrows():
+        hw = load_profile(HARDWARE[r.gpu])
+        policy, _ = vllm_defaults(hw)
+        seqs = policy["max_num_seqs"] if str(r.max_num_seqs) == "default" else int(r.max_num_seqs)
+        tokens = (
+            policy["max_batch_tokens"]
+            if str(r.max_num_batched_tokens).startswith("default")
+            else int(r.max_num_batched_tokens)
+        )
+        engine = replace(PRESETS["vllm-v1"], cuda_graph_sizes=vllm_capture_sizes(int(r.max_cudagraph_capture_size)))
+        sizes = graph_sizes(engine, seqs, tokens)
+        assert len(sizes) == int(r.num_capture_sizes), r.path  # vLLM's capture list, as its config printed it
+        model = CATALOG[r.llmsim_model]
+        out.append(
+            {
+                "split": r.split,
+                "gpu": r.gpu,
+                "profile": HARDWARE[r.gpu],
+                "model": r.model.split("/")[-1],
+                "tp": int(r.tp),
+                "cache": r.compile_cache,
+                "seqs": seqs,
+                "tokens": tokens,
+                "graphs": graph_counts(sizes, seqs),
+                "layers": model.num_layers,
+                "llmsim_model": r.llmsim_model,
+                "util_gib": r.total_gib * r.gpu_memory_utilization,
+                "weights_gib": r.model_loading_gib,
+                # vLLM prints weights + non-torch as "consumed", and its torch peak with the applied
+                # graph estimate added (peak_activation_memory): the identity util x total =
+                # consumed + peak + KV holds on every row
+                "non_torch_gib": r.consumed_gib - r.model_loading_gib,
+                "graph_estimate_gib": r.cudagraph_estimated_gib,
+                "torch_peak_gib": r.peak_activation_gib - r.cudagraph_estimated_gib,
+                "kv_gib": r.available_kv_gib,
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def fit_030(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """vLLM 0.30's non-torch memory and graph-estimate bytes per graph per layer, read off the fit
+    rows (Qwen3-8B, warm compile cache): the mean over the L4 and A100 (vllm-v1's own terms) and the
+    GH200's (the Hopper profiles')."""
+    f = rows[rows.split == "fit"].assign(
+        per_layer=lambda t: t.graph_estimate_gib * GIB / (t.layers * t.graphs),
+        non_torch=lambda t: t.non_torch_gib * GIB,
+    )
+    groups = {"default": f[f.gpu.isin(DEFAULT_GPUS)], "hopper": f[f.gpu == HOPPER_GPU]}
+    return {
+        k: {"non_torch_bytes": float(g.non_torch.mean()), "cuda_graph_bytes_per_layer": float(g.per_layer.mean())}
+        for k, g in groups.items()
+    }
+
+
+def predict_030(rows: pd.DataFrame) -> pd.DataFrame:
+    """Every vLLM 0.30 start-up's terms as ``engine: vllm-v1`` prices them on the row's GPU profile
+    (``for_hardware``), and the KV cache they leave from the logged weights and device total."""
+    from llmsim.build import forward_body_bytes, logits_bytes
+    from llmsim.engine import for_hardware
+    from llmsim.hardware import load_profile
+
+    out = []
+    for _, r in rows.iterrows():
+        spec = for_hardware(PRESETS["vllm-v1"], load_profile(r.profile))
+        model = CATALOG[r.llmsim_model]
+        body = forward_body_bytes(model, r.tokens, r.tp, "bf16")
+        logits = logits_bytes(model, min(r.seqs, r.tokens), r.tp)
+        moe = moe_workspace_bytes(model, r.tokens, r.tp, 1, "bf16")
+        peak, _, _, non_torch = spec.reserved_bytes(body, logits, r.seqs, r.tokens, model.vocab_size, r.tp, moe)
+        graphs = spec.cuda_graph_estimate_bytes(r.layers, r.graphs)
+        kv = r.util_gib - r.weights_gib - (peak + non_torch + graphs) / GIB
+        out.append(
+            {
+                "split": r.split,
+                "gpu": r.profile,
+                "model": r.model,
+                "tp": r.tp,
+                "cache": r.cache,
+                "graphs": r.graphs,
+                "peak_gib": r.torch_peak_gib,
+                "pred_peak_gib": peak / GIB,
+                "non_torch_gib": r.non_torch_gib,
+                "pred_non_torch_gib": non_torch / GIB,
+                "graphs_gib": r.graph_estimate_gib,
+                "pred_graphs_gib": graphs / GIB,
+                "kv_gib": r.kv_gib,
+                "kv_err_pct": 100 * (kv / r.kv_gib - 1),
+            }
+        )
+    return pd.DataFrame(out)
+
+
 def rtx4090_blocks() -> dict[str, int]:
     """KV blocks llmsim sizes for the real RTX 4090 run (data/validation/vllm-gpu/RTX4090/, its
     engine arguments), under vllm-v1 and under the ideal engine, next to vLLM's recorded count."""
@@ -113,7 +229,8 @@ def rtx4090_blocks() -> dict[str, int]:
             "name": "rtx4090",
             "model": {"name": "llama-3.1-8b"},
             "hardware": "RTX-4090",
-            "engine": engine,
+            # the run is vLLM 0.19: its memory terms
+            "engine": {"preset": engine, **(VLLM_019_MEMORY if engine == "vllm-v1" else {})},
             "policy": {
                 "kind": "vllm",
                 "max_num_seqs": kw["max_num_seqs"],
@@ -155,7 +272,30 @@ def main() -> int:
     print("\nRTX 4090 run (max_num_seqs 256, max_num_batched_tokens 2048, gpu_memory_utilization 0.9):")
     for k, v in rtx4090_blocks().items():
         print(f"  {k:<28} {v:,} blocks")
+    main_030()
     return 0
+
+
+def main_030() -> None:
+    """vLLM 0.30 (>= 0.21): the terms read off the fit rows, and every start-up priced by vllm-v1."""
+    rows = load_030()
+    print("\nvLLM 0.30 start-ups (v0.30-glyd.csv), read off the fit rows (Qwen3-8B, warm compile cache):")
+    for group, t in fit_030(rows).items():
+        print(
+            f"  {group:<8} non_torch {t['non_torch_bytes'] / GIB:.3f} GiB, "
+            f"CUDA-graph estimate {t['cuda_graph_bytes_per_layer'] / 2**20:.4f} MiB per graph per layer"
+        )
+    table = predict_030(rows)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table.round(2).to_string(index=False))
+    for name, part in (
+        ("held-out, warm cache", table[(table.split == "held-out") & (table.cache == "warm")]),
+        ("held-out, cold cache", table[(table.split == "held-out") & (table.cache == "cold")]),
+    ):
+        err = part.kv_err_pct
+        print(
+            f"\n{name} ({len(part)} rows): KV cache error median {err.abs().median():.1f} %, range {err.min():+.1f}..{err.max():+.1f} %"
+        )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import numpy as np
 
 from llmsim.costmodel import CostConfig, CostModel
 from llmsim.costmodel.ops import storage_of
-from llmsim.engine import EngineSpec, for_hardware
+from llmsim.engine import EngineSpec, for_hardware, graph_counts
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
 from llmsim.models import DTYPE_BYTES, ModelSpec, from_hf_config, get_model, weight_groups
@@ -504,6 +504,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         ep=ep,
         redundant_experts=cfg.redundant_experts,
         num_blocks=p.num_blocks,
+        graph_sizes=cfg.cuda_graph_sizes if cfg.cuda_graphs else (),
     )
     draft_cost = None
     if draft is not None:
@@ -625,23 +626,34 @@ def expert_parallel_degree(model: ModelSpec, p: PoolConfig, key: str) -> int:
     return ep
 
 
-def activation_bytes(model: ModelSpec, step_tokens: int, max_seqs: int, tp: int, act_dtype: str) -> float:
-    """Peak activation memory of one step on one device: the live buffers of one layer's larger
-    half, plus fp32 logits of the sampled rows. Grows with the tokens in a step, which is why
-    chunking bounds it.
+def forward_body_bytes(model: ModelSpec, step_tokens: int, tp: int, act_dtype: str) -> float:
+    """Peak activation memory of one step's forward pass on one device, before the logits: the live
+    buffers of one layer's larger half. Grows with the tokens in a step, which is why chunking
+    bounds it.
 
     Both halves hold the residual, the normed input and their output (3 x hidden); the attention
     half also its QKV projection and the attention output, the MLP half its gate/up projection and
     the activation's output (3 x intermediate): the locals of vLLM's LlamaAttention.forward and
     LlamaMLP.forward while their last GEMM runs (vllm/model_executor/models/llama.py). The halves
     run one after the other, so the peak is the larger, not their sum (which overstated vLLM 0.19's
-    measured forward peak by 30 % on CodeLlama-7B, benchmarks/vllm_memory.py)."""
+    measured forward peak by 30 % on CodeLlama-7B, benchmarks/vllm_memory.py). vLLM 0.30's start-up
+    profile measures exactly this on dense Qwen3 models (data/validation/vllm-memory/v0.30-glyd.csv:
+    0.18-0.19 GiB for Qwen3-8B at 2,048 tokens, 0.75 at 8,192, 0.26 for Qwen3-14B at 2,048)."""
     a = DTYPE_BYTES[storage_of(act_dtype)]  # kept 16-bit between quantised GEMMs
     attention = (model.q_size + 2 * model.kv_size) // tp + model.q_size // tp
     mlp = 3 * model.intermediate_size // tp
-    per_token = (3 * model.hidden_size + max(attention, mlp)) * a
-    logits = min(max_seqs, step_tokens) * model.vocab_size // tp * 4
-    return step_tokens * per_token + logits
+    return step_tokens * (3 * model.hidden_size + max(attention, mlp)) * a
+
+
+def logits_bytes(model: ModelSpec, rows: int, tp: int) -> float:
+    """fp32 logits of ``rows`` sampled rows on one device (the vocabulary split over TP)."""
+    return rows * model.vocab_size // tp * 4
+
+
+def activation_bytes(model: ModelSpec, step_tokens: int, max_seqs: int, tp: int, act_dtype: str) -> float:
+    """Peak activation memory of one step on one device: the forward pass's (``forward_body_bytes``)
+    plus fp32 logits of the sampled rows."""
+    return forward_body_bytes(model, step_tokens, tp, act_dtype) + logits_bytes(model, min(max_seqs, step_tokens), tp)
 
 
 def moe_workspace_bytes(model: ModelSpec, step_tokens: int, tp: int, ep: int, act_dtype: str) -> float:
@@ -658,7 +670,7 @@ def moe_workspace_bytes(model: ModelSpec, step_tokens: int, tp: int, ep: int, ac
     return float(step_tokens * model.experts_per_token * per_row * DTYPE_BYTES[storage_of(act_dtype)])
 
 
-def _engine_memory_note(sampler: float, forward: float, non_torch: float, usable: float) -> str:
+def _engine_memory_note(sampler: float, forward: float, non_torch: float, graphs: float, usable: float) -> str:
     """What a "does not fit" message says of the engine's own memory (the sampler warm-up only
     where it is a real part of the device: a tenth or more)."""
     note = ""
@@ -669,6 +681,8 @@ def _engine_memory_note(sampler: float, forward: float, non_torch: float, usable
         )
     if non_torch:
         note += f", {non_torch / 1e9:.1f} GB the engine holds outside torch"
+    if graphs:
+        note += f", {graphs / 1e9:.1f} GB for its CUDA graphs (fewer with a smaller policy.max_num_seqs)"
     return note
 
 
@@ -687,6 +701,7 @@ def kv_blocks(
     ep: int = 1,
     redundant_experts: int = 0,
     num_blocks: int | None = None,
+    graph_sizes: tuple[int, ...] = (),
 ) -> tuple[int, dict]:
     """KV capacity in blocks = (usable memory − weights − activation peak − engine memory − reserve) /
     block bytes, usable memory being ``memory_fraction`` of the device (vLLM, SGLang); or, with
@@ -695,15 +710,22 @@ def kv_blocks(
     Under expert parallelism (``ep`` > 1) each device holds the experts / (ep x pp) and the rest of
     the weights / (tp x pp) (``ModelSpec.weight_bytes_per_device``), which leaves the KV cache more.
     The activation peak is the larger of the forward pass's at the step's tokens and the engine's
-    sampler profile run; the engine's memory outside torch is its own (``EngineSpec.reserved_bytes``).
+    sampler profile run; the engine's memory outside torch is its own (``EngineSpec.reserved_bytes``),
+    and so is its estimate of the CUDA graphs it captures at ``graph_sizes`` (none: eager), over the
+    layers on a device (``EngineSpec.cuda_graph_estimate_bytes``).
     ``num_blocks`` (the pool's reported count), else ``kv_cache.num_blocks``, replaces the budget."""
     devices = tp * pp
     of_free = sc.kv_cache.memory_fraction_of == "free"
     usable = hw.memory_bytes * (1.0 if of_free else sc.kv_cache.memory_fraction)
     weights = model.weight_bytes_per_device(weight_dtype, tp, pp, ep, redundant_experts)
-    act = activation_bytes(model, step_tokens, max_seqs, tp, sc.model.act_dtype)
+    body = forward_body_bytes(model, step_tokens, tp, sc.model.act_dtype)
+    logits = logits_bytes(model, min(max_seqs, step_tokens), tp)
+    act = body + logits  # (activation_bytes)
     moe = moe_workspace_bytes(model, step_tokens, tp, ep, sc.model.act_dtype)
-    peak, sampler, moe, non_torch = engine.reserved_bytes(act, max_seqs, step_tokens, model.vocab_size, tp, moe)
+    peak, sampler, moe, non_torch = engine.reserved_bytes(
+        body, logits, max_seqs, step_tokens, model.vocab_size, tp, moe
+    )
+    graphs = engine.cuda_graph_estimate_bytes(model.num_layers // pp, graph_counts(graph_sizes, max_seqs))
     reserve = sc.kv_cache.reserve_gb * 1e9
     lora = 0.0
     if sc.lora is not None:  # multi-LoRA: the adapters' GPU buffers, allocated before the KV cache
@@ -717,7 +739,7 @@ def kv_blocks(
         weights += draft.weight_bytes(weight_dtype) / devices
         # its KV heads split over tp as the target's are (MLA: the latent whole on every rank)
         per_token += draft.kv_bytes_per_token_per_device(sc.kv_cache.dtype, tp, 1) / pp
-    free = usable - weights - peak - non_torch - reserve
+    free = usable - weights - peak - non_torch - graphs - reserve
     if of_free:
         free *= sc.kv_cache.memory_fraction
     memory = {
@@ -729,6 +751,7 @@ def kv_blocks(
         "moe_workspace_bytes": moe,  # kept by the engine between calls (part of the peak)
         "activation_reserved_bytes": peak,  # what the cache is sized without (the run's own peak: summary.memory)
         "non_torch_bytes": non_torch,
+        "cuda_graph_estimate_bytes": graphs,  # vLLM >= 0.21's estimate of its graphs, subtracted
         "reserve_bytes": reserve,
         "lora_bytes": lora,  # (part of reserve_bytes)
         "kv_bytes": max(free, 0.0),
@@ -745,7 +768,7 @@ def kv_blocks(
             f"{key}: {model.name}{' with its draft ' + draft.name if draft is not None else ''} does not fit on "
             f"{hw.name} x{devices} (tp={tp}, pp={pp}{f', ep={ep}' if ep > 1 else ''}): weights need "
             f"{weights / 1e9:.1f} GB and activations {peak / 1e9:.1f} GB per device"
-            f"{_engine_memory_note(sampler, act, non_torch, usable)}, but only "
+            f"{_engine_memory_note(sampler, act, non_torch, graphs, usable)}, but only "
             f"{usable / 1e9:.1f} GB is usable ({usable / hw.memory_bytes:.0%} of {hw.memory_bytes / 1e9:.0f} GB)"
             f"{' minus a ' + format(reserve / 1e9, '.1f') + ' GB reserve' if reserve else ''}"
             f"{' (of which ' + format(lora / 1e9, '.1f') + ' GB of LoRA buffers: lora.max_loras x max_lora_rank)' if lora else ''}; "

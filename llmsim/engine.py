@@ -90,9 +90,20 @@ class EngineSpec:
     # Device memory the engine holds besides weights and KV cache, per device (build.kv_blocks): what
     # vLLM's start-up profile run measures and subtracts before it sizes the cache
     sampler_profile_bytes_per_logit: float = 0.0  # its dummy sampler run over max_num_seqs x vocab logits
-    non_torch_bytes: float = 0.0  # memory outside torch's allocator that grows during the profile, TP 1
-    non_torch_bytes_tp: float = 0.0  # the same per device at TP > 1 (NCCL, custom all-reduce buffers)
+    # memory outside torch's allocator that grows during the profile, at TP 1 and per device at TP > 1;
+    # None: the hardware profile's measured overheads.engine_non_torch_bytes, else VLLM_NON_TORCH_BYTES
+    non_torch_bytes: float | None = 0.0
+    non_torch_bytes_tp: float | None = 0.0
     moe_workspace_persists: bool = False  # MoE kernels' scratch buffers stay allocated between calls
+    # the profile takes the sampled rows' logits after the forward pass has freed its activations
+    # (vLLM 0.30's start-up profile: its torch peak is the forward's alone, v0.30-glyd.csv); false:
+    # the forward's peak holds the fp32 logits too (build.activation_bytes, vLLM 0.19's)
+    logits_after_forward: bool = False
+    # vLLM >= 0.21 subtracts an estimate of its CUDA graphs' memory before it sizes the cache
+    # (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default since 0.21): bytes per captured graph
+    # per layer on the device (cuda_graph_estimate_bytes); None: the hardware profile's measured
+    # overheads.cuda_graph_bytes_per_layer, else VLLM_GRAPH_BYTES_PER_LAYER; 0: nothing subtracted
+    cuda_graph_bytes_per_layer: float | None = 0.0
     memory_source: str = ""
     # On a CPU (family cpu): the host's seconds per operator, which there add to every call (eager
     # Python, the dispatcher, OpenMP's fork/join): replaces the hardware profile's kernel_launch_s,
@@ -101,18 +112,39 @@ class EngineSpec:
     cpu_op_s: float | None = None
 
     def reserved_bytes(
-        self, forward_bytes: float, max_seqs: int, step_tokens: int, vocab: int, tp: int, moe_workspace: float = 0.0
+        self,
+        forward_bytes: float,
+        logits_bytes: float,
+        max_seqs: int,
+        step_tokens: int,
+        vocab: int,
+        tp: int,
+        moe_workspace: float = 0.0,
     ) -> tuple[float, float, float, float]:
         """(activation peak, sampler profile, MoE scratch kept, non-torch) bytes per device: the profile's torch peak
-        is the larger of the forward pass's activations (``forward_bytes``) and the sampler run's
+        is the larger of the forward pass's activations (``forward_bytes``, with the sampled rows'
+        fp32 ``logits_bytes`` on top unless ``logits_after_forward``) and the sampler run's
         buffers, over the whole vocabulary on every TP rank (the logits are gathered first) for
         min(max_num_seqs, max_num_batched_tokens) rows (vLLM's ``_dummy_run`` makes that many
         requests of the profile's tokens); plus, where the engine keeps them, the MoE kernels'
-        scratch buffers sized by the profile's tokens (``build.moe_workspace_bytes``)."""
+        scratch buffers sized by the profile's tokens (``build.moe_workspace_bytes``). The
+        non-torch terms must be resolved (``for_hardware``)."""
         sampler = self.sampler_profile_bytes_per_logit * min(max_seqs, step_tokens) * vocab
         non_torch = self.non_torch_bytes_tp if tp > 1 else self.non_torch_bytes
+        assert non_torch is not None, "engine memory terms not resolved for a device (engine.for_hardware)"
         kept = moe_workspace if self.moe_workspace_persists else 0.0
-        return max(forward_bytes, sampler) + kept, sampler, kept, non_torch
+        forward = forward_bytes if self.logits_after_forward else forward_bytes + logits_bytes
+        return max(forward, sampler) + kept, sampler, kept, non_torch
+
+    def cuda_graph_estimate_bytes(self, layers: int, graphs: int) -> float:
+        """vLLM's estimate of its CUDA graphs' memory, subtracted before the cache is sized: bytes per
+        graph per layer times the device's layers and the graphs it captures (``graph_counts``).
+        vLLM itself captures the largest graph of each mode and the next one, and extrapolates
+        (first capture + per-graph x (n - 1), gpu_model_runner.profile_cudagraph_memory); its logs
+        print only the total, which this fits (benchmarks/vllm_memory.py)."""
+        per_layer = self.cuda_graph_bytes_per_layer
+        assert per_layer is not None, "engine memory terms not resolved for a device (engine.for_hardware)"
+        return per_layer * layers * graphs
 
     def host_breakdown(self, seqs: int, tokens: int) -> dict[str, float]:
         """Host seconds of each named term of a step (``CostModel.host_s`` prices their sum)."""
@@ -124,6 +156,14 @@ def vllm_capture_sizes(max_size: int = 512) -> tuple[int, ...]:
     (vllm/config/compilation.py, ``max_cudagraph_capture_size`` docstring, 0.19 and 0.32; the
     RTX 4090 run's meta.json lists exactly these up to 512)."""
     return tuple(s for s in [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)] if s <= max_size)
+
+
+def graph_counts(sizes: tuple[int, ...], max_num_seqs: int) -> int:
+    """CUDA graphs vLLM captures under its default mode FULL_AND_PIECEWISE: a PIECEWISE graph for
+    every capture size (mixed batches) and a FULL graph for every size a uniform decode batch
+    reaches, up to max_num_seqs (vLLM 0.30's logs: "PIECEWISE=51 (largest=512), FULL=35
+    (largest=256)" at 256 sequences; v0.30-glyd.csv's capture sizes)."""
+    return len(sizes) + sum(1 for s in sizes if s <= max_num_seqs)
 
 
 # vLLM 0.32.0 on this project's 2-core CPU, fitted on the calibration runs only (`llmsim calibrate
@@ -186,11 +226,28 @@ def for_hardware(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
     VLLM_CPU_KVCACHE_SPACE, not from a profile run): elsewhere they are not applied."""
     if hw.family in ("cpu", "tpu"):
         spec = replace(spec, **memory_terms(PRESETS["ideal"]))  # (the ideal engine reserves nothing)
+    spec = _device_memory(spec, hw)
     if spec.defaults == "vllm" and hw.family == "cpu":
         return replace(spec, async_scheduling=False, cuda_graphs=False, cuda_graph_sizes=())
     if spec.defaults == "vllm" and hw.family == "tpu":  # XLA compiles the graphs: no CUDA graphs to pad to
         return replace(spec, cuda_graphs=False, cuda_graph_sizes=())
     return spec
+
+
+def _device_memory(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
+    """Memory terms left to the device (None): the hardware profile's measured figure, else vLLM's
+    defaults (engine.py's VLLM_* readings). A number set in the engine stays."""
+    o = hw.overheads
+    non_torch = o.engine_non_torch_bytes.value if o.engine_non_torch_bytes else VLLM_NON_TORCH_BYTES
+    graphs = o.cuda_graph_bytes_per_layer.value if o.cuda_graph_bytes_per_layer else VLLM_GRAPH_BYTES_PER_LAYER
+    return replace(
+        spec,
+        non_torch_bytes=non_torch if spec.non_torch_bytes is None else spec.non_torch_bytes,
+        non_torch_bytes_tp=non_torch if spec.non_torch_bytes_tp is None else spec.non_torch_bytes_tp,
+        cuda_graph_bytes_per_layer=graphs
+        if spec.cuda_graph_bytes_per_layer is None
+        else spec.cuda_graph_bytes_per_layer,
+    )
 
 
 # The engines of DistServe's evaluation (OSDI'24) on an A100-80GB: host terms fitted by
@@ -202,19 +259,43 @@ _DS = "DistServe profiler-a100-80g.{}.json (OPT-13B TP1), residual over llmsim's
 _VLLM_2024 = HostTerm(7.6571e-3, 0.0, 3.6450e-5, _DS.format("vllm"))
 _DISTSERVE_2024 = HostTerm(1.6951e-3, 1.0431e-4, 0.0, _DS.format("distserve"))
 
-# vLLM 0.19's start-up memory profile on CUDA GPUs, fitted by benchmarks/vllm_memory.py to the fitting
-# rows of data/validation/vllm-memory/v0.19-h100.csv (its DEBUG log lines "torch peak memory increase"
-# and "non-torch forward increase" from public H100 logs; the other rows held out, docs/validation.md).
-# The torch peak is the dummy sampler run of vllm PR #13594 (top-k = vocab - 1 and top-p on; 15.09
-# bytes a logit fitted, about fp32 logits + a sorted fp32 copy + int64 indices) over max_num_seqs rows;
-# the non-torch growth is CUDA/cuBLAS workspaces at TP 1 and NCCL plus custom all-reduce buffers beyond. CUDA-graph memory is not subtracted by 0.19 (graphs are captured after the cache is
-# allocated; default from 0.21, vllm PR #30515's estimate), so it is not reserved here. MoE models
-# keep their fused-MoE scratch buffers between calls (FusedMoEModularKernel.shared_buffers, a class
-# attribute, vllm/model_executor/layers/fused_moe/modular_kernel.py), so the sampler's peak sits on them.
-_MEM = "benchmarks/vllm_memory.py fit to data/validation/vllm-memory/v0.19-h100.csv (vLLM 0.19 H100 start-up logs)"
-_VLLM_SAMPLER_BYTES_PER_LOGIT = 15.09
-_VLLM_NON_TORCH_BYTES = 0.2467 * 2**30
-_VLLM_NON_TORCH_BYTES_TP = 2.07 * 2**30
+# vLLM's start-up memory profile on CUDA GPUs. vLLM sizes its KV cache as gpu_memory_utilization x the
+# device, less the weights, the profile's torch peak, the memory outside torch that grew during it and,
+# from 0.21, an estimate of its CUDA graphs' memory (vllm/v1/worker/gpu_worker.py,
+# determine_available_memory; VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, "default since v0.21.0").
+#
+# vLLM >= 0.21 (vllm-v1's terms): read off the start-up logs of vLLM 0.30.0 behind the 43 GPU passes,
+# data/validation/vllm-memory/v0.30-glyd.csv, its fit rows (Qwen3-8B, warm compile cache, on an L4, an
+# A100-40GB and a GH200; every other model, GPU and cold start held out; benchmarks/vllm_memory.py,
+# docs/validation.md). Its torch peak is the forward pass's activations alone (0.18-0.19 GiB for Qwen3-8B
+# at 2,048 tokens, 0.75 at 8,192: no sampler or logits on top). The memory outside torch (printed as
+# "consumed" less the weights) is 0.23 and 0.28 GiB on the L4 and the A100 at TP 1 and about as much at
+# TP 2 (the communicators are set up before the start-up snapshot); the graph estimate is printed as one
+# total, 0.144 MiB per captured graph per layer on both. The GH200 reads 0.90 GiB and 0.259 MiB: the
+# Hopper profiles carry those as overheads.engine_non_torch_bytes and cuda_graph_bytes_per_layer
+# (H100 and H200 by the same SM90 kernels), and a GPU without its own takes these.
+_MEM = "benchmarks/vllm_memory.py: vLLM 0.30.0 start-up logs, data/validation/vllm-memory/v0.30-glyd.csv (fit rows)"
+VLLM_NON_TORCH_BYTES = 273804165.0  # mean of the L4's and the A100's 0.23 / 0.28 GiB
+VLLM_GRAPH_BYTES_PER_LAYER = 150865.0  # mean of the L4's and the A100's estimate / (36 layers x 86 graphs)
+# vLLM 0.19-0.20 (graphs captured after the cache is allocated, nothing subtracted for them), fitted by
+# benchmarks/vllm_memory.py to the fitting rows of data/validation/vllm-memory/v0.19-h100.csv (its DEBUG
+# log lines "torch peak memory increase" and "non-torch forward increase" from public H100 logs; the
+# other rows held out, docs/validation.md). The torch peak is the dummy sampler run of vllm PR #13594
+# (top-k = vocab - 1 and top-p on; 15.09 bytes a logit fitted, about fp32 logits + a sorted fp32 copy +
+# int64 indices) over max_num_seqs rows; the non-torch growth is CUDA/cuBLAS workspaces at TP 1 and
+# NCCL plus custom all-reduce buffers beyond. MoE models keep their fused-MoE scratch buffers between
+# calls in both (FusedMoEModularKernel.shared_buffers, a class attribute,
+# vllm/model_executor/layers/fused_moe/modular_kernel.py), so the peak sits on them.
+# engine: {preset: vllm-v1, **VLLM_019_MEMORY} sizes a cache as vLLM 0.19 did.
+VLLM_019_MEMORY: dict[str, object] = {
+    "sampler_profile_bytes_per_logit": 15.09,
+    "non_torch_bytes": 0.2467 * 2**30,
+    "non_torch_bytes_tp": 2.07 * 2**30,
+    "logits_after_forward": False,
+    "cuda_graph_bytes_per_layer": 0.0,
+    "memory_source": "benchmarks/vllm_memory.py fit to data/validation/vllm-memory/v0.19-h100.csv "
+    "(vLLM 0.19 H100 start-up logs)",
+}
 
 # vLLM's host cost per operator on a CPU (its CPU build runs eager: a Python call per module, the
 # dispatcher, an OpenMP fork/join per kernel): measured with real vLLM 0.32.0 on a 2-vCPU Xeon VM
@@ -259,10 +340,11 @@ PRESETS: dict[str, EngineSpec] = {
         moe_skip_padding=True,
         fp8_query=True,
         defaults="vllm",
-        sampler_profile_bytes_per_logit=_VLLM_SAMPLER_BYTES_PER_LOGIT,
-        non_torch_bytes=_VLLM_NON_TORCH_BYTES,
-        non_torch_bytes_tp=_VLLM_NON_TORCH_BYTES_TP,
+        non_torch_bytes=None,  # (the GPU's measured figure, else VLLM_NON_TORCH_BYTES: for_hardware)
+        non_torch_bytes_tp=None,
         moe_workspace_persists=True,
+        logits_after_forward=True,
+        cuda_graph_bytes_per_layer=None,  # (the GPU's, else VLLM_GRAPH_BYTES_PER_LAYER)
         memory_source=_MEM,
         cpu_op_s=_VLLM_CPU_OP_S,
     ),
@@ -322,10 +404,13 @@ _BOOLS = (
     "fp8_query",
     "first_token_at_prefill",
     "moe_skip_padding",
+    "logits_after_forward",
 )
 _TEXTS = ("name", "source", "memory_source")
-_AMOUNTS = ("sampler_profile_bytes_per_logit", "non_torch_bytes", "non_torch_bytes_tp")
-MEMORY_FIELDS = (*_AMOUNTS, "moe_workspace_persists", "memory_source")  # what the engine holds on the device
+_AMOUNTS = ("sampler_profile_bytes_per_logit", "non_torch_bytes", "non_torch_bytes_tp", "cuda_graph_bytes_per_layer")
+_DEVICE_AMOUNTS = ("non_torch_bytes", "non_torch_bytes_tp", "cuda_graph_bytes_per_layer")  # null: the GPU's own
+# what the engine holds on the device
+MEMORY_FIELDS = (*_AMOUNTS, "moe_workspace_persists", "logits_after_forward", "memory_source")
 
 
 def memory_terms(spec: EngineSpec) -> dict[str, object]:
@@ -352,8 +437,11 @@ def _field(k: str, v: object, origin: str) -> object:
     if k == "cpu_op_s":
         return None if v is None else _seconds(v, where)
     if k in _AMOUNTS:
+        if v is None and k in _DEVICE_AMOUNTS:
+            return None
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-            raise UserError(f"{where} must be a finite number of bytes >= 0, got {v!r}")
+            nullable = " (or null: the GPU profile's own)" if k in _DEVICE_AMOUNTS else ""
+            raise UserError(f"{where} must be a finite number of bytes >= 0{nullable}, got {v!r}")
         return float(v)
     if k in _BOOLS:
         if k == "cuda_graphs" and v is None:

@@ -290,6 +290,16 @@ class Overheads(BaseModel):
     # the same for an elementwise kernel (a norm, RoPE, the activation, the residual add), by op
     # name, where measured apart: an unfused op launches several kernels, each with its floor
     elementwise_op_fixed_s: dict[str, Figure] | None = None
+    # vLLM >= 0.21's start-up memory on this GPU, where its logs were read (engine.py, vllm-v1): the
+    # memory outside torch that grows during the profile, and its CUDA-graph estimate per captured graph
+    # per layer; a GPU without them takes the engine's defaults
+    engine_non_torch_bytes: Figure | None = None
+    cuda_graph_bytes_per_layer: Figure | None = None
+
+    @field_validator("engine_non_torch_bytes", "cuda_graph_bytes_per_layer")
+    @classmethod
+    def _bytes(cls, v: Figure | None) -> Figure | None:
+        return _check(v, "bytes (a count of bytes, 9.7e8 for 0.9 GiB)", at_most=2.0**40)
 
     @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s", "attention_fixed_s")
     @classmethod

@@ -18,8 +18,8 @@ SCENARIO = {
     "policy": {"kind": "chunked", "chunk_tokens": 256, "max_num_seqs": 16},
     # a small KV pool (most of the memory reserved) forces preemptions, the subtlest code path
     "kv_cache": {
-        "reserve_gb": 59.53
-    },  # leaves about 8,000 tokens of KV (weights 16.1 GB of 77 GB usable, vLLM 0.26 GB)
+        "reserve_gb": 58.732
+    },  # leaves 309 blocks, about 4,950 tokens of KV (weights 16.1 GB of 76.5 GB usable, vLLM 1.1 GB)
     "workload": {
         "kind": "gamma",
         "rate_rps": 30.0,

@@ -227,6 +227,8 @@ def _supports_num_blocks() -> bool:
 
 def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
     """The llmsim scenario of a run, from its meta.json."""
+    from llmsim.engine import VLLM_019_MEMORY
+
     meta = run.meta()
     kw = meta["engine_kwargs"]
     kv = meta.get("kv_cache") or {}
@@ -245,7 +247,8 @@ def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
         "hardware": run.hardware,
         # the runs' times are vLLM's own stamps (queued_ts, first_token_ts: LLMServingSim's validate.py),
         # not a client's: the API server's delay to the client (engine.output_delay_s) is not in them
-        "engine": {"preset": "vllm-v1", "output_delay_s": 0.0},
+        # and they ran vLLM 0.19, which sized its KV cache without a CUDA-graph estimate (engine.VLLM_019_MEMORY)
+        "engine": {"preset": "vllm-v1", "output_delay_s": 0.0, **VLLM_019_MEMORY},
         "cluster": {
             "replicas": dp,
             "tp": int(kw.get("tensor_parallel_size") or 1),
