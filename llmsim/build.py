@@ -725,7 +725,7 @@ def kv_blocks(
     peak, sampler, moe, non_torch = engine.reserved_bytes(
         body, logits, max_seqs, step_tokens, model.vocab_size, tp, moe
     )
-    graphs = engine.cuda_graph_estimate_bytes(model.num_layers // pp, graph_counts(graph_sizes, max_seqs))
+    graphs = engine.cuda_graph_estimate_bytes(model.stage_layers(pp), graph_counts(graph_sizes, max_seqs))
     reserve = sc.kv_cache.reserve_gb * 1e9
     lora = 0.0
     if sc.lora is not None:  # multi-LoRA: the adapters' GPU buffers, allocated before the KV cache

@@ -408,7 +408,7 @@ _BOOLS = (
 )
 _TEXTS = ("name", "source", "memory_source")
 _AMOUNTS = ("sampler_profile_bytes_per_logit", "non_torch_bytes", "non_torch_bytes_tp", "cuda_graph_bytes_per_layer")
-_DEVICE_AMOUNTS = ("non_torch_bytes", "non_torch_bytes_tp", "cuda_graph_bytes_per_layer")  # null: the GPU's own
+DEVICE_AMOUNTS = ("non_torch_bytes", "non_torch_bytes_tp", "cuda_graph_bytes_per_layer")  # null: the GPU's own
 # what the engine holds on the device
 MEMORY_FIELDS = (*_AMOUNTS, "moe_workspace_persists", "logits_after_forward", "memory_source")
 
@@ -437,10 +437,10 @@ def _field(k: str, v: object, origin: str) -> object:
     if k == "cpu_op_s":
         return None if v is None else _seconds(v, where)
     if k in _AMOUNTS:
-        if v is None and k in _DEVICE_AMOUNTS:
+        if v is None and k in DEVICE_AMOUNTS:
             return None
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-            nullable = " (or null: the GPU profile's own)" if k in _DEVICE_AMOUNTS else ""
+            nullable = " (or null: the GPU profile's figure, else vllm-v1's default)" if k in DEVICE_AMOUNTS else ""
             raise UserError(f"{where} must be a finite number of bytes >= 0{nullable}, got {v!r}")
         return float(v)
     if k in _BOOLS:

@@ -296,10 +296,17 @@ class Overheads(BaseModel):
     engine_non_torch_bytes: Figure | None = None
     cuda_graph_bytes_per_layer: Figure | None = None
 
-    @field_validator("engine_non_torch_bytes", "cuda_graph_bytes_per_layer")
+    @field_validator("engine_non_torch_bytes")
     @classmethod
-    def _bytes(cls, v: Figure | None) -> Figure | None:
-        return _check(v, "bytes (a count of bytes, 9.7e8 for 0.9 GiB)", at_most=2.0**40)
+    def _non_torch_bytes(cls, v: Figure | None) -> Figure | None:
+        # (1 MiB to 64 GiB: 0.9 here is GiB written where bytes are meant)
+        return _check(v, "bytes (9.7e8 for 0.9 GiB)", at_least=2.0**20, at_most=2.0**36)
+
+    @field_validator("cuda_graph_bytes_per_layer")
+    @classmethod
+    def _graph_bytes(cls, v: Figure | None) -> Figure | None:
+        # (1 KiB to 1 GiB per graph per layer: 0.26 here is MiB written where bytes are meant)
+        return _check(v, "bytes per captured graph per layer (2.7e5 for 0.26 MiB)", at_least=2.0**10, at_most=2.0**30)
 
     @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s", "attention_fixed_s")
     @classmethod

@@ -787,12 +787,14 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
     names them, so a copy for other hardware can resolve them again: planning/base.py)."""
     from dataclasses import replace
 
-    from llmsim.engine import for_hardware, load_engine, vllm_defaults
+    from llmsim.engine import DEVICE_AMOUNTS, for_hardware, load_engine, vllm_defaults
     from llmsim.hardware import load_profile
 
-    spec = load_engine(sc.engine, Path(sc.base_dir), origin)
+    loaded = load_engine(sc.engine, Path(sc.base_dir), origin)
     hw = load_profile(sc.hardware, Path(sc.base_dir))
-    spec = for_hardware(spec, hw)
+    # the memory terms left to the device stay so: each pool resolves them on its own GPU
+    # (build._pool calls for_hardware with the pool's profile)
+    spec = replace(for_hardware(loaded, hw), **{k: None for k in DEVICE_AMOUNTS if getattr(loaded, k) is None})
     filled: dict[str, list[str]] = {}
     if sc.cluster.cuda_graphs is not None:  # the scenario's own switch wins
         spec = replace(spec, cuda_graphs=sc.cluster.cuda_graphs)

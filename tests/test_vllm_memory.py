@@ -165,3 +165,21 @@ def test_a_fitted_vllm_profile_keeps_the_memory_terms(tmp_path):
     (tmp_path / "other.yaml").write_text("async_scheduling: true\nnon_torch_bytes: 1000\n")
     other = load_engine("other.yaml", tmp_path, "test")
     assert other.non_torch_bytes == 1000.0 and other.sampler_profile_bytes_per_logit == 0.0
+
+
+def test_each_pool_takes_its_own_gpus_memory_terms():
+    # a disaggregated scenario's pools on different GPUs: each its GPU's figures, whatever the
+    # top-level hardware says (H100 prefill: the Hopper profiles' 0.90 GiB; A100 decode: vllm-v1's)
+    from llmsim.build import build_model, build_pools
+    from llmsim.scenario import load_scenario
+
+    for top in ("H100-SXM", "A100-SXM-80GB"):
+        sc = load_scenario(ROOT / "scenarios/heterogeneous_pools.yaml", overrides={"hardware": top})
+        prefill, decode = build_pools(sc, build_model(sc))
+        assert (prefill.hw.name, decode.hw.name) == ("H100-SXM", "A100-SXM-80GB")
+        assert prefill.memory["non_torch_bytes"] == pytest.approx(966367642)
+        assert decode.memory["non_torch_bytes"] == VLLM_NON_TORCH_BYTES
+        # (the same model and capture sizes in both: the graph estimates differ by the per-layer bytes)
+        assert prefill.memory["cuda_graph_estimate_bytes"] / decode.memory["cuda_graph_estimate_bytes"] == (
+            pytest.approx(271944 / VLLM_GRAPH_BYTES_PER_LAYER)
+        )
