@@ -7,10 +7,11 @@ prompt and output lengths (ignore_eos), sent all at once (request rate inf), as 
 engine with the run's stated server arguments (max_num_seqs, max_num_batched_tokens,
 max_model_len, gpu_memory_utilization, the CUDA-graph capture size), and the KV capacity vLLM
 logged ("GPU KV cache size: N tokens", less its null block) so that the timing is scored apart
-from the memory estimate, which is scored on its own (llmsim's KV tokens against the logged ones).
+from the memory estimate, which is scored on its own (llmsim's KV tokens against the logged ones);
+``--own-kv`` scores them as a user's scenario runs, on llmsim's own KV estimate.
 Nothing is fitted to these runs.
 
-    .venv/bin/python benchmarks/vllm_gpu/bench_runs.py [--runs ID ...] [--out DIR]
+    .venv/bin/python benchmarks/vllm_gpu/bench_runs.py [--runs ID ...] [--out DIR] [--own-kv]
 
 Errors are llmsim / real - 1, on the metrics `vllm bench serve` prints (ms): TTFT, TPOT, ITL and
 E2EL mean, median and p99, and request throughput.
@@ -130,20 +131,21 @@ def kv_tokens_estimate(run: dict) -> int:
     return int(pool.kv_blocks) * int(sc.kv_cache.block_tokens)
 
 
-def simulate(run: dict) -> dict:
-    """llmsim's figures for ``run``, keyed as the real run's ``results``."""
+def simulate(run: dict, logged_kv: bool = True) -> dict:
+    """llmsim's figures for ``run``, keyed as the real run's ``results`` (``logged_kv``: with the KV
+    capacity vLLM logged, else llmsim's own estimate)."""
     import llmsim
     from llmsim.scenario import scenario_from_dict
 
-    sc = scenario_from_dict(scenario_dict(run), run["id"], ROOT)
+    sc = scenario_from_dict(scenario_dict(run, logged_kv), run["id"], ROOT)
     s = llmsim.run(sc).summary
     out = {f"{stat}_{m}_ms": s.get(f"{stat}_{m}_ms") for m in METRICS for stat in STATS}
     out["request_throughput"] = s.get("request_throughput")
     return out
 
 
-def score(run: dict) -> dict:
-    real, sim = run["results"], simulate(run)
+def score(run: dict, logged_kv: bool = True) -> dict:
+    real, sim = run["results"], simulate(run, logged_kv)
     row: dict = {
         "run": run["id"],
         "gpu": hardware(run),
@@ -238,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", nargs="+", metavar="ID", help="run ids (default: all)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "vllm_gpu_bench", help="folder for score.csv")
     ap.add_argument("--record", action="store_true", help="store the errors in data/validation/accuracy.json")
+    ap.add_argument(
+        "--own-kv", action="store_true", help="size each KV cache with llmsim's memory model, as a user's scenario does"
+    )
     args = ap.parse_args(argv)
     runs = load_runs()
     if args.runs:
@@ -247,8 +252,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench_runs.py: error: unknown run id(s) {', '.join(unknown)}; the runs are: {ids}", file=sys.stderr)
             return 2
         runs = [r for r in runs if r["id"] in args.runs]
-    if args.record and args.runs:  # (the record is the whole set's spread, not a subset's)
-        print("bench_runs.py: error: --record stores the whole set's errors; drop --runs", file=sys.stderr)
+    if args.record and (args.runs or args.own_kv):  # (the record is the whole set's spread, as logged)
+        print(
+            "bench_runs.py: error: --record stores the whole set's errors on the logged KV; drop --runs / --own-kv",
+            file=sys.stderr,
+        )
         return 2
     try:  # (before any scoring: a folder that cannot be made fails now, not after the runs)
         args.out.mkdir(parents=True, exist_ok=True)
@@ -259,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     t0 = time.perf_counter()
-    rows = [score(r) for r in runs]
+    rows = [score(r, logged_kv=not args.own_kv) for r in runs]
     print_table(rows)
     if not args.runs:
         print("\nvLLM's own decode step, one step's wall time (the records' profiles) against llmsim's step:")
