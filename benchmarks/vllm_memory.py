@@ -114,7 +114,7 @@ def load_030() -> pd.DataFrame:
     """vLLM 0.30's start-ups, with the settings each ran under (vLLM's defaults for the GPU where the
     log says ``default``), its captured CUDA graphs, and the terms vLLM printed, per device (GiB)."""
     from llmsim.build import graph_sizes
-    from llmsim.engine import graph_counts, vllm_capture_sizes, vllm_defaults
+    from llmsim.engine import graph_plan, vllm_capture_sizes, vllm_defaults
     from llmsim.hardware import load_profile
 
     sys.path.insert(0, str(ROOT / "benchmarks" / "vllm_gpu"))
@@ -135,6 +135,8 @@ def load_030() -> pd.DataFrame:
         sizes = graph_sizes(engine, seqs, tokens)
         assert len(sizes) == int(r.num_capture_sizes), r.path  # vLLM's capture list, as its config printed it
         model = CATALOG[r.llmsim_model]
+        plan = graph_plan(sizes, seqs)
+        assert int(r.profile_full_graphs) == min(plan.full, 2), r.path  # vLLM profiled two FULL graphs
         out.append(
             {
                 "split": r.split,
@@ -145,8 +147,11 @@ def load_030() -> pd.DataFrame:
                 "cache": r.compile_cache,
                 "seqs": seqs,
                 "tokens": tokens,
-                "graphs": graph_counts(sizes, seqs),
+                "piecewise": plan.piecewise,
+                "full": plan.full,
+                "second_full": plan.second_full_size,
                 "layers": model.num_layers,
+                "heads": model.num_heads // int(r.tp),
                 "llmsim_model": r.llmsim_model,
                 "util_gib": r.total_gib * r.gpu_memory_utilization,
                 "weights_gib": r.model_loading_gib,
@@ -155,6 +160,7 @@ def load_030() -> pd.DataFrame:
                 # consumed + peak + KV holds on every row
                 "non_torch_gib": r.consumed_gib - r.model_loading_gib,
                 "graph_estimate_gib": r.cudagraph_estimated_gib,
+                "profile_capture_gib": r.profile_capture_gib,  # every PIECEWISE graph and two FULL ones
                 "torch_peak_gib": r.peak_activation_gib - r.cudagraph_estimated_gib,
                 "kv_gib": r.available_kv_gib,
             }
@@ -163,16 +169,25 @@ def load_030() -> pd.DataFrame:
 
 
 def fit_030(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """vLLM 0.30's non-torch memory and graph-estimate bytes per graph per layer, read off the fit
-    rows (Qwen3-8B, warm compile cache): the mean over the L4 and A100 (vllm-v1's own terms) and the
-    GH200's (the Hopper profiles')."""
+    """vLLM 0.30's non-torch memory and graph-estimate terms, read off the fit rows (Qwen3-8B, warm
+    compile cache): the mean over the L4 and A100 (vllm-v1's own terms) and the GH200's (the Hopper
+    profiles'). The PIECEWISE term is the profiling capture (every PIECEWISE graph and two FULL
+    ones) per graph per layer; the FULL term is the rest of the estimate, the extrapolated FULL
+    graphs, per layer x head x batch row of the second FULL size."""
     f = rows[rows.split == "fit"].assign(
-        per_layer=lambda t: t.graph_estimate_gib * GIB / (t.layers * t.graphs),
         non_torch=lambda t: t.non_torch_gib * GIB,
+        piecewise=lambda t: t.profile_capture_gib * GIB / (t.layers * t.piecewise),
+        full=lambda t: (
+            (t.graph_estimate_gib - t.profile_capture_gib) * GIB / ((t.full - 2) * t.layers * t.heads * t.second_full)
+        ),
     )
     groups = {"default": f[f.gpu.isin(DEFAULT_GPUS)], "hopper": f[f.gpu == HOPPER_GPU]}
     return {
-        k: {"non_torch_bytes": float(g.non_torch.mean()), "cuda_graph_bytes_per_layer": float(g.per_layer.mean())}
+        k: {
+            "non_torch_bytes": float(g.non_torch.mean()),
+            "cuda_graph_bytes_per_layer": float(g.piecewise.mean()),
+            "cuda_graph_full_bytes_per_head_row": float(g.full.mean()),
+        }
         for k, g in groups.items()
     }
 
@@ -181,7 +196,7 @@ def predict_030(rows: pd.DataFrame) -> pd.DataFrame:
     """Every vLLM 0.30 start-up's terms as ``engine: vllm-v1`` prices them on the row's GPU profile
     (``for_hardware``), and the KV cache they leave from the logged weights and device total."""
     from llmsim.build import forward_body_bytes, logits_bytes
-    from llmsim.engine import for_hardware
+    from llmsim.engine import GraphPlan, for_hardware
     from llmsim.hardware import load_profile
 
     out = []
@@ -192,7 +207,8 @@ def predict_030(rows: pd.DataFrame) -> pd.DataFrame:
         logits = logits_bytes(model, min(r.seqs, r.tokens), r.tp)
         moe = moe_workspace_bytes(model, r.tokens, r.tp, 1, "bf16")
         peak, _, _, non_torch = spec.reserved_bytes(body, logits, r.seqs, r.tokens, model.vocab_size, r.tp, moe)
-        graphs = spec.cuda_graph_estimate_bytes(r.layers, r.graphs)
+        plan = GraphPlan(r.piecewise, r.full, r.second_full)
+        graphs = spec.cuda_graph_estimate_bytes(r.layers, r.heads, plan)
         kv = r.util_gib - r.weights_gib - (peak + non_torch + graphs) / GIB
         out.append(
             {
@@ -201,7 +217,7 @@ def predict_030(rows: pd.DataFrame) -> pd.DataFrame:
                 "model": r.model,
                 "tp": r.tp,
                 "cache": r.cache,
-                "graphs": r.graphs,
+                "graphs": r.piecewise + r.full,
                 "peak_gib": r.torch_peak_gib,
                 "pred_peak_gib": peak / GIB,
                 "non_torch_gib": r.non_torch_gib,
@@ -283,7 +299,8 @@ def main_030() -> None:
     for group, t in fit_030(rows).items():
         print(
             f"  {group:<8} non_torch {t['non_torch_bytes'] / GIB:.3f} GiB, "
-            f"CUDA-graph estimate {t['cuda_graph_bytes_per_layer'] / 2**20:.4f} MiB per graph per layer"
+            f"CUDA graphs {t['cuda_graph_bytes_per_layer'] / 2**20:.3f} MiB per PIECEWISE graph per layer, "
+            f"{t['cuda_graph_full_bytes_per_head_row']:.2f} B per FULL graph per layer x head x row"
         )
     table = predict_030(rows)
     with pd.option_context("display.width", 200, "display.max_columns", 20):

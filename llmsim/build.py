@@ -12,7 +12,7 @@ import numpy as np
 
 from llmsim.costmodel import CostConfig, CostModel
 from llmsim.costmodel.ops import storage_of
-from llmsim.engine import EngineSpec, for_hardware, graph_counts
+from llmsim.engine import EngineSpec, for_hardware, graph_plan
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
 from llmsim.models import DTYPE_BYTES, ModelSpec, from_hf_config, get_model, weight_groups
@@ -725,7 +725,8 @@ def kv_blocks(
     peak, sampler, moe, non_torch = engine.reserved_bytes(
         body, logits, max_seqs, step_tokens, model.vocab_size, tp, moe
     )
-    graphs = engine.cuda_graph_estimate_bytes(model.stage_layers(pp), graph_counts(graph_sizes, max_seqs))
+    heads = max(model.num_heads // tp, 1)  # (a head per device at least: MLA and few-head models)
+    graphs = engine.cuda_graph_estimate_bytes(model.stage_layers(pp), heads, graph_plan(graph_sizes, max_seqs))
     reserve = sc.kv_cache.reserve_gb * 1e9
     lora = 0.0
     if sc.lora is not None:  # multi-LoRA: the adapters' GPU buffers, allocated before the KV cache

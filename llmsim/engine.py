@@ -100,10 +100,12 @@ class EngineSpec:
     # the forward's peak holds the fp32 logits too (build.activation_bytes, vLLM 0.19's)
     logits_after_forward: bool = False
     # vLLM >= 0.21 subtracts an estimate of its CUDA graphs' memory before it sizes the cache
-    # (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default since 0.21): bytes per captured graph
-    # per layer on the device (cuda_graph_estimate_bytes); None: the hardware profile's measured
-    # overheads.cuda_graph_bytes_per_layer, else VLLM_GRAPH_BYTES_PER_LAYER; 0: nothing subtracted
+    # (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default since 0.21; cuda_graph_estimate_bytes):
+    # bytes per PIECEWISE graph per layer on the device, and bytes per FULL graph it extrapolates per
+    # layer x attention head x batch row; None: the hardware profile's measured overheads of the same
+    # names, else VLLM_GRAPH_BYTES_PER_LAYER / VLLM_FULL_GRAPH_BYTES_PER_HEAD_ROW; 0: nothing subtracted
     cuda_graph_bytes_per_layer: float | None = 0.0
+    cuda_graph_full_bytes_per_head_row: float | None = 0.0
     memory_source: str = ""
     # On a CPU (family cpu): the host's seconds per operator, which there add to every call (eager
     # Python, the dispatcher, OpenMP's fork/join): replaces the hardware profile's kernel_launch_s,
@@ -136,15 +138,19 @@ class EngineSpec:
         forward = forward_bytes if self.logits_after_forward else forward_bytes + logits_bytes
         return max(forward, sampler) + kept, sampler, kept, non_torch
 
-    def cuda_graph_estimate_bytes(self, layers: int, graphs: int) -> float:
-        """vLLM's estimate of its CUDA graphs' memory, subtracted before the cache is sized: bytes per
-        graph per layer times the device's layers and the graphs it captures (``graph_counts``).
-        vLLM itself captures the largest graph of each mode and the next one, and extrapolates
-        (first capture + per-graph x (n - 1), gpu_model_runner.profile_cudagraph_memory); its logs
-        print only the total, which this fits (benchmarks/vllm_memory.py)."""
-        per_layer = self.cuda_graph_bytes_per_layer
-        assert per_layer is not None, "engine memory terms not resolved for a device (engine.for_hardware)"
-        return per_layer * layers * graphs
+    def cuda_graph_estimate_bytes(self, layers: int, heads: int, plan: GraphPlan) -> float:
+        """vLLM's estimate of its CUDA graphs' memory, subtracted before the cache is sized, as vLLM
+        0.30 makes it: it captures every PIECEWISE graph and the two largest FULL ones in a
+        scratch pool, measures them ("Capturing CUDA graphs (PIECEWISE): 51/51 ... (FULL): 2/2",
+        "Graph capturing finished ..., took 0.38 GiB"), and adds the second FULL capture's growth
+        for each FULL graph left. So: bytes per PIECEWISE graph per layer x the device's layers x
+        the PIECEWISE graphs, plus bytes per layer x attention head x batch row x the second FULL
+        size x the FULL graphs beyond two (the attention kernel's per-graph buffers: 5-7 bytes on
+        FlashAttention-2, 11-18 on FlashAttention-3; v0.30-glyd.csv, benchmarks/vllm_memory.py)."""
+        piecewise, full = self.cuda_graph_bytes_per_layer, self.cuda_graph_full_bytes_per_head_row
+        assert piecewise is not None and full is not None, "engine memory terms not resolved (engine.for_hardware)"
+        extrapolated = max(plan.full - 2, 0) * plan.second_full_size
+        return piecewise * layers * plan.piecewise + full * layers * heads * extrapolated
 
     def host_breakdown(self, seqs: int, tokens: int) -> dict[str, float]:
         """Host seconds of each named term of a step (``CostModel.host_s`` prices their sum)."""
@@ -158,12 +164,22 @@ def vllm_capture_sizes(max_size: int = 512) -> tuple[int, ...]:
     return tuple(s for s in [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)] if s <= max_size)
 
 
-def graph_counts(sizes: tuple[int, ...], max_num_seqs: int) -> int:
+@dataclass(frozen=True)
+class GraphPlan:
+    """The CUDA graphs vLLM captures: PIECEWISE and FULL counts, and the second-largest FULL size."""
+
+    piecewise: int = 0
+    full: int = 0
+    second_full_size: int = 0
+
+
+def graph_plan(sizes: tuple[int, ...], max_num_seqs: int) -> GraphPlan:
     """CUDA graphs vLLM captures under its default mode FULL_AND_PIECEWISE: a PIECEWISE graph for
     every capture size (mixed batches) and a FULL graph for every size a uniform decode batch
-    reaches, up to max_num_seqs (vLLM 0.30's logs: "PIECEWISE=51 (largest=512), FULL=35
-    (largest=256)" at 256 sequences; v0.30-glyd.csv's capture sizes)."""
-    return len(sizes) + sum(1 for s in sizes if s <= max_num_seqs)
+    reaches, up to max_num_seqs (vLLM 0.30's logs: 51 PIECEWISE and 35 FULL at 256 sequences, 51
+    and 51 at 1,024 on FlashAttention-3; v0.30-glyd.csv's capture sizes)."""
+    full = sorted(s for s in sizes if s <= max_num_seqs)
+    return GraphPlan(len(sizes), len(full), full[-2] if len(full) > 1 else 0)
 
 
 # vLLM 0.32.0 on this project's 2-core CPU, fitted on the calibration runs only (`llmsim calibrate
@@ -240,6 +256,8 @@ def _device_memory(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
     o = hw.overheads
     non_torch = o.engine_non_torch_bytes.value if o.engine_non_torch_bytes else VLLM_NON_TORCH_BYTES
     graphs = o.cuda_graph_bytes_per_layer.value if o.cuda_graph_bytes_per_layer else VLLM_GRAPH_BYTES_PER_LAYER
+    full = o.cuda_graph_full_bytes_per_head_row
+    full_graphs = full.value if full else VLLM_FULL_GRAPH_BYTES_PER_HEAD_ROW
     return replace(
         spec,
         non_torch_bytes=non_torch if spec.non_torch_bytes is None else spec.non_torch_bytes,
@@ -247,6 +265,9 @@ def _device_memory(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
         cuda_graph_bytes_per_layer=graphs
         if spec.cuda_graph_bytes_per_layer is None
         else spec.cuda_graph_bytes_per_layer,
+        cuda_graph_full_bytes_per_head_row=full_graphs
+        if spec.cuda_graph_full_bytes_per_head_row is None
+        else spec.cuda_graph_full_bytes_per_head_row,
     )
 
 
@@ -270,13 +291,16 @@ _DISTSERVE_2024 = HostTerm(1.6951e-3, 1.0431e-4, 0.0, _DS.format("distserve"))
 # docs/validation.md). Its torch peak is the forward pass's activations alone (0.18-0.19 GiB for Qwen3-8B
 # at 2,048 tokens, 0.75 at 8,192: no sampler or logits on top). The memory outside torch (printed as
 # "consumed" less the weights) is 0.23 and 0.28 GiB on the L4 and the A100 at TP 1 and about as much at
-# TP 2 (the communicators are set up before the start-up snapshot); the graph estimate is printed as one
-# total, 0.144 MiB per captured graph per layer on both. The GH200 reads 0.90 GiB and 0.259 MiB: the
-# Hopper profiles carry those as overheads.engine_non_torch_bytes and cuda_graph_bytes_per_layer
-# (H100 and H200 by the same SM90 kernels), and a GPU without its own takes these.
+# TP 2 (the communicators are set up before the start-up snapshot). The graph estimate is vLLM's
+# profiling capture of every PIECEWISE graph and two FULL ones ("took 0.38 GiB": 0.212 MiB per PIECEWISE
+# graph per layer on both) plus, for each FULL graph beyond two, the second FULL capture's growth (6.3
+# bytes per layer x head x batch row of the second FULL size: FlashAttention-2's per-graph buffers). The
+# GH200 reads 0.90 GiB, 0.346 MiB and 11.9 bytes (FlashAttention-3): the Hopper profiles carry those as
+# overheads (H100 and H200 run the same FlashAttention-3 kernels), and a GPU without its own takes these.
 _MEM = "benchmarks/vllm_memory.py: vLLM 0.30.0 start-up logs, data/validation/vllm-memory/v0.30-glyd.csv (fit rows)"
 VLLM_NON_TORCH_BYTES = 273804165.0  # mean of the L4's and the A100's 0.23 / 0.28 GiB
-VLLM_GRAPH_BYTES_PER_LAYER = 150865.0  # mean of the L4's and the A100's estimate / (36 layers x 86 graphs)
+VLLM_GRAPH_BYTES_PER_LAYER = 222234.0  # their profiling capture, 0.38 GiB / (36 layers x 51 PIECEWISE graphs)
+VLLM_FULL_GRAPH_BYTES_PER_HEAD_ROW = 6.264  # (estimate - capture) / (33 FULL graphs x 36 layers x 32 heads x 248 rows)
 # vLLM 0.19-0.20 (graphs captured after the cache is allocated, nothing subtracted for them), fitted by
 # benchmarks/vllm_memory.py to the fitting rows of data/validation/vllm-memory/v0.19-h100.csv (its DEBUG
 # log lines "torch peak memory increase" and "non-torch forward increase" from public H100 logs; the
@@ -293,6 +317,7 @@ VLLM_019_MEMORY: dict[str, object] = {
     "non_torch_bytes_tp": 2.07 * 2**30,
     "logits_after_forward": False,
     "cuda_graph_bytes_per_layer": 0.0,
+    "cuda_graph_full_bytes_per_head_row": 0.0,
     "memory_source": "benchmarks/vllm_memory.py fit to data/validation/vllm-memory/v0.19-h100.csv "
     "(vLLM 0.19 H100 start-up logs)",
 }
@@ -345,6 +370,7 @@ PRESETS: dict[str, EngineSpec] = {
         moe_workspace_persists=True,
         logits_after_forward=True,
         cuda_graph_bytes_per_layer=None,  # (the GPU's, else VLLM_GRAPH_BYTES_PER_LAYER)
+        cuda_graph_full_bytes_per_head_row=None,  # (the GPU's, else VLLM_FULL_GRAPH_BYTES_PER_HEAD_ROW)
         memory_source=_MEM,
         cpu_op_s=_VLLM_CPU_OP_S,
     ),
@@ -407,8 +433,14 @@ _BOOLS = (
     "logits_after_forward",
 )
 _TEXTS = ("name", "source", "memory_source")
-_AMOUNTS = ("sampler_profile_bytes_per_logit", "non_torch_bytes", "non_torch_bytes_tp", "cuda_graph_bytes_per_layer")
-DEVICE_AMOUNTS = ("non_torch_bytes", "non_torch_bytes_tp", "cuda_graph_bytes_per_layer")  # null: the GPU's own
+# null: the GPU's own
+DEVICE_AMOUNTS = (
+    "non_torch_bytes",
+    "non_torch_bytes_tp",
+    "cuda_graph_bytes_per_layer",
+    "cuda_graph_full_bytes_per_head_row",
+)
+_AMOUNTS = ("sampler_profile_bytes_per_logit", *DEVICE_AMOUNTS)
 # what the engine holds on the device
 MEMORY_FIELDS = (*_AMOUNTS, "moe_workspace_persists", "logits_after_forward", "memory_source")
 

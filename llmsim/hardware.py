@@ -294,7 +294,8 @@ class Overheads(BaseModel):
     # memory outside torch that grows during the profile, and its CUDA-graph estimate per captured graph
     # per layer; a GPU without them takes the engine's defaults
     engine_non_torch_bytes: Figure | None = None
-    cuda_graph_bytes_per_layer: Figure | None = None
+    cuda_graph_bytes_per_layer: Figure | None = None  # per PIECEWISE graph per layer
+    cuda_graph_full_bytes_per_head_row: Figure | None = None  # per FULL graph per layer x head x batch row
 
     @field_validator("engine_non_torch_bytes")
     @classmethod
@@ -306,7 +307,12 @@ class Overheads(BaseModel):
     @classmethod
     def _graph_bytes(cls, v: Figure | None) -> Figure | None:
         # (1 KiB to 1 GiB per graph per layer: 0.26 here is MiB written where bytes are meant)
-        return _check(v, "bytes per captured graph per layer (2.7e5 for 0.26 MiB)", at_least=2.0**10, at_most=2.0**30)
+        return _check(v, "bytes per graph per layer (3.6e5 for 0.35 MiB)", at_least=2.0**10, at_most=2.0**30)
+
+    @field_validator("cuda_graph_full_bytes_per_head_row")
+    @classmethod
+    def _full_graph_bytes(cls, v: Figure | None) -> Figure | None:
+        return _check(v, "bytes per layer x attention head x batch row (6-18)", at_most=2.0**12)
 
     @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s", "attention_fixed_s")
     @classmethod
