@@ -9,12 +9,15 @@ max_model_len and grows with the vocabulary. This script reads the public vLLM 0
 logs in ``data/validation/vllm-memory/v0.19-h100.csv``, fits the bytes the sampler holds per logit
 and the non-torch memory (TP 1, TP > 1) on the rows marked ``fit`` (three models, one at TP 2),
 prints every other row's prediction, and checks the one real run with a recorded block count on
-another GPU and other limits (the RTX 4090 run, max_num_seqs 256, 2,048 batched tokens):
+another GPU and other limits (the RTX 4090 run, max_num_seqs 256, 2,048 batched tokens). From
+vLLM 0.21 an estimate of the CUDA graphs' memory is subtracted too: the script then reads vLLM
+0.30's start-ups (``v0.30-glyd.csv``), the terms of its ``fit`` rows (Qwen3-8B, warm compile cache)
+and every row as ``engine: vllm-v1`` prices it:
 
     .venv/bin/python benchmarks/vllm_memory.py
 
-The fitted numbers are ``llmsim/engine.py``'s ``_VLLM_*`` constants (tests/test_vllm_memory.py
-refits them).
+The fitted numbers are ``llmsim/engine.py``'s ``VLLM_019_MEMORY`` (0.19) and ``VLLM_*`` constants
+and the Hopper profiles' ``overheads`` (0.30); tests/test_vllm_memory.py refits them.
 """
 
 from __future__ import annotations

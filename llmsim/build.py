@@ -682,7 +682,7 @@ def _engine_memory_note(sampler: float, forward: float, non_torch: float, graphs
     if non_torch:
         note += f", {non_torch / 1e9:.1f} GB the engine holds outside torch"
     if graphs:
-        note += f", {graphs / 1e9:.1f} GB for its CUDA graphs (fewer with a smaller policy.max_num_seqs)"
+        note += f", {graphs / 1e9:.1f} GB for its CUDA graphs (less with a smaller max_num_seqs, none with cluster.cuda_graphs: false)"
     return note
 
 
@@ -725,7 +725,7 @@ def kv_blocks(
     peak, sampler, moe, non_torch = engine.reserved_bytes(
         body, logits, max_seqs, step_tokens, model.vocab_size, tp, moe
     )
-    heads = max(model.num_heads // tp, 1)  # (a head per device at least: MLA and few-head models)
+    heads = model.num_heads // tp  # (check_parallelism: tp divides the heads)
     graphs = engine.cuda_graph_estimate_bytes(model.stage_layers(pp), heads, graph_plan(graph_sizes, max_seqs))
     reserve = sc.kv_cache.reserve_gb * 1e9
     lora = 0.0

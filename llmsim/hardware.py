@@ -291,8 +291,8 @@ class Overheads(BaseModel):
     # name, where measured apart: an unfused op launches several kernels, each with its floor
     elementwise_op_fixed_s: dict[str, Figure] | None = None
     # vLLM >= 0.21's start-up memory on this GPU, where its logs were read (engine.py, vllm-v1): the
-    # memory outside torch that grows during the profile, and its CUDA-graph estimate per captured graph
-    # per layer; a GPU without them takes the engine's defaults
+    # memory outside torch that grows during the profile, and its CUDA-graph estimate in vLLM 0.30's two
+    # parts (EngineSpec.cuda_graph_estimate_bytes); a GPU without them takes the engine's defaults
     engine_non_torch_bytes: Figure | None = None
     cuda_graph_bytes_per_layer: Figure | None = None  # per PIECEWISE graph per layer
     cuda_graph_full_bytes_per_head_row: Figure | None = None  # per FULL graph per layer x head x batch row
@@ -306,13 +306,14 @@ class Overheads(BaseModel):
     @field_validator("cuda_graph_bytes_per_layer")
     @classmethod
     def _graph_bytes(cls, v: Figure | None) -> Figure | None:
-        # (1 KiB to 1 GiB per graph per layer: 0.26 here is MiB written where bytes are meant)
+        # (1 KiB to 1 GiB per graph per layer: 0.35 here is MiB written where bytes are meant)
         return _check(v, "bytes per graph per layer (3.6e5 for 0.35 MiB)", at_least=2.0**10, at_most=2.0**30)
 
     @field_validator("cuda_graph_full_bytes_per_head_row")
     @classmethod
     def _full_graph_bytes(cls, v: Figure | None) -> Figure | None:
-        return _check(v, "bytes per layer x attention head x batch row (6-18)", at_most=2.0**12)
+        # (0.01 to 4,096 bytes: 1.1e-5 here is MiB written where bytes are meant)
+        return _check(v, "bytes per layer x attention head x batch row (6-18)", at_least=0.01, at_most=2.0**12)
 
     @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s", "attention_fixed_s")
     @classmethod

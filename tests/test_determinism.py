@@ -19,7 +19,7 @@ SCENARIO = {
     # a small KV pool (most of the memory reserved) forces preemptions, the subtlest code path
     "kv_cache": {
         "reserve_gb": 58.732
-    },  # leaves 309 blocks, about 4,950 tokens of KV (weights 16.1 GB of 76.5 GB usable, vLLM 1.1 GB)
+    },  # leaves 320 blocks, 5,120 tokens of KV (weights 16.1 GB of 76.5 GB usable, vLLM 1.0 GB)
     "workload": {
         "kind": "gamma",
         "rate_rps": 30.0,
