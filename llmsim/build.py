@@ -174,6 +174,13 @@ def _arrivals(sc: Scenario, rng: np.random.Generator, origin: str) -> np.ndarray
     # so that it falls at the duration's end: the last stretch of traffic is where it should be
     # even where the profile's scale is small (its random end would be stretched by 1 / scale)
     extra = int(w.rate_profile is not None and not w.num_requests)
+    if w.kind in ("poisson", "gamma") and w.arrivals == "vllm_bench":  # (its own generator: see the docstring)
+        if sc.seed >= 2**32:
+            raise UserError(
+                f"{origin}: seed: {sc.seed} is past what numpy's global generator takes (below 2**32), as vllm bench serve's --seed is"
+            )
+        burstiness = 1.0 if w.kind == "poisson" else 1.0 / (w.cv * w.cv)
+        return gen.vllm_bench_arrivals(sc.seed, w.rate_rps, burstiness, n)  # type: ignore[arg-type]
     if w.kind == "poisson":
         t = gen.poisson_arrivals(rng, w.rate_rps, n + extra)  # type: ignore[arg-type]
     elif w.kind == "gamma":

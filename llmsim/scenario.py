@@ -476,6 +476,10 @@ class WorkloadConfig(_Strict):
     # small that draws underflow to 0 (measured, numpy, 10k draws: 0.07% at cv 10, 15% at 20, 75% at
     # 50) and the sample mean leaves the rate; below 1e-3 the shape overflows
     cv: Annotated[float, Field(ge=1e-3, le=10.0)] = 1.0
+    # poisson / gamma: whose random arrivals. llmsim: drawn from the scenario's seed (the first at 0 s);
+    # vllm_bench: the sequence `vllm bench serve --request-rate R --burstiness 1/cv^2 --seed <seed>`
+    # sends (workload/generators.vllm_bench_arrivals), so a replay of a bench run sees its arrivals
+    arrivals: Literal["llmsim", "vllm_bench"] = "llmsim"
     num_requests: PosInt | None = None
     duration_s: PosFloat | None = None  # alternative to num_requests: rate x duration requests
     batch_size: Annotated[int, Field(gt=0, le=MAX_BATCH)] = 1  # all_at_once: requests per batch
@@ -529,6 +533,11 @@ class WorkloadConfig(_Strict):
         if self.kind in ("poisson", "gamma"):
             if self.rate_rps is None:
                 raise ValueError(f"kind {self.kind!r} needs `rate_rps`")
+            if self.arrivals == "vllm_bench" and (self.num_requests is None or self.rate_profile is not None):
+                raise ValueError(
+                    "arrivals: vllm_bench sends `num_requests` (vllm bench serve's --num-prompts) at one "
+                    "`rate_rps`; give num_requests and no rate_profile"
+                )
             if self.num_requests is None and self.duration_s is None:
                 raise ValueError("give `num_requests` or `duration_s`")
             p = self.rate_profile
@@ -564,10 +573,11 @@ class WorkloadConfig(_Strict):
             "output_tokens": "a trace brings its own lengths",
             "classes": "a trace brings its own classes (the generic format's `class` column)",
             "cv": "a trace keeps its own arrivals",
+            "arrivals": "a trace keeps its own arrivals",
             "batch_size": "a trace keeps its own arrivals",
             "batch_interval_s": "a trace keeps its own arrivals",
         }
-        defaults = {"cv": 1.0, "batch_size": 1, "batch_interval_s": 0.0, "classes": {}}
+        defaults = {"cv": 1.0, "batch_size": 1, "batch_interval_s": 0.0, "classes": {}, "arrivals": "llmsim"}
         for key, why in hints.items():
             if getattr(self, key) != defaults.get(key):
                 raise ValueError(f"`{key}`: {why}; kind 'trace' does not read it (remove it)")

@@ -59,3 +59,49 @@ def test_the_records_decode_steps_are_priced_as_the_doc_says():
     assert len(rows) == 8
     for row in rows:
         assert abs(row["llmsim_ms"] / row["real_ms"] - 1) < 0.10, row
+
+
+def test_vllm_bench_arrivals_are_the_clients_own():
+    # vllm/benchmarks/serve.py get_request, written out: np.random.seed(seed), then one gamma gap per
+    # request from the global generator, cumulated, scaled so that the last is at n / rate
+    import numpy as np
+
+    from llmsim.workload.generators import vllm_bench_arrivals
+
+    for seed, rate, burstiness, n in ((0, 1.0, 1.0, 64), (3, 4.0, 1.0, 64), (1, 2.5, 0.5, 17)):
+        np.random.seed(seed)
+        delays = [float(np.random.gamma(shape=burstiness, scale=1.0 / (rate * burstiness))) for _ in range(n)]
+        for i in range(1, n):
+            delays[i] += delays[i - 1]
+        expected = [d * (n / rate / delays[-1]) for d in delays]
+        assert vllm_bench_arrivals(seed, rate, burstiness, n).tolist() == pytest.approx(expected, rel=1e-12)
+
+
+def test_vllm_bench_arrivals_in_a_scenario(tmp_path):
+    import llmsim
+    from llmsim.build import build_workload
+    from llmsim.errors import UserError
+    from llmsim.workload.generators import vllm_bench_arrivals
+
+    base = {
+        "name": "bench",
+        "model": "qwen3-8b",
+        "hardware": "H100-SXM",
+        "seed": 2,
+        "workload": {
+            "kind": "poisson",
+            "rate_rps": 4.0,
+            "num_requests": 20,
+            "arrivals": "vllm_bench",
+            "prompt_tokens": {"dist": "fixed", "value": 64},
+            "output_tokens": {"dist": "fixed", "value": 8},
+        },
+    }
+    wl = build_workload(scenario_from_dict(base, "t", tmp_path))
+    assert wl.arrival_s.tolist() == vllm_bench_arrivals(2, 4.0, 1.0, 20).tolist()
+    assert wl.arrival_s[-1] == pytest.approx(20 / 4.0)  # the last is sent at n / rate
+    bad = {**base, "workload": {**base["workload"], "num_requests": None, "duration_s": 10.0}}
+    with pytest.raises(UserError, match="arrivals: vllm_bench sends `num_requests`"):
+        scenario_from_dict(bad, "t", tmp_path)
+    with pytest.raises(UserError, match="below 2\\*\\*32"):
+        llmsim.run({**base, "seed": 2**40})

@@ -2,7 +2,8 @@
 
 Each run is one `vllm bench serve` pass against vLLM's own bf16 path: a random dataset of fixed
 prompt and output lengths (ignore_eos), sent all at once (request rate inf), as a Poisson stream
-(rate r), or one at a time (max concurrency 1). The scenario a user would write for it: the model
+(rate r: at the very times the bench client drew with the run's seed, `workload.arrivals:
+vllm_bench`), or one at a time (max concurrency 1). The scenario a user would write for it: the model
 (catalog, or the folder's derived config), the GPU's profile, tensor parallelism, the `vllm-v1`
 engine with the run's stated server arguments (max_num_seqs, max_num_batched_tokens,
 max_model_len, gpu_memory_utilization, the CUDA-graph capture size), and the KV capacity vLLM
@@ -105,6 +106,10 @@ def scenario_dict(run: dict, logged_kv: bool = True) -> dict:
     }
     if not math.isinf(rate):
         workload["rate_rps"] = rate
+        burstiness = float(bench.get("burstiness") or 1.0)
+        if burstiness != 1.0:  # (vllm bench's Gamma gaps: llmsim's gamma kind with cv = 1 / sqrt(burstiness))
+            workload |= {"kind": "gamma", "cv": burstiness**-0.5}
+        workload["arrivals"] = "vllm_bench"  # the send times vllm bench serve drew with the run's seed
     if bench.get("max_concurrency"):
         workload["max_concurrency"] = int(bench["max_concurrency"])
     return {
@@ -281,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         src = (
             f"benchmarks/vllm_gpu/bench_runs.py on {len(rows)} real vLLM 0.30 GPU runs (vllm bench serve, random "
             "fixed lengths; A100-40GB, H100, GH200, L4, 2x RTX A6000; data/validation/vllm-gpu-bench/), KV capacity "
-            "as vLLM logged it; no parameter fitted to them, but five choices made after seeing them, each from other "
+            "as vLLM logged it, requests sent at the times vllm bench serve drew with each run's seed; no parameter fitted to them, but five choices made after seeing them, each from other "
             "measurements: the A100 and H100/H200 GEMM curves fitted to Vidur's kernels (and the H100's memory "
             "fraction), the vllm-v1 preset's 10 ms client delay (vLLM PR #54628), the L4's GEMM rate fitted to measured "
             "prompt passes at its power cap, the GH200's fitted to measured layer products (these passes run at two "

@@ -27,6 +27,17 @@ def gamma_arrivals(rng: np.random.Generator, rate_rps: float, cv: float, n: int)
     return np.cumsum(gaps)
 
 
+def vllm_bench_arrivals(seed: int, rate_rps: float, burstiness: float, n: int) -> np.ndarray:
+    """The send times of ``vllm bench serve --request-rate rate --burstiness b --seed seed``, from the
+    benchmark's start: n gaps from numpy's global generator seeded with the seed (its random dataset
+    draws from a generator of its own), Gamma(shape b, scale 1/(rate b)), cumulated and scaled so
+    that the last is at n / rate (vllm/benchmarks/serve.py, ``get_request``: "close the gap for
+    stabilizing the throughput data"); the first request waits its own gap."""
+    state = np.random.RandomState(seed)  # (np.random.seed(seed) then np.random.gamma, one at a time)
+    t = np.cumsum(state.gamma(burstiness, 1.0 / (rate_rps * burstiness), size=n))
+    return t * (n / rate_rps / t[-1]) if t[-1] > 0 else t
+
+
 def profile_integral(profile: list[tuple[float, float]], t_s: np.ndarray | float) -> np.ndarray:
     """The rate profile's scale integrated from 0 to ``t_s``: the seconds of rate_rps traffic by then."""
     at = np.array([a for a, _ in profile], dtype=float)
