@@ -169,7 +169,9 @@ def _run(sc: Scenario, checks: bool, exact_steps: bool, progress: Callable[[floa
         "workload": workload.stats(),
     }
     percentiles = tuple(sc.output.percentiles)
-    summary = summarize(req, out.steps, out.queue, slo, classes, pools[0].kv_blocks, meta, out.gaps, percentiles)
+    w = sc.workload
+    clock = 0.0 if w.kind in ("poisson", "gamma") and w.arrivals == "vllm_bench" else None  # (bench_metrics)
+    summary = summarize(req, out.steps, out.queue, slo, classes, pools[0].kv_blocks, meta, out.gaps, percentiles, clock)
     from llmsim.accuracy import validated
 
     summary["accuracy"] = validated(sc.engine_spec.name)  # prediction intervals (docs/validation.md)

@@ -105,7 +105,7 @@ def build_workload(sc: Scenario) -> Workload:
                 "(max_loras, max_lora_rank)"
             )
     else:
-        _check_sizes(sc, origin)
+        check_workload_bounds(sc)  # (the seed too; a sweep runs it on every point first)
         arrivals = _arrivals(sc, rng, origin)
         if w.shared_prefix is not None:
             s = w.shared_prefix
@@ -134,9 +134,15 @@ def check_workload_bounds(sc: Scenario) -> None:
     without drawing anything: a sweep checks every point with it before the first one runs."""
     if sc.workload.kind == "trace":
         return  # a trace's rows are checked as it is read
+    w = sc.workload
+    if w.kind in ("poisson", "gamma") and w.arrivals == "vllm_bench" and sc.seed >= 2**32:
+        raise UserError(
+            f"{sc._origin}: seed: {sc.seed} is too large for arrivals: vllm_bench, which seeds numpy's global "
+            "generator as vllm bench serve's --seed does (below 2**32)"
+        )
     _check_sizes(sc, sc._origin)
     n = _request_count(sc)
-    if n > MAX_REQUESTS and sc.workload.horizon_s is not None:
+    if n > MAX_REQUESTS and w.horizon_s is not None and w.arrivals != "vllm_bench":
         return  # drawn only up to the horizon, whose own count _arrivals_to_horizon checks
     check_requests(n, _count_key(sc), sc._origin)
 
@@ -166,7 +172,8 @@ def _arrivals(sc: Scenario, rng: np.random.Generator, origin: str) -> np.ndarray
     limit), else only up to ``workload.horizon_s`` (arrivals after it are never simulated)."""
     w = sc.workload
     n = _request_count(sc)
-    if n > MAX_REQUESTS and w.horizon_s is not None:
+    if n > MAX_REQUESTS and w.horizon_s is not None and w.arrivals != "vllm_bench":
+        # (vllm bench serve draws every gap before it sends: so do we, within MAX_REQUESTS)
         return _arrivals_to_horizon(sc, rng, n, w.horizon_s, origin)
     check_requests(n, _count_key(sc), origin)
     n = int(n)
@@ -175,10 +182,6 @@ def _arrivals(sc: Scenario, rng: np.random.Generator, origin: str) -> np.ndarray
     # even where the profile's scale is small (its random end would be stretched by 1 / scale)
     extra = int(w.rate_profile is not None and not w.num_requests)
     if w.kind in ("poisson", "gamma") and w.arrivals == "vllm_bench":  # (its own generator: see the docstring)
-        if sc.seed >= 2**32:
-            raise UserError(
-                f"{origin}: seed: {sc.seed} is past what numpy's global generator takes (below 2**32), as vllm bench serve's --seed is"
-            )
         burstiness = 1.0 if w.kind == "poisson" else 1.0 / (w.cv * w.cv)
         return gen.vllm_bench_arrivals(sc.seed, w.rate_rps, burstiness, n)  # type: ignore[arg-type]
     if w.kind == "poisson":

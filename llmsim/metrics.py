@@ -160,6 +160,7 @@ def bench_metrics(
     itl: dict,
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
     fin: pd.DataFrame | None = None,
+    clock_start_s: float | None = None,
 ) -> dict:
     """vLLM-bench result keys of a run.
 
@@ -168,10 +169,14 @@ def bench_metrics(
     ``tpot_s``, ``e2e_s`` and optionally ``tbt_max_s``; ``good``: requests meeting the SLOs (or
     None: no goodput, as vLLM without ``--goodput``); ``itl``: the ``*_itl_ms`` figures
     (:func:`itl_from_histogram` or :func:`dist_ms` over every gap); ``fin``: ``finished(req)``
-    where the caller has it (a run with rejections copies the frame to make it)."""
+    where the caller has it (a run with rejections copies the frame to make it); ``clock_start_s``:
+    where the run's clock starts (None: the first arrival; 0 for ``arrivals: vllm_bench``, as vllm
+    bench serve starts its clock before the first request's own gap)."""
     fin = finished(req) if fin is None else fin
     n_done = len(fin)
     start = float(req["arrival_s"].min()) if len(req) else 0.0
+    if clock_start_s is not None:
+        start = min(start, clock_start_s)
     end = float(fin["finish_s"].max()) if n_done else start
     dur = max(end - start, 1e-12)
     tin, tout = int(fin["prompt_tokens"].sum()), int(fin["generated_tokens"].sum())

@@ -453,6 +453,7 @@ def summarize(
     meta: dict,
     gaps: GapHistogram | None = None,
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+    clock_start_s: float | None = None,
 ) -> dict:
     """summary.json: vLLM-bench metrics at the top level (llmsim/metrics.py), then llmsim's own
     sections. ``gaps``: every inter-token gap of the run (ITL); None leaves ITL empty."""
@@ -465,7 +466,7 @@ def summarize(
     itl = itl_from_histogram(gaps, itl_mean_s, percentiles)
     good = meets if has_latency_slo(slo, slo_classes) else None  # vLLM: no --goodput, no goodput
     summary = {
-        **bench_metrics(req, good, itl, percentiles, fin),
+        **bench_metrics(req, good, itl, percentiles, fin, clock_start_s),
         "percentiles": list(percentiles),
         **meta,
         "requests": {
