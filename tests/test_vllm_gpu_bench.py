@@ -105,3 +105,13 @@ def test_vllm_bench_arrivals_in_a_scenario(tmp_path):
         scenario_from_dict(bad, "t", tmp_path)
     with pytest.raises(UserError, match="too large for arrivals: vllm_bench"):
         llmsim.run({**base, "seed": 2**40})
+
+
+def test_own_kv_scores_on_llmsims_estimate(tmp_path, capsys):
+    run = next(r for r in bench.load_runs() if r["id"] == "h100x2-72b-1003/bf16/rateinf")
+    # the KV capacity the run logged, against llmsim's own estimate of it (22 % short for this pair)
+    logged, own = bench.scenario_dict(run, True), bench.scenario_dict(run, False)
+    assert logged["kv_cache"]["num_blocks"] == 8800 // 16 - 1 and "num_blocks" not in own["kv_cache"]
+    assert bench.main(["--own-kv", "--runs", run["id"], "--out", str(tmp_path)]) == 0
+    assert bench.main(["--own-kv", "--record"]) == 2  # the record is on the logged capacity
+    assert "drop --runs / --own-kv" in capsys.readouterr().err
