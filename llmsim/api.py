@@ -169,8 +169,7 @@ def _run(sc: Scenario, checks: bool, exact_steps: bool, progress: Callable[[floa
         "workload": workload.stats(),
     }
     percentiles = tuple(sc.output.percentiles)
-    w = sc.workload
-    clock = 0.0 if w.kind in ("poisson", "gamma") and w.arrivals == "vllm_bench" else None  # (bench_metrics)
+    clock = 0.0 if sc.workload.sends_as_vllm_bench else None  # (the client's clock: bench_metrics)
     summary = summarize(req, out.steps, out.queue, slo, classes, pools[0].kv_blocks, meta, out.gaps, percentiles, clock)
     from llmsim.accuracy import validated
 

@@ -135,16 +135,23 @@ def check_workload_bounds(sc: Scenario) -> None:
     if sc.workload.kind == "trace":
         return  # a trace's rows are checked as it is read
     w = sc.workload
-    if w.kind in ("poisson", "gamma") and w.arrivals == "vllm_bench" and sc.seed >= 2**32:
+    if w.sends_as_vllm_bench and sc.seed >= 2**32:
         raise UserError(
             f"{sc._origin}: seed: {sc.seed} is too large for arrivals: vllm_bench, which seeds numpy's global "
             "generator as vllm bench serve's --seed does (below 2**32)"
         )
     _check_sizes(sc, sc._origin)
     n = _request_count(sc)
-    if n > MAX_REQUESTS and w.horizon_s is not None and w.arrivals != "vllm_bench":
+    if _drawn_to_horizon(sc, n):
         return  # drawn only up to the horizon, whose own count _arrivals_to_horizon checks
     check_requests(n, _count_key(sc), sc._origin)
+
+
+def _drawn_to_horizon(sc: Scenario, n: float) -> bool:
+    """Whether a synthetic workload of ``n`` requests is drawn only up to ``workload.horizon_s``:
+    past MAX_REQUESTS, where a horizon is given (not for vllm bench serve's arrivals, which it
+    draws whole before it sends)."""
+    return n > MAX_REQUESTS and sc.workload.horizon_s is not None and not sc.workload.sends_as_vllm_bench
 
 
 def _request_count(sc: Scenario) -> float:
@@ -169,19 +176,18 @@ def _count_key(sc: Scenario) -> str:
 
 def _arrivals(sc: Scenario, rng: np.random.Generator, origin: str) -> np.ndarray:
     """Arrival times, drawn whole when the count fits MAX_REQUESTS (unchanged since before the
-    limit), else only up to ``workload.horizon_s`` (arrivals after it are never simulated)."""
+    limit), else only up to ``workload.horizon_s`` (arrivals after it are never simulated). The
+    count's bound is checked first, by ``check_workload_bounds``."""
     w = sc.workload
     n = _request_count(sc)
-    if n > MAX_REQUESTS and w.horizon_s is not None and w.arrivals != "vllm_bench":
-        # (vllm bench serve draws every gap before it sends: so do we, within MAX_REQUESTS)
-        return _arrivals_to_horizon(sc, rng, n, w.horizon_s, origin)
-    check_requests(n, _count_key(sc), origin)
+    if _drawn_to_horizon(sc, n):
+        return _arrivals_to_horizon(sc, rng, n, w.horizon_s or 0.0, origin)  # (a horizon: _drawn_to_horizon)
     n = int(n)
     # with a profile over a duration, one arrival more is drawn and the n before it are spread
     # so that it falls at the duration's end: the last stretch of traffic is where it should be
     # even where the profile's scale is small (its random end would be stretched by 1 / scale)
     extra = int(w.rate_profile is not None and not w.num_requests)
-    if w.kind in ("poisson", "gamma") and w.arrivals == "vllm_bench":  # (its own generator: see the docstring)
+    if w.sends_as_vllm_bench:  # (its own generator: see vllm_bench_arrivals)
         burstiness = 1.0 if w.kind == "poisson" else 1.0 / (w.cv * w.cv)
         return gen.vllm_bench_arrivals(sc.seed, w.rate_rps, burstiness, n)  # type: ignore[arg-type]
     if w.kind == "poisson":

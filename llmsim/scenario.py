@@ -499,6 +499,12 @@ class WorkloadConfig(_Strict):
     max_concurrency: PosInt | None = None
     lora: WorkloadLoraConfig | None = None  # requests' LoRA adapters (needs the scenario's `lora` section)
 
+    @property
+    def sends_as_vllm_bench(self) -> bool:
+        """Arrivals drawn as `vllm bench serve` draws them (``arrivals: vllm_bench`` on a kind that
+        has random arrivals; beside another kind, as a sweep may carry it, the key is not read)."""
+        return self.kind in ("poisson", "gamma") and self.arrivals == "vllm_bench"
+
     @model_validator(mode="after")
     def _complete(self) -> WorkloadConfig:
         self._refuse_ignored()
