@@ -138,7 +138,7 @@ def load_030() -> pd.DataFrame:
         sizes = graph_sizes(engine, seqs, tokens)
         assert len(sizes) == int(r.num_capture_sizes), r.path  # vLLM's capture list, as its config printed it
         model = CATALOG[r.llmsim_model]
-        plan = graph_plan(sizes, seqs)
+        plan = graph_plan(sizes, seqs)  # (the capture vLLM logged: fit_030 reads its parts)
         assert int(r.profile_full_graphs) == min(plan.full, 2), r.path  # vLLM profiled two FULL graphs
         out.append(
             {
@@ -150,6 +150,7 @@ def load_030() -> pd.DataFrame:
                 "cache": r.compile_cache,
                 "seqs": seqs,
                 "tokens": tokens,
+                "sizes": sizes,
                 "piecewise": plan.piecewise,
                 "full": plan.full,
                 "second_full": plan.second_full_size,
@@ -198,20 +199,15 @@ def fit_030(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
 def predict_030(rows: pd.DataFrame) -> pd.DataFrame:
     """Every vLLM 0.30 start-up's terms as ``engine: vllm-v1`` prices them on the row's GPU profile
     (``for_hardware``), and the KV cache they leave from the logged weights and device total."""
-    from llmsim.build import forward_body_bytes, logits_bytes
-    from llmsim.engine import GraphPlan, for_hardware
+    from llmsim.build import engine_memory
+    from llmsim.engine import for_hardware
     from llmsim.hardware import load_profile
 
     out = []
     for _, r in rows.iterrows():
         spec = for_hardware(PRESETS["vllm-v1"], load_profile(r.profile))
-        model = CATALOG[r.llmsim_model]
-        body = forward_body_bytes(model, r.tokens, r.tp, "bf16")
-        logits = logits_bytes(model, min(r.seqs, r.tokens), r.tp)
-        moe = moe_workspace_bytes(model, r.tokens, r.tp, 1, "bf16")
-        peak, _, _, non_torch = spec.reserved_bytes(body, logits, r.seqs, r.tokens, model.vocab_size, r.tp, moe)
-        plan = GraphPlan(r.piecewise, r.full, r.second_full)
-        graphs = spec.cuda_graph_estimate_bytes(r.layers, r.heads, plan)
+        mem = engine_memory(spec, CATALOG[r.llmsim_model], r.tokens, r.seqs, r.tp, 1, 1, "bf16", r.sizes)
+        peak, non_torch, graphs = mem.peak, mem.non_torch, mem.graphs
         kv = r.util_gib - r.weights_gib - (peak + non_torch + graphs) / GIB
         out.append(
             {

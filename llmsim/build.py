@@ -686,6 +686,45 @@ def moe_workspace_bytes(model: ModelSpec, step_tokens: int, tp: int, ep: int, ac
     return float(step_tokens * model.experts_per_token * per_row * DTYPE_BYTES[storage_of(act_dtype)])
 
 
+@dataclass(frozen=True)
+class EngineMemory:
+    """The engine's own device memory, per device, as its start-up profile reserves it (bytes)."""
+
+    forward: float  # the forward pass's activations with the sampled rows' fp32 logits (activation_bytes)
+    peak: float  # the activation peak reserved: forward or sampler run, with any MoE scratch kept
+    sampler: float  # the sampler profile run
+    moe: float  # MoE kernels' scratch kept between calls
+    non_torch: float  # outside torch's allocator
+    graphs: float  # the CUDA-graph estimate subtracted (vLLM >= 0.21)
+
+
+def engine_memory(
+    engine: EngineSpec,
+    model: ModelSpec,
+    step_tokens: int,
+    max_seqs: int,
+    tp: int,
+    pp: int,
+    ep: int,
+    act_dtype: str,
+    graph_sizes: tuple[int, ...],
+) -> EngineMemory:
+    """What ``engine`` reserves beside the weights and the KV cache on one device for a step budget of
+    ``step_tokens`` and ``max_seqs`` sequences (``EngineSpec.reserved_bytes``), and its estimate of
+    the CUDA graphs it captures at ``graph_sizes`` (none: eager) over a device's layers
+    (``EngineSpec.cuda_graph_estimate_bytes``). The engine's device terms must be resolved
+    (``for_hardware``)."""
+    body = forward_body_bytes(model, step_tokens, tp, act_dtype)
+    logits = logits_bytes(model, min(max_seqs, step_tokens), tp)
+    moe = moe_workspace_bytes(model, step_tokens, tp, ep, act_dtype)
+    peak, sampler, kept, non_torch = engine.reserved_bytes(
+        body, logits, max_seqs, step_tokens, model.vocab_size, tp, moe
+    )
+    heads = model.num_heads // tp  # (check_parallelism: tp divides the heads)
+    graphs = engine.cuda_graph_estimate_bytes(model.stage_layers(pp), heads, graph_plan(graph_sizes, max_seqs))
+    return EngineMemory(body + logits, peak, sampler, kept, non_torch, graphs)
+
+
 def _engine_memory_note(sampler: float, forward: float, non_torch: float, graphs: float, usable: float) -> str:
     """What a "does not fit" message says of the engine's own memory (the sampler warm-up only
     where it is a real part of the device: a tenth or more)."""
@@ -734,15 +773,8 @@ def kv_blocks(
     of_free = sc.kv_cache.memory_fraction_of == "free"
     usable = hw.memory_bytes * (1.0 if of_free else sc.kv_cache.memory_fraction)
     weights = model.weight_bytes_per_device(weight_dtype, tp, pp, ep, redundant_experts)
-    body = forward_body_bytes(model, step_tokens, tp, sc.model.act_dtype)
-    logits = logits_bytes(model, min(max_seqs, step_tokens), tp)
-    act = body + logits  # (activation_bytes)
-    moe = moe_workspace_bytes(model, step_tokens, tp, ep, sc.model.act_dtype)
-    peak, sampler, moe, non_torch = engine.reserved_bytes(
-        body, logits, max_seqs, step_tokens, model.vocab_size, tp, moe
-    )
-    heads = model.num_heads // tp  # (check_parallelism: tp divides the heads)
-    graphs = engine.cuda_graph_estimate_bytes(model.stage_layers(pp), heads, graph_plan(graph_sizes, max_seqs))
+    mem = engine_memory(engine, model, step_tokens, max_seqs, tp, pp, ep, sc.model.act_dtype, graph_sizes)
+    act, peak, sampler, moe, non_torch, graphs = mem.forward, mem.peak, mem.sampler, mem.moe, mem.non_torch, mem.graphs
     reserve = sc.kv_cache.reserve_gb * 1e9
     lora = 0.0
     if sc.lora is not None:  # multi-LoRA: the adapters' GPU buffers, allocated before the KV cache
