@@ -253,22 +253,12 @@ def for_hardware(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
 def _device_memory(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
     """Memory terms left to the device (None): the hardware profile's measured figure, else vLLM's
     defaults (engine.py's VLLM_* readings). A number set in the engine stays."""
-    o = hw.overheads
-    non_torch = o.engine_non_torch_bytes.value if o.engine_non_torch_bytes else VLLM_NON_TORCH_BYTES
-    graphs = o.cuda_graph_bytes_per_layer.value if o.cuda_graph_bytes_per_layer else VLLM_GRAPH_BYTES_PER_LAYER
-    full = o.cuda_graph_full_bytes_per_head_row
-    full_graphs = full.value if full else VLLM_FULL_GRAPH_BYTES_PER_HEAD_ROW
-    return replace(
-        spec,
-        non_torch_bytes=non_torch if spec.non_torch_bytes is None else spec.non_torch_bytes,
-        non_torch_bytes_tp=non_torch if spec.non_torch_bytes_tp is None else spec.non_torch_bytes_tp,
-        cuda_graph_bytes_per_layer=graphs
-        if spec.cuda_graph_bytes_per_layer is None
-        else spec.cuda_graph_bytes_per_layer,
-        cuda_graph_full_bytes_per_head_row=full_graphs
-        if spec.cuda_graph_full_bytes_per_head_row is None
-        else spec.cuda_graph_full_bytes_per_head_row,
-    )
+    changes = {}
+    for field, (figure, default) in DEVICE_TERMS.items():
+        if getattr(spec, field) is None:
+            measured = getattr(hw.overheads, figure)
+            changes[field] = measured.value if measured else default
+    return replace(spec, **changes)
 
 
 # The engines of DistServe's evaluation (OSDI'24) on an A100-80GB: host terms fitted by
@@ -301,6 +291,14 @@ _MEM = "benchmarks/vllm_memory.py: vLLM 0.30.0 start-up logs, data/validation/vl
 VLLM_NON_TORCH_BYTES = 273804165.0  # mean of the L4's and the A100's 0.23 / 0.28 GiB
 VLLM_GRAPH_BYTES_PER_LAYER = 222234.0  # their profiling capture, 0.38 GiB / (36 layers x 51 PIECEWISE graphs)
 VLLM_FULL_GRAPH_BYTES_PER_HEAD_ROW = 6.264  # (estimate - capture) / (33 FULL graphs x 36 layers x 32 heads x 248 rows)
+# the engine's memory terms a GPU profile may measure (null in the engine: the profile's overheads
+# figure, else the default): field -> (overheads figure, default)
+DEVICE_TERMS: dict[str, tuple[str, float]] = {
+    "non_torch_bytes": ("engine_non_torch_bytes", VLLM_NON_TORCH_BYTES),
+    "non_torch_bytes_tp": ("engine_non_torch_bytes", VLLM_NON_TORCH_BYTES),
+    "cuda_graph_bytes_per_layer": ("cuda_graph_bytes_per_layer", VLLM_GRAPH_BYTES_PER_LAYER),
+    "cuda_graph_full_bytes_per_head_row": ("cuda_graph_full_bytes_per_head_row", VLLM_FULL_GRAPH_BYTES_PER_HEAD_ROW),
+}
 # vLLM 0.19-0.20 (graphs captured after the cache is allocated, nothing subtracted for them), fitted by
 # benchmarks/vllm_memory.py to the fitting rows of data/validation/vllm-memory/v0.19-h100.csv (its DEBUG
 # log lines "torch peak memory increase" and "non-torch forward increase" from public H100 logs; the
@@ -433,13 +431,7 @@ _BOOLS = (
     "logits_after_forward",
 )
 _TEXTS = ("name", "source", "memory_source")
-# null: the GPU's own
-DEVICE_AMOUNTS = (
-    "non_torch_bytes",
-    "non_torch_bytes_tp",
-    "cuda_graph_bytes_per_layer",
-    "cuda_graph_full_bytes_per_head_row",
-)
+DEVICE_AMOUNTS = tuple(DEVICE_TERMS)  # (null: the GPU's own)
 _AMOUNTS = ("sampler_profile_bytes_per_logit", *DEVICE_AMOUNTS)
 # what the engine holds on the device
 MEMORY_FIELDS = (*_AMOUNTS, "moe_workspace_persists", "logits_after_forward", "memory_source")
