@@ -1,7 +1,7 @@
 """vLLM's fused MoE kernel, measured (data/validation/moe_kernels/) against llmsim's price of it.
 
     python benchmarks/moe_kernels.py            # every row: measured, priced, ratio; per-GPU fit
-    python benchmarks/moe_kernels.py --fit      # the fit only: moe_gemm_fraction per GPU
+    python benchmarks/moe_kernels.py --fit      # the fits only: moe_gemm_fraction, moe_memory_fraction per GPU
 
 Each row is one ``fused_experts`` call (both grouped GEMMs and the activation; vLLM's
 ``benchmark_moe.py`` and the PRs' microbenchmarks time that) for M tokens routed to ``topk`` of
@@ -10,7 +10,10 @@ the ops the simulator builds for a MoE layer (``ops.step_ops``: ``mlp_up_proj``,
 ``mlp_down_proj``) on the row's profile, as shipped and with ``efficiency.moe_gemm_fraction``
 removed (the dense GEMM rate). The fit: per GPU, the ``moe_gemm_fraction`` that minimises the
 squared log error over that GPU's BF16 rows with M >= 512 (compute-bound: rows per expert in the
-hundreds); rows below are weight-streaming and do not depend on it. FP8 rows are never fitted:
+hundreds); rows below are weight-streaming and do not depend on it. Those (16 <= M <= 256, every
+expert touched and a few rows each) fit ``moe_memory_fraction`` the same way, the rate the grouped
+kernel streams expert weights at; a profile carries it where it differs from ``memory_fraction``
+(H100 SXM, whose ``memory_fraction`` is fitted to graphed dense decode steps). FP8 rows are never fitted:
 they check the fraction (a BF16 measurement, or a prior) on another dtype. The tuned-config time is
 used where a source gives it (vLLM ships those configs), else the default-config time.
 """
@@ -35,11 +38,17 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data/validation/moe_kernels/fused_moe.csv"
 EXPERT_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
 FIT_MIN_M = 512
+STREAM_M = (16, 256)  # weight-streaming rows: the moe_memory_fraction fit
 
 
 def with_moe_rate(hw: HardwareProfile, rate: float | None) -> HardwareProfile:
     """``hw`` with ``efficiency.moe_gemm_fraction`` set to ``rate`` (None: removed)."""
     return with_efficiency(hw, "moe_gemm_fraction", rate, "benchmarks/moe_kernels.py fit")
+
+
+def with_stream_rate(hw: HardwareProfile, rate: float | None) -> HardwareProfile:
+    """``hw`` with ``efficiency.moe_memory_fraction`` set to ``rate`` (None: removed)."""
+    return with_efficiency(hw, "moe_memory_fraction", rate, "benchmarks/moe_kernels.py fit")
 
 
 def fused_experts_s(hw: HardwareProfile, e: int, n: int, k: int, topk: int, m: int, dtype: str = "bf16") -> float:
@@ -66,6 +75,11 @@ def fit_rate(rows: pd.DataFrame, hw: HardwareProfile) -> float:
     return least_log_error(lambda rate: priced_us(rows, with_moe_rate(hw, rate)), measured_us(rows).to_numpy())
 
 
+def fit_stream_rate(rows: pd.DataFrame, hw: HardwareProfile) -> float:
+    """The moe_memory_fraction in (0.2, 1] with the least squared log error on ``rows``."""
+    return least_log_error(lambda rate: priced_us(rows, with_stream_rate(hw, rate)), measured_us(rows).to_numpy())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="print the per-GPU fit only")
@@ -78,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         big = rows[(rows["M"] >= FIT_MIN_M) & (rows["dtype"] == "bf16")]
         fitted = fit_rate(big, dense) if len(big) else math.nan
         own = shipped.efficiency.moe_gemm_fraction
-        fits.append((profile, len(big), fitted, own.value if own else math.nan))
+        mid = rows[rows["M"].between(*STREAM_M) & (rows["dtype"] == "bf16")]
+        stream = fit_stream_rate(mid, shipped) if len(mid) else math.nan
+        own_stream = shipped.efficiency.moe_memory_fraction or shipped.efficiency.memory_fraction
+        row = (profile, len(big), fitted, own.value if own else math.nan, len(mid), stream, own_stream.value)
+        fits.append(row)
         meas = measured_us(rows).to_numpy()
         before, after = priced_us(rows, dense), priced_us(rows, shipped)
         for r, m_us, b, a in zip(rows.itertuples(), meas, before, after, strict=True):
@@ -91,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
             out.to_string(index=False, formatters={c: "{:+.1%}".format for c in ("err", "err ")}, float_format="%.1f")
         )
         print()
-    fit = pd.DataFrame(fits, columns=["profile", f"bf16 rows M>={FIT_MIN_M}", "fitted moe_gemm_fraction", "shipped"])
+    lo, hi = STREAM_M
+    cols = [f"bf16 rows M>={FIT_MIN_M}", "fitted moe_gemm_fraction", "shipped"]
+    cols += [f"rows {lo}-{hi}", "fitted moe_memory_fraction", "shipped "]
+    fit = pd.DataFrame(fits, columns=["profile", *cols])
     print(fit.to_string(index=False, float_format="%.3f"))
     return 0
 

@@ -316,9 +316,10 @@ H100_PRIOR = {"gemm_max_fraction": 0.803, "gemm_half_m": 64.0, "gemm_wave_expone
 
 
 def test_h100_profiles_carry_their_fit_and_hold_on_a_held_out_model() -> None:
-    """H100 SXM prices GEMMs on what calibrate fits to its two fit files (compute and memory
-    side; the fit's kernel floor is the profile's 4 us), the H200 and GH200 (the same die) on its
-    curve; on the held-out model every linear op is within 10 % and better than the prior (its
+    """H100 SXM prices GEMMs on what calibrate fits to its two fit files (the compute side; the
+    fit's kernel floor is the profile's 4 us; the memory side is fitted to vLLM's graphed decode
+    steps instead, above the eager kernels' fit), the H200 and GH200 (the same die) on its curve;
+    on the held-out model the fit has every linear op within 10 % and is better than the prior (its
     attention projections have Llama-2-70B's shapes; its MLP rows are the ones new to the fit)."""
     hw = load_profile("H100-SXM")
     eff = {k: getattr(hw.efficiency, k).model_copy(update={"value": v}) for k, v in H100_PRIOR.items()}
@@ -327,15 +328,18 @@ def test_h100_profiles_carry_their_fit_and_hold_on_a_held_out_model() -> None:
     fitted, res = calibrate(prior, rows, [str(f) for f in TRAIN_H100])
     assert res.gemm_rows == 2 * 4 * 20 * 4 and res.gemm_mape < 0.09
     assert fitted.overheads.kernel_fixed_s.value == pytest.approx(hw.overheads.kernel_fixed_s.value, rel=0.01)
-    for key in H100_PRIOR:
+    for key in set(H100_PRIOR) - {"memory_fraction"}:
         assert getattr(hw.efficiency, key).value == pytest.approx(getattr(fitted.efficiency, key).value, rel=1e-4), key
+    assert hw.efficiency.memory_fraction.value > fitted.efficiency.memory_fraction.value
     for name in ("H200", "GH200"):
         shipped = load_profile(name).efficiency
         for key in ("gemm_half_m", "gemm_wave_exponent"):
             assert getattr(shipped, key).value == pytest.approx(getattr(fitted.efficiency, key).value, rel=1e-4)
     held_out = [r for r in read_profile(HELD_OUT_H100) if r.kind == "gemm"]
-    per_op = validate(hw, get_model("codellama-34b"), held_out).per_op()
+    per_op = validate(fitted, get_model("codellama-34b"), held_out).per_op()
     assert set(per_op.index) == set(LINEAR_OPS) and (per_op["n"] == 80).all()
     assert (per_op["mape"] <= 0.10).all(), per_op
     before = validate(prior, get_model("codellama-34b"), held_out).overall_mape
-    assert validate(hw, get_model("codellama-34b"), held_out).overall_mape < 0.85 * before
+    assert validate(fitted, get_model("codellama-34b"), held_out).overall_mape < 0.85 * before
+    # the shipped profile streams faster than these eagerly timed kernels (docs/validation.md: 8.9 %)
+    assert validate(hw, get_model("codellama-34b"), held_out).overall_mape < 0.10

@@ -33,6 +33,18 @@ def test_shipped_fraction_is_the_fit_to_the_measured_kernels(rows, profile) -> N
     assert hw.efficiency.moe_gemm_fraction.value == pytest.approx(fitted, abs=0.002)
 
 
+def test_h100_streams_expert_weights_at_its_fitted_rate(rows) -> None:
+    """H100 SXM's memory_fraction is fitted to graphed dense decode steps; the grouped kernel's own
+    weight-streaming rows (16 <= M <= 256) fit a lower rate, which the profile carries apart."""
+    hw = load_profile("H100-SXM")
+    lo, hi = moe_kernels.STREAM_M
+    mine = rows[(rows["profile"] == "H100-SXM") & rows["M"].between(lo, hi) & (rows["dtype"] == "bf16")]
+    assert len(mine) >= 4
+    fitted = moe_kernels.fit_stream_rate(mine, hw)
+    assert hw.efficiency.moe_memory_fraction.value == pytest.approx(fitted, abs=0.002)
+    assert fitted < hw.efficiency.memory_fraction.value - 0.03
+
+
 def test_shipped_profiles_price_the_measured_kernels(rows) -> None:
     """Compute-bound BF16 rows (M >= 1024) within 10 % with the shipped fraction (up to 44 %
     short at the dense rate); the weight-streaming rows (16 <= M <= 256), which the fraction does

@@ -53,12 +53,14 @@ def test_the_scored_set_holds_its_reported_accuracy():
 
 
 def test_the_records_decode_steps_are_priced_as_the_doc_says():
-    """vLLM's own decode steps (Qwen3-8B on an A100-40GB and an L4): llmsim's step within 10 %, as
-    docs/validation.md reports (-0.7 to +8.7 %)."""
+    """vLLM's own decode steps (Qwen3-8B on an A100-40GB, an L4, an H100 and a GH200): llmsim's step
+    within 10 %, as docs/validation.md reports (-3.0 to +8.7 %); the H100's, which its
+    memory_fraction is fitted to, within 5 %, and the GH200's (held out) within 5 % too."""
     rows = bench.decode_step_rows()
-    assert len(rows) == 8
+    assert len(rows) == 20
     for row in rows:
-        assert abs(row["llmsim_ms"] / row["real_ms"] - 1) < 0.10, row
+        bound = 0.05 if row["gpu"] in ("H100-SXM", "GH200") else 0.10
+        assert abs(row["llmsim_ms"] / row["real_ms"] - 1) < bound, row
 
 
 def test_vllm_bench_arrivals_are_the_clients_own():

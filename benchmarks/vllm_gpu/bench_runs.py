@@ -275,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [score(r, logged_kv=not args.own_kv) for r in runs]
     print_table(rows)
     if not args.runs:
-        print("\nvLLM's own decode step, one step's wall time (the records' profiles) against llmsim's step:")
+        print(
+            "\nvLLM's own decode step, one step's wall time (the records' profiles and decode tables) against llmsim's:"
+        )
         print(pd.DataFrame(decode_step_rows()).to_string(index=False))
     pd.DataFrame(rows).to_csv(args.out / "score.csv", index=False)
     print(f"\n{len(rows)} runs in {time.perf_counter() - t0:.0f} s; wrote {args.out / 'score.csv'}")
