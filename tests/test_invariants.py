@@ -249,8 +249,8 @@ def admit_everyone(rate_rps: float) -> dict:
 
 
 def test_an_overload_that_admits_everyone_is_not_called_stable():
-    # ~90 req/s settles on this replica (a 20,000-request run: latency flat near 7 s); 130 does
-    # not (at 100 a 40,000-request run's latency grows). The waiting queue stays near empty, so
+    # ~90 req/s settles on this replica (a 20,000-request run: latency flat near 6-7 s), 100 too
+    # but near 13 s; 130 does not (docs/reliability.md). The waiting queue stays near empty, so
     # only the in-system count shows it.
     over = run(admit_everyone(130.0)).summary["saturation"]
     assert over["growth_share"] < 0.01
