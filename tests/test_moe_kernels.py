@@ -29,7 +29,7 @@ def test_shipped_fraction_is_the_fit_to_the_measured_kernels(rows, profile) -> N
     hw = load_profile(profile)
     mine = rows[(rows["profile"] == profile) & (rows["M"] >= moe_kernels.FIT_MIN_M) & (rows["dtype"] == "bf16")]
     assert len(mine) >= 2
-    fitted = moe_kernels.fit_rate(mine, moe_kernels.with_moe_rate(hw, None))
+    fitted = moe_kernels.fit_term(mine, moe_kernels.with_term(hw, moe_kernels.COMPUTE, None), moe_kernels.COMPUTE)
     assert hw.efficiency.moe_gemm_fraction.value == pytest.approx(fitted, abs=0.002)
 
 
@@ -40,7 +40,7 @@ def test_h100_streams_expert_weights_at_its_fitted_rate(rows) -> None:
     lo, hi = moe_kernels.STREAM_M
     mine = rows[(rows["profile"] == "H100-SXM") & rows["M"].between(lo, hi) & (rows["dtype"] == "bf16")]
     assert len(mine) >= 4
-    fitted = moe_kernels.fit_stream_rate(mine, hw)
+    fitted = moe_kernels.fit_term(mine, hw, moe_kernels.STREAM)
     assert hw.efficiency.moe_memory_fraction.value == pytest.approx(fitted, abs=0.002)
     assert fitted < hw.efficiency.memory_fraction.value - 0.03
 
@@ -62,7 +62,7 @@ def test_moe_gemm_fraction_slows_the_expert_gemms_compute_only() -> None:
     model = get_model("qwen3-30b-a3b-instruct-2507")
     shape = batch_shape([(4096, 0)], [])
     hw = load_profile("H200")
-    plain = moe_kernels.with_moe_rate(hw, None)
+    plain = moe_kernels.with_term(hw, moe_kernels.COMPUTE, None)
     rate = hw.efficiency.moe_gemm_fraction.value
     slow, fast = CostModel(model, hw, CostConfig()), CostModel(model, plain, CostConfig())
     for op in step_ops(model, shape, CostConfig()):

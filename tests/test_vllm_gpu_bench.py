@@ -63,6 +63,20 @@ def test_the_records_decode_steps_are_priced_as_the_doc_says():
         assert abs(row["llmsim_ms"] / row["real_ms"] - 1) < bound, row
 
 
+def test_the_hopper_memory_side_is_the_fit_to_the_h100_decode_steps():
+    """H100 SXM's memory_fraction is what --fit-decode fits to its measured decode steps (the kernel
+    floor as shipped); the GH200 carries the same value and its own steps, held out, stay within 3 %."""
+    from llmsim.hardware import load_profile
+
+    fitted = bench.fit_decode_memory_fraction()
+    h100, gh200 = (load_profile(g).efficiency.memory_fraction.value for g in (bench.DECODE_FIT, bench.DECODE_HELD_OUT))
+    assert h100 == pytest.approx(fitted, abs=1e-9) and gh200 == h100
+    assert bench.decode_step_mape(bench.DECODE_FIT) < 0.02
+    assert bench.decode_step_mape(bench.DECODE_HELD_OUT) < 0.03
+    # the eager-kernel fit's 0.874 (hardware_profiles/calibrated/H100-SXM.yaml) priced them 7-9 % slow
+    assert bench.decode_step_mape(bench.DECODE_HELD_OUT, 0.874) > 0.06
+
+
 def test_vllm_bench_arrivals_are_the_clients_own():
     # vllm/benchmarks/serve.py get_request, written out: np.random.seed(seed), then one gamma gap per
     # request from the global generator, cumulated, scaled so that the last is at n / rate

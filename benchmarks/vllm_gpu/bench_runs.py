@@ -13,6 +13,8 @@ from the memory estimate, which is scored on its own (llmsim's KV tokens against
 Nothing is fitted to these runs.
 
     .venv/bin/python benchmarks/vllm_gpu/bench_runs.py [--runs ID ...] [--out DIR] [--own-kv]
+    .venv/bin/python benchmarks/vllm_gpu/bench_runs.py --fit-decode   # the H100's memory side, fitted
+                                                                       # to the records' decode steps
 
 Errors are llmsim / real - 1, on the metrics `vllm bench serve` prints (ms): TTFT, TPOT, ITL and
 E2EL mean, median and p99, and request throughput.
@@ -171,10 +173,10 @@ def score(run: dict, logged_kv: bool = True) -> dict:
 DECODE_STEPS = DATA / "decode_steps.yaml"
 
 
-def decode_step_rows(path: Path = DECODE_STEPS) -> list[dict]:
+def decode_step_rows(path: Path = DECODE_STEPS, profiles: dict[str, str] | None = None) -> list[dict]:
     """The records' measured vLLM decode steps against llmsim's step time for the same batch and
     context (the vllm-v1 engine, the GPU's profile, CUDA graphs): the decode step apart from
-    queueing and prefill."""
+    queueing and prefill. ``profiles`` prices a GPU on another profile (name -> profile name or YAML)."""
     from llmsim.build import build_model, build_pools
     from llmsim.costmodel.ops import model_batch_shape
     from llmsim.scenario import scenario_from_dict
@@ -185,7 +187,7 @@ def decode_step_rows(path: Path = DECODE_STEPS) -> list[dict]:
         d = {
             "name": "decode-steps",
             "model": MODELS[entry["model"]],
-            "hardware": entry["profile"],
+            "hardware": (profiles or {}).get(entry["profile"], entry["profile"]),
             "policy": {"kind": "vllm", "max_model_len": longest},
             "workload": {
                 "kind": "all_at_once",
@@ -210,6 +212,36 @@ def decode_step_rows(path: Path = DECODE_STEPS) -> list[dict]:
                 }
             )
     return rows
+
+
+# the decode-step fit: the GPU whose steps fit its profile's memory side, and the one that takes the
+# value and whose own steps are held out (hardware_profiles/H100-SXM.yaml, GH200.yaml)
+DECODE_FIT, DECODE_HELD_OUT = "H100-SXM", "GH200"
+
+
+def decode_step_mape(gpu: str, memory_fraction: float | None = None) -> float:
+    """Mean |error| of llmsim's price of ``gpu``'s measured decode steps, on its shipped profile or
+    with ``efficiency.memory_fraction`` set to ``memory_fraction``."""
+    import tempfile
+
+    from llmsim.hardware import load_profile
+
+    overrides: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if memory_fraction is not None:
+            data = load_profile(gpu).model_dump(mode="json", exclude_none=True)
+            data["efficiency"]["memory_fraction"] = {"value": memory_fraction, "source": "decode-step fit trial"}
+            overrides[gpu] = str(Path(tmp) / f"{gpu}.yaml")
+            Path(overrides[gpu]).write_text(yaml.safe_dump(data))
+        rows = [r for r in decode_step_rows(profiles=overrides) if r["gpu"] == gpu]
+    return statistics.fmean(abs(r["llmsim_ms"] / r["real_ms"] - 1) for r in rows)
+
+
+def fit_decode_memory_fraction(gpu: str = DECODE_FIT) -> float:
+    """The ``memory_fraction`` (0.005 steps over 0.80-1.00, the kernel floor as the profile has it)
+    whose prices of ``gpu``'s measured decode steps have the least mean |error|."""
+    trials = [round(0.80 + 0.005 * i, 3) for i in range(41)]
+    return min(trials, key=lambda f: decode_step_mape(gpu, f))
 
 
 HEADLINE = ("mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "request_throughput")
@@ -240,6 +272,20 @@ def print_table(rows: list[dict]) -> None:
             )
 
 
+def print_decode_fit() -> int:
+    """The decode-step fit as --fit-decode prints it: the fitted value, and both GPUs' step MAPE on
+    the shipped profiles and with the fitted value (the held-out GPU takes the fitted GPU's)."""
+    from llmsim.hardware import load_profile
+
+    fitted = fit_decode_memory_fraction()
+    print(f"{DECODE_FIT} memory_fraction fitted to its decode steps (kernel floor as shipped): {fitted:.3f}")
+    print(f"{'gpu':10s} {'role':9s} {'shipped':>8s} {'MAPE':>6s} {'at fit':>7s}")
+    for gpu, role in ((DECODE_FIT, "fit"), (DECODE_HELD_OUT, "held out")):
+        shipped = load_profile(gpu).efficiency.memory_fraction.value
+        print(f"{gpu:10s} {role:9s} {shipped:8.3f} {decode_step_mape(gpu):6.1%} {decode_step_mape(gpu, fitted):7.1%}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", nargs="+", metavar="ID", help="run ids (default: all)")
@@ -248,7 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--own-kv", action="store_true", help="size each KV cache with llmsim's memory model, as a user's scenario does"
     )
+    ap.add_argument(
+        "--fit-decode",
+        action="store_true",
+        help=f"fit {DECODE_FIT}'s memory_fraction to its measured decode steps; {DECODE_HELD_OUT}'s held out",
+    )
     args = ap.parse_args(argv)
+    if args.fit_decode:
+        return print_decode_fit()
     runs = load_runs()
     if args.runs:
         unknown = sorted(set(args.runs) - {r["id"] for r in runs})
@@ -288,11 +341,11 @@ def main(argv: list[str] | None = None) -> int:
         src = (
             f"benchmarks/vllm_gpu/bench_runs.py on {len(rows)} real vLLM 0.30 GPU runs (vllm bench serve, random "
             "fixed lengths; A100-40GB, H100, GH200, L4, 2x RTX A6000; data/validation/vllm-gpu-bench/), KV capacity "
-            "as vLLM logged it, requests sent at the times vllm bench serve drew with each run's seed; no parameter fitted to them, but five choices made after seeing them, each from other "
-            "measurements: the A100 and H100/H200 GEMM curves fitted to Vidur's kernels (and the H100's memory "
-            "fraction), the vllm-v1 preset's 10 ms client delay (vLLM PR #54628), the L4's GEMM rate fitted to measured "
-            "prompt passes at its power cap, the GH200's fitted to measured layer products (these passes run at two "
-            "trial values first) (docs/validation.md)"
+            "as vLLM logged it, requests sent at the times vllm bench serve drew with each run's seed; no parameter fitted to them, but six choices made after seeing them, each from other "
+            "measurements: the A100 and H100/H200 GEMM curves fitted to Vidur's kernels, the vllm-v1 preset's 10 ms "
+            "client delay (vLLM PR #54628), the L4's GEMM rate fitted to measured prompt passes at its power cap, the "
+            "GH200's fitted to measured layer products (these passes run at two trial values first), the H100's (and "
+            "GH200's) memory fraction fitted to the records' measured vLLM decode steps (docs/validation.md)"
         )
         print(f"wrote {record('vllm-gpu-bench', scores, src)}")
     return 0
