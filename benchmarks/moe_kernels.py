@@ -38,6 +38,7 @@ from llmsim.models import get_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data/validation/moe_kernels/fused_moe.csv"
+LAYERS = ROOT / "data/validation/moe_kernels/layer_tables.csv"  # whole layers in a CUDA graph, held out
 EXPERT_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
 FIT_MIN_M = 512
 STREAM_M = (16, 256)  # weight-streaming rows: the moe_memory_fraction fit
@@ -82,6 +83,14 @@ def shipped_value(hw: HardwareProfile, term: str) -> float:
     return own.value if own else math.nan
 
 
+def layer_check(path: Path = LAYERS) -> pd.DataFrame:
+    """The held-out layer tables (``LAYERS``) against llmsim's price of the same call on each row's
+    shipped profile: one row per measurement, ``err`` = priced / measured - 1."""
+    rows = pd.read_csv(path)
+    priced = np.concatenate([priced_us(g, load_profile(p)) for p, g in rows.groupby("profile", sort=False)])
+    return rows.assign(priced_us=priced, err=priced / rows["layer_us"].to_numpy() - 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="print the per-GPU fit only")
@@ -116,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     cols += [f"rows {lo}-{hi}", "fitted moe_memory_fraction", "shipped moe_memory", "memory_fraction"]
     fit = pd.DataFrame(fits, columns=["profile", *cols])
     print(fit.to_string(index=False, float_format="%.3f"))
+    if not args.fit:
+        layers = layer_check()[["profile", "model", "M", "layer_us", "priced_us", "err"]]
+        print("\nwhole fused-MoE layers in a CUDA graph (held out; data/validation/moe_kernels/layer_tables.csv):")
+        print(layers.to_string(index=False, formatters={"err": "{:+.1%}".format}, float_format="%.1f"))
     return 0
 
 
