@@ -335,6 +335,18 @@ def trtllm_bench_limits(
     return bs, tokens
 
 
+# vLLM schedules one step ahead by default from v0.14.0 ("Async scheduling is now enabled by default",
+# its release notes; vllm-project/vllm PR #27614); before, only with --async-scheduling (an
+# experimental flag from PR #19970, mid-2025), which none of the points' commands pass
+VLLM_ASYNC_DEFAULT = (0, 14)
+
+
+def _version(text: object) -> tuple[int, ...]:
+    """The leading dotted version of an engine_version field ('0.10.0 (ROCm build)' -> (0, 10, 0))."""
+    m = re.match(r"\s*(\d+(?:\.\d+)*)", str(text))
+    return tuple(int(x) for x in m.group(1).split(".")) if m else ()
+
+
 def _flag(notes: str, flag: str) -> str | None:
     m = re.search(rf"{re.escape(flag)}[ =]([0-9.]+)", notes)
     return m.group(1) if m else None
@@ -387,7 +399,11 @@ def engine_section(mp: Mapping, flow: str, cat: str, hw: str, tp: int, pp: int, 
     elif flow in ("vllm", "sglang"):
         # offline benchmarks (benchmark_throughput / _latency, bench_one_batch) run the engine in
         # process: no API server between it and the timer (engine.output_delay_s)
-        out["engine"] = "vllm-v1" if mode == "online" else {"preset": "vllm-v1", "output_delay_s": 0.0}
+        engine: dict = {"preset": "vllm-v1"} if mode == "online" else {"preset": "vllm-v1", "output_delay_s": 0.0}
+        if flow == "vllm" and _version(p["engine_version"]) < VLLM_ASYNC_DEFAULT:
+            engine["async_scheduling"] = False
+            mp.notes.append("vLLM < 0.14: async scheduling off (its default until v0.14.0, vLLM PR #27614)")
+        out["engine"] = engine
         util = _flag(notes, "--gpu-memory-utilization")
         out["kv_cache"]["memory_fraction"] = float(util) if util else 0.9
         policy: dict = {"kind": "vllm"}
