@@ -87,8 +87,9 @@ def layer_check(path: Path = LAYERS) -> pd.DataFrame:
     """The held-out layer tables (``LAYERS``) against llmsim's price of the same call on each row's
     shipped profile: one row per measurement, ``err`` = priced / measured - 1."""
     rows = pd.read_csv(path)
-    priced = np.concatenate([priced_us(g, load_profile(p)) for p, g in rows.groupby("profile", sort=False)])
-    return rows.assign(priced_us=priced, err=priced / rows["layer_us"].to_numpy() - 1)
+    parts = [pd.Series(priced_us(g, load_profile(p)), index=g.index) for p, g in rows.groupby("profile")]
+    priced = pd.concat(parts).reindex(rows.index)  # (each row's own price, whatever the file's order)
+    return rows.assign(priced_us=priced, err=priced / rows["layer_us"] - 1)
 
 
 def main(argv: list[str] | None = None) -> int:

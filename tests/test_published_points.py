@@ -247,3 +247,23 @@ def test_tensorrt_engines_attend_over_the_whole_context():
     pytorch = {**BY_ID["trtllm017-mistral-7b-h100-tp1-fp8-500-2000"], "engine_version": "1.0 (PyTorch backend)"}
     assert pp.engine_flow(pytorch) == "trtllm-pytorch"
     assert "sliding_window" not in pp.map_point(pytorch).scenario["model"]
+
+
+def test_vllm_before_0_14_runs_without_async_scheduling():
+    """vLLM's async scheduling is its default from v0.14.0 (release notes, PR #27614): the 0.10 points
+    run without it, the SGLang points (their own flow) keep the preset's, and a vLLM point whose
+    version cannot be read is refused rather than guessed."""
+    for p in POINTS:
+        if p["engine"] in ("vllm", "sglang") and "not expressible" not in str(p.get("status", "")):
+            mp = pp.map_point(p)
+            engine = mp.scenario.get("engine") if mp.scenario else None
+            if p["id"].startswith("vllm010-"):
+                assert engine["async_scheduling"] is False, p["id"]
+            elif p["engine"] == "sglang" and isinstance(engine, dict):
+                assert "async_scheduling" not in engine, p["id"]
+    assert pp._version("0.10.0 (ROCm build)") == (0, 10, 0) < pp.VLLM_ASYNC_DEFAULT <= pp._version("0.14.0")
+    newer = {**BY_ID["vllm010-rocm-llama31-70b-mi300x-tp8-fp8-bs1-128-2048-lat"], "engine_version": "0.14.0"}
+    assert "async_scheduling" not in pp.map_point(newer).scenario["engine"]
+    unknown = {**newer, "engine_version": "not stated"}
+    with pytest.raises(ValueError, match="needs its version"):
+        pp.map_point(unknown)
