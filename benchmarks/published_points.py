@@ -400,12 +400,13 @@ def engine_section(mp: Mapping, flow: str, cat: str, hw: str, tp: int, pp: int, 
         # offline benchmarks (benchmark_throughput / _latency, bench_one_batch) run the engine in
         # process: no API server between it and the timer (engine.output_delay_s)
         engine: dict = {"preset": "vllm-v1"} if mode == "online" else {"preset": "vllm-v1", "output_delay_s": 0.0}
-        version = _version(p["engine_version"])
-        if flow == "vllm" and not version:
-            raise ValueError(f"{p['id']}: engine_version {p['engine_version']!r}: a vLLM point needs its version")
-        if flow == "vllm" and version < VLLM_ASYNC_DEFAULT:
-            engine["async_scheduling"] = False
-            mp.notes.append("vLLM < 0.14: async scheduling off (its default until v0.14.0, vLLM PR #27614)")
+        if flow == "vllm":
+            version = _version(p["engine_version"])
+            if not version:
+                raise ValueError(f"{p['id']}: engine_version {p['engine_version']!r}: a vLLM point needs its version")
+            if version < VLLM_ASYNC_DEFAULT:
+                engine["async_scheduling"] = False
+                mp.notes.append("vLLM < 0.14: async scheduling off (its default until v0.14.0, vLLM PR #27614)")
         out["engine"] = engine
         util = _flag(notes, "--gpu-memory-utilization")
         out["kv_cache"]["memory_fraction"] = float(util) if util else 0.9

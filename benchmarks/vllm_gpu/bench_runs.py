@@ -173,34 +173,13 @@ def score(run: dict, logged_kv: bool = True) -> dict:
 DECODE_STEPS = DATA / "decode_steps.yaml"
 
 
-def decode_step_rows(path: Path = DECODE_STEPS, profiles: dict[str, str] | None = None) -> list[dict]:
+def decode_step_rows(path: Path = DECODE_STEPS) -> list[dict]:
     """The records' measured vLLM decode steps against llmsim's step time for the same batch and
     context (the vllm-v1 engine, the GPU's profile, CUDA graphs): the decode step apart from
-    queueing and prefill. ``profiles`` prices a GPU on another profile (name -> profile name or YAML)."""
-    from llmsim.build import build_model, build_pools
-    from llmsim.costmodel.ops import model_batch_shape
-    from llmsim.scenario import scenario_from_dict
-
+    queueing and prefill."""
     rows = []
     for entry in yaml.safe_load(path.read_text()):
-        longest = max(s["context"] for s in entry["steps"]) + 1
-        d = {
-            "name": "decode-steps",
-            "model": MODELS[entry["model"]],
-            "hardware": (profiles or {}).get(entry["profile"], entry["profile"]),
-            "policy": {"kind": "vllm", "max_model_len": longest},
-            "workload": {
-                "kind": "all_at_once",
-                "num_requests": 1,
-                "prompt_tokens": {"dist": "fixed", "value": 1},
-                "output_tokens": {"dist": "fixed", "value": 1},
-            },
-        }
-        sc = scenario_from_dict(d, "decode_steps.yaml", ROOT)
-        model = build_model(sc)
-        cost = build_pools(sc, model)[0].cost
-        for step in entry["steps"]:
-            priced = cost.step_time(model_batch_shape(model, [], [step["context"]] * step["batch"])) * 1e3
+        for step, priced in priced_decode_steps(entry):
             rows.append(
                 {
                     "gpu": entry["profile"],
@@ -212,6 +191,33 @@ def decode_step_rows(path: Path = DECODE_STEPS, profiles: dict[str, str] | None 
                 }
             )
     return rows
+
+
+def priced_decode_steps(entry: dict, hardware: str | None = None) -> list[tuple[dict, float]]:
+    """Each step of one ``decode_steps.yaml`` entry with llmsim's price of it (ms), on the entry's
+    GPU profile or on ``hardware`` (a profile name or YAML path)."""
+    from llmsim.build import build_model, build_pools
+    from llmsim.costmodel.ops import model_batch_shape
+    from llmsim.scenario import scenario_from_dict
+
+    longest = max(s["context"] for s in entry["steps"]) + 1
+    d = {
+        "name": "decode-steps",
+        "model": MODELS[entry["model"]],
+        "hardware": hardware or entry["profile"],
+        "policy": {"kind": "vllm", "max_model_len": longest},
+        "workload": {
+            "kind": "all_at_once",
+            "num_requests": 1,
+            "prompt_tokens": {"dist": "fixed", "value": 1},
+            "output_tokens": {"dist": "fixed", "value": 1},
+        },
+    }
+    sc = scenario_from_dict(d, "decode_steps.yaml", ROOT)
+    model = build_model(sc)
+    cost = build_pools(sc, model)[0].cost
+    shape = lambda s: model_batch_shape(model, [], [s["context"]] * s["batch"])  # noqa: E731
+    return [(s, cost.step_time(shape(s)) * 1e3) for s in entry["steps"]]
 
 
 # the decode-step fit: the GPU whose steps fit its profile's memory side, and the one that takes the
@@ -226,15 +232,16 @@ def decode_step_mape(gpu: str, memory_fraction: float | None = None) -> float:
 
     from llmsim.hardware import load_profile
 
-    overrides: dict[str, str] = {}
+    (entry,) = [e for e in yaml.safe_load(DECODE_STEPS.read_text()) if e["profile"] == gpu]
     with tempfile.TemporaryDirectory() as tmp:
-        if memory_fraction is not None:
+        trial = None
+        if memory_fraction is not None:  # (a trial profile, as a file: a scenario names its hardware)
             data = load_profile(gpu).model_dump(mode="json", exclude_none=True)
             data["efficiency"]["memory_fraction"] = {"value": memory_fraction, "source": "decode-step fit trial"}
-            overrides[gpu] = str(Path(tmp) / f"{gpu}.yaml")
-            Path(overrides[gpu]).write_text(yaml.safe_dump(data))
-        rows = [r for r in decode_step_rows(profiles=overrides) if r["gpu"] == gpu]
-    return statistics.fmean(abs(r["llmsim_ms"] / r["real_ms"] - 1) for r in rows)
+            trial = Path(tmp) / f"{gpu}.yaml"
+            trial.write_text(yaml.safe_dump(data))
+        priced = priced_decode_steps(entry, str(trial) if trial else None)
+    return statistics.fmean(abs(ms / step["step_ms"] - 1) for step, ms in priced)
 
 
 def fit_decode_memory_fraction(gpu: str = DECODE_FIT) -> float:
