@@ -95,8 +95,9 @@ def scenario_dict(name: str, trace: Path) -> dict:
     return base
 
 
-def simulate(name: str, real: pd.DataFrame) -> pd.DataFrame:
-    """llmsim's requests for the run, in arrival order (ttft_s, tpot_s, e2e_s)."""
+def simulate(name: str, real: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """llmsim's requests for the run, in arrival order (ttft_s, tpot_s, e2e_s), and the kind of run
+    it is (summary ``accuracy_like``: devices, moe; what --record tags the run with)."""
     import llmsim
     from llmsim.scenario import scenario_from_dict
 
@@ -109,8 +110,9 @@ def simulate(name: str, real: pd.DataFrame) -> pd.DataFrame:
         }
         pd.DataFrame(cols).to_csv(trace, index=False, float_format="%.6f")
         sc = scenario_from_dict(scenario_dict(name, trace), name, ROOT)
-        reqs = llmsim.run(sc).requests
-    return reqs.sort_values(["arrival_s", "id"], kind="stable").reset_index(drop=True)
+        res = llmsim.run(sc)
+    reqs = res.requests.sort_values(["arrival_s", "id"], kind="stable").reset_index(drop=True)
+    return reqs, res.summary["accuracy_like"]
 
 
 def attained(ttft_s: np.ndarray, tpot_s: np.ndarray) -> float:
@@ -141,14 +143,14 @@ def score(name: str) -> dict:
     from llmsim.accuracy import compare
 
     real = load(name)
-    sim = simulate(name, real)
+    sim, like = simulate(name, real)
     assert len(sim) == len(real) and (sim["prompt_tokens"].to_numpy() == real["prompt_len"].to_numpy()).all()
     m = _NAME.match(name)
     assert m
     row: dict = {"run": name, "engine": ENGINES[m["engine"]][0], "gpus": ENGINES[m["engine"]][1]}
     row["rate"], row["requests"] = float(m["rate"]), len(real)
     # both sides' vLLM-bench figures and their errors, as llmsim.accuracy scores every validation set
-    cmp = row["compared"] = compare(*request_tables(real, sim))  # (what --record stores)
+    cmp = row["compared"] = compare(*request_tables(real, sim)) | like  # (what --record stores)
     for label, key in (("ttft", "ttft"), ("tpot", "tpot"), ("e2e", "e2el")):
         for stat in ("mean", "p90"):
             row[f"{label}_{stat}_real"], row[f"{label}_{stat}_sim"] = (

@@ -100,9 +100,24 @@ DEFAULT_VALIDATED = "vllm-v1"  # the engine a record validates when it does not 
 
 def record(kind: str, scores: list[dict], source: str, path: Path = RECORD, engine: str = DEFAULT_VALIDATED) -> Path:
     """Store the errors of one set of validation runs (``kind``: vllm-cpu, vllm-gpu, ...) of the
-    preset ``engine`` in ``path``."""
+    preset ``engine`` in ``path``: their spread, and each run's errors with what kind of run it was
+    (each score's ``devices``, its hardware families, and ``moe``, whether the model routes to
+    experts: a summary's ``accuracy_like``), so that a run is told the errors of the runs like it
+    (``validated``). A score without them is refused: an untagged run would match no run."""
+    untagged = [s.get("run") for s in scores if not s.get("devices") or not isinstance(s.get("moe"), bool)]
+    if untagged:
+        raise ValueError(f"{kind}: runs {untagged} carry no devices / moe tags (a summary's accuracy_like)")
     data = json.loads(path.read_text()) if path.exists() else {}
-    rec = {"source": source, "runs": [s.get("run") for s in scores], "errors": error_spread(scores)}
+    per_run = [
+        {
+            "run": s.get("run"),
+            "devices": sorted(s["devices"]),
+            "moe": s["moe"],
+            "errors": {k: s[f"err_{k}"] for k in RECORDED if np.isfinite(s.get(f"err_{k}", np.nan))},
+        }
+        for s in scores
+    ]
+    rec = {"source": source, "runs": [s.get("run") for s in scores], "errors": error_spread(scores), "per_run": per_run}
     if engine != DEFAULT_VALIDATED:
         rec["engine"] = engine
     data[kind] = rec
@@ -119,12 +134,46 @@ def _records(path: Path = RECORD) -> dict[str, dict]:
     return {k: v for k, v in data.items() if isinstance(v, dict) and "errors" in v}
 
 
-def validated(engine: str, path: Path = RECORD) -> dict | None:
-    """The recorded errors that qualify a run under the preset ``engine``, or None where nothing
-    validated it (the ideal engine, a preset with changed terms, a calibrated profile: see its fit
-    report)."""
+def runs_like(families: set[str], moe: bool) -> dict:
+    """The kind of run a prediction interval is taken from: the hardware families of its pools (or
+    a plan's candidates) and whether the model routes to experts (a summary's ``accuracy_like``)."""
+    return {"devices": sorted(families), "moe": moe}
+
+
+def _like(rec: dict, devices: list[str] | None, moe: bool | None) -> dict | None:
+    """``rec`` narrowed to its runs on some of the hardware families ``devices`` and of MoE-ness
+    ``moe`` (None: any), its spread recomputed over them and the families they ran on
+    (``devices``); None where none is (or the record does not tag its runs)."""
+    out = {k: v for k, v in rec.items() if k != "per_run"}
+    if devices is None and moe is None:
+        return out
+    runs = [
+        r
+        for r in rec.get("per_run", [])
+        if isinstance(r.get("devices"), list)  # (an untagged run, from an older file, matches nothing)
+        and (devices is None or set(r["devices"]) <= set(devices))
+        and (moe is None or r.get("moe") == moe)
+    ]
+    if not runs:
+        return None
+    scores = [{f"err_{k}": v for k, v in r["errors"].items()} for r in runs]
+    found = sorted({d for r in runs for d in r["devices"]})
+    return out | {"runs": [r["run"] for r in runs], "errors": error_spread(scores), "devices": found}
+
+
+def validated(
+    engine: str, devices: list[str] | None = None, moe: bool | None = None, path: Path = RECORD
+) -> dict | None:
+    """The recorded errors that qualify a run under the preset ``engine``, narrowed to the runs
+    like it: on some of the hardware families ``devices`` ("gpu", "cpu", "tpu") and of a model with
+    (``moe`` True) or without experts; None for either: any. None where nothing validated the engine
+    (the ideal engine, a preset with changed terms, a calibrated profile: see its fit report); {}
+    where runs validated it but none like this one (docs/validation.md, "Prediction intervals")."""
     mine = {k: v for k, v in _records(path).items() if v.get("engine", DEFAULT_VALIDATED) == engine}
-    return mine or None
+    if not mine:
+        return None
+    narrowed = {k: _like(v, devices, moe) for k, v in mine.items()}
+    return {k: v for k, v in narrowed.items() if v is not None}
 
 
 def validated_engines(path: Path = RECORD) -> list[str]:
@@ -132,14 +181,27 @@ def validated_engines(path: Path = RECORD) -> list[str]:
     return sorted({v.get("engine", DEFAULT_VALIDATED) for v in _records(path).values()})
 
 
-def interval_line(v: dict | None) -> str:
-    """Lines for a run's printout: how far the validation says to trust its figures."""
-    if not v:
+def like_text(like: dict | None) -> str:
+    """ "GPU runs of dense models" for ``{"devices": ["gpu"], "moe": False}`` (an absent key: any)."""
+    like = like or {}
+    devices, moe = like.get("devices"), like.get("moe")
+    where = f"{' and '.join(d.upper() for d in devices)} runs" if devices else "runs"
+    return where if moe is None else f"{where} of {'mixture-of-experts' if moe else 'dense'} models"
+
+
+def interval_line(v: dict | None, like: dict | None = None) -> str:
+    """Lines for a run's printout: how far the validation says to trust its figures (``v`` from
+    ``validated``, narrowed to ``like``: the run's hardware families and moe)."""
+    if v is None:
         presets = ", ".join(validated_engines()) or "none"
         return f"not validated for this engine (validated presets: {presets}; docs/validation.md)"
+    if not v:
+        return f"not validated on {like_text(like)}: no real run like this one was replayed (docs/validation.md)"
     engines = {rec.get("engine", DEFAULT_VALIDATED) for rec in v.values()}
     against = "real vLLM" if engines == {DEFAULT_VALIDATED} else f"real runs of {', '.join(sorted(engines))}"
-    lines = [f"validated against {against}: median |error| of the run means (worst), docs/validation.md"]
+    narrowed = like and (like.get("devices") or like.get("moe") is not None)
+    on = f" on {like_text(like)}" if narrowed else ""
+    lines = [f"validated against {against}{on}: median |error| of the run means (worst), docs/validation.md"]
     for kind, rec in sorted(v.items()):
         e = rec["errors"]
         figs = ", ".join(
@@ -148,4 +210,9 @@ def interval_line(v: dict | None) -> str:
             if k in e
         )
         lines.append(f"{kind}, {len(rec['runs'])} runs: {figs}")
+    # a family of the run's that no matched run was on (a GPU pool and a TPU pool: the TPU's)
+    seen = {d for rec in v.values() for d in rec.get("devices", [])}
+    unseen = [d.upper() for d in (like or {}).get("devices") or [] if seen and d not in seen]
+    if unseen:
+        lines.append(f"(no run on {' or '.join(unseen)} hardware was replayed: its pools are not validated)")
     return "\n         ".join(lines)

@@ -171,9 +171,12 @@ def _run(sc: Scenario, checks: bool, exact_steps: bool, progress: Callable[[floa
     percentiles = tuple(sc.output.percentiles)
     clock = 0.0 if sc.workload.sends_as_vllm_bench else None  # (the client's clock: bench_metrics)
     summary = summarize(req, out.steps, out.queue, slo, classes, pools[0].kv_blocks, meta, out.gaps, percentiles, clock)
-    from llmsim.accuracy import validated
+    from llmsim.accuracy import runs_like, validated
 
-    summary["accuracy"] = validated(sc.engine_spec.name)  # prediction intervals (docs/validation.md)
+    # prediction intervals (docs/validation.md): the errors of the validation runs like this one
+    like = runs_like({p.hw.family for p in pools}, model.is_moe)
+    summary["accuracy"] = validated(sc.engine_spec.name, like["devices"], like["moe"])
+    summary["accuracy_like"] = like
     reps = out.replicas
     busy = sum(reps["busy_s"].tolist())
     summary["steps_total"] = int(sum(reps["steps"].tolist()))

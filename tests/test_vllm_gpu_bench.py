@@ -131,3 +131,19 @@ def test_own_kv_scores_on_llmsims_estimate(tmp_path, capsys):
     assert bench.main(["--own-kv", "--runs", run["id"], "--out", str(tmp_path)]) == 0
     assert bench.main(["--own-kv", "--record"]) == 2  # the record is on the logged capacity
     assert "drop --runs / --own-kv" in capsys.readouterr().err
+
+
+def test_the_records_step_tables_are_read_band_by_band():
+    """The two MoE passes whose records print step tables: every band parsed (both of their
+    formats), and llmsim takes about as many steps in each as the real pass did (the same work)."""
+    timed = [r for r in RUNS if r.get("steps")]
+    assert [r["id"] for r in timed] == ["a100-moe-v028/bf16/rateinf", "h100-moe-v028/bf16/rateinf"]
+    rows = {r["id"]: bench.step_table_rows(r) for r in timed}
+    assert [b["steps"] for b in rows["h100-moe-v028/bf16/rateinf"]] == [
+        "prompt steps",
+        "decode, 1-63 seqs",
+        "decode, 64-127 seqs",
+    ]
+    assert [b["real_ms"] for b in rows["a100-moe-v028/bf16/rateinf"]] == [92.0, 24.1]
+    for band in (b for bands in rows.values() for b in bands):
+        assert band["llmsim steps"] == pytest.approx(band["real steps"], rel=0.03), band

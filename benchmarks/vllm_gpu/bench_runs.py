@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -148,6 +149,7 @@ def simulate(run: dict, logged_kv: bool = True) -> dict:
     s = llmsim.run(sc).summary
     out = {f"{stat}_{m}_ms": s.get(f"{stat}_{m}_ms") for m in METRICS for stat in STATS}
     out["request_throughput"] = s.get("request_throughput")
+    out["like"] = s["accuracy_like"]  # the kind of run it is (devices, moe), which --record tags it with
     return out
 
 
@@ -161,6 +163,7 @@ def score(run: dict, logged_kv: bool = True) -> dict:
         "rate": run["bench"]["request_rate"],
         "kv_tokens_real": int(run["kv_cache"]["gpu_kv_cache_tokens"]),
         "kv_tokens_llmsim": kv_tokens_estimate(run),
+        **sim["like"],
     }
     for key in [f"{stat}_{m}_ms" for m in METRICS for stat in STATS] + ["request_throughput"]:
         r, p = real.get(key), sim.get(key)
@@ -168,6 +171,41 @@ def score(run: dict, logged_kv: bool = True) -> dict:
         row[f"{key}_err"] = (p / r - 1) if r and p is not None else float("nan")
     row["kv_tokens_err"] = row["kv_tokens_llmsim"] / row["kv_tokens_real"] - 1
     return row
+
+
+# a bucket of the records' step tables (runs.yaml `steps.decode_buckets`, steps.txt as printed):
+# "<64 sequences: 253 steps, 4.4 s, 17.3 ms a step" or "decode steps of 64-127 sequences: 467, 11.3 s, ..."
+_BUCKET = re.compile(r"(?:<(\d+)|(\d+)-(\d+)) sequences: (\d+)(?: steps)?, [\d.]+ s, ([\d.]+) ms a step")
+
+
+def step_table_rows(run: dict) -> list[dict]:
+    """A run's measured steps (its record's step table: the mean prompt-carrying step, the mean
+    decode step per band of running sequences) beside llmsim's steps of the same pass, read the same
+    way (its steps with prompt tokens; its decode-only steps by decoding sequences). Nothing fitted."""
+    import llmsim
+    from llmsim.scenario import scenario_from_dict
+
+    table = run["steps"]
+    data = scenario_dict(run) | {"output": {"steps": "all"}}
+    steps = llmsim.run(scenario_from_dict(data, run["id"], ROOT)).steps
+    prompt, decode = steps[steps["prefill_tokens"] > 0], steps[steps["prefill_tokens"] == 0]
+    bands = [("prompt steps", prompt, int(table["prompt_steps"]), float(table["prompt_ms_per_step"]))]
+    for text in table["decode_buckets"]:
+        m = _BUCKET.search(text)
+        lo, hi = (1, int(m[1]) - 1) if m[1] else (int(m[2]), int(m[3]))
+        band = decode[(decode["decode_tokens"] >= lo) & (decode["decode_tokens"] <= hi)]
+        bands.append((f"decode, {lo}-{hi} seqs", band, int(m[4]), float(m[5])))
+    return [
+        {
+            "run": run["id"],
+            "steps": name,
+            "real steps": n_real,
+            "real_ms": real_ms,
+            "llmsim steps": len(band),
+            "llmsim_ms": 1e3 * float(band["duration_s"].mean()) if len(band) else float("nan"),
+        }
+        for name, band, n_real, real_ms in bands
+    ]
 
 
 DECODE_STEPS = DATA / "decode_steps.yaml"
@@ -339,12 +377,24 @@ def main(argv: list[str] | None = None) -> int:
             "\nvLLM's own decode step, one step's wall time (the records' profiles and decode tables) against llmsim's:"
         )
         print(pd.DataFrame(decode_step_rows()).to_string(index=False))
+        timed = pd.DataFrame([row for r in runs if r.get("steps") for row in step_table_rows(r)])
+        timed["err"] = (timed["llmsim_ms"] / timed["real_ms"] - 1).map(lambda v: f"{v:+.1%}")
+        print("\nthe records' step tables (steps.txt: mean ms a step) against llmsim's steps in the same passes:")
+        print(timed.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     pd.DataFrame(rows).to_csv(args.out / "score.csv", index=False)
     print(f"\n{len(rows)} runs in {time.perf_counter() - t0:.0f} s; wrote {args.out / 'score.csv'}")
     if args.record:
         from llmsim.accuracy import record
 
-        scores = [{"run": r["run"], **{f"err_{k}": r[f"{k}_err"] for k in HEADLINE_RECORDED}} for r in rows]
+        scores = [
+            {
+                "run": r["run"],
+                "devices": r["devices"],
+                "moe": r["moe"],
+                **{f"err_{k}": r[f"{k}_err"] for k in HEADLINE_RECORDED},
+            }
+            for r in rows
+        ]
         src = (
             f"benchmarks/vllm_gpu/bench_runs.py on {len(rows)} real vLLM 0.30 GPU runs (vllm bench serve, random "
             "fixed lengths; A100-40GB, H100, GH200, L4, 2x RTX A6000; data/validation/vllm-gpu-bench/), KV capacity "

@@ -342,7 +342,7 @@ def replay(run: Run, max_requests: int | None = None, policy: str = "vllm", out:
         "preemptions": int(sim["preemptions"].sum()),
         "scorer": "llmsim.accuracy" if acc is not None else "pandas (replay.py)",
         "e2e_request_mape": e2e_mape,
-        "scores": {**scores, "run": run.key},
+        "scores": {**scores, "run": run.key, **res.summary["accuracy_like"]},  # (devices, moe: --record's tags)
         "decode_steps": decode,
         "prompt_steps": prompt_step_row(run, res.steps),
         **{side: score(frames[side], own[side]) if side in frames else None for side in ("real", "llmsim", "peer")},

@@ -179,6 +179,7 @@ def replay(
     sim["id"] = [f"r{i}" for i in range(len(sim))]  # the harness numbers requests in arrival order
     scores = compare(run.requests, sim)
     scores["run"] = run.name  # type: ignore[assignment]
+    scores.update(res.summary["accuracy_like"])  # the kind of run (devices, moe): twin --record's tags
     return scores, run.requests, sim
 
 

@@ -11,7 +11,9 @@ from llmsim.tables import table
 if TYPE_CHECKING:
     import pandas as pd
 
+    from llmsim.planning.base import Base
     from llmsim.planning.result import Plan
+    from llmsim.scenario import Scenario
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +51,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_workers(args.workers)
     base = Base.from_path(args.scenario, parse_overrides(args.set))
     sc = base.scenario()  # validates everything before any work: the scenario,
-    checked_space(base)  # ... the plan: section and every candidate it names,
+    _, cands = checked_space(base)  # ... the plan: section and every candidate it names,
     check_target(base, args.target_rps)  # ... the rate to plan for,
     out = Path(args.out) if args.out else Path(sc.output.dir)
     client = dask_client(args.dask) if args.dask else None  # ... and the --dask address
@@ -68,7 +70,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             written += write_report(tmp)
     written = [out / p.relative_to(tmp) for p in written]
     if not args.quiet:
-        print(plan_text(plan, sc.engine_spec.name))
+        print(plan_text(plan, sc.engine_spec.name, plan_like(base, sc, [c.hardware for c in cands])))
         print("\nwrote: " + ", ".join(str(p) for p in written))
     return 0
 
@@ -119,7 +121,16 @@ def _table(df: pd.DataFrame, cols: list[str]) -> str:
     return table([[table_value(r[c], c) for c in cols] for r in df.to_dict("records")], cols)
 
 
-def plan_text(plan: Plan, engine: str = "vllm-v1") -> str:
+def plan_like(base: Base, sc: Scenario, hardware: list[str]) -> dict:
+    """The kind of run the plan's candidates are, for their prediction intervals (accuracy.validated)."""
+    from llmsim.accuracy import runs_like
+    from llmsim.build import build_model
+    from llmsim.hardware import load_profile
+
+    return runs_like({load_profile(h, Path(base.base_dir)).family for h in hardware}, build_model(sc).is_moe)
+
+
+def plan_text(plan: Plan, engine: str = "vllm-v1", like: dict | None = None) -> str:
     head = f"capacity plan at {plan.target_rps:.3f} req/s, SLO attainment target {plan.target_attainment:.0%}\n"
     out = [head + "\ncheapest configurations meeting the SLOs:"]
     out.append(_table(plan.winners, WINNER_COLUMNS) if not plan.winners.empty else "(none)")
@@ -132,5 +143,6 @@ def plan_text(plan: Plan, engine: str = "vllm-v1") -> str:
     out.append("\nrecommendation: " + plan.recommendation)
     from llmsim.accuracy import interval_line, validated
 
-    out.append("accuracy " + interval_line(validated(engine)))
+    like = like or {}
+    out.append("accuracy " + interval_line(validated(engine, like.get("devices"), like.get("moe")), like))
     return "\n".join(out)

@@ -216,5 +216,5 @@ def summary_text(s: dict) -> str:
     tail.append(f"verdict  {sat['verdict'].upper()}: {sat['explanation']}")
     from llmsim.accuracy import interval_line
 
-    tail.append(f"accuracy {interval_line(s.get('accuracy'))}")
+    tail.append(f"accuracy {interval_line(s.get('accuracy'), s.get('accuracy_like'))}")
     return "\n".join(head) + "\n\n" + body + "\n".join(tail)
