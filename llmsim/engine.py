@@ -20,7 +20,6 @@ YAML file of the same fields.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -408,6 +407,9 @@ def _term(d: object, key: str, origin: str) -> HostTerm:
 MAX_HOST_S = 60.0
 # a captured CUDA-graph size is a step's token count: the scenario's bound on a step (MAX_STEP_TOKENS)
 MAX_GRAPH_TOKENS = 2**24
+# an engine's device-memory amounts (bytes per device): a pebibyte is more than any device holds, and
+# 1e300 would reach the fit check as a 300-digit number of GB blamed on the cluster
+MAX_ENGINE_BYTES = float(2**50)
 
 
 def _seconds(v: object, where: str) -> float:
@@ -463,9 +465,12 @@ def _field(k: str, v: object, origin: str) -> object:
     if k in _AMOUNTS:
         if v is None and k in DEVICE_AMOUNTS:
             return None
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_ENGINE_BYTES:
             nullable = " (or null: the GPU profile's figure, else vllm-v1's default)" if k in DEVICE_AMOUNTS else ""
-            raise UserError(f"{where} must be a finite number of bytes >= 0{nullable}, got {v!r}")
+            raise UserError(
+                f"{where} must be a number of bytes from 0 to {MAX_ENGINE_BYTES:.3g} (a pebibyte){nullable}, "
+                f"got {value_text(v)}"
+            )
         return float(v)
     if k in _BOOLS:
         if k == "cuda_graphs" and v is None:
@@ -509,7 +514,10 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
         path = Path(str(value["profile"]))
         path = path if path.is_absolute() else base_dir / path
         if not path.is_file():  # (a folder named x.yaml is not a profile either)
-            raise UserError(f"{origin}: engine.profile: file not found: {path}")
+            what = (
+                "file not found" if not path.exists() else "is a directory" if path.is_dir() else "not a regular file"
+            )
+            raise UserError(f"{origin}: engine.profile: {path}: {what}, expected an engine profile YAML")
         data = load_yaml_file(path)
         if not isinstance(data, dict):
             raise UserError(f"{path}: an engine profile must be a mapping of engine fields")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import types
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -625,13 +626,20 @@ class SpeculativeConfig(_Strict):
         return list(self.acceptance) if isinstance(self.acceptance, list) else [self.acceptance] * self.k
 
 
+# percentiles a run reports: each adds a column per latency metric to the tables and the summary;
+# vllm bench serve users ask for a handful (--metric-percentiles), a list of thousands is a slip
+MAX_PERCENTILES = 100
+
+
 class OutputConfig(_Strict):
     dir: str = "results"
     steps: Literal["all", "sample", "none"] = "all"
     sample_every: PosInt = 100  # with steps: sample, keep every n-th step
     # percentiles of TTFT/TPOT/ITL/E2EL reported beside mean and median (vllm bench serve's
     # --metric-percentiles; its default is 99 alone)
-    percentiles: list[Annotated[float, Field(gt=0, lt=100)]] = Field(default_factory=lambda: [90.0, 99.0], min_length=1)
+    percentiles: list[Annotated[float, Field(gt=0, lt=100)]] = Field(
+        default_factory=lambda: [90.0, 99.0], min_length=1, max_length=MAX_PERCENTILES
+    )
     format: Literal["parquet", "csv"] = "parquet"  # requests and steps tables
     trace: Literal["none", "sample", "full"] = "sample"  # trace.json: sampled requests, or every request
     trace_requests: PosInt = 200  # with trace: sample, how many requests get their own track
@@ -639,7 +647,7 @@ class OutputConfig(_Strict):
     @field_validator("percentiles")
     @classmethod
     def _each_once(cls, v: list[float]) -> list[float]:
-        twice = sorted({p for p in v if v.count(p) > 1})
+        twice = sorted(p for p, n in Counter(v).items() if n > 1)
         if twice:  # (a second p99 column would say nothing new)
             raise ValueError(f"{', '.join(f'{p:g}' for p in twice)} given more than once")
         return v
@@ -681,7 +689,7 @@ class Scenario(_Strict):
     @classmethod
     def _engine_kind(cls, v: object) -> object:
         if v is not None and not isinstance(v, str | dict):
-            raise ValueError(f"expected a preset name (vllm-v1, ideal), an engine profile path or a mapping, got {v!r}")
+            raise ValueError("expected a preset name (vllm-v1, ideal), an engine profile path or a mapping")
         return v
 
     @model_validator(mode="before")

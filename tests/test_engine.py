@@ -365,7 +365,9 @@ def test_the_scenarios_own_cuda_graph_switch_wins() -> None:
         ({"cuda_graph_sizes": [8, 10**30]}, "batch sizes from 1 to 16,777,216"),
         ({"defaults": "sglang"}, "engine.defaults must be one of"),
         ({"preset": "ideal", "profile": "x.yaml"}, "a preset or a profile, not both"),
-        ({"profile": "/nonexistent/engine.yaml"}, "engine.profile: file not found"),
+        ({"profile": "/nonexistent/engine.yaml"}, "engine.profile: /nonexistent/engine.yaml: file not found"),
+        ({"profile": "/dev/null"}, "engine.profile: /dev/null: not a regular file"),
+        ({"non_torch_bytes": 1e300}, "engine.non_torch_bytes must be a number of bytes from 0 to 1.13e.15"),
         (5, "expected a preset name"),
     ],
 )

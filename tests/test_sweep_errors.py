@@ -145,7 +145,7 @@ def plan_scenario(tmp_path, plan: str):
         ("plan: {replicas: []}", "plan: replicas: List should have at least 1 item"),
         ("plan: {replicas: [1, -2]}", "plan: replicas.1: Input should be greater than 0"),
         ("plan: {hardware: [H100-SXM, H999]}", "plan.hardware: unknown hardware 'H999'"),
-        ("plan: {policies: [chunkd]}", "plan: candidate 1x H100-SXM tp1 chunkd: policy.kind:"),
+        ("plan: {policies: [chunkd]}", "plan.policies: unknown policy 'chunkd'"),
         ("plan: {tp: [0]}", "plan: tp.0: Input should be greater than 0"),
     ],
 )

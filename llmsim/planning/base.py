@@ -43,9 +43,11 @@ class PlanConfig(BaseModel):
     @field_validator("hardware", "tp", "replicas", "policies", "chunk_tokens", "pd_ratios")
     @classmethod
     def _once_each(cls, v: list | None) -> list | None:
-        twice = [x for i, x in enumerate(v or []) if x in (v or [])[:i]]
-        if twice:
-            raise ValueError(f"{twice[0]!r} is given twice")
+        seen: set = set()  # (a set: a search list of thousands is checked in linear time)
+        for x in v or []:
+            if x in seen:
+                raise ValueError(f"{x!r} is given twice")
+            seen.add(x)
         return v
 
     @field_validator("pd_ratios", mode="before")

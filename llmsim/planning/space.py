@@ -128,6 +128,7 @@ def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate]]:
             load_profile(name, Path(base.base_dir))
         except UserError as exc:
             raise UserError(f"{base.origin}: plan.hardware: {exc}") from None
+    _check_policy_names(base, cfg)
     cands = candidates(base, cfg)
     points = len(cands) * len(cfg.replicas)
     if points > MAX_PLAN_POINTS:  # (each point is at least one simulation; 9M of them ran for days)
@@ -160,6 +161,19 @@ def _check_parallelism(base: Base, sc: Scenario, c: Candidate) -> None:
         check_parallelism(model, 1, c.pp, "cluster")  # the scenario's cluster.pp
     except UserError as exc:
         raise UserError(f"{base.origin}: plan: candidate {c.label}: {exc}") from None
+
+
+def _check_policy_names(base: Base, cfg: PlanConfig) -> None:
+    """An unknown policy named as itself, before the lists that depend on the policies are checked
+    against it (``chunk_tokens`` would otherwise blame the chunk sizes)."""
+    from llmsim.schedulers import SCHEDULERS  # (the registry scenario.PolicyConfig checks a kind against)
+
+    known = [*SCHEDULERS, "disaggregated"]
+    for name in cfg.policies or []:
+        if name not in known:
+            raise UserError(
+                f"{base.origin}: plan.policies: unknown policy {name!r}; expected one of {', '.join(known)}"
+            )
 
 
 def _check_unused_lists(base: Base, cfg: PlanConfig, cands: list[Candidate]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +73,7 @@ def _read_csv(path: Path, required: list[str], skip: str | None = None) -> pd.Da
             "the columns would shift (a trailing comma, or a column without a name?)"
         )
     header = _header(path)
-    twice = sorted({c for c in header if header.count(c) > 1})
+    twice = sorted(c for c, n in Counter(header).items() if n > 1)  # (count() per column: quadratic)
     if twice:  # pandas would rename the second to "name.1" and the first would rule unannounced
         raise UserError(f"{path}: column(s) {twice} appear more than once in the header")
     missing = [c for c in required if c not in df.columns]
@@ -102,8 +103,9 @@ def _ints(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray | None = Non
     bad = values.isna() | (values != values.round()) | ~np.isfinite(values.to_numpy(dtype=np.float64))
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        got = _plain(df[col].iloc[row])
-        raise UserError(f"{_where(path, row, lines)}: column {col!r}: expected a whole number, got {got!r}")
+        cell = df[col].iloc[row]
+        got = "a blank cell (or a row short of columns)" if lines is None and pd.isna(cell) else repr(_plain(cell))
+        raise UserError(f"{_where(path, row, lines)}: column {col!r}: expected a whole number, got {got}")
     neg = np.flatnonzero((values < 0).to_numpy())
     if len(neg):
         row = int(neg[0])
@@ -120,8 +122,9 @@ def _ints(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray | None = Non
 
 def _numbers(raw: pd.Series, lines: np.ndarray | None) -> pd.Series:
     """A column as numbers, NaN where a cell is none. In JSONL (``lines`` given) only JSON numbers
-    count: ``true`` is not 1 and ``"10"`` not 10 (a CSV's cells are all text, read as numbers)."""
-    if lines is not None and (raw.dtype == object or raw.dtype == bool):
+    count: ``true`` is not 1 and ``"10"`` not 10 (a CSV's cells are all text, read as numbers). Nor
+    in a CSV is a column of true/false cells, which pandas reads as booleans: 1 and 0."""
+    if raw.dtype == bool or (lines is not None and raw.dtype == object):
         raw = raw.map(lambda v: v if isinstance(v, int | float) and not isinstance(v, bool) else np.nan)
     try:
         return pd.to_numeric(raw, errors="coerce")
