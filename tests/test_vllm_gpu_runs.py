@@ -102,19 +102,47 @@ def test_scenarios_follow_meta():
 
 
 def test_decode_step_table_reads_the_runs_log():
-    """The real decode step time comes from seconds without prompt tokens: running / tok/s."""
+    """The real decode step time comes from seconds without prompt tokens: running / tok/s; llmsim's
+    steps are read as the same per-second log (a second with a prompt chunk is left out)."""
     run = next(r for r in replay.RUNS if r.key == "RTXPRO6000/Qwen3-32B")
     real = replay.real_decode_steps(run)
     ts = pd.read_csv(run.dir / "timeseries.csv")
     row = ts[(ts["t"] == 31.0)].iloc[0]  # 128 running, 2176 tok/s, no prompt tokens: 17 steps/s
     assert row["prompt_throughput"] == 0 and row["running"] == 128
     assert real.loc[row.name, "step_s"] == pytest.approx(128 / 2176)
+    # second 0: 20 steps of 130 sequences (50 ms); second 1: 25 steps of 128 (40 ms); second 2: a
+    # prompt chunk among them, not a decode second
     steps = pd.DataFrame(
-        {"prefill_tokens": [0, 512, 0], "batch_size": [128, 128, 130], "duration_s": [0.05, 0.3, 0.07]}
+        {
+            "replica": 0,
+            "start_s": [0.05 * i for i in range(20)] + [1 + 0.04 * i for i in range(25)] + [2.0, 2.3],
+            "prefill_tokens": [0] * 45 + [512, 0],
+            "decode_tokens": [130] * 20 + [128] * 25 + [128, 128],
+            "batch_size": [130] * 20 + [128] * 25 + [129, 128],
+            "duration_s": [0.05] * 20 + [0.04] * 25 + [0.3, 0.04],
+        }
     )
+    sim = replay.sim_decode_steps(steps, 1)
+    assert list(sim["per_rank"]) == [130, 128] and list(sim["step_s"]) == pytest.approx([0.05, 0.04])
     rows = replay.decode_step_rows(run, steps)
     top = next(r for r in rows if r["decoding per rank"] == ">=128")
-    assert top["llmsim steps"] == 2 and top["llmsim_ms"] == pytest.approx(60.0)  # the prefill step is left out
+    assert top["llmsim seconds"] == 2 and top["llmsim_ms"] == pytest.approx(45.0)
+
+
+def test_data_parallel_ranks_are_read_as_one_log():
+    """Two lock-stepped ranks: the log's running and generated tokens are their totals, the step the same."""
+    steps = pd.DataFrame(
+        {
+            "replica": [0, 1] * 10,
+            "start_s": [0.1 * (i // 2) for i in range(20)],
+            "prefill_tokens": 0,
+            "decode_tokens": [8, 4] * 10,
+            "batch_size": [8, 4] * 10,
+            "duration_s": 0.1,
+        }
+    )
+    sim = replay.sim_decode_steps(steps, 2)
+    assert list(sim["per_rank"]) == [6.0] and list(sim["step_s"]) == pytest.approx([0.1])
 
 
 @pytest.mark.parametrize("name", ["RTX-4090", "RTX-PRO-6000"])

@@ -360,26 +360,45 @@ def per_second_log(run: Run) -> tuple[pd.DataFrame, int]:
     return pd.read_csv(run.dir / "timeseries.csv"), int(run.meta()["engine_kwargs"].get("data_parallel_size") or 1)
 
 
-def real_decode_steps(run: Run) -> pd.DataFrame:
-    """Decode step time the run's own per-second log implies: in a second with no prompt tokens
-    every running request decodes once per step, so step = running / generated tokens per second
-    (DP ranks step side by side: the totals give the same ratio). One row per such second, with
-    the requests per rank."""
-    ts, dp = per_second_log(run)
+def decode_seconds(ts: pd.DataFrame, dp: int) -> pd.DataFrame:
+    """The decode step time a per-second log implies: in a second with no prompt tokens every running
+    request decodes once per step, so step = running / generated tokens per second (DP ranks step
+    side by side: the totals give the same ratio). One row per such second, with the requests per rank."""
     quiet = ts[(ts["prompt_throughput"] == 0) & (ts["gen_throughput"] > 0) & (ts["running"] > 0)]
     return pd.DataFrame({"per_rank": quiet["running"] / dp, "step_s": quiet["running"] / quiet["gen_throughput"]})
 
 
-def sim_decode_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """llmsim's decode-only steps (no prompt tokens), one row each."""
-    quiet = steps[(steps["prefill_tokens"] == 0) & (steps["batch_size"] > 0)]
-    return pd.DataFrame({"per_rank": quiet["batch_size"], "step_s": quiet["duration_s"]})
+def real_decode_steps(run: Run) -> pd.DataFrame:
+    """``decode_seconds`` of the run's own log (timeseries.csv)."""
+    return decode_seconds(*per_second_log(run))
+
+
+def sim_per_second_log(steps: pd.DataFrame) -> pd.DataFrame:
+    """llmsim's steps as vLLM's per-second log reads a run: per second (by step start), the prompt
+    tokens and generated tokens of every rank, and the running requests (each rank's mean batch
+    that second, summed over ranks), so that its steps are read exactly as the real log is: the
+    same seconds of the run (a ramp-up's short steps and a tail's long ones are not mixed into one
+    band's median)."""
+    second = steps["start_s"].floordiv(1.0)
+    per_rank = steps.groupby([second, steps["replica"]]).agg(
+        prompt=("prefill_tokens", "sum"), gen=("decode_tokens", "sum"), running=("batch_size", "mean")
+    )
+    log = per_rank.groupby(level=0).sum()
+    return pd.DataFrame(
+        {"prompt_throughput": log["prompt"], "gen_throughput": log["gen"], "running": log["running"]}
+    ).reset_index(drop=True)
+
+
+def sim_decode_steps(steps: pd.DataFrame, dp: int) -> pd.DataFrame:
+    """``decode_seconds`` of llmsim's steps, read as the real log (``sim_per_second_log``)."""
+    return decode_seconds(sim_per_second_log(steps), dp)
 
 
 def decode_step_rows(run: Run, steps: pd.DataFrame) -> list[dict]:
-    """Median decode step (ms) by requests per rank, real (per-second log) beside llmsim (steps):
-    the engine-and-kernel cost of a step, apart from the queueing that TTFT and E2E add."""
-    real, sim = real_decode_steps(run), sim_decode_steps(steps)
+    """Median decode step (ms) by requests per rank, the real run's per-second log beside llmsim's
+    steps read the same way (seconds without prompt tokens): the engine-and-kernel cost of a step,
+    apart from the queueing that TTFT and E2E add."""
+    real, sim = real_decode_steps(run), sim_decode_steps(steps, per_second_log(run)[1])
     rows = []
     for lo, hi in BANDS:
         r = real[(real["per_rank"] >= lo) & (real["per_rank"] < hi)]["step_s"]
@@ -393,7 +412,7 @@ def decode_step_rows(run: Run, steps: pd.DataFrame) -> list[dict]:
                     "decoding per rank": label,
                     "real seconds": len(r),
                     "real_ms": real_ms,
-                    "llmsim steps": len(m),
+                    "llmsim seconds": len(m),
                     "llmsim_ms": sim_ms,
                     "llmsim_err": _err(sim_ms, real_ms),
                 }
@@ -484,7 +503,10 @@ def main(argv: list[str] | None = None) -> int:
         print(df.to_string(index=False))
     print(f"wrote {args.out / 'score.csv'}")
     steps = pd.DataFrame([d for r in rows for d in r["decode_steps"]])
-    print("\ndecode step time, median ms (real: running / generated tok/s in seconds without prompt tokens)")
+    print(
+        "\ndecode step time, median ms over the seconds without prompt tokens (running / generated tok/s; "
+        "llmsim's steps read as the same per-second log)"
+    )
     with pd.option_context("display.width", 200, "display.max_rows", 200, "display.float_format", "{:,.1f}".format):
         print(steps.to_string(index=False))
     mixed = pd.DataFrame([r["prompt_steps"] for r in rows])
