@@ -468,8 +468,7 @@ def _field(k: str, v: object, origin: str) -> object:
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_ENGINE_BYTES:
             nullable = " (or null: the GPU profile's figure, else vllm-v1's default)" if k in DEVICE_AMOUNTS else ""
             raise UserError(
-                f"{where} must be a number of bytes from 0 to {MAX_ENGINE_BYTES:.3g} (a pebibyte){nullable}, "
-                f"got {value_text(v)}"
+                f"{where} must be a number of bytes from 0 to 2**50 (a pebibyte){nullable}, got {value_text(v)}"
             )
         return float(v)
     if k in _BOOLS:

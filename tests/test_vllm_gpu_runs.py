@@ -102,47 +102,55 @@ def test_scenarios_follow_meta():
 
 
 def test_decode_step_table_reads_the_runs_log():
-    """The real decode step time comes from seconds without prompt tokens: running / tok/s; llmsim's
-    steps are read as the same per-second log (a second with a prompt chunk is left out)."""
+    """The real decode step time comes from seconds without prompt tokens: running / tok/s."""
     run = next(r for r in replay.RUNS if r.key == "RTXPRO6000/Qwen3-32B")
     real = replay.real_decode_steps(run)
     ts = pd.read_csv(run.dir / "timeseries.csv")
     row = ts[(ts["t"] == 31.0)].iloc[0]  # 128 running, 2176 tok/s, no prompt tokens: 17 steps/s
     assert row["prompt_throughput"] == 0 and row["running"] == 128
     assert real.loc[row.name, "step_s"] == pytest.approx(128 / 2176)
-    # second 0: 20 steps of 130 sequences (50 ms); second 1: 25 steps of 128 (40 ms); second 2: a
-    # prompt chunk among them, not a decode second
-    steps = pd.DataFrame(
+
+
+def _steps(replica: list[int], start: list[float], batch: list[int], prefill: list[int], dur: float) -> pd.DataFrame:
+    return pd.DataFrame(
         {
-            "replica": 0,
-            "start_s": [0.05 * i for i in range(20)] + [1 + 0.04 * i for i in range(25)] + [2.0, 2.3],
-            "prefill_tokens": [0] * 45 + [512, 0],
-            "decode_tokens": [130] * 20 + [128] * 25 + [128, 128],
-            "batch_size": [130] * 20 + [128] * 25 + [129, 128],
-            "duration_s": [0.05] * 20 + [0.04] * 25 + [0.3, 0.04],
+            "replica": replica,
+            "start_s": start,
+            "duration_s": dur,
+            "batch_size": batch,
+            "decode_tokens": [b - (1 if p else 0) for b, p in zip(batch, prefill, strict=True)],
+            "prefill_tokens": prefill,
         }
     )
-    sim = replay.sim_decode_steps(steps, 1)
-    assert list(sim["per_rank"]) == [130, 128] and list(sim["step_s"]) == pytest.approx([0.05, 0.04])
-    rows = replay.decode_step_rows(run, steps)
-    top = next(r for r in rows if r["decoding per rank"] == ">=128")
-    assert top["llmsim seconds"] == 2 and top["llmsim_ms"] == pytest.approx(45.0)
+
+
+def test_llmsims_run_is_read_as_the_log_reads_a_run():
+    """As vLLM's stat logger builds the log: a step counts in the second it ends, running is the
+    requests after the second's last step, a prompt counts in the second its first token came."""
+    # 0.1 s steps of 10 sequences from 0.0; the one ending in second 2 carries a prompt chunk
+    n = 25
+    steps = _steps([0] * n, [0.1 * i for i in range(n)], [10] * n, [0] * 20 + [256] + [0] * 4, 0.1)
+    requests = pd.DataFrame({"first_token_s": [2.15], "prompt_tokens": [300]})
+    log = replay.sim_per_second_log(steps, requests)
+    # steps end at 0.1 .. 2.5: 9 end in second 0 (0.1-0.9), 10 in second 1, 6 in second 2 (2.0-2.5)
+    assert list(log["gen_throughput"]) == [90, 100, 59]
+    assert list(log["running"]) == [10, 10, 0]  # the last step has no next one: the run is over
+    assert list(log["prompt_throughput"]) == [0, 0, 300]
+    sim = replay.sim_decode_steps(steps, requests, 1)
+    assert list(sim["step_s"]) == pytest.approx([10 / 90, 10 / 100])  # second 2 has a prompt: left out
+    run = next(r for r in replay.RUNS if r.key == "RTXPRO6000/Qwen3-32B")
+    rows = replay.decode_step_rows(run, steps, requests)
+    low = next(r for r in rows if r["decoding per rank"] == "1-15")
+    assert low["llmsim seconds"] == 2 and low["llmsim_ms"] == pytest.approx(1e3 * (10 / 90 + 0.1) / 2)
 
 
 def test_data_parallel_ranks_are_read_as_one_log():
     """Two lock-stepped ranks: the log's running and generated tokens are their totals, the step the same."""
-    steps = pd.DataFrame(
-        {
-            "replica": [0, 1] * 10,
-            "start_s": [0.1 * (i // 2) for i in range(20)],
-            "prefill_tokens": 0,
-            "decode_tokens": [8, 4] * 10,
-            "batch_size": [8, 4] * 10,
-            "duration_s": 0.1,
-        }
-    )
-    sim = replay.sim_decode_steps(steps, 2)
-    assert list(sim["per_rank"]) == [6.0] and list(sim["step_s"]) == pytest.approx([0.1])
+    steps = _steps([0, 1] * 12, [0.1 * (i // 2) for i in range(24)], [8, 4] * 12, [0] * 24, 0.1)
+    sim = replay.sim_decode_steps(steps, pd.DataFrame({"first_token_s": [], "prompt_tokens": []}), 2)
+    # second 0: 9 steps a rank end in it (0.1-0.9), 12 sequences a step; second 1 ends the run
+    # (its last steps have no next: 0 running, not a decode second)
+    assert list(sim["per_rank"]) == [6.0] and list(sim["step_s"]) == pytest.approx([12 / 108])
 
 
 @pytest.mark.parametrize("name", ["RTX-4090", "RTX-PRO-6000"])

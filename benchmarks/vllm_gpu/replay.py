@@ -313,7 +313,7 @@ def replay(run: Run, max_requests: int | None = None, policy: str = "vllm", out:
         res = llmsim.run(sc)
     sim = res.requests
     fin = sim[sim["status"] == "finished"]
-    decode = decode_step_rows(run, res.steps)
+    decode = decode_step_rows(run, res.steps, res.requests)
     real = real_requests(run)
     peer = peer_requests(run)
     if max_requests is not None:  # compare like with like: the same first requests
@@ -344,7 +344,7 @@ def replay(run: Run, max_requests: int | None = None, policy: str = "vllm", out:
         "e2e_request_mape": e2e_mape,
         "scores": {**scores, "run": run.key, **res.summary["accuracy_like"]},  # (devices, moe: --record's tags)
         "decode_steps": decode,
-        "prompt_steps": prompt_step_row(run, res.steps),
+        "prompt_steps": prompt_step_row(run, res.steps, res.requests),
         **{side: score(frames[side], own[side]) if side in frames else None for side in ("real", "llmsim", "peer")},
         # no per-request prediction in the project: the peer's own summary table (mean and p99)
         **({"peer": summary_table(run)["Sim"]} if peer is None and max_requests is None else {}),
@@ -373,32 +373,39 @@ def real_decode_steps(run: Run) -> pd.DataFrame:
     return decode_seconds(*per_second_log(run))
 
 
-def sim_per_second_log(steps: pd.DataFrame) -> pd.DataFrame:
-    """llmsim's steps as vLLM's per-second log reads a run: per second (by step start), the prompt
-    tokens and generated tokens of every rank, and the running requests (each rank's mean batch
-    that second, summed over ranks), so that its steps are read exactly as the real log is: the
-    same seconds of the run (a ramp-up's short steps and a tail's long ones are not mixed into one
-    band's median)."""
-    second = steps["start_s"].floordiv(1.0)
-    per_rank = steps.groupby([second, steps["replica"]]).agg(
-        prompt=("prefill_tokens", "sum"), gen=("decode_tokens", "sum"), running=("batch_size", "mean")
-    )
-    log = per_rank.groupby(level=0).sum()
+def sim_per_second_log(steps: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """llmsim's run as vLLM's per-second log reads a run (LLMServingSim's bench/core/stat_logger.py,
+    which wrote these runs' timeseries.csv): a step counts in the second it ends; generated tokens
+    are the steps' decode tokens; prompt tokens are each request's whole prompt, counted in the
+    second its first token came (vLLM counts a prompt when its prefill finishes, so a second of
+    prefill chunks before the last reads 0 there too); running is each rank's requests after its
+    last step of the second (its next step's batch), summed over the ranks that stepped."""
+    end = steps["start_s"] + steps["duration_s"]
+    ranks = steps.assign(second=end.floordiv(1.0))
+    ranks = ranks.assign(after=ranks.groupby("replica")["batch_size"].shift(-1, fill_value=0))
+    last = ranks.groupby(["second", "replica"]).agg(gen=("decode_tokens", "sum"), running=("after", "last"))
+    log = last.groupby(level=0).sum()
+    first = requests.dropna(subset=["first_token_s"])
+    prompt = first.groupby(first["first_token_s"].floordiv(1.0))["prompt_tokens"].sum()
     return pd.DataFrame(
-        {"prompt_throughput": log["prompt"], "gen_throughput": log["gen"], "running": log["running"]}
+        {
+            "prompt_throughput": prompt.reindex(log.index, fill_value=0),
+            "gen_throughput": log["gen"],
+            "running": log["running"],
+        }
     ).reset_index(drop=True)
 
 
-def sim_decode_steps(steps: pd.DataFrame, dp: int) -> pd.DataFrame:
-    """``decode_seconds`` of llmsim's steps, read as the real log (``sim_per_second_log``)."""
-    return decode_seconds(sim_per_second_log(steps), dp)
+def sim_decode_steps(steps: pd.DataFrame, requests: pd.DataFrame, dp: int) -> pd.DataFrame:
+    """``decode_seconds`` of llmsim's run, read as the real log (``sim_per_second_log``)."""
+    return decode_seconds(sim_per_second_log(steps, requests), dp)
 
 
-def decode_step_rows(run: Run, steps: pd.DataFrame) -> list[dict]:
+def decode_step_rows(run: Run, steps: pd.DataFrame, requests: pd.DataFrame) -> list[dict]:
     """Median decode step (ms) by requests per rank, the real run's per-second log beside llmsim's
-    steps read the same way (seconds without prompt tokens): the engine-and-kernel cost of a step,
+    run read the same way (seconds without prompt tokens): the engine-and-kernel cost of a step,
     apart from the queueing that TTFT and E2E add."""
-    real, sim = real_decode_steps(run), sim_decode_steps(steps, per_second_log(run)[1])
+    real, sim = real_decode_steps(run), sim_decode_steps(steps, requests, per_second_log(run)[1])
     rows = []
     for lo, hi in BANDS:
         r = real[(real["per_rank"] >= lo) & (real["per_rank"] < hi)]["step_s"]
@@ -420,26 +427,29 @@ def decode_step_rows(run: Run, steps: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def prompt_step_row(run: Run, steps: pd.DataFrame) -> dict:
-    """Steps while prompts are being prefilled, real beside llmsim, read the same way on both sides:
-    per second of the run with prompt tokens, a rank's mean step (ms) and its prompt tokens per
-    step; medians over those seconds. Real: steps per second = generated tokens / running (each
-    running request decodes once a step, as in ``real_decode_steps``); llmsim: its steps counted in
-    that second (a rank's, the first rank's for data-parallel runs)."""
-    ts, dp = per_second_log(run)
+def prompt_seconds(ts: pd.DataFrame, dp: int) -> pd.DataFrame:
+    """The seconds of a per-second log with prompt tokens: a rank's mean step (running / generated
+    tokens per second: each running request decodes once a step, as in ``decode_seconds``) and its
+    prompt tokens per step."""
     busy = ts[(ts["prompt_throughput"] > 0) & (ts["gen_throughput"] > 0) & (ts["running"] > 0)]
-    real_steps = busy["gen_throughput"] / busy["running"]
-    own = steps[steps["replica"] == steps["replica"].min()]
-    per_s = own.groupby(own["start_s"].floordiv(1.0)).agg(n=("duration_s", "size"), prompt=("prefill_tokens", "sum"))
-    per_s = per_s[per_s["prompt"] > 0]
+    step_s = busy["running"] / busy["gen_throughput"]
+    return pd.DataFrame({"step_s": step_s, "prompt_per_step": busy["prompt_throughput"] / dp * step_s})
+
+
+def prompt_step_row(run: Run, steps: pd.DataFrame, requests: pd.DataFrame) -> dict:
+    """Steps while prompts are being prefilled, the real run's log beside llmsim's run read the same
+    way (``sim_per_second_log``): medians over the seconds with prompt tokens of a rank's mean step
+    (ms) and its prompt tokens per step."""
+    ts, dp = per_second_log(run)
+    real, sim = prompt_seconds(ts, dp), prompt_seconds(sim_per_second_log(steps, requests), dp)
     return {
         "run": run.key,
-        "real seconds": len(busy),
-        "real step ms": 1e3 * float((1 / real_steps).median()),
-        "real prompt tok/step": float((busy["prompt_throughput"] / dp / real_steps).median()),
-        "llmsim seconds": len(per_s),
-        "llmsim step ms": 1e3 * float((1 / per_s["n"]).median()),
-        "llmsim prompt tok/step": float((per_s["prompt"] / per_s["n"]).median()),
+        "real seconds": len(real),
+        "real step ms": 1e3 * float(real["step_s"].median()),
+        "real prompt tok/step": float(real["prompt_per_step"].median()),
+        "llmsim seconds": len(sim),
+        "llmsim step ms": 1e3 * float(sim["step_s"].median()),
+        "llmsim prompt tok/step": float(sim["prompt_per_step"].median()),
     }
 
 
@@ -512,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     mixed = pd.DataFrame([r["prompt_steps"] for r in rows])
     print(
         "\nsteps while prompts are prefilled, per rank, medians over the seconds with prompt tokens "
-        "(real: step = running / generated tok/s; llmsim: its steps counted)"
+        "(step = running / generated tok/s; llmsim's steps read as the same per-second log)"
     )
     with pd.option_context("display.width", 200, "display.max_rows", 200, "display.float_format", "{:,.1f}".format):
         print(mixed.to_string(index=False))

@@ -104,7 +104,7 @@ def _ints(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray | None = Non
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         cell = df[col].iloc[row]
-        got = "a blank cell (or a row short of columns)" if lines is None and pd.isna(cell) else repr(_plain(cell))
+        got = _cell_text(cell, lines)
         raise UserError(f"{_where(path, row, lines)}: column {col!r}: expected a whole number, got {got}")
     neg = np.flatnonzero((values < 0).to_numpy())
     if len(neg):
@@ -123,13 +123,24 @@ def _ints(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray | None = Non
 def _numbers(raw: pd.Series, lines: np.ndarray | None) -> pd.Series:
     """A column as numbers, NaN where a cell is none. In JSONL (``lines`` given) only JSON numbers
     count: ``true`` is not 1 and ``"10"`` not 10 (a CSV's cells are all text, read as numbers). Nor
-    in a CSV is a column of true/false cells, which pandas reads as booleans: 1 and 0."""
+    in a CSV is a true/false cell, which pandas reads as a boolean (1 or 0): in a column of them, or
+    in one a caller has made generic objects (``_identity``'s prefix_tokens)."""
     if raw.dtype == bool or (lines is not None and raw.dtype == object):
         raw = raw.map(lambda v: v if isinstance(v, int | float) and not isinstance(v, bool) else np.nan)
+    elif raw.dtype == object:
+        raw = raw.map(lambda v: np.nan if isinstance(v, bool | np.bool_) else v)
     try:
         return pd.to_numeric(raw, errors="coerce")
     except OverflowError:  # an integer past int64 and float (10**400): pandas raises despite "coerce"
         return raw.map(_as_float).astype(np.float64)
+
+
+def _cell_text(cell: object, lines: np.ndarray | None) -> str:
+    """A bad cell as a message shows it: a CSV's missing one (blank, NA, a row short of columns:
+    pandas reads each as NaN) in words, any other as its value."""
+    if lines is None and not isinstance(cell, str) and pd.isna(cell):
+        return "an empty or NA cell (or a row short of columns)"
+    return repr(_plain(cell))
 
 
 def _as_float(v: object) -> float:
@@ -325,9 +336,8 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
     t = _numbers(df["arrival_s"], lines)
     if t.isna().any():
         row = int(np.flatnonzero(t.isna().to_numpy())[0])
-        raise UserError(
-            f"{_where(path, row, lines)}: arrival_s must be a number of seconds, got {_plain(df['arrival_s'].iloc[row])!r}"
-        )
+        got = _cell_text(df["arrival_s"].iloc[row], lines)
+        raise UserError(f"{_where(path, row, lines)}: arrival_s must be a number of seconds, got {got}")
     t = t.to_numpy(dtype=np.float64)
     _check_times(t, path, lines, "arrival_s")
     _check_sorted(t, path, lines)
