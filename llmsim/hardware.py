@@ -290,6 +290,10 @@ class Overheads(BaseModel):
     # the same for an elementwise kernel (a norm, RoPE, the activation, the residual add), by op
     # name, where measured apart: an unfused op launches several kernels, each with its floor
     elementwise_op_fixed_s: dict[str, Figure] | None = None
+    # a fused-MoE layer call's own cost beyond its expert GEMMs' streaming and kernel floors (the
+    # routing's top-k, the token sort, the top-k sum: vLLM's fused_experts), where measured; absent:
+    # none. A small call pays it whole (docs/validation.md, "MoE expert kernels")
+    moe_call_fixed_s: Figure | None = None
     # vLLM >= 0.21's start-up memory on this GPU, where its logs were read (engine.py, vllm-v1): the
     # memory outside torch that grows during the profile, and its CUDA-graph estimate in vLLM 0.30's two
     # parts (EngineSpec.cuda_graph_estimate_bytes); a GPU without them takes the engine's defaults
@@ -315,7 +319,7 @@ class Overheads(BaseModel):
         # (0.01 to 4,096 bytes: 1.1e-5 here is MiB written where bytes are meant)
         return _check(v, "bytes per layer x attention head x batch row (6-18)", at_least=0.01, at_most=2.0**12)
 
-    @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s", "attention_fixed_s")
+    @field_validator("kernel_launch_s", "step_overhead_s", "kernel_fixed_s", "attention_fixed_s", "moe_call_fixed_s")
     @classmethod
     def _seconds(cls, v: Figure | None) -> Figure | None:
         return _check(v, "seconds (4e-6 for 4 us)", at_most=1.0)

@@ -84,3 +84,34 @@ def test_moe_gemm_fraction_slows_the_expert_gemms_compute_only() -> None:
             assert a.memory_s == pytest.approx(b.memory_s)
         else:
             assert a == b, op.name
+
+
+def test_a_fused_moe_calls_fixed_cost_is_paid_once_a_moe_layer() -> None:
+    """overheads.moe_call_fixed_s (absent in every shipped profile) adds to a MoE layer's up
+    projection's floor, once a layer, and to nothing of a dense model."""
+    import moe_routing  # (benchmarks/, on the path above)
+
+    hw = load_profile("H100-SXM")
+    assert hw.overheads.moe_call_fixed_s is None
+    trial = moe_routing.with_kernel(hw, 20e-6, hw.efficiency.moe_memory_fraction.value)
+    for name, layers in (("qwen3-30b-a3b-instruct-2507", 48), ("qwen3-8b", 0)):
+        model = get_model(name)
+        shape = batch_shape([], [1024] * 4)
+        base, with_call = CostModel(model, hw, CostConfig()), CostModel(model, trial, CostConfig())
+        extra = sum(
+            (with_call.price(op).fixed_s - base.price(op).fixed_s) * op.count
+            for op in step_ops(model, shape, CostConfig())
+        )
+        assert extra == pytest.approx(layers * 20e-6)
+
+
+def test_the_small_call_fit_recovers_the_h100s_kernel(rows) -> None:
+    """benchmarks/moe_routing.py's trial fit on the H100's 1-96-token rows: a fixed cost and a
+    streaming rate that price every row within 3.5 % (the shipped profile: within 10 %)."""
+    import moe_routing  # (benchmarks/, on the path above)
+
+    small = rows[(rows["profile"] == "H100-SXM") & (rows["dtype"] == "bf16") & (rows["M"] <= moe_routing.SMALL_M)]
+    call_s, fraction, mape = moe_routing.fit_kernel(small, load_profile("H100-SXM"))
+    assert 10e-6 <= call_s <= 40e-6 and 0.9 <= fraction <= 1.0 and mape < 0.02
+    priced = moe_kernels.priced_us(small, moe_routing.with_kernel(load_profile("H100-SXM"), call_s, fraction))
+    assert (abs(priced / moe_kernels.measured_us(small).to_numpy() - 1) < 0.035).all()

@@ -227,6 +227,8 @@ class CostModel:
         self._moe_bw = self._stream_bw(moe) if moe else None
         moe_rate = eff.moe_gemm_fraction  # ... and its compute rate, relative to a dense GEMM's
         self._moe_rate = moe_rate.value if moe_rate else 1.0
+        call = self.hw.overheads.moe_call_fixed_s  # ... and its own fixed cost a call (on the up GEMM's)
+        self._moe_call = call.value if call else 0.0
         gemv = eff.gemv_memory_fraction
         self._gemv_bw = self._stream_bw(gemv) if gemv else None
         small = eff.gemm_small_m  # measured rate per m for m = 1..len (replaces the curve there)
@@ -372,6 +374,8 @@ class CostModel:
             if expert:
                 # the grouped kernel's own rate; the step waits for the busiest expert-parallel GPU
                 compute *= self.cfg.moe_imbalance / self._moe_rate
+                if op.name == "mlp_up_proj":  # (one a layer: the routing, sort and sum around the GEMMs)
+                    fixed += self._moe_call
             dequant = self._dequant_s(op)
             compute += dequant
             if expert and self._moe_bw is not None:
