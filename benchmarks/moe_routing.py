@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "vllm_gpu"))
 
 import bench_runs  # noqa: E402
 import moe_kernels  # noqa: E402
+from fitting import with_efficiency  # noqa: E402
 
 from llmsim.hardware import HardwareProfile, load_profile  # noqa: E402
 
@@ -45,9 +46,8 @@ SOURCE = "benchmarks/moe_routing.py trial"
 
 def with_kernel(hw: HardwareProfile, call_s: float, fraction: float) -> HardwareProfile:
     """``hw`` with a fixed cost a fused-MoE call and its experts' streaming fraction."""
-    data = hw.model_dump()
-    data["overheads"]["moe_call_fixed_s"] = {"value": call_s, "source": SOURCE}
-    data["efficiency"]["moe_memory_fraction"] = {"value": fraction, "source": SOURCE}
+    data = with_efficiency(hw, "moe_memory_fraction", fraction, SOURCE).model_dump()
+    data["overheads"]["moe_call_fixed_s"] = {"value": round(call_s, 9), "source": SOURCE}
     return HardwareProfile.model_validate(data)
 
 
@@ -68,6 +68,8 @@ def fit_kernel(rows: pd.DataFrame, hw: HardwareProfile) -> tuple[float, float, f
         if errs[i] < best[0]:
             best = (errs[i], float(calls[i]), float(fraction))
     call_s, fraction = best[1], best[2]
+    if round(fraction, 2) in (0.6, 1.0) or call_s >= 78e-6:  # (a best value at the grid's edge fits nothing)
+        print(f"warning: the fit ends at its grid's edge ({call_s * 1e6:.0f} us, {fraction:.2f})", file=sys.stderr)
     priced = moe_kernels.priced_us(rows, with_kernel(hw, call_s, fraction)) * 1e-6
     return call_s, round(fraction, 3), float(np.mean(np.abs(priced / measured - 1)))
 
@@ -113,6 +115,11 @@ def serving_rows(trials: dict[str, HardwareProfile]) -> pd.DataFrame:
     import llmsim
     from llmsim.scenario import scenario_from_dict
 
+    paths = {}  # each fitted GPU's trial profile, as a file a scenario can name
+    for gpu in SERVING_GPUS:
+        paths[gpu] = ROOT / "results" / "moe_routing" / f"{gpu}.yaml"
+        paths[gpu].parent.mkdir(parents=True, exist_ok=True)
+        paths[gpu].write_text(yaml.safe_dump(trials[gpu].model_dump(mode="json", exclude_none=True)))
     out = []
     for run in bench_runs.load_runs():
         gpu = bench_runs.hardware(run)
@@ -123,11 +130,8 @@ def serving_rows(trials: dict[str, HardwareProfile]) -> pd.DataFrame:
             for skew in SKEWS:
                 d = bench_runs.scenario_dict(run)
                 d["cluster"]["expert_skew"] = skew
-                if kernel == "fitted":  # (a profile file the scenario names: the trial profile)
-                    path = ROOT / "results" / "moe_routing" / f"{gpu}.yaml"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(yaml.safe_dump(trials[gpu].model_dump(mode="json", exclude_none=True)))
-                    d["hardware"] = str(path)
+                if kernel == "fitted":
+                    d["hardware"] = str(paths[gpu])
                 s = llmsim.run(scenario_from_dict(d, run["id"], ROOT)).summary
                 err = {k: s[f"mean_{k}_ms"] / real[f"mean_{k}_ms"] - 1 for k in ("tpot", "e2el", "ttft")}
                 out.append({"run": run["id"], "kernel": kernel, "skew": skew, **err})

@@ -292,7 +292,7 @@ class Overheads(BaseModel):
     elementwise_op_fixed_s: dict[str, Figure] | None = None
     # a fused-MoE layer call's own cost beyond its expert GEMMs' streaming and kernel floors (the
     # routing's top-k, the token sort, the top-k sum: vLLM's fused_experts), where measured; absent:
-    # none. A small call pays it whole (docs/validation.md, "MoE expert kernels")
+    # none. Every call pays it; a call of a few tokens is mostly it (docs/validation.md, "MoE expert kernels")
     moe_call_fixed_s: Figure | None = None
     # vLLM >= 0.21's start-up memory on this GPU, where its logs were read (engine.py, vllm-v1): the
     # memory outside torch that grows during the profile, and its CUDA-graph estimate in vLLM 0.30's two

@@ -127,30 +127,38 @@ def _steps(replica: list[int], start: list[float], batch: list[int], prefill: li
 def test_llmsims_run_is_read_as_the_log_reads_a_run():
     """As vLLM's stat logger builds the log: a step counts in the second it ends, running is the
     requests after the second's last step, a prompt counts in the second its first token came."""
-    # 0.1 s steps of 10 sequences from 0.0; the one ending in second 2 carries a prompt chunk
+    # 0.125 s steps of 10 sequences from 0.0 (ends exact in binary); step 20 carries a prompt chunk
     n = 25
-    steps = _steps([0] * n, [0.1 * i for i in range(n)], [10] * n, [0] * 20 + [256] + [0] * 4, 0.1)
-    requests = pd.DataFrame({"first_token_s": [2.15], "prompt_tokens": [300]})
+    steps = _steps([0] * n, [0.125 * i for i in range(n)], [10] * n, [0] * 20 + [256] + [0] * 4, 0.125)
+    requests = pd.DataFrame({"first_token_s": [2.625], "prompt_tokens": [300]})
     log = replay.sim_per_second_log(steps, requests)
-    # steps end at 0.1 .. 2.5: 9 end in second 0 (0.1-0.9), 10 in second 1, 6 in second 2 (2.0-2.5)
-    assert list(log["gen_throughput"]) == [90, 100, 59]
-    assert list(log["running"]) == [10, 10, 0]  # the last step has no next one: the run is over
-    assert list(log["prompt_throughput"]) == [0, 0, 300]
+    # ends 0.125 .. 3.125: 7 in second 0, 8 in seconds 1 and 2 (one with the chunk: 9 decodes), 2 in 3
+    assert list(log["gen_throughput"]) == [70, 80, 79, 20]
+    assert list(log["running"]) == [10, 10, 10, 0]  # the last step has no next one: the run is over
+    assert list(log["prompt_throughput"]) == [0, 0, 300, 0]
     sim = replay.sim_decode_steps(steps, requests, 1)
-    assert list(sim["step_s"]) == pytest.approx([10 / 90, 10 / 100])  # second 2 has a prompt: left out
+    assert list(sim["step_s"]) == pytest.approx([10 / 70, 10 / 80])  # second 2 has a prompt: left out
     run = next(r for r in replay.RUNS if r.key == "RTXPRO6000/Qwen3-32B")
     rows = replay.decode_step_rows(run, steps, requests)
     low = next(r for r in rows if r["decoding per rank"] == "1-15")
-    assert low["llmsim seconds"] == 2 and low["llmsim_ms"] == pytest.approx(1e3 * (10 / 90 + 0.1) / 2)
+    assert low["llmsim seconds"] == 2 and low["llmsim_ms"] == pytest.approx(1e3 * (10 / 70 + 10 / 80) / 2)
+
+
+def test_a_rank_that_empties_reads_zero_running():
+    """A gap before a rank's next step means it emptied: the second before reads 0 running, not the
+    batch of new arrivals it starts later."""
+    steps = _steps([0] * 4, [0.0, 0.25, 0.5, 5.0], [3, 2, 1, 4], [0] * 4, 0.25)
+    log = replay.sim_per_second_log(steps, pd.DataFrame({"first_token_s": [], "prompt_tokens": []}))
+    assert list(log["running"]) == [0, 0]
 
 
 def test_data_parallel_ranks_are_read_as_one_log():
     """Two lock-stepped ranks: the log's running and generated tokens are their totals, the step the same."""
-    steps = _steps([0, 1] * 12, [0.1 * (i // 2) for i in range(24)], [8, 4] * 12, [0] * 24, 0.1)
+    steps = _steps([0, 1] * 12, [0.125 * (i // 2) for i in range(24)], [8, 4] * 12, [0] * 24, 0.125)
     sim = replay.sim_decode_steps(steps, pd.DataFrame({"first_token_s": [], "prompt_tokens": []}), 2)
-    # second 0: 9 steps a rank end in it (0.1-0.9), 12 sequences a step; second 1 ends the run
+    # second 0: 7 steps a rank end in it (0.125-0.875), 12 sequences a step; second 1 ends the run
     # (its last steps have no next: 0 running, not a decode second)
-    assert list(sim["per_rank"]) == [6.0] and list(sim["step_s"]) == pytest.approx([12 / 108])
+    assert list(sim["per_rank"]) == [6.0] and list(sim["step_s"]) == pytest.approx([12 / 84])
 
 
 @pytest.mark.parametrize("name", ["RTX-4090", "RTX-PRO-6000"])

@@ -382,7 +382,11 @@ def sim_per_second_log(steps: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFr
     last step of the second (its next step's batch), summed over the ranks that stepped."""
     end = steps["start_s"] + steps["duration_s"]
     ranks = steps.assign(second=end.floordiv(1.0))
-    ranks = ranks.assign(after=ranks.groupby("replica")["batch_size"].shift(-1, fill_value=0))
+    by_rank = ranks.groupby("replica")
+    # the next step's batch, where it follows at once: a rank steps back to back while it has
+    # requests, so a gap means it emptied (and a step after the gap holds new arrivals)
+    follows = by_rank["start_s"].shift(-1) <= end + 1e-9
+    ranks = ranks.assign(after=by_rank["batch_size"].shift(-1, fill_value=0).where(follows, 0))
     last = ranks.groupby(["second", "replica"]).agg(gen=("decode_tokens", "sum"), running=("after", "last"))
     log = last.groupby(level=0).sum()
     first = requests.dropna(subset=["first_token_s"])
