@@ -63,6 +63,8 @@ MODELS: dict[str, tuple[str, str]] = {
     "meta-llama/Llama-2-13b-hf": ("llama-2-13b", ""),
     "meta-llama/Llama-2-13b-chat-hf": ("llama-2-13b", "the chat fine-tune has the base architecture"),
     "meta-llama/Llama-3.2-3B-Instruct": ("llama-3.2-3b", ""),
+    "google/gemma-7b-it": ("gemma-7b", "the instruction fine-tune has the base architecture"),
+    "google/gemma-2b-it": ("gemma-2b", "the instruction fine-tune has the base architecture"),
     "mistralai/Mixtral-8x22B-v0.1": ("mixtral-8x22b", ""),
     "Qwen/Qwen3-235B-A22B": ("qwen3-235b-a22b", ""),
     "meta-llama/Llama-2-70b-hf": ("llama-2-70b", ""),

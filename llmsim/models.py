@@ -633,6 +633,33 @@ CATALOG: dict[str, ModelSpec] = {
             source="CodeLlama-34b-Instruct-hf config.json (Vidur mlp.csv shape columns)",
         ),
         ModelSpec(
+            name="gemma-7b",
+            hidden_size=3072,
+            intermediate_size=24576,  # GeGLU: gate and up projections, as a gated MLP
+            num_layers=28,
+            num_heads=16,
+            num_kv_heads=16,
+            head_dim=256,
+            vocab_size=256000,
+            tie_embeddings=True,
+            max_position_embeddings=8192,
+            source="google/gemma-7b config.json (model_type gemma, hidden_act gelu; data/models/configs.md "
+            "section 5: the gated repository's fields as its derivatives give them)",
+        ),
+        ModelSpec(
+            name="gemma-2b",
+            hidden_size=2048,
+            intermediate_size=16384,
+            num_layers=18,
+            num_heads=8,
+            num_kv_heads=1,  # multi-query attention
+            head_dim=256,
+            vocab_size=256000,
+            tie_embeddings=True,
+            max_position_embeddings=8192,
+            source="google/gemma-2b config.json (model_type gemma; data/models/configs.md section 5)",
+        ),
+        ModelSpec(
             name="gemma-2-9b",
             hidden_size=3584,
             intermediate_size=14336,
@@ -956,6 +983,14 @@ PUBLISHED_PARAMS = {
     "gpt2": (124.44e6, "GPT-2 small: 124M (HF printout 124.4M) [HFLOG-GPT2]"),
     "gpt-j-6b": (6_053_381_344, "EleutherAI/gpt-j-6b model card: n_parameters 6,053,381,344"),
     "gemma-2-9b": (9.24e9, "Gemma 2 9B model card: 9.24B parameters"),
+    "gemma-7b": (
+        8.54e9,
+        "Gemma technical report (2024) Table 2: 7B, 7,751,248,896 non-embedding + 786,825,216 embedding",
+    ),
+    "gemma-2b": (
+        2.51e9,
+        "Gemma technical report (2024) Table 2: 2B, 1,981,884,416 non-embedding + 524,550,144 embedding",
+    ),
     "qwen3-32b": (32.8e9, "Qwen3-32B model card: 32.8B parameters"),
     "qwen3-8b": (8.2e9, "Qwen3-8B model card: 8.2B parameters (6.95B non-embedding)"),
     "qwen3-14b": (14.8e9, "Qwen3-14B model card: 14.8B parameters (13.2B non-embedding)"),
