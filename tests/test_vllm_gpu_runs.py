@@ -132,8 +132,9 @@ def test_llmsims_run_is_read_as_the_log_reads_a_run():
     steps = _steps([0] * n, [0.125 * i for i in range(n)], [10] * n, [0] * 20 + [256] + [0] * 4, 0.125)
     requests = pd.DataFrame({"first_token_s": [2.625], "prompt_tokens": [300]})
     log = replay.sim_per_second_log(steps, requests)
-    # ends 0.125 .. 3.125: 7 in second 0, 8 in seconds 1 and 2 (one with the chunk: 9 decodes), 2 in 3
-    assert list(log["gen_throughput"]) == [70, 80, 79, 20]
+    # ends 0.125 .. 3.125: 7 in second 0, 8 in seconds 1 and 2 (one with the chunk: 9 decodes and
+    # the finished prompt's first token), 2 in 3
+    assert list(log["gen_throughput"]) == [70, 80, 80, 20]
     assert list(log["running"]) == [10, 10, 10, 0]  # the last step has no next one: the run is over
     assert list(log["prompt_throughput"]) == [0, 0, 300, 0]
     sim = replay.sim_decode_steps(steps, requests, 1)

@@ -376,10 +376,11 @@ def real_decode_steps(run: Run) -> pd.DataFrame:
 def sim_per_second_log(steps: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """llmsim's run as vLLM's per-second log reads a run (LLMServingSim's bench/core/stat_logger.py,
     which wrote these runs' timeseries.csv): a step counts in the second it ends; generated tokens
-    are the steps' decode tokens; prompt tokens are each request's whole prompt, counted in the
-    second its first token came (vLLM counts a prompt when its prefill finishes, so a second of
-    prefill chunks before the last reads 0 there too); running is each rank's requests after its
-    last step of the second (its next step's batch), summed over the ranks that stepped."""
+    are the steps' decode tokens and the first tokens of prefills that finished; prompt tokens are
+    each request's whole prompt, counted in the second its first token came (vLLM counts a prompt
+    when its prefill finishes, so a second of prefill chunks before the last reads 0 there too);
+    running is each rank's requests after its last step of the second (its next step's batch, where
+    it follows at once), summed over the ranks that stepped."""
     end = steps["start_s"] + steps["duration_s"]
     ranks = steps.assign(second=end.floordiv(1.0))
     by_rank = ranks.groupby("replica")
@@ -390,11 +391,13 @@ def sim_per_second_log(steps: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFr
     last = ranks.groupby(["second", "replica"]).agg(gen=("decode_tokens", "sum"), running=("after", "last"))
     log = last.groupby(level=0).sum()
     first = requests.dropna(subset=["first_token_s"])
-    prompt = first.groupby(first["first_token_s"].floordiv(1.0))["prompt_tokens"].sum()
+    at_first = first.groupby(first["first_token_s"].floordiv(1.0))
+    prompt, firsts = at_first["prompt_tokens"].sum(), at_first.size()
     return pd.DataFrame(
         {
             "prompt_throughput": prompt.reindex(log.index, fill_value=0),
-            "gen_throughput": log["gen"],
+            # (a finished prefill's first token is a generated token too, as vLLM counts it)
+            "gen_throughput": log["gen"] + firsts.reindex(log.index, fill_value=0),
             "running": log["running"],
         }
     ).reset_index(drop=True)
