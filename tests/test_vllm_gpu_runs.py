@@ -104,7 +104,7 @@ def test_scenarios_follow_meta():
 def test_decode_step_table_reads_the_runs_log():
     """The real decode step time comes from seconds without prompt tokens: running / tok/s."""
     run = next(r for r in replay.RUNS if r.key == "RTXPRO6000/Qwen3-32B")
-    real = replay.real_decode_steps(run)
+    real = replay.decode_seconds(*replay.per_second_log(run))
     ts = pd.read_csv(run.dir / "timeseries.csv")
     row = ts[(ts["t"] == 31.0)].iloc[0]  # 128 running, 2176 tok/s, no prompt tokens: 17 steps/s
     assert row["prompt_throughput"] == 0 and row["running"] == 128
@@ -137,10 +137,10 @@ def test_llmsims_run_is_read_as_the_log_reads_a_run():
     assert list(log["gen_throughput"]) == [70, 80, 80, 20]
     assert list(log["running"]) == [10, 10, 10, 0]  # the last step has no next one: the run is over
     assert list(log["prompt_throughput"]) == [0, 0, 300, 0]
-    sim = replay.sim_decode_steps(steps, requests, 1)
+    sim = replay.decode_seconds(log, 1)
     assert list(sim["step_s"]) == pytest.approx([10 / 70, 10 / 80])  # second 2 has a prompt: left out
     run = next(r for r in replay.RUNS if r.key == "RTXPRO6000/Qwen3-32B")
-    rows = replay.decode_step_rows(run, steps, requests)
+    rows = replay.decode_step_rows(run, log)
     low = next(r for r in rows if r["decoding per rank"] == "1-15")
     assert low["llmsim seconds"] == 2 and low["llmsim_ms"] == pytest.approx(1e3 * (10 / 70 + 10 / 80) / 2)
 
@@ -156,7 +156,9 @@ def test_a_rank_that_empties_reads_zero_running():
 def test_data_parallel_ranks_are_read_as_one_log():
     """Two lock-stepped ranks: the log's running and generated tokens are their totals, the step the same."""
     steps = _steps([0, 1] * 12, [0.125 * (i // 2) for i in range(24)], [8, 4] * 12, [0] * 24, 0.125)
-    sim = replay.sim_decode_steps(steps, pd.DataFrame({"first_token_s": [], "prompt_tokens": []}), 2)
+    sim = replay.decode_seconds(
+        replay.sim_per_second_log(steps, pd.DataFrame({"first_token_s": [], "prompt_tokens": []})), 2
+    )
     # second 0: 7 steps a rank end in it (0.125-0.875), 12 sequences a step; second 1 ends the run
     # (its last steps have no next: 0 running, not a decode second)
     assert list(sim["per_rank"]) == [6.0] and list(sim["step_s"]) == pytest.approx([12 / 84])

@@ -313,7 +313,8 @@ def replay(run: Run, max_requests: int | None = None, policy: str = "vllm", out:
         res = llmsim.run(sc)
     sim = res.requests
     fin = sim[sim["status"] == "finished"]
-    decode = decode_step_rows(run, res.steps, res.requests)
+    sim_log = sim_per_second_log(res.steps, res.requests)  # (read by both step tables)
+    decode = decode_step_rows(run, sim_log)
     real = real_requests(run)
     peer = peer_requests(run)
     if max_requests is not None:  # compare like with like: the same first requests
@@ -344,7 +345,7 @@ def replay(run: Run, max_requests: int | None = None, policy: str = "vllm", out:
         "e2e_request_mape": e2e_mape,
         "scores": {**scores, "run": run.key, **res.summary["accuracy_like"]},  # (devices, moe: --record's tags)
         "decode_steps": decode,
-        "prompt_steps": prompt_step_row(run, res.steps, res.requests),
+        "prompt_steps": prompt_step_row(run, sim_log),
         **{side: score(frames[side], own[side]) if side in frames else None for side in ("real", "llmsim", "peer")},
         # no per-request prediction in the project: the peer's own summary table (mean and p99)
         **({"peer": summary_table(run)["Sim"]} if peer is None and max_requests is None else {}),
@@ -366,11 +367,6 @@ def decode_seconds(ts: pd.DataFrame, dp: int) -> pd.DataFrame:
     side by side: the totals give the same ratio). One row per such second, with the requests per rank."""
     quiet = ts[(ts["prompt_throughput"] == 0) & (ts["gen_throughput"] > 0) & (ts["running"] > 0)]
     return pd.DataFrame({"per_rank": quiet["running"] / dp, "step_s": quiet["running"] / quiet["gen_throughput"]})
-
-
-def real_decode_steps(run: Run) -> pd.DataFrame:
-    """``decode_seconds`` of the run's own log (timeseries.csv)."""
-    return decode_seconds(*per_second_log(run))
 
 
 def sim_per_second_log(steps: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
@@ -403,16 +399,12 @@ def sim_per_second_log(steps: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFr
     ).reset_index(drop=True)
 
 
-def sim_decode_steps(steps: pd.DataFrame, requests: pd.DataFrame, dp: int) -> pd.DataFrame:
-    """``decode_seconds`` of llmsim's run, read as the real log (``sim_per_second_log``)."""
-    return decode_seconds(sim_per_second_log(steps, requests), dp)
-
-
-def decode_step_rows(run: Run, steps: pd.DataFrame, requests: pd.DataFrame) -> list[dict]:
+def decode_step_rows(run: Run, sim_log: pd.DataFrame) -> list[dict]:
     """Median decode step (ms) by requests per rank, the real run's per-second log beside llmsim's
-    run read the same way (seconds without prompt tokens): the engine-and-kernel cost of a step,
+    (``sim_per_second_log``), both read as ``decode_seconds``: the engine-and-kernel cost of a step,
     apart from the queueing that TTFT and E2E add."""
-    real, sim = real_decode_steps(run), sim_decode_steps(steps, requests, per_second_log(run)[1])
+    ts, dp = per_second_log(run)
+    real, sim = decode_seconds(ts, dp), decode_seconds(sim_log, dp)
     rows = []
     for lo, hi in BANDS:
         r = real[(real["per_rank"] >= lo) & (real["per_rank"] < hi)]["step_s"]
@@ -443,12 +435,12 @@ def prompt_seconds(ts: pd.DataFrame, dp: int) -> pd.DataFrame:
     return pd.DataFrame({"step_s": step_s, "prompt_per_step": busy["prompt_throughput"] / dp * step_s})
 
 
-def prompt_step_row(run: Run, steps: pd.DataFrame, requests: pd.DataFrame) -> dict:
-    """Steps while prompts are being prefilled, the real run's log beside llmsim's run read the same
-    way (``sim_per_second_log``): medians over the seconds with prompt tokens of a rank's mean step
+def prompt_step_row(run: Run, sim_log: pd.DataFrame) -> dict:
+    """Steps while prompts are being prefilled, the real run's log beside llmsim's
+    (``sim_per_second_log``): medians over the seconds with prompt tokens of a rank's mean step
     (ms) and its prompt tokens per step."""
     ts, dp = per_second_log(run)
-    real, sim = prompt_seconds(ts, dp), prompt_seconds(sim_per_second_log(steps, requests), dp)
+    real, sim = prompt_seconds(ts, dp), prompt_seconds(sim_log, dp)
     return {
         "run": run.key,
         "real seconds": len(real),
