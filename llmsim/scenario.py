@@ -252,6 +252,16 @@ class ClusterConfig(_Strict):
         return self
 
 
+def check_policy_kind(kind: str) -> None:
+    """A policy kind the simulator runs, else a ValueError naming the known ones (the scenario's
+    ``policy.kind`` and a plan's ``plan.policies``)."""
+    from llmsim.schedulers import SCHEDULERS  # the registry: policies added at run time count
+
+    known = [*SCHEDULERS, "disaggregated"]
+    if kind not in known:
+        raise ValueError(f"unknown policy {kind!r}; expected one of {', '.join(known)}")
+
+
 class PolicyConfig(_Strict):
     kind: str = "traditional"  # a registered scheduler (schedulers.SCHEDULERS) or disaggregated
     max_num_seqs: Seqs = 256
@@ -278,11 +288,7 @@ class PolicyConfig(_Strict):
     @field_validator("kind")
     @classmethod
     def _known_policy(cls, kind: str) -> str:
-        from llmsim.schedulers import SCHEDULERS  # the registry: policies added at run time count
-
-        known = [*SCHEDULERS, "disaggregated"]
-        if kind not in known:
-            raise ValueError(f"unknown policy {kind!r}; expected one of {', '.join(known)}")
+        check_policy_kind(kind)
         return kind
 
     @model_validator(mode="after")

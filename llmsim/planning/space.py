@@ -166,14 +166,13 @@ def _check_parallelism(base: Base, sc: Scenario, c: Candidate) -> None:
 def _check_policy_names(base: Base, cfg: PlanConfig) -> None:
     """An unknown policy named as itself, before the lists that depend on the policies are checked
     against it (``chunk_tokens`` would otherwise blame the chunk sizes)."""
-    from llmsim.schedulers import SCHEDULERS  # (the registry scenario.PolicyConfig checks a kind against)
+    from llmsim.scenario import check_policy_kind
 
-    known = [*SCHEDULERS, "disaggregated"]
     for name in cfg.policies or []:
-        if name not in known:
-            raise UserError(
-                f"{base.origin}: plan.policies: unknown policy {name!r}; expected one of {', '.join(known)}"
-            )
+        try:
+            check_policy_kind(name)
+        except ValueError as exc:
+            raise UserError(f"{base.origin}: plan.policies: {exc}") from None
 
 
 def _check_unused_lists(base: Base, cfg: PlanConfig, cands: list[Candidate]) -> None:
