@@ -175,7 +175,7 @@ def _run(sc: Scenario, checks: bool, exact_steps: bool, progress: Callable[[floa
 
     # prediction intervals (docs/validation.md): the errors of the validation runs like this one
     like = runs_like({p.hw.family for p in pools}, model.is_moe)
-    summary["accuracy"] = validated(sc.engine_spec.name, like["devices"], like["moe"])
+    summary["accuracy"] = validated(sc.engine_spec.name, **like)
     summary["accuracy_like"] = like
     reps = out.replicas
     busy = sum(reps["busy_s"].tolist())

@@ -143,6 +143,5 @@ def plan_text(plan: Plan, engine: str = "vllm-v1", like: dict | None = None) -> 
     out.append("\nrecommendation: " + plan.recommendation)
     from llmsim.accuracy import interval_line, validated
 
-    like = like or {}
-    out.append("accuracy " + interval_line(validated(engine, like.get("devices"), like.get("moe")), like))
+    out.append("accuracy " + interval_line(validated(engine, **(like or {})), like))
     return "\n".join(out)

@@ -103,8 +103,7 @@ def _ints(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray | None = Non
     bad = values.isna() | (values != values.round()) | ~np.isfinite(values.to_numpy(dtype=np.float64))
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        cell = df[col].iloc[row]
-        got = _cell_text(cell, lines)
+        got = _cell_text(df[col].iloc[row], lines)
         raise UserError(f"{_where(path, row, lines)}: column {col!r}: expected a whole number, got {got}")
     neg = np.flatnonzero((values < 0).to_numpy())
     if len(neg):
