@@ -510,6 +510,24 @@ def _llama(name: str, h: int, i: int, layers: int, heads: int, kv: int, vocab: i
     )
 
 
+def _gemma(name: str, h: int, i: int, layers: int, heads: int, kv: int, **kw: object) -> ModelSpec:
+    """A Gemma (1 or 2): 256-wide heads, a 256,000-token vocabulary tied to the LM head, 8,192
+    positions, a gated (GeGLU) MLP."""
+    return ModelSpec(
+        name=name,
+        hidden_size=h,
+        intermediate_size=i,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=256,
+        vocab_size=256000,
+        tie_embeddings=True,
+        max_position_embeddings=8192,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
 _REF = "HF config.json, see shared/reference/hardware_models.md B.1-B.3"
 
 CATALOG: dict[str, ModelSpec] = {
@@ -632,46 +650,34 @@ CATALOG: dict[str, ModelSpec] = {
             max_position_embeddings=16384,
             source="CodeLlama-34b-Instruct-hf config.json (Vidur mlp.csv shape columns)",
         ),
-        ModelSpec(
-            name="gemma-7b",
-            hidden_size=3072,
-            intermediate_size=24576,  # GeGLU: gate and up projections, as a gated MLP
-            num_layers=28,
-            num_heads=16,
-            num_kv_heads=16,
-            head_dim=256,
-            vocab_size=256000,
-            tie_embeddings=True,
-            max_position_embeddings=8192,
+        _gemma(
+            "gemma-7b",
+            3072,
+            24576,
+            28,
+            16,
+            16,
             source="google/gemma-7b config.json (model_type gemma, hidden_act gelu; data/models/configs.md "
             "section 5: the gated repository's fields as its derivatives give them)",
         ),
-        ModelSpec(
-            name="gemma-2b",
-            hidden_size=2048,
-            intermediate_size=16384,
-            num_layers=18,
-            num_heads=8,
-            num_kv_heads=1,  # multi-query attention
-            head_dim=256,
-            vocab_size=256000,
-            tie_embeddings=True,
-            max_position_embeddings=8192,
+        _gemma(  # multi-query attention
+            "gemma-2b",
+            2048,
+            16384,
+            18,
+            8,
+            1,
             source="google/gemma-2b config.json (model_type gemma; data/models/configs.md section 5)",
         ),
-        ModelSpec(
-            name="gemma-2-9b",
-            hidden_size=3584,
-            intermediate_size=14336,
-            num_layers=42,
-            num_heads=16,
-            num_kv_heads=8,
-            head_dim=256,
-            vocab_size=256000,
-            tie_embeddings=True,
+        _gemma(
+            "gemma-2-9b",
+            3584,
+            14336,
+            42,
+            16,
+            8,
             sliding_window=4096,
             global_attn_every=2,  # layers alternate local (4096 window) and global attention
-            max_position_embeddings=8192,
             source="google/gemma-2-9b config.json (model_type gemma2, sliding_window 4096, head_dim 256); "
             "local/global alternation as in google-deepmind/gemma's gemma2 configs",
         ),
