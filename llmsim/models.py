@@ -496,7 +496,10 @@ class ModelSpec:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
-def _llama(name: str, h: int, i: int, layers: int, heads: int, kv: int, vocab: int, **kw: object) -> ModelSpec:
+def _llama(
+    name: str, h: int, i: int, layers: int, heads: int, kv: int, vocab: int, head_dim: int = 0, **kw: object
+) -> ModelSpec:
+    """A Llama-shaped decoder (gated MLP, GQA); heads of hidden / heads unless ``head_dim`` says."""
     return ModelSpec(
         name=name,
         hidden_size=h,
@@ -504,7 +507,7 @@ def _llama(name: str, h: int, i: int, layers: int, heads: int, kv: int, vocab: i
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=kv,
-        head_dim=h // heads,
+        head_dim=head_dim or h // heads,
         vocab_size=vocab,
         **kw,  # type: ignore[arg-type]
     )
@@ -513,19 +516,7 @@ def _llama(name: str, h: int, i: int, layers: int, heads: int, kv: int, vocab: i
 def _gemma(name: str, h: int, i: int, layers: int, heads: int, kv: int, **kw: object) -> ModelSpec:
     """A Gemma (1 or 2): 256-wide heads, a 256,000-token vocabulary tied to the LM head, 8,192
     positions, a gated (GeGLU) MLP."""
-    return ModelSpec(
-        name=name,
-        hidden_size=h,
-        intermediate_size=i,
-        num_layers=layers,
-        num_heads=heads,
-        num_kv_heads=kv,
-        head_dim=256,
-        vocab_size=256000,
-        tie_embeddings=True,
-        max_position_embeddings=8192,
-        **kw,  # type: ignore[arg-type]
-    )
+    return _llama(name, h, i, layers, heads, kv, 256000, 256, tie_embeddings=True, max_position_embeddings=8192, **kw)
 
 
 _REF = "HF config.json, see shared/reference/hardware_models.md B.1-B.3"
