@@ -35,7 +35,7 @@ import llmsim
 from llmsim.build import build_model, build_pools
 from llmsim.errors import UserError
 from llmsim.hardware import available_profiles, load_profile
-from llmsim.models import CATALOG
+from llmsim.models import CATALOG, served_model
 from llmsim.scenario import Scenario, scenario_from_dict
 from llmsim.tables import table
 
@@ -47,34 +47,6 @@ OK_BAND = 0.20
 HORIZON_S = 1e7  # simulated seconds: never the limit (the default, 2 x last arrival + 600 s, cuts offline runs)
 GIB = 2**30
 
-# Hugging Face id -> (catalog name, why the mapping holds when the names differ)
-MODELS: dict[str, tuple[str, str]] = {
-    "meta-llama/Llama-3.3-70B-Instruct": ("llama-3.1-70b", "Llama 3.3 70B has Llama 3.1 70B's architecture"),
-    "meta-llama/Llama-3.1-70B-Instruct": ("llama-3.1-70b", ""),
-    "meta-llama/Llama-3.1-70B": ("llama-3.1-70b", ""),
-    "meta-llama/Llama-3.1-405B-Instruct": ("llama-3.1-405b", ""),
-    "meta-llama/Llama-3.1-405B": ("llama-3.1-405b", ""),
-    "meta-llama/Llama-3.1-8B-Instruct": ("llama-3.1-8b", ""),
-    "meta-llama/Llama-3.1-8B": ("llama-3.1-8b", ""),
-    "meta-llama/Meta-Llama-3-8B-Instruct": ("llama-3-8b", ""),
-    "meta-llama/Llama-2-7b-hf": ("llama-2-7b", ""),
-    "meta-llama/Llama-2-7b-chat-hf": ("llama-2-7b", "the chat fine-tune has the base architecture"),
-    "huggyllama/llama-7b": ("llama-7b", ""),
-    "meta-llama/Llama-2-13b-hf": ("llama-2-13b", ""),
-    "meta-llama/Llama-2-13b-chat-hf": ("llama-2-13b", "the chat fine-tune has the base architecture"),
-    "meta-llama/Llama-3.2-3B-Instruct": ("llama-3.2-3b", ""),
-    "google/gemma-7b-it": ("gemma-7b", "the instruction fine-tune has the base architecture"),
-    "google/gemma-2b-it": ("gemma-2b", "the instruction fine-tune has the base architecture"),
-    "mistralai/Mixtral-8x22B-v0.1": ("mixtral-8x22b", ""),
-    "Qwen/Qwen3-235B-A22B": ("qwen3-235b-a22b", ""),
-    "meta-llama/Llama-2-70b-hf": ("llama-2-70b", ""),
-    "mistralai/Mistral-7B-v0.1": ("mistral-7b", ""),
-    "mistralai/Mixtral-8x7B-v0.1": ("mixtral-8x7b", ""),
-    "EleutherAI/gpt-j-6b": ("gpt-j-6b", ""),
-    "deepseek-ai/DeepSeek-R1-Distill-Llama-70B": ("llama-3.1-70b", "the distill is a Llama 3.3 70B fine-tune"),
-    "deepseek-ai/DeepSeek-V3": ("deepseek-v3", ""),
-    "deepseek-ai/DeepSeek-R1": ("deepseek-v3", "R1 has DeepSeek-V3's architecture (data/models/configs.md)"),
-}
 # models llmsim could not price even from a config.json (llmsim/models.py hf_family refuses them)
 UNPRICEABLE: dict[str, str] = {}
 
@@ -170,13 +142,9 @@ def engine_flow(point: dict) -> str:
 
 def catalog_model(hf_id: str) -> tuple[str | None, str]:
     """(catalog name, note) or (None, reason)."""
-    if hf_id in MODELS:
-        name, note = MODELS[hf_id]
-        assert name in CATALOG, name
-        return name, note
     if hf_id in UNPRICEABLE:
         return None, f"model not priceable: {hf_id}, {UNPRICEABLE[hf_id]}"
-    return None, f"model not in llmsim's catalog: {hf_id}"
+    return served_model(hf_id)
 
 
 def hardware_profile(point: dict) -> tuple[str | None, str]:

@@ -13,7 +13,19 @@ from collections.abc import Iterator
 from llmsim.errors import InvariantError, Terminated, UserError, forget_outputs, interrupted_message
 
 # Command modules, in the order `llmsim --help` lists them.
-COMMANDS = ["run", "hardware", "models", "sweep", "roofline", "calibrate", "validate", "plan", "report", "twin"]
+COMMANDS = [
+    "run",
+    "bench",
+    "hardware",
+    "models",
+    "sweep",
+    "roofline",
+    "calibrate",
+    "validate",
+    "plan",
+    "report",
+    "twin",
+]
 
 
 def version() -> str:

@@ -966,6 +966,60 @@ CATALOG["deepseek-v3.2"] = CATALOG["deepseek-v3"].with_(
     "index_topk 2048; the multi-token-prediction module is not counted",
 )
 
+# HuggingFace ids of served checkpoints -> (catalog name, why the mapping holds where the names
+# differ). A fine-tune (chat, instruct, distill) has its base's architecture, which is all the cost
+# model reads. `served_model` also takes an id whose last part is a catalog name (Qwen/Qwen3-8B).
+HF_IDS: dict[str, tuple[str, str]] = {
+    "meta-llama/Llama-3.3-70B-Instruct": ("llama-3.1-70b", "Llama 3.3 70B has Llama 3.1 70B's architecture"),
+    "meta-llama/Llama-3.1-70B-Instruct": ("llama-3.1-70b", ""),
+    "meta-llama/Llama-3.1-70B": ("llama-3.1-70b", ""),
+    "meta-llama/Meta-Llama-3.1-70B-Instruct": ("llama-3.1-70b", ""),
+    "meta-llama/Llama-3.1-405B-Instruct": ("llama-3.1-405b", ""),
+    "meta-llama/Llama-3.1-405B": ("llama-3.1-405b", ""),
+    "meta-llama/Llama-3.1-8B-Instruct": ("llama-3.1-8b", ""),
+    "meta-llama/Llama-3.1-8B": ("llama-3.1-8b", ""),
+    "meta-llama/Meta-Llama-3.1-8B-Instruct": ("llama-3.1-8b", ""),
+    "meta-llama/Meta-Llama-3-8B-Instruct": ("llama-3-8b", ""),
+    "meta-llama/Meta-Llama-3-8B": ("llama-3-8b", ""),
+    "meta-llama/Meta-Llama-3-70B-Instruct": ("llama-3-70b", ""),
+    "meta-llama/Llama-2-7b-hf": ("llama-2-7b", ""),
+    "meta-llama/Llama-2-7b-chat-hf": ("llama-2-7b", "the chat fine-tune has the base architecture"),
+    "huggyllama/llama-7b": ("llama-7b", ""),
+    "meta-llama/Llama-2-13b-hf": ("llama-2-13b", ""),
+    "meta-llama/Llama-2-13b-chat-hf": ("llama-2-13b", "the chat fine-tune has the base architecture"),
+    "meta-llama/Llama-2-70b-hf": ("llama-2-70b", ""),
+    "meta-llama/Llama-2-70b-chat-hf": ("llama-2-70b", "the chat fine-tune has the base architecture"),
+    "meta-llama/Llama-3.2-3B-Instruct": ("llama-3.2-3b", ""),
+    "meta-llama/Llama-3.2-1B-Instruct": ("llama-3.2-1b", ""),
+    "google/gemma-7b-it": ("gemma-7b", "the instruction fine-tune has the base architecture"),
+    "google/gemma-2b-it": ("gemma-2b", "the instruction fine-tune has the base architecture"),
+    "mistralai/Mistral-7B-v0.1": ("mistral-7b", ""),
+    "mistralai/Mistral-7B-Instruct-v0.1": ("mistral-7b", "the v0.1 instruction fine-tune has the base architecture"),
+    "mistralai/Mixtral-8x7B-v0.1": ("mixtral-8x7b", ""),
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": ("mixtral-8x7b", "the instruction fine-tune has the base architecture"),
+    "mistralai/Mixtral-8x22B-v0.1": ("mixtral-8x22b", ""),
+    "EleutherAI/gpt-j-6b": ("gpt-j-6b", ""),
+    "facebook/opt-13b": ("opt-13b", ""),
+    "Qwen/Qwen3-30B-A3B": ("qwen3-30b-a3b-instruct-2507", "the same architecture as the 2507 release"),
+    "Qwen/Qwen2.5-72B-Instruct": ("qwen2.5-72b", ""),
+    "Qwen/Qwen2.5-7B-Instruct": ("qwen2.5-7b", ""),
+    "deepseek-ai/DeepSeek-R1-Distill-Llama-70B": ("llama-3.1-70b", "the distill is a Llama 3.3 70B fine-tune"),
+    "deepseek-ai/DeepSeek-R1": ("deepseek-v3", "R1 has DeepSeek-V3's architecture (data/models/configs.md)"),
+}
+
+
+def served_model(hf_id: str) -> tuple[str | None, str]:
+    """The catalog entry a served checkpoint's HuggingFace id names, and why where the names differ:
+    ``HF_IDS``, else the id's last part when that is a catalog name (``Qwen/Qwen3-8B`` ->
+    ``qwen3-8b``); (None, reason) for a model llmsim's catalog does not have."""
+    if hf_id in HF_IDS:
+        return HF_IDS[hf_id]
+    last = hf_id.rstrip("/").rsplit("/", 1)[-1].lower()
+    if last in CATALOG:
+        return last, ""
+    return None, f"model not in llmsim's catalog: {hf_id}"
+
+
 # Published totals used by tests (parameters), with their sources.
 PUBLISHED_PARAMS = {
     "llama-2-7b": (6.74e9, "Llama 2 paper / HF model card: 7B (6.74B)"),

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import statistics
 import sys
@@ -46,15 +45,8 @@ HARDWARE = {
     "NVIDIA L4": "L4",
     "NVIDIA RTX A6000": "RTX-A6000",
 }
-# HF ids -> llmsim's catalog, or a derived config in this folder (its README gives the derivation)
-MODELS: dict[str, str | dict] = {
-    "Qwen/Qwen3-8B": "qwen3-8b",
-    "Qwen/Qwen3-14B": "qwen3-14b",
-    "Qwen/Qwen3-32B": "qwen3-32b",
-    "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b-instruct-2507",  # the same architecture as the 2507 release
-    "Qwen/Qwen2.5-72B-Instruct": "qwen2.5-72b",
-    "kalomaze/Qwen3-16B-A3B": {"name": "qwen3-16b-a3b", "hf_config": str(DATA / "qwen3-16b-a3b.config.json")},
-}
+# a checkpoint llmsim's catalog does not have: its derived config in this folder (README there)
+DERIVED = {"kalomaze/Qwen3-16B-A3B": {"name": "qwen3-16b-a3b", "hf_config": str(DATA / "qwen3-16b-a3b.config.json")}}
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p99")
 
@@ -80,53 +72,48 @@ def _int(value: object) -> int | None:
 
 
 def scenario_dict(run: dict, logged_kv: bool = True) -> dict:
-    """The scenario a user would write for ``run`` (``logged_kv``: the KV capacity vLLM logged)."""
-    server, bench = run.get("server") or {}, run["bench"]
-    policy: dict = {"kind": "vllm"}
-    seqs, tokens, model_len = (_int(server.get(k)) for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"))
-    if seqs:
-        policy["max_num_seqs"] = seqs
-    if tokens:
-        policy["chunk_tokens"] = policy["max_batch_tokens"] = tokens
-    if model_len:
-        policy["max_model_len"] = model_len
-    kv: dict = {"memory_fraction": float(server.get("gpu_memory_utilization") or 0.9)}
-    if logged_kv:
-        kv["num_blocks"] = int(run["kv_cache"]["gpu_kv_cache_tokens"]) // 16 - 1  # block 0: vLLM's null block
-    engine: str | dict = "vllm-v1"
-    compilation = json.loads(server.get("compilation_config") or "{}")  # --compilation-config's JSON
-    if "max_cudagraph_capture_size" in compilation:
-        from llmsim.engine import vllm_capture_sizes
+    """The scenario ``llmsim bench`` makes of the run's `vllm serve` and `vllm bench serve` settings
+    (llmsim/vllmcli.py; ``logged_kv``: with the KV capacity vLLM logged)."""
+    from llmsim.metrics import DEFAULT_PERCENTILES
+    from llmsim.vllmcli import Bench, Serve, scenario_dict
 
-        size = int(compilation["max_cudagraph_capture_size"])
-        engine = {"preset": "vllm-v1", "cuda_graph_sizes": list(vllm_capture_sizes(size))}
-    rate = float(bench["request_rate"])
-    workload: dict = {
-        "kind": "all_at_once" if math.isinf(rate) else "poisson",
-        "num_requests": int(bench["num_prompts"]),
-        "prompt_tokens": {"dist": "fixed", "value": int(bench["random_input_len"])},
-        "output_tokens": {"dist": "fixed", "value": int(bench["random_output_len"])},  # ignore_eos: all of them
-    }
-    if not math.isinf(rate):
-        workload["rate_rps"] = rate
-        burstiness = float(bench.get("burstiness") or 1.0)
-        if burstiness != 1.0:  # (vllm bench's Gamma gaps: llmsim's gamma kind with cv = 1 / sqrt(burstiness))
-            workload |= {"kind": "gamma", "cv": burstiness**-0.5}
-        workload["arrivals"] = "vllm_bench"  # the send times vllm bench serve drew with the run's seed
-    if bench.get("max_concurrency"):
-        workload["max_concurrency"] = int(bench["max_concurrency"])
-    return {
-        "name": "vllm-gpu-bench-" + run["id"].replace("/", "-"),
-        "seed": int(bench.get("seed") or 0),
-        "model": MODELS[run["model"]],
-        "hardware": hardware(run),
-        "engine": engine,
-        "cluster": {"tp": int(run.get("tensor_parallel_size") or 1)},
-        "policy": policy,
-        "kv_cache": kv,
-        "workload": workload,
-        "output": {"steps": "none"},
-    }
+    server, bench = run.get("server") or {}, run["bench"]
+    compilation = json.loads(server.get("compilation_config") or "{}")  # --compilation-config's JSON
+    serve = Serve(
+        model=DERIVED[run["model"]]["hf_config"] if run["model"] in DERIVED else run["model"],
+        tp=int(run.get("tensor_parallel_size") or 1),
+        max_num_seqs=_int(server.get("max_num_seqs")),
+        max_num_batched_tokens=_int(server.get("max_num_batched_tokens")),
+        max_model_len=_int(server.get("max_model_len")),
+        gpu_memory_utilization=float(server.get("gpu_memory_utilization") or 0.9),
+        cuda_graph_sizes=graph_sizes(compilation),
+    )
+    traffic = Bench(
+        input_len=int(bench["random_input_len"]),
+        output_len=int(bench["random_output_len"]),
+        num_prompts=int(bench["num_prompts"]),
+        request_rate=float(bench["request_rate"]),
+        burstiness=float(bench.get("burstiness") or 1.0),
+        max_concurrency=int(bench["max_concurrency"]) if bench.get("max_concurrency") else None,
+        seed=int(bench.get("seed") or 0),
+        percentiles=list(DEFAULT_PERCENTILES),
+    )
+    # vLLM's "GPU KV cache size: N tokens" is N / 16 blocks, its null block among them
+    blocks = int(run["kv_cache"]["gpu_kv_cache_tokens"]) // 16 if logged_kv else None
+    name = "vllm-gpu-bench-" + run["id"].replace("/", "-")
+    out = scenario_dict(hardware(run), serve, traffic, name=name, kv_blocks=blocks)
+    if run["model"] in DERIVED:
+        out["model"] = DERIVED[run["model"]]  # (named as the folder names it)
+    return out
+
+
+def graph_sizes(compilation: dict) -> list[int] | None:
+    """The capture sizes a --compilation-config with max_cudagraph_capture_size sets (None: the default)."""
+    if "max_cudagraph_capture_size" not in compilation:
+        return None
+    from llmsim.engine import vllm_capture_sizes
+
+    return list(vllm_capture_sizes(int(compilation["max_cudagraph_capture_size"])))
 
 
 def kv_tokens_estimate(run: dict) -> int:
@@ -237,11 +224,12 @@ def priced_decode_steps(entry: dict, hardware: str | None = None) -> list[tuple[
     from llmsim.build import build_model, build_pools
     from llmsim.costmodel.ops import model_batch_shape
     from llmsim.scenario import scenario_from_dict
+    from llmsim.vllmcli import model_entry
 
     longest = max(s["context"] for s in entry["steps"]) + 1
     d = {
         "name": "decode-steps",
-        "model": MODELS[entry["model"]],
+        "model": DERIVED.get(entry["model"]) or model_entry(entry["model"])[0],
         "hardware": hardware or entry["profile"],
         "policy": {"kind": "vllm", "max_model_len": longest},
         "workload": {

@@ -85,12 +85,12 @@ def check_profile_out(out: Path) -> Path:
     return out
 
 
-def check_out_parent(out: Path) -> None:
-    """``--out``'s folder can be made: its nearest existing parent is a folder, not a file (else
+def check_out_parent(out: Path, flag: str = "--out") -> None:
+    """``out``'s folder can be made: its nearest existing parent is a folder, not a file (else
     ``mkdir`` fails late, with a traceback)."""
     parent = next((p for p in out.absolute().parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
-        raise UserError(f"--out {out}: {parent} is a file, not a directory")
+        raise UserError(f"{flag} {out}: {parent} is a file, not a directory")
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

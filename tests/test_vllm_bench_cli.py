@@ -1,0 +1,384 @@
+"""`llmsim bench`: vLLM's own command lines (and a saved `vllm bench serve` result) as a scenario
+(llmsim/vllmcli.py), the run printed as vllm bench serve prints its own, and the translation is the
+one the 43 real vLLM 0.30 passes are scored through (benchmarks/vllm_gpu/bench_runs.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from script_module import load_script
+
+from llmsim.cli import main
+from llmsim.errors import UserError
+from llmsim.scenario import scenario_from_dict
+from llmsim.vllmcli import (
+    Bench,
+    bench_from_result,
+    given_flags,
+    load_result,
+    model_entry,
+    parse_bench,
+    parse_serve,
+    scenario_dict,
+    sent_requests,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVE = "vllm serve Qwen/Qwen3-8B --max-num-seqs 64 --port 8000"
+BENCH = "vllm bench serve --random-input-len 256 --random-output-len 32 --num-prompts 40 --request-rate 8 --seed 3"
+
+
+def test_serve_flags_translate_as_the_docs_table_says():
+    s = parse_serve(
+        "vllm serve Qwen/Qwen3-30B-A3B -tp 2 --data-parallel-size 2 --enable-expert-parallel --enable-eplb "
+        "--eplb-config '{\"num_redundant_experts\": 32}' --max_num_seqs 128 --max-num-batched-tokens=4096 "
+        "--long-prefill-token-threshold 512 --max-model-len 8192 --gpu-memory-utilization 0.85 "
+        "--kv-cache-dtype fp8 --block-size 32 --no-enable-prefix-caching --max-cudagraph-capture-size 64 "
+        "--no-async-scheduling --trust-remote-code --host 0.0.0.0"
+    )
+    d = scenario_dict("H100-SXM", s, Bench())
+    assert d["model"] == "qwen3-30b-a3b-instruct-2507"
+    assert d["cluster"] == {
+        "tp": 2,
+        "replicas": 2,
+        "router": "vllm_dp",
+        "expert_parallel": True,
+        "eplb": True,
+        "redundant_experts": 32,
+    }
+    assert d["policy"] == {
+        "kind": "vllm",
+        "max_num_seqs": 128,
+        "chunk_tokens": 4096,
+        "long_prefill_token_threshold": 512,
+        "max_model_len": 8192,
+    }
+    assert d["kv_cache"] == {"memory_fraction": 0.85, "dtype": "fp8", "block_tokens": 32, "prefix_caching": False}
+    assert d["engine"] == {
+        "preset": "vllm-v1",
+        "cuda_graph_sizes": [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64],
+        "async_scheduling": False,
+    }
+    assert s.ignored == ["--host", "--trust-remote-code"]
+    scenario_from_dict(d, "t", ROOT)  # a valid scenario
+
+
+def test_precision_flags():
+    fp8 = scenario_dict(
+        "H100-SXM", parse_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct --quantization fp8"), Bench()
+    )
+    assert fp8["model"] == {"name": "llama-3.1-8b", "weight_dtype": "fp8", "act_dtype": "fp8"}
+    awq = scenario_dict("H100-SXM", parse_serve("llama-3.1-8b -q awq_marlin"), Bench())
+    assert awq["model"] == {"name": "llama-3.1-8b", "weight_dtype": "int4", "act_dtype": "bf16"}
+    half = scenario_dict("H100-SXM", parse_serve("llama-3.1-8b --dtype half --enforce-eager"), Bench())
+    assert half["model"] == {"name": "llama-3.1-8b", "weight_dtype": "fp16", "act_dtype": "fp16"}
+    assert half["cluster"]["cuda_graphs"] is False
+    off = parse_serve('llama-3.1-8b --compilation-config \'{"cudagraph_mode": "NONE"}\'')
+    assert off.enforce_eager
+
+
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        ("vllm serve llama-3.1-8b --speculative-config '{}'", "write a `speculative` section in a scenario"),
+        ("vllm serve llama-3.1-8b --no-enable-chunked-prefill", "always chunks"),
+        ("vllm serve llama-3.1-8b --frobnicate 3", "--frobnicate 3: not a flag llmsim reads"),
+        ("vllm serve llama-3.1-8b --quantization bitsandbytes", "llmsim reads awq, awq_marlin, fp8"),
+        ("vllm serve llama-3.1-8b -tp 0", "--tensor-parallel-size 0: expected 1 or more"),
+        ("vllm serve llama-3.1-8b -tp two", "invalid int value: 'two'"),
+        ("vllm serve", "no model"),
+        ("vllm serve llama-3.1-8b --compilation-config '{nope'", "not JSON"),
+        ("vllm serve 'unclosed", "No closing quotation"),
+    ],
+)
+def test_serve_refuses_what_it_cannot_read(line, fragment):
+    with pytest.raises(UserError, match=None) as exc:
+        parse_serve(line)
+    assert fragment in str(exc.value)
+
+
+def test_bench_defaults_and_random_lengths():
+    b = parse_bench("")
+    assert (b.dataset_name, b.input_len, b.output_len, b.num_prompts, b.seed) == ("random", 1024, 128, 1000, 0)
+    assert math.isinf(b.request_rate) and b.percentiles == [99.0]
+    w = scenario_dict("H100-SXM", parse_serve(SERVE), parse_bench(BENCH))["workload"]
+    assert w == {
+        "kind": "poisson",
+        "num_requests": 40,
+        "prompt_tokens": {"dist": "fixed", "value": 256},
+        "output_tokens": {"dist": "fixed", "value": 32},
+        "rate_rps": 8.0,
+        "arrivals": "vllm_bench",
+    }
+    ratio = parse_bench("--input-len 1000 --output-len 100 --random-range-ratio 0.5 --burstiness 4 --request-rate 2")
+    w = scenario_dict("H100-SXM", parse_serve(SERVE), ratio)["workload"]
+    assert w["prompt_tokens"] == {"dist": "uniform", "min": 500, "max": 1500}
+    assert w["kind"] == "gamma" and w["cv"] == 0.5
+    with pytest.raises(UserError, match="--dataset-name sharegpt: llmsim draws the random dataset"):
+        scenario_dict("H100-SXM", parse_serve(SERVE), parse_bench("--dataset-name sharegpt"))
+    with pytest.raises(UserError, match="--random-range-ratio 1.0: out of range"):
+        parse_bench("--random-range-ratio 1")
+
+
+def test_model_entry(tmp_path):
+    assert model_entry("Qwen/Qwen3-8B")[0] == "qwen3-8b"
+    assert model_entry("meta-llama/Llama-3.3-70B-Instruct") == (
+        "llama-3.1-70b",
+        "meta-llama/Llama-3.3-70B-Instruct -> catalog llama-3.1-70b (Llama 3.3 70B has Llama 3.1 70B's architecture)",
+    )
+    config = ROOT / "data" / "validation" / "vllm-gpu-bench" / "qwen3-16b-a3b.config.json"
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text(config.read_text())
+    assert model_entry(str(tmp_path / "ckpt"))[0] == {"hf_config": str((tmp_path / "ckpt" / "config.json").resolve())}
+    with pytest.raises(UserError, match="model not in llmsim's catalog: acme/secret-7b; serve a folder"):
+        model_entry("acme/secret-7b")
+
+
+def _result(tmp_path: Path, **extra) -> Path:
+    """A result file in vllm bench serve's format (vllm/benchmarks/serve.py, `result_json`): the
+    traffic settings, the figures, and with --save-detailed each request's lengths and send time."""
+    data = {
+        "date": "20261206-110000",
+        "backend": "vllm",
+        "model_id": "Qwen/Qwen3-8B",
+        "num_prompts": 4,
+        "request_rate": 2.0,
+        "burstiness": 1.0,
+        "max_concurrency": None,
+        "duration": 3.0,
+        "completed": 3,
+        "request_throughput": 1.0,
+        "output_throughput": 40.0,
+        "mean_ttft_ms": 30.0,
+        "p99_ttft_ms": 60.0,
+        "mean_tpot_ms": 8.0,
+        **extra,
+    }
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_detailed_result_is_replayed_request_by_request(tmp_path):
+    path = _result(
+        tmp_path,
+        input_lens=[100, 200, 300, 400],
+        output_lens=[10, 0, 30, 40],
+        start_times=[10.5, 11.0, 10.0, 12.0],
+        errors=["", "timeout", "", ""],
+    )
+    res = load_result(path)
+    assert res.input_lens == [100, 300, 400] and res.output_lens == [10, 30, 40]  # the failed one is dropped
+    bench = bench_from_result(res, parse_bench("--seed 1"), given_flags("--seed 1"))
+    assert bench.num_prompts == 4 and bench.request_rate == 2.0
+    assert sent_requests(res, bench) == [(0.0, 300, 30), (0.5, 100, 10), (2.0, 400, 40)]
+    # no send times (vLLM before 0.11), or a concurrency cap that held requests back: the client's draws
+    res.start_times = None
+    times = [t for t, _, _ in sent_requests(res, bench)]
+    assert len(times) == 3 and times == sorted(times) and times[-1] == pytest.approx(3 / 2.0)
+    # what the command line sets wins over the file
+    assert bench_from_result(res, parse_bench("--request-rate 5"), given_flags("--request-rate 5")).request_rate == 5
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        ({"request_rate": "fast"}, "request_rate: expected a number"),
+        ({"num_prompts": 2.5}, "num_prompts: expected a whole number"),
+        ({"input_lens": [1, 2], "output_lens": [1]}, "output_lens: expected a list of 2 numbers"),
+        ({"input_lens": [1, -2], "output_lens": [1, 1]}, "input_lens[1]: expected a whole number >= 0"),
+        ({"input_lens": [1], "output_lens": [0]}, "input_lens: no request completed"),
+        ({"mean_ttft_ms": True}, "mean_ttft_ms: expected a number"),
+    ],
+)
+def test_a_bad_result_file_is_named(tmp_path, extra, fragment):
+    with pytest.raises(UserError) as exc:
+        load_result(_result(tmp_path, **extra))
+    assert fragment in str(exc.value) and "result.json" in str(exc.value)
+
+
+def test_the_command_prints_vllm_bench_s_result_block(capsys):
+    assert (
+        main(["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--bench", BENCH + " --metric-percentiles 50,99.9"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "model    Qwen/Qwen3-8B -> catalog qwen3-8b\nignored  --port (no effect on timing)" in out
+    assert "============ Serving Benchmark Result ============" in out
+    assert "Successful requests:                     40        \n" in out
+    assert "Request rate configured (RPS):           8.00      \n" in out
+    for label in ("Mean TTFT (ms):", "P50 TPOT (ms):", "P99.9 ITL (ms):", "Median E2EL (ms):"):
+        assert label in out, label
+    assert "-----Time per Output Token (excl. 1st token)------" in out
+    assert "accuracy validated against real vLLM on GPU runs of dense models" in out
+
+
+def test_the_command_compares_and_writes_a_scenario_that_runs_the_same(tmp_path, capsys):
+    result = _result(tmp_path, input_lens=[300, 200, 100], output_lens=[20, 30, 40], start_times=[0.0, 0.2, 0.9])
+    out_yaml = tmp_path / "s.yaml"
+    args = ["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--result", str(result), "--json"]
+    assert main([*args, "--scenario-out", str(out_yaml), "--set", "seed=5"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    compared = {r["figure"]: r for r in summary["compared"]}
+    assert set(compared) == {"duration", "completed", "request_throughput", "output_throughput"} | {
+        "mean_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+    }
+    assert compared["completed"]["llmsim"] == 3 and compared["completed"]["error"] == 0
+    assert summary["total_input_tokens"] == 600 and summary["seed"] == 5
+    # the scenario written beside its requests runs to the same figures with `llmsim run`
+    data = yaml.safe_load(out_yaml.read_text())
+    assert data["workload"]["trace"] == {"path": "s.requests.csv", "format": "generic"} and data["seed"] == 5
+    assert (tmp_path / "s.requests.csv").read_text().splitlines()[1:] == ["0.0,300,20", "0.2,200,30", "0.9,100,40"]
+    assert main(["run", str(out_yaml), "--out", str(tmp_path / "run"), "--json", "--no-report"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["mean_ttft_ms"] == summary["mean_ttft_ms"] and again["duration"] == summary["duration"]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--hardware", "H999"], "unknown hardware"),
+        (["--serve", "vllm serve acme/x"], "model not in llmsim's catalog: acme/x"),
+        (["--bench", "--num-prompts 0"], "--num-prompts 0: out of range"),
+        (["--result", "/nonexistent.json"], "/nonexistent.json"),
+        (["--set", "cluster.tp"], "expected KEY=VALUE"),
+    ],
+)
+def test_the_command_refuses_bad_input_with_one_message(args, fragment, capsys):
+    base = {"--hardware": "H100-SXM", "--serve": SERVE}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    assert main(["bench", *[x for kv in base.items() for x in kv]]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_the_real_passes_are_scored_through_this_translation():
+    """bench_runs.py builds each of the vLLM 0.30 passes' scenarios with scenario_dict, so the
+    command lines of a pass given to `llmsim bench` make the scenario docs/validation.md scores."""
+    runs = load_script("vllm_gpu_bench_runs_cli", ROOT / "benchmarks" / "vllm_gpu" / "bench_runs.py")
+    checked = 0
+    for run in runs.load_runs():
+        if run["model"] in runs.DERIVED:  # (a derived config, named by the folder)
+            continue
+        server, b = run.get("server") or {}, run["bench"]
+        serve = f"vllm serve {run['model']} -tp {run.get('tensor_parallel_size') or 1}"
+        for key in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "gpu_memory_utilization"):
+            if server.get(key):
+                serve += f" --{key} {str(server[key]).split()[0]}"
+        if server.get("compilation_config"):
+            serve += f" --compilation-config '{server['compilation_config']}'"
+        line = (
+            f"--random-input-len {b['random_input_len']} --random-output-len {b['random_output_len']} "
+            f"--num-prompts {b['num_prompts']} --request-rate {b['request_rate']} --seed {b.get('seed') or 0} "
+            f"--burstiness {b.get('burstiness') or 1.0} --metric-percentiles 90,99"
+        )
+        if b.get("max_concurrency"):
+            line += f" --max-concurrency {b['max_concurrency']}"
+        mine = scenario_dict(runs.hardware(run), parse_serve(serve), parse_bench(line), name="x")
+        theirs = runs.scenario_dict(run, logged_kv=False)
+        theirs["name"] = "x"
+        assert scenario_from_dict(mine, "a", ROOT).model_dump() == scenario_from_dict(theirs, "b", ROOT).model_dump()
+        checked += 1
+    assert checked >= 35
+
+
+def test_the_docs_example_result_is_the_real_pass_s_figures():
+    """docs/examples/vllm-bench-h100-qwen3-8b-rate1.json holds the figures the real pass printed
+    (data/validation/vllm-gpu-bench/runs.yaml), in the result file's layout, and nothing else."""
+    runs = yaml.safe_load((ROOT / "data" / "validation" / "vllm-gpu-bench" / "runs.yaml").read_text())["runs"]
+    (run,) = [r for r in runs if r["id"] == "h100-vllm-kv/kvs1h/bf16/rate1"]
+    res = load_result(ROOT / "docs" / "examples" / "vllm-bench-h100-qwen3-8b-rate1.json")
+    printed = run["results"]
+    renamed = {
+        "duration": "duration_s",
+        "completed": "successful_requests",
+        "total_output_tokens": "total_generated_tokens",
+    }
+    renamed |= {
+        "max_output_tokens_per_s": "peak_output_throughput",
+        "max_concurrent_requests": "peak_concurrent_requests",
+    }
+    for key, value in res.figures.items():
+        assert value == printed[renamed.get(key, key)], key
+    assert len(res.figures) == 9 + sum(k.endswith("_ms") for k in printed)
+    assert (res.settings["num_prompts"], res.settings["request_rate"], res.model_id) == (64, 1.0, "Qwen/Qwen3-8B")
+    assert run["source"]["commit"] in json.loads(res.path.read_text())["label"]
+
+
+PRINTOUT = """INFO 12-06 11:00:00 [__init__.py:216] Automatically detected platform cuda.
+Namespace(subparser='bench', bench_type='serve', dispatch_function=<function BenchmarkServingSubcommand.cmd at 0x7f>, \
+seed=3, num_prompts=40, dataset_name='random', no_stream=False, dataset_path=None, random_input_len=256, \
+random_output_len=32, random_range_ratio=0.0, random_prefix_len=0, input_len=None, output_len=None, \
+model='Qwen/Qwen3-8B', request_rate=8.0, burstiness=1.0, max_concurrency=None, \
+percentile_metrics='ttft,tpot,itl', metric_percentiles='50,99', ignore_eos=True, header=None)
+Starting initial single prompt test run...
+100%|##########| 40/40 [00:05<00:00,  7.9it/s]
+============ Serving Benchmark Result ============
+Successful requests:                     40
+Failed requests:                         0
+Request rate configured (RPS):           8.00
+Benchmark duration (s):                  5.10
+Total input tokens:                      10240
+Total generated tokens:                  1280
+Request throughput (req/s):              7.84
+Output token throughput (tok/s):         250.98
+Peak output token throughput (tok/s):    420.00
+Peak concurrent requests:                6.00
+Total token throughput (tok/s):          2258.82
+---------------Time to First Token----------------
+Mean TTFT (ms):                          21.50
+Median TTFT (ms):                        20.90
+P50 TTFT (ms):                           20.90
+P99 TTFT (ms):                           35.10
+-----Time per Output Token (excl. 1st token)------
+Mean TPOT (ms):                          7.10
+Median TPOT (ms):                        7.05
+P50 TPOT (ms):                           7.05
+P99 TPOT (ms):                           8.20
+==================================================
+"""
+
+
+def test_a_printout_gives_the_benchmark_s_settings_and_figures(tmp_path, capsys):
+    """The console output of vllm bench serve (its Namespace line and its result block: the layout of
+    vllm/benchmarks/serve.py; these numbers are made up) is a result too: no --bench line needed."""
+    log = tmp_path / "bench.log"
+    log.write_text(PRINTOUT)
+    res = load_result(log)
+    assert res.model_id == "Qwen/Qwen3-8B" and res.input_lens is None
+    assert res.settings == {
+        "request_rate": 8.0,
+        "dataset_name": "random",
+        "input_len": 256,
+        "output_len": 32,
+        "range_ratio": 0.0,
+        "prefix_len": 0,
+        "num_prompts": 40,
+        "burstiness": 1.0,
+        "seed": 3,
+        "percentiles": [50.0, 99.0],
+    }
+    assert res.figures["p99_ttft_ms"] == 35.1 and res.figures["completed"] == 40 and "mean_itl_ms" not in res.figures
+    bench = bench_from_result(res, parse_bench(""), set())
+    assert (
+        scenario_dict("H100-SXM", parse_serve(SERVE), bench)["workload"]
+        == scenario_dict("H100-SXM", parse_serve(SERVE), parse_bench(BENCH))["workload"]
+    )
+    assert main(["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--result", str(log), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert {r["figure"] for r in summary["compared"]} >= {"p50_ttft_ms", "p99_tpot_ms", "total_token_throughput"}
+    bad = tmp_path / "other.log"
+    bad.write_text("INFO starting\nnothing here\n")
+    with pytest.raises(UserError, match="no 'Serving Benchmark Result' block"):
+        load_result(bad)
+    rate = tmp_path / "rate.log"
+    rate.write_text(PRINTOUT.replace("request_rate=8.0", "request_rate='fast'").replace("Request rate configured", "X"))
+    with pytest.raises(UserError, match="--request-rate 'fast': out of range or not a float"):
+        bench_from_result(load_result(rate), parse_bench(""), set())
