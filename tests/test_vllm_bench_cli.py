@@ -13,19 +13,11 @@ import yaml
 from script_module import load_script
 
 from llmsim.cli import main
+from llmsim.commands.bench import check_same_model, from_result
 from llmsim.errors import UserError
 from llmsim.scenario import scenario_from_dict
-from llmsim.vllmcli import (
-    Bench,
-    bench_from_result,
-    given_flags,
-    load_result,
-    model_entry,
-    parse_bench,
-    parse_serve,
-    scenario_dict,
-    sent_requests,
-)
+from llmsim.vllmcli import Bench, model_entry, parse_bench, parse_serve, scenario_dict, sent_requests
+from llmsim.vllmresult import load_result
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE = "vllm serve Qwen/Qwen3-8B --max-num-seqs 64 --port 8000"
@@ -73,7 +65,13 @@ def test_precision_flags():
     )
     assert fp8["model"] == {"name": "llama-3.1-8b", "weight_dtype": "fp8", "act_dtype": "fp8"}
     awq = scenario_dict("H100-SXM", parse_serve("llama-3.1-8b -q awq_marlin"), Bench())
-    assert awq["model"] == {"name": "llama-3.1-8b", "weight_dtype": "int4", "act_dtype": "bf16"}
+    assert awq["model"] == {"name": "llama-3.1-8b", "weight_dtype": "int4"}
+    awq16 = scenario_dict("H100-SXM", parse_serve("llama-3.1-8b -q awq --dtype float16"), Bench())
+    assert awq16["model"] == {"name": "llama-3.1-8b", "weight_dtype": "int4", "act_dtype": "fp16"}
+    # FP8 weights on a GPU without FP8 units: vLLM's Marlin kernel, weight-only
+    a100 = scenario_dict("A100-SXM-80GB", parse_serve("llama-3.1-8b --quantization fp8"), Bench())
+    assert a100["model"] == {"name": "llama-3.1-8b", "weight_dtype": "fp8"}
+    scenario_from_dict(a100, "t", ROOT)
     half = scenario_dict("H100-SXM", parse_serve("llama-3.1-8b --dtype half --enforce-eager"), Bench())
     assert half["model"] == {"name": "llama-3.1-8b", "weight_dtype": "fp16", "act_dtype": "fp16"}
     assert half["cluster"]["cuda_graphs"] is False
@@ -88,7 +86,22 @@ def test_precision_flags():
         ("vllm serve llama-3.1-8b --no-enable-chunked-prefill", "always chunks"),
         ("vllm serve llama-3.1-8b --frobnicate 3", "--frobnicate 3: not a flag llmsim reads"),
         ("vllm serve llama-3.1-8b --quantization bitsandbytes", "llmsim reads awq, awq_marlin, fp8"),
-        ("vllm serve llama-3.1-8b -tp 0", "--tensor-parallel-size 0: expected 1 or more"),
+        ("vllm serve llama-3.1-8b -tp 0", "-tp 0: expected 1 or more"),
+        ("vllm serve llama-3.1-8b -pp 0", "-pp 0: expected 1 or more"),
+        ("vllm serve llama-3.1-8b --gpu-memory-utilization 0", "above 0 and at most 1"),
+        ("vllm serve llama-3.1-8b --num-gpu-blocks-override 1", "--num-gpu-blocks-override 1: expected 2 or more"),
+        ("vllm serve llama-3.1-8b --num-redundant-experts 8", "without --enable-eplb"),
+        ("vllm serve llama-3.1-8b --max-num-seqs 64 --max-num-batched-tokens 32", "is below --max-num-seqs 64"),
+        ("vllm serve llama-3.1-8b --max-cudagraph-capture-size 1000000000", "expected 1 to 16,777,216"),
+        (
+            'vllm serve llama-3.1-8b -cc \'{"cudagraph_capture_sizes": ["a"]}\'',
+            "cudagraph_capture_sizes: expected a list",
+        ),
+        (
+            'vllm serve llama-3.1-8b --enable-eplb --eplb-config \'{"num_redundant_experts": "x"}\'',
+            "expected 0 to 4096",
+        ),
+        ("vllm serve a --model b", "the model is given twice"),
         ("vllm serve llama-3.1-8b -tp two", "invalid int value: 'two'"),
         ("vllm serve", "no model"),
         ("vllm serve llama-3.1-8b --compilation-config '{nope'", "not JSON"),
@@ -103,8 +116,14 @@ def test_serve_refuses_what_it_cannot_read(line, fragment):
 
 def test_bench_defaults_and_random_lengths():
     b = parse_bench("")
-    assert (b.dataset_name, b.input_len, b.output_len, b.num_prompts, b.seed) == ("random", 1024, 128, 1000, 0)
-    assert math.isinf(b.request_rate) and b.percentiles == [99.0]
+    assert (b.dataset_name, b.random_input_len, b.random_output_len, b.num_prompts, b.seed) == (
+        "random",
+        1024,
+        128,
+        1000,
+        0,
+    )
+    assert math.isinf(b.request_rate) and b.metric_percentiles == [99.0] and b.given == frozenset()
     w = scenario_dict("H100-SXM", parse_serve(SERVE), parse_bench(BENCH))["workload"]
     assert w == {
         "kind": "poisson",
@@ -120,8 +139,22 @@ def test_bench_defaults_and_random_lengths():
     assert w["kind"] == "gamma" and w["cv"] == 0.5
     with pytest.raises(UserError, match="--dataset-name sharegpt: llmsim draws the random dataset"):
         scenario_dict("H100-SXM", parse_serve(SERVE), parse_bench("--dataset-name sharegpt"))
-    with pytest.raises(UserError, match="--random-range-ratio 1.0: out of range"):
+    with pytest.raises(UserError, match="--random-range-ratio 1.0: expected a ratio from 0 to below 1"):
         parse_bench("--random-range-ratio 1")
+
+
+def test_a_checkpoint_s_quantization_config_is_read_as_vllm_reads_it(tmp_path):
+    cfg = json.loads((ROOT / "data" / "validation" / "vllm-gpu-bench" / "qwen3-16b-a3b.config.json").read_text())
+    (tmp_path / "fp8").mkdir()
+    (tmp_path / "fp8" / "config.json").write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "fp8"}}))
+    d = scenario_dict("H100-SXM", parse_serve(f"vllm serve {tmp_path / 'fp8'}"), Bench())
+    assert d["model"]["weight_dtype"] == "fp8" and d["model"]["act_dtype"] == "fp8"
+    (tmp_path / "bnb").mkdir()
+    (tmp_path / "bnb" / "config.json").write_text(
+        json.dumps({**cfg, "quantization_config": {"quant_method": "bitsandbytes"}})
+    )
+    with pytest.raises(UserError, match="quantization_config quant_method 'bitsandbytes': llmsim reads"):
+        scenario_dict("H100-SXM", parse_serve(f"vllm serve {tmp_path / 'bnb'}"), Bench())
 
 
 def test_model_entry(tmp_path):
@@ -136,6 +169,10 @@ def test_model_entry(tmp_path):
     assert model_entry(str(tmp_path / "ckpt"))[0] == {"hf_config": str((tmp_path / "ckpt" / "config.json").resolve())}
     with pytest.raises(UserError, match="model not in llmsim's catalog: acme/secret-7b; serve a folder"):
         model_entry("acme/secret-7b")
+    with pytest.raises(UserError, match="a folder without a config.json"):
+        model_entry(str(tmp_path))
+    with pytest.raises(UserError, match="nope/config.json: file not found"):
+        model_entry("nope/config.json")
 
 
 def _result(tmp_path: Path, **extra) -> Path:
@@ -173,24 +210,40 @@ def test_a_detailed_result_is_replayed_request_by_request(tmp_path):
     )
     res = load_result(path)
     assert res.input_lens == [100, 300, 400] and res.output_lens == [10, 30, 40]  # the failed one is dropped
-    bench = bench_from_result(res, parse_bench("--seed 1"), given_flags("--seed 1"))
+    assert (res.kept, res.sent) == ([0, 2, 3], 4)
+    bench = from_result(res, parse_bench("--seed 1"))
     assert bench.num_prompts == 4 and bench.request_rate == 2.0
     assert sent_requests(res, bench) == [(0.0, 300, 30), (0.5, 100, 10), (2.0, 400, 40)]
-    # no send times (vLLM before 0.11), or a concurrency cap that held requests back: the client's draws
+    # no send times (vLLM before 0.11), or a concurrency cap that held requests back: the client's
+    # draws for all four requests, the failed one's left out (not closed up)
     res.start_times = None
     times = [t for t, _, _ in sent_requests(res, bench)]
-    assert len(times) == 3 and times == sorted(times) and times[-1] == pytest.approx(3 / 2.0)
-    # what the command line sets wins over the file
-    assert bench_from_result(res, parse_bench("--request-rate 5"), given_flags("--request-rate 5")).request_rate == 5
+    from llmsim.workload.generators import vllm_bench_arrivals
+
+    drawn = vllm_bench_arrivals(1, 2.0, 1.0, 4)
+    assert times == [drawn[0], drawn[2], drawn[3]]
+    # a rate the command line names wins over the file's (and over its send times)
+    assert from_result(res, parse_bench("--request-rate 5")).request_rate == 5
+    # all at once: the file's order, not the prompts' lengths
+    res.input_lens = [300, 100, 200]
+    at_once = from_result(res, parse_bench("--request-rate inf"))
+    assert [p for _, p, _ in sent_requests(res, at_once)] == [300, 100, 200]
+    with pytest.raises(UserError, match=r"result.json: the run served Qwen/Qwen3-8B, where --serve serves llama"):
+        check_same_model(res, parse_serve("llama-3.1-8b"))
+    check_same_model(res, parse_serve("qwen3-8b"))  # (the same catalog model, named otherwise)
+    with pytest.raises(UserError, match="--bench --num-prompts, --random-input-len: .* holds the requests"):
+        from_result(load_result(path), parse_bench("--num-prompts 9 --random-input-len 5"))
 
 
 @pytest.mark.parametrize(
     "extra, fragment",
     [
-        ({"request_rate": "fast"}, "request_rate: expected a number"),
+        ({"request_rate": "fast"}, "request_rate: expected a number >= 0, got 'fast'"),
         ({"num_prompts": 2.5}, "num_prompts: expected a whole number"),
         ({"input_lens": [1, 2], "output_lens": [1]}, "output_lens: expected a list of 2 numbers"),
-        ({"input_lens": [1, -2], "output_lens": [1, 1]}, "input_lens[1]: expected a whole number >= 0"),
+        ({"input_lens": [1, -2], "output_lens": [1, 1]}, "input_lens[1]: expected a whole number from 0 to 10,000,000"),
+        ({"input_lens": [1, 2], "output_lens": [1, 1], "errors": ["", ""] * 2}, "errors: expected a list of 2"),
+        ({"duration": -3.0}, "duration: expected a number >= 0"),
         ({"input_lens": [1], "output_lens": [0]}, "input_lens: no request completed"),
         ({"mean_ttft_ms": True}, "mean_ttft_ms: expected a number"),
     ],
@@ -202,12 +255,12 @@ def test_a_bad_result_file_is_named(tmp_path, extra, fragment):
 
 
 def test_the_command_prints_vllm_bench_s_result_block(capsys):
-    assert (
-        main(["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--bench", BENCH + " --metric-percentiles 50,99.9"])
-        == 0
-    )
+    line = BENCH + " --metric-percentiles 50,99.9 --percentile-metrics ttft,tpot,itl,e2el"
+    assert main(["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--bench", line]) == 0
     out = capsys.readouterr().out
-    assert "model    Qwen/Qwen3-8B -> catalog qwen3-8b\nignored  --port (no effect on timing)" in out
+    assert (
+        "hardware H100-SXM x1\nmodel    Qwen/Qwen3-8B -> catalog qwen3-8b\nignored  --port (no effect on timing)" in out
+    )
     assert "============ Serving Benchmark Result ============" in out
     assert "Successful requests:                     40        \n" in out
     assert "Request rate configured (RPS):           8.00      \n" in out
@@ -245,7 +298,8 @@ def test_the_command_compares_and_writes_a_scenario_that_runs_the_same(tmp_path,
     [
         (["--hardware", "H999"], "unknown hardware"),
         (["--serve", "vllm serve acme/x"], "model not in llmsim's catalog: acme/x"),
-        (["--bench", "--num-prompts 0"], "--num-prompts 0: out of range"),
+        (["--bench", "--num-prompts 0"], "--num-prompts 0: expected a whole number, 1 or more"),
+        (["--result", ""], "--result '': expected a path"),
         (["--result", "/nonexistent.json"], "/nonexistent.json"),
         (["--set", "cluster.tp"], "expected KEY=VALUE"),
     ],
@@ -354,19 +408,20 @@ def test_a_printout_gives_the_benchmark_s_settings_and_figures(tmp_path, capsys)
     res = load_result(log)
     assert res.model_id == "Qwen/Qwen3-8B" and res.input_lens is None
     assert res.settings == {
-        "request_rate": 8.0,
         "dataset_name": "random",
-        "input_len": 256,
-        "output_len": 32,
-        "range_ratio": 0.0,
-        "prefix_len": 0,
+        "random_input_len": 256,
+        "random_output_len": 32,
+        "random_range_ratio": 0.0,
+        "random_prefix_len": 0,
         "num_prompts": 40,
+        "request_rate": 8.0,
         "burstiness": 1.0,
         "seed": 3,
-        "percentiles": [50.0, 99.0],
+        "metric_percentiles": [50.0, 99.0],
+        "percentile_metrics": ["ttft", "tpot", "itl"],
     }
     assert res.figures["p99_ttft_ms"] == 35.1 and res.figures["completed"] == 40 and "mean_itl_ms" not in res.figures
-    bench = bench_from_result(res, parse_bench(""), set())
+    bench = from_result(res, parse_bench(""))
     assert (
         scenario_dict("H100-SXM", parse_serve(SERVE), bench)["workload"]
         == scenario_dict("H100-SXM", parse_serve(SERVE), parse_bench(BENCH))["workload"]
@@ -376,9 +431,38 @@ def test_a_printout_gives_the_benchmark_s_settings_and_figures(tmp_path, capsys)
     assert {r["figure"] for r in summary["compared"]} >= {"p50_ttft_ms", "p99_tpot_ms", "total_token_throughput"}
     bad = tmp_path / "other.log"
     bad.write_text("INFO starting\nnothing here\n")
-    with pytest.raises(UserError, match="no 'Serving Benchmark Result' block"):
+    with pytest.raises(UserError, match="no 'Serving Benchmark Result' blocks"):
         load_result(bad)
     rate = tmp_path / "rate.log"
     rate.write_text(PRINTOUT.replace("request_rate=8.0", "request_rate='fast'").replace("Request rate configured", "X"))
-    with pytest.raises(UserError, match="--request-rate 'fast': out of range or not a float"):
-        bench_from_result(load_result(rate), parse_bench(""), set())
+    with pytest.raises(UserError, match="--request-rate 'fast': expected requests per second above 0, or inf"):
+        from_result(load_result(rate), parse_bench(""))
+    # the Namespace's exact rate wins over the block's rounded one
+    exact = tmp_path / "exact.log"
+    exact.write_text(PRINTOUT.replace("request_rate=8.0", "request_rate=0.125"))
+    assert load_result(exact).settings["request_rate"] == 0.125
+    twice = tmp_path / "twice.log"
+    twice.write_text(PRINTOUT + PRINTOUT)
+    with pytest.raises(UserError, match="2 'Serving Benchmark Result' blocks"):
+        load_result(twice)
+    # the block alone: the rate it printed, every request it sent; the lengths must come from --bench
+    alone = tmp_path / "alone.log"
+    alone.write_text(PRINTOUT.split("Starting")[1])
+    res = load_result(alone)
+    assert res.settings == {"request_rate": 8.0, "num_prompts": 40}
+    with pytest.raises(UserError, match="records no prompt and output lengths: give the run's --bench line"):
+        from_result(res, parse_bench(""))
+    with pytest.raises(
+        UserError,
+        match=r"total_input_tokens / completed = 256.0 tokens a request, where --random-input-len gives 1,000",
+    ):
+        from_result(res, parse_bench("--random-input-len 1000 --random-output-len 32"))
+    assert from_result(res, parse_bench("--random-input-len 256 --random-output-len 32")).num_prompts == 40
+
+
+def test_the_settings_a_result_records_are_bench_s_fields():
+    from dataclasses import fields
+
+    from llmsim.vllmresult import SETTINGS
+
+    assert list(SETTINGS) == [f.name for f in fields(Bench) if f.name not in ("given", "ignored")]

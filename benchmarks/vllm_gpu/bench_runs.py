@@ -75,10 +75,10 @@ def scenario_dict(run: dict, logged_kv: bool = True) -> dict:
     """The scenario ``llmsim bench`` makes of the run's `vllm serve` and `vllm bench serve` settings
     (llmsim/vllmcli.py; ``logged_kv``: with the KV capacity vLLM logged)."""
     from llmsim.metrics import DEFAULT_PERCENTILES
-    from llmsim.vllmcli import Bench, Serve, scenario_dict
+    from llmsim.vllmcli import Bench, Serve, capture_sizes, scenario_dict
 
     server, bench = run.get("server") or {}, run["bench"]
-    compilation = json.loads(server.get("compilation_config") or "{}")  # --compilation-config's JSON
+    sizes, _, _ = capture_sizes(json.loads(server.get("compilation_config") or "{}"))  # --compilation-config's JSON
     serve = Serve(
         model=DERIVED[run["model"]]["hf_config"] if run["model"] in DERIVED else run["model"],
         tp=int(run.get("tensor_parallel_size") or 1),
@@ -86,17 +86,17 @@ def scenario_dict(run: dict, logged_kv: bool = True) -> dict:
         max_num_batched_tokens=_int(server.get("max_num_batched_tokens")),
         max_model_len=_int(server.get("max_model_len")),
         gpu_memory_utilization=float(server.get("gpu_memory_utilization") or 0.9),
-        cuda_graph_sizes=graph_sizes(compilation),
+        cuda_graph_sizes=sizes,
     )
     traffic = Bench(
-        input_len=int(bench["random_input_len"]),
-        output_len=int(bench["random_output_len"]),
+        random_input_len=int(bench["random_input_len"]),
+        random_output_len=int(bench["random_output_len"]),
         num_prompts=int(bench["num_prompts"]),
         request_rate=float(bench["request_rate"]),
         burstiness=float(bench.get("burstiness") or 1.0),
         max_concurrency=int(bench["max_concurrency"]) if bench.get("max_concurrency") else None,
         seed=int(bench.get("seed") or 0),
-        percentiles=list(DEFAULT_PERCENTILES),
+        metric_percentiles=list(DEFAULT_PERCENTILES),
     )
     # vLLM's "GPU KV cache size: N tokens" is N / 16 blocks, its null block among them
     blocks = int(run["kv_cache"]["gpu_kv_cache_tokens"]) // 16 if logged_kv else None
@@ -105,15 +105,6 @@ def scenario_dict(run: dict, logged_kv: bool = True) -> dict:
     if run["model"] in DERIVED:
         out["model"] = DERIVED[run["model"]]  # (named as the folder names it)
     return out
-
-
-def graph_sizes(compilation: dict) -> list[int] | None:
-    """The capture sizes a --compilation-config with max_cudagraph_capture_size sets (None: the default)."""
-    if "max_cudagraph_capture_size" not in compilation:
-        return None
-    from llmsim.engine import vllm_capture_sizes
-
-    return list(vllm_capture_sizes(int(compilation["max_cudagraph_capture_size"])))
 
 
 def kv_tokens_estimate(run: dict) -> int:

@@ -1,28 +1,32 @@
 """``llmsim bench``: a ``vllm serve`` deployment under a ``vllm bench serve`` run, given as the two
-command lines, printed as the benchmark prints its result; with ``--result`` (the file the real run
-saved) llmsim replays the requests that run sent and sets its figures beside llmsim's."""
+command lines, printed as the benchmark prints its result; with ``--result`` (the real run's saved
+file or printout) its figures are set beside llmsim's, and a detailed file's requests replayed."""
 
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from llmsim.vllmcli import Bench, Result, Serve
+    from llmsim.vllmcli import Bench, Serve
+    from llmsim.vllmresult import Result
+
+REQUEST_SETTINGS = ("dataset_name", "random_input_len", "random_output_len", "random_range_ratio", "random_prefix_len")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from llmsim.commands.run import add_set_option
+
     p = sub.add_parser(
         "bench",
         help="simulate `vllm serve` under `vllm bench serve`, given as their command lines; print its result",
         description=(
             "Translate a `vllm serve` command and a `vllm bench serve` command into a scenario "
             "(docs/scenario.md, 'From a vllm serve command'), simulate it and print the result as "
-            "vllm bench serve prints its own. With --result, the file a real run saved "
-            "(vllm bench serve --save-result; with --save-detailed, its very requests) is replayed "
-            "and compared."
+            "vllm bench serve prints its own. With --result, the real run (the file vllm bench serve "
+            "--save-result wrote, or its console printout) is compared, and a --save-detailed file's "
+            "very requests are replayed."
         ),
     )
     p.add_argument("--hardware", required=True, help="the GPU's hardware profile (`llmsim hardware` lists them)")
@@ -31,15 +35,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--bench", metavar="'vllm bench serve ...'", help="the benchmark's command line (default: its defaults)"
     )
     p.add_argument(
-        "--result", metavar="FILE.json", help="a result file of vllm bench serve --save-result to compare with"
+        "--result",
+        metavar="FILE",
+        help="the real run to compare with: vllm bench serve --save-result's JSON, or the benchmark's console printout",
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a key of the translated scenario, e.g. --set cluster.expert_skew=0.8 (repeatable)",
-    )
+    add_set_option(p, "override a key of the translated scenario, e.g. --set cluster.expert_skew=0.8 (repeatable)")
     p.add_argument("--scenario-out", metavar="FILE.yaml", help="also write the translated scenario (for `llmsim run`)")
     p.add_argument("--json", action="store_true", help="print summary.json (with a `compared` list) and nothing else")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -49,29 +49,37 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     import tempfile
 
-    from llmsim import vllmcli
+    from llmsim import vllmcli, vllmresult
     from llmsim.commands.run import parse_overrides
+    from llmsim.errors import UserError
     from llmsim.hardware import load_profile
 
+    for name in ("result", "scenario_out"):
+        if getattr(args, name) == "":
+            raise UserError(f"--{name.replace('_', '-')} '': expected a path")
     load_profile(args.hardware)  # an unknown GPU is named before anything is read
-    if args.scenario_out:
-        check_scenario_out(Path(args.scenario_out))
+    out = Path(args.scenario_out) if args.scenario_out else None
+    if out is not None:
+        check_scenario_out(out)
     serve = vllmcli.parse_serve(args.serve)
     bench = vllmcli.parse_bench(args.bench or "")
     overrides = parse_overrides(args.set)
-    result = vllmcli.load_result(args.result) if args.result else None
+    result = vllmresult.load_result(args.result) if args.result else None
     if result is not None:
-        bench = vllmcli.bench_from_result(result, bench, vllmcli.given_flags(args.bench))
+        check_same_model(result, serve)
+        bench = from_result(result, bench)
     with tempfile.TemporaryDirectory(prefix="llmsim-bench-") as tmp:
         trace = None
         if result is not None and result.input_lens is not None:
             trace = Path(tmp) / "requests.csv"
             write_trace(trace, vllmcli.sent_requests(result, bench))
-        data = vllmcli.scenario_dict(args.hardware, serve, bench, trace_csv=str(trace) if trace else None)
-        summary = simulate(data, overrides)
-        if args.scenario_out:
-            write_scenario_files(Path(args.scenario_out), data, overrides, trace)
-    compared = vllmcli.comparison_rows(summary, result.figures) if result is not None else []
+        data = with_overrides(
+            vllmcli.scenario_dict(args.hardware, serve, bench, trace_csv=str(trace) if trace else None), overrides
+        )
+        sc, summary = simulate(data)
+        if out is not None:
+            write_scenario_files(out, data, trace)
+    compared = vllmresult.comparison_rows(summary, result.figures) if result is not None else []
     if args.json:
         from llmsim.progress import to_json
 
@@ -79,10 +87,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.quiet:
         return 0
-    print(notes(serve, bench, result))
-    print(vllmcli.result_block(summary, bench))
-    if compared:
-        assert result is not None
+    print(notes(args.hardware, serve, bench, result))
+    print(vllmresult.result_block(summary, sc, bench.percentile_metrics))
+    if result is not None and compared:
         print("\n" + comparison_table(compared, result.path))
     from llmsim.accuracy import interval_line
 
@@ -91,29 +98,82 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def from_result(result: Result, bench: Bench) -> Bench:
+    """The benchmark as the real run recorded it, where the command line does not say: a detailed
+    file's requests carry their own lengths and count, so a --bench line naming them is refused."""
+    from llmsim import vllmcli
+    from llmsim.errors import UserError
+
+    if result.input_lens is not None:
+        named = sorted(vllmcli.flag(k) for k in bench.given if k in (*REQUEST_SETTINGS, "num_prompts"))
+        if named:
+            raise UserError(
+                f"--bench {', '.join(named)}: {result.path} holds the requests the run sent, with their lengths; "
+                "leave these out"
+            )
+    bench = vllmcli.with_settings(bench, result.settings, str(result.path))
+    vllmcli.check_lengths(result, bench)
+    return bench
+
+
+def check_same_model(result: Result, serve: Serve) -> None:
+    """The result is of the model served: where its model_id (or Namespace model) names a catalog
+    model, it is --serve's."""
+    from llmsim.errors import UserError
+    from llmsim.vllmcli import model_entry
+
+    if result.model_id is None or result.model_id == serve.model:
+        return
+    try:
+        theirs = model_entry(result.model_id)[0]
+    except UserError:
+        return  # (a path on the machine that ran it, or a model llmsim does not know: nothing to compare)
+    if theirs != model_entry(serve.model)[0]:
+        raise UserError(f"{result.path}: the run served {result.model_id}, where --serve serves {serve.model}")
+
+
 def check_scenario_out(path: Path) -> None:
-    """--scenario-out names a YAML file whose folder can be made (checked before simulating)."""
+    """--scenario-out names a YAML file whose folder can be made, its requests' file beside it too
+    (checked before simulating)."""
     from llmsim.commands.calibrate import check_out_parent
     from llmsim.errors import UserError
 
-    if path.is_dir():
-        raise UserError(f"--scenario-out {path}: is a directory, expected a scenario YAML file path")
+    for p in (path, requests_path(path)):
+        if p.is_dir():
+            raise UserError(f"--scenario-out {path}: {p} is a directory, expected a file path")
     if path.suffix not in (".yaml", ".yml"):
         raise UserError(f"--scenario-out {path}: expected a path ending in .yaml or .yml (what `llmsim run` reads)")
     check_out_parent(path, "--scenario-out")
 
 
-def simulate(data: dict, overrides: dict[str, object]) -> dict:
-    """Run the translated scenario (with the ``--set`` overrides) and return its summary."""
+def requests_path(path: Path) -> Path:
+    return path.with_name(path.stem + ".requests.csv")
+
+
+def with_overrides(data: dict, overrides: dict[str, object]) -> dict:
+    """The translated scenario with the ``--set`` overrides applied (a copy)."""
     import copy
 
-    from llmsim.api import run
-    from llmsim.scenario import scenario_from_dict, set_path
+    from llmsim.scenario import set_path
 
     data = copy.deepcopy(data)
     for key, value in overrides.items():
         set_path(data, key, value)
-    return run(scenario_from_dict(data, "llmsim bench", Path.cwd())).summary
+    return data
+
+
+def simulate(data: dict) -> tuple[object, dict]:
+    """Run the translated scenario: (the scenario, its summary). A key it refuses is named with
+    where it came from: the translation (--serve / --bench / --result) or --set."""
+    from llmsim.api import run
+    from llmsim.errors import UserError
+    from llmsim.scenario import scenario_from_dict
+
+    try:
+        sc = scenario_from_dict(data, "the scenario made of --serve/--bench/--set", Path.cwd())
+    except UserError as exc:
+        raise UserError(f"{exc} (--scenario-out writes that scenario)") from None
+    return sc, run(sc).summary
 
 
 def write_trace(path: Path, rows: list[tuple[float, int, int]]) -> None:
@@ -122,36 +182,37 @@ def write_trace(path: Path, rows: list[tuple[float, int, int]]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def write_scenario_files(path: Path, data: dict, overrides: dict[str, object], trace: Path | None) -> None:
-    """The scenario as YAML (overrides applied) and, for a replayed result, its requests beside it
-    (``<stem>.requests.csv``, named relative to the scenario); each file whole or not at all."""
+def write_scenario_files(path: Path, data: dict, trace: Path | None) -> None:
+    """The scenario as YAML and, for a replayed result, its requests beside it (``<stem>.requests.csv``,
+    named relative to the scenario); each file whole or not at all."""
     import copy
 
     import yaml
 
-    from llmsim.errors import atomic_write_text
-    from llmsim.scenario import set_path
+    from llmsim.errors import UserError, atomic_write_text
 
     data = copy.deepcopy(data)
-    for key, value in overrides.items():
-        set_path(data, key, value)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if trace is not None:
-        requests = path.with_name(path.stem + ".requests.csv")
-        atomic_write_text(requests, trace.read_text())
-        data["workload"]["trace"]["path"] = requests.name
-    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if trace is not None:
+            atomic_write_text(requests_path(path), trace.read_text())
+            data["workload"]["trace"]["path"] = requests_path(path).name
+        atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
+    except OSError as exc:
+        raise UserError(f"--scenario-out {path}: cannot write it ({exc.strerror or exc})") from None
 
 
-def notes(serve: Serve, bench: Bench, result: Result | None) -> str:
-    """What the translation read: the model, the flags it ignored, where the requests came from."""
+def notes(hardware: str, serve: Serve, bench: Bench, result: Result | None) -> str:
+    """What the translation read: the GPU, the model, the flags it ignored, where the requests came from."""
+    import math
+
     from llmsim.vllmcli import model_entry
 
-    lines = [f"model    {model_entry(serve.model)[1]}"]
+    lines = [f"hardware {hardware} x{serve.tp * serve.pp * serve.dp}", f"model    {model_entry(serve.model)[1]}"]
     if serve.ignored or bench.ignored:
         lines.append(f"ignored  {', '.join(serve.ignored + bench.ignored)} (no effect on timing)")
     if result is not None and result.input_lens is not None:
-        if result.start_times is not None and not bench.max_concurrency:
+        if result.start_times is not None and not bench.max_concurrency and "request_rate" not in bench.given:
             source = "their send times"
         else:
             source = "all at once" if math.isinf(bench.request_rate) else "vllm bench's draws at the rate and seed"
@@ -160,7 +221,14 @@ def notes(serve: Serve, bench: Bench, result: Result | None) -> str:
 
 
 def comparison_table(rows: list[dict], path: Path) -> str:
-    from llmsim.tables import fmt, table
+    """real, llmsim and error per figure, the numbers as vllm bench serve prints them (2 decimals)."""
+    from llmsim.tables import table
 
-    body = [[r["figure"], fmt(r["real"]), fmt(r["llmsim"]), f"{r['error']:+.1%}"] for r in rows]
-    return f"compared with {path}\n" + table(body, ["figure", "real", "llmsim", "error"])
+    def shown(v: float) -> str:
+        return str(int(v)) if v == int(v) and abs(v) < 1e15 else f"{v:.2f}"
+
+    body = [
+        [r["figure"], shown(r["real"]), shown(r["llmsim"]), "-" if r["error"] is None else f"{r['error']:+.1%}"]
+        for r in rows
+    ]
+    return f"compared with {path}\n" + table(body, ["figure", "real", "llmsim", "error"], align="lrrr")

@@ -17,13 +17,15 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from llmsim.commands.run import add_set_option
+
     p = sub.add_parser("plan", help="capacity plan: cheapest hardware/tp/replicas/policy meeting the SLOs + report")
     p.add_argument("scenario", help="path to a scenario YAML with a `plan:` section")
     p.add_argument(
         "--target-rps", type=float, help="arrival rate to plan for (default: plan.target_rps or the trace's)"
     )
     p.add_argument("--out", help="output directory (default: the scenario's output.dir)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key")
+    add_set_option(p, "override a scenario key")
     p.add_argument(
         "--workers",
         type=int,

@@ -25,13 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="simulate a scenario YAML and write results")
     p.add_argument("scenario", help="path to a scenario YAML")
     p.add_argument("--out", help="output directory (default: the scenario's output.dir)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a scenario key, e.g. --set policy.chunk_tokens=256 (repeatable)",
-    )
+    add_set_option(p, "override a scenario key, e.g. --set policy.chunk_tokens=256 (repeatable)")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print summary.json (and nothing else) on stdout")
     p.add_argument("--no-report", action="store_true", help="skip report.html / report.md / trace.json")
@@ -41,6 +35,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="one event per step, every request touched every step (no fast paths; same results, slower)",
     )
     p.set_defaults(func=cmd_run)
+
+
+def add_set_option(p: argparse.ArgumentParser, help_text: str) -> None:
+    """``--set KEY=VALUE`` (repeatable), read by :func:`parse_overrides`."""
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help_text)
 
 
 def parse_overrides(items: list[str]) -> dict[str, object]:
