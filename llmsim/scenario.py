@@ -894,6 +894,8 @@ def set_path(data: dict, dotted: str, value: object) -> None:
     """Set ``a.b.c = value`` in nested dicts (``--set`` overrides), creating sections as needed."""
     if dotted.startswith("model.") and isinstance(data.get("model"), str):
         data["model"] = {"name": data["model"]}  # expand the `model: NAME` shorthand first
+    if dotted.startswith("engine.") and isinstance(data.get("engine"), str):
+        data["engine"] = {"preset": data["engine"]}  # and the `engine: PRESET` one
     node = data
     try:
         parts = key_parts(dotted)

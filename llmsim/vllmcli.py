@@ -35,8 +35,6 @@ SERVE_IGNORED: dict[str, bool | int | str] = {
     **dict.fromkeys(("--tokenizer", "--revision", "--tokenizer-mode", "--seed", "--chat-template"), 1),
     **dict.fromkeys(("--tool-call-parser", "--reasoning-parser", "--uvicorn-log-level", "--swap-space"), 1),
     **dict.fromkeys(("--distributed-executor-backend", "--max-logprobs", "--generation-config"), 1),
-    **dict.fromkeys(("--optimization-level", "-O"), 1),  # (-O3: torch.compile's effort; graph sizes are below)
-    **dict.fromkeys(("--served-model-name",), "+"),
     **dict.fromkeys(("--trust-remote-code", "--disable-log-requests", "--disable-log-stats"), False),
     **dict.fromkeys(("--enable-log-requests", "--enable-auto-tool-choice", "--disable-uvicorn-access-log"), False),
     **dict.fromkeys(("--disable-fastapi-docs", "--enable-chunked-prefill"), False),
@@ -85,6 +83,8 @@ def _words(text: str, command: tuple[str, ...], what: str) -> list[str]:
         words = shlex.split(text)
     except ValueError as exc:
         raise UserError(f"{what} {cut(text)!r}: {exc}") from None
+    while words and "=" in words[0] and not words[0].startswith("-") and words[0].split("=", 1)[0].isidentifier():
+        words = words[1:]  # (VLLM_USE_V1=1 vllm serve ...: the environment is not a flag)
     n = len(command)
     if words[:n] == list(command):
         words = words[n:]
@@ -165,6 +165,7 @@ class Serve:
     enforce_eager: bool = False
     cuda_graph_sizes: list[int] | None = None
     async_scheduling: bool | None = None
+    served_names: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
 
 
@@ -194,6 +195,8 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda-graph-sizes", "--cudagraph-capture-sizes", type=int, nargs="+")
     p.add_argument("--max-cudagraph-capture-size", type=int)
     p.add_argument("--compilation-config", "-cc")
+    p.add_argument("--optimization-level", "-O")  # (vLLM 0.11+: O0 compiles nothing and captures no graphs)
+    p.add_argument("--served-model-name", nargs="+", default=[])
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
     _add_ignored(p, SERVE_IGNORED)
     return p
@@ -255,6 +258,13 @@ def _graphs(ns: argparse.Namespace) -> tuple[list[int] | None, bool, list[str]]:
     if ns.compilation_config is not None:
         given, off, ignored = capture_sizes(_json_arg(ns.compilation_config, "--compilation-config"))
         sizes = given if given is not None else sizes
+    level = ns.optimization_level
+    if level is not None:
+        if level.strip() not in ("0", "1", "2", "3"):
+            raise UserError(f"vllm serve: -O {cut(level, 40)}: expected an optimisation level, 0 to 3")
+        off = off or level.strip() == "0"
+        if level.strip() != "0":
+            ignored = [*ignored, f"-O{level.strip()}"]
     return sizes, off, ignored
 
 
@@ -334,6 +344,7 @@ def parse_serve(text: str) -> Serve:
         enforce_eager=ns.enforce_eager or graphs_off,
         cuda_graph_sizes=sizes,
         async_scheduling=ns.async_scheduling,
+        served_names=ns.served_model_name,
         ignored=_ignored(ns) + ignored_keys,
     )
 
@@ -385,8 +396,10 @@ def flag(name: str) -> str:
 def _bench_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="vllm bench serve", add_help=False, argument_default=argparse.SUPPRESS)
     p.add_argument("--dataset-name", dest="dataset_name")
-    p.add_argument("--random-input-len", "--input-len", type=int, dest="random_input_len")
-    p.add_argument("--random-output-len", "--output-len", type=int, dest="random_output_len")
+    p.add_argument("--random-input-len", type=int, dest="random_input_len")
+    p.add_argument("--random-output-len", type=int, dest="random_output_len")
+    p.add_argument("--input-len", type=int, dest="input_len")  # (vllm bench serve: these two win over the random ones)
+    p.add_argument("--output-len", type=int, dest="output_len")
     p.add_argument("--random-range-ratio", type=float, dest="random_range_ratio")
     p.add_argument("--random-prefix-len", type=int, dest="random_prefix_len")
     p.add_argument("--num-prompts", type=int, dest="num_prompts")
@@ -404,6 +417,9 @@ def parse_bench(text: str) -> Bench:
     """A ``vllm bench serve [flags]`` command line (``vllm bench serve`` itself may be left out)."""
     ns = _parse(_bench_parser(), _words(text, ("vllm", "bench", "serve"), "--bench"))
     given = {k: listed(k, v) for k, v in vars(ns).items() if not k.startswith("ignored_")}
+    for general, name in (("input_len", "random_input_len"), ("output_len", "random_output_len")):
+        if general in given:
+            given[name] = given.pop(general)
     bench = Bench(**given, given=frozenset(given), ignored=_ignored(ns))  # type: ignore[arg-type]
     check_bench(bench, "vllm bench serve")
     return bench
@@ -473,41 +489,69 @@ def model_entry(model: str) -> tuple[str | dict, str]:
     return name, f"{model} -> catalog {name}" + (f" ({why})" if why else "")
 
 
-def checkpoint_quantization(model: str | dict) -> str | None:
-    """The quant_method of a served config.json's quantization_config, which vLLM applies without a
-    --quantization flag (None: unquantised, or a catalog model)."""
+def _weights(method: str, bits: object, where: str) -> tuple[str, str | None]:
+    """(weight dtype, compute dtype or None for the model's own) of a quantisation method."""
+    weight, act = QUANTIZATION[method]
+    if weight == "int4" and bits is not None:
+        if bits not in (4, 8):
+            raise UserError(f"{where}: {method} with bits {cut(repr(bits), 20)}: llmsim reads 4- and 8-bit weights")
+        weight = f"int{bits}"
+    return weight, act
+
+
+def checkpoint_quantization(model: str | dict) -> tuple[str, object] | None:
+    """The quant_method (and bits) of a served config.json's quantization_config, which vLLM applies
+    without a --quantization flag (None: unquantised, or a catalog model)."""
     if not isinstance(model, dict):
         return None
     from llmsim.errors import load_json_object
 
-    q = load_json_object(Path(model["hf_config"]), "vllm serve").get("quantization_config")
-    method = q.get("quant_method") if isinstance(q, dict) else None
-    if method is None:
+    where = f"vllm serve: {model['hf_config']}: quantization_config"
+    cfg = load_json_object(Path(model["hf_config"]), "vllm serve")
+    if "quantization_config" not in cfg:
         return None
+    q = cfg["quantization_config"]
+    method = q.get("quant_method") if isinstance(q, dict) else None
     if method not in QUANTIZATION:
         raise UserError(
-            f"vllm serve: {model['hf_config']}: quantization_config quant_method {cut(repr(method))}: llmsim reads "
-            f"{', '.join(sorted(QUANTIZATION))}; for another format set model.weight_dtype / act_dtype in a scenario"
+            f"{where} quant_method {cut(repr(method), 40)}: llmsim reads {', '.join(sorted(QUANTIZATION))}; for "
+            "another format set model.weight_dtype / act_dtype in a scenario"
         )
-    return str(method)
+    return str(method), q.get("bits")
+
+
+def _family(method: str) -> str:
+    return method.removesuffix("_marlin")
 
 
 def _precision(serve: Serve, model: str | dict, hardware: str) -> dict:
-    """model.weight_dtype / act_dtype for --dtype and --quantization (or the checkpoint's)."""
+    """model.weight_dtype / act_dtype for --dtype and --quantization or the checkpoint's own
+    quantization_config (vLLM refuses the two disagreeing)."""
     from llmsim.hardware import load_profile
 
-    method = serve.quantization or checkpoint_quantization(model)
+    own = checkpoint_quantization(model)
+    if serve.quantization and own and _family(serve.quantization) != _family(own[0]):
+        raise UserError(f"vllm serve: --quantization {serve.quantization}, but the checkpoint is {own[0]}-quantised")
     out: dict = {}
     if serve.dtype:
         out = {"weight_dtype": serve.dtype, "act_dtype": serve.dtype}
+    method, bits = own if own else (serve.quantization, None)
     if method:
-        weight, act = QUANTIZATION[method]
+        weight, act = _weights(method, bits, "vllm serve")
         if act == "fp8" and not load_profile(hardware).supports("fp8"):
             act = None  # vLLM serves FP8 weights through Marlin, weight-only, on GPUs without FP8 units
         out["weight_dtype"] = weight
         if act is not None:
             out["act_dtype"] = act
     return out
+
+
+def has_experts(model: str | dict) -> bool:
+    """A model_entry's model has routed experts."""
+    from llmsim.models import CATALOG, from_hf_config
+
+    spec = CATALOG[model] if isinstance(model, str) else from_hf_config(Path(model["hf_config"]))
+    return spec.is_moe
 
 
 def _lengths(value: int, ratio: float) -> dict:
@@ -530,10 +574,11 @@ def scenario_dict(
     trace of the requests a detailed result file sent (their lengths and send times) in place of
     the random dataset; ``kv_blocks``: the KV capacity the server logged, in vLLM's blocks (its
     null block included, as vLLM counts them)."""
-    model, _ = model_entry(serve.model)
-    precision = _precision(serve, model, hardware)
+    entry, _ = model_entry(serve.model)
+    model = entry
+    precision = _precision(serve, entry, hardware)
     if precision:
-        model = {**({"name": model} if isinstance(model, str) else model), **precision}
+        model = {**({"name": entry} if isinstance(entry, str) else entry), **precision}
     policy: dict = {"kind": "vllm"}
     for key, value in (
         ("max_num_seqs", serve.max_num_seqs),
@@ -559,9 +604,10 @@ def scenario_dict(
         cluster["pp"] = serve.pp
     if serve.dp > 1:
         cluster |= {"replicas": serve.dp, "router": "vllm_dp"}
-    if serve.expert_parallel:
+    moe = has_experts(entry)
+    if serve.expert_parallel and moe:  # (vLLM ignores expert parallelism on a dense model)
         cluster["expert_parallel"] = True
-    if serve.eplb:
+    if serve.eplb and moe:
         cluster |= {"eplb": True, "redundant_experts": serve.redundant_experts}
     if serve.enforce_eager:
         cluster["cuda_graphs"] = False
@@ -592,9 +638,9 @@ def _workload(bench: Bench, trace_csv: str | None) -> dict:
     else:
         if bench.dataset_name != "random":
             raise UserError(
-                f"vllm bench serve: --dataset-name {cut(bench.dataset_name)}: llmsim draws the random dataset's "
-                "lengths itself; for another dataset give the result file of the run (--result, saved with "
-                "--save-result --save-detailed), whose requests carry their lengths"
+                f"--dataset-name {cut(bench.dataset_name)}: llmsim draws only the random dataset's lengths itself; "
+                "another dataset's requests come from the run's result file saved with --save-result "
+                "--save-detailed (--result), which carries their lengths"
             )
         workload = {
             "kind": "all_at_once" if math.isinf(bench.request_rate) else "poisson",

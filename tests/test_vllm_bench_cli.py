@@ -137,7 +137,7 @@ def test_bench_defaults_and_random_lengths():
     w = scenario_dict("H100-SXM", parse_serve(SERVE), ratio)["workload"]
     assert w["prompt_tokens"] == {"dist": "uniform", "min": 500, "max": 1500}
     assert w["kind"] == "gamma" and w["cv"] == 0.5
-    with pytest.raises(UserError, match="--dataset-name sharegpt: llmsim draws the random dataset"):
+    with pytest.raises(UserError, match="--dataset-name sharegpt: llmsim draws only the random dataset"):
         scenario_dict("H100-SXM", parse_serve(SERVE), parse_bench("--dataset-name sharegpt"))
     with pytest.raises(UserError, match="--random-range-ratio 1.0: expected a ratio from 0 to below 1"):
         parse_bench("--random-range-ratio 1")
@@ -238,14 +238,17 @@ def test_a_detailed_result_is_replayed_request_by_request(tmp_path):
 @pytest.mark.parametrize(
     "extra, fragment",
     [
-        ({"request_rate": "fast"}, "request_rate: expected a number >= 0, got 'fast'"),
+        ({"request_rate": "fast"}, "request_rate: expected a finite number >= 0, got 'fast'"),
         ({"num_prompts": 2.5}, "num_prompts: expected a whole number"),
         ({"input_lens": [1, 2], "output_lens": [1]}, "output_lens: expected a list of 2 numbers"),
         ({"input_lens": [1, -2], "output_lens": [1, 1]}, "input_lens[1]: expected a whole number from 0 to 10,000,000"),
         ({"input_lens": [1, 2], "output_lens": [1, 1], "errors": ["", ""] * 2}, "errors: expected a list of 2"),
-        ({"duration": -3.0}, "duration: expected a number >= 0"),
+        ({"duration": -3.0}, "duration: expected a finite number >= 0"),
         ({"input_lens": [1], "output_lens": [0]}, "input_lens: no request completed"),
-        ({"mean_ttft_ms": True}, "mean_ttft_ms: expected a number"),
+        ({"mean_ttft_ms": True}, "mean_ttft_ms: expected a finite number"),
+        ({"request_rate": float("inf")}, "request_rate: expected a finite number >= 0, got inf"),
+        ({"completed": 64.5}, "completed: expected a whole number"),
+        ({"model_id": 7}, "model_id: expected the served model's name"),
     ],
 )
 def test_a_bad_result_file_is_named(tmp_path, extra, fragment):
@@ -439,8 +442,25 @@ def test_a_printout_gives_the_benchmark_s_settings_and_figures(tmp_path, capsys)
         from_result(load_result(rate), parse_bench(""))
     # the Namespace's exact rate wins over the block's rounded one
     exact = tmp_path / "exact.log"
-    exact.write_text(PRINTOUT.replace("request_rate=8.0", "request_rate=0.125"))
+    exact.write_text(
+        PRINTOUT.replace("request_rate=8.0", "request_rate=0.125").replace(
+            "(RPS):           8.00", "(RPS):           0.12"
+        )
+    )
     assert load_result(exact).settings["request_rate"] == 0.125
+    other = tmp_path / "other_run.log"
+    other.write_text(PRINTOUT.replace("num_prompts=40", "num_prompts=64"))
+    with pytest.raises(UserError, match="Namespace line says num_prompts=64, its result block 40 requests"):
+        load_result(other)
+    nested = tmp_path / "nested.log"
+    nested.write_text(PRINTOUT.replace("header=None", "metadata=['seed=7, num_prompts=5'], header=None"))
+    assert load_result(nested).settings["seed"] == 3
+    older = tmp_path / "older.log"  # (vLLM before 0.10 printed "Total Token throughput")
+    older.write_text(PRINTOUT.replace("Total token throughput", "Total Token throughput"))
+    assert load_result(older).figures["total_token_throughput"] == 2258.82
+    cut_off = tmp_path / "cut.log"
+    cut_off.write_text(PRINTOUT.replace("=" * 50 + "\n", "INFO shutting down\nP99 TPOT (ms): 1\n"))
+    assert load_result(cut_off).figures["p99_tpot_ms"] == 8.2
     twice = tmp_path / "twice.log"
     twice.write_text(PRINTOUT + PRINTOUT)
     with pytest.raises(UserError, match="2 'Serving Benchmark Result' blocks"):
@@ -466,3 +486,32 @@ def test_the_settings_a_result_records_are_bench_s_fields():
     from llmsim.vllmresult import SETTINGS
 
     assert list(SETTINGS) == [f.name for f in fields(Bench) if f.name not in ("given", "ignored")]
+
+
+def test_what_the_second_sweep_found(tmp_path, capsys):
+    """A --set is what the header and the block show; -O0 is eager; --input-len wins; EP flags on a
+    dense model are ignored as vLLM ignores them; a served name matches the result's model_id; a
+    CPU profile and an overwritten --result are refused."""
+    assert main(["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--bench", BENCH, "--set", "cluster.tp=2"]) == 0
+    assert "hardware H100-SXM x2" in capsys.readouterr().out
+    assert parse_serve("llama-3.1-8b -O0").enforce_eager and not parse_serve("llama-3.1-8b -O3").enforce_eager
+    assert parse_serve("llama-3.1-8b -O3").ignored == ["-O3"]
+    assert parse_bench("--input-len 100 --random-input-len 200").random_input_len == 100
+    dense = scenario_dict("H100-SXM", parse_serve("llama-3.1-8b -dp 2 -ep --enable-eplb"), Bench())
+    assert "expert_parallel" not in dense["cluster"] and "eplb" not in dense["cluster"]
+    assert parse_serve("VLLM_USE_V1=1 vllm serve llama-3.1-8b -tp 2").tp == 2
+    path = _result(tmp_path, model_id="my-llama", input_lens=[10, 20], output_lens=[3, 4])
+    check_same_model(load_result(path), parse_serve("llama-3.1-8b --served-model-name my-llama other"))
+    assert main(["bench", "--hardware", "Xeon-8480+", "--serve", "llama-3.1-8b"]) == 2
+    assert "not a GPU" in capsys.readouterr().err
+    args = ["bench", "--hardware", "H100-SXM", "--serve", "llama-3.1-8b", "--result", str(path)]
+    assert main([*args, "--scenario-out", str(tmp_path / "result.yaml")]) == 0  # (another file: fine)
+    capsys.readouterr()
+    twin = tmp_path / "t.yaml"
+    twin.write_text("x")
+    assert main([*args[:-1], str(twin), "--scenario-out", str(twin)]) == 2
+    assert "would overwrite the --result file" in capsys.readouterr().err
+    assert main(["bench", "--hardware", "H100-SXM", "--serve", "llama-3.1-8b --max-num-batched-tokens 100"]) == 2
+    assert "--max-num-batched-tokens 100 is below max_num_seqs" in capsys.readouterr().err
+    assert main(["bench", "--hardware", "H100-SXM", "--serve", "llama-3.1-8b -dp 100000"]) == 2
+    assert "(from -dp or --set)" in capsys.readouterr().err

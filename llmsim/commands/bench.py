@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from llmsim.scenario import Scenario
     from llmsim.vllmcli import Bench, Serve
     from llmsim.vllmresult import Result
 
@@ -57,10 +58,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for name in ("result", "scenario_out"):
         if getattr(args, name) == "":
             raise UserError(f"--{name.replace('_', '-')} '': expected a path")
-    load_profile(args.hardware)  # an unknown GPU is named before anything is read
+    if load_profile(args.hardware).family != "gpu":  # (named before anything else is read)
+        raise UserError(
+            f"--hardware {args.hardware}: not a GPU; llmsim bench reads vLLM's GPU serving flags (for vLLM's CPU "
+            "backend, write a scenario: docs/scenario.md)"
+        )
     out = Path(args.scenario_out) if args.scenario_out else None
     if out is not None:
-        check_scenario_out(out)
+        check_scenario_out(out, Path(args.result) if args.result else None)
     serve = vllmcli.parse_serve(args.serve)
     bench = vllmcli.parse_bench(args.bench or "")
     overrides = parse_overrides(args.set)
@@ -73,10 +78,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if result is not None and result.input_lens is not None:
             trace = Path(tmp) / "requests.csv"
             write_trace(trace, vllmcli.sent_requests(result, bench))
-        data = with_overrides(
-            vllmcli.scenario_dict(args.hardware, serve, bench, trace_csv=str(trace) if trace else None), overrides
-        )
-        sc, summary = simulate(data)
+        data = vllmcli.scenario_dict(args.hardware, serve, bench, trace_csv=str(trace) if trace else None)
+        if result is not None:  # every percentile the real run reports, compared
+            data["output"]["percentiles"] = sorted({*bench.metric_percentiles, *result.percentiles()})
+        data = with_overrides(data, overrides)
+        sc, summary = simulate(data, serve)
         if out is not None:
             write_scenario_files(out, data, trace)
     compared = vllmresult.comparison_rows(summary, result.figures) if result is not None else []
@@ -87,8 +93,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.quiet:
         return 0
-    print(notes(args.hardware, serve, bench, result))
-    print(vllmresult.result_block(summary, sc, bench.percentile_metrics))
+    percentiles = sc.output.percentiles if "output.percentiles" in overrides else bench.metric_percentiles
+    rate = bench.request_rate if trace is not None else sc.workload.rate_rps
+    print(notes(sc, serve, bench, result))
+    print(vllmresult.result_block(summary, sc, bench.percentile_metrics, percentiles, rate))
     if result is not None and compared:
         print("\n" + comparison_table(compared, result.path))
     from llmsim.accuracy import interval_line
@@ -122,7 +130,7 @@ def check_same_model(result: Result, serve: Serve) -> None:
     from llmsim.errors import UserError
     from llmsim.vllmcli import model_entry
 
-    if result.model_id is None or result.model_id == serve.model:
+    if result.model_id is None or result.model_id in (serve.model, *serve.served_names):
         return
     try:
         theirs = model_entry(result.model_id)[0]
@@ -132,15 +140,17 @@ def check_same_model(result: Result, serve: Serve) -> None:
         raise UserError(f"{result.path}: the run served {result.model_id}, where --serve serves {serve.model}")
 
 
-def check_scenario_out(path: Path) -> None:
-    """--scenario-out names a YAML file whose folder can be made, its requests' file beside it too
-    (checked before simulating)."""
+def check_scenario_out(path: Path, result: Path | None) -> None:
+    """--scenario-out names a YAML file whose folder can be made, its requests' file beside it too,
+    neither of them the --result file read (checked before simulating)."""
     from llmsim.commands.calibrate import check_out_parent
     from llmsim.errors import UserError
 
     for p in (path, requests_path(path)):
         if p.is_dir():
             raise UserError(f"--scenario-out {path}: {p} is a directory, expected a file path")
+        if result is not None and p.exists() and result.exists() and p.samefile(result):
+            raise UserError(f"--scenario-out {path}: would overwrite the --result file {result}")
     if path.suffix not in (".yaml", ".yml"):
         raise UserError(f"--scenario-out {path}: expected a path ending in .yaml or .yml (what `llmsim run` reads)")
     check_out_parent(path, "--scenario-out")
@@ -162,9 +172,32 @@ def with_overrides(data: dict, overrides: dict[str, object]) -> dict:
     return data
 
 
-def simulate(data: dict) -> tuple[object, dict]:
-    """Run the translated scenario: (the scenario, its summary). A key it refuses is named with
-    where it came from: the translation (--serve / --bench / --result) or --set."""
+# scenario keys the translation writes -> the flag each came from (to name it in an error)
+KEY_FLAGS = {
+    "cluster.replicas": "-dp",
+    "cluster.tp": "-tp",
+    "cluster.pp": "-pp",
+    "cluster.expert_parallel": "-ep",
+    "cluster.eplb": "--enable-eplb",
+    "cluster.redundant_experts": "--num-redundant-experts",
+    "policy.max_num_seqs": "--max-num-seqs",
+    "policy.chunk_tokens": "--max-num-batched-tokens",
+    "policy.max_model_len": "--max-model-len",
+    "policy.long_prefill_token_threshold": "--long-prefill-token-threshold",
+    "kv_cache.num_blocks": "--num-gpu-blocks-override",
+    "kv_cache.memory_fraction": "--gpu-memory-utilization",
+    "kv_cache.block_tokens": "--block-size",
+    "workload.cv": "--burstiness",
+    "workload.rate_rps": "--request-rate",
+    "workload.num_requests": "--num-prompts",
+    "workload.max_concurrency": "--max-concurrency",
+    "seed": "--seed",
+}
+
+
+def simulate(data: dict, serve: Serve) -> tuple[Scenario, dict]:
+    """Run the translated scenario: (the scenario, its summary). A key it refuses is named with the
+    flag it came from."""
     from llmsim.api import run
     from llmsim.errors import UserError
     from llmsim.scenario import scenario_from_dict
@@ -172,7 +205,14 @@ def simulate(data: dict) -> tuple[object, dict]:
     try:
         sc = scenario_from_dict(data, "the scenario made of --serve/--bench/--set", Path.cwd())
     except UserError as exc:
-        raise UserError(f"{exc} (--scenario-out writes that scenario)") from None
+        flags = [f for key, f in KEY_FLAGS.items() if f": {key}" in str(exc) or f" {key}:" in str(exc)]
+        raise UserError(f"{exc}" + (f" (from {flags[0]} or --set)" if flags else "")) from None
+    budget, seqs = sc.policy.chunk_tokens, sc.policy.max_num_seqs
+    if serve.max_num_batched_tokens is not None and budget < seqs:  # (vLLM's own check, at its default seqs too)
+        raise UserError(
+            f"vllm serve: --max-num-batched-tokens {budget} is below max_num_seqs {seqs} (vLLM's default here "
+            "unless --max-num-seqs says): vLLM refuses it"
+        )
     return sc, run(sc).summary
 
 
@@ -202,13 +242,14 @@ def write_scenario_files(path: Path, data: dict, trace: Path | None) -> None:
         raise UserError(f"--scenario-out {path}: cannot write it ({exc.strerror or exc})") from None
 
 
-def notes(hardware: str, serve: Serve, bench: Bench, result: Result | None) -> str:
-    """What the translation read: the GPU, the model, the flags it ignored, where the requests came from."""
+def notes(sc: Scenario, serve: Serve, bench: Bench, result: Result | None) -> str:
+    """What the translation read: the GPUs, the model, the flags it ignored, where the requests came from."""
     import math
 
     from llmsim.vllmcli import model_entry
 
-    lines = [f"hardware {hardware} x{serve.tp * serve.pp * serve.dp}", f"model    {model_entry(serve.model)[1]}"]
+    c = sc.cluster
+    lines = [f"hardware {sc.hardware} x{c.tp * c.pp * c.replicas}", f"model    {model_entry(serve.model)[1]}"]
     if serve.ignored or bench.ignored:
         lines.append(f"ignored  {', '.join(serve.ignored + bench.ignored)} (no effect on timing)")
     if result is not None and result.input_lens is not None:
@@ -217,6 +258,8 @@ def notes(hardware: str, serve: Serve, bench: Bench, result: Result | None) -> s
         else:
             source = "all at once" if math.isinf(bench.request_rate) else "vllm bench's draws at the rate and seed"
         lines.append(f"requests {len(result.input_lens):,} from {result.path} (their lengths; arrivals: {source})")
+        if result.empty:
+            lines.append(f"         ({result.empty:,} that succeeded with no prompt or output token left out)")
     return "\n".join(lines) + "\n"
 
 
@@ -225,7 +268,9 @@ def comparison_table(rows: list[dict], path: Path) -> str:
     from llmsim.tables import table
 
     def shown(v: float) -> str:
-        return str(int(v)) if v == int(v) and abs(v) < 1e15 else f"{v:.2f}"
+        if abs(v) >= 1e12:
+            return f"{v:.4g}"
+        return str(int(v)) if v == int(v) else f"{v:.2f}"
 
     body = [
         [r["figure"], shown(r["real"]), shown(r["llmsim"]), "-" if r["error"] is None else f"{r['error']:+.1%}"]
