@@ -1,13 +1,13 @@
-"""vLLM's own command lines as a scenario: ``vllm serve MODEL ...`` and ``vllm bench serve ...``
-turned into the scenario docs/scenario.md's table describes ("From a `vllm serve` command to a
-scenario"). ``llmsim bench`` (commands/bench.py) is the command; a real run's result, read and
-printed, is ``vllmresult.py``'s; ``benchmarks/vllm_gpu/bench_runs.py`` builds its 43 real passes'
-scenarios here too.
+"""vLLM's own command lines as a scenario: ``vllm serve MODEL ...`` (``Serve``) and ``vllm bench
+serve ...`` (``Bench``) turned into the scenario docs/scenario.md's table describes ("From a `vllm
+serve` command to a scenario"), with a real run's recorded settings (``vllmresult``) where the
+command line leaves them out. ``llmsim bench`` (commands/bench.py) is the command;
+``benchmarks/vllm_gpu/bench_runs.py`` builds its 43 real passes' scenarios here too.
 
 A flag is either translated, accepted as one that does not change timing (``--port``,
 ``--trust-remote-code``, ``--save-result``: listed back as ignored), or refused with what to do
-instead: a flag llmsim does not know, or one it models only through a scenario section
-(``--speculative-config``: the ``speculative`` section), is never dropped silently.
+instead (``--speculative-config``: the ``speculative`` section); a flag llmsim does not know, even a
+prefix of one, is an error, never dropped. vLLM's own refusals are refused.
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ import argparse
 import json
 import math
 import shlex
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, NoReturn
 
+from llmsim.engine import MAX_GRAPH_TOKENS
 from llmsim.errors import UserError, cut
-from llmsim.vllmresult import SETTINGS, listed
-
-if TYPE_CHECKING:
-    from llmsim.vllmresult import Result
+from llmsim.vllmresult import LATENCIES, SETTINGS, Result, settings_of
 
 # --- the two command lines ------------------------------------------------------------------------
 
@@ -42,7 +41,7 @@ SERVE_IGNORED: dict[str, bool | int | str] = {
 # `vllm bench serve` flags that do not change the requests it sends or when (the endpoint, the
 # tokenizer, where results go, sampling settings of requests that run to their output length)
 BENCH_IGNORED: dict[str, bool | int | str] = {
-    **dict.fromkeys(("--backend", "--base-url", "--host", "--port", "--endpoint", "--model"), 1),
+    **dict.fromkeys(("--backend", "--base-url", "--host", "--port", "--endpoint"), 1),
     **dict.fromkeys(("--tokenizer", "--tokenizer-mode", "--label", "--result-dir", "--result-filename"), 1),
     **dict.fromkeys(("--num-warmups", "--temperature", "--top-p", "--top-k", "--min-p"), 1),
     **dict.fromkeys(("--dataset-path", "--ready-check-timeout-sec", "--request-id-prefix"), 1),
@@ -50,94 +49,93 @@ BENCH_IGNORED: dict[str, bool | int | str] = {
     **dict.fromkeys(("--save-result", "--save-detailed", "--append-result", "--disable-tqdm"), False),
     **dict.fromkeys(("--trust-remote-code", "--ignore-eos", "--insecure"), False),
 }
-# flags llmsim reads only from a scenario, and what to write there instead (--scenario-out writes
-# the rest of the translation to start from)
-SECTION_FLAGS = {
-    "--speculative-config": "a `speculative` section",
-    "--enable-lora": "a `lora` section",
-    "--kv-transfer-config": "policy.kind: disaggregated with cluster.prefill_pool / decode_pool",
-    "--kv-offloading-size": "kv_cache.offload",
+# flags llmsim does not read from a command line, and what to do instead
+REFUSED = {
+    "--speculative-config": "write a `speculative` section in a scenario (--scenario-out writes the rest of it)",
+    "--enable-lora": "write a `lora` section in a scenario (--scenario-out writes the rest of it)",
+    "--kv-transfer-config": "write policy.kind: disaggregated with cluster.prefill_pool / decode_pool in a scenario",
+    "--kv-offloading-size": "write kv_cache.offload in a scenario (--scenario-out writes the rest of it)",
+    "--no-enable-chunked-prefill": "not modelled: llmsim's vllm policy always chunks prompts, as vLLM v1 does by default",
 }
-# --quantization (or a checkpoint's quantization_config.quant_method) -> (weights, compute): vLLM's
-# FP8 is W8A8 with dynamic activation scales where the GPU has FP8 units, else weight-only (Marlin)
-QUANTIZATION = {
+# a quantisation method (--quantization, or a checkpoint's quantization_config.quant_method) ->
+# (weights, compute): vLLM's FP8 is W8A8 with dynamic activation scales where the GPU has FP8
+# units, else weight-only (Marlin); AWQ / GPTQ are weight-only at the checkpoint's bits (4 unless it says)
+QUANTIZATION: dict[str, tuple[str, str | None]] = {
     "fp8": ("fp8", "fp8"),
     **dict.fromkeys(("awq", "awq_marlin", "gptq", "gptq_marlin"), ("int4", None)),
 }
 DTYPES = {"auto": None, "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}
 KV_DTYPES = {"auto": None, "bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
-MAX_GRAPH_SIZE = 1 << 24  # a captured batch past any engine's (engine.MAX_GRAPH_TOKENS)
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose mistakes are UserErrors naming the command they came from."""
+    """argparse whose mistakes are UserErrors naming the command they came from, and that takes no
+    prefix of a flag for the flag (``--enable-lo`` is not ``--enable-log-requests``)."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def __init__(self, prog: str, **kwargs: Any) -> None:
+        super().__init__(prog=prog, add_help=False, allow_abbrev=False, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
         raise UserError(f"{self.prog}: {message}")
 
 
 def _words(text: str, command: tuple[str, ...], what: str) -> list[str]:
-    """The arguments of one command line: shell words, less the command's own leading words
-    (``vllm serve``), with vLLM's underscore spellings (``--max_num_seqs``) read as dashes."""
+    """The arguments of one command line: shell words, less a leading environment (``VAR=1``) and the
+    command's own words (``vllm serve``), with vLLM's underscore spellings (``--max_num_seqs``) read
+    as dashes."""
     try:
         words = shlex.split(text)
     except ValueError as exc:
         raise UserError(f"{what} {cut(text)!r}: {exc}") from None
-    while words and "=" in words[0] and not words[0].startswith("-") and words[0].split("=", 1)[0].isidentifier():
-        words = words[1:]  # (VLLM_USE_V1=1 vllm serve ...: the environment is not a flag)
-    n = len(command)
-    if words[:n] == list(command):
-        words = words[n:]
+    while words and not words[0].startswith("-") and words[0].split("=", 1)[0].isidentifier() and "=" in words[0]:
+        words = words[1:]
+    if words[: len(command)] == list(command):
+        words = words[len(command) :]
     out = []
     for w in words:
         if w.startswith("--"):
-            flag, eq, value = w.partition("=")
-            w = flag.replace("_", "-") + eq + value
+            name, eq, value = w.partition("=")
+            w = name.replace("_", "-") + eq + value
         out.append(w)
     return out
 
 
-def _refuse_section_flags(words: list[str], what: str) -> None:
-    for w in words:
-        flag = w.split("=", 1)[0]
-        if flag in SECTION_FLAGS:
-            raise UserError(
-                f"{what}: {flag} is not read from a command line; write {SECTION_FLAGS[flag]} in a scenario "
-                "(--scenario-out writes the rest of it)"
-            )
-        if flag == "--no-enable-chunked-prefill":
-            raise UserError(
-                f"{what}: {flag}: not modelled; llmsim's vllm policy always chunks prompts, as vLLM v1 does by default"
-            )
-
-
 def _add_ignored(p: argparse.ArgumentParser, flags: dict[str, bool | int | str]) -> None:
-    for flag, takes in flags.items():
-        dest = "ignored_" + flag.lstrip("-").replace("-", "_")
+    for name, takes in flags.items():
+        dest = "ignored_" + name.lstrip("-").replace("-", "_")
         if takes is False:
-            p.add_argument(flag, dest=dest, action="store_true", default=argparse.SUPPRESS)
+            p.add_argument(name, dest=dest, action="store_true", default=argparse.SUPPRESS)
         else:
-            p.add_argument(flag, dest=dest, nargs="+" if takes == "+" else None, default=argparse.SUPPRESS)
+            p.add_argument(name, dest=dest, nargs="+" if takes == "+" else None, default=argparse.SUPPRESS)
 
 
-def _ignored(ns: argparse.Namespace) -> list[str]:
-    """The ignored flags a command line gave, as flags."""
-    return sorted("--" + k[len("ignored_") :].replace("_", "-") for k in vars(ns) if k.startswith("ignored_"))
-
-
-def _parse(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace:
+def _parse(parser: argparse.ArgumentParser, words: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The parsed flags, and the ignored ones the line gave (as flags)."""
+    for w in words:
+        if w.split("=", 1)[0] in REFUSED:
+            raise UserError(f"{parser.prog}: {w.split('=', 1)[0]}: {REFUSED[w.split('=', 1)[0]]}")
     ns, unknown = parser.parse_known_args(words)
     if unknown:
         raise UserError(
             f"{parser.prog}: {cut(' '.join(unknown))}: not a flag llmsim reads (docs/scenario.md lists the ones it "
             "translates; write a scenario for the rest)"
         )
-    return ns
+    ignored = sorted("--" + k[len("ignored_") :].replace("_", "-") for k in vars(ns) if k.startswith("ignored_"))
+    return ns, ignored
 
 
-def _at_least(what: str, flag: str, value: int | float | None, low: float) -> None:
-    if value is not None and not value >= low:  # (NaN fails too)
-        raise UserError(f"{what}: {flag} {value}: expected {low:g} or more")
+def _whole(value: object, low: int, high: int) -> bool:
+    return type(value) is int and low <= value <= high
+
+
+def _json_arg(text: str, name: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"vllm serve: {name} {cut(text)!r}: not JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise UserError(f"vllm serve: {name} {cut(text)!r}: expected a JSON object")
+    return value
 
 
 @dataclass
@@ -170,7 +168,7 @@ class Serve:
 
 
 def _serve_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="vllm serve", add_help=False)
+    p = _Parser("vllm serve")
     p.add_argument("model", nargs="?")
     p.add_argument("--model", dest="model_flag")
     p.add_argument("--dtype", choices=sorted(DTYPES))
@@ -202,115 +200,86 @@ def _serve_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _json_arg(text: str, flag: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"vllm serve: {flag} {cut(text)!r}: not JSON ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise UserError(f"vllm serve: {flag} {cut(text)!r}: expected a JSON object")
-    return value
-
-
-def _whole(value: object, low: int, high: int) -> bool:
-    return type(value) is int and low <= value <= high
-
-
-def capture_sizes(compilation: dict, flag: str = "--compilation-config") -> tuple[list[int] | None, bool, list[str]]:
+def capture_sizes(compilation: dict) -> tuple[list[int] | None, bool, list[str]]:
     """What a --compilation-config JSON says of CUDA graphs: the capture sizes it sets
     (``cudagraph_capture_sizes``, or vLLM's default list up to ``max_cudagraph_capture_size``), whether
     ``cudagraph_mode`` NONE turns them off, and the keys it sets that llmsim does not read."""
     from llmsim.engine import vllm_capture_sizes
 
-    sizes = None
+    name, sizes = "--compilation-config", None
     if "cudagraph_capture_sizes" in compilation:
         v = compilation["cudagraph_capture_sizes"]
-        if not isinstance(v, list) or not v or not all(_whole(x, 1, MAX_GRAPH_SIZE) for x in v):
+        if not isinstance(v, list) or not v or not all(_whole(x, 1, MAX_GRAPH_TOKENS) for x in v):
             raise UserError(
-                f"vllm serve: {flag} cudagraph_capture_sizes: expected a list of batch sizes, got {cut(repr(v))}"
+                f"vllm serve: {name} cudagraph_capture_sizes: expected a list of batch sizes, got {cut(repr(v))}"
             )
         sizes = list(v)
     elif "max_cudagraph_capture_size" in compilation:
         v = compilation["max_cudagraph_capture_size"]
-        if not _whole(v, 1, MAX_GRAPH_SIZE):
-            raise UserError(f"vllm serve: {flag} max_cudagraph_capture_size: expected a batch size, got {cut(repr(v))}")
+        if not _whole(v, 1, MAX_GRAPH_TOKENS):
+            raise UserError(f"vllm serve: {name} max_cudagraph_capture_size: expected a batch size, got {cut(repr(v))}")
         sizes = list(vllm_capture_sizes(v))
     mode = compilation.get("cudagraph_mode")
     off = isinstance(mode, str) and mode.upper() == "NONE"
-    known = {"cudagraph_capture_sizes", "max_cudagraph_capture_size"} | ({"cudagraph_mode"} if off else set())
-    return sizes, off, sorted(f"{flag} {k}" for k in compilation if k not in known)
+    read = {"cudagraph_capture_sizes", "max_cudagraph_capture_size"} | ({"cudagraph_mode"} if off else set())
+    return sizes, off, sorted(f"{name} {k}" for k in compilation if k not in read)
 
 
 def _graphs(ns: argparse.Namespace) -> tuple[list[int] | None, bool, list[str]]:
-    """(capture sizes, graphs off, ignored keys) from --cuda-graph-sizes, --max-cudagraph-capture-size
-    and --compilation-config, the last given winning as in vLLM's own config."""
+    """(capture sizes, graphs off, ignored settings). The sizes come from --compilation-config, else
+    --max-cudagraph-capture-size, else --cuda-graph-sizes, whatever their order on the line; -O0 or
+    cudagraph_mode NONE turns graphs off."""
     from llmsim.engine import vllm_capture_sizes
 
     sizes, off, ignored = ns.cuda_graph_sizes, False, []
-    if sizes is not None and not all(1 <= s <= MAX_GRAPH_SIZE for s in sizes):
+    if sizes is not None and not all(1 <= s <= MAX_GRAPH_TOKENS for s in sizes):
         raise UserError(f"vllm serve: --cuda-graph-sizes {cut(' '.join(map(str, sizes)))}: expected batch sizes >= 1")
     if ns.max_cudagraph_capture_size is not None:
-        if not 1 <= ns.max_cudagraph_capture_size <= MAX_GRAPH_SIZE:
+        if not 1 <= ns.max_cudagraph_capture_size <= MAX_GRAPH_TOKENS:
             raise UserError(
-                f"vllm serve: --max-cudagraph-capture-size {ns.max_cudagraph_capture_size}: expected 1 to {MAX_GRAPH_SIZE:,}"
+                f"vllm serve: --max-cudagraph-capture-size {ns.max_cudagraph_capture_size}: "
+                f"expected 1 to {MAX_GRAPH_TOKENS:,}"
             )
         sizes = list(vllm_capture_sizes(ns.max_cudagraph_capture_size))
     if ns.compilation_config is not None:
         given, off, ignored = capture_sizes(_json_arg(ns.compilation_config, "--compilation-config"))
         sizes = given if given is not None else sizes
-    level = ns.optimization_level
+    level = None if ns.optimization_level is None else ns.optimization_level.strip()
     if level is not None:
-        if level.strip() not in ("0", "1", "2", "3"):
+        if level not in ("0", "1", "2", "3"):
             raise UserError(f"vllm serve: -O {cut(level, 40)}: expected an optimisation level, 0 to 3")
-        off = off or level.strip() == "0"
-        if level.strip() != "0":
-            ignored = [*ignored, f"-O{level.strip()}"]
+        off = off or level == "0"
+        ignored = ignored if level == "0" else [*ignored, f"-O{level}"]
     return sizes, off, ignored
 
 
 def _redundant_experts(ns: argparse.Namespace) -> int:
     value = ns.num_redundant_experts
     if ns.eplb_config is not None:
-        cfg = _json_arg(ns.eplb_config, "--eplb-config")
-        value = cfg.get("num_redundant_experts", value)
-        if not _whole(value, 0, 4096) and value is not None:
-            raise UserError(
-                f"vllm serve: --eplb-config num_redundant_experts: expected 0 to 4096, got {cut(repr(value))}"
-            )
-    _at_least("vllm serve", "--num-redundant-experts", value, 0)
+        value = _json_arg(ns.eplb_config, "--eplb-config").get("num_redundant_experts", value)
+    if value is not None and not _whole(value, 0, 4096):
+        raise UserError(f"vllm serve: redundant experts: expected 0 to 4096, got {cut(repr(value), 40)}")
     if value and not ns.enable_eplb:
         raise UserError("vllm serve: redundant experts without --enable-eplb (vLLM places them only under EPLB)")
     return value or 0
 
 
-def parse_serve(text: str) -> Serve:
-    """A ``vllm serve MODEL [flags]`` command line (``vllm serve`` itself may be left out)."""
-    words = _words(text, ("vllm", "serve"), "--serve")
-    _refuse_section_flags(words, "vllm serve")
-    ns = _parse(_serve_parser(), words)
-    if ns.model_flag and ns.model and ns.model_flag != ns.model:
-        raise UserError(f"vllm serve: the model is given twice ({ns.model} and --model {ns.model_flag})")
-    model = ns.model_flag or ns.model
-    if not model:
-        raise UserError("vllm serve: no model (vllm serve MODEL ...)")
-    w = "vllm serve"
-    for flag, value in (
-        ("-tp", ns.tensor_parallel_size),
-        ("-pp", ns.pipeline_parallel_size),
-        ("-dp", ns.data_parallel_size),
-    ):
-        _at_least(w, flag, value, 1)
-    for flag, value in (("--max-num-seqs", ns.max_num_seqs), ("--max-num-batched-tokens", ns.max_num_batched_tokens)):
-        _at_least(w, flag, value, 1)
-    _at_least(w, "--max-model-len", ns.max_model_len, 1)
-    _at_least(w, "--long-prefill-token-threshold", ns.long_prefill_token_threshold, 0)
-    _at_least(w, "--num-gpu-blocks-override", ns.num_gpu_blocks_override, 2)  # (one is vLLM's null block)
-    _at_least(w, "--block-size", ns.block_size, 1)
-    if ns.max_num_seqs and ns.max_num_batched_tokens and ns.max_num_batched_tokens < ns.max_num_seqs:
-        raise UserError(
-            f"vllm serve: --max-num-batched-tokens {ns.max_num_batched_tokens} is below --max-num-seqs "
-            f"{ns.max_num_seqs} (vLLM refuses it: every running sequence needs a token of the budget)"
-        )
+def _check_serve(ns: argparse.Namespace) -> None:
+    """The bounds vLLM's own argument checks hold the numbers to."""
+    bounds = (
+        ("-tp", ns.tensor_parallel_size, 1),
+        ("-pp", ns.pipeline_parallel_size, 1),
+        ("-dp", ns.data_parallel_size, 1),
+        ("--max-num-seqs", ns.max_num_seqs, 1),
+        ("--max-num-batched-tokens", ns.max_num_batched_tokens, 1),
+        ("--max-model-len", ns.max_model_len, 1),
+        ("--long-prefill-token-threshold", ns.long_prefill_token_threshold, 0),
+        ("--num-gpu-blocks-override", ns.num_gpu_blocks_override, 2),  # (one is vLLM's null block)
+        ("--block-size", ns.block_size, 1),
+    )
+    for name, value, low in bounds:
+        if value is not None and not value >= low:
+            raise UserError(f"vllm serve: {name} {value}: expected {low} or more")
     util = ns.gpu_memory_utilization
     if util is not None and not 0 < util <= 1:
         raise UserError(
@@ -321,9 +290,19 @@ def parse_serve(text: str) -> Serve:
             f"vllm serve: --quantization {cut(ns.quantization)!r}: llmsim reads {', '.join(sorted(QUANTIZATION))}; for "
             "another checkpoint format set model.weight_dtype / act_dtype in a scenario"
         )
-    sizes, graphs_off, ignored_keys = _graphs(ns)
+    if ns.model_flag and ns.model and ns.model_flag != ns.model:
+        raise UserError(f"vllm serve: the model is given twice ({ns.model} and --model {ns.model_flag})")
+    if not (ns.model_flag or ns.model):
+        raise UserError("vllm serve: no model (vllm serve MODEL ...)")
+
+
+def parse_serve(text: str) -> Serve:
+    """A ``vllm serve MODEL [flags]`` command line (``vllm serve`` itself may be left out)."""
+    ns, ignored = _parse(_serve_parser(), _words(text, ("vllm", "serve"), "--serve"))
+    _check_serve(ns)
+    sizes, graphs_off, unread = _graphs(ns)
     return Serve(
-        model=model,
+        model=ns.model_flag or ns.model,
         dtype=DTYPES[ns.dtype] if ns.dtype else None,
         quantization=ns.quantization,
         tp=ns.tensor_parallel_size,
@@ -336,7 +315,7 @@ def parse_serve(text: str) -> Serve:
         max_num_batched_tokens=ns.max_num_batched_tokens,
         long_prefill_token_threshold=ns.long_prefill_token_threshold,
         max_model_len=ns.max_model_len,
-        gpu_memory_utilization=util,
+        gpu_memory_utilization=ns.gpu_memory_utilization,
         num_gpu_blocks_override=ns.num_gpu_blocks_override,
         kv_cache_dtype=KV_DTYPES[ns.kv_cache_dtype] if ns.kv_cache_dtype else None,
         block_size=ns.block_size,
@@ -345,7 +324,7 @@ def parse_serve(text: str) -> Serve:
         cuda_graph_sizes=sizes,
         async_scheduling=ns.async_scheduling,
         served_names=ns.served_model_name,
-        ignored=_ignored(ns) + ignored_keys,
+        ignored=ignored + unread,
     )
 
 
@@ -371,91 +350,135 @@ class Bench:
     ignored: list[str] = field(default_factory=list)
 
 
-LATENCIES = ("ttft", "tpot", "itl", "e2el")
-# each setting's type and range (the flag that sets it is --<name with dashes>)
-CHECKS: dict[str, tuple[type, object]] = {
-    "dataset_name": (str, lambda v: bool(v)),
-    "random_input_len": (int, lambda v: v >= 1),
-    "random_output_len": (int, lambda v: v >= 1),
-    "random_range_ratio": (float, lambda v: 0 <= v < 1),
-    "random_prefix_len": (int, lambda v: v >= 0),
-    "num_prompts": (int, lambda v: v >= 1),
-    "request_rate": (float, lambda v: v > 0),
-    "burstiness": (float, lambda v: 0 < v < math.inf),
-    "max_concurrency": (int, lambda v: v >= 1),
-    "seed": (int, lambda v: 0 <= v < 2**32),  # (numpy's seeds)
-    "metric_percentiles": (list, lambda v: 0 < len(v) <= 100 and all(type(p) is float and 0 < p < 100 for p in v)),
-    "percentile_metrics": (list, lambda v: len(v) > 0 and set(v) <= set(LATENCIES)),
+# each setting's type, range and what a bad one is told (the flag is --<name with dashes>)
+CHECKS: dict[str, tuple[type, Callable[[Any], bool], str]] = {
+    "dataset_name": (str, lambda v: bool(v), "expected a dataset name"),
+    "random_input_len": (int, lambda v: v >= 1, "expected a whole number, 1 or more"),
+    "random_output_len": (int, lambda v: v >= 1, "expected a whole number, 1 or more"),
+    "random_range_ratio": (float, lambda v: 0 <= v < 1, "expected a ratio from 0 to below 1"),
+    "random_prefix_len": (int, lambda v: v >= 0, "expected 0 or more tokens"),
+    "num_prompts": (int, lambda v: v >= 1, "expected a whole number, 1 or more"),
+    "request_rate": (float, lambda v: v > 0, "expected requests per second above 0, or inf"),
+    "burstiness": (float, lambda v: 0 < v < math.inf, "expected a finite number above 0"),
+    "max_concurrency": (int, lambda v: v >= 1, "expected a whole number, 1 or more"),
+    "seed": (int, lambda v: 0 <= v < 2**32, "expected a whole number from 0 to 2**32 - 1"),  # (numpy's seeds)
+    "metric_percentiles": (
+        list,
+        lambda v: 0 < len(v) <= 100 and all(type(p) is float and 0 < p < 100 for p in v),
+        "expected up to 100 percentiles between 0 and 100, e.g. 50,90,99",
+    ),
+    "percentile_metrics": (
+        list,
+        lambda v: len(v) > 0 and set(v) <= set(LATENCIES),
+        f"expected some of {','.join(LATENCIES)}",
+    ),
 }
 
 
-def flag(name: str) -> str:
+def flag_of(name: str) -> str:
+    """A Bench setting's flag: random_input_len -> --random-input-len."""
     return "--" + name.replace("_", "-")
 
 
 def _bench_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="vllm bench serve", add_help=False, argument_default=argparse.SUPPRESS)
-    p.add_argument("--dataset-name", dest="dataset_name")
-    p.add_argument("--random-input-len", type=int, dest="random_input_len")
-    p.add_argument("--random-output-len", type=int, dest="random_output_len")
+    p = _Parser("vllm bench serve", argument_default=argparse.SUPPRESS)
+    for name, (kind, _, _) in CHECKS.items():
+        p.add_argument(flag_of(name), dest=name, type=kind if kind in (int, float) else str)
     p.add_argument("--input-len", type=int, dest="input_len")  # (vllm bench serve: these two win over the random ones)
     p.add_argument("--output-len", type=int, dest="output_len")
-    p.add_argument("--random-range-ratio", type=float, dest="random_range_ratio")
-    p.add_argument("--random-prefix-len", type=int, dest="random_prefix_len")
-    p.add_argument("--num-prompts", type=int, dest="num_prompts")
-    p.add_argument("--request-rate", type=float, dest="request_rate")
-    p.add_argument("--burstiness", type=float, dest="burstiness")
-    p.add_argument("--max-concurrency", type=int, dest="max_concurrency")
-    p.add_argument("--seed", type=int, dest="seed")
-    p.add_argument("--metric-percentiles", dest="metric_percentiles")
-    p.add_argument("--percentile-metrics", dest="percentile_metrics")
+    p.add_argument("--model", dest="model")
     _add_ignored(p, BENCH_IGNORED)
     return p
 
 
-def parse_bench(text: str) -> Bench:
-    """A ``vllm bench serve [flags]`` command line (``vllm bench serve`` itself may be left out)."""
-    ns = _parse(_bench_parser(), _words(text, ("vllm", "bench", "serve"), "--bench"))
-    given = {k: listed(k, v) for k, v in vars(ns).items() if not k.startswith("ignored_")}
-    for general, name in (("input_len", "random_input_len"), ("output_len", "random_output_len")):
-        if general in given:
-            given[name] = given.pop(general)
-    bench = Bench(**given, given=frozenset(given), ignored=_ignored(ns))  # type: ignore[arg-type]
+def parse_bench(text: str) -> tuple[Bench, str | None]:
+    """A ``vllm bench serve [flags]`` command line (``vllm bench serve`` itself may be left out): the
+    run's settings, and the model it names (``--model``), if any."""
+    ns, ignored = _parse(_bench_parser(), _words(text, ("vllm", "bench", "serve"), "--bench"))
+    given = settings_of(vars(ns))
+    bench = replace(Bench(), **given, given=frozenset(given), ignored=ignored)
     check_bench(bench, "vllm bench serve")
-    return bench
+    return bench, getattr(ns, "model", None)
 
 
-def with_settings(bench: Bench, settings: dict[str, object], where: str) -> Bench:
+def with_settings(bench: Bench, settings: dict[str, Any], where: str) -> Bench:
     """``bench`` with ``settings`` (a real run's record of them) where the command line did not
     name them; each checked as the command line's are."""
-    taken = {k: v for k, v in settings.items() if k not in bench.given}
-    out = Bench(**{**{k: getattr(bench, k) for k in SETTINGS}, **taken}, given=bench.given, ignored=bench.ignored)  # type: ignore[arg-type]
+    out = replace(bench, **{k: v for k, v in settings.items() if k not in bench.given})
     check_bench(out, where)
     return out
 
 
 def check_bench(bench: Bench, where: str) -> None:
     """Each setting of the type and in the range vllm bench serve takes (a UserError naming the flag)."""
-    for name, (kind, ok) in CHECKS.items():
+    assert set(CHECKS) == set(SETTINGS)
+    for name, (kind, ok, expected) in CHECKS.items():
         value = getattr(bench, name)
         if value is None and name == "max_concurrency":
             continue
         typed = isinstance(value, kind) or (kind is float and isinstance(value, int))
-        if isinstance(value, bool) or not typed or not ok(value):  # type: ignore[operator]
-            raise UserError(f"{where}: {flag(name)} {cut(repr(value))}: {_expected(name)}")
+        if isinstance(value, bool) or not typed or not ok(value):
+            raise UserError(f"{where}: {flag_of(name)} {cut(repr(value), 40)}: {expected}")
 
 
-def _expected(name: str) -> str:
-    return {
-        "dataset_name": "expected a dataset name",
-        "random_range_ratio": "expected a ratio from 0 to below 1",
-        "random_prefix_len": "expected 0 or more tokens",
-        "request_rate": "expected requests per second above 0, or inf",
-        "burstiness": "expected a finite number above 0",
-        "seed": "expected a whole number from 0 to 2**32 - 1",
-        "metric_percentiles": "expected up to 100 percentiles between 0 and 100, e.g. 50,90,99",
-        "percentile_metrics": f"expected some of {','.join(LATENCIES)}",
-    }.get(name, "expected a whole number, 1 or more")
+def replays_own_send_times(result: Result, bench: Bench) -> bool:
+    """A detailed result's requests go at its own send times where it has them, no concurrency cap
+    held them back (those times are the cap's), and the command line names no other rate."""
+    sent = result.sent
+    other_rate = "request_rate" in bench.given and bench.request_rate != result.settings.get("request_rate")
+    return sent is not None and sent.start_times is not None and not bench.max_concurrency and not other_rate
+
+
+def sent_requests(result: Result, bench: Bench) -> list[tuple[float, int, int]]:
+    """(send time s, prompt tokens, output tokens) of each request a detailed result file sent, in
+    the order they were sent: the file's own send times from the first (``replays_own_send_times``),
+    else those vllm bench drew for every request of the file at the rate, burstiness and seed (the
+    failed requests' times left out, not closed up), or 0 for all at once."""
+    from llmsim.workload.generators import vllm_bench_arrivals
+
+    sent = result.sent
+    assert sent is not None
+    if replays_own_send_times(result, bench):
+        assert sent.start_times is not None
+        times = [t - min(sent.start_times) for t in sent.start_times]
+    elif math.isinf(bench.request_rate):
+        times = [0.0] * len(sent.index)
+    else:
+        drawn = vllm_bench_arrivals(bench.seed, bench.request_rate, bench.burstiness, sent.count)
+        times = [float(drawn[i]) for i in sent.index]
+    rows = zip(times, sent.input_lens, sent.output_lens, strict=True)
+    return sorted(rows, key=lambda r: r[0])  # (stable: the file's order among equal times)
+
+
+def check_lengths(result: Result, bench: Bench) -> None:
+    """A result without its requests says nothing of the dataset's lengths unless its printout's
+    Namespace does: the command line must give them then; and where the result has its token
+    totals, they must be those lengths' (else the replay would be of another run)."""
+    if result.sent is not None:
+        if "num_prompts" in bench.given and bench.num_prompts != result.sent.count:
+            raise UserError(
+                f"--bench --num-prompts {bench.num_prompts}: {result.path} holds the {result.sent.count:,} requests "
+                "the run sent"
+            )
+        return
+    if not {"random_input_len", "random_output_len"} <= bench.given | set(result.settings):
+        raise UserError(
+            f"{result.path}: records no prompt and output lengths: give the run's --bench line "
+            "(its --random-input-len and --random-output-len)"
+        )
+    done = result.figures.get("completed")
+    prefix = f" + --random-prefix-len {bench.random_prefix_len}" if bench.random_prefix_len else ""
+    for total, expected, name in (
+        ("total_input_tokens", bench.random_input_len + bench.random_prefix_len, f"--random-input-len{prefix}"),
+        ("total_output_tokens", bench.random_output_len, "--random-output-len"),
+    ):
+        if done and total in result.figures:
+            mean = result.figures[total] / done
+            if abs(mean / expected - 1) > 0.05:  # (vLLM's prompts are short by the tokenizer's special tokens)
+                raise UserError(
+                    f"{result.path}: {total} / completed = {mean:,.1f} tokens a request, where {name} gives "
+                    f"{expected:,}: give the run's own --bench line"
+                )
 
 
 # --- the scenario ---------------------------------------------------------------------------------
@@ -489,55 +512,52 @@ def model_entry(model: str) -> tuple[str | dict, str]:
     return name, f"{model} -> catalog {name}" + (f" ({why})" if why else "")
 
 
-def _weights(method: str, bits: object, where: str) -> tuple[str, str | None]:
-    """(weight dtype, compute dtype or None for the model's own) of a quantisation method."""
-    weight, act = QUANTIZATION[method]
-    if weight == "int4" and bits is not None:
-        if bits not in (4, 8):
-            raise UserError(f"{where}: {method} with bits {cut(repr(bits), 20)}: llmsim reads 4- and 8-bit weights")
-        weight = f"int{bits}"
-    return weight, act
+def has_experts(entry: str | dict) -> bool:
+    """A model_entry's model has routed experts."""
+    from llmsim.models import CATALOG, from_hf_config
+
+    return (CATALOG[entry] if isinstance(entry, str) else from_hf_config(Path(entry["hf_config"]))).is_moe
 
 
-def checkpoint_quantization(model: str | dict) -> tuple[str, object] | None:
+def checkpoint_quantization(entry: str | dict) -> tuple[str, object] | None:
     """The quant_method (and bits) of a served config.json's quantization_config, which vLLM applies
     without a --quantization flag (None: unquantised, or a catalog model)."""
-    if not isinstance(model, dict):
+    if not isinstance(entry, dict):
         return None
     from llmsim.errors import load_json_object
 
-    where = f"vllm serve: {model['hf_config']}: quantization_config"
-    cfg = load_json_object(Path(model["hf_config"]), "vllm serve")
+    cfg = load_json_object(Path(entry["hf_config"]), "vllm serve")
     if "quantization_config" not in cfg:
         return None
     q = cfg["quantization_config"]
     method = q.get("quant_method") if isinstance(q, dict) else None
     if method not in QUANTIZATION:
         raise UserError(
-            f"{where} quant_method {cut(repr(method), 40)}: llmsim reads {', '.join(sorted(QUANTIZATION))}; for "
-            "another format set model.weight_dtype / act_dtype in a scenario"
+            f"vllm serve: {entry['hf_config']}: quantization_config quant_method {cut(repr(method), 40)}: llmsim "
+            f"reads {', '.join(sorted(QUANTIZATION))}; for another format set model.weight_dtype / act_dtype in a scenario"
         )
     return str(method), q.get("bits")
 
 
-def _family(method: str) -> str:
-    return method.removesuffix("_marlin")
-
-
-def _precision(serve: Serve, model: str | dict, hardware: str) -> dict:
+def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
     """model.weight_dtype / act_dtype for --dtype and --quantization or the checkpoint's own
     quantization_config (vLLM refuses the two disagreeing)."""
     from llmsim.hardware import load_profile
 
-    own = checkpoint_quantization(model)
-    if serve.quantization and own and _family(serve.quantization) != _family(own[0]):
+    own = checkpoint_quantization(entry)
+    family = lambda m: m.removesuffix("_marlin")  # noqa: E731  (awq and awq_marlin read the same checkpoint)
+    if serve.quantization and own and family(serve.quantization) != family(own[0]):
         raise UserError(f"vllm serve: --quantization {serve.quantization}, but the checkpoint is {own[0]}-quantised")
-    out: dict = {}
-    if serve.dtype:
-        out = {"weight_dtype": serve.dtype, "act_dtype": serve.dtype}
+    out: dict = {"weight_dtype": serve.dtype, "act_dtype": serve.dtype} if serve.dtype else {}
     method, bits = own if own else (serve.quantization, None)
     if method:
-        weight, act = _weights(method, bits, "vllm serve")
+        weight, act = QUANTIZATION[method]
+        if weight == "int4" and bits is not None:
+            if bits not in (4, 8):
+                raise UserError(
+                    f"vllm serve: {method} with bits {cut(repr(bits), 20)}: llmsim reads 4- and 8-bit weights"
+                )
+            weight = f"int{bits}"
         if act == "fp8" and not load_profile(hardware).supports("fp8"):
             act = None  # vLLM serves FP8 weights through Marlin, weight-only, on GPUs without FP8 units
         out["weight_dtype"] = weight
@@ -546,12 +566,11 @@ def _precision(serve: Serve, model: str | dict, hardware: str) -> dict:
     return out
 
 
-def has_experts(model: str | dict) -> bool:
-    """A model_entry's model has routed experts."""
-    from llmsim.models import CATALOG, from_hf_config
-
-    spec = CATALOG[model] if isinstance(model, str) else from_hf_config(Path(model["hf_config"]))
-    return spec.is_moe
+def dense_ignored(serve: Serve) -> list[str]:
+    """The expert-parallel flags vLLM ignores because the model has no experts."""
+    if has_experts(model_entry(serve.model)[0]):
+        return []
+    return [f for f, on in (("-ep", serve.expert_parallel), ("--enable-eplb", serve.eplb)) if on]
 
 
 def _lengths(value: int, ratio: float) -> dict:
@@ -560,6 +579,31 @@ def _lengths(value: int, ratio: float) -> dict:
     if ratio == 0:
         return {"dist": "fixed", "value": value}
     return {"dist": "uniform", "min": max(1, math.floor(value * (1 - ratio))), "max": math.ceil(value * (1 + ratio))}
+
+
+# the scenario keys scenario_dict writes from a flag (to name the flag in an error about the key)
+KEY_FLAGS = {
+    "cluster.replicas": "-dp",
+    "cluster.tp": "-tp",
+    "cluster.pp": "-pp",
+    "cluster.expert_parallel": "-ep",
+    "cluster.eplb": "--enable-eplb",
+    "cluster.redundant_experts": "--num-redundant-experts",
+    "policy.max_num_seqs": "--max-num-seqs",
+    "policy.chunk_tokens": "--max-num-batched-tokens",
+    "policy.max_model_len": "--max-model-len",
+    "policy.long_prefill_token_threshold": "--long-prefill-token-threshold",
+    "kv_cache.num_blocks": "--num-gpu-blocks-override",
+    "kv_cache.memory_fraction": "--gpu-memory-utilization",
+    "kv_cache.block_tokens": "--block-size",
+    "workload.prompt_tokens": "--random-input-len",
+    "workload.output_tokens": "--random-output-len",
+    "workload.cv": "--burstiness",
+    "workload.rate_rps": "--request-rate",
+    "workload.num_requests": "--num-prompts",
+    "workload.max_concurrency": "--max-concurrency",
+    "seed": "--seed",
+}
 
 
 def scenario_dict(
@@ -575,10 +619,8 @@ def scenario_dict(
     the random dataset; ``kv_blocks``: the KV capacity the server logged, in vLLM's blocks (its
     null block included, as vLLM counts them)."""
     entry, _ = model_entry(serve.model)
-    model = entry
     precision = _precision(serve, entry, hardware)
-    if precision:
-        model = {**({"name": entry} if isinstance(entry, str) else entry), **precision}
+    model = {**({"name": entry} if isinstance(entry, str) else entry), **precision} if precision else entry
     policy: dict = {"kind": "vllm"}
     for key, value in (
         ("max_num_seqs", serve.max_num_seqs),
@@ -588,11 +630,12 @@ def scenario_dict(
     ):
         if value is not None:
             policy[key] = value
-    kv: dict = {"memory_fraction": serve.gpu_memory_utilization if serve.gpu_memory_utilization is not None else 0.9}
+    kv: dict = {}
     blocks = kv_blocks if kv_blocks is not None else serve.num_gpu_blocks_override
     if blocks is not None:
         kv["num_blocks"] = blocks - 1  # block 0 is vLLM's null block
     for key, value in (
+        ("memory_fraction", serve.gpu_memory_utilization),
         ("dtype", serve.kv_cache_dtype),
         ("block_tokens", serve.block_size),
         ("prefix_caching", serve.prefix_caching),
@@ -604,8 +647,8 @@ def scenario_dict(
         cluster["pp"] = serve.pp
     if serve.dp > 1:
         cluster |= {"replicas": serve.dp, "router": "vllm_dp"}
-    moe = has_experts(entry)
-    if serve.expert_parallel and moe:  # (vLLM ignores expert parallelism on a dense model)
+    moe = has_experts(entry)  # (vLLM ignores expert parallelism on a dense model)
+    if serve.expert_parallel and moe:
         cluster["expert_parallel"] = True
     if serve.eplb and moe:
         cluster |= {"eplb": True, "redundant_experts": serve.redundant_experts}
@@ -658,53 +701,3 @@ def _workload(bench: Bench, trace_csv: str | None) -> dict:
     if bench.max_concurrency:
         workload["max_concurrency"] = bench.max_concurrency
     return workload
-
-
-def sent_requests(result: Result, bench: Bench) -> list[tuple[float, int, int]]:
-    """(send time s, prompt tokens, output tokens) of each request a detailed result file sent, in
-    the order they were sent. The times are the file's own start times (from the first) where it
-    has them, no concurrency cap held requests back and the command line names no rate; else the
-    times vllm bench drew for every request of the file (the rate, burstiness and seed), or 0 for
-    all at once; the failed requests' times are then left out, not closed up."""
-    from llmsim.workload.generators import vllm_bench_arrivals
-
-    assert result.input_lens is not None and result.output_lens is not None
-    own = result.start_times is not None and not bench.max_concurrency and "request_rate" not in bench.given
-    if own:
-        assert result.start_times is not None
-        first = min(result.start_times)
-        times = [t - first for t in result.start_times]
-    elif math.isinf(bench.request_rate):
-        times = [0.0] * len(result.input_lens)
-    else:
-        drawn = vllm_bench_arrivals(bench.seed, bench.request_rate, bench.burstiness, result.sent)
-        times = [float(drawn[i]) for i in result.kept]
-    rows = zip(times, result.input_lens, result.output_lens, strict=True)
-    return sorted(rows, key=lambda r: r[0])  # (stable: the file's order among equal times)
-
-
-def check_lengths(result: Result, bench: Bench) -> None:
-    """A result without its requests says nothing of the dataset's lengths unless its printout's
-    Namespace does: the command line must give them then; and where the result has its token
-    totals, they must be those lengths' (else the replay would be of another run)."""
-    if result.input_lens is not None:
-        return
-    named = {"random_input_len", "random_output_len"}
-    if not named <= bench.given | set(result.settings):
-        raise UserError(
-            f"{result.path}: records no prompt and output lengths: give the run's --bench line "
-            "(its --random-input-len and --random-output-len)"
-        )
-    done = result.figures.get("completed")
-    prefix = f" + --random-prefix-len {bench.random_prefix_len}" if bench.random_prefix_len else ""
-    for total, expected, name in (
-        ("total_input_tokens", bench.random_input_len + bench.random_prefix_len, f"--random-input-len{prefix}"),
-        ("total_output_tokens", bench.random_output_len, "--random-output-len"),
-    ):
-        if done and total in result.figures:
-            mean = result.figures[total] / done
-            if abs(mean / expected - 1) > 0.05:  # (vLLM's prompts are short by the tokenizer's special tokens)
-                raise UserError(
-                    f"{result.path}: {total} / completed = {mean:,.1f} tokens a request, where {name} gives "
-                    f"{expected:,}: give the run's own --bench line"
-                )

@@ -13,15 +13,35 @@ import yaml
 from script_module import load_script
 
 from llmsim.cli import main
-from llmsim.commands.bench import check_same_model, from_result
+from llmsim.commands.bench import check_same_model
 from llmsim.errors import UserError
 from llmsim.scenario import scenario_from_dict
-from llmsim.vllmcli import Bench, model_entry, parse_bench, parse_serve, scenario_dict, sent_requests
-from llmsim.vllmresult import load_result
+from llmsim.vllmcli import (
+    Bench,
+    check_lengths,
+    model_entry,
+    parse_bench,
+    parse_serve,
+    scenario_dict,
+    sent_requests,
+    with_settings,
+)
+from llmsim.vllmresult import Result, load_result
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE = "vllm serve Qwen/Qwen3-8B --max-num-seqs 64 --port 8000"
 BENCH = "vllm bench serve --random-input-len 256 --random-output-len 32 --num-prompts 40 --request-rate 8 --seed 3"
+
+
+def bench_of(line: str) -> Bench:
+    return parse_bench(line)[0]
+
+
+def from_result(result: Result, bench: Bench) -> Bench:
+    """What `llmsim bench` makes of a --bench line and a real run's result."""
+    bench = with_settings(bench, result.settings, str(result.path))
+    check_lengths(result, bench)
+    return bench
 
 
 def test_serve_flags_translate_as_the_docs_table_says():
@@ -91,7 +111,6 @@ def test_precision_flags():
         ("vllm serve llama-3.1-8b --gpu-memory-utilization 0", "above 0 and at most 1"),
         ("vllm serve llama-3.1-8b --num-gpu-blocks-override 1", "--num-gpu-blocks-override 1: expected 2 or more"),
         ("vllm serve llama-3.1-8b --num-redundant-experts 8", "without --enable-eplb"),
-        ("vllm serve llama-3.1-8b --max-num-seqs 64 --max-num-batched-tokens 32", "is below --max-num-seqs 64"),
         ("vllm serve llama-3.1-8b --max-cudagraph-capture-size 1000000000", "expected 1 to 16,777,216"),
         (
             'vllm serve llama-3.1-8b -cc \'{"cudagraph_capture_sizes": ["a"]}\'',
@@ -115,7 +134,7 @@ def test_serve_refuses_what_it_cannot_read(line, fragment):
 
 
 def test_bench_defaults_and_random_lengths():
-    b = parse_bench("")
+    b = bench_of("")
     assert (b.dataset_name, b.random_input_len, b.random_output_len, b.num_prompts, b.seed) == (
         "random",
         1024,
@@ -124,7 +143,7 @@ def test_bench_defaults_and_random_lengths():
         0,
     )
     assert math.isinf(b.request_rate) and b.metric_percentiles == [99.0] and b.given == frozenset()
-    w = scenario_dict("H100-SXM", parse_serve(SERVE), parse_bench(BENCH))["workload"]
+    w = scenario_dict("H100-SXM", parse_serve(SERVE), bench_of(BENCH))["workload"]
     assert w == {
         "kind": "poisson",
         "num_requests": 40,
@@ -133,14 +152,14 @@ def test_bench_defaults_and_random_lengths():
         "rate_rps": 8.0,
         "arrivals": "vllm_bench",
     }
-    ratio = parse_bench("--input-len 1000 --output-len 100 --random-range-ratio 0.5 --burstiness 4 --request-rate 2")
+    ratio = bench_of("--input-len 1000 --output-len 100 --random-range-ratio 0.5 --burstiness 4 --request-rate 2")
     w = scenario_dict("H100-SXM", parse_serve(SERVE), ratio)["workload"]
     assert w["prompt_tokens"] == {"dist": "uniform", "min": 500, "max": 1500}
     assert w["kind"] == "gamma" and w["cv"] == 0.5
     with pytest.raises(UserError, match="--dataset-name sharegpt: llmsim draws only the random dataset"):
-        scenario_dict("H100-SXM", parse_serve(SERVE), parse_bench("--dataset-name sharegpt"))
+        scenario_dict("H100-SXM", parse_serve(SERVE), bench_of("--dataset-name sharegpt"))
     with pytest.raises(UserError, match="--random-range-ratio 1.0: expected a ratio from 0 to below 1"):
-        parse_bench("--random-range-ratio 1")
+        bench_of("--random-range-ratio 1")
 
 
 def test_a_checkpoint_s_quantization_config_is_read_as_vllm_reads_it(tmp_path):
@@ -209,30 +228,32 @@ def test_a_detailed_result_is_replayed_request_by_request(tmp_path):
         errors=["", "timeout", "", ""],
     )
     res = load_result(path)
-    assert res.input_lens == [100, 300, 400] and res.output_lens == [10, 30, 40]  # the failed one is dropped
-    assert (res.kept, res.sent) == ([0, 2, 3], 4)
-    bench = from_result(res, parse_bench("--seed 1"))
+    assert res.sent.input_lens == [100, 300, 400] and res.sent.output_lens == [10, 30, 40]  # the failed one left out
+    assert (res.sent.index, res.sent.count, res.sent.empty) == ([0, 2, 3], 4, 0)
+    bench = from_result(res, bench_of("--seed 1"))
     assert bench.num_prompts == 4 and bench.request_rate == 2.0
     assert sent_requests(res, bench) == [(0.0, 300, 30), (0.5, 100, 10), (2.0, 400, 40)]
     # no send times (vLLM before 0.11), or a concurrency cap that held requests back: the client's
     # draws for all four requests, the failed one's left out (not closed up)
-    res.start_times = None
+    res.sent.start_times = None
     times = [t for t, _, _ in sent_requests(res, bench)]
     from llmsim.workload.generators import vllm_bench_arrivals
 
     drawn = vllm_bench_arrivals(1, 2.0, 1.0, 4)
     assert times == [drawn[0], drawn[2], drawn[3]]
     # a rate the command line names wins over the file's (and over its send times)
-    assert from_result(res, parse_bench("--request-rate 5")).request_rate == 5
+    assert from_result(res, bench_of("--request-rate 5")).request_rate == 5
     # all at once: the file's order, not the prompts' lengths
-    res.input_lens = [300, 100, 200]
-    at_once = from_result(res, parse_bench("--request-rate inf"))
+    res.sent.input_lens = [300, 100, 200]
+    at_once = from_result(res, bench_of("--request-rate inf"))
     assert [p for _, p, _ in sent_requests(res, at_once)] == [300, 100, 200]
-    with pytest.raises(UserError, match=r"result.json: the run served Qwen/Qwen3-8B, where --serve serves llama"):
-        check_same_model(res, parse_serve("llama-3.1-8b"))
-    check_same_model(res, parse_serve("qwen3-8b"))  # (the same catalog model, named otherwise)
-    with pytest.raises(UserError, match="--bench --num-prompts, --random-input-len: .* holds the requests"):
-        from_result(load_result(path), parse_bench("--num-prompts 9 --random-input-len 5"))
+    with pytest.raises(UserError, match=r"result.json: the run is of Qwen/Qwen3-8B, where --serve serves llama"):
+        check_same_model(str(res.path), res.model_id, parse_serve("llama-3.1-8b"))
+    check_same_model(str(res.path), res.model_id, parse_serve("qwen3-8b"))  # (the same catalog model, named otherwise)
+    # the file's requests are its count: another --num-prompts is refused, the file's own taken
+    with pytest.raises(UserError, match="--bench --num-prompts 9: .*result.json holds the 4 requests"):
+        from_result(load_result(path), bench_of("--num-prompts 9"))
+    assert from_result(load_result(path), bench_of("--num-prompts 4 --request-rate 2")).num_prompts == 4
 
 
 @pytest.mark.parametrize(
@@ -338,7 +359,7 @@ def test_the_real_passes_are_scored_through_this_translation():
         )
         if b.get("max_concurrency"):
             line += f" --max-concurrency {b['max_concurrency']}"
-        mine = scenario_dict(runs.hardware(run), parse_serve(serve), parse_bench(line), name="x")
+        mine = scenario_dict(runs.hardware(run), parse_serve(serve), bench_of(line), name="x")
         theirs = runs.scenario_dict(run, logged_kv=False)
         theirs["name"] = "x"
         assert scenario_from_dict(mine, "a", ROOT).model_dump() == scenario_from_dict(theirs, "b", ROOT).model_dump()
@@ -409,7 +430,7 @@ def test_a_printout_gives_the_benchmark_s_settings_and_figures(tmp_path, capsys)
     log = tmp_path / "bench.log"
     log.write_text(PRINTOUT)
     res = load_result(log)
-    assert res.model_id == "Qwen/Qwen3-8B" and res.input_lens is None
+    assert res.model_id == "Qwen/Qwen3-8B" and res.sent is None
     assert res.settings == {
         "dataset_name": "random",
         "random_input_len": 256,
@@ -424,10 +445,10 @@ def test_a_printout_gives_the_benchmark_s_settings_and_figures(tmp_path, capsys)
         "percentile_metrics": ["ttft", "tpot", "itl"],
     }
     assert res.figures["p99_ttft_ms"] == 35.1 and res.figures["completed"] == 40 and "mean_itl_ms" not in res.figures
-    bench = from_result(res, parse_bench(""))
+    bench = from_result(res, bench_of(""))
     assert (
         scenario_dict("H100-SXM", parse_serve(SERVE), bench)["workload"]
-        == scenario_dict("H100-SXM", parse_serve(SERVE), parse_bench(BENCH))["workload"]
+        == scenario_dict("H100-SXM", parse_serve(SERVE), bench_of(BENCH))["workload"]
     )
     assert main(["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--result", str(log), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -439,7 +460,7 @@ def test_a_printout_gives_the_benchmark_s_settings_and_figures(tmp_path, capsys)
     rate = tmp_path / "rate.log"
     rate.write_text(PRINTOUT.replace("request_rate=8.0", "request_rate='fast'").replace("Request rate configured", "X"))
     with pytest.raises(UserError, match="--request-rate 'fast': expected requests per second above 0, or inf"):
-        from_result(load_result(rate), parse_bench(""))
+        from_result(load_result(rate), bench_of(""))
     # the Namespace's exact rate wins over the block's rounded one
     exact = tmp_path / "exact.log"
     exact.write_text(
@@ -471,13 +492,13 @@ def test_a_printout_gives_the_benchmark_s_settings_and_figures(tmp_path, capsys)
     res = load_result(alone)
     assert res.settings == {"request_rate": 8.0, "num_prompts": 40}
     with pytest.raises(UserError, match="records no prompt and output lengths: give the run's --bench line"):
-        from_result(res, parse_bench(""))
+        from_result(res, bench_of(""))
     with pytest.raises(
         UserError,
         match=r"total_input_tokens / completed = 256.0 tokens a request, where --random-input-len gives 1,000",
     ):
-        from_result(res, parse_bench("--random-input-len 1000 --random-output-len 32"))
-    assert from_result(res, parse_bench("--random-input-len 256 --random-output-len 32")).num_prompts == 40
+        from_result(res, bench_of("--random-input-len 1000 --random-output-len 32"))
+    assert from_result(res, bench_of("--random-input-len 256 --random-output-len 32")).num_prompts == 40
 
 
 def test_the_settings_a_result_records_are_bench_s_fields():
@@ -488,23 +509,46 @@ def test_the_settings_a_result_records_are_bench_s_fields():
     assert list(SETTINGS) == [f.name for f in fields(Bench) if f.name not in ("given", "ignored")]
 
 
-def test_what_the_second_sweep_found(tmp_path, capsys):
-    """A --set is what the header and the block show; -O0 is eager; --input-len wins; EP flags on a
-    dense model are ignored as vLLM ignores them; a served name matches the result's model_id; a
-    CPU profile and an overwritten --result are refused."""
+def test_the_header_and_block_follow_set(capsys):
     assert main(["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--bench", BENCH, "--set", "cluster.tp=2"]) == 0
     assert "hardware H100-SXM x2" in capsys.readouterr().out
+    line = ["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--bench", BENCH]
+    assert main([*line, "--set", "output.percentiles=[50]", "--set", "workload.rate_rps=4"]) == 0
+    out = capsys.readouterr().out
+    assert "P50 TTFT (ms):" in out and "P99 TTFT" not in out and "Request rate configured (RPS):           4.00" in out
+
+
+def test_vllm_s_own_readings_of_its_flags():
+    """-O0 captures no graphs; --input-len wins over --random-input-len; EP flags on a dense model are
+    ignored (and said to be); a leading VAR=value is the environment; no prefix stands for a flag."""
+    from llmsim.vllmcli import dense_ignored
+
     assert parse_serve("llama-3.1-8b -O0").enforce_eager and not parse_serve("llama-3.1-8b -O3").enforce_eager
     assert parse_serve("llama-3.1-8b -O3").ignored == ["-O3"]
-    assert parse_bench("--input-len 100 --random-input-len 200").random_input_len == 100
-    dense = scenario_dict("H100-SXM", parse_serve("llama-3.1-8b -dp 2 -ep --enable-eplb"), Bench())
+    assert bench_of("--input-len 100 --random-input-len 200").random_input_len == 100
+    serve = parse_serve("llama-3.1-8b -dp 2 -ep --enable-eplb")
+    dense = scenario_dict("H100-SXM", serve, Bench())
     assert "expert_parallel" not in dense["cluster"] and "eplb" not in dense["cluster"]
+    assert dense_ignored(serve) == ["-ep", "--enable-eplb"]
     assert parse_serve("VLLM_USE_V1=1 vllm serve llama-3.1-8b -tp 2").tp == 2
+    with pytest.raises(UserError, match="--enable-lo: not a flag llmsim reads"):
+        parse_serve("llama-3.1-8b --enable-lo")
+    assert parse_bench("--model Qwen/Qwen3-8B")[1] == "Qwen/Qwen3-8B"
+
+
+def test_the_served_model_and_the_run_s_model(tmp_path, capsys):
     path = _result(tmp_path, model_id="my-llama", input_lens=[10, 20], output_lens=[3, 4])
-    check_same_model(load_result(path), parse_serve("llama-3.1-8b --served-model-name my-llama other"))
+    check_same_model(str(path), "my-llama", parse_serve("llama-3.1-8b --served-model-name my-llama other"))
+    line = ["bench", "--hardware", "H100-SXM", "--serve", "llama-3.1-8b", "--bench", "--model Qwen/Qwen3-8B"]
+    assert main(line) == 2
+    assert "--bench --model: the run is of Qwen/Qwen3-8B, where --serve serves llama-3.1-8b" in capsys.readouterr().err
+
+
+def test_what_the_command_refuses_before_simulating(tmp_path, capsys):
+    path = _result(tmp_path, input_lens=[10, 20], output_lens=[3, 4])
     assert main(["bench", "--hardware", "Xeon-8480+", "--serve", "llama-3.1-8b"]) == 2
     assert "not a GPU" in capsys.readouterr().err
-    args = ["bench", "--hardware", "H100-SXM", "--serve", "llama-3.1-8b", "--result", str(path)]
+    args = ["bench", "--hardware", "H100-SXM", "--serve", "Qwen/Qwen3-8B", "--result", str(path)]
     assert main([*args, "--scenario-out", str(tmp_path / "result.yaml")]) == 0  # (another file: fine)
     capsys.readouterr()
     twin = tmp_path / "t.yaml"
@@ -512,6 +556,8 @@ def test_what_the_second_sweep_found(tmp_path, capsys):
     assert main([*args[:-1], str(twin), "--scenario-out", str(twin)]) == 2
     assert "would overwrite the --result file" in capsys.readouterr().err
     assert main(["bench", "--hardware", "H100-SXM", "--serve", "llama-3.1-8b --max-num-batched-tokens 100"]) == 2
-    assert "--max-num-batched-tokens 100 is below max_num_seqs" in capsys.readouterr().err
+    assert "policy.chunk_tokens 100 is below policy.max_num_seqs" in capsys.readouterr().err
     assert main(["bench", "--hardware", "H100-SXM", "--serve", "llama-3.1-8b -dp 100000"]) == 2
     assert "(from -dp or --set)" in capsys.readouterr().err
+    assert main(["bench", "--hardware", "H100-SXM", "--serve", "llama-3.1-8b -tp 3"]) == 2
+    assert "(from -tp or --set)" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """``llmsim bench``: a ``vllm serve`` deployment under a ``vllm bench serve`` run, given as the two
-command lines, printed as the benchmark prints its result; with ``--result`` (the real run's saved
-file or printout) its figures are set beside llmsim's, and a detailed file's requests replayed."""
+command lines (llmsim/vllmcli.py), printed as the benchmark prints its result; with ``--result``
+(the real run's saved file or printout, llmsim/vllmresult.py) its figures are set beside llmsim's,
+and a detailed file's requests replayed."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from llmsim.vllmcli import Bench, Serve
     from llmsim.vllmresult import Result
 
+# the settings a detailed result's own requests stand in for
 REQUEST_SETTINGS = ("dataset_name", "random_input_len", "random_output_len", "random_range_ratio", "random_prefix_len")
 
 
@@ -23,11 +25,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "bench",
         help="simulate `vllm serve` under `vllm bench serve`, given as their command lines; print its result",
         description=(
-            "Translate a `vllm serve` command and a `vllm bench serve` command into a scenario "
-            "(docs/scenario.md, 'From a vllm serve command'), simulate it and print the result as "
-            "vllm bench serve prints its own. With --result, the real run (the file vllm bench serve "
-            "--save-result wrote, or its console printout) is compared, and a --save-detailed file's "
-            "very requests are replayed."
+            "Translate a `vllm serve` command and a `vllm bench serve` command into a scenario, simulate "
+            "it and print the result as vllm bench serve prints its own. With --result, the real run (the "
+            "file vllm bench serve --save-result wrote, or its console printout) is compared, and a "
+            "--save-detailed file's very requests are replayed. docs/scenario.md, '`llmsim bench`'."
         ),
     )
     p.add_argument("--hardware", required=True, help="the GPU's hardware profile (`llmsim hardware` lists them)")
@@ -67,22 +68,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if out is not None:
         check_scenario_out(out, Path(args.result) if args.result else None)
     serve = vllmcli.parse_serve(args.serve)
-    bench = vllmcli.parse_bench(args.bench or "")
+    bench, bench_model = vllmcli.parse_bench(args.bench or "")
+    check_same_model("--bench --model", bench_model, serve)
     overrides = parse_overrides(args.set)
     result = vllmresult.load_result(args.result) if args.result else None
     if result is not None:
-        check_same_model(result, serve)
-        bench = from_result(result, bench)
+        check_same_model(str(result.path), result.model_id, serve)
+        bench = vllmcli.with_settings(bench, result.settings, str(result.path))
+        vllmcli.check_lengths(result, bench)
     with tempfile.TemporaryDirectory(prefix="llmsim-bench-") as tmp:
         trace = None
-        if result is not None and result.input_lens is not None:
+        if result is not None and result.sent is not None:
             trace = Path(tmp) / "requests.csv"
             write_trace(trace, vllmcli.sent_requests(result, bench))
-        data = vllmcli.scenario_dict(args.hardware, serve, bench, trace_csv=str(trace) if trace else None)
+        translated = vllmcli.scenario_dict(args.hardware, serve, bench, trace_csv=str(trace) if trace else None)
         if result is not None:  # every percentile the real run reports, compared
-            data["output"]["percentiles"] = sorted({*bench.metric_percentiles, *result.percentiles()})
-        data = with_overrides(data, overrides)
-        sc, summary = simulate(data, serve)
+            translated["output"]["percentiles"] = sorted({*bench.metric_percentiles, *result.percentiles()})
+        data = with_overrides(translated, overrides)
+        sc, summary = simulate(data)
         if out is not None:
             write_scenario_files(out, data, trace)
     compared = vllmresult.comparison_rows(summary, result.figures) if result is not None else []
@@ -93,12 +96,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.quiet:
         return 0
-    percentiles = sc.output.percentiles if "output.percentiles" in overrides else bench.metric_percentiles
+    # the percentiles and rate the run was given (a --set that changes them shows)
+    set_percentiles = sc.output.percentiles != translated["output"]["percentiles"]
+    percentiles = sc.output.percentiles if set_percentiles else bench.metric_percentiles
     rate = bench.request_rate if trace is not None else sc.workload.rate_rps
     print(notes(sc, serve, bench, result))
-    print(vllmresult.result_block(summary, sc, bench.percentile_metrics, percentiles, rate))
+    print(vllmresult.result_block(summary, bench.percentile_metrics, percentiles, rate, sc.workload.max_concurrency))
     if result is not None and compared:
-        print("\n" + comparison_table(compared, result.path))
+        print("\n" + vllmresult.comparison_table(compared, result.path))
     from llmsim.accuracy import interval_line
 
     print(f"\naccuracy {interval_line(summary.get('accuracy'), summary.get('accuracy_like'))}")
@@ -106,38 +111,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def from_result(result: Result, bench: Bench) -> Bench:
-    """The benchmark as the real run recorded it, where the command line does not say: a detailed
-    file's requests carry their own lengths and count, so a --bench line naming them is refused."""
-    from llmsim import vllmcli
-    from llmsim.errors import UserError
-
-    if result.input_lens is not None:
-        named = sorted(vllmcli.flag(k) for k in bench.given if k in (*REQUEST_SETTINGS, "num_prompts"))
-        if named:
-            raise UserError(
-                f"--bench {', '.join(named)}: {result.path} holds the requests the run sent, with their lengths; "
-                "leave these out"
-            )
-    bench = vllmcli.with_settings(bench, result.settings, str(result.path))
-    vllmcli.check_lengths(result, bench)
-    return bench
-
-
-def check_same_model(result: Result, serve: Serve) -> None:
-    """The result is of the model served: where its model_id (or Namespace model) names a catalog
-    model, it is --serve's."""
+def check_same_model(where: str, model_id: str | None, serve: Serve) -> None:
+    """A run named for a model (a result's model_id, --bench --model) is of the model served: where
+    the name is a catalog model, it is --serve's (or one of its --served-model-name)."""
     from llmsim.errors import UserError
     from llmsim.vllmcli import model_entry
 
-    if result.model_id is None or result.model_id in (serve.model, *serve.served_names):
+    if model_id is None or model_id in (serve.model, *serve.served_names):
         return
     try:
-        theirs = model_entry(result.model_id)[0]
+        theirs = model_entry(model_id)[0]
     except UserError:
         return  # (a path on the machine that ran it, or a model llmsim does not know: nothing to compare)
     if theirs != model_entry(serve.model)[0]:
-        raise UserError(f"{result.path}: the run served {result.model_id}, where --serve serves {serve.model}")
+        raise UserError(f"{where}: the run is of {model_id}, where --serve serves {serve.model}")
 
 
 def check_scenario_out(path: Path, result: Path | None) -> None:
@@ -172,48 +159,29 @@ def with_overrides(data: dict, overrides: dict[str, object]) -> dict:
     return data
 
 
-# scenario keys the translation writes -> the flag each came from (to name it in an error)
-KEY_FLAGS = {
-    "cluster.replicas": "-dp",
-    "cluster.tp": "-tp",
-    "cluster.pp": "-pp",
-    "cluster.expert_parallel": "-ep",
-    "cluster.eplb": "--enable-eplb",
-    "cluster.redundant_experts": "--num-redundant-experts",
-    "policy.max_num_seqs": "--max-num-seqs",
-    "policy.chunk_tokens": "--max-num-batched-tokens",
-    "policy.max_model_len": "--max-model-len",
-    "policy.long_prefill_token_threshold": "--long-prefill-token-threshold",
-    "kv_cache.num_blocks": "--num-gpu-blocks-override",
-    "kv_cache.memory_fraction": "--gpu-memory-utilization",
-    "kv_cache.block_tokens": "--block-size",
-    "workload.cv": "--burstiness",
-    "workload.rate_rps": "--request-rate",
-    "workload.num_requests": "--num-prompts",
-    "workload.max_concurrency": "--max-concurrency",
-    "seed": "--seed",
-}
-
-
-def simulate(data: dict, serve: Serve) -> tuple[Scenario, dict]:
+def simulate(data: dict) -> tuple[Scenario, dict]:
     """Run the translated scenario: (the scenario, its summary). A key it refuses is named with the
-    flag it came from."""
+    flag it came from; a token budget below the sequences it must hold is refused, as vLLM does."""
     from llmsim.api import run
     from llmsim.errors import UserError
     from llmsim.scenario import scenario_from_dict
+    from llmsim.vllmcli import KEY_FLAGS
+
+    def named(exc: UserError) -> UserError:
+        found = [f for key, f in KEY_FLAGS.items() if key in str(exc)]
+        return UserError(f"{exc}" + (f" (from {found[0]} or --set)" if found else ""))
 
     try:
         sc = scenario_from_dict(data, "the scenario made of --serve/--bench/--set", Path.cwd())
+        budget, seqs = sc.policy.chunk_tokens, sc.policy.max_num_seqs
+        if budget < seqs:
+            raise UserError(
+                f"policy.chunk_tokens {budget} is below policy.max_num_seqs {seqs} (vLLM's default for this GPU "
+                "unless --max-num-seqs says): vLLM refuses a token budget below its sequences"
+            )
+        return sc, run(sc).summary
     except UserError as exc:
-        flags = [f for key, f in KEY_FLAGS.items() if f": {key}" in str(exc) or f" {key}:" in str(exc)]
-        raise UserError(f"{exc}" + (f" (from {flags[0]} or --set)" if flags else "")) from None
-    budget, seqs = sc.policy.chunk_tokens, sc.policy.max_num_seqs
-    if serve.max_num_batched_tokens is not None and budget < seqs:  # (vLLM's own check, at its default seqs too)
-        raise UserError(
-            f"vllm serve: --max-num-batched-tokens {budget} is below max_num_seqs {seqs} (vLLM's default here "
-            "unless --max-num-seqs says): vLLM refuses it"
-        )
-    return sc, run(sc).summary
+        raise named(exc) from None
 
 
 def write_trace(path: Path, rows: list[tuple[float, int, int]]) -> None:
@@ -246,34 +214,21 @@ def notes(sc: Scenario, serve: Serve, bench: Bench, result: Result | None) -> st
     """What the translation read: the GPUs, the model, the flags it ignored, where the requests came from."""
     import math
 
-    from llmsim.vllmcli import model_entry
+    from llmsim.vllmcli import dense_ignored, flag_of, model_entry, replays_own_send_times
 
     c = sc.cluster
     lines = [f"hardware {sc.hardware} x{c.tp * c.pp * c.replicas}", f"model    {model_entry(serve.model)[1]}"]
-    if serve.ignored or bench.ignored:
-        lines.append(f"ignored  {', '.join(serve.ignored + bench.ignored)} (no effect on timing)")
-    if result is not None and result.input_lens is not None:
-        if result.start_times is not None and not bench.max_concurrency and "request_rate" not in bench.given:
+    ignored = [*serve.ignored, *bench.ignored, *(f"{f} (a dense model)" for f in dense_ignored(serve))]
+    if result is not None and result.sent is not None:
+        ignored += [f"{flag_of(k)} (the file's requests)" for k in REQUEST_SETTINGS if k in bench.given]
+    if ignored:
+        lines.append(f"ignored  {', '.join(ignored)} (no effect on timing)")
+    if result is not None and result.sent is not None:
+        if replays_own_send_times(result, bench):
             source = "their send times"
         else:
             source = "all at once" if math.isinf(bench.request_rate) else "vllm bench's draws at the rate and seed"
-        lines.append(f"requests {len(result.input_lens):,} from {result.path} (their lengths; arrivals: {source})")
-        if result.empty:
-            lines.append(f"         ({result.empty:,} that succeeded with no prompt or output token left out)")
+        lines.append(f"requests {len(result.sent.index):,} from {result.path} (their lengths; arrivals: {source})")
+        if result.sent.empty:
+            lines.append(f"         ({result.sent.empty:,} that succeeded with no prompt or output token left out)")
     return "\n".join(lines) + "\n"
-
-
-def comparison_table(rows: list[dict], path: Path) -> str:
-    """real, llmsim and error per figure, the numbers as vllm bench serve prints them (2 decimals)."""
-    from llmsim.tables import table
-
-    def shown(v: float) -> str:
-        if abs(v) >= 1e12:
-            return f"{v:.4g}"
-        return str(int(v)) if v == int(v) else f"{v:.2f}"
-
-    body = [
-        [r["figure"], shown(r["real"]), shown(r["llmsim"]), "-" if r["error"] is None else f"{r['error']:+.1%}"]
-        for r in rows
-    ]
-    return f"compared with {path}\n" + table(body, ["figure", "real", "llmsim", "error"], align="lrrr")
