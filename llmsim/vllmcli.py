@@ -79,16 +79,18 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message}")
 
 
-def _words(text: str, command: tuple[str, ...], what: str) -> list[str]:
-    """The arguments of one command line: shell words, less a leading environment (``VAR=1``) and the
-    command's own words (``vllm serve``), with vLLM's underscore spellings (``--max_num_seqs``) read
-    as dashes."""
+def _words(text: str, command: tuple[str, ...], what: str) -> tuple[list[str], dict[str, str]]:
+    """The arguments of one command line, and the environment it sets before the command (``VAR=1
+    vllm serve ...``): shell words less the command's own (``vllm serve``), with vLLM's underscore
+    spellings (``--max_num_seqs``) read as dashes."""
     try:
         words = shlex.split(text)
     except ValueError as exc:
         raise UserError(f"{what} {cut(text)!r}: {exc}") from None
-    while words and not words[0].startswith("-") and words[0].split("=", 1)[0].isidentifier() and "=" in words[0]:
-        words = words[1:]
+    env = {}
+    while words and not words[0].startswith("-") and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
     if words[: len(command)] == list(command):
         words = words[len(command) :]
     out = []
@@ -97,7 +99,7 @@ def _words(text: str, command: tuple[str, ...], what: str) -> list[str]:
             name, eq, value = w.partition("=")
             w = name.replace("_", "-") + eq + value
         out.append(w)
-    return out
+    return out, env
 
 
 def _add_ignored(p: argparse.ArgumentParser, flags: dict[str, bool | int | str]) -> None:
@@ -163,6 +165,7 @@ class Serve:
     enforce_eager: bool = False
     cuda_graph_sizes: list[int] | None = None
     async_scheduling: bool | None = None
+    moe_skip_padding: bool | None = None  # (the environment's VLLM_MOE_SKIP_PADDING)
     served_names: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
 
@@ -220,7 +223,7 @@ def capture_sizes(compilation: dict) -> tuple[list[int] | None, bool, list[str]]
             raise UserError(f"vllm serve: {name} max_cudagraph_capture_size: expected a batch size, got {cut(repr(v))}")
         sizes = list(vllm_capture_sizes(v))
     mode = compilation.get("cudagraph_mode")
-    off = isinstance(mode, str) and mode.upper() == "NONE"
+    off = (isinstance(mode, str) and mode.upper() == "NONE") or (type(mode) is int and mode == 0)  # (NONE = 0)
     read = {"cudagraph_capture_sizes", "max_cudagraph_capture_size"} | ({"cudagraph_mode"} if off else set())
     return sizes, off, sorted(f"{name} {k}" for k in compilation if k not in read)
 
@@ -253,15 +256,20 @@ def _graphs(ns: argparse.Namespace) -> tuple[list[int] | None, bool, list[str]]:
     return sizes, off, ignored
 
 
-def _redundant_experts(ns: argparse.Namespace) -> int:
-    value = ns.num_redundant_experts
+def _redundant_experts(ns: argparse.Namespace) -> tuple[int, list[str]]:
+    """The redundant experts (--num-redundant-experts, which vLLM copies over --eplb-config's), and the
+    --eplb-config keys llmsim does not read."""
+    value, unread = ns.num_redundant_experts, []
     if ns.eplb_config is not None:
-        value = _json_arg(ns.eplb_config, "--eplb-config").get("num_redundant_experts", value)
+        cfg = _json_arg(ns.eplb_config, "--eplb-config")
+        if value is None:
+            value = cfg.get("num_redundant_experts")
+        unread = sorted(f"--eplb-config {k}" for k in cfg if k != "num_redundant_experts")
     if value is not None and not _whole(value, 0, 4096):
         raise UserError(f"vllm serve: redundant experts: expected 0 to 4096, got {cut(repr(value), 40)}")
     if value and not ns.enable_eplb:
         raise UserError("vllm serve: redundant experts without --enable-eplb (vLLM places them only under EPLB)")
-    return value or 0
+    return value or 0, unread
 
 
 def _check_serve(ns: argparse.Namespace) -> None:
@@ -298,9 +306,15 @@ def _check_serve(ns: argparse.Namespace) -> None:
 
 def parse_serve(text: str) -> Serve:
     """A ``vllm serve MODEL [flags]`` command line (``vllm serve`` itself may be left out)."""
-    ns, ignored = _parse(_serve_parser(), _words(text, ("vllm", "serve"), "--serve"))
+    words, env = _words(text, ("vllm", "serve"), "--serve")
+    ns, ignored = _parse(_serve_parser(), words)
     _check_serve(ns)
     sizes, graphs_off, unread = _graphs(ns)
+    redundant, unread_eplb = _redundant_experts(ns)
+    skip = env.pop("VLLM_MOE_SKIP_PADDING", None)
+    if skip is not None and skip.lower() not in ("0", "1", "true", "false"):
+        raise UserError(f"vllm serve: VLLM_MOE_SKIP_PADDING={cut(skip, 20)}: expected 0 or 1")
+    unread += unread_eplb + [f"{k}=... (environment)" for k in env]
     return Serve(
         model=ns.model_flag or ns.model,
         dtype=DTYPES[ns.dtype] if ns.dtype else None,
@@ -310,7 +324,7 @@ def parse_serve(text: str) -> Serve:
         dp=ns.data_parallel_size,
         expert_parallel=ns.enable_expert_parallel,
         eplb=ns.enable_eplb,
-        redundant_experts=_redundant_experts(ns),
+        redundant_experts=redundant,
         max_num_seqs=ns.max_num_seqs,
         max_num_batched_tokens=ns.max_num_batched_tokens,
         long_prefill_token_threshold=ns.long_prefill_token_threshold,
@@ -323,6 +337,7 @@ def parse_serve(text: str) -> Serve:
         enforce_eager=ns.enforce_eager or graphs_off,
         cuda_graph_sizes=sizes,
         async_scheduling=ns.async_scheduling,
+        moe_skip_padding=None if skip is None else skip.lower() in ("1", "true"),
         served_names=ns.served_model_name,
         ignored=ignored + unread,
     )
@@ -394,7 +409,9 @@ def _bench_parser() -> argparse.ArgumentParser:
 def parse_bench(text: str) -> tuple[Bench, str | None]:
     """A ``vllm bench serve [flags]`` command line (``vllm bench serve`` itself may be left out): the
     run's settings, and the model it names (``--model``), if any."""
-    ns, ignored = _parse(_bench_parser(), _words(text, ("vllm", "bench", "serve"), "--bench"))
+    words, env = _words(text, ("vllm", "bench", "serve"), "--bench")
+    ns, ignored = _parse(_bench_parser(), words)
+    ignored += [f"{k}=... (environment)" for k in env]
     given = settings_of(vars(ns))
     bench = replace(Bench(), **given, given=frozenset(given), ignored=ignored)
     check_bench(bench, "vllm bench serve")
@@ -461,6 +478,9 @@ def check_lengths(result: Result, bench: Bench) -> None:
                 "the run sent"
             )
         return
+    recorded = result.settings.get("num_prompts")
+    if "num_prompts" in bench.given and recorded is not None and bench.num_prompts != recorded:
+        raise UserError(f"--bench --num-prompts {bench.num_prompts}: {result.path} is of a run of {recorded:,} prompts")
     if not {"random_input_len", "random_output_len"} <= bench.given | set(result.settings):
         raise UserError(
             f"{result.path}: records no prompt and output lengths: give the run's --bench line "
@@ -553,10 +573,10 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
     if method:
         weight, act = QUANTIZATION[method]
         if weight == "int4" and bits is not None:
-            if bits not in (4, 8):
-                raise UserError(
-                    f"vllm serve: {method} with bits {cut(repr(bits), 20)}: llmsim reads 4- and 8-bit weights"
-                )
+            allowed = (4,) if method.startswith("awq") else (4, 8)  # (vLLM's AWQ takes 4-bit weights only)
+            if bits not in allowed:
+                bits_read = "4-bit" if len(allowed) == 1 else "4- or 8-bit"
+                raise UserError(f"vllm serve: {method} with bits {cut(repr(bits), 20)}: vLLM reads {bits_read} weights")
             weight = f"int{bits}"
         if act == "fp8" and not load_profile(hardware).supports("fp8"):
             act = None  # vLLM serves FP8 weights through Marlin, weight-only, on GPUs without FP8 units
@@ -654,19 +674,18 @@ def scenario_dict(
         cluster |= {"eplb": True, "redundant_experts": serve.redundant_experts}
     if serve.enforce_eager:
         cluster["cuda_graphs"] = False
-    engine: str | dict = "vllm-v1"
-    if serve.cuda_graph_sizes is not None or serve.async_scheduling is not None:
-        engine = {"preset": "vllm-v1"}
-        if serve.cuda_graph_sizes is not None:
-            engine["cuda_graph_sizes"] = sorted(set(serve.cuda_graph_sizes))
-        if serve.async_scheduling is not None:
-            engine["async_scheduling"] = serve.async_scheduling
+    engine: dict = {"preset": "vllm-v1"}
+    if serve.cuda_graph_sizes is not None:
+        engine["cuda_graph_sizes"] = sorted(set(serve.cuda_graph_sizes))
+    for key, value in (("async_scheduling", serve.async_scheduling), ("moe_skip_padding", serve.moe_skip_padding)):
+        if value is not None:
+            engine[key] = value
     return {
         "name": name,
         "seed": bench.seed,
         "model": model,
         "hardware": hardware,
-        "engine": engine,
+        "engine": engine if len(engine) > 1 else "vllm-v1",
         "cluster": cluster,
         "policy": policy,
         "kv_cache": kv,

@@ -208,10 +208,15 @@ def _printout(path: Path) -> Result:
     if len(namespaces) > 1:
         raise UserError(f"{path}: {len(namespaces)} Namespace(...) lines before its result block; keep the run's own")
     sent = int(figures.get("completed", 0)) + failed
-    if not namespaces:  # the block alone: the rate it printed, and every request it sent
+    if not namespaces:  # the block alone: what it printed, every request it sent, its sections and percentiles
         if "completed" not in figures:
             raise UserError(f"{path}: its result block has no 'Successful requests' line (and no Namespace line)")
-        return Result(path=path, model_id=None, settings={**printed, "num_prompts": sent}, figures=figures)
+        shown = [LATENCY_KEY.fullmatch(k) for k in figures]
+        metrics = [m for m in LATENCIES if any(x and x.group(3) == m for x in shown)]
+        ps = sorted({float(x.group(2)) for x in shown if x and x.group(2)})
+        settings = {**printed, "num_prompts": sent} | ({"percentile_metrics": metrics} if metrics else {})
+        settings |= {"metric_percentiles": ps} if ps else {}
+        return Result(path=path, model_id=None, settings=settings, figures=figures)
     values = namespace_values(namespaces[0])
     settings = settings_of(values)
     _agree(path, settings, printed, sent)
@@ -278,10 +283,17 @@ def _agree(path: Path, settings: dict[str, Any], printed: dict[str, Any], sent: 
             f"{path}: its Namespace line says num_prompts={n}, its result block {sent} requests (successful + "
             "failed): not the same run"
         )
-    for key, value in printed.items():
-        mine = settings.get(key)
-        if isinstance(mine, int | float) and abs(mine - value) > 0.0051:
-            raise UserError(f"{path}: its Namespace line says {key}={mine}, its result block {value}: not the same run")
+    for key in BLOCK_SETTINGS.values():  # (the block prints a finite rate and a set concurrency, nothing else)
+        mine, shown = settings.get(key), printed.get(key)
+        if mine is not None and (isinstance(mine, bool) or not isinstance(mine, int | float)):
+            continue  # (not a number: the settings' check names it)
+        if key == "request_rate" and mine is not None and math.isinf(mine):
+            mine = None
+        if (mine is None) != (shown is None) or (shown is not None and abs(mine - shown) > 0.0051):
+            raise UserError(
+                f"{path}: its Namespace line says {key}={mine}, its result block {shown if shown is not None else 'none'}: "
+                "not the same run"
+            )
 
 
 def namespace_values(text: str) -> dict[str, object]:
@@ -353,7 +365,7 @@ def result_block(
     from llmsim.metrics import p_word
 
     def line(label: str, value: object, fmt: str = "") -> str:
-        return f"{label + ':':<40} {(math.nan if value is None else value):<10{fmt}}"
+        return f"{label + ':':<40} {(0.0 if value is None else value):<10{fmt}}"  # (vLLM prints 0.00 for none)
 
     out = ["{s:{c}^{n}}".format(s=f" {BLOCK} ", n=50, c="=")]
     out.append(line(ROWS[0][0], s["completed"]))

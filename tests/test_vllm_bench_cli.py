@@ -490,7 +490,12 @@ def test_a_printout_gives_the_benchmark_s_settings_and_figures(tmp_path, capsys)
     alone = tmp_path / "alone.log"
     alone.write_text(PRINTOUT.split("Starting")[1])
     res = load_result(alone)
-    assert res.settings == {"request_rate": 8.0, "num_prompts": 40}
+    assert res.settings == {
+        "request_rate": 8.0,
+        "num_prompts": 40,
+        "percentile_metrics": ["ttft", "tpot"],
+        "metric_percentiles": [50.0, 99.0],
+    }
     with pytest.raises(UserError, match="records no prompt and output lengths: give the run's --bench line"):
         from_result(res, bench_of(""))
     with pytest.raises(
@@ -561,3 +566,26 @@ def test_what_the_command_refuses_before_simulating(tmp_path, capsys):
     assert "(from -dp or --set)" in capsys.readouterr().err
     assert main(["bench", "--hardware", "H100-SXM", "--serve", "llama-3.1-8b -tp 3"]) == 2
     assert "(from -tp or --set)" in capsys.readouterr().err
+
+
+def test_the_environment_and_the_printout_s_own_consistency(tmp_path):
+    """VLLM_MOE_SKIP_PADDING before `vllm serve` is the engine's moe_skip_padding; another variable is
+    listed as ignored; a printout whose Namespace and block disagree on the concurrency is refused."""
+    serve = parse_serve("VLLM_MOE_SKIP_PADDING=0 CUDA_VISIBLE_DEVICES=0,1 vllm serve qwen3-30b-a3b-instruct-2507")
+    assert serve.moe_skip_padding is False and serve.ignored == ["CUDA_VISIBLE_DEVICES=... (environment)"]
+    assert scenario_dict("H100-SXM", serve, Bench())["engine"] == {"preset": "vllm-v1", "moe_skip_padding": False}
+    log = tmp_path / "capped.log"
+    log.write_text(PRINTOUT.replace("Failed requests:", "Maximum request concurrency:     4\nFailed requests:"))
+    with pytest.raises(UserError, match="Namespace line says max_concurrency=None, its result block 4"):
+        load_result(log)
+    with pytest.raises(UserError, match="awq with bits 8: vLLM reads 4-bit weights"):
+        cfg = json.loads((ROOT / "data" / "validation" / "vllm-gpu-bench" / "qwen3-16b-a3b.config.json").read_text())
+        (tmp_path / "awq8").mkdir()
+        q = {"quant_method": "awq", "bits": 8}
+        (tmp_path / "awq8" / "config.json").write_text(json.dumps({**cfg, "quantization_config": q}))
+        scenario_dict("H100-SXM", parse_serve(f"vllm serve {tmp_path / 'awq8'}"), Bench())
+    eplb = parse_serve(
+        "qwen3-30b-a3b-instruct-2507 --enable-eplb --num-redundant-experts 4 "
+        '--eplb-config \'{"num_redundant_experts": 8, "window_size": 1000}\''
+    )
+    assert eplb.redundant_experts == 4 and eplb.ignored == ["--eplb-config window_size"]

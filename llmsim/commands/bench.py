@@ -99,7 +99,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # the percentiles and rate the run was given (a --set that changes them shows)
     set_percentiles = sc.output.percentiles != translated["output"]["percentiles"]
     percentiles = sc.output.percentiles if set_percentiles else bench.metric_percentiles
-    rate = bench.request_rate if trace is not None else sc.workload.rate_rps
+    rate = (
+        None if sc.workload.kind == "all_at_once" else bench.request_rate if trace is not None else sc.workload.rate_rps
+    )
     print(notes(sc, serve, bench, result))
     print(vllmresult.result_block(summary, bench.percentile_metrics, percentiles, rate, sc.workload.max_concurrency))
     if result is not None and compared:
@@ -168,8 +170,12 @@ def simulate(data: dict) -> tuple[Scenario, dict]:
     from llmsim.vllmcli import KEY_FLAGS
 
     def named(exc: UserError) -> UserError:
-        found = [f for key, f in KEY_FLAGS.items() if key in str(exc)]
-        return UserError(f"{exc}" + (f" (from {found[0]} or --set)" if found else ""))
+        """The error, with the flag of the first scenario key it names ("cluster.tp: ...", "policy.x 100 ...")."""
+        import re
+
+        text = str(exc)
+        found = sorted((m.start(), f) for k, f in KEY_FLAGS.items() if (m := re.search(rf"\b{re.escape(k)}[: ]", text)))
+        return UserError(text + (f" (from {found[0][1]} or --set)" if found else ""))
 
     try:
         sc = scenario_from_dict(data, "the scenario made of --serve/--bench/--set", Path.cwd())
@@ -221,6 +227,8 @@ def notes(sc: Scenario, serve: Serve, bench: Bench, result: Result | None) -> st
     ignored = [*serve.ignored, *bench.ignored, *(f"{f} (a dense model)" for f in dense_ignored(serve))]
     if result is not None and result.sent is not None:
         ignored += [f"{flag_of(k)} (the file's requests)" for k in REQUEST_SETTINGS if k in bench.given]
+        if replays_own_send_times(result, bench):
+            ignored += [f"{flag_of(k)} (the file's send times)" for k in ("burstiness", "seed") if k in bench.given]
     if ignored:
         lines.append(f"ignored  {', '.join(ignored)} (no effect on timing)")
     if result is not None and result.sent is not None:
