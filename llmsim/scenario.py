@@ -849,6 +849,15 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
                 "kv_cache": sc.kv_cache.model_copy(update=kv_unset),
             }
         )
+    if (
+        isinstance(sc.engine, dict)
+        and sc.engine.get("first_token_at_prefill") is True
+        and sc.policy.kind != "disaggregated"
+    ):
+        raise UserError(
+            f"{origin}: engine.first_token_at_prefill: sets whether the prefill instance streams the first token, which "
+            f"only a disaggregated policy has (this scenario's policy is {sc.policy.kind}); remove it"
+        )
     sc._origin = origin
     sc._engine = spec
     sc._engine_filled = filled

@@ -249,3 +249,21 @@ def test_every_trace_format_has_a_loader_and_a_scenario_name():
     from llmsim.workload.traces import FORMATS
 
     assert set(typing.get_args(TraceFormat)) == set(FORMATS)
+
+
+def test_a_misspelt_optional_column_is_refused_and_others_are_left_alone(tmp_path):
+    """`clas` for `class` would lose every request's class without a word; a request id is not read."""
+    from llmsim.errors import UserError
+    from llmsim.workload.traces import load_generic
+
+    bad = tmp_path / "t.csv"
+    bad.write_text("arrival_s,prompt_tokens,output_tokens,Prefix_Grup\n0,10,5,a\n")
+    with pytest.raises(UserError, match=r"t.csv: column 'Prefix_Grup' is not read \(did you mean 'prefix_group'\?\)"):
+        load_generic(bad)
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5, "promt_id": 3}\n')
+    with pytest.raises(UserError, match="did you mean 'prompt_id'"):
+        load_generic(jsonl)
+    ok = tmp_path / "ok.csv"
+    ok.write_text("arrival_s,prompt_tokens,output_tokens,request_id,input_tokens,user\n0,10,5,r1,10,u\n")
+    assert len(load_generic(ok).arrival_s) == 1

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from llmsim.errors import COMPRESSED_MAGIC, GZIP_MAGIC, NUMBER_TOO_LONG, UserError, check_input_file
+from llmsim.errors import COMPRESSED_MAGIC, GZIP_MAGIC, NUMBER_TOO_LONG, UserError, check_input_file, cut
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
 from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, MAX_TRACE_BYTES, as_float, check_prefix_blocks
@@ -321,6 +321,24 @@ def _read_jsonl(path: Path, required: tuple[str, ...]) -> tuple[pd.DataFrame, np
     return pd.DataFrame.from_records(records), np.asarray(lines)
 
 
+GENERIC_OPTIONAL = ("class", "prompt_id", "prefix_group", "prefix_tokens", "lora")
+
+
+def _check_near_misses(df: pd.DataFrame, path: Path) -> None:
+    """A column the generic format does not read is left alone (a request id, a user), but one a
+    letter or two from an optional column it does read (``clas``, ``Prefix_Group``) is a misspelling
+    whose identity or class would be lost without a word."""
+    import difflib
+
+    for col in df.columns:
+        name = str(col)
+        if name in GENERIC_OPTIONAL:
+            continue
+        close = difflib.get_close_matches(name.lower(), GENERIC_OPTIONAL, n=1, cutoff=0.8)
+        if close and close[0] not in df.columns:
+            raise UserError(f"{path}: column {cut(name, 40)!r} is not read (did you mean {close[0]!r}?)")
+
+
 def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS) -> Workload:
     """Generic CSV or JSONL with ``arrival_s, prompt_tokens, output_tokens`` and optional ``class``,
     ``prompt_id``, ``prefix_group`` and ``prefix_tokens`` (prompt identity, see ``_identity``) and
@@ -332,6 +350,7 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
         df, lines = _read_jsonl(path, columns)
     else:
         df = _read_csv(path, list(columns))
+    _check_near_misses(df, path)
     t = _numbers(df["arrival_s"], lines)
     if t.isna().any():
         row = int(np.flatnonzero(t.isna().to_numpy())[0])
