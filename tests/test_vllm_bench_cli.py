@@ -578,6 +578,9 @@ def test_the_environment_and_the_printout_s_own_consistency(tmp_path):
     log.write_text(PRINTOUT.replace("Failed requests:", "Maximum request concurrency:     4\nFailed requests:"))
     with pytest.raises(UserError, match="Namespace line says max_concurrency=None, its result block 4"):
         load_result(log)
+    older = tmp_path / "older.log"  # (vLLM before 0.10 printed no configured rate)
+    older.write_text("\n".join(x for x in PRINTOUT.splitlines() if "Request rate configured" not in x))
+    assert load_result(older).settings["request_rate"] == 8.0
     with pytest.raises(UserError, match="awq with bits 8: vLLM reads 4-bit weights"):
         cfg = json.loads((ROOT / "data" / "validation" / "vllm-gpu-bench" / "qwen3-16b-a3b.config.json").read_text())
         (tmp_path / "awq8").mkdir()
