@@ -13,7 +13,6 @@ prefix of one, is an error, never dropped. vLLM's own refusals are refused.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shlex
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from llmsim.engine import MAX_GRAPH_TOKENS
-from llmsim.errors import UserError, cut
+from llmsim.errors import UserError, cut, json_text
 from llmsim.vllmresult import LATENCIES, SETTINGS, Result, settings_of
 
 # --- the two command lines ------------------------------------------------------------------------
@@ -113,9 +112,9 @@ def _add_ignored(p: argparse.ArgumentParser, flags: dict[str, bool | int | str])
 
 def _parse(parser: argparse.ArgumentParser, words: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The parsed flags, and the ignored ones the line gave (as flags)."""
-    for w in words:
-        if w.split("=", 1)[0] in REFUSED:
-            raise UserError(f"{parser.prog}: {w.split('=', 1)[0]}: {REFUSED[w.split('=', 1)[0]]}")
+    for name in (w.split("=", 1)[0] for w in words):
+        if name in REFUSED:
+            raise UserError(f"{parser.prog}: {name}: {REFUSED[name]}")
     ns, unknown = parser.parse_known_args(words)
     if unknown:
         raise UserError(
@@ -131,10 +130,8 @@ def _whole(value: object, low: int, high: int) -> bool:
 
 
 def _json_arg(text: str, name: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"vllm serve: {name} {cut(text)!r}: not JSON ({exc.msg})") from None
+    """A flag's JSON object (errors.json_text: malformed, nested too deep or a number too long named)."""
+    value = json_text(text, f"vllm serve: {name} {cut(text)!r}")
     if not isinstance(value, dict):
         raise UserError(f"vllm serve: {name} {cut(text)!r}: expected a JSON object")
     return value

@@ -123,7 +123,12 @@ def test_precision_flags():
         ("vllm serve a --model b", "the model is given twice"),
         ("vllm serve llama-3.1-8b -tp two", "invalid int value: 'two'"),
         ("vllm serve", "no model"),
-        ("vllm serve llama-3.1-8b --compilation-config '{nope'", "not JSON"),
+        (
+            "vllm serve llama-3.1-8b --compilation-config '{nope'",
+            "--compilation-config '{nope': not valid JSON (line 1)",
+        ),
+        ('vllm serve llama-3.1-8b -cc \'{"max_cudagraph_capture_size": ' + "9" * 5000 + "}'", "a number of more than"),
+        ("vllm serve llama-3.1-8b -cc '" + "[" * 3000 + "]" * 3000 + "'", "nested too deeply"),
         ("vllm serve 'unclosed", "No closing quotation"),
     ],
 )
