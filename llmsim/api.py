@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import gc
 import math
 from collections.abc import Callable, Iterator
@@ -39,12 +38,9 @@ def _scenario_of(scenario: object, overrides: dict[str, object] | None) -> Scena
             )
         return scenario
     if isinstance(scenario, dict):
-        from llmsim.scenario import scenario_from_dict, set_path
+        from llmsim.scenario import scenario_from_dict, with_overrides
 
-        data = copy.deepcopy(scenario)
-        for key, value in (overrides or {}).items():
-            set_path(data, key, value)
-        return scenario_from_dict(data, "scenario (dict)", Path.cwd())
+        return scenario_from_dict(with_overrides(scenario, overrides), "scenario (dict)", Path.cwd())
     if not isinstance(scenario, str | Path):
         raise UserError(f"llmsim.run: expected a scenario path, dict or Scenario, got {type(scenario).__name__}")
     if isinstance(scenario, str) and "\n" in scenario:

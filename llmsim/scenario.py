@@ -899,6 +899,16 @@ def load_scenario(path: str | Path, overrides: dict[str, object] | None = None) 
     return scenario_from_dict(data, str(path), path.resolve().parent)
 
 
+def with_overrides(data: dict, overrides: dict[str, object] | None) -> dict:
+    """A copy of scenario ``data`` with each ``--set``-style override applied (``set_path``)."""
+    import copy
+
+    out = copy.deepcopy(data)
+    for key, value in (overrides or {}).items():
+        set_path(out, key, value)
+    return out
+
+
 def set_path(data: dict, dotted: str, value: object) -> None:
     """Set ``a.b.c = value`` in nested dicts (``--set`` overrides), creating sections as needed."""
     if dotted.startswith("model.") and isinstance(data.get("model"), str):

@@ -185,14 +185,9 @@ def summary_row(summary: dict) -> dict[str, object]:
 
 def point_scenario(data: dict, base_dir: str, origin: str, overrides: dict[str, object]) -> Scenario:
     """The validated scenario of one grid point (no simulation): ``data`` with ``overrides`` applied."""
-    import copy
+    from llmsim.scenario import scenario_from_dict, with_overrides
 
-    from llmsim.scenario import scenario_from_dict, set_path
-
-    d = copy.deepcopy(data)
-    for key, value in overrides.items():
-        set_path(d, key, value)
-    return scenario_from_dict(d, origin, Path(base_dir))
+    return scenario_from_dict(with_overrides(data, overrides), origin, Path(base_dir))
 
 
 def check_points(data: dict, base_dir: str, origin: str, points: list[dict[str, object]]) -> None:

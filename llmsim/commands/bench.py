@@ -55,6 +55,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from llmsim.commands.run import parse_overrides
     from llmsim.errors import UserError
     from llmsim.hardware import load_profile
+    from llmsim.scenario import with_overrides
 
     for name in ("result", "scenario_out"):
         if getattr(args, name) == "":
@@ -147,18 +148,6 @@ def check_scenario_out(path: Path, result: Path | None) -> None:
 
 def requests_path(path: Path) -> Path:
     return path.with_name(path.stem + ".requests.csv")
-
-
-def with_overrides(data: dict, overrides: dict[str, object]) -> dict:
-    """The translated scenario with the ``--set`` overrides applied (a copy)."""
-    import copy
-
-    from llmsim.scenario import set_path
-
-    data = copy.deepcopy(data)
-    for key, value in overrides.items():
-        set_path(data, key, value)
-    return data
 
 
 def simulate(data: dict) -> tuple[Scenario, dict]:

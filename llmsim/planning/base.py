@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from llmsim.errors import UserError, pydantic_message
-from llmsim.scenario import Scenario, scenario_from_dict, set_path
+from llmsim.scenario import Scenario, scenario_from_dict, set_path, with_overrides
 
 
 class PlanConfig(BaseModel):
@@ -88,10 +87,7 @@ class Base:
         return cls(data, sc.base_dir, sc.name)
 
     def scenario(self, overrides: dict[str, object] | None = None) -> Scenario:
-        d = copy.deepcopy(self.data)
-        for key, value in (overrides or {}).items():
-            set_path(d, key, value)
-        return scenario_from_dict(d, self.origin, Path(self.base_dir))
+        return scenario_from_dict(with_overrides(self.data, overrides), self.origin, Path(self.base_dir))
 
     def plan_config(self) -> PlanConfig:
         if (self.data.get("cluster") or {}).get("autoscaling"):
