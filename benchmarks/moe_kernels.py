@@ -12,10 +12,14 @@ removed (the dense GEMM rate). The fit: per GPU, the ``moe_gemm_fraction`` that 
 squared log error over that GPU's BF16 rows with M >= 512 (compute-bound: rows per expert in the
 hundreds); rows below are weight-streaming and do not depend on it. Those (16 <= M <= 256, every
 expert touched and a few rows each) fit ``moe_memory_fraction`` the same way, the rate the grouped
-kernel streams expert weights at; a profile carries it only where it differs from ``memory_fraction``
-by more than the rows pin it (H100 SXM and GH200: 0.889 against the 0.955 fitted to graphed dense
-decode steps; elsewhere the fit lands within 0.02 of ``memory_fraction`` on three to eight rows,
-and the profile keeps the one figure). FP8 rows are never fitted:
+kernel streams expert weights at. Where a GPU has vLLM's own harness's rows from one token up
+(``benchmark_moe.py``, which times calls in a CUDA graph: H100 SXM and A100-40GB), the rows at
+1-96 tokens fit that fraction together with ``overheads.moe_call_fixed_s``, the call's own work
+beyond its expert GEMMs (routing top-k, token sort, top-k sum), which the small calls show
+(``fit_call``). The H100 SXM and GH200, and the three A100 profiles, carry the pair; the H100 PCIe
+the H100's call cost alone (same die, no rows of its own); H200's rows come from another harness
+with a ~185 us floor at 1-4 tokens, and it keeps its dense fraction, which its 16-256-token rows
+fit within 0.01. FP8 rows are never fitted:
 they check the fraction (a BF16 measurement, or a prior) on another dtype. The tuned-config time is
 used where a source gives it (vLLM ships those configs), else the default-config time.
 """
@@ -42,6 +46,9 @@ LAYERS = ROOT / "data/validation/moe_kernels/layer_tables.csv"  # whole layers i
 EXPERT_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
 FIT_MIN_M = 512
 STREAM_M = (16, 256)  # weight-streaming rows: the moe_memory_fraction fit
+SMALL_M = 96  # the small calls, where a call's fixed cost shows: the fit_call rows (M <= this)
+CALL_HARNESS = "vLLM benchmark_moe.py"  # the rows fit_call reads: vLLM's own harness (a CUDA graph)
+CALL_MIN_ROWS = 4  # ... at least this many of them, from one token up (two terms are fitted)
 
 
 COMPUTE, STREAM = "moe_gemm_fraction", "moe_memory_fraction"  # the two terms these rows fit
@@ -76,6 +83,42 @@ def fit_term(rows: pd.DataFrame, hw: HardwareProfile, term: str) -> float:
     return least_log_error(lambda v: priced_us(rows, with_term(hw, term, v)), measured_us(rows).to_numpy())
 
 
+def with_call(hw: HardwareProfile, call_s: float, fraction: float) -> HardwareProfile:
+    """``hw`` with a fixed cost a fused-MoE call and its experts' streaming fraction."""
+    data = with_term(hw, STREAM, fraction).model_dump()
+    data["overheads"]["moe_call_fixed_s"] = {"value": round(call_s, 9), "source": "benchmarks/moe_kernels.py fit"}
+    return HardwareProfile.model_validate(data)
+
+
+def call_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """One GPU's rows that ``fit_call`` reads: BF16, at most ``SMALL_M`` tokens, from vLLM's own
+    harness; empty where fewer than ``CALL_MIN_ROWS`` or none at one token (nothing to fit)."""
+    mine = rows[(rows["dtype"] == "bf16") & (rows["M"] <= SMALL_M) & rows["notes"].str.startswith(CALL_HARNESS)]
+    return mine if len(mine) >= CALL_MIN_ROWS and (mine["M"] == 1).any() else mine.iloc[:0]
+
+
+def fit_call(rows: pd.DataFrame, hw: HardwareProfile) -> tuple[float, float, float]:
+    """(fixed seconds a call, streaming fraction, MAPE) with the least squared log error on ``rows``:
+    a grid over the fraction (0.01 apart), and at each the fixed cost (2 us apart) that fits best."""
+    measured = measured_us(rows).to_numpy() * 1e-6
+
+    def loss(call_s: float, fraction: float) -> float:
+        return float(np.sum(np.log(priced_us(rows, with_call(hw, call_s, fraction)) * 1e-6 / measured) ** 2))
+
+    calls = np.arange(0.0, 80e-6, 2e-6)
+    best = (float("inf"), 0.0, 0.0)
+    for fraction in np.arange(0.60, 1.0001, 0.01):
+        errs = [loss(c, fraction) for c in calls]
+        i = int(np.argmin(errs))
+        if errs[i] < best[0]:
+            best = (errs[i], float(calls[i]), round(float(fraction), 3))
+    call_s, fraction = best[1], best[2]
+    if fraction in (0.6, 1.0) or call_s in (calls[0], calls[-1]):  # (0 us: a negative cost would fit)
+        raise ValueError(f"the fit ends at its grid's edge ({call_s * 1e6:.0f} us, {fraction:.2f}): it fits nothing")
+    priced = priced_us(rows, with_call(hw, call_s, fraction)) * 1e-6
+    return call_s, fraction, float(np.mean(np.abs(priced / measured - 1)))
+
+
 def shipped_value(hw: HardwareProfile, term: str) -> float:
     """``hw``'s own value of ``term`` (NaN where the profile carries none: the cost model then uses
     the dense rate for moe_gemm_fraction, memory_fraction for moe_memory_fraction)."""
@@ -104,10 +147,18 @@ def main(argv: list[str] | None = None) -> int:
         big = rows[(rows["M"] >= FIT_MIN_M) & (rows["dtype"] == "bf16")]
         fitted = fit_term(big, dense, COMPUTE) if len(big) else math.nan
         mid = rows[rows["M"].between(*STREAM_M) & (rows["dtype"] == "bf16")]
-        stream = fit_term(mid, shipped, STREAM) if len(mid) else math.nan
+        small = call_rows(rows)
+        if len(small):  # the fixed cost a call and the streaming fraction, together
+            call_s, stream, _ = fit_call(small, shipped)
+            stream_rows = f"{len(small)} at 1-{SMALL_M}"
+        else:
+            call_s, stream = math.nan, fit_term(mid, shipped, STREAM) if len(mid) else math.nan
+            stream_rows = f"{len(mid)} at {STREAM_M[0]}-{STREAM_M[1]}"
         own = shipped_value(shipped, COMPUTE), shipped_value(shipped, STREAM)
+        own_call = shipped.overheads.moe_call_fixed_s
         fits.append(
-            (profile, len(big), fitted, own[0], len(mid), stream, own[1], shipped.efficiency.memory_fraction.value)
+            (profile, len(big), fitted, own[0], stream_rows, stream, own[1], shipped.efficiency.memory_fraction.value)
+            + (call_s * 1e6, own_call.value * 1e6 if own_call else math.nan)
         )
         meas = measured_us(rows).to_numpy()
         before, after = priced_us(rows, dense), priced_us(rows, shipped)
@@ -121,9 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             out.to_string(index=False, formatters={c: "{:+.1%}".format for c in ("err", "err ")}, float_format="%.1f")
         )
         print()
-    lo, hi = STREAM_M
     cols = [f"bf16 rows M>={FIT_MIN_M}", "fitted moe_gemm_fraction", "shipped moe_gemm"]
-    cols += [f"rows {lo}-{hi}", "fitted moe_memory_fraction", "shipped moe_memory", "memory_fraction"]
+    cols += ["streaming rows", "fitted moe_memory_fraction", "shipped moe_memory", "memory_fraction"]
+    cols += ["fitted moe_call_fixed_s (us)", "shipped (us)"]
     fit = pd.DataFrame(fits, columns=["profile", *cols])
     print(fit.to_string(index=False, float_format="%.3f"))
     if not args.fit:

@@ -1,21 +1,25 @@
-"""vLLM's MoE decode as two parts: the fused kernel's fixed cost a call, and how many experts a step's
-tokens reach. A trial of both together (nothing here changes a profile or a default).
+"""How many experts a decode step of random-token prompts reaches: the routing exponent ``llmsim
+bench`` sets for vllm bench's random dataset, fitted on one MoE's measured steps and checked on
+another MoE's serving passes.
 
-    python benchmarks/moe_routing.py
+    python benchmarks/moe_routing.py        # ~1 s
 
-1. The kernel. vLLM's fused_experts timings at small calls (data/validation/moe_kernels/fused_moe.csv,
-   1-96 tokens, BF16) fit a fixed cost a call (``overheads.moe_call_fixed_s``: the routing's top-k,
-   the token sort, the top-k sum) plus the touched experts' weights streamed at
-   ``efficiency.moe_memory_fraction``: both fitted per GPU on its pull-request rows, the least
-   squared log error (the fixed cost is the one that best fits at each fraction). Checked on the
-   held-out whole-layer tables (layer_tables.csv).
-2. Serving. The vLLM 0.30 MoE passes of data/validation/vllm-gpu-bench/ on the GPUs fitted in 1
-   (H100, A100-40GB), priced with the shipped profile and with the fitted kernel, each at
-   ``cluster.expert_skew`` 0 (uniform routing, the default) to 1.2 (Zipf-popular experts: fewer
-   reached a step). Errors are llmsim / real - 1 of mean TPOT, mean E2EL and mean TTFT.
+1. The fit. data/validation/moe_kernels/routing_steps.csv: vLLM 0.30's graphed decode steps of
+   granite-3.1-3b-a800m (40 experts, top-8) on an L4, 1 to 256 sequences of random-vocabulary
+   tokens, with the GPU time of the kernels that are neither cuBLAS GEMMs nor attention
+   (``other_ms``: the fused-MoE kernels streaming the reached experts' weights, and small
+   elementwise ones). At 1-64 sequences (few rows an expert: the weights dominate) that time is
+   fitted as ``base + per_expert * reached(B)``, ``reached`` as ``ops.experts_touched`` prices it
+   with the exponent ``a``: B sequences reach what B^a independent tokens would. A grid over ``a``
+   (0.01 apart), least squares on the relative error for the two linear terms at each.
+2. The check. The vLLM 0.30 MoE passes (data/validation/vllm-gpu-bench/: Qwen3-30B-A3B, 128
+   experts, on an H100 and an A6000 pair; Qwen3-16B-A3B, 64, on an A100-40GB; random-dataset
+   prompts), as ``bench_runs.py``
+   builds them (``llmsim bench``'s translation: the exponent set), against the same scenarios with
+   independent routing (``cluster.expert_routing_exponent`` 1). Errors are llmsim / real - 1.
 
-The passes' prompts are random token ids (vllm bench serve's random dataset): a skew that fits them
-is a property of that workload and model, not a default (docs/validation.md, "MoE expert kernels").
+Real chat prompts are not measured here: the exponent is set for the random dataset only
+(docs/validation.md, "MoE expert kernels").
 """
 
 from __future__ import annotations
@@ -25,128 +29,142 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "vllm_gpu"))
 
 import bench_runs  # noqa: E402
-import moe_kernels  # noqa: E402
-from fitting import with_efficiency  # noqa: E402
 
-from llmsim.hardware import HardwareProfile, load_profile  # noqa: E402
+from llmsim.costmodel.ops import experts_touched  # noqa: E402
 
-SMALL_M = 96  # the small calls: the fixed cost is visible up to here, the rows above stream whole
-KERNEL_GPUS = ("H100-SXM", "A100-40GB", "B200")  # GPUs with BF16 pull-request rows at 1-96 tokens
-SERVING_GPUS = ("H100-SXM", "A100-40GB")  # ... and vLLM 0.30 MoE passes
-SKEWS = (0.0, 0.6, 0.8, 1.0, 1.2)
-SOURCE = "benchmarks/moe_routing.py trial"
-
-
-def with_kernel(hw: HardwareProfile, call_s: float, fraction: float) -> HardwareProfile:
-    """``hw`` with a fixed cost a fused-MoE call and its experts' streaming fraction."""
-    data = with_efficiency(hw, "moe_memory_fraction", fraction, SOURCE).model_dump()
-    data["overheads"]["moe_call_fixed_s"] = {"value": round(call_s, 9), "source": SOURCE}
-    return HardwareProfile.model_validate(data)
+STEPS = ROOT / "data" / "validation" / "moe_kernels" / "routing_steps.csv"
+# The fit's rows: up to 64 sequences a reached expert gets at most 64 x 8 / 40 = 12.8 rows, so its
+# cost is its weights'; from 64 on every expert is reached whatever the exponent, and the time still
+# grows (24.3 -> 30.0 ms at 256) with the rows, which the two terms do not price. The streaming rate
+# the fit implies checks the choice: 0.89 of the L4's peak, as vLLM's kernel streams on the H100 and
+# the A100 (0.94, 0.90; hardware profiles); other rows and forms (sensitivity) need 0.97 and more
+FIT_MAX_SEQUENCES = 64
+EXPONENTS = np.round(np.arange(0.30, 1.0001, 0.01), 2)
 
 
-def fit_kernel(rows: pd.DataFrame, hw: HardwareProfile) -> tuple[float, float, float]:
-    """(fixed seconds a call, streaming fraction, MAPE) with the least squared log error on ``rows``:
-    a grid over the fraction, and at each the fixed cost that best fits (a 1-D search)."""
-    measured = moe_kernels.measured_us(rows).to_numpy() * 1e-6
-
-    def loss(call_s: float, fraction: float) -> float:
-        priced = moe_kernels.priced_us(rows, with_kernel(hw, call_s, fraction)) * 1e-6
-        return float(np.sum(np.log(priced / measured) ** 2))
-
-    best = (float("inf"), 0.0, 0.0)
-    for fraction in np.arange(0.60, 1.0001, 0.01):
-        calls = np.arange(0.0, 80e-6, 2e-6)
-        errs = [loss(c, fraction) for c in calls]
-        i = int(np.argmin(errs))
-        if errs[i] < best[0]:
-            best = (errs[i], float(calls[i]), float(fraction))
-    call_s, fraction = best[1], best[2]
-    if round(fraction, 2) in (0.6, 1.0) or call_s >= 78e-6:  # (a best value at the grid's edge fits nothing)
-        print(f"warning: the fit ends at its grid's edge ({call_s * 1e6:.0f} us, {fraction:.2f})", file=sys.stderr)
-    priced = moe_kernels.priced_us(rows, with_kernel(hw, call_s, fraction)) * 1e-6
-    return call_s, round(fraction, 3), float(np.mean(np.abs(priced / measured - 1)))
+def reached(experts: int, k: int, sequences: np.ndarray, exponent: float) -> np.ndarray:
+    return np.array([experts_touched(experts, k, experts, int(b), 0.0, exponent) for b in sequences])
 
 
-def kernel_table() -> dict[str, HardwareProfile]:
-    """Print the fits and the held-out layer rows; return each fitted GPU's trial profile."""
-    data = pd.read_csv(moe_kernels.DATA)
-    trials, lines = {}, []
-    for gpu in KERNEL_GPUS:
-        rows = data[(data["profile"] == gpu) & (data["dtype"] == "bf16") & (data["M"] <= SMALL_M)]
-        shipped = load_profile(gpu)
-        call_s, fraction, mape = fit_kernel(rows, shipped)
-        trials[gpu] = with_kernel(shipped, call_s, fraction)
-        before = moe_kernels.priced_us(rows, shipped)
-        meas = moe_kernels.measured_us(rows).to_numpy()
-        lines.append(
-            {
-                "profile": gpu,
-                "rows": len(rows),
-                "moe_call_fixed_s (us)": round(call_s * 1e6, 1),
-                "moe_memory_fraction": fraction,
-                "MAPE fitted": f"{mape:.1%}",
-                "MAPE shipped": f"{np.mean(np.abs(before / meas - 1)):.1%}",
-            }
-        )
-    print(f"the fused-MoE kernel at 1-{SMALL_M} tokens (pull-request rows, BF16), fitted per GPU:")
-    print(pd.DataFrame(lines).to_string(index=False, formatters={"moe_memory_fraction": "{:.3f}".format}))
-    layers = pd.read_csv(moe_kernels.LAYERS)
+def _terms(rows: pd.DataFrame, exponent: float, per_sequence: bool) -> np.ndarray:
+    """The model's terms a row (columns): 1, the experts reached, and the sequences if asked."""
+    experts, k = int(rows["E"].iloc[0]), int(rows["topk"].iloc[0])
+    b = rows["sequences"].to_numpy()
+    terms = [np.ones(len(b)), reached(experts, k, b, exponent)] + ([b.astype(float)] if per_sequence else [])
+    return np.c_[tuple(terms)]
+
+
+def fit_exponent(rows: pd.DataFrame, per_sequence: bool = False) -> tuple[float, float, float, np.ndarray]:
+    """(exponent, base ms, ms per expert reached, relative errors) fitted to ``rows`` (one model):
+    a grid over the exponent, least squares on the relative error for the linear terms at each
+    (none negative). ``per_sequence``: a third term, ms per sequence (the sensitivity's other form)."""
+    other = rows["other_ms"].to_numpy()
+    best: tuple[float, float, np.ndarray] = (np.inf, 1.0, np.zeros(3))
+    for a in EXPONENTS:
+        x = _terms(rows, a, per_sequence) / other[:, None]  # relative: each row over its own time
+        coef, *_ = np.linalg.lstsq(x, np.ones(len(other)), rcond=None)
+        loss = float(np.sum((x @ coef - 1) ** 2))
+        if loss < best[0] and (coef >= 0).all():
+            best = (loss, float(a), coef)
+    _, a, coef = best
+    if a in (EXPONENTS[0], EXPONENTS[-1]):
+        raise ValueError(f"the exponent ends at its grid's edge ({a}): the rows do not pin it")
+    errs = _terms(rows, a, per_sequence) @ coef / other - 1
+    return a, float(coef[0]), float(coef[1]), errs
+
+
+def streaming_fraction(rows: pd.DataFrame, per_expert_ms: float) -> float:
+    """The share of the GPU's peak bandwidth that ``per_expert_ms`` a reached expert implies: its
+    weights over all layers (gate, up and down projections, 16-bit) streamed in that time."""
+    from llmsim.hardware import load_profile
+
+    r = rows.iloc[0]
+    expert_bytes = 3 * r["hidden"] * r["expert_intermediate"] * 2 * r["layers"]
+    return float(expert_bytes / (per_expert_ms * 1e-3) / load_profile(r["profile"]).bandwidth)
+
+
+def sensitivity(rows: pd.DataFrame) -> pd.DataFrame:
+    """The exponent other selections of the rows and a per-sequence term give, with the streaming
+    rate each implies (above 1 is not a physical fit)."""
     out = []
-    for gpu, g in layers.groupby("profile"):
-        if gpu not in trials:
-            continue
-        shipped, trial = moe_kernels.priced_us(g, load_profile(gpu)), moe_kernels.priced_us(g, trials[gpu])
-        for r, s, t in zip(g.itertuples(), shipped, trial, strict=True):
-            out.append((gpu, r.M, r.layer_us, f"{s / r.layer_us - 1:+.1%}", f"{t / r.layer_us - 1:+.1%}"))
-    print("\nheld out: whole fused-MoE layers in a CUDA graph (layer_tables.csv), error shipped / fitted kernel:")
-    print(pd.DataFrame(out, columns=["profile", "M", "layer_us", "shipped", "fitted"]).to_string(index=False))
-    return trials
+    for most in sorted(rows["sequences"].unique())[3:]:
+        mine = rows[rows["sequences"] <= most]
+        for per_sequence in (False, True):
+            if len(mine) <= 2 + per_sequence:  # (as many terms as rows: no fit)
+                continue
+            a, _, per_expert, errs = fit_exponent(mine, per_sequence)
+            out.append(
+                {
+                    "sequences": f"1-{most}",
+                    "terms": "+ per sequence" if per_sequence else "two",
+                    "exponent": a,
+                    "of peak bandwidth": round(streaming_fraction(rows, per_expert), 2),
+                    "rms error": f"{np.sqrt(np.mean(errs**2)):.1%}",
+                }
+            )
+    return pd.DataFrame(out)
 
 
-def serving_rows(trials: dict[str, HardwareProfile]) -> pd.DataFrame:
-    """Every MoE pass on a fitted GPU, shipped and fitted kernel, at each skew."""
+def fit_table() -> float:
+    rows = pd.read_csv(STEPS)
+    fit_rows = rows[rows["sequences"] <= FIT_MAX_SEQUENCES]
+    a, base, per_expert, errs = fit_exponent(fit_rows)
+    experts, k = int(rows["E"].iloc[0]), int(rows["topk"].iloc[0])
+    out = fit_rows.assign(
+        independent=reached(experts, k, fit_rows["sequences"], 1.0).round(1),
+        fitted=reached(experts, k, fit_rows["sequences"], a).round(1),
+        priced_ms=(base + per_expert * reached(experts, k, fit_rows["sequences"], a)).round(2),
+        err=[f"{e:+.1%}" for e in errs],
+    )
+    print(
+        f"{rows['model'].iloc[0]} ({experts} experts, top-{k}) decode steps on an {rows['gpu'].iloc[0]} (routing_steps.csv):"
+    )
+    print("experts reached by B sequences, independent and at the fitted exponent; the MoE-and-other GPU time, priced:")
+    print(out[["sequences", "other_ms", "independent", "fitted", "priced_ms", "err"]].to_string(index=False))
+    bw = streaming_fraction(rows, per_expert)
+    print(
+        f"fitted: exponent {a:.2f}, {base:.2f} ms + {per_expert:.3f} ms per expert reached ({bw:.2f} of peak bandwidth)"
+    )
+    print("\nthe same fit on other rows, and with a per-sequence term (how well the rows pin it; not used):")
+    print(sensitivity(rows).to_string(index=False))
+    return a
+
+
+def serving_table(exponent: float) -> pd.DataFrame:
     import llmsim
     from llmsim.scenario import scenario_from_dict
 
-    paths = {}  # each fitted GPU's trial profile, as a file a scenario can name
-    for gpu in SERVING_GPUS:
-        paths[gpu] = ROOT / "results" / "moe_routing" / f"{gpu}.yaml"
-        paths[gpu].parent.mkdir(parents=True, exist_ok=True)
-        paths[gpu].write_text(yaml.safe_dump(trials[gpu].model_dump(mode="json", exclude_none=True)))
     out = []
     for run in bench_runs.load_runs():
-        gpu = bench_runs.hardware(run)
-        if not run["model"].endswith("-A3B") or gpu not in SERVING_GPUS:
+        if not run["model"].endswith("-A3B"):
             continue
         real = run["results"]
-        for kernel in ("shipped", "fitted"):
-            for skew in SKEWS:
-                d = bench_runs.scenario_dict(run)
-                d["cluster"]["expert_skew"] = skew
-                if kernel == "fitted":
-                    d["hardware"] = str(paths[gpu])
-                s = llmsim.run(scenario_from_dict(d, run["id"], ROOT)).summary
-                err = {k: s[f"mean_{k}_ms"] / real[f"mean_{k}_ms"] - 1 for k in ("tpot", "e2el", "ttft")}
-                out.append({"run": run["id"], "kernel": kernel, "skew": skew, **err})
+        for label, a in (("independent", 1.0), ("fitted", exponent)):
+            d = bench_runs.scenario_dict(run)  # (llmsim bench's translation, its exponent replaced)
+            d["cluster"]["expert_routing_exponent"] = a
+            s = llmsim.run(scenario_from_dict(d, run["id"], ROOT)).summary
+            err = {m: s[f"mean_{m}_ms"] / real[f"mean_{m}_ms"] - 1 for m in ("tpot", "e2el", "ttft")}
+            out.append({"run": run["id"], "gpu": bench_runs.hardware(run), "routing": label, **err})
     return pd.DataFrame(out)
 
 
 def main() -> int:
-    trials = kernel_table()
-    rows = serving_rows(trials)
-    for metric in ("tpot", "e2el", "ttft"):
-        wide = rows.pivot_table(index=["run"], columns=["kernel", "skew"], values=metric, sort=False)
-        print(f"\nmean {metric.upper()} error by kernel and expert_skew (vLLM 0.30 MoE passes, logged KV):")
-        print(wide.map(lambda v: f"{v:+.1%}").to_string())
-        spread = rows.groupby(["kernel", "skew"])[metric].apply(lambda e: np.max(np.abs(e)))
-        print("worst |error|: " + ", ".join(f"{k} {s:g}: {v:.1%}" for (k, s), v in spread.items()))
+    a = fit_table()
+    rows = serving_table(a)
+    wide = rows.pivot_table(index=["run", "gpu"], columns="routing", values=["tpot", "e2el", "ttft"], sort=False)
+    wide.columns = [f"{m} {r}" for m, r in wide.columns]
+    print(
+        f"\nthe vLLM 0.30 MoE passes (Qwen3 A3B models, random-dataset prompts), mean error, independent / exponent {a:.2f}:"
+    )
+    print(wide.map(lambda v: f"{v:+.1%}").to_string())
+    for label, g in rows.groupby("routing", sort=False):
+        worst = ", ".join(f"{m.upper()} {np.max(np.abs(g[m])):.1%}" for m in ("tpot", "e2el", "ttft"))
+        print(f"worst |error|, {label}: {worst}")
     return 0
 
 

@@ -156,6 +156,8 @@ def _run(sc: Scenario, checks: bool, exact_steps: bool, progress: Callable[[floa
                 "ep": p.cost.cfg.ep,  # expert-parallel degree (1: every GPU holds every expert)
                 "kv_blocks_per_replica": p.kv_blocks,
                 "expert_imbalance": p.cost.cfg.moe_imbalance,  # busiest EP GPU / mean (eplb.py)
+                # a step's T tokens reach what T^this independent ones would (MoE models only)
+                **({"expert_routing_exponent": p.cost.cfg.expert_routing_exponent} if model.is_moe else {}),
                 "memory_per_device": p.memory,
                 "price_per_hour_usd": p.hw.price_per_hour_usd.value * p.replicas * p.tp * p.pp,
             }

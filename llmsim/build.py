@@ -380,12 +380,19 @@ class PoolSpec:
     draft_cost: CostModel | None = None  # speculative decoding with a draft model
 
 
+def check_moe_keys(sc: Scenario, model: ModelSpec) -> None:
+    """The cluster's routing keys name a MoE model's experts: on a dense model they are a mistake."""
+    c = sc.cluster
+    moe_keys = [k for k in ("expert_skew", "eplb", "redundant_experts") if getattr(c, k)]
+    moe_keys += ["expert_routing_exponent"] if c.expert_routing_exponent != 1.0 else []
+    if moe_keys and not model.is_moe:
+        raise UserError(f"cluster.{moe_keys[0]}: {model.name} is a dense model, with no experts to route to; remove it")
+
+
 def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
     """One pool when colocated; a prefill and a decode pool when disaggregated."""
     c = sc.cluster
-    moe_keys = [k for k in ("expert_skew", "eplb", "redundant_experts") if getattr(c, k)]
-    if moe_keys and not model.is_moe:
-        raise UserError(f"cluster.{moe_keys[0]}: {model.name} is a dense model, with no experts to route to; remove it")
+    check_moe_keys(sc, model)
     if sc.policy.kind == "disaggregated":
         # (the colocated sizing keys are refused beside pools: scenario._check_pools_size_disaggregated)
         assert c.prefill_pool is not None and c.decode_pool is not None
@@ -458,6 +465,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         moe_imbalance=moe_imbalance(sc, model, ep, "cluster"),
         redundant_experts=sc.cluster.redundant_experts if ep > 1 and sc.cluster.eplb else 0,
         expert_skew=sc.cluster.expert_skew,
+        expert_routing_exponent=sc.cluster.expert_routing_exponent,
         fp8_attention=fp8_attention(engine, hw, model),
     )
     window, local_window = model.attention_windows()
@@ -525,8 +533,17 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     draft_cost = None
     if draft is not None:
         # the draft is small: it runs unsharded next to the target's shard
-        # (the routing skew is the target's: a MoE draft routes its own way, taken as even)
-        draft_cfg = replace(cfg, tp=1, pp=1, ep=1, fp8_attention=fp8_attention(engine, hw, draft), expert_skew=0.0)
+        # (the routing skew and exponent are the target's, measured on it or its kind: a MoE draft
+        # routes its own way, unmeasured, taken as even and independent)
+        draft_cfg = replace(
+            cfg,
+            tp=1,
+            pp=1,
+            ep=1,
+            fp8_attention=fp8_attention(engine, hw, draft),
+            expert_skew=0.0,
+            expert_routing_exponent=1.0,
+        )
         draft_cost = shared_cost_model(draft, hw, draft_cfg, engine)
     cost = shared_cost_model(model, hw, cfg, engine)
     return PoolSpec(name, hw, p.replicas, p.tp, p.pp, cost, blocks, sched, memory, draft_cost=draft_cost)

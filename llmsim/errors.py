@@ -301,8 +301,13 @@ def pydantic_message(
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             key = str(err["loc"][-1])
-            siblings = (suggestions or {}).get(".".join(str(p) for p in err["loc"][:-1]), [])
+            parent = ".".join(str(p) for p in err["loc"][:-1])
+            siblings = (suggestions or {}).get(parent, [])
             hint = (moved or {}).get(".".join(str(p) for p in err["loc"]))
+            # a key of another section, set in the wrong one (a cluster key at the top level)
+            elsewhere = sorted(f"{s}.{key}" if s else key for s, keys in (suggestions or {}).items() if key in keys)
+            if not hint and elsewhere and parent not in (s.rpartition(".")[0] for s in elsewhere):
+                hint = " or ".join(elsewhere)
             msg = f"unknown key {key!r}" + (f" (set {hint} instead)" if hint else did_you_mean(key, siblings))
         elif err["type"] == "missing":
             msg = "required key is missing"

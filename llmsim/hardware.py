@@ -23,12 +23,24 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 NARROW_DTYPES = ("fp8", "int8", "int4", "fp4")
 
 
+def _number_not_bool(v: object) -> object:
+    """YAML's true/false would pass as 1 and 0 (a bool is an int in Python): a figure is a number."""
+    if isinstance(v, bool):
+        raise ValueError("expected a number, not true/false")
+    return v
+
+
 class Figure(BaseModel):
     """One sourced number."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     value: float
     source: str = Field(min_length=3)
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _not_a_yes_no(cls, v: object) -> object:
+        return _number_not_bool(v)
 
     @field_validator("value")
     @classmethod
@@ -44,6 +56,11 @@ class FigureTable(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     value: list[float] = Field(min_length=1)
     source: str = Field(min_length=3)
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _not_yes_nos(cls, v: object) -> object:
+        return [_number_not_bool(x) for x in v] if isinstance(v, list) else v
 
     @field_validator("value")
     @classmethod

@@ -196,6 +196,10 @@ class ClusterConfig(_Strict):
     # expert parallelism the busiest GPU's load, eplb.py), and vLLM's expert-parallel load balancer
     # (--enable-eplb) with its EPLBConfig.num_redundant_experts extra expert copies
     expert_skew: Annotated[float, Field(ge=0, le=10)] = 0.0
+    # MoE: a step's T tokens reach the experts T^exponent independent tokens would (1 = independent
+    # routing). Sequences that route alike reach fewer; vLLM bench's random-token prompts do (llmsim
+    # bench sets the measured value, vllmcli.RANDOM_TOKEN_ROUTING_EXPONENT)
+    expert_routing_exponent: Annotated[float, Field(gt=0, le=1)] = 1.0
     eplb: bool = False
     redundant_experts: Annotated[int, Field(ge=0, le=4096)] = 0
     router: Literal["round_robin", "least_outstanding", "kv_aware", "prefix_affinity", "vllm_dp", "lora_affinity"] = (

@@ -623,6 +623,20 @@ KEY_FLAGS = {
 }
 
 
+# How many experts a decode step reaches when the prompts are vllm bench's random dataset (token
+# ids drawn at random): its B sequences reach what B^this independent tokens would. Fitted by
+# benchmarks/moe_routing.py to vLLM 0.30's graphed decode steps of granite-3.1-3b-a800m (40 experts,
+# top-8) on an L4 with random-vocabulary tokens (data/validation/moe_kernels/routing_steps.csv);
+# checked on the Qwen3-30B-A3B passes (128 experts), docs/validation.md "MoE expert kernels". Real
+# text is not measured: other datasets keep independent routing (1)
+RANDOM_TOKEN_ROUTING_EXPONENT = 0.79
+
+
+def random_token_prompts(bench: Bench, replay: bool, dataset_stated: bool) -> bool:
+    """The requests are vllm bench's random dataset: drawn by it, or a replay of a run said to be."""
+    return bench.dataset_name == "random" and (not replay or dataset_stated or "dataset_name" in bench.given)
+
+
 def scenario_dict(
     hardware: str,
     serve: Serve,
@@ -630,11 +644,13 @@ def scenario_dict(
     name: str = "vllm-bench",
     trace_csv: str | None = None,
     kv_blocks: int | None = None,
+    dataset_stated: bool = False,
 ) -> dict:
     """The scenario of ``serve`` on ``hardware`` under ``bench``'s traffic. ``trace_csv``: a generic
     trace of the requests a detailed result file sent (their lengths and send times) in place of
     the random dataset; ``kv_blocks``: the KV capacity the server logged, in vLLM's blocks (its
-    null block included, as vLLM counts them)."""
+    null block included, as vLLM counts them); ``dataset_stated``: the command line or the result
+    names the replayed requests' dataset (a result JSON does not: its default is not taken as said)."""
     entry, _ = model_entry(serve.model)
     precision = _precision(serve, entry, hardware)
     model = {**({"name": entry} if isinstance(entry, str) else entry), **precision} if precision else entry
@@ -667,6 +683,8 @@ def scenario_dict(
     moe = has_experts(entry)  # (vLLM ignores expert parallelism on a dense model)
     if serve.expert_parallel and moe:
         cluster["expert_parallel"] = True
+    if moe and random_token_prompts(bench, trace_csv is not None, dataset_stated):
+        cluster["expert_routing_exponent"] = RANDOM_TOKEN_ROUTING_EXPONENT
     if serve.eplb and moe:
         cluster |= {"eplb": True, "redundant_experts": serve.redundant_experts}
     if serve.enforce_eager:

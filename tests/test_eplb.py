@@ -140,3 +140,31 @@ def test_skew_without_expert_parallelism_prices_decode_lighter() -> None:
     even = llmsim.run(scenario_from_dict(_data(**base), "test", ROOT)).summary
     skewed = llmsim.run(scenario_from_dict(_data(**base, expert_skew=1.0), "test", ROOT)).summary
     assert skewed["mean_tpot_ms"] < even["mean_tpot_ms"]
+
+
+def test_tokens_that_route_alike_reach_fewer_experts() -> None:
+    """cluster.expert_routing_exponent a: a step's T tokens reach what T^a independent ones would
+    (one token still its k experts), with or without skew; 1 is the independent formula exactly."""
+    for tokens in (1, 3, 12, 100):
+        assert experts_touched(128, 8, 128, tokens, 0.0, 1.0) == experts_touched(128, 8, 128, tokens)
+        assert experts_touched(128, 8, 128, tokens, 0.0, 0.79) == pytest.approx(
+            128 * (1 - (1 - 8 / 128) ** (tokens**0.79))
+        )
+    assert experts_touched(128, 8, 128, 1, 0.0, 0.5) == pytest.approx(8.0)
+    assert experts_touched(128, 8, 128, 1, 1.0, 0.5) == pytest.approx(8.0)
+    curve = [experts_touched(128, 8, 128, 16, 0.0, a) for a in (1.0, 0.9, 0.79, 0.6, 0.3)]
+    assert curve == sorted(curve, reverse=True) and curve[-1] > 8
+    assert experts_touched(128, 8, 128, 16, 1.0, 0.79) < experts_touched(128, 8, 128, 16, 1.0)
+
+
+def test_the_routing_exponent_prices_moe_decode_lighter_and_is_refused_on_a_dense_model() -> None:
+    base = {"replicas": 1, "expert_parallel": False, "router": "round_robin"}
+    even = llmsim.run(scenario_from_dict(_data(**base), "test", ROOT)).summary
+    alike = llmsim.run(scenario_from_dict(_data(**base, expert_routing_exponent=0.79), "test", ROOT)).summary
+    assert alike["mean_tpot_ms"] < even["mean_tpot_ms"]
+    dense = {**_data(**base, expert_routing_exponent=0.79), "model": "qwen3-8b"}
+    with pytest.raises(UserError, match="cluster.expert_routing_exponent: qwen3-8b is a dense model"):
+        llmsim.run(scenario_from_dict(dense, "test", ROOT))
+    for bad in (0, 1.5):
+        with pytest.raises(UserError, match="expert_routing_exponent"):
+            scenario_from_dict(_data(**base, expert_routing_exponent=bad), "test", ROOT)

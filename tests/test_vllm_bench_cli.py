@@ -17,6 +17,7 @@ from llmsim.commands.bench import check_same_model
 from llmsim.errors import UserError
 from llmsim.scenario import scenario_from_dict
 from llmsim.vllmcli import (
+    RANDOM_TOKEN_ROUTING_EXPONENT,
     Bench,
     check_lengths,
     model_entry,
@@ -61,6 +62,7 @@ def test_serve_flags_translate_as_the_docs_table_says():
         "expert_parallel": True,
         "eplb": True,
         "redundant_experts": 32,
+        "expert_routing_exponent": RANDOM_TOKEN_ROUTING_EXPONENT,  # (the random dataset's prompts)
     }
     assert d["policy"] == {
         "kind": "vllm",
@@ -165,6 +167,48 @@ def test_bench_defaults_and_random_lengths():
         scenario_dict("H100-SXM", parse_serve(SERVE), bench_of("--dataset-name sharegpt"))
     with pytest.raises(UserError, match="--random-range-ratio 1.0: expected a ratio from 0 to below 1"):
         bench_of("--random-range-ratio 1")
+
+
+def test_random_token_prompts_route_alike_on_a_moe_model_only(tmp_path, capsys):
+    """vllm bench's random dataset draws token ids at random, and sequences of those reach fewer
+    experts a step (fitted, benchmarks/moe_routing.py): set for a MoE model's random-dataset run and
+    said; a dense model, another dataset's requests, or a result file replayed without its dataset
+    named keep 1; a --set value is shown as the user's."""
+    moe = parse_serve("vllm serve Qwen/Qwen3-30B-A3B")
+    assert (
+        scenario_dict("H100-SXM", moe, Bench())["cluster"]["expert_routing_exponent"] == RANDOM_TOKEN_ROUTING_EXPONENT
+    )
+    assert "expert_routing_exponent" not in scenario_dict("H100-SXM", parse_serve(SERVE), Bench())["cluster"]
+    replay = scenario_dict("H100-SXM", moe, bench_of("--dataset-name sharegpt"), trace_csv="sent.csv")
+    assert "expert_routing_exponent" not in replay["cluster"]
+    unnamed = scenario_dict("H100-SXM", moe, Bench(), trace_csv="sent.csv")  # (a JSON result names no dataset)
+    assert "expert_routing_exponent" not in unnamed["cluster"]
+    named = scenario_dict("H100-SXM", moe, bench_of("--dataset-name random"), trace_csv="sent.csv")
+    assert named["cluster"]["expert_routing_exponent"] == RANDOM_TOKEN_ROUTING_EXPONENT
+    args = ["bench", "--hardware", "H100-SXM", "--serve", "vllm serve Qwen/Qwen3-30B-A3B", "--bench", BENCH]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "routing  cluster.expert_routing_exponent 0.79: vllm bench's random-token prompts route alike" in out
+    assert main([*args, "--set", "cluster.expert_routing_exponent=0.9"]) == 0
+    assert "routing  cluster.expert_routing_exponent 0.9 (--set)\n" in capsys.readouterr().out
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pools"][0]["expert_routing_exponent"] == RANDOM_TOKEN_ROUTING_EXPONENT
+    # a detailed result replayed: unnamed, independent and said so; named, set and not "ignored"
+    path = _result(
+        tmp_path,
+        model_id="Qwen/Qwen3-30B-A3B",
+        input_lens=[100, 200],
+        output_lens=[10, 20],
+        start_times=[0.0, 0.5],
+        num_prompts=2,
+        completed=2,
+    )
+    replayed = ["bench", "--hardware", "H100-SXM", "--serve", "vllm serve Qwen/Qwen3-30B-A3B", "--result", str(path)]
+    assert main(replayed) == 0
+    assert "exponent 1, independent: " in capsys.readouterr().out
+    assert main([*replayed, "--bench", "--dataset-name random"]) == 0
+    out = capsys.readouterr().out
+    assert "exponent 0.79: vllm bench's random-token prompts" in out and "--dataset-name (the file's" not in out
 
 
 def test_a_checkpoint_s_quantization_config_is_read_as_vllm_reads_it(tmp_path):

@@ -52,6 +52,18 @@ def test_the_scored_set_holds_its_reported_accuracy():
     assert med["mean_e2el_ms"] < 0.09 and med["mean_tpot_ms"] < 0.09 and med["request_throughput"] < 0.08, med
 
 
+def test_the_moe_passes_decode_as_the_doc_says():
+    """The ten MoE passes' mean TPOT and E2EL within 30 % (docs/validation.md: at most 27.5 %, the
+    A6000 pair at 4 req/s; independent routing, cluster.expert_routing_exponent 1, read up to 56 %),
+    the H100 and A100 ones within 10 %."""
+    for run in RUNS:
+        if not run["model"].endswith("-A3B"):
+            continue
+        row = bench.score(run)
+        bound = 0.10 if bench.hardware(run) in ("H100-SXM", "A100-40GB") else 0.30
+        assert abs(row["mean_tpot_ms_err"]) < bound and abs(row["mean_e2el_ms_err"]) < bound, row
+
+
 def test_the_records_decode_steps_are_priced_as_the_doc_says():
     """vLLM's own decode steps (Qwen3-8B on an A100-40GB, an L4, an H100 and a GH200): llmsim's step
     within 10 %, as docs/validation.md reports (-3.0 to +8.7 %); the H100's, which its

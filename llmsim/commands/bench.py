@@ -41,7 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="the real run to compare with: vllm bench serve --save-result's JSON, or the benchmark's console printout",
     )
-    add_set_option(p, "override a key of the translated scenario, e.g. --set cluster.expert_skew=0.8 (repeatable)")
+    add_set_option(
+        p, "override a key of the translated scenario, e.g. --set cluster.expert_routing_exponent=1 (repeatable)"
+    )
     p.add_argument("--scenario-out", metavar="FILE.yaml", help="also write the translated scenario (for `llmsim run`)")
     p.add_argument("--json", action="store_true", help="print summary.json (with a `compared` list) and nothing else")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -82,7 +84,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if result is not None and result.sent is not None:
             trace = Path(tmp) / "requests.csv"
             write_trace(trace, vllmcli.sent_requests(result, bench))
-        translated = vllmcli.scenario_dict(args.hardware, serve, bench, trace_csv=str(trace) if trace else None)
+        stated = result is not None and "dataset_name" in result.settings  # (a printout's Namespace says it)
+        translated = vllmcli.scenario_dict(
+            args.hardware, serve, bench, trace_csv=str(trace) if trace else None, dataset_stated=stated
+        )
         if result is not None:  # every percentile the real run reports, compared
             translated["output"]["percentiles"] = sorted({*bench.metric_percentiles, *result.percentiles()})
         data = with_overrides(translated, overrides)
@@ -103,7 +108,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rate = (
         None if sc.workload.kind == "all_at_once" else bench.request_rate if trace is not None else sc.workload.rate_rps
     )
-    print(notes(sc, serve, bench, result))
+    print(notes(sc, serve, bench, result, translated["cluster"].get("expert_routing_exponent", 1.0)))
     print(vllmresult.result_block(summary, bench.percentile_metrics, percentiles, rate, sc.workload.max_concurrency))
     if result is not None and compared:
         print("\n" + vllmresult.comparison_table(compared, result.path))
@@ -112,6 +117,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"\naccuracy {interval_line(summary.get('accuracy'), summary.get('accuracy_like'))}")
     print(f"verdict  {summary['saturation']['verdict'].upper()}: {summary['saturation']['explanation']}")
     return 0
+
+
+def routing_note(exponent: float, translated: float, bench: Bench, result: Result | None) -> str:
+    """How a MoE model's tokens reach its experts, and why (docs/validation.md, "MoE expert kernels")."""
+    key = f"cluster.expert_routing_exponent {exponent:g}"
+    if exponent != translated:
+        return f"{key} (--set)"
+    if exponent != 1.0:
+        return (
+            f"{key}: vllm bench's random-token prompts route alike (fitted to another MoE's decode steps, "
+            "0.6-0.85 by the rows taken; docs/validation.md); --set cluster.expert_routing_exponent=1 for independent"
+        )
+    if bench.dataset_name == "random" and result is not None and result.sent is not None:
+        return (
+            f"{key}, independent: {result.path} does not say which dataset its requests came from (for vllm "
+            "bench's random dataset, whose tokens route alike, add --bench '--dataset-name random')"
+        )
+    return f"{key}, independent (--dataset-name {bench.dataset_name}: routing on real text is not measured)"
 
 
 def check_same_model(where: str, model_id: str | None, serve: Serve) -> None:
@@ -205,21 +228,28 @@ def write_scenario_files(path: Path, data: dict, trace: Path | None) -> None:
         raise UserError(f"--scenario-out {path}: cannot write it ({exc.strerror or exc})") from None
 
 
-def notes(sc: Scenario, serve: Serve, bench: Bench, result: Result | None) -> str:
-    """What the translation read: the GPUs, the model, the flags it ignored, where the requests came from."""
+def notes(sc: Scenario, serve: Serve, bench: Bench, result: Result | None, translated_exponent: float = 1.0) -> str:
+    """What the translation read: the GPUs, the model, the flags it ignored, where the requests came
+    from, how a MoE model's tokens route (``translated_exponent``: the translation's own value)."""
     import math
 
-    from llmsim.vllmcli import dense_ignored, flag_of, model_entry, replays_own_send_times
+    from llmsim.vllmcli import dense_ignored, flag_of, has_experts, model_entry, replays_own_send_times
 
     c = sc.cluster
-    lines = [f"hardware {sc.hardware} x{c.tp * c.pp * c.replicas}", f"model    {model_entry(serve.model)[1]}"]
+    entry, shown = model_entry(serve.model)
+    moe = has_experts(entry)
+    lines = [f"hardware {sc.hardware} x{c.tp * c.pp * c.replicas}", f"model    {shown}"]
     ignored = [*serve.ignored, *bench.ignored, *(f"{f} (a dense model)" for f in dense_ignored(serve))]
     if result is not None and result.sent is not None:
-        ignored += [f"{flag_of(k)} (the file's requests)" for k in REQUEST_SETTINGS if k in bench.given]
+        # (a MoE model's --dataset-name still says how its tokens route: routing_note)
+        replaced = [k for k in REQUEST_SETTINGS if k in bench.given and not (moe and k == "dataset_name")]
+        ignored += [f"{flag_of(k)} (the file's requests)" for k in replaced]
         if replays_own_send_times(result, bench):
             ignored += [f"{flag_of(k)} (the file's send times)" for k in ("burstiness", "seed") if k in bench.given]
     if ignored:
         lines.append(f"ignored  {', '.join(ignored)} (no effect on timing)")
+    if moe:
+        lines.append(f"routing  {routing_note(c.expert_routing_exponent, translated_exponent, bench, result)}")
     if result is not None and result.sent is not None:
         if replays_own_send_times(result, bench):
             source = "their send times"

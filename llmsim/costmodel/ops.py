@@ -270,6 +270,9 @@ class OpConfig:
     # uniform); it shrinks the experts a step's tokens reach (experts_touched). The grouped GEMM is
     # still priced at the mean rows per expert reached, optimistic for the popular experts' tiles
     expert_skew: float = 0.0
+    # tokens that route alike (cluster.expert_routing_exponent): a step's T tokens reach the experts
+    # T^this independent tokens would (experts_touched); 1 = independent
+    expert_routing_exponent: float = 1.0
     # attention over an fp8 KV cache in fp8, as the engine and device decide it (build.fp8_attention):
     # None = with fp8/fp4 compute only (attention_dtype); True = the engine quantises the queries
     # and the device's kernels take them, whatever the compute dtype; False = 16-bit attention
@@ -925,7 +928,7 @@ def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tokens: int 
     E, k = model.num_experts, model.experts_per_token
     real = group_tokens or T  # (rows a CUDA graph pads the step with reach no expert where skipped)
     routed = real * k
-    touched = experts_touched(E, k, E, real, cfg.expert_skew)
+    touched = experts_touched(E, k, E, real, cfg.expert_skew, cfg.expert_routing_exponent)
     return [
         gemm("moe_router", T, E, H, cfg, L),
         _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, model.expert_weight_dtype),
@@ -962,16 +965,22 @@ def _mlp_activation(model: ModelSpec) -> tuple[float, int]:
     return (5.0, 2) if model.gated_mlp else (8.0, 1)
 
 
-def experts_touched(experts: int, k: int, local_experts: int, tokens: int, skew: float = 0.0) -> float:
+def experts_touched(
+    experts: int, k: int, local_experts: int, tokens: int, skew: float = 0.0, exponent: float = 1.0
+) -> float:
     """Expected distinct experts, of ``local_experts`` held here out of ``experts``, that ``tokens``
     tokens routed to ``k`` experts each reach. Uniform routing (``skew`` 0): each expert is missed
     by a token with probability 1 - k/E, independently across tokens. Skewed routing: expert e is
     picked by a token with probability about k·p_e, p_e its Zipf popularity with exponent ``skew``
     (``pick_probabilities``: still k picks a token), so popular experts take more of the tokens
-    and a step reaches fewer distinct experts; the local experts are an average share."""
+    and a step reaches fewer distinct experts; the local experts are an average share. Tokens that
+    route alike (``exponent`` < 1): T tokens reach what T^exponent independent ones would, one
+    token still its k experts; measured on random-token prompts (docs/validation.md, "MoE expert
+    kernels")."""
+    independent = tokens**exponent if exponent != 1.0 and tokens > 1 else float(tokens)
     if skew == 0.0:
-        return local_experts * (1.0 - (1.0 - k / experts) ** tokens)
-    reached = sum(1.0 - (1.0 - q) ** tokens for q in pick_probabilities(experts, k, skew))
+        return local_experts * (1.0 - (1.0 - k / experts) ** independent)
+    reached = sum(1.0 - (1.0 - q) ** independent for q in pick_probabilities(experts, k, skew))
     return reached * local_experts / experts
 
 
@@ -1022,7 +1031,7 @@ def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, gr
     routed = -(-gathered * k // cfg.ep)  # rows routed to the local experts (T·k at tp 1), rounded up
     # (with a routing skew, the average GPU's share of the experts reached: the busiest GPU's own
     # count is not followed, only its load, cfg.moe_imbalance)
-    touched = experts_touched(physical, k, local, gathered, cfg.expert_skew)
+    touched = experts_touched(physical, k, local, gathered, cfg.expert_skew, cfg.expert_routing_exponent)
     inter = model.intermediate_size  # whole: the experts are not TP-split
     up_n = 2 * inter if model.gated_mlp else inter
     act_flops, act_reads = _mlp_activation(model)
