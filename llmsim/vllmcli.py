@@ -623,8 +623,8 @@ KEY_FLAGS = {
 }
 
 
-# How many experts a decode step reaches when the prompts are vllm bench's random dataset (token
-# ids drawn at random): its B sequences reach what B^this independent tokens would. Fitted by
+# How many experts a decode step reaches when the prompts are vllm bench's random dataset
+# (synthetic token ids, not text): its B sequences reach what B^this independent tokens would. Fitted by
 # benchmarks/moe_routing.py to vLLM 0.30's graphed decode steps of granite-3.1-3b-a800m (40 experts,
 # top-8) on an L4 with random-vocabulary tokens (data/validation/moe_kernels/routing_steps.csv);
 # checked on the Qwen3-30B-A3B passes (128 experts), docs/validation.md "MoE expert kernels". Real
