@@ -105,7 +105,7 @@ def fit_call(rows: pd.DataFrame, hw: HardwareProfile) -> tuple[float, float, flo
     def loss(call_s: float, fraction: float) -> float:
         return float(np.sum(np.log(priced_us(rows, with_call(hw, call_s, fraction)) * 1e-6 / measured) ** 2))
 
-    calls = np.arange(0.0, 80e-6, 2e-6)
+    calls = np.arange(40) * 2e-6  # 0 to 78 us
     best = (float("inf"), 0.0, 0.0)
     for fraction in np.arange(0.60, 1.0001, 0.01):
         errs = [loss(c, fraction) for c in calls]
@@ -114,7 +114,10 @@ def fit_call(rows: pd.DataFrame, hw: HardwareProfile) -> tuple[float, float, flo
             best = (errs[i], float(calls[i]), round(float(fraction), 3))
     call_s, fraction = best[1], best[2]
     if fraction in (0.6, 1.0) or call_s in (calls[0], calls[-1]):  # (0 us: a negative cost would fit)
-        raise ValueError(f"the fit ends at its grid's edge ({call_s * 1e6:.0f} us, {fraction:.2f}): it fits nothing")
+        gpu = rows["profile"].iloc[0]
+        raise ValueError(
+            f"{gpu}: the fit ends at its grid's edge ({call_s * 1e6:.0f} us, {fraction:.2f}): the rows do not pin it"
+        )
     priced = priced_us(rows, with_call(hw, call_s, fraction)) * 1e-6
     return call_s, fraction, float(np.mean(np.abs(priced / measured - 1)))
 

@@ -130,7 +130,8 @@ def fit_table() -> float:
     print(
         f"fitted: exponent {a:.2f}, {base:.2f} ms + {per_expert:.3f} ms per expert reached ({bw:.2f} of peak bandwidth)"
     )
-    print("\nthe same fit on other rows, and with a per-sequence term (how well the rows pin it; not used):")
+    print("\nthe same fit on other rows, and with a per-sequence term (how well the rows pin it; not used;")
+    print("a share of peak bandwidth above 1 is not a physical fit):")
     print(sensitivity(rows).to_string(index=False))
     return a
 

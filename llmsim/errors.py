@@ -290,6 +290,17 @@ def json_text(raw: bytes | str, origin: str) -> object:
         raise UserError(f"{origin}: {NUMBER_TOO_LONG}") from None
 
 
+def elsewhere_hint(key: str, suggestions: dict[str, list[str]]) -> str:
+    """Where a key set in the wrong section belongs (a cluster key at the top level): the shallowest
+    sections that have it, the pools' pair said once; '' when none does."""
+    places = sorted((s for s, keys in suggestions.items() if key in keys), key=lambda s: (s.count("."), s))
+    pools = [s for s in places if s.endswith(("prefill_pool", "decode_pool"))]
+    shown = [f"{s}.{key}" if s else f"{key} at the top level" for s in places if s not in pools][:2]
+    if pools:
+        shown.append(f"a pool's {pools[0].rpartition('.')[0]}.prefill_pool/decode_pool.{key}")
+    return " or ".join(shown[:2])
+
+
 def pydantic_message(
     exc: Exception, origin: str, suggestions: dict[str, list[str]] | None = None, moved: dict[str, str] | None = None
 ) -> str:
@@ -304,10 +315,7 @@ def pydantic_message(
             parent = ".".join(str(p) for p in err["loc"][:-1])
             siblings = (suggestions or {}).get(parent, [])
             hint = (moved or {}).get(".".join(str(p) for p in err["loc"]))
-            # a key of another section, set in the wrong one (a cluster key at the top level)
-            elsewhere = sorted(f"{s}.{key}" if s else key for s, keys in (suggestions or {}).items() if key in keys)
-            if not hint and elsewhere and parent not in (s.rpartition(".")[0] for s in elsewhere):
-                hint = " or ".join(elsewhere)
+            hint = hint or elsewhere_hint(key, suggestions or {})
             msg = f"unknown key {key!r}" + (f" (set {hint} instead)" if hint else did_you_mean(key, siblings))
         elif err["type"] == "missing":
             msg = "required key is missing"

@@ -731,6 +731,10 @@ class Scenario(_Strict):
 # keys a user may look for in the wrong section, and where they are
 MOVED_KEYS = {
     "cluster.num_blocks": "kv_cache.num_blocks, or a disaggregated pool's cluster.prefill_pool/decode_pool.num_blocks",
+    "model.dtype": "model.weight_dtype (the weights) or kv_cache.dtype (the KV cache)",
+    # (a trace brings its own requests and times: the keys that change them are the trace's own)
+    "workload.trace.num_requests": "workload.trace.max_requests",
+    "workload.trace.rate_rps": "workload.trace.speedup",
 }
 
 

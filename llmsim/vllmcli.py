@@ -632,9 +632,10 @@ KEY_FLAGS = {
 RANDOM_TOKEN_ROUTING_EXPONENT = 0.79
 
 
-def random_token_prompts(bench: Bench, replay: bool, dataset_stated: bool) -> bool:
-    """The requests are vllm bench's random dataset: drawn by it, or a replay of a run said to be."""
-    return bench.dataset_name == "random" and (not replay or dataset_stated or "dataset_name" in bench.given)
+def random_token_prompts(bench: Bench, replay: bool) -> bool:
+    """The requests are vllm bench's random dataset: drawn by it, or a replayed result file's whose
+    command line says so (a result file does not record its dataset: the default is not taken)."""
+    return bench.dataset_name == "random" and (not replay or "dataset_name" in bench.given)
 
 
 def scenario_dict(
@@ -644,13 +645,11 @@ def scenario_dict(
     name: str = "vllm-bench",
     trace_csv: str | None = None,
     kv_blocks: int | None = None,
-    dataset_stated: bool = False,
 ) -> dict:
     """The scenario of ``serve`` on ``hardware`` under ``bench``'s traffic. ``trace_csv``: a generic
     trace of the requests a detailed result file sent (their lengths and send times) in place of
     the random dataset; ``kv_blocks``: the KV capacity the server logged, in vLLM's blocks (its
-    null block included, as vLLM counts them); ``dataset_stated``: the command line or the result
-    names the replayed requests' dataset (a result JSON does not: its default is not taken as said)."""
+    null block included, as vLLM counts them)."""
     entry, _ = model_entry(serve.model)
     precision = _precision(serve, entry, hardware)
     model = {**({"name": entry} if isinstance(entry, str) else entry), **precision} if precision else entry
@@ -683,7 +682,7 @@ def scenario_dict(
     moe = has_experts(entry)  # (vLLM ignores expert parallelism on a dense model)
     if serve.expert_parallel and moe:
         cluster["expert_parallel"] = True
-    if moe and random_token_prompts(bench, trace_csv is not None, dataset_stated):
+    if moe and random_token_prompts(bench, trace_csv is not None):
         cluster["expert_routing_exponent"] = RANDOM_TOKEN_ROUTING_EXPONENT
     if serve.eplb and moe:
         cluster |= {"eplb": True, "redundant_experts": serve.redundant_experts}

@@ -127,3 +127,12 @@ def test_the_routing_exponent_is_the_fit_to_the_measured_steps() -> None:
     a, base, per_expert, errs = moe_routing.fit_exponent(steps[steps["sequences"] <= moe_routing.FIT_MAX_SEQUENCES])
     assert a == RANDOM_TOKEN_ROUTING_EXPONENT and (abs(errs) < 0.05).all()
     assert base > 0 and per_expert > 0
+
+
+def test_a_call_fit_at_its_grid_s_edge_is_refused(rows) -> None:
+    """Rows that want a negative fixed cost (the H100's, 30 us taken off each) end the fit at 0 us:
+    refused, not shipped as a fit."""
+    small = moe_kernels.call_rows(rows[rows["profile"] == "H100-SXM"]).copy()
+    small["tuned_us"] = small["tuned_us"] - 30.0
+    with pytest.raises(ValueError, match="H100-SXM: the fit ends at its grid's edge"):
+        moe_kernels.fit_call(small, load_profile("H100-SXM"))

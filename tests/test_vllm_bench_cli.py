@@ -188,7 +188,7 @@ def test_random_token_prompts_route_alike_on_a_moe_model_only(tmp_path, capsys):
     args = ["bench", "--hardware", "H100-SXM", "--serve", "vllm serve Qwen/Qwen3-30B-A3B", "--bench", BENCH]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "routing  cluster.expert_routing_exponent 0.79: vllm bench's random-token prompts route alike" in out
+    assert "routing  cluster.expert_routing_exponent 0.79: vllm bench's random-token prompts route alike\n" in out
     assert main([*args, "--set", "cluster.expert_routing_exponent=0.9"]) == 0
     assert "routing  cluster.expert_routing_exponent 0.9 (--set)\n" in capsys.readouterr().out
     assert main([*args, "--json"]) == 0

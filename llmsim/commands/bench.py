@@ -84,10 +84,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if result is not None and result.sent is not None:
             trace = Path(tmp) / "requests.csv"
             write_trace(trace, vllmcli.sent_requests(result, bench))
-        stated = result is not None and "dataset_name" in result.settings  # (a printout's Namespace says it)
-        translated = vllmcli.scenario_dict(
-            args.hardware, serve, bench, trace_csv=str(trace) if trace else None, dataset_stated=stated
-        )
+        translated = vllmcli.scenario_dict(args.hardware, serve, bench, trace_csv=str(trace) if trace else None)
         if result is not None:  # every percentile the real run reports, compared
             translated["output"]["percentiles"] = sorted({*bench.metric_percentiles, *result.percentiles()})
         data = with_overrides(translated, overrides)
@@ -120,21 +117,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def routing_note(exponent: float, translated: float, bench: Bench, result: Result | None) -> str:
-    """How a MoE model's tokens reach its experts, and why (docs/validation.md, "MoE expert kernels")."""
+    """How a MoE model's tokens reach its experts, and why (docs/validation.md, "MoE expert kernels");
+    a second line indented as the notes' continuations are."""
     key = f"cluster.expert_routing_exponent {exponent:g}"
     if exponent != translated:
         return f"{key} (--set)"
     if exponent != 1.0:
         return (
-            f"{key}: vllm bench's random-token prompts route alike (fitted to another MoE's decode steps, "
-            "0.6-0.85 by the rows taken; docs/validation.md); --set cluster.expert_routing_exponent=1 for independent"
+            f"{key}: vllm bench's random-token prompts route alike\n         (fitted to another MoE's "
+            "decode steps; docs/validation.md); --set cluster.expert_routing_exponent=1 for independent routing"
         )
     if bench.dataset_name == "random" and result is not None and result.sent is not None:
         return (
-            f"{key}, independent: {result.path} does not say which dataset its requests came from (for vllm "
-            "bench's random dataset, whose tokens route alike, add --bench '--dataset-name random')"
+            f"{key}, independent: {result.path} does not say which dataset its requests came from\n"
+            "         (for vllm bench's random dataset, whose tokens route alike: --bench '--dataset-name random')"
         )
-    return f"{key}, independent (--dataset-name {bench.dataset_name}: routing on real text is not measured)"
+    return f"{key}, independent (--dataset-name {bench.dataset_name}: its routing is not measured)"
 
 
 def check_same_model(where: str, model_id: str | None, serve: Serve) -> None:

@@ -146,19 +146,30 @@ def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate]]:
             except UserError as exc:
                 msg = str(exc).splitlines()[0].replace(f"{base.origin}: ", "", 1)
                 raise UserError(f"{base.origin}: plan: candidate {replicas}x {c.label}: {msg}") from None
+        if c is cands[0]:
+            _check_routing(base, sc)
         _check_parallelism(base, sc, c)
     return cfg, cands
 
 
+def _check_routing(base: Base, sc: Scenario) -> None:
+    """Routing keys on a dense model are the base scenario's mistake, every candidate's alike: named
+    once, before any search (llmsim.build.check_moe_keys, the rule a run applies)."""
+    from llmsim.build import build_model, check_moe_keys
+
+    try:
+        check_moe_keys(sc, build_model(sc))
+    except UserError as exc:
+        raise UserError(f"{base.origin}: {exc}") from None
+
+
 def _check_parallelism(base: Base, sc: Scenario, c: Candidate) -> None:
-    """A tp that does not divide the model's heads, or routing keys on a dense model, are mistakes of
-    the plan, not its findings: no replica count fixes them (llmsim.build.check_parallelism and
-    check_moe_keys, the rules a run applies)."""
-    from llmsim.build import build_model, check_moe_keys, check_parallelism
+    """A tp that does not divide the model's heads is a mistake of the plan, not one of its findings:
+    no replica count fixes it (llmsim.build.check_parallelism, the rule a run applies)."""
+    from llmsim.build import build_model, check_parallelism
 
     try:
         model = build_model(sc)
-        check_moe_keys(sc, model)
         check_parallelism(model, c.tp, 1, "plan")  # plan.tp
         check_parallelism(model, 1, c.pp, "cluster")  # the scenario's cluster.pp
     except UserError as exc:
