@@ -349,8 +349,8 @@ class Overheads(BaseModel):
 
 class CpuTopology(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    sockets: int = Field(ge=1)
-    cores_per_socket: int = Field(ge=1)
+    sockets: int = Field(ge=1, strict=True)  # (strict: YAML true is not 1 socket)
+    cores_per_socket: int = Field(ge=1, strict=True)
     numa_remote_bandwidth_fraction: Figure  # cross-socket access bandwidth / local
 
     @field_validator("numa_remote_bandwidth_fraction")
@@ -361,7 +361,7 @@ class CpuTopology(BaseModel):
 
 class TpuTopology(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    mxu_dim: int = Field(ge=1)  # systolic array edge: matrix dims pad to a multiple of it
+    mxu_dim: int = Field(ge=1, strict=True)  # systolic array edge: matrix dims pad to a multiple of it
 
 
 class HardwareProfile(BaseModel):
@@ -580,7 +580,22 @@ def profile_from_dict(data: object, origin: str) -> HardwareProfile:
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as exc:
-        raise UserError(pydantic_message(exc, origin)) from None
+        raise UserError(pydantic_message(exc, origin, _profile_keys())) from None
+
+
+def _profile_keys() -> dict[str, list[str]]:
+    """Valid keys per section of a profile, for 'did you mean' and 'set it under ...' hints."""
+    link = list(Link.model_fields)
+    return {
+        "": list(HardwareProfile.model_fields),
+        "efficiency": list(Efficiency.model_fields),
+        "overheads": list(Overheads.model_fields),
+        "scale_up": link,
+        "scale_out": link,
+        "host_link": link,
+        "cpu": list(CpuTopology.model_fields),
+        "tpu": list(TpuTopology.model_fields),
+    }
 
 
 def _match_name(name: str, names: list[str]) -> str:
