@@ -168,3 +168,29 @@ def test_the_routing_exponent_prices_moe_decode_lighter_and_is_refused_on_a_dens
     for bad in (0, 1.5):
         with pytest.raises(UserError, match="expert_routing_exponent"):
             scenario_from_dict(_data(**base, expert_routing_exponent=bad), "test", ROOT)
+
+
+def test_a_moe_run_s_printout_says_how_its_tokens_route(tmp_path, capsys) -> None:
+    """`llmsim run` on a MoE model prints its routing, and where the default is independent, the
+    measured alternative for vllm bench's random dataset; a dense model prints none."""
+    import yaml
+
+    from llmsim.cli import main
+
+    base = {"replicas": 1, "expert_parallel": False, "router": "round_robin"}
+    small = {"num_requests": 20, "rate_rps": 10}
+    for name, cluster, expect in (
+        ("even", base, "routing  MoE tokens route independently (cluster.expert_routing_exponent 1); vllm bench"),
+        ("alike", {**base, "expert_routing_exponent": 0.79}, "routing  MoE tokens route alike: cluster.expert"),
+    ):
+        data = _data(**cluster)
+        data["workload"].update(small)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        assert main(["run", str(path), "--out", str(tmp_path / name)]) == 0
+        assert expect in capsys.readouterr().out
+    dense = {**_data(**base), "model": "qwen3-8b"}
+    dense["workload"].update(small)
+    (tmp_path / "dense.yaml").write_text(yaml.safe_dump(dense))
+    assert main(["run", str(tmp_path / "dense.yaml"), "--out", str(tmp_path / "dense")]) == 0
+    assert "routing  " not in capsys.readouterr().out

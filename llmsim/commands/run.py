@@ -212,8 +212,23 @@ def summary_text(s: dict) -> str:
             f"cost     ${fmt(c['cluster_usd_per_hour'])}/h, ${fmt(c['usd_per_million_output_tokens'])} "
             "per million output tokens (prices are editable assumptions)"
         )
+    routing = [p["expert_routing_exponent"] for p in s.get("pools", []) if "expert_routing_exponent" in p]
+    if routing:  # a MoE model: how its tokens reach its experts (the figure that moves MoE decode most)
+        tail.append(f"routing  {routing_line(routing[0])}")
     tail.append(f"verdict  {sat['verdict'].upper()}: {sat['explanation']}")
     from llmsim.accuracy import interval_line
 
     tail.append(f"accuracy {interval_line(s.get('accuracy'), s.get('accuracy_like'))}")
     return "\n".join(head) + "\n\n" + body + "\n".join(tail)
+
+
+def routing_line(exponent: float) -> str:
+    """A MoE run's routing, and the measured alternative where it is the default (docs/scenario.md)."""
+    from llmsim.vllmcli import RANDOM_TOKEN_ROUTING_EXPONENT
+
+    if exponent != 1.0:
+        return f"MoE tokens route alike: cluster.expert_routing_exponent {exponent:g}"
+    return (
+        "MoE tokens route independently (cluster.expert_routing_exponent 1); vllm bench's random-dataset "
+        f"prompts route alike, {RANDOM_TOKEN_ROUTING_EXPONENT:g} (docs/scenario.md)"
+    )
