@@ -627,7 +627,7 @@ KEY_FLAGS = {
 # (synthetic token ids, not text): its B sequences reach what B^this independent tokens would. Fitted by
 # benchmarks/moe_routing.py to vLLM 0.30's graphed decode steps of granite-3.1-3b-a800m (40 experts,
 # top-8) on an L4 with random-vocabulary tokens (data/validation/moe_kernels/routing_steps.csv);
-# checked on the Qwen3-30B-A3B passes (128 experts), docs/validation.md "MoE expert kernels". Real
+# checked on the Qwen3 A3B passes (64 and 128 experts), docs/validation.md "vLLM 0.30 GPU runs". Real
 # text is not measured: other datasets keep independent routing (1)
 RANDOM_TOKEN_ROUTING_EXPONENT = 0.79
 

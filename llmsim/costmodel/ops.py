@@ -975,8 +975,8 @@ def experts_touched(
     (``pick_probabilities``: still k picks a token), so popular experts take more of the tokens
     and a step reaches fewer distinct experts; the local experts are an average share. Tokens that
     route alike (``exponent`` < 1): T tokens reach what T^exponent independent ones would, one
-    token still its k experts; measured on random-token prompts (docs/validation.md, "MoE expert
-    kernels")."""
+    token still its k experts; measured on random-token prompts (docs/validation.md, "vLLM 0.30
+    GPU runs")."""
     independent = tokens**exponent if exponent != 1.0 and tokens > 1 else float(tokens)
     if skew == 0.0:
         return local_experts * (1.0 - (1.0 - k / experts) ** independent)
