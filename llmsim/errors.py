@@ -40,6 +40,11 @@ class Terminated(BaseException):
 
 
 def did_you_mean(name: str, choices: list[str]) -> str:
+    # a key named without its unit ('rate' for 'rate_rps', 'chunk' for 'chunk_tokens'): difflib
+    # would rank a shorter look-alike first ('trace')
+    unit = sorted((c for c in choices if c.startswith(f"{name}_")), key=len)
+    if unit:
+        return f" (did you mean {unit[0]!r}?)"
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
     if not close:
         close = difflib.get_close_matches(name.lower(), [c.lower() for c in choices], n=1, cutoff=0.5)

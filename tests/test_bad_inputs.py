@@ -238,3 +238,12 @@ def test_a_trace_past_the_size_bound_is_refused_before_it_is_read(tmp_path, caps
     )
     code, _, err = run_cli(["run", str(sc), "--out", str(tmp_path / "o"), "--quiet"], capsys)
     assert_one_clear_error(code, err, ["huge.csv", "4,294,967,297 bytes", "more than a trace may hold"])
+
+
+def test_a_key_named_without_its_unit_is_pointed_to_the_key_with_it():
+    """'rate' for 'rate_rps': the unit-suffixed key wins over a closer-spelled look-alike ('trace')."""
+    from llmsim.errors import did_you_mean
+
+    assert did_you_mean("rate", ["trace", "rate_rps", "kind"]) == " (did you mean 'rate_rps'?)"
+    assert did_you_mean("chunk", ["chunk_tokens", "chunk_budget"]) == " (did you mean 'chunk_tokens'?)"
+    assert did_you_mean("chunk_token", ["chunk_tokens", "chunk_budget"]) == " (did you mean 'chunk_tokens'?)"
