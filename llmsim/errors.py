@@ -39,17 +39,40 @@ class Terminated(BaseException):
     signum = signal.SIGTERM
 
 
-def did_you_mean(name: str, choices: list[str]) -> str:
-    # a key named without its unit ('rate' for 'rate_rps', 'chunk' for 'chunk_tokens'): difflib
-    # would rank a shorter look-alike first ('trace')
-    unit = sorted((c for c in choices if c.startswith(f"{name}_")), key=len)
-    if unit:
-        return f" (did you mean {unit[0]!r}?)"
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
+# the unit suffixes of llmsim's keys, and what each reads as in a hint
+UNITS = {
+    "s": "seconds",
+    "ms": "milliseconds",
+    "us": "microseconds",
+    "rps": "requests/s",
+    "tokens": "tokens",
+    "bytes": "bytes",
+    "gb": "GB",
+    "gbps": "GB/s",
+    "w": "watts",
+    "usd": "USD",
+}
+
+
+def _unit(key: str) -> str:
+    return key.rpartition("_")[2] if "_" in key and key.rpartition("_")[2] in UNITS else ""
+
+
+def did_you_mean(name: str, choices: list[str], cutoff: float = 0.5) -> str:
+    """' (did you mean ...?)' for the choice ``name`` likely means, or ''. A key named without its
+    unit ('rate' for 'rate_rps') is pointed to the one key with it (difflib would rank a shorter
+    look-alike first, 'trace'); a suggestion in another unit than the key typed says its unit
+    ('ttft_ms' -> 'ttft_s' (seconds)), since the value must change with it."""
+    unit = [c for c in choices if c.startswith(f"{name}_") and _unit(c) and c.count("_") == name.count("_") + 1]
+    close = unit[:1] if len(unit) == 1 else difflib.get_close_matches(name, choices, n=1, cutoff=cutoff)
     if not close:
-        close = difflib.get_close_matches(name.lower(), [c.lower() for c in choices], n=1, cutoff=0.5)
-        close = [c for c in choices if close and c.lower() == close[0]]
-    return f" (did you mean {close[0]!r}?)" if close else ""
+        lower = difflib.get_close_matches(name.lower(), [c.lower() for c in choices], n=1, cutoff=cutoff)
+        close = [c for c in choices if lower and c.lower() == lower[0]]
+    if not close:
+        return ""
+    typed, meant = _unit(name), _unit(close[0])
+    note = f" ({UNITS[meant]})" if typed and meant and typed != meant else ""
+    return f" (did you mean {close[0]!r}{note}?)"
 
 
 MAX_YAML_BYTES = 64 * 2**20  # a scenario or profile is kilobytes; a trace goes in its own file
@@ -296,14 +319,47 @@ def json_text(raw: bytes | str, origin: str) -> object:
 
 
 def elsewhere_hint(key: str, suggestions: dict[str, list[str]]) -> str:
-    """Where a key set in the wrong section belongs (a cluster key at the top level): the shallowest
-    sections that have it, the pools' pair said once; '' when none does."""
-    places = sorted((s for s, keys in suggestions.items() if key in keys), key=lambda s: (s.count("."), s))
-    pools = [s for s in places if s.endswith(("prefill_pool", "decode_pool"))]
-    shown = [f"{s}.{key}" if s else f"{key} at the top level" for s in places if s not in pools][:2]
+    """Where a key set in the wrong section belongs (a cluster key at the top level): the top level
+    and the first-level sections that have it (case aside), the pools' pair said once; '' when none
+    does. Deeper sections (a length distribution, a workload generator) are left out: a key of the
+    same name there means something else."""
+
+    def same(k: str) -> bool:  # the key, case aside, or the key with its unit ('rate' -> 'rate_rps')
+        lk, lkey = k.lower(), key.lower()
+        return lk == lkey or (lk.startswith(f"{lkey}_") and bool(_unit(lk)) and lk.count("_") == lkey.count("_") + 1)
+
+    places = [
+        (s, next(k for k in keys if same(k)))
+        for s, keys in suggestions.items()
+        if s.count(".") <= (1 if s.endswith(("prefill_pool", "decode_pool")) else 0) and any(same(k) for k in keys)
+    ]
+    pools = [(s, k) for s, k in places if s.endswith(("prefill_pool", "decode_pool"))]
+    shown = [f"{s}.{k}" if s else f"{k} at the top level" for s, k in places if (s, k) not in pools][:2]
     if pools:
-        shown.append(f"a pool's {pools[0].rpartition('.')[0]}.prefill_pool/decode_pool.{key}")
+        s, k = pools[0]
+        shown.append(f"a pool's {s.rpartition('.')[0]}.prefill_pool/decode_pool.{k}")
     return " or ".join(shown[:2])
+
+
+def _unknown_key(loc: tuple, suggestions: dict[str, list[str]], moved: dict[str, str]) -> str:
+    """The message for a key no section of this kind has: where it belongs, or what it may mean.
+    A close sibling first (the section the user chose is the likelier one), then the key's place
+    in another section, then a looser sibling; a dotted key is --set's syntax, not YAML's."""
+    key = str(loc[-1])
+    parent = ".".join(str(p) for p in loc[:-1])
+    siblings = suggestions.get(parent, [])
+    shown = key if len(key) <= 60 else key[:57] + "..."
+    hint = moved.get(".".join(str(p) for p in loc))
+    if hint:
+        return f"unknown key {shown!r} (set {hint} instead)"
+    head = key.split(".")[0]
+    if "." in key and head in suggestions.get("", []):
+        return f"unknown key {shown!r} (write it nested, {head}: {{{key.partition('.')[2]}: ...}}; dotted keys are for --set)"
+    close = did_you_mean(key, siblings, cutoff=0.8)
+    if close:
+        return f"unknown key {shown!r}{close}"
+    hint = elsewhere_hint(key, suggestions)
+    return f"unknown key {shown!r}" + (f" (set {hint} instead)" if hint else did_you_mean(key, siblings, cutoff=0.6))
 
 
 def pydantic_message(
@@ -314,14 +370,11 @@ def pydantic_message(
     lines = []
     for err in exc.errors():  # type: ignore[attr-defined]
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if len(loc) > 120:  # (a hostile key echoed whole made a 10,000-character line)
+            loc = loc[:117] + "..."
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            key = str(err["loc"][-1])
-            parent = ".".join(str(p) for p in err["loc"][:-1])
-            siblings = (suggestions or {}).get(parent, [])
-            hint = (moved or {}).get(".".join(str(p) for p in err["loc"]))
-            hint = hint or elsewhere_hint(key, suggestions or {})
-            msg = f"unknown key {key!r}" + (f" (set {hint} instead)" if hint else did_you_mean(key, siblings))
+            msg = _unknown_key(tuple(err["loc"]), suggestions or {}, moved or {})
         elif err["type"] == "missing":
             msg = "required key is missing"
         else:

@@ -580,22 +580,28 @@ def profile_from_dict(data: object, origin: str) -> HardwareProfile:
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as exc:
-        raise UserError(pydantic_message(exc, origin, _profile_keys())) from None
+        raise UserError(pydantic_message(exc, origin, _profile_keys(data))) from None
 
 
-def _profile_keys() -> dict[str, list[str]]:
-    """Valid keys per section of a profile, for 'did you mean' and 'set it under ...' hints."""
+def _profile_keys(data: object) -> dict[str, list[str]]:
+    """Valid keys per section of a profile, for 'did you mean' and 'set it under ...' hints: the
+    links in the order a reader looks for them; a cpu or tpu section only on its family's profile
+    (a GPU's is refused)."""
     link = list(Link.model_fields)
-    return {
+    family = data.get("family") if isinstance(data, dict) else None
+    keys = {
         "": list(HardwareProfile.model_fields),
         "efficiency": list(Efficiency.model_fields),
         "overheads": list(Overheads.model_fields),
         "scale_up": link,
         "scale_out": link,
         "host_link": link,
-        "cpu": list(CpuTopology.model_fields),
-        "tpu": list(TpuTopology.model_fields),
     }
+    if family == "cpu":
+        keys["cpu"] = list(CpuTopology.model_fields)
+    if family == "tpu":
+        keys["tpu"] = list(TpuTopology.model_fields)
+    return keys
 
 
 def _match_name(name: str, names: list[str]) -> str:

@@ -735,12 +735,13 @@ MOVED_KEYS = {
     # (a trace brings its own requests and times: the keys that change them are the trace's own)
     "workload.trace.num_requests": "workload.trace.max_requests",
     "workload.trace.rate_rps": "workload.trace.speedup",
+    "workload.trace.rate": "workload.trace.speedup",
 }
 
 
 def _section_keys() -> dict[str, list[str]]:
     """Valid keys per section, for 'did you mean' suggestions."""
-    out = {"": list(Scenario.model_fields)}
+    out = {"": [k for k in Scenario.model_fields if k != "base_dir"]}  # (base_dir: llmsim sets it)
     for name, f in Scenario.model_fields.items():
         ann = f.annotation
         if isinstance(ann, type) and issubclass(ann, BaseModel):

@@ -207,10 +207,12 @@ def check_points(data: dict, base_dir: str, origin: str, points: list[dict[str, 
 
 def _invalid(data: dict, base_dir: str, origin: str, overrides: dict[str, object]) -> str | None:
     """The first line of the validation error of ``overrides`` (the file name dropped), or None."""
-    from llmsim.build import check_workload_bounds
+    from llmsim.build import build_model, check_moe_keys, check_workload_bounds
 
     try:
-        check_workload_bounds(point_scenario(data, base_dir, origin, overrides))
+        sc = point_scenario(data, base_dir, origin, overrides)
+        check_workload_bounds(sc)
+        check_moe_keys(sc, build_model(sc))  # (routing keys on a dense model: every point's mistake)
     except UserError as exc:
         return str(exc).splitlines()[0].replace(f"{origin}: ", "", 1)
     return None

@@ -247,3 +247,52 @@ def test_a_key_named_without_its_unit_is_pointed_to_the_key_with_it():
     assert did_you_mean("rate", ["trace", "rate_rps", "kind"]) == " (did you mean 'rate_rps'?)"
     assert did_you_mean("chunk", ["chunk_tokens", "chunk_budget"]) == " (did you mean 'chunk_tokens'?)"
     assert did_you_mean("chunk_token", ["chunk_tokens", "chunk_budget"]) == " (did you mean 'chunk_tokens'?)"
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _first_error(data: dict) -> str:
+    from llmsim.errors import UserError
+    from llmsim.scenario import scenario_from_dict
+
+    try:
+        scenario_from_dict(data, "s.yaml", ROOT)
+    except UserError as exc:
+        return str(exc)
+    raise AssertionError("accepted")
+
+
+def test_an_unknown_key_s_hint_never_points_at_a_key_that_means_something_else():
+    """A close sibling first, then the key's place in a first-level section (a length distribution's
+    or a generator's key of the same name is another thing), then a loose sibling; a dotted key is
+    --set's syntax; a hostile key is cut short."""
+    import yaml
+
+    base = yaml.safe_load((ROOT / "scenarios" / "quickstart.yaml").read_text())
+
+    def with_(section: str | None, key: str, value: object = 1) -> str:
+        data = yaml.safe_load(yaml.safe_dump(base))
+        (data if section is None else data.setdefault(section, {}))[key] = value
+        return _first_error(data)
+
+    assert "(set cluster.tp or a pool's cluster.prefill_pool/decode_pool.tp instead)" in with_(None, "TP")
+    assert "(set workload.rate_rps instead)" in with_(None, "rate")
+    assert "(did you mean 'rate_rps'?)" in with_("workload", "rate")
+    assert "(did you mean 'ttft_s' (seconds)?)" in with_("slo", "ttft_ms")
+    assert "output_len" in (msg := with_("workload", "output_len")) and "shared_prefix" not in msg
+    assert "prompt_tokens.max" not in with_("policy", "max")
+    assert "(write it nested, cluster: {tp: ...}; dotted keys are for --set)" in with_(None, "cluster.tp")
+    assert len(with_(None, "k" * 5000)) < 400
+    assert with_("cluster", "base_dir").endswith("unknown key 'base_dir'")  # (llmsim sets it: no hint)
+
+
+def test_a_profile_hint_offers_only_its_family_s_sections():
+    """A GPU profile's stray `sockets` is not sent to a cpu section it may not have."""
+    from llmsim.errors import UserError
+    from llmsim.hardware import load_profile, profile_from_dict
+
+    data = load_profile("H100-SXM").model_dump(mode="json", exclude_none=True)
+    data["sockets"] = 2
+    with pytest.raises(UserError, match=r"unknown key 'sockets'$"):
+        profile_from_dict(data, "p.yaml")

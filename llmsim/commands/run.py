@@ -227,7 +227,7 @@ def routing_line(exponent: float) -> str:
     from llmsim.vllmcli import RANDOM_TOKEN_ROUTING_EXPONENT
 
     if exponent != 1.0:
-        return f"MoE tokens route alike: cluster.expert_routing_exponent {exponent:g}"
+        return f"MoE tokens route alike: cluster.expert_routing_exponent {exponent:.10g}"
     return (
         "MoE tokens route independently (cluster.expert_routing_exponent 1); vllm bench's random-dataset "
         f"prompts route alike, {RANDOM_TOKEN_ROUTING_EXPONENT:g} (docs/scenario.md)"

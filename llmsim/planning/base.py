@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from llmsim.errors import UserError, pydantic_message
 from llmsim.scenario import Scenario, scenario_from_dict, set_path, with_overrides
+
+# a positive whole number, not YAML's true (which pydantic would read as 1)
+WholeCount = Annotated[int, Field(gt=0, strict=True)]
 
 
 class PlanConfig(BaseModel):
@@ -21,13 +25,13 @@ class PlanConfig(BaseModel):
     # back to the scenario's value unannounced) and no value twice (duplicate candidates)
     hardware: list[str] | None = Field(None, min_length=1)  # default: the scenario's hardware
     # default: the scenario's cluster.tp (a disaggregated one's: its pools' tp)
-    tp: list[PositiveInt] | None = Field(None, min_length=1)
+    tp: list[WholeCount] | None = Field(None, min_length=1)
     # tried in increasing order until the SLOs are met
-    replicas: list[PositiveInt] = Field([1, 2, 4, 8], min_length=1)
+    replicas: list[WholeCount] = Field([1, 2, 4, 8], min_length=1)
     policies: list[str] | None = Field(None, min_length=1)  # default: the scenario's policy.kind
-    chunk_tokens: list[PositiveInt] | None = Field(None, min_length=1)  # chunked policy only; default: the scenario's
+    chunk_tokens: list[WholeCount] | None = Field(None, min_length=1)  # chunked policy only; default: the scenario's
     pd_ratios: list[str] = Field(["1:1"], min_length=1)  # disaggregated only: prefill:decode replicas per unit
-    top: int = Field(5, gt=0)  # winners listed
+    top: int = Field(5, gt=0, strict=True)  # winners listed (strict: YAML true is not 1)
     sensitivity: float = Field(0.15, ge=0, lt=1)  # efficiencies scaled by 1 ± this for the winners
     goodput_search: bool = True  # search the winner's SLO capacity (also gives the load curves)
 
