@@ -58,12 +58,20 @@ def _unit(key: str) -> str:
     return key.rpartition("_")[2] if "_" in key and key.rpartition("_")[2] in UNITS else ""
 
 
+def _with_unit(name: str, key: str) -> bool:
+    """``key`` is ``name`` with a unit added ('rate' -> 'rate_rps'), one suffix, no more."""
+    return key.startswith(f"{name}_") and bool(_unit(key)) and key.count("_") == name.count("_") + 1
+
+
+FLAG_FOR_NUMBER = "expected a number, got true/false"  # (YAML true read as 1: scenarios and profiles alike)
+
+
 def did_you_mean(name: str, choices: list[str], cutoff: float = 0.5) -> str:
     """' (did you mean ...?)' for the choice ``name`` likely means, or ''. A key named without its
     unit ('rate' for 'rate_rps') is pointed to the one key with it (difflib would rank a shorter
     look-alike first, 'trace'); a suggestion in another unit than the key typed says its unit
     ('ttft_ms' -> 'ttft_s' (seconds)), since the value must change with it."""
-    unit = [c for c in choices if c.startswith(f"{name}_") and _unit(c) and c.count("_") == name.count("_") + 1]
+    unit = [c for c in choices if _with_unit(name, c)]
     close = unit[:1] if len(unit) == 1 else difflib.get_close_matches(name, choices, n=1, cutoff=cutoff)
     if not close:
         lower = difflib.get_close_matches(name.lower(), [c.lower() for c in choices], n=1, cutoff=cutoff)
@@ -325,8 +333,7 @@ def elsewhere_hint(key: str, suggestions: dict[str, list[str]]) -> str:
     same name there means something else."""
 
     def same(k: str) -> bool:  # the key, case aside, or the key with its unit ('rate' -> 'rate_rps')
-        lk, lkey = k.lower(), key.lower()
-        return lk == lkey or (lk.startswith(f"{lkey}_") and bool(_unit(lk)) and lk.count("_") == lkey.count("_") + 1)
+        return k.lower() == key.lower() or _with_unit(key.lower(), k.lower())
 
     places = [
         (s, next(k for k in keys if same(k)))
@@ -348,7 +355,7 @@ def _unknown_key(loc: tuple, suggestions: dict[str, list[str]], moved: dict[str,
     key = str(loc[-1])
     parent = ".".join(str(p) for p in loc[:-1])
     siblings = suggestions.get(parent, [])
-    shown = key if len(key) <= 60 else key[:57] + "..."
+    shown = cut(key, 60)
     hint = moved.get(".".join(str(p) for p in loc))
     if hint:
         return f"unknown key {shown!r} (set {hint} instead)"
@@ -370,8 +377,7 @@ def pydantic_message(
     lines = []
     for err in exc.errors():  # type: ignore[attr-defined]
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if len(loc) > 120:  # (a hostile key echoed whole made a 10,000-character line)
-            loc = loc[:117] + "..."
+        loc = cut(loc, 120)  # (a hostile key echoed whole made a 10,000-character line)
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = _unknown_key(tuple(err["loc"]), suggestions or {}, moved or {})

@@ -14,7 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
-from llmsim.errors import UserError, load_yaml_file, pydantic_message
+from llmsim.errors import FLAG_FOR_NUMBER, UserError, load_yaml_file, pydantic_message
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles"
 
@@ -26,7 +26,7 @@ NARROW_DTYPES = ("fp8", "int8", "int4", "fp4")
 def _number_not_bool(v: object) -> object:
     """YAML's true/false would pass as 1 and 0 (a bool is an int in Python): a figure is a number."""
     if isinstance(v, bool):
-        raise ValueError("expected a number, not true/false")
+        raise ValueError(FLAG_FOR_NUMBER)
     return v
 
 

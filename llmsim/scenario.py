@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from llmsim.errors import UserError, load_yaml_file, pydantic_message, value_text
+from llmsim.errors import FLAG_FOR_NUMBER, UserError, load_yaml_file, pydantic_message, value_text
 
 PosInt = Annotated[int, Field(gt=0)]
 PosFloat = Annotated[float, Field(gt=0)]
@@ -80,7 +80,7 @@ class _Strict(BaseModel):
         if isinstance(v, bool) and info.field_name is not None:
             types = _leaf_types(cls.model_fields[info.field_name].annotation)
             if bool not in types and types & {int, float}:
-                raise ValueError("expected a number, got true/false")
+                raise ValueError(FLAG_FOR_NUMBER)
         return v
 
 
