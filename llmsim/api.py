@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 from collections.abc import Callable, Iterator
@@ -66,6 +67,7 @@ def run(
     checks: bool = True,
     exact_steps: bool = False,
     progress: Callable[[float, float], None] | None = None,
+    kv_state: list[list[int]] | None = None,
 ) -> Results:
     """Simulate a scenario (a ``Scenario``, a path to its YAML, or its data as a dict, whose relative
     paths resolve against the current folder) and return its frames and summary. ``overrides``
@@ -77,10 +79,14 @@ def run(
     completed without events): the same results to float rounding, see docs/performance.md.
 
     ``checks`` verifies the run's invariants (llmsim/invariants.py) and raises ``InvariantError``.
-    ``progress(now_s, last_arrival_s)`` follows the simulated time up to the last arrival (``llmsim run``'s bar)."""
+    ``progress(now_s, last_arrival_s)`` follows the simulated time up to the last arrival (``llmsim run``'s bar).
+
+    ``kv_state``: the server's history, each replica's prefix cache at the start as an earlier run's
+    ``Results.kv_state`` left it (the same deployment: its replicas and KV blocks); the run's own
+    is kept in ``Results.kv_state`` for the next (``llmsim bench --after``)."""
     sc = _scenario_of(scenario, overrides)
     with _run_gc():
-        return _run(sc, checks, exact_steps, progress)
+        return _run(sc, checks, exact_steps, progress, kv_state)
 
 
 # A run's container objects mostly live to its end (requests, their per-request state), so
@@ -110,7 +116,13 @@ def _run_gc() -> Iterator[None]:
             gc.unfreeze()
 
 
-def _run(sc: Scenario, checks: bool, exact_steps: bool, progress: Callable[[float, float], None] | None) -> Results:
+def _run(
+    sc: Scenario,
+    checks: bool,
+    exact_steps: bool,
+    progress: Callable[[float, float], None] | None,
+    kv_state: list[list[int]] | None = None,
+) -> Results:
     try:
         model = build_model(sc)
         pools = build_pools(sc, model)
@@ -132,7 +144,7 @@ def _run(sc: Scenario, checks: bool, exact_steps: bool, progress: Callable[[floa
         horizon,
         every,
         sc.policy.max_queue,
-        sim_options(sc, model, pools, exact_steps, has_identity(workload), len(workload)),
+        history(sim_options(sc, model, pools, exact_steps, has_identity(workload), len(workload)), kv_state),
         progress,
         scaling_spec(sc, pools[0]),
     )
@@ -207,7 +219,7 @@ def _run(sc: Scenario, checks: bool, exact_steps: bool, progress: Callable[[floa
     scaling = pd.DataFrame() if out.decisions is None else out.decisions
     chunks = chunks_frame(out.requests)
     extra = {} if out.lifetimes is None else {"lifetimes": out.lifetimes}  # each replica's life (autoscaler.Life)
-    return Results(req, out.steps, summary, out.queue, chunks, scaling, extra)
+    return Results(req, out.steps, summary, out.queue, chunks, scaling, extra, out.kv_state)
 
 
 def scaling_spec(sc: Scenario, pool: PoolSpec) -> ScalingSpec | None:
@@ -302,6 +314,12 @@ def engine_summary(sc: Scenario) -> dict:
         "first_token_at_prefill": e.first_token_at_prefill,  # (disaggregated: where TTFT is stamped)
         "source": e.source,
     }
+
+
+def history(opts: SimOptions, kv_state: list[list[int]] | None) -> SimOptions:
+    """The options with the server's history: the caches an earlier run left (``kv_state``); the
+    run's own are kept for the next run where it was given one."""
+    return dataclasses.replace(opts, kv_state=list(kv_state or []), keep_kv_state=kv_state is not None)
 
 
 def has_identity(workload: Workload) -> bool:
@@ -480,12 +498,17 @@ def mechanism_summary(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], out
     if sc.kv_cache.prefix_caching:
         hit = int(total("prefix_hit_tokens"))
         query = int(total("prefix_query_tokens"))
+        # a preempted request resumed looks its prompt up again: saved work, not in vLLM's hit rate
+        again, again_query = int(total("prefix_resumed_hit_tokens")), int(total("prefix_resumed_query_tokens"))
         res["prefix_cache"] = {
-            "hit_rate": hit / query if query else 0.0,
-            "saved_prefill_tokens": hit,
+            "hit_rate": hit / query if query else 0.0,  # vLLM's: new requests' lookups
+            "saved_prefill_tokens": hit + again,
             "queried_prompt_tokens": query,
             "evictions": int(total("prefix_evictions")),
         }
+        if again_query:
+            res["prefix_cache"]["resumed"] = {"queried_tokens": again_query, "hit_tokens": again}
+        hit, query = hit + again, query + again_query  # (the tiers serve every lookup)
         if not query:
             res["prefix_cache"]["note"] = "no request carries prompt content (block hashes): nothing to match"
         if sc.kv_cache.offload and query:  # (no content, no tiers: SimOptions.offload)

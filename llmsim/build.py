@@ -319,6 +319,9 @@ def _synthetic(sc: Scenario, rng: np.random.Generator, arrivals: np.ndarray) -> 
     if w.system_prompts is not None:
         s = w.system_prompts
         wl = gen.with_system_prompts(rng, wl, s.count, s.tokens, s.share, s.zipf)
+    if w.prompts == "vllm_bench":  # (random lengths are drawn after the count: its prompts are the count's)
+        fixed = all(spec is not None and spec.dist == "fixed" for spec in (w.prompt_tokens, w.output_tokens))
+        wl = gen.vllm_bench_prompts(wl, sc.seed, by_count=not fixed)
     if w.lora is not None:
         wl.lora = gen.lora_adapters(rng, wl, w.lora.adapters, w.lora.share, w.lora.zipf)
     return wl

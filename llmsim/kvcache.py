@@ -53,6 +53,9 @@ def chain_hashes(
     return out
 
 
+UNCACHED = -1  # a free block without a chain hash in ``KVCache.cached_state`` (CPython's hash() is never -1)
+
+
 class OffloadTier:
     """One tier below the device cache: the chain hashes it holds (least recently used first),
     its capacity in blocks, how fast a block comes back, and its counters."""
@@ -91,19 +94,27 @@ class BlockManager:
         self.used = 0  # blocks referenced by at least one request
         self.peak_used = 0
         self.tokens_held = 0  # Σ kv tokens of block holders (for fragmentation)
-        # Block ids are handed out lazily (never-used ids from a counter, freed ids from a stack), and
-        # reference counts live in a dict of blocks in use: memory follows the blocks used, not the
-        # capacity (a 1.5 TB CPU node holds tens of millions of blocks).
-        self._free_ids: list[int] = []
+        # Block ids are handed out lazily (never-used ids from a counter first, then freed ones, the
+        # least recently freed first), and reference counts live in a dict of blocks in use: memory
+        # follows the blocks used, not the capacity (a 1.5 TB CPU node holds tens of millions of blocks).
         self._fresh = 0
         self._ref: dict[int, int] = {}
         self._hash_of: dict[int, int] = {}  # block id -> chain hash (registered blocks)
         self._block_of: dict[int, int] = {}  # chain hash -> block id
-        self._lru: OrderedDict[int, None] = OrderedDict()  # unreferenced registered blocks, oldest first
+        # vLLM v1's free block queue past its never-used blocks (vllm/v1/core/block_pool.py,
+        # FreeKVCacheBlockQueue): every freed block, cached or not, least recently freed first; a block
+        # taken from its head that is cached loses its hash then (an eviction). A request's uncached
+        # blocks (the partial last one; its answer's, which vLLM hashes too but no prompt here repeats)
+        # so wait their turn with the cached ones and do not spare them
+        self._lru: OrderedDict[int, None] = OrderedDict()
         self._registered: dict[int, int] = {}  # request id -> prompt blocks registered so far
         # prefix-cache statistics
         self.hit_tokens = 0
         self.query_tokens = 0
+        # a preempted request's lookups when it is resumed, apart: vLLM keeps them out of its hit rate
+        # (vllm/v1/metrics/stats.py, PrefixCacheStats.record: preempted_queries / preempted_hits)
+        self.resumed_hit_tokens = 0
+        self.resumed_query_tokens = 0
         self.evictions = 0
         # offload tiers below the device, fastest first, and the seconds of block loads the next
         # step must wait for (per request, so a request not admitted after all gives them back)
@@ -123,7 +134,7 @@ class BlockManager:
     @property
     def cached_blocks(self) -> int:
         """Registered blocks nobody references (reusable, evictable)."""
-        return len(self._lru)
+        return sum(1 for bid in self._lru if bid in self._hash_of)
 
     def blocks_for_request(self, req: Request, tokens: int) -> int:
         """Blocks a request holds at ``tokens`` tokens per sequence: with n sequences the full
@@ -159,6 +170,8 @@ class BlockManager:
             "kv_peak_blocks": self.peak_used,
             "prefix_hit_tokens": self.hit_tokens,
             "prefix_query_tokens": self.query_tokens,
+            "prefix_resumed_hit_tokens": self.resumed_hit_tokens,
+            "prefix_resumed_query_tokens": self.resumed_query_tokens,
             "prefix_evictions": self.evictions,
         }
 
@@ -185,8 +198,7 @@ class BlockManager:
 
     # ---- updates -----------------------------------------------------------------------
     def _pop_free_id(self) -> int | None:
-        if self._free_ids:
-            return self._free_ids.pop()
+        """A never-used block id, while any is left."""
         if self._fresh < self.num_blocks:
             self._fresh += 1
             return self._fresh - 1
@@ -198,9 +210,11 @@ class BlockManager:
             return bid
         if not self._lru:
             raise InvariantError("KV cache has no free or evictable block")
-        bid, _ = self._lru.popitem(last=False)  # evict the least recently used cached block
-        h = self._hash_of.pop(bid)
-        del self._block_of[h]
+        bid, _ = self._lru.popitem(last=False)  # the least recently freed block
+        h = self._hash_of.pop(bid, None)
+        if h is None:
+            return bid
+        del self._block_of[h]  # (it was cached: evicted)
         self.evictions += 1
         if self.tiers:
             self._write_back(h, 0)
@@ -342,10 +356,7 @@ class BlockManager:
             if self._ref[bid] == 0:
                 del self._ref[bid]
                 self.used -= 1
-                if bid in self._hash_of:
-                    self._lru[bid] = None  # stays cached, most recently used last
-                else:
-                    self._free_ids.append(bid)
+                self._lru[bid] = None  # most recently freed last (a cached one stays cached)
         if self.used < 0:
             raise InvariantError(f"KV cache block count went negative freeing request {req.id}")
         self.tokens_held -= req.kv_tokens
@@ -363,7 +374,7 @@ class BlockManager:
         if not self.prefix_caching or req.kv_tokens or req.blocks:
             return 0
         chain = req.prefix_chain or []
-        self.query_tokens += req.prefill_target
+        self._count(req, req.prefill_target, 0)
         self._queried = req.id  # (unmatch takes the query back, hit or not)
         limit = (req.prefill_target - 1) // self.block_tokens
         ids: list[int] = []
@@ -391,19 +402,28 @@ class BlockManager:
         req.block_ids = ids
         req.blocks = len(ids)  # the tier hits' blocks are held when they are read (allocate)
         req.kv_tokens = req.prefilled = tokens
-        req.cached_tokens = max(req.cached_tokens, tokens)
+        if not req.preemptions:  # (as vLLM's num_cached_tokens: the first lookup's)
+            req.cached_tokens = max(req.cached_tokens, tokens)
         self.tokens_held += tokens
         self._registered[req.id] = matched
-        self.hit_tokens += tokens
+        self._count(req, 0, tokens)
         return tokens
+
+    def _count(self, req: Request, queried: int, hit: int) -> None:
+        if req.preemptions:
+            self.resumed_query_tokens += queried
+            self.resumed_hit_tokens += hit
+        else:
+            self.query_tokens += queried
+            self.hit_tokens += hit
 
     def unmatch(self, req: Request) -> None:
         """Undo ``match_prefix`` for a request that could not be admitted after all."""
         if self._queried == req.id:  # a request turned away is counted once, when it is admitted
-            self.query_tokens -= req.prefill_target
+            self._count(req, -req.prefill_target, 0)
             self._queried = -1
         if req.kv_tokens:  # (free forgets its tier hits: nothing was read)
-            self.hit_tokens -= req.kv_tokens
+            self._count(req, 0, -req.kv_tokens)
             self.free(req)
             req.kv_tokens = req.prefilled = 0
 
@@ -424,6 +444,24 @@ class BlockManager:
                 if self.tiers:
                     self._leave_tiers(h)
         self._registered[req.id] = max(full, self._registered.get(req.id, 0))
+
+    def cached_state(self) -> list[int]:
+        """The free block queue as it stands, oldest first: each block's chain hash, or UNCACHED
+        for a block that holds none (then the cached blocks still in use, none once every request
+        is done): what a server keeps between two benchmark passes (``SimOptions.kv_state``)."""
+        queue = [self._hash_of.get(bid, UNCACHED) for bid in self._lru]
+        return queue + [h for bid, h in self._hash_of.items() if bid not in self._lru]
+
+    def restore(self, state: list[int]) -> None:
+        """Start from another cache's ``cached_state`` (the same size): its queue, in its order."""
+        for h in state:
+            bid = self._pop_free_id()
+            if bid is None:
+                return
+            self._lru[bid] = None
+            if h != UNCACHED and h not in self._block_of:
+                self._block_of[h] = bid
+                self._hash_of[bid] = h
 
     def prewarm(self, chain: list[int]) -> int:
         """Cache a prefix before any request arrives (its blocks stay evictable). Returns blocks added."""

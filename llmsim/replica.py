@@ -91,6 +91,8 @@ class Replica:
         if opts.offload and not takes_prefilled:
             self.kv.tiers = [OffloadTier(t.name, t.capacity_blocks, t.bytes_per_s, t.latency_s) for t in opts.offload]
             self.kv.block_bytes = opts.kv_bytes_per_token * block_tokens
+        if index < len(opts.kv_state):  # the cache an earlier run on this replica left
+            self.kv.restore(opts.kv_state[index])
         for prefix in opts.prewarm:
             self.kv.prewarm(chain_hashes(prefix, opts.prewarm_block_tokens, block_tokens, 1 << 62))
         self.lora: LoraCache | None = None  # multi-LoRA: the replica's adapters

@@ -33,6 +33,9 @@ class Results:
     chunks: pd.DataFrame = field(default_factory=pd.DataFrame)  # traced requests' prefill chunks
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)  # the autoscaler's decisions (autoscaler.py)
     extra: dict = field(default_factory=dict)  # pool/replica details, transfers, ...
+    # each replica's prefix cache at the end, for a next run on the same server (api.run kv_state);
+    # None unless the run was given a history. Not written
+    kv_state: list[list[int]] | None = None
 
     def write(self, out_dir: Path, table_format: str = "parquet", run_id: str | None = None) -> list[Path]:
         """Write requests and steps (Parquet, or CSV on request) and summary.json, each atomically;

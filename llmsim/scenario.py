@@ -491,6 +491,11 @@ class WorkloadConfig(_Strict):
     # vllm_bench: the sequence `vllm bench serve --request-rate R --burstiness 1/cv^2 --seed <seed>`
     # sends (workload/generators.vllm_bench_arrivals), so a replay of a bench run sees its arrivals
     arrivals: Literal["llmsim", "vllm_bench"] = "llmsim"
+    # synthetic kinds: whose prompt content. llmsim: every prompt its own; vllm_bench: as `vllm bench
+    # serve --dataset-name random --seed <seed>` draws them (workload/generators.vllm_bench_prompts),
+    # the same prompts in every run with that seed, so a run on a warm server hits what an earlier
+    # one left (api.run kv_state, `llmsim bench --after`)
+    prompts: Literal["llmsim", "vllm_bench"] = "llmsim"
     num_requests: PosInt | None = None
     duration_s: PosFloat | None = None  # alternative to num_requests: rate x duration requests
     batch_size: Annotated[int, Field(gt=0, le=MAX_BATCH)] = 1  # all_at_once: requests per batch
@@ -532,6 +537,8 @@ class WorkloadConfig(_Strict):
                 if getattr(self, key) is not None:
                     raise ValueError(f"`{key}` reshapes synthetic requests; a trace brings its own (remove it)")
             return self
+        if self.prompts == "vllm_bench":
+            self._check_bench_prompts()
         if self.shared_prefix is not None:
             clash = [
                 k
@@ -573,6 +580,20 @@ class WorkloadConfig(_Strict):
             raise ValueError("kind 'all_at_once' needs `num_requests`")
         return self
 
+    def _check_bench_prompts(self) -> None:
+        """vllm bench's random dataset: one prompt a request, all after one shared prefix at most."""
+        clash = [k for k in ("shared_prefix", "conversations", "classes") if getattr(self, k)]
+        if clash:
+            raise ValueError(
+                f"prompts: vllm_bench draws vllm bench's random dataset, one prompt a request; remove {clash}"
+            )
+        s = self.system_prompts
+        if s is not None and (s.count != 1 or s.share != 1.0):
+            raise ValueError(
+                "prompts: vllm_bench: its shared prefix (--random-prefix-len) is one system prompt every "
+                f"request starts with: system_prompts count 1, share 1 (got count {s.count}, share {s.share})"
+            )
+
     def _refuse_ignored(self) -> None:
         """A synthetic kind's key beside a trace is refused, not ignored: a trace with
         ``num_requests: 1000`` would otherwise replay the whole trace and say nothing. (Between the
@@ -591,10 +612,18 @@ class WorkloadConfig(_Strict):
             "classes": "a trace brings its own classes (the generic format's `class` column)",
             "cv": "a trace keeps its own arrivals",
             "arrivals": "a trace keeps its own arrivals",
+            "prompts": "a trace brings its own prompts (token ids, prompt ids)",
             "batch_size": "a trace keeps its own arrivals",
             "batch_interval_s": "a trace keeps its own arrivals",
         }
-        defaults = {"cv": 1.0, "batch_size": 1, "batch_interval_s": 0.0, "classes": {}, "arrivals": "llmsim"}
+        defaults = {
+            "cv": 1.0,
+            "batch_size": 1,
+            "batch_interval_s": 0.0,
+            "classes": {},
+            "arrivals": "llmsim",
+            "prompts": "llmsim",
+        }
         for key, why in hints.items():
             if getattr(self, key) != defaults.get(key):
                 raise ValueError(f"`{key}`: {why}; kind 'trace' does not read it (remove it)")

@@ -57,6 +57,7 @@ class SimOutput:
     # autoscaling (autoscaler.py): one row per decision, and each replica's life
     decisions: pd.DataFrame | None = None
     lifetimes: pd.DataFrame | None = None
+    kv_state: list[list[int]] | None = None  # each replica's cache at the end (SimOptions.keep_kv_state)
 
 
 @dataclass
@@ -86,7 +87,9 @@ def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, 
             group.start(reps)
         return reps
 
-    cold = dataclasses.replace(opts, prewarm=[])  # a replica started mid-run (autoscaler.py): an empty cache
+    cold = dataclasses.replace(
+        opts, prewarm=[], kv_state=[]
+    )  # a replica started mid-run (autoscaler.py): an empty cache
 
     def grow(index: int) -> Replica:
         return make(index, pools[0], policy, max_queue, cold)
@@ -294,6 +297,8 @@ def simulate(
     out = SimOutput(reqs, steps.frame(), queue, counters, gaps, horizon_s, events_pending(env), totals, unsent)
     if scaler is not None:
         out.decisions, out.lifetimes = scaler.decisions(), scaler.lifetimes(reqs, env.now)
+    if opts.keep_kv_state:
+        out.kv_state = [rep.kv.cached_state() for rep in replicas]
     return out
 
 

@@ -403,15 +403,15 @@ def _bench_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_bench(text: str) -> tuple[Bench, str | None]:
-    """A ``vllm bench serve [flags]`` command line (``vllm bench serve`` itself may be left out): the
-    run's settings, and the model it names (``--model``), if any."""
-    words, env = _words(text, ("vllm", "bench", "serve"), "--bench")
+def parse_bench(text: str, what: str = "--bench") -> tuple[Bench, str | None]:
+    """A ``vllm bench serve [flags]`` command line (``vllm bench serve`` itself may be left out),
+    given as the option ``what``: the run's settings, and the model it names (``--model``), if any."""
+    words, env = _words(text, ("vllm", "bench", "serve"), what)
     ns, ignored = _parse(_bench_parser(), words)
     ignored += [f"{k}=... (environment)" for k in env]
     given = settings_of(vars(ns))
     bench = replace(Bench(), **given, given=frozenset(given), ignored=ignored)
-    check_bench(bench, "vllm bench serve")
+    check_bench(bench, "vllm bench serve" if what == "--bench" else what)
     return bench, getattr(ns, "model", None)
 
 
@@ -720,6 +720,9 @@ def _workload(bench: Bench, trace_csv: str | None) -> dict:
             )
         workload = {
             "kind": "all_at_once" if math.isinf(bench.request_rate) else "poisson",
+            # the prompts' content as the seed draws it: a preempted request finds its own blocks
+            # again, and a later run on the server an earlier one's (llmsim bench --after)
+            "prompts": "vllm_bench",
             "num_requests": bench.num_prompts,
             "prompt_tokens": _lengths(bench.random_input_len, bench.random_range_ratio),
             "output_tokens": _lengths(bench.random_output_len, bench.random_range_ratio),  # ignore_eos: every one

@@ -153,6 +153,7 @@ def test_bench_defaults_and_random_lengths():
     w = scenario_dict("H100-SXM", parse_serve(SERVE), bench_of(BENCH))["workload"]
     assert w == {
         "kind": "poisson",
+        "prompts": "vllm_bench",  # (their content, as the seed draws it: tests/test_server_history.py)
         "num_requests": 40,
         "prompt_tokens": {"dist": "fixed", "value": 256},
         "output_tokens": {"dist": "fixed", "value": 32},

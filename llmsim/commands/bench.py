@@ -41,8 +41,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="the real run to compare with: vllm bench serve --save-result's JSON, or the benchmark's console printout",
     )
+    p.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="'vllm bench serve ...'",
+        help=(
+            "an earlier `vllm bench serve` run against the same server, whose prompts stay in its prefix "
+            "cache (repeatable, oldest first): the random dataset's prompts repeat with their --seed"
+        ),
+    )
     add_set_option(
-        p, "override a key of the translated scenario, e.g. --set cluster.expert_routing_exponent=1 (repeatable)"
+        p,
+        "override a key of the translated scenario, e.g. --set cluster.expert_routing_exponent=1 "
+        "(repeatable; with --after, of every run)",
     )
     p.add_argument("--scenario-out", metavar="FILE.yaml", help="also write the translated scenario (for `llmsim run`)")
     p.add_argument("--json", action="store_true", help="print summary.json (with a `compared` list) and nothing else")
@@ -79,6 +91,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         check_same_model(str(result.path), result.model_id, serve)
         bench = vllmcli.with_settings(bench, result.settings, str(result.path))
         vllmcli.check_lengths(result, bench)
+    earlier = [earlier_run(text, serve) for text in args.after]
+    if earlier:
+        check_history(bench, result, out)
     with tempfile.TemporaryDirectory(prefix="llmsim-bench-") as tmp:
         trace = None
         if result is not None and result.sent is not None:
@@ -88,7 +103,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if result is not None:  # every percentile the real run reports, compared
             translated["output"]["percentiles"] = sorted({*bench.metric_percentiles, *result.percentiles()})
         data = with_overrides(translated, overrides)
-        sc, summary = simulate(data)
+        state: list[list[int]] | None = [] if earlier else None  # the server's prefix cache, run after run
+        for b in earlier:
+            before = vllmcli.scenario_dict(args.hardware, serve, b)
+            state = simulate(with_overrides(before, overrides), state)[2]
+        sc, summary, _ = simulate(data, state)
         if out is not None:
             write_scenario_files(out, data, trace)
     compared = vllmresult.comparison_rows(summary, result.figures) if result is not None else []
@@ -105,7 +124,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rate = (
         None if sc.workload.kind == "all_at_once" else bench.request_rate if trace is not None else sc.workload.rate_rps
     )
-    print(notes(sc, serve, bench, result, translated["cluster"].get("expert_routing_exponent", 1.0)))
+    print(notes(sc, serve, bench, result, translated["cluster"].get("expert_routing_exponent", 1.0)), end="")
+    if earlier:
+        hit = summary.get("prefix_cache", {}).get("hit_rate", 0.0)
+        print(
+            f"history  {len(earlier)} earlier run{'s' * (len(earlier) > 1)} on the server (--after), its prefix cache "
+            f"carried: {hit:.1%} of this run's prompt tokens hit"
+        )
+    print()
     print(vllmresult.result_block(summary, bench.percentile_metrics, percentiles, rate, sc.workload.max_concurrency))
     if result is not None and compared:
         print("\n" + vllmresult.comparison_table(compared, result.path))
@@ -171,9 +197,47 @@ def requests_path(path: Path) -> Path:
     return path.with_name(path.stem + ".requests.csv")
 
 
-def simulate(data: dict) -> tuple[Scenario, dict]:
-    """Run the translated scenario: (the scenario, its summary). A key it refuses is named with the
-    flag it came from; a token budget below the sequences it must hold is refused, as vLLM does."""
+def earlier_run(text: str, serve: Serve) -> Bench:
+    """An --after run: a `vllm bench serve` command line of the random dataset, of the model served."""
+    from llmsim.errors import UserError
+    from llmsim.vllmcli import parse_bench
+
+    bench, model = parse_bench(text, "--after")
+    check_same_model("--after --model", model, serve)
+    if bench.dataset_name != "random":
+        raise UserError(
+            f"--after --dataset-name {bench.dataset_name}: llmsim draws only the random dataset's prompts, "
+            "whose content repeats with the seed; another dataset's prompts are not known to it"
+        )
+    return bench
+
+
+def check_history(bench: Bench, result: Result | None, out: Path | None) -> None:
+    """--after needs prompts whose content llmsim draws (the random dataset's) and a result that
+    says nothing of them; a scenario file cannot carry a server's history."""
+    from llmsim.errors import UserError
+
+    if result is not None and result.sent is not None:
+        raise UserError(
+            f"--after: the requests replayed from {result.path} carry no prompt content to match the earlier "
+            "runs' (give the run's random-dataset flags in --bench and its printout or a file saved without "
+            "--save-detailed as --result)"
+        )
+    if bench.dataset_name != "random":
+        raise UserError(
+            f"--after: --bench --dataset-name {bench.dataset_name}: only the random dataset's prompts repeat"
+        )
+    if out is not None:
+        raise UserError(
+            "--scenario-out with --after: a scenario cannot carry the server's history (`llmsim run` starts on a "
+            "cold cache); write it without --after"
+        )
+
+
+def simulate(data: dict, kv_state: list[list[int]] | None = None) -> tuple[Scenario, dict, list[list[int]] | None]:
+    """Run the translated scenario: (the scenario, its summary, its prefix caches at the end). A key
+    it refuses is named with the flag it came from; a token budget below the sequences it must hold
+    is refused, as vLLM does. ``kv_state``: the caches an earlier run on the server left (api.run)."""
     from llmsim.api import run
     from llmsim.errors import UserError
     from llmsim.scenario import scenario_from_dict
@@ -195,7 +259,8 @@ def simulate(data: dict) -> tuple[Scenario, dict]:
                 f"policy.chunk_tokens {budget} is below policy.max_num_seqs {seqs} (vLLM's default for this GPU "
                 "unless --max-num-seqs says): vLLM refuses a token budget below its sequences"
             )
-        return sc, run(sc).summary
+        res = run(sc, kv_state=kv_state)
+        return sc, res.summary, res.kv_state
     except UserError as exc:
         raise named(exc) from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -186,6 +187,32 @@ def with_system_prompts(
         after_idx=w.after_idx,
         delay_s=w.delay_s,
         session=w.session,
+    )
+
+
+def vllm_bench_prompts(w: Workload, seed: int, by_count: bool) -> Workload:
+    """Prompt content as `vllm bench serve`'s random dataset draws it (vllm/benchmarks/datasets.py,
+    RandomDataset): request i's tokens run on from a random offset drawn with the seed, so one seed
+    gives every run the same prompts. With fixed lengths numpy draws nothing for them (a range of 0),
+    the offsets are the stream's first draws and the first N prompts are the same whatever
+    --num-prompts is (``by_count`` False: the records of docs/validation.md show it); with random
+    lengths the count's draws come first, so only runs of the same count repeat. A shared prefix
+    (--random-prefix-len, workload.system_prompts) is the seed's too. (vllm bench's test request, its
+    first prompt sent alone before the run, is not modelled: vLLM 0.30 skips it unless
+    --ready-check-timeout-sec is above 0, and the records it was checked on show no such request.)"""
+    n = len(w)
+    prefix = int(w.meta.get("system_prompt_tokens", 0))
+    head = [(segment_key("vllm_bench_prefix", seed), prefix)] if prefix else []
+    _check_ids(int(w.prompt_tokens.sum()) // SYNTH_HASH_TOKENS, "workload.prompts", "the prompts")
+    ids = []
+    for i, p in enumerate(w.prompt_tokens.tolist()):
+        own = segment_key("vllm_bench", seed, n, i) if by_count else segment_key("vllm_bench", seed, i)
+        ids.append(segment_block_ids([*head, (own, p - prefix)], SYNTH_HASH_TOKENS))
+    return dataclasses.replace(
+        w,
+        block_hashes=ids,
+        hash_block_tokens=SYNTH_HASH_TOKENS,
+        source=f"{w.source}, vllm bench's random prompts (seed {seed})",
     )
 
 
