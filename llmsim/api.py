@@ -18,7 +18,7 @@ from llmsim.errors import UserError
 from llmsim.invariants import check_run
 from llmsim.models import ModelSpec
 from llmsim.options import LoraSpec, TierSpec
-from llmsim.results import Results, chunks_frame, requests_frame, summarize
+from llmsim.results import Results, ServerCache, chunks_frame, requests_frame, summarize
 from llmsim.scenario import Scenario, load_scenario
 from llmsim.sim import LinkSpec, SimOptions, SimOutput, simulate
 from llmsim.workload.base import Workload
@@ -67,7 +67,8 @@ def run(
     checks: bool = True,
     exact_steps: bool = False,
     progress: Callable[[float, float], None] | None = None,
-    kv_state: list[list[int]] | None = None,
+    server_cache: ServerCache | None = None,
+    keep_server_cache: bool = False,
 ) -> Results:
     """Simulate a scenario (a ``Scenario``, a path to its YAML, or its data as a dict, whose relative
     paths resolve against the current folder) and return its frames and summary. ``overrides``
@@ -81,12 +82,13 @@ def run(
     ``checks`` verifies the run's invariants (llmsim/invariants.py) and raises ``InvariantError``.
     ``progress(now_s, last_arrival_s)`` follows the simulated time up to the last arrival (``llmsim run``'s bar).
 
-    ``kv_state``: the server's history, each replica's prefix cache at the start as an earlier run's
-    ``Results.kv_state`` left it (the same deployment: its replicas and KV blocks); the run's own
-    is kept in ``Results.kv_state`` for the next (``llmsim bench --after``)."""
+    ``server_cache``: the server's history, its prefix caches at the start as an earlier run on it
+    left them (that run's ``Results.server_cache``: the same model, block size and replicas); with
+    it or ``keep_server_cache`` the run's own are kept in ``Results.server_cache`` for the next
+    (``llmsim bench --after``)."""
     sc = _scenario_of(scenario, overrides)
     with _run_gc():
-        return _run(sc, checks, exact_steps, progress, kv_state)
+        return _run(sc, checks, exact_steps, progress, server_cache, keep_server_cache)
 
 
 # A run's container objects mostly live to its end (requests, their per-request state), so
@@ -121,7 +123,8 @@ def _run(
     checks: bool,
     exact_steps: bool,
     progress: Callable[[float, float], None] | None,
-    kv_state: list[list[int]] | None = None,
+    server_cache: ServerCache | None = None,
+    keep_server_cache: bool = False,
 ) -> Results:
     try:
         model = build_model(sc)
@@ -144,7 +147,11 @@ def _run(
         horizon,
         every,
         sc.policy.max_queue,
-        history(sim_options(sc, model, pools, exact_steps, has_identity(workload), len(workload)), kv_state),
+        history(
+            sim_options(sc, model, pools, exact_steps, has_identity(workload), len(workload)),
+            starting_caches(sc, model, pools, server_cache),
+            keep_server_cache or server_cache is not None,
+        ),
         progress,
         scaling_spec(sc, pools[0]),
     )
@@ -219,7 +226,10 @@ def _run(
     scaling = pd.DataFrame() if out.decisions is None else out.decisions
     chunks = chunks_frame(out.requests)
     extra = {} if out.lifetimes is None else {"lifetimes": out.lifetimes}  # each replica's life (autoscaler.Life)
-    return Results(req, out.steps, summary, out.queue, chunks, scaling, extra, out.kv_state)
+    left = None
+    if out.kv_state is not None:
+        left = ServerCache(model.name, sc.kv_cache.block_tokens, tuple(tuple(q) for q in out.kv_state))
+    return Results(req, out.steps, summary, out.queue, chunks, scaling, extra, left)
 
 
 def scaling_spec(sc: Scenario, pool: PoolSpec) -> ScalingSpec | None:
@@ -316,10 +326,31 @@ def engine_summary(sc: Scenario) -> dict:
     }
 
 
-def history(opts: SimOptions, kv_state: list[list[int]] | None) -> SimOptions:
-    """The options with the server's history: the caches an earlier run left (``kv_state``); the
-    run's own are kept for the next run where it was given one."""
-    return dataclasses.replace(opts, kv_state=list(kv_state or []), keep_kv_state=kv_state is not None)
+def history(opts: SimOptions, caches: list[list[int]], keep: bool) -> SimOptions:
+    """The options with the server's history: the caches an earlier run left, and whether to keep
+    this run's for the next."""
+    return dataclasses.replace(opts, kv_state=caches, keep_kv_state=keep)
+
+
+def starting_caches(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], cache: object) -> list[list[int]]:
+    """Each replica's free block queue at the start: ``cache``'s, where it is an earlier run's on
+    this server (a ``ServerCache`` of the same model, block size and replicas), else empty."""
+    if cache is None:
+        return []
+    if not isinstance(cache, ServerCache):
+        raise UserError(
+            f"llmsim.run: server_cache must be an earlier run's Results.server_cache, got {type(cache).__name__}"
+        )
+    replicas = sum(p.replicas for p in pools)
+    theirs = (cache.model, cache.block_tokens, len(cache.queues))
+    ours = (model.name, sc.kv_cache.block_tokens, replicas)
+    for what, a, b in zip(("model", "kv_cache.block_tokens", "replicas"), theirs, ours, strict=True):
+        if a != b:
+            raise UserError(
+                f"{sc._origin}: server_cache is of another deployment: its {what} {a}, this run's {b} "
+                "(a server's cache carries over only to a run of the same model, block size and replicas)"
+            )
+    return [list(q) for q in cache.queues]
 
 
 def has_identity(workload: Workload) -> bool:

@@ -141,6 +141,12 @@ def check_workload_bounds(sc: Scenario) -> None:
             "generator as vllm bench serve's --seed does (below 2**32)"
         )
     _check_sizes(sc, sc._origin)
+    spec = w.prompt_tokens
+    if w.prompts == "vllm_bench" and w.num_requests is not None and spec is not None:
+        # their content ids, before drawing them (the shortest each prompt can be; build_workload
+        # checks the drawn ones)
+        shortest = (spec.value or spec.min or 0) + (w.system_prompts.tokens if w.system_prompts else 0)
+        gen.check_bench_prompt_ids(w.num_requests, shortest)
     n = _request_count(sc)
     if _drawn_to_horizon(sc, n):
         return  # drawn only up to the horizon, whose own count _arrivals_to_horizon checks
@@ -332,7 +338,10 @@ def prewarm_prefixes(sc: Scenario) -> tuple[list[list[int]], int]:
     prefixes = [list(p) for p in sc.kv_cache.prewarm]
     s = sc.workload.system_prompts
     if s is not None and s.prewarm:
-        prefixes += gen.system_prompt_ids(s.count, s.tokens)
+        if sc.workload.prompts == "vllm_bench":  # (its one prefix is the seed's)
+            prefixes.append(gen.vllm_bench_prefix_ids(sc.seed, s.tokens))
+        else:
+            prefixes += gen.system_prompt_ids(s.count, s.tokens)
     return prefixes, sc.kv_cache.prewarm_block_tokens or 0
 
 

@@ -9,12 +9,15 @@ Prefix caching (vLLM's automatic prefix caching): every full prompt block gets a
 from its parent's hash and its own content (token hashes, or a trace's ``hash_ids``). Once its
 KV has been computed the block is registered under that hash; a later request whose chain starts
 with the same hashes shares those blocks (reference counts) and skips their prefill. A cached
-block nobody references stays in the cache until a new allocation needs it (LRU eviction), so
-unreferenced cached blocks count as free.
+block nobody references stays in the cache until a new allocation needs it, so unreferenced
+cached blocks count as free.
 
-A finished request's blocks enter the LRU tail-first (vLLM v1 ``KVCacheManager.free`` frees "in
+Freed blocks wait in one queue, as vLLM v1's free block queue: never-used blocks are taken first,
+then the least recently freed, cached or not; a cached one taken then loses its hash (eviction).
+A finished request's blocks enter it tail-first (vLLM v1 ``KVCacheManager.free`` frees "in
 reverse order so that the tail blocks are evicted first"): a prompt's head, the part later
-prompts share, outlives its tail.
+prompts share, outlives its tail. ``cached_state`` / ``restore`` hand the queue to the next run
+on the same server (a benchmark's later pass: ``llmsim bench --after``).
 
 Offload tiers (LMCache-style: CPU memory, local SSD, a remote store; ``OffloadTier``): a cached
 block evicted from the device is written back to the first tier, and a tier full of them passes
@@ -53,7 +56,7 @@ def chain_hashes(
     return out
 
 
-UNCACHED = -1  # a free block without a chain hash in ``KVCache.cached_state`` (CPython's hash() is never -1)
+UNCACHED = -1  # a free block without a chain hash in ``BlockManager.cached_state`` (CPython's hash() is never -1)
 
 
 class OffloadTier:
@@ -103,10 +106,11 @@ class BlockManager:
         self._block_of: dict[int, int] = {}  # chain hash -> block id
         # vLLM v1's free block queue past its never-used blocks (vllm/v1/core/block_pool.py,
         # FreeKVCacheBlockQueue): every freed block, cached or not, least recently freed first; a block
-        # taken from its head that is cached loses its hash then (an eviction). A request's uncached
-        # blocks (the partial last one; its answer's, which vLLM hashes too but no prompt here repeats)
-        # so wait their turn with the cached ones and do not spare them
-        self._lru: OrderedDict[int, None] = OrderedDict()
+        # taken from its head that is cached loses its hash then (an eviction). A request's blocks
+        # that hold nothing a later prompt repeats (its partial last one; its answer's, unless the
+        # workload says a later prompt repeats it) so wait their turn with the cached ones.
+        self._free_queue: OrderedDict[int, None] = OrderedDict()
+        self._history = 0  # queued blocks of a restored state a prewarm may still evict (the oldest)
         self._registered: dict[int, int] = {}  # request id -> prompt blocks registered so far
         # prefix-cache statistics
         self.hit_tokens = 0
@@ -134,7 +138,7 @@ class BlockManager:
     @property
     def cached_blocks(self) -> int:
         """Registered blocks nobody references (reusable, evictable)."""
-        return sum(1 for bid in self._lru if bid in self._hash_of)
+        return sum(1 for bid in self._free_queue if bid in self._hash_of)
 
     def blocks_for_request(self, req: Request, tokens: int) -> int:
         """Blocks a request holds at ``tokens`` tokens per sequence: with n sequences the full
@@ -208,9 +212,9 @@ class BlockManager:
         bid = self._pop_free_id()
         if bid is not None:
             return bid
-        if not self._lru:
+        if not self._free_queue:
             raise InvariantError("KV cache has no free or evictable block")
-        bid, _ = self._lru.popitem(last=False)  # the least recently freed block
+        bid, _ = self._free_queue.popitem(last=False)  # the least recently freed block
         h = self._hash_of.pop(bid, None)
         if h is None:
             return bid
@@ -356,7 +360,7 @@ class BlockManager:
             if self._ref[bid] == 0:
                 del self._ref[bid]
                 self.used -= 1
-                self._lru[bid] = None  # most recently freed last (a cached one stays cached)
+                self._free_queue[bid] = None  # most recently freed last (a cached one stays cached)
         if self.used < 0:
             raise InvariantError(f"KV cache block count went negative freeing request {req.id}")
         self.tokens_held -= req.kv_tokens
@@ -385,7 +389,7 @@ class BlockManager:
             ids.append(bid)
         for bid in ids:
             if bid not in self._ref:
-                del self._lru[bid]
+                del self._free_queue[bid]
                 self.used += 1
             self._ref[bid] = self._ref.get(bid, 0) + 1
         matched = len(ids)
@@ -449,33 +453,40 @@ class BlockManager:
         """The free block queue as it stands, oldest first: each block's chain hash, or UNCACHED
         for a block that holds none (then the cached blocks still in use, none once every request
         is done): what a server keeps between two benchmark passes (``SimOptions.kv_state``)."""
-        queue = [self._hash_of.get(bid, UNCACHED) for bid in self._lru]
-        return queue + [h for bid, h in self._hash_of.items() if bid not in self._lru]
+        queue = [self._hash_of.get(bid, UNCACHED) for bid in self._free_queue]
+        return queue + [h for bid, h in self._hash_of.items() if bid not in self._free_queue]
 
     def restore(self, state: list[int]) -> None:
-        """Start from another cache's ``cached_state`` (the same size): its queue, in its order."""
-        for h in state:
-            bid = self._pop_free_id()
-            if bid is None:
-                return
-            self._lru[bid] = None
-            if h != UNCACHED and h not in self._block_of:
-                self._block_of[h] = bid
-                self._hash_of[bid] = h
+        """Start from a ``cached_state`` of this server's cache: its queue, in its order (of a
+        larger cache's, the most recently freed blocks that fit)."""
+        kept = state[-self.num_blocks :]
+        for h in kept:
+            self._queue(h)
+        self._history = len(kept)
 
     def prewarm(self, chain: list[int]) -> int:
-        """Cache a prefix before any request arrives (its blocks stay evictable). Returns blocks added."""
+        """Cache a prefix before any request arrives (its blocks stay evictable), after what a
+        restored state holds, whose oldest blocks it may take; never another prewarmed prefix's.
+        Returns blocks added."""
         added = 0
         for h in chain:
             if h in self._block_of:
                 continue
-            bid = self._pop_free_id()
-            if bid is None:
-                break
-            self._block_of[h] = bid
-            self._hash_of[bid] = h
-            self._lru[bid] = None
-            if self.tiers:
-                self._leave_tiers(h)
+            if self._fresh >= self.num_blocks:
+                if not self._history:
+                    break
+                self._history -= 1
+            self._queue(h)
             added += 1
         return added
+
+    def _queue(self, h: int) -> None:
+        """A free block holding ``h`` (UNCACHED: nothing) at the tail of the free queue: a
+        never-used one, else the queue's head (evicted)."""
+        bid = self._take()
+        self._free_queue[bid] = None
+        if h != UNCACHED and h not in self._block_of:
+            self._block_of[h] = bid
+            self._hash_of[bid] = h
+            if self.tiers:
+                self._leave_tiers(h)

@@ -46,7 +46,7 @@ class SimOptions:
     prewarm: list[list[int]] = field(default_factory=list)  # hash-id prefixes cached at t=0
     prewarm_block_tokens: int = 0  # tokens per id in ``prewarm`` (0: the workload's)
     # a server's history: each replica's cache at t=0, chain hashes oldest first, as an earlier
-    # run of the same replicas left it (``KVCache.cached_state``; before ``prewarm``'s prefixes)
+    # run of the same replicas left it (``BlockManager.cached_state``; before ``prewarm``'s prefixes)
     kv_state: list[list[int]] = field(default_factory=list)
     keep_kv_state: bool = False  # SimOutput.kv_state: each replica's cache at the end
     kv_link: LinkSpec | None = None  # disaggregated only

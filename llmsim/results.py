@@ -24,6 +24,19 @@ from llmsim.progress import finite
 from llmsim.tables import fmt
 
 
+@dataclass(frozen=True)
+class ServerCache:
+    """A server's prefix caches as a run left them, for a later run on the same server to start
+    from (``llmsim.run(..., server_cache=)``; `llmsim bench --after`): each replica's free block
+    queue, oldest first (``kvcache.BlockManager.cached_state``), and what that later run must share
+    for the blocks to mean the same (the model, the block size, the replicas). Offload tiers are
+    not kept: a later run starts with them empty."""
+
+    model: str
+    block_tokens: int
+    queues: tuple[tuple[int, ...], ...]  # per replica, the pools in order
+
+
 @dataclass
 class Results:
     requests: pd.DataFrame
@@ -33,9 +46,9 @@ class Results:
     chunks: pd.DataFrame = field(default_factory=pd.DataFrame)  # traced requests' prefill chunks
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)  # the autoscaler's decisions (autoscaler.py)
     extra: dict = field(default_factory=dict)  # pool/replica details, transfers, ...
-    # each replica's prefix cache at the end, for a next run on the same server (api.run kv_state);
-    # None unless the run was given a history. Not written
-    kv_state: list[list[int]] | None = None
+    # the prefix caches at the end, for a later run on the same server (api.run keep_server_cache
+    # or server_cache); not written
+    server_cache: ServerCache | None = None
 
     def write(self, out_dir: Path, table_format: str = "parquet", run_id: str | None = None) -> list[Path]:
         """Write requests and steps (Parquet, or CSV on request) and summary.json, each atomically;
@@ -301,6 +314,16 @@ def offload_line(summary: dict) -> str:
     return (
         f"prompt tokens served from the device cache {o['device_hit_rate']:.1%}, {tiers}; "
         f"{fmt(o['load_s'])} s of steps waiting for reads"
+    )
+
+
+def prefix_line(summary: dict) -> str:
+    """The prefix cache in a line (run output; summary ``prefix_cache``): vLLM's hit rate, the
+    prefill it saved (a resumed preempted request's own blocks too), the cached blocks evicted."""
+    p = summary["prefix_cache"]
+    return (
+        f"cache hit rate {p['hit_rate']:.1%} of new requests' prompt tokens; {p['saved_prefill_tokens']:,} "
+        f"prompt tokens not prefilled, {p['evictions']:,} cached blocks evicted"
     )
 
 

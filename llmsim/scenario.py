@@ -494,7 +494,7 @@ class WorkloadConfig(_Strict):
     # synthetic kinds: whose prompt content. llmsim: every prompt its own; vllm_bench: as `vllm bench
     # serve --dataset-name random --seed <seed>` draws them (workload/generators.vllm_bench_prompts),
     # the same prompts in every run with that seed, so a run on a warm server hits what an earlier
-    # one left (api.run kv_state, `llmsim bench --after`)
+    # one left (api.run server_cache, `llmsim bench --after`)
     prompts: Literal["llmsim", "vllm_bench"] = "llmsim"
     num_requests: PosInt | None = None
     duration_s: PosFloat | None = None  # alternative to num_requests: rate x duration requests

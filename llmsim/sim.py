@@ -87,9 +87,8 @@ def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, 
             group.start(reps)
         return reps
 
-    cold = dataclasses.replace(
-        opts, prewarm=[], kv_state=[]
-    )  # a replica started mid-run (autoscaler.py): an empty cache
+    # a replica started mid-run (autoscaler.py): an empty cache
+    cold = dataclasses.replace(opts, prewarm=[], kv_state=[])
 
     def grow(index: int) -> Replica:
         return make(index, pools[0], policy, max_queue, cold)

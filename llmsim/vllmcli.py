@@ -392,8 +392,8 @@ def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _bench_parser() -> argparse.ArgumentParser:
-    p = _Parser("vllm bench serve", argument_default=argparse.SUPPRESS)
+def _bench_parser(prog: str = "vllm bench serve") -> argparse.ArgumentParser:
+    p = _Parser(prog, argument_default=argparse.SUPPRESS)
     for name, (kind, _, _) in CHECKS.items():
         p.add_argument(flag_of(name), dest=name, type=kind if kind in (int, float) else str)
     p.add_argument("--input-len", type=int, dest="input_len")  # (vllm bench serve: these two win over the random ones)
@@ -407,11 +407,12 @@ def parse_bench(text: str, what: str = "--bench") -> tuple[Bench, str | None]:
     """A ``vllm bench serve [flags]`` command line (``vllm bench serve`` itself may be left out),
     given as the option ``what``: the run's settings, and the model it names (``--model``), if any."""
     words, env = _words(text, ("vllm", "bench", "serve"), what)
-    ns, ignored = _parse(_bench_parser(), words)
+    prog = "vllm bench serve" if what == "--bench" else what
+    ns, ignored = _parse(_bench_parser(prog), words)
     ignored += [f"{k}=... (environment)" for k in env]
     given = settings_of(vars(ns))
     bench = replace(Bench(), **given, given=frozenset(given), ignored=ignored)
-    check_bench(bench, "vllm bench serve" if what == "--bench" else what)
+    check_bench(bench, prog)
     return bench, getattr(ns, "model", None)
 
 
@@ -619,6 +620,7 @@ KEY_FLAGS = {
     "workload.rate_rps": "--request-rate",
     "workload.num_requests": "--num-prompts",
     "workload.max_concurrency": "--max-concurrency",
+    "workload.prompts": "--num-prompts",
     "seed": "--seed",
 }
 
@@ -630,6 +632,30 @@ KEY_FLAGS = {
 # checked on the Qwen3 A3B passes (64 and 128 experts), docs/validation.md "vLLM 0.30 GPU runs". Real
 # text is not measured: other datasets keep independent routing (1)
 RANDOM_TOKEN_ROUTING_EXPONENT = 0.79
+
+
+# The most content ids (one per 16 prompt tokens) `llmsim bench` gives drawn prompts: a run with
+# content takes the prefix-cache path, measured on this project's 2-core VM at 1.3x the time of one
+# without for 1,000 x 1,024-token prompts, 2.8x for 5,000 x 2,048 (640k ids) and 4x (0.9 -> 3.8 s,
+# 160 -> 390 MB) for 30,000 x 1,024 (1.9M ids); past this a run is priced without (and says so)
+BENCH_CONTENT_IDS = 2_000_000
+
+
+def untracked_prompts(serve: Serve, bench: Bench) -> str | None:
+    """Why the random dataset's prompts are drawn without their content (workload.prompts llmsim),
+    or None where they carry it: with the prefix cache off it could match nothing, and past
+    BENCH_CONTENT_IDS content ids (one per 16 tokens) the run would be slow and large."""
+    if serve.prefix_caching is False:
+        return "the prefix cache is off (--no-enable-prefix-caching)"
+    longest = math.ceil(bench.random_input_len * (1 + bench.random_range_ratio)) + bench.random_prefix_len
+    ids = bench.num_prompts * -(-longest // 16)
+    if ids > BENCH_CONTENT_IDS:
+        return (
+            f"--num-prompts {bench.num_prompts:,} of up to {longest:,} tokens are {ids:,} 16-token blocks, past "
+            f"the {BENCH_CONTENT_IDS:,} llmsim tracks for them: no prefix-cache hits (a preempted request "
+            "recomputes its whole prompt; --after finds nothing)"
+        )
+    return None
 
 
 def random_token_prompts(bench: Bench, replay: bool) -> bool:
@@ -703,9 +729,16 @@ def scenario_dict(
         "cluster": cluster,
         "policy": policy,
         "kv_cache": kv,
-        "workload": _workload(bench, trace_csv),
+        "workload": _workload(bench, trace_csv) | prompt_content(serve, bench, trace_csv),
         "output": {"steps": "none", "percentiles": bench.metric_percentiles},
     }
+
+
+def prompt_content(serve: Serve, bench: Bench, trace_csv: str | None) -> dict:
+    """The drawn prompts' content as the seed draws it (workload.prompts vllm_bench): a preempted
+    request finds its own blocks again, and a later run on the server an earlier one's (llmsim
+    bench --after). A replayed file's requests carry none (their lengths only)."""
+    return {"prompts": "vllm_bench"} if trace_csv is None and untracked_prompts(serve, bench) is None else {}
 
 
 def _workload(bench: Bench, trace_csv: str | None) -> dict:
@@ -720,9 +753,6 @@ def _workload(bench: Bench, trace_csv: str | None) -> dict:
             )
         workload = {
             "kind": "all_at_once" if math.isinf(bench.request_rate) else "poisson",
-            # the prompts' content as the seed draws it: a preempted request finds its own blocks
-            # again, and a later run on the server an earlier one's (llmsim bench --after)
-            "prompts": "vllm_bench",
             "num_requests": bench.num_prompts,
             "prompt_tokens": _lengths(bench.random_input_len, bench.random_range_ratio),
             "output_tokens": _lengths(bench.random_output_len, bench.random_range_ratio),  # ignore_eos: every one

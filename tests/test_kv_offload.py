@@ -121,7 +121,7 @@ def _check_one_place(kv: BlockManager) -> None:
     for t in kv.tiers:
         assert len(t.held) <= t.capacity_blocks and not seen & set(t.held)
         seen |= set(t.held)
-    assert 0 <= kv.used <= kv.num_blocks and set(kv._lru).isdisjoint(kv._ref)
+    assert 0 <= kv.used <= kv.num_blocks and set(kv._free_queue).isdisjoint(kv._ref)
 
 
 @pytest.mark.parametrize("seed", range(6))

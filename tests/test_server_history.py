@@ -10,7 +10,7 @@ import llmsim
 from llmsim.build import build_workload
 from llmsim.cli import main
 from llmsim.errors import UserError
-from llmsim.kvcache import UNCACHED
+from llmsim.kvcache import UNCACHED, BlockManager
 from llmsim.scenario import scenario_from_dict
 
 SERVE = "vllm serve Qwen/Qwen3-8B --max-model-len 4096"
@@ -69,31 +69,61 @@ def test_a_run_alone_hits_nothing():
 
 
 def test_a_later_run_hits_what_an_earlier_one_left():
-    first = llmsim.run(_scenario(8), kv_state=[])
-    assert first.kv_state is not None and len(first.kv_state) == 1
-    queue = first.kv_state[0]  # every block the run freed, in order: prompts' cached, answers' not
+    first = llmsim.run(_scenario(8), keep_server_cache=True)
+    cache = first.server_cache
+    assert cache is not None and (cache.model, cache.block_tokens, len(cache.queues)) == ("qwen3-8b", 16, 1)
+    queue = cache.queues[0]  # every block the run freed, in order: prompts' cached, answers' not
     assert len(queue) == 8 * (1024 + 32) // 16 and sum(h != UNCACHED for h in queue) == 8 * 1024 // 16
-    later = llmsim.run(_scenario(16), kv_state=first.kv_state).summary
-    assert later["prefix_cache"]["hit_rate"] == pytest.approx(8 * 1008 / (16 * 1024))
+    later = llmsim.run(_scenario(16), server_cache=cache)
+    assert later.summary["prefix_cache"]["hit_rate"] == pytest.approx(8 * 1008 / (16 * 1024))
+    assert later.server_cache is not None  # (kept for the next run)
     cold = llmsim.run(_scenario(16)).summary
-    assert later["mean_ttft_ms"] < cold["mean_ttft_ms"]
-    again = llmsim.run(_scenario(16), kv_state=first.kv_state).summary
-    assert again["mean_ttft_ms"] == later["mean_ttft_ms"]  # deterministic
-    assert llmsim.run(_scenario(8)).kv_state is None  # (kept only for a run given a history)
+    assert later.summary["mean_ttft_ms"] < cold["mean_ttft_ms"]
+    again = llmsim.run(_scenario(16), server_cache=cache).summary
+    assert again["mean_ttft_ms"] == later.summary["mean_ttft_ms"]  # deterministic
+    assert llmsim.run(_scenario(8)).server_cache is None  # (kept only when asked)
 
 
 def test_a_full_cache_evicts_the_oldest_prompts_first():
-    """A cache that holds 12 of the 16 prompts keeps the most recent: the first run's 8 (oldest) go
-    before the second's; a third run of the first 8 prompts hits fewer of them than the second."""
+    """A cache that holds 12 of the 16 prompts keeps the most recent: a third run of the first
+    run's 8 prompts (the oldest) finds fewer of them than a run of the second's would."""
     kv = {"num_blocks": 12 * 64 + 8}  # (room for the running requests' answers too)
-    base = _scenario(8).model_dump()
-    base["kv_cache"] = kv
-    second = _scenario(16, seed=1).model_dump() | {"kv_cache": kv}
-    state = llmsim.run(base, kv_state=[]).kv_state
-    state = llmsim.run(second, kv_state=state).kv_state
-    assert state is not None and len(state[0]) <= 12 * 64 + 8
-    hit = llmsim.run(base, kv_state=state).summary["prefix_cache"]["hit_rate"]
-    assert hit < 0.5
+    first = _scenario(8).model_dump() | {"kv_cache": kv}
+    second = _scenario(8, seed=1).model_dump() | {"kv_cache": kv}
+    cache = llmsim.run(first, keep_server_cache=True).server_cache
+    cache = llmsim.run(second, server_cache=cache).server_cache
+    assert cache is not None and len(cache.queues[0]) <= 12 * 64 + 8
+    old = llmsim.run(first, server_cache=cache).summary["prefix_cache"]["hit_rate"]
+    recent = llmsim.run(second, server_cache=cache).summary["prefix_cache"]["hit_rate"]
+    assert old < 0.5 < recent
+
+
+def test_a_cache_carries_over_only_to_the_same_deployment():
+    cache = llmsim.run(_scenario(4), keep_server_cache=True).server_cache
+    with pytest.raises(UserError, match="server_cache is of another deployment: its model qwen3-8b, this run's"):
+        llmsim.run(_scenario(4).model_dump() | {"model": "qwen3-14b"}, server_cache=cache)
+    with pytest.raises(UserError, match="its kv_cache.block_tokens 16, this run's 32"):
+        llmsim.run(_scenario(4).model_dump() | {"kv_cache": {"block_tokens": 32}}, server_cache=cache)
+    with pytest.raises(UserError, match="its replicas 1, this run's 2"):
+        llmsim.run(_scenario(4).model_dump() | {"cluster": {"replicas": 2}}, server_cache=cache)
+    with pytest.raises(UserError, match="server_cache must be an earlier run's Results.server_cache, got list"):
+        llmsim.run(_scenario(4), server_cache=[[1, 2]])
+
+
+def test_a_smaller_cache_keeps_the_most_recently_freed_blocks():
+    kv = BlockManager(num_blocks=4, block_tokens=16, prefix_caching=True)
+    kv.restore([11, UNCACHED, 12, 13, 14, 15])
+    assert kv.cached_state() == [12, 13, 14, 15]
+    assert kv.prewarm([21, 22]) == 2  # (a prewarm after a history takes the history's oldest blocks)
+    assert kv.cached_state() == [14, 15, 21, 22]
+    assert kv.prewarm([31, 32, 33]) == 2 and kv.cached_state() == [21, 22, 31, 32]
+    assert kv.prewarm([41]) == 0  # (never another prewarm's blocks)
+
+
+def test_a_prewarmed_shared_prefix_is_the_seed_s():
+    system = {"count": 1, "tokens": 512, "prewarm": True}
+    s = llmsim.run(_scenario(8, system_prompts=system)).summary["prefix_cache"]
+    assert s["saved_prefill_tokens"] == 8 * 512
 
 
 @pytest.mark.parametrize(
@@ -132,11 +162,18 @@ def _bench(capsys, *extra: str) -> tuple[int, str, str]:
 
 
 def test_bench_after_carries_the_cache_and_says_so(capsys):
-    code, out, _ = _bench(capsys, "--after", "--num-prompts 16 --request-rate 1", "--after", "--num-prompts 8")
+    code, out, _ = _bench(
+        capsys, "--after", "--num-prompts 16 --request-rate 1", "--after", "--num-prompts 8 --save-result"
+    )
     assert code == 0
-    assert "history  2 earlier runs on the server (--after), its prefix cache carried: 49.2% of this run" in out
+    assert (
+        "history  2 earlier runs on the server (--after), simulated first: 49.2% of this run's prompt tokens found "
+        "cached; ignored there: --save-result" in out
+    )
     code, other, _ = _bench(capsys, "--after", "--num-prompts 16 --seed 3")
-    assert code == 0 and "0.0% of this run's prompt tokens hit" in other
+    assert code == 0 and "0.0% of this run's prompt tokens found cached" in other
+    code, off, _ = _bench(capsys, "--after", "--num-prompts 16", "--set", "kv_cache.prefix_caching=false")
+    assert code == 0 and "not simulated: the prefix cache is off, so they leave nothing" in off
 
 
 @pytest.mark.parametrize(
@@ -146,6 +183,9 @@ def test_bench_after_carries_the_cache_and_says_so(capsys):
         (["--after", "--num-prompts 0"], "--after: --num-prompts 0"),
         (["--after", "--model Qwen/Qwen3-32B"], "--after --model: the run is of Qwen/Qwen3-32B"),
         (["--after", "--num-prompts 4", "--scenario-out", "x.yaml"], "a scenario cannot carry the server's history"),
+        (["--after", "  "], "--after '  ': an empty command line"),
+        (["--after", "--num-prompts 4", "--after", "--num-promts 4"], "--after #2: --num-promts 4: not a flag"),
+        (["--after", "--num-prompts 4", "--after", "--request-rate 1e-9"], "--serve/--after #2/--set"),
     ],
 )
 def test_bench_after_refuses_with_one_message(extra, fragment, capsys):

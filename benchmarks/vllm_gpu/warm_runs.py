@@ -6,7 +6,7 @@ pass repeats the earlier passes' first prompts and finds what the prefix cache k
 passes runs.yaml leaves out for that reason, and the 2xA6000 server's three it keeps). Each pass is
 simulated twice through `llmsim bench`'s translation (benchmarks/vllm_gpu/bench_runs.py): cold, as a
 pass alone on a fresh server (what `llmsim bench` does without `--after`), and warm, on the caches the
-server's earlier passes left (api.run kv_state: what `llmsim bench --after` does). Nothing is
+server's earlier passes left (api.run server_cache: what `llmsim bench --after` does). Nothing is
 fitted to these passes.
 
 The server log's "Prefix cache hit rate" (vLLM's running aggregate since the server started) is set
@@ -22,8 +22,12 @@ import math
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from llmsim.results import ServerCache
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -43,21 +47,21 @@ def load_servers(path: Path = WARM) -> dict[str, list[dict]]:
     return {k: sorted(v, key=lambda r: r["pass_index"]) for k, v in servers.items()}
 
 
-def _run(run: dict, kv_state: list[list[int]] | None) -> tuple[dict, list[list[int]] | None]:
+def _run(run: dict, cache: ServerCache | None, keep: bool) -> tuple[dict, ServerCache | None]:
     import llmsim
     from llmsim.scenario import scenario_from_dict
 
     data = bench_runs.scenario_dict(run)
-    res = llmsim.run(scenario_from_dict(data, run["id"], ROOT), kv_state=kv_state)
-    return res.summary, res.kv_state
+    res = llmsim.run(scenario_from_dict(data, run["id"], ROOT), server_cache=cache, keep_server_cache=keep)
+    return res.summary, res.server_cache
 
 
 def score_server(passes: list[dict]) -> list[dict]:
     """Each pass cold and warm, with the running hit rates (real: the log's; llmsim: its own)."""
-    rows, state, hit, query = [], [], 0, 0
+    rows, cache, hit, query = [], None, 0, 0
     for run in passes:
-        cold, _ = _run(run, None)
-        warm, state = _run(run, state)
+        cold, _ = _run(run, None, keep=False)
+        warm, cache = _run(run, cache, keep=True)
         pc = warm.get("prefix_cache", {})
         queried = pc.get("queried_prompt_tokens", 0)  # (new requests' lookups, as vLLM's hit rate counts)
         hit, query = hit + pc.get("hit_rate", 0.0) * queried, query + queried

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from llmsim.errors import UserError
+    from llmsim.results import Results, ServerCache
     from llmsim.scenario import Scenario
     from llmsim.vllmcli import Bench, Serve
     from llmsim.vllmresult import Result
@@ -91,7 +93,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         check_same_model(str(result.path), result.model_id, serve)
         bench = vllmcli.with_settings(bench, result.settings, str(result.path))
         vllmcli.check_lengths(result, bench)
-    earlier = [earlier_run(text, serve) for text in args.after]
+    earlier = [earlier_run(text, serve, after_label(k, len(args.after))) for k, text in enumerate(args.after, 1)]
     if earlier:
         check_history(bench, result, out)
     with tempfile.TemporaryDirectory(prefix="llmsim-bench-") as tmp:
@@ -103,11 +105,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if result is not None:  # every percentile the real run reports, compared
             translated["output"]["percentiles"] = sorted({*bench.metric_percentiles, *result.percentiles()})
         data = with_overrides(translated, overrides)
-        state: list[list[int]] | None = [] if earlier else None  # the server's prefix cache, run after run
-        for b in earlier:
-            before = vllmcli.scenario_dict(args.hardware, serve, b)
-            state = simulate(with_overrides(before, overrides), state)[2]
-        sc, summary, _ = simulate(data, state)
+        # every run's scenario is read and checked before any is simulated
+        n = len(earlier)
+        befores = [
+            translate(with_overrides(vllmcli.scenario_dict(args.hardware, serve, b), overrides), after_label(k, n))
+            for k, b in enumerate(earlier, 1)
+        ]
+        sc = translate(data, "--bench")
+        why_not = history_unread(sc) if earlier else None
+        cache = None  # the server's prefix caches, run after run
+        if earlier and why_not is None:
+            for k, before in enumerate(befores, 1):
+                cache = simulate(before, after_label(k, n), cache, keep=True).server_cache
+        summary = simulate(sc, "--bench", cache).summary
         if out is not None:
             write_scenario_files(out, data, trace)
     compared = vllmresult.comparison_rows(summary, result.figures) if result is not None else []
@@ -126,11 +136,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     print(notes(sc, serve, bench, result, translated["cluster"].get("expert_routing_exponent", 1.0)), end="")
     if earlier:
-        hit = summary.get("prefix_cache", {}).get("hit_rate", 0.0)
-        print(
-            f"history  {len(earlier)} earlier run{'s' * (len(earlier) > 1)} on the server (--after), its prefix cache "
-            f"carried: {hit:.1%} of this run's prompt tokens hit"
-        )
+        print(history_note(earlier, why_not, summary))
     print()
     print(vllmresult.result_block(summary, bench.percentile_metrics, percentiles, rate, sc.workload.max_concurrency))
     if result is not None and compared:
@@ -197,19 +203,51 @@ def requests_path(path: Path) -> Path:
     return path.with_name(path.stem + ".requests.csv")
 
 
-def earlier_run(text: str, serve: Serve) -> Bench:
+def after_label(k: int, n: int) -> str:
+    """How an --after run is named in a message: by its place where there are several."""
+    return "--after" if n == 1 else f"--after #{k}"
+
+
+def earlier_run(text: str, serve: Serve, label: str) -> Bench:
     """An --after run: a `vllm bench serve` command line of the random dataset, of the model served."""
-    from llmsim.errors import UserError
+    from llmsim.errors import UserError, cut
     from llmsim.vllmcli import parse_bench
 
-    bench, model = parse_bench(text, "--after")
-    check_same_model("--after --model", model, serve)
+    if not text.strip():
+        raise UserError(
+            f"{label} {text!r}: an empty command line (a run of vllm bench serve's defaults is "
+            f"{label} 'vllm bench serve')"
+        )
+    bench, model = parse_bench(text, label)
+    check_same_model(f"{label} --model", model, serve)
     if bench.dataset_name != "random":
         raise UserError(
-            f"--after --dataset-name {bench.dataset_name}: llmsim draws only the random dataset's prompts, "
+            f"{label} --dataset-name {cut(bench.dataset_name)}: llmsim draws only the random dataset's prompts, "
             "whose content repeats with the seed; another dataset's prompts are not known to it"
         )
     return bench
+
+
+def history_unread(sc: Scenario) -> str | None:
+    """Why earlier runs would leave this run nothing to find (and are not simulated), or None."""
+    if not sc.kv_cache.prefix_caching:
+        return "the prefix cache is off"
+    if sc.workload.prompts != "vllm_bench":
+        return "this run's prompts carry no content (workload.prompts llmsim)"
+    return None
+
+
+def history_note(earlier: list[Bench], why_not: str | None, summary: dict) -> str:
+    """The printout's line on the --after runs: what this run found cached, and the flags they named
+    that change no timing."""
+    n = len(earlier)
+    runs = f"{n} earlier run{'s' * (n > 1)} on the server (--after)"
+    if why_not is not None:
+        return f"history  {runs} not simulated: {why_not}, so they leave nothing this run could find"
+    hit = summary.get("prefix_cache", {}).get("hit_rate", 0.0)
+    ignored = sorted({flag for b in earlier for flag in b.ignored})
+    tail = f"; ignored there: {', '.join(ignored)}" if ignored else ""
+    return f"history  {runs}, simulated first: {hit:.1%} of this run's prompt tokens found cached{tail}"
 
 
 def check_history(bench: Bench, result: Result | None, out: Path | None) -> None:
@@ -234,35 +272,50 @@ def check_history(bench: Bench, result: Result | None, out: Path | None) -> None
         )
 
 
-def simulate(data: dict, kv_state: list[list[int]] | None = None) -> tuple[Scenario, dict, list[list[int]] | None]:
-    """Run the translated scenario: (the scenario, its summary, its prefix caches at the end). A key
-    it refuses is named with the flag it came from; a token budget below the sequences it must hold
-    is refused, as vLLM does. ``kv_state``: the caches an earlier run on the server left (api.run)."""
-    from llmsim.api import run
+def _named(exc: UserError) -> UserError:
+    """The error, with the flag of the first scenario key it names ("cluster.tp: ...", "policy.x 100 ...")."""
+    import re
+
     from llmsim.errors import UserError
-    from llmsim.scenario import scenario_from_dict
     from llmsim.vllmcli import KEY_FLAGS
 
-    def named(exc: UserError) -> UserError:
-        """The error, with the flag of the first scenario key it names ("cluster.tp: ...", "policy.x 100 ...")."""
-        import re
+    text = str(exc)
+    found = sorted((m.start(), f) for k, f in KEY_FLAGS.items() if (m := re.search(rf"\b{re.escape(k)}[: ]", text)))
+    return UserError(text + (f" (from {found[0][1]} or --set)" if found else ""))
 
-        text = str(exc)
-        found = sorted((m.start(), f) for k, f in KEY_FLAGS.items() if (m := re.search(rf"\b{re.escape(k)}[: ]", text)))
-        return UserError(text + (f" (from {found[0][1]} or --set)" if found else ""))
+
+def translate(data: dict, label: str) -> Scenario:
+    """The translated scenario of the run ``label`` names (--bench, --after #k), read and checked
+    without simulating: a key it refuses is named with the flag it came from; a token budget below
+    the sequences it must hold is refused, as vLLM does."""
+    from llmsim.build import check_workload_bounds
+    from llmsim.errors import UserError
+    from llmsim.scenario import scenario_from_dict
 
     try:
-        sc = scenario_from_dict(data, "the scenario made of --serve/--bench/--set", Path.cwd())
+        sc = scenario_from_dict(data, f"the scenario made of --serve/{label}/--set", Path.cwd())
         budget, seqs = sc.policy.chunk_tokens, sc.policy.max_num_seqs
         if budget < seqs:
             raise UserError(
                 f"policy.chunk_tokens {budget} is below policy.max_num_seqs {seqs} (vLLM's default for this GPU "
                 "unless --max-num-seqs says): vLLM refuses a token budget below its sequences"
             )
-        res = run(sc, kv_state=kv_state)
-        return sc, res.summary, res.kv_state
+        check_workload_bounds(sc)
+        return sc
     except UserError as exc:
-        raise named(exc) from None
+        raise _named(exc) from None
+
+
+def simulate(sc: Scenario, label: str, cache: ServerCache | None = None, keep: bool = False) -> Results:
+    """Run a translated scenario, on the prefix caches an earlier run on the server left (``cache``;
+    ``keep``: keep this run's for the next). Errors as ``translate``'s."""
+    from llmsim.api import run
+    from llmsim.errors import UserError
+
+    try:
+        return run(sc, server_cache=cache, keep_server_cache=keep)
+    except UserError as exc:
+        raise _named(exc) from None
 
 
 def write_trace(path: Path, rows: list[tuple[float, int, int]]) -> None:
@@ -296,7 +349,14 @@ def notes(sc: Scenario, serve: Serve, bench: Bench, result: Result | None, trans
     from, how a MoE model's tokens route (``translated_exponent``: the translation's own value)."""
     import math
 
-    from llmsim.vllmcli import dense_ignored, flag_of, has_experts, model_entry, replays_own_send_times
+    from llmsim.vllmcli import (
+        dense_ignored,
+        flag_of,
+        has_experts,
+        model_entry,
+        replays_own_send_times,
+        untracked_prompts,
+    )
 
     c = sc.cluster
     entry, shown = model_entry(serve.model)
@@ -313,6 +373,9 @@ def notes(sc: Scenario, serve: Serve, bench: Bench, result: Result | None, trans
         lines.append(f"ignored  {', '.join(ignored)} (no effect on timing)")
     if moe:
         lines.append(f"routing  {routing_note(c.expert_routing_exponent, translated_exponent, bench, result)}")
+    untracked = untracked_prompts(serve, bench)
+    if untracked and serve.prefix_caching is not False and (result is None or result.sent is None):
+        lines.append(f"prompts  drawn without their content: {untracked}")
     if result is not None and result.sent is not None:
         if replays_own_send_times(result, bench):
             source = "their send times"

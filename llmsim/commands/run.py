@@ -168,7 +168,15 @@ def simulated_time_bar(sc: object, enabled: bool) -> Iterator[Callable[[float, f
 def summary_text(s: dict) -> str:
     """The human summary printed after a run."""
     from llmsim.metrics import latency_table  # pandas: imported when a run has finished, not at start-up
-    from llmsim.results import lora_line, offload_line, pools_line, requests_line, scaling_line, slo_targets
+    from llmsim.results import (
+        lora_line,
+        offload_line,
+        pools_line,
+        prefix_line,
+        requests_line,
+        scaling_line,
+        slo_targets,
+    )
 
     sat = s["saturation"]
     pools = pools_line(s)
@@ -202,6 +210,8 @@ def summary_text(s: dict) -> str:
         tail.append(f"sessions {ses['count']:,} ({ses['requests']:,} calls), {ses['completed']:,} completed{took}")
     if "kv_offload" in s:  # kvcache.OffloadTier: where prefix hits came from
         tail.append(f"offload  {offload_line(s)}")
+    elif s.get("prefix_cache", {}).get("queried_prompt_tokens"):  # (prompts with content to match)
+        tail.append(f"prefix   {prefix_line(s)}")
     if "autoscaling" in s:  # autoscaler.py: what the replica count did and what it cost
         tail.append(f"scaling  {scaling_line(s)}")
     if "lora" in s:  # lora.py: adapters, their loads and kernels

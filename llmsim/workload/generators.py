@@ -201,19 +201,65 @@ def vllm_bench_prompts(w: Workload, seed: int, by_count: bool) -> Workload:
     first prompt sent alone before the run, is not modelled: vLLM 0.30 skips it unless
     --ready-check-timeout-sec is above 0, and the records it was checked on show no such request.)"""
     n = len(w)
-    prefix = int(w.meta.get("system_prompt_tokens", 0))
-    head = [(segment_key("vllm_bench_prefix", seed), prefix)] if prefix else []
-    _check_ids(int(w.prompt_tokens.sum()) // SYNTH_HASH_TOKENS, "workload.prompts", "the prompts")
-    ids = []
-    for i, p in enumerate(w.prompt_tokens.tolist()):
-        own = segment_key("vllm_bench", seed, n, i) if by_count else segment_key("vllm_bench", seed, i)
-        ids.append(segment_block_ids([*head, (own, p - prefix)], SYNTH_HASH_TOKENS))
+    prefix = int(w.meta.get("system_prompt_tokens", 0))  # (whole ids: with_system_prompts rounds it)
+    _check_ids(int(w.prompt_tokens.sum()) // SYNTH_HASH_TOKENS, *BENCH_IDS)
+    head = segment_block_ids([_bench_prefix(seed, prefix)], SYNTH_HASH_TOKENS) if prefix else []
+    own = (w.prompt_tokens - prefix) // SYNTH_HASH_TOKENS  # each prompt's own full blocks
+    base = segment_key("vllm_bench", seed, n) if by_count else segment_key("vllm_bench", seed)
+    ids = [head + block_ids for block_ids in _stream_ids(base, own)]
     return dataclasses.replace(
         w,
         block_hashes=ids,
         hash_block_tokens=SYNTH_HASH_TOKENS,
         source=f"{w.source}, vllm bench's random prompts (seed {seed})",
     )
+
+
+BENCH_IDS = ("workload.prompts", "vllm_bench's prompts (num_requests x their tokens)")
+
+
+def check_bench_prompt_ids(requests: int, shortest_tokens: int) -> None:
+    """``vllm_bench_prompts``' bound, checked before drawing: ``requests`` prompts of at least
+    ``shortest_tokens`` each."""
+    _check_ids(requests * (shortest_tokens // SYNTH_HASH_TOKENS), *BENCH_IDS)
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, elementwise (uint64, wrapping): a well-spread 64-bit hash."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _stream_ids(base: int, blocks: np.ndarray) -> list[list[int]]:
+    """Content ids of request i's ``blocks[i]`` blocks of its own token stream, named by (``base``,
+    i, block): equal exactly where two requests' streams are (the same i under one base). Computed
+    at once with numpy, not hashed block by block (a 5,000-prompt run has ~640k of them); in
+    [2**61, 2**62), apart from the small synthetic ids and most segment ids."""
+    counts = np.asarray(blocks, dtype=np.int64)
+    total = int(counts.sum())
+    req = np.repeat(np.arange(len(counts), dtype=np.uint64), counts)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    pos = (np.arange(total, dtype=np.int64) - starts).astype(np.uint64)
+    keys = _mix64(np.full(total, base, dtype=np.uint64) ^ ((req + np.uint64(1)) * _GOLDEN))
+    ids = (_mix64(keys + pos * _GOLDEN) >> np.uint64(3)) | np.uint64(1 << 61)
+    flat = ids.tolist()
+    edges = np.cumsum(counts).tolist()
+    return [flat[a:b] for a, b in zip([0, *edges[:-1]], edges, strict=True)]
+
+
+def _bench_prefix(seed: int, tokens: int) -> tuple[int, int]:
+    return segment_key("vllm_bench_prefix", seed), tokens
+
+
+def vllm_bench_prefix_ids(seed: int, tokens: int) -> list[int]:
+    """Content ids of the shared prefix of ``vllm_bench_prompts`` (``tokens`` rounded up to whole
+    ids, as ``with_system_prompts`` rounds it): what ``system_prompts.prewarm`` caches for them."""
+    per = -(-tokens // SYNTH_HASH_TOKENS)
+    return segment_block_ids([_bench_prefix(seed, per * SYNTH_HASH_TOKENS)], SYNTH_HASH_TOKENS)
 
 
 def lora_adapters(rng: np.random.Generator, w: Workload, adapters: int, share: float, zipf: float) -> np.ndarray:
