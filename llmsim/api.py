@@ -83,7 +83,7 @@ def run(
     ``progress(now_s, last_arrival_s)`` follows the simulated time up to the last arrival (``llmsim run``'s bar).
 
     ``server_cache``: the server's history, its prefix caches at the start as an earlier run on it
-    left them (that run's ``Results.server_cache``: the same model, block size and replicas); with
+    left them (that run's ``Results.server_cache``: the same model, KV blocks and pools); with
     it or ``keep_server_cache`` the run's own are kept in ``Results.server_cache`` for the next
     (``llmsim bench --after``)."""
     sc = _scenario_of(scenario, overrides)
@@ -137,6 +137,11 @@ def _run(
     last = workload.latest_send_s
     horizon = sc.workload.horizon_s or default_horizon_s(sc, last)
     every = {"all": 1, "sample": sc.output.sample_every, "none": 0}[sc.output.steps]
+    opts = history(
+        sim_options(sc, model, pools, exact_steps, has_identity(workload), len(workload)),
+        starting_caches(sc, model, pools, server_cache, keep_server_cache),
+        keep_server_cache or server_cache is not None,
+    )
     out = simulate(
         pools,
         workload,
@@ -147,11 +152,7 @@ def _run(
         horizon,
         every,
         sc.policy.max_queue,
-        history(
-            sim_options(sc, model, pools, exact_steps, has_identity(workload), len(workload)),
-            starting_caches(sc, model, pools, server_cache),
-            keep_server_cache or server_cache is not None,
-        ),
+        opts,
         progress,
         scaling_spec(sc, pools[0]),
     )
@@ -228,7 +229,10 @@ def _run(
     extra = {} if out.lifetimes is None else {"lifetimes": out.lifetimes}  # each replica's life (autoscaler.Life)
     left = None
     if out.kv_state is not None:
-        left = ServerCache(model.name, sc.kv_cache.block_tokens, tuple(tuple(q) for q in out.kv_state))
+        # a run whose prompts carry no content (or with the prefix cache off) tracks no blocks: what
+        # it evicted is not known, so the cache after it is taken as empty
+        queues = out.kv_state if opts.prefix_caching else [[] for _ in out.kv_state]
+        left = ServerCache(*deployment(sc, model, pools), tuple(tuple(q) for q in queues))
     return Results(req, out.steps, summary, out.queue, chunks, scaling, extra, left)
 
 
@@ -332,25 +336,46 @@ def history(opts: SimOptions, caches: list[list[int]], keep: bool) -> SimOptions
     return dataclasses.replace(opts, kv_state=caches, keep_kv_state=keep)
 
 
-def starting_caches(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], cache: object) -> list[list[int]]:
+def deployment(
+    sc: Scenario, model: ModelSpec, pools: list[PoolSpec]
+) -> tuple[str, int, str, tuple[tuple[str, str, int, int, int], ...]]:
+    """What a server's prefix caches belong to (``ServerCache``'s first fields): the model, the KV
+    block size and dtype, and each pool's hardware, replicas, tp and pp."""
+    shape = tuple((p.name, p.hw.name, p.replicas, p.tp, p.pp) for p in pools)
+    return model.name, sc.kv_cache.block_tokens, str(sc.kv_cache.dtype), shape
+
+
+def starting_caches(
+    sc: Scenario, model: ModelSpec, pools: list[PoolSpec], cache: object, keep: object
+) -> list[list[int]]:
     """Each replica's free block queue at the start: ``cache``'s, where it is an earlier run's on
-    this server (a ``ServerCache`` of the same model, block size and replicas), else empty."""
+    this server (a ``ServerCache`` of the same deployment), else empty."""
+    if not isinstance(keep, bool):
+        raise UserError(f"llmsim.run: keep_server_cache must be true or false, got {type(keep).__name__}")
+    if (cache is not None or keep) and sc.cluster.autoscaling is not None:
+        raise UserError(
+            f"{sc._origin}: server_cache: a server's history with cluster.autoscaling is not modelled "
+            "(its replicas come and go)"
+        )
     if cache is None:
         return []
     if not isinstance(cache, ServerCache):
         raise UserError(
             f"llmsim.run: server_cache must be an earlier run's Results.server_cache, got {type(cache).__name__}"
         )
-    replicas = sum(p.replicas for p in pools)
-    theirs = (cache.model, cache.block_tokens, len(cache.queues))
-    ours = (model.name, sc.kv_cache.block_tokens, replicas)
-    for what, a, b in zip(("model", "kv_cache.block_tokens", "replicas"), theirs, ours, strict=True):
+    names = ("model", "kv_cache.block_tokens", "kv_cache.dtype", "pools (name, hardware, replicas, tp, pp)")
+    theirs = (cache.model, cache.block_tokens, cache.kv_dtype, cache.pools)
+    for what, a, b in zip(names, theirs, deployment(sc, model, pools), strict=True):
         if a != b:
             raise UserError(
-                f"{sc._origin}: server_cache is of another deployment: its {what} {a}, this run's {b} "
-                "(a server's cache carries over only to a run of the same model, block size and replicas)"
+                f"{sc._origin}: server_cache is of another deployment: its {what} {a!r}, this run's {b!r} (a "
+                "server's cache carries over only to a run of the same model, KV blocks and pools)"
             )
-    return [list(q) for q in cache.queues]
+    queues = [list(q) for q in cache.queues]
+    for q in queues:
+        if not all(type(h) is int and -(2**63) <= h < 2**63 for h in q):
+            raise UserError("llmsim.run: server_cache.queues: expected the block hashes an earlier run left (ints)")
+    return queues
 
 
 def has_identity(workload: Workload) -> bool:

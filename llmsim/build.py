@@ -151,6 +151,18 @@ def check_workload_bounds(sc: Scenario) -> None:
     if _drawn_to_horizon(sc, n):
         return  # drawn only up to the horizon, whose own count _arrivals_to_horizon checks
     check_requests(n, _count_key(sc), sc._origin)
+    rate = w.rate_rps
+    if (
+        w.kind in ("poisson", "gamma")
+        and w.num_requests
+        and rate
+        and w.rate_profile is None
+        and n / rate > MAX_ARRIVAL_S
+    ):
+        raise UserError(  # (the draw's own check, before drawing: its span is about n / rate)
+            f"{sc._origin}: workload.num_requests / workload.rate_rps: {n:,.0f} requests at {rate:g} req/s arrive "
+            f"over ~{n / rate:.3g} s, past {MAX_ARRIVAL_S:.0e} s (31 years); raise the rate or send fewer"
+        )
 
 
 def _drawn_to_horizon(sc: Scenario, n: float) -> bool:

@@ -69,7 +69,11 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         where = "" if self.prog == "llmsim" else f"{self.prog}: "  # (the message starts "llmsim: error:")
-        raise UserError(f"{where}{message} (see `{self.prog} --help`)")
+        hint = f"see `{self.prog} --help`"
+        if message.endswith("expected one argument"):  # (argparse reads "--x '--seed'" as two flags)
+            flag = message.split()[1].rstrip(":") if message.startswith("argument ") else "--flag"
+            hint = f"a value that starts with '-' and has no space is read as a flag: write {flag}='...'; {hint}"
+        raise UserError(f"{where}{message} ({hint})")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,11 +29,13 @@ class ServerCache:
     """A server's prefix caches as a run left them, for a later run on the same server to start
     from (``llmsim.run(..., server_cache=)``; `llmsim bench --after`): each replica's free block
     queue, oldest first (``kvcache.BlockManager.cached_state``), and what that later run must share
-    for the blocks to mean the same (the model, the block size, the replicas). Offload tiers are
-    not kept: a later run starts with them empty."""
+    for the blocks to mean the same (the model, the KV blocks' size and dtype, the pools). Offload
+    tiers are not kept: a later run starts with them empty."""
 
     model: str
     block_tokens: int
+    kv_dtype: str
+    pools: tuple[tuple[str, str, int, int, int], ...]  # each pool's name, hardware, replicas, tp, pp
     queues: tuple[tuple[int, ...], ...]  # per replica, the pools in order
 
 

@@ -621,6 +621,7 @@ KEY_FLAGS = {
     "workload.num_requests": "--num-prompts",
     "workload.max_concurrency": "--max-concurrency",
     "workload.prompts": "--num-prompts",
+    "workload.system_prompts": "--random-prefix-len",
     "seed": "--seed",
 }
 
@@ -641,21 +642,37 @@ RANDOM_TOKEN_ROUTING_EXPONENT = 0.79
 BENCH_CONTENT_IDS = 2_000_000
 
 
-def untracked_prompts(serve: Serve, bench: Bench) -> str | None:
-    """Why the random dataset's prompts are drawn without their content (workload.prompts llmsim),
-    or None where they carry it: with the prefix cache off it could match nothing, and past
-    BENCH_CONTENT_IDS content ids (one per 16 tokens) the run would be slow and large."""
-    if serve.prefix_caching is False:
-        return "the prefix cache is off (--no-enable-prefix-caching)"
-    longest = math.ceil(bench.random_input_len * (1 + bench.random_range_ratio)) + bench.random_prefix_len
-    ids = bench.num_prompts * -(-longest // 16)
-    if ids > BENCH_CONTENT_IDS:
-        return (
-            f"--num-prompts {bench.num_prompts:,} of up to {longest:,} tokens are {ids:,} 16-token blocks, past "
-            f"the {BENCH_CONTENT_IDS:,} llmsim tracks for them: no prefix-cache hits (a preempted request "
-            "recomputes its whole prompt; --after finds nothing)"
-        )
-    return None
+def settle_prompts(data: dict, set_keys: frozenset[str] = frozenset()) -> str | None:
+    """Give a translated scenario's drawn prompts their content as the seed draws it
+    (workload.prompts vllm_bench: a preempted request finds its own blocks again, and a later run on
+    the server an earlier one's, `llmsim bench --after`), decided on the scenario as --set left it
+    (``set_keys``: the keys it set; its own workload.prompts wins). Returns why they carry none, or
+    None: with the prefix cache off it could match nothing, and past BENCH_CONTENT_IDS content ids
+    (one per 16 tokens) the run would be slow and large. A replayed file's requests carry none."""
+    w = data["workload"]
+    if w.get("kind") == "trace":
+        return None
+    if "workload.prompts" in set_keys:
+        return None if w.get("prompts") == "vllm_bench" else "workload.prompts llmsim (--set)"
+    why = None
+    if (data.get("kv_cache") or {}).get("prefix_caching") is False:
+        why = "the prefix cache is off"
+    else:
+        spec = w.get("prompt_tokens") or {}
+        longest = int(spec.get("value") or spec.get("max") or 0) + int((w.get("system_prompts") or {}).get("tokens", 0))
+        n = int(w.get("num_requests") or 0)
+        ids = n * -(-longest // 16)
+        if ids > BENCH_CONTENT_IDS:
+            why = (
+                f"{n:,} prompts of up to {longest:,} tokens are {ids:,} 16-token blocks, past the "
+                f"{BENCH_CONTENT_IDS:,} llmsim tracks for them: no prefix-cache hits (a preempted request "
+                "recomputes its whole prompt)"
+            )
+    if why is None:
+        w["prompts"] = "vllm_bench"
+    else:
+        w.pop("prompts", None)
+    return why
 
 
 def random_token_prompts(bench: Bench, replay: bool) -> bool:
@@ -720,7 +737,7 @@ def scenario_dict(
     for key, value in (("async_scheduling", serve.async_scheduling), ("moe_skip_padding", serve.moe_skip_padding)):
         if value is not None:
             engine[key] = value
-    return {
+    out = {
         "name": name,
         "seed": bench.seed,
         "model": model,
@@ -729,16 +746,11 @@ def scenario_dict(
         "cluster": cluster,
         "policy": policy,
         "kv_cache": kv,
-        "workload": _workload(bench, trace_csv) | prompt_content(serve, bench, trace_csv),
+        "workload": _workload(bench, trace_csv),
         "output": {"steps": "none", "percentiles": bench.metric_percentiles},
     }
-
-
-def prompt_content(serve: Serve, bench: Bench, trace_csv: str | None) -> dict:
-    """The drawn prompts' content as the seed draws it (workload.prompts vllm_bench): a preempted
-    request finds its own blocks again, and a later run on the server an earlier one's (llmsim
-    bench --after). A replayed file's requests carry none (their lengths only)."""
-    return {"prompts": "vllm_bench"} if trace_csv is None and untracked_prompts(serve, bench) is None else {}
+    settle_prompts(out)
+    return out
 
 
 def _workload(bench: Bench, trace_csv: str | None) -> dict:

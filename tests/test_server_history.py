@@ -4,6 +4,10 @@ prompts in its prefix cache, and the random dataset repeats its prompts with the
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
+
 import pytest
 
 import llmsim
@@ -100,14 +104,35 @@ def test_a_full_cache_evicts_the_oldest_prompts_first():
 
 def test_a_cache_carries_over_only_to_the_same_deployment():
     cache = llmsim.run(_scenario(4), keep_server_cache=True).server_cache
-    with pytest.raises(UserError, match="server_cache is of another deployment: its model qwen3-8b, this run's"):
-        llmsim.run(_scenario(4).model_dump() | {"model": "qwen3-14b"}, server_cache=cache)
-    with pytest.raises(UserError, match="its kv_cache.block_tokens 16, this run's 32"):
-        llmsim.run(_scenario(4).model_dump() | {"kv_cache": {"block_tokens": 32}}, server_cache=cache)
-    with pytest.raises(UserError, match="its replicas 1, this run's 2"):
-        llmsim.run(_scenario(4).model_dump() | {"cluster": {"replicas": 2}}, server_cache=cache)
+    base = _scenario(4).model_dump()
+    for change, fragment in [
+        ({"model": "qwen3-14b"}, "its model 'qwen3-8b', this run's 'qwen3-14b'"),
+        ({"kv_cache": {"block_tokens": 32}}, "its kv_cache.block_tokens 16, this run's 32"),
+        ({"kv_cache": {"dtype": "fp8"}}, "its kv_cache.dtype 'bf16', this run's 'fp8'"),
+        ({"cluster": {"replicas": 2}}, "its pools (name, hardware, replicas, tp, pp) (('main', 'H100-SXM', 1, 1, 1),)"),
+        ({"cluster": {"tp": 2}}, "its pools"),
+        ({"hardware": "H200"}, "its pools"),
+    ]:
+        with pytest.raises(UserError, match=re.escape(fragment)):
+            llmsim.run(base | change, server_cache=cache)
     with pytest.raises(UserError, match="server_cache must be an earlier run's Results.server_cache, got list"):
         llmsim.run(_scenario(4), server_cache=[[1, 2]])
+    forged = dataclasses.replace(cache, queues=(("a", "b"),))
+    with pytest.raises(UserError, match="server_cache.queues: expected the block hashes an earlier run left"):
+        llmsim.run(_scenario(4), server_cache=forged)
+    with pytest.raises(UserError, match="keep_server_cache must be true or false, got str"):
+        llmsim.run(_scenario(4), keep_server_cache="no")
+
+
+def test_a_run_without_content_leaves_an_empty_cache():
+    """A run whose prompts carry no content tracks no blocks: what it evicted is not known, so the
+    next run starts cold, not on the cache from before it."""
+    cache = llmsim.run(_scenario(8), keep_server_cache=True).server_cache
+    blind = _scenario(8).model_dump()
+    blind["workload"]["prompts"] = "llmsim"
+    after = llmsim.run(blind, server_cache=cache).server_cache
+    assert after is not None and after.queues == ((),)
+    assert llmsim.run(_scenario(8), server_cache=after).summary["prefix_cache"]["hit_rate"] == 0.0
 
 
 def test_a_smaller_cache_keeps_the_most_recently_freed_blocks():
@@ -166,14 +191,33 @@ def test_bench_after_carries_the_cache_and_says_so(capsys):
         capsys, "--after", "--num-prompts 16 --request-rate 1", "--after", "--num-prompts 8 --save-result"
     )
     assert code == 0
-    assert (
-        "history  2 earlier runs on the server (--after), simulated first: 49.2% of this run's prompt tokens found "
-        "cached; ignored there: --save-result" in out
-    )
+    assert "history  2 earlier runs on the server (--after), simulated first: 49.2% of this run's prompt tokens" in out
+    assert "         ignored there: --save-result" in out
     code, other, _ = _bench(capsys, "--after", "--num-prompts 16 --seed 3")
     assert code == 0 and "0.0% of this run's prompt tokens found cached" in other
     code, off, _ = _bench(capsys, "--after", "--num-prompts 16", "--set", "kv_cache.prefix_caching=false")
     assert code == 0 and "not simulated: the prefix cache is off, so they leave nothing" in off
+    code, seeds, _ = _bench(capsys, "--after", "--num-prompts 16 --seed 7", "--set", "seed=0")
+    assert code == 0 and "--set seed applies to them too" in seeds and "49.2%" in seeds
+
+
+def test_bench_decides_prompt_content_after_set(capsys):
+    """The content limit reads the run as --set leaves it, and an --after run past it leaves an
+    empty cache and says so."""
+    code, out, _ = _bench(capsys, "--set", "workload.num_requests=70000")  # (70,000 x 1,024 tokens: 4.5M blocks)
+    assert code == 0 and "prompts  drawn without their content: 70,000 prompts of up to 1,024 tokens" in out
+    code, out, _ = _bench(
+        capsys, "--after", "--num-prompts 16", "--after", "--num-prompts 70000 --random-output-len 1 --seed 5"
+    )
+    assert code == 0 and "0.0% of this run's prompt tokens" in out
+    assert "--after #2: no content, the cache after it taken as empty (70,000 prompts" in out
+
+
+def test_bench_json_tells_the_history(capsys):
+    code, out, _ = _bench(capsys, "--after", "--num-prompts 16 --random-input-len 8000", "--json")
+    history = json.loads(out)["history"]
+    assert code == 0 and history["not_simulated"] is None
+    assert history["runs"][0]["run"] == "--after" and history["runs"][0]["completed"] == 0
 
 
 @pytest.mark.parametrize(

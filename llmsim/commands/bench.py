@@ -6,6 +6,7 @@ and a detailed file's requests replayed."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import gc
     import tempfile
 
     from llmsim import vllmcli, vllmresult
@@ -104,20 +106,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
         translated = vllmcli.scenario_dict(args.hardware, serve, bench, trace_csv=str(trace) if trace else None)
         if result is not None:  # every percentile the real run reports, compared
             translated["output"]["percentiles"] = sorted({*bench.metric_percentiles, *result.percentiles()})
+        set_keys = frozenset(overrides)
         data = with_overrides(translated, overrides)
+        untracked = vllmcli.settle_prompts(data, set_keys)  # (on the scenario as --set left it)
         # every run's scenario is read and checked before any is simulated
         n = len(earlier)
-        befores = [
-            translate(with_overrides(vllmcli.scenario_dict(args.hardware, serve, b), overrides), after_label(k, n))
-            for k, b in enumerate(earlier, 1)
-        ]
+        befores = []
+        for k, b in enumerate(earlier, 1):
+            label = after_label(k, n)
+            before = with_overrides(vllmcli.scenario_dict(args.hardware, serve, b), overrides)
+            untracked_before = vllmcli.settle_prompts(before, set_keys)
+            befores.append(EarlierRun(label, translate(before, label), untracked_before))
         sc = translate(data, "--bench")
-        why_not = history_unread(sc) if earlier else None
+        why_not = history_unread(sc, untracked) if earlier else None
         cache = None  # the server's prefix caches, run after run
-        if earlier and why_not is None:
-            for k, before in enumerate(befores, 1):
-                cache = simulate(before, after_label(k, n), cache, keep=True).server_cache
+        if why_not is None:
+            for h in befores:
+                res = simulate(h.scenario, h.label, cache, keep=True)
+                cache, h.summary = res.server_cache, res.summary
+                del res
+                gc.collect()  # (its objects, before the next run freezes what is left: api._run_gc)
         summary = simulate(sc, "--bench", cache).summary
+        if earlier:
+            summary["history"] = history_summary(befores, why_not)
         if out is not None:
             write_scenario_files(out, data, trace)
     compared = vllmresult.comparison_rows(summary, result.figures) if result is not None else []
@@ -134,9 +145,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rate = (
         None if sc.workload.kind == "all_at_once" else bench.request_rate if trace is not None else sc.workload.rate_rps
     )
-    print(notes(sc, serve, bench, result, translated["cluster"].get("expert_routing_exponent", 1.0)), end="")
+    print(notes(sc, serve, bench, result, translated["cluster"].get("expert_routing_exponent", 1.0), untracked), end="")
     if earlier:
-        print(history_note(earlier, why_not, summary))
+        print(history_note(earlier, befores, why_not, summary, set_keys))
     print()
     print(vllmresult.result_block(summary, bench.percentile_metrics, percentiles, rate, sc.workload.max_concurrency))
     if result is not None and compared:
@@ -228,26 +239,71 @@ def earlier_run(text: str, serve: Serve, label: str) -> Bench:
     return bench
 
 
-def history_unread(sc: Scenario) -> str | None:
+@dataclass
+class EarlierRun:
+    """An --after run: its label, translated scenario, why its prompts carry no content (None: they
+    do), and its summary once simulated."""
+
+    label: str
+    scenario: Scenario
+    untracked: str | None
+    summary: dict | None = None
+
+
+def history_unread(sc: Scenario, untracked: str | None) -> str | None:
     """Why earlier runs would leave this run nothing to find (and are not simulated), or None."""
     if not sc.kv_cache.prefix_caching:
         return "the prefix cache is off"
     if sc.workload.prompts != "vllm_bench":
-        return "this run's prompts carry no content (workload.prompts llmsim)"
+        return f"this run's prompts carry no content ({untracked or 'workload.prompts llmsim'})"
     return None
 
 
-def history_note(earlier: list[Bench], why_not: str | None, summary: dict) -> str:
-    """The printout's line on the --after runs: what this run found cached, and the flags they named
-    that change no timing."""
+def history_note(
+    earlier: list[Bench], runs: list[EarlierRun], why_not: str | None, summary: dict, set_keys: frozenset[str]
+) -> str:
+    """The printout's lines on the --after runs: what this run found cached, what each earlier run
+    could not leave, and the flags they named that change no timing or that --set replaced."""
     n = len(earlier)
-    runs = f"{n} earlier run{'s' * (n > 1)} on the server (--after)"
+    what = f"{n} earlier run{'s' * (n > 1)} on the server (--after)"
     if why_not is not None:
-        return f"history  {runs} not simulated: {why_not}, so they leave nothing this run could find"
+        return f"history  {what} not simulated: {why_not}, so they leave nothing this run could find"
     hit = summary.get("prefix_cache", {}).get("hit_rate", 0.0)
+    lines = [
+        f"history  {what}, simulated first: {hit:.1%} of this run's prompt tokens found cached (theirs or its own)"
+    ]
+    for h in runs:
+        if h.untracked is not None:
+            lines.append(f"         {h.label}: no content, the cache after it taken as empty ({h.untracked})")
+        done, sent = (h.summary or {}).get("completed", 0), h.scenario.workload.num_requests
+        if sent and done < sent:
+            lines.append(f"         {h.label}: {done:,} of its {sent:,} requests finished")
     ignored = sorted({flag for b in earlier for flag in b.ignored})
-    tail = f"; ignored there: {', '.join(ignored)}" if ignored else ""
-    return f"history  {runs}, simulated first: {hit:.1%} of this run's prompt tokens found cached{tail}"
+    if ignored:
+        lines.append(f"         ignored there: {', '.join(ignored)}")
+    replaced = sorted(k for k in set_keys if k == "seed" or k.startswith("workload."))
+    if replaced:
+        lines.append(f"         --set {', '.join(replaced)} applies to them too")
+    return "\n".join(lines)
+
+
+def history_summary(runs: list[EarlierRun], why_not: str | None) -> dict:
+    """summary.json's ``history`` (--json): each --after run's requests and prefix-cache hit rate."""
+    return {
+        "not_simulated": why_not,
+        "runs": [
+            {
+                "run": h.label,
+                "requests": h.scenario.workload.num_requests,
+                "completed": None if h.summary is None else h.summary.get("completed"),
+                "prefix_cache_hit_rate": None
+                if h.summary is None
+                else h.summary.get("prefix_cache", {}).get("hit_rate"),
+                "prompts_without_content": h.untracked,
+            }
+            for h in runs
+        ],
+    }
 
 
 def check_history(bench: Bench, result: Result | None, out: Path | None) -> None:
@@ -280,7 +336,10 @@ def _named(exc: UserError) -> UserError:
     from llmsim.vllmcli import KEY_FLAGS
 
     text = str(exc)
-    found = sorted((m.start(), f) for k, f in KEY_FLAGS.items() if (m := re.search(rf"\b{re.escape(k)}[: ]", text)))
+    # (a key as a key: "policy.x: ", "workload.prompt_tokens.value: ", not inside "(seed 0)")
+    found = sorted(
+        (m.start(), f) for k, f in KEY_FLAGS.items() if (m := re.search(rf"(?<![\w.(]){re.escape(k)}[:. ]", text))
+    )
     return UserError(text + (f" (from {found[0][1]} or --set)" if found else ""))
 
 
@@ -344,19 +403,19 @@ def write_scenario_files(path: Path, data: dict, trace: Path | None) -> None:
         raise UserError(f"--scenario-out {path}: cannot write it ({exc.strerror or exc})") from None
 
 
-def notes(sc: Scenario, serve: Serve, bench: Bench, result: Result | None, translated_exponent: float = 1.0) -> str:
+def notes(
+    sc: Scenario,
+    serve: Serve,
+    bench: Bench,
+    result: Result | None,
+    translated_exponent: float = 1.0,
+    untracked: str | None = None,
+) -> str:
     """What the translation read: the GPUs, the model, the flags it ignored, where the requests came
     from, how a MoE model's tokens route (``translated_exponent``: the translation's own value)."""
     import math
 
-    from llmsim.vllmcli import (
-        dense_ignored,
-        flag_of,
-        has_experts,
-        model_entry,
-        replays_own_send_times,
-        untracked_prompts,
-    )
+    from llmsim.vllmcli import dense_ignored, flag_of, has_experts, model_entry, replays_own_send_times
 
     c = sc.cluster
     entry, shown = model_entry(serve.model)
@@ -373,8 +432,7 @@ def notes(sc: Scenario, serve: Serve, bench: Bench, result: Result | None, trans
         lines.append(f"ignored  {', '.join(ignored)} (no effect on timing)")
     if moe:
         lines.append(f"routing  {routing_note(c.expert_routing_exponent, translated_exponent, bench, result)}")
-    untracked = untracked_prompts(serve, bench)
-    if untracked and serve.prefix_caching is not False and (result is None or result.sent is None):
+    if untracked and sc.kv_cache.prefix_caching and "--set" not in untracked:  # (past the content limit)
         lines.append(f"prompts  drawn without their content: {untracked}")
     if result is not None and result.sent is not None:
         if replays_own_send_times(result, bench):
