@@ -18,7 +18,7 @@ from llmsim.errors import UserError
 from llmsim.invariants import check_run
 from llmsim.models import ModelSpec
 from llmsim.options import LoraSpec, TierSpec
-from llmsim.results import Results, ServerCache, chunks_frame, requests_frame, summarize
+from llmsim.results import Deployment, Results, ServerCache, chunks_frame, requests_frame, summarize
 from llmsim.scenario import Scenario, load_scenario
 from llmsim.sim import LinkSpec, SimOptions, SimOutput, simulate
 from llmsim.workload.base import Workload
@@ -83,9 +83,9 @@ def run(
     ``progress(now_s, last_arrival_s)`` follows the simulated time up to the last arrival (``llmsim run``'s bar).
 
     ``server_cache``: the server's history, its prefix caches at the start as an earlier run on it
-    left them (that run's ``Results.server_cache``: the same model, KV blocks and pools); with
-    it or ``keep_server_cache`` the run's own are kept in ``Results.server_cache`` for the next
-    (``llmsim bench --after``)."""
+    left them (that run's ``Results.server_cache``: the same model, KV blocks and pools);
+    ``keep_server_cache``: keep this run's in ``Results.server_cache`` for the next (``llmsim bench
+    --after``)."""
     sc = _scenario_of(scenario, overrides)
     with _run_gc():
         return _run(sc, checks, exact_steps, progress, server_cache, keep_server_cache)
@@ -137,10 +137,11 @@ def _run(
     last = workload.latest_send_s
     horizon = sc.workload.horizon_s or default_horizon_s(sc, last)
     every = {"all": 1, "sample": sc.output.sample_every, "none": 0}[sc.output.steps]
-    opts = history(
+    here = deployment(sc, model, pools)
+    opts = with_server_cache(
         sim_options(sc, model, pools, exact_steps, has_identity(workload), len(workload)),
-        starting_caches(sc, model, pools, server_cache, keep_server_cache),
-        keep_server_cache or server_cache is not None,
+        starting_queues(sc, here, server_cache),
+        keep_server_cache,
     )
     out = simulate(
         pools,
@@ -228,11 +229,11 @@ def _run(
     chunks = chunks_frame(out.requests)
     extra = {} if out.lifetimes is None else {"lifetimes": out.lifetimes}  # each replica's life (autoscaler.Life)
     left = None
-    if out.kv_state is not None:
+    if out.free_queues is not None:
         # a run whose prompts carry no content (or with the prefix cache off) tracks no blocks: what
         # it evicted is not known, so the cache after it is taken as empty
-        queues = out.kv_state if opts.prefix_caching else [[] for _ in out.kv_state]
-        left = ServerCache(*deployment(sc, model, pools), tuple(tuple(q) for q in queues))
+        queues = out.free_queues if opts.prefix_caching else [[] for _ in out.free_queues]
+        left = ServerCache(here, tuple(tuple(q) for q in queues))
     return Results(req, out.steps, summary, out.queue, chunks, scaling, extra, left)
 
 
@@ -330,46 +331,42 @@ def engine_summary(sc: Scenario) -> dict:
     }
 
 
-def history(opts: SimOptions, caches: list[list[int]], keep: bool) -> SimOptions:
-    """The options with the server's history: the caches an earlier run left, and whether to keep
-    this run's for the next."""
-    return dataclasses.replace(opts, kv_state=caches, keep_kv_state=keep)
-
-
-def deployment(
-    sc: Scenario, model: ModelSpec, pools: list[PoolSpec]
-) -> tuple[str, int, str, tuple[tuple[str, str, int, int, int], ...]]:
-    """What a server's prefix caches belong to (``ServerCache``'s first fields): the model, the KV
-    block size and dtype, and each pool's hardware, replicas, tp and pp."""
-    shape = tuple((p.name, p.hw.name, p.replicas, p.tp, p.pp) for p in pools)
-    return model.name, sc.kv_cache.block_tokens, str(sc.kv_cache.dtype), shape
-
-
-def starting_caches(
-    sc: Scenario, model: ModelSpec, pools: list[PoolSpec], cache: object, keep: object
-) -> list[list[int]]:
-    """Each replica's free block queue at the start: ``cache``'s, where it is an earlier run's on
-    this server (a ``ServerCache`` of the same deployment), else empty."""
+def with_server_cache(opts: SimOptions, queues: list[list[int]], keep: object) -> SimOptions:
+    """The options with the server's history: each replica's free block queue an earlier run left,
+    and whether to keep this run's (``keep_server_cache``) for the next."""
     if not isinstance(keep, bool):
         raise UserError(f"llmsim.run: keep_server_cache must be true or false, got {type(keep).__name__}")
-    if (cache is not None or keep) and sc.cluster.autoscaling is not None:
-        raise UserError(
-            f"{sc._origin}: server_cache: a server's history with cluster.autoscaling is not modelled "
-            "(its replicas come and go)"
-        )
+    return dataclasses.replace(opts, free_queues=queues, keep_free_queues=keep)
+
+
+def deployment(sc: Scenario, model: ModelSpec, pools: list[PoolSpec]) -> Deployment:
+    """What this run's prefix caches belong to (a ``ServerCache``'s ``deployment``)."""
+    shape = tuple((p.name, p.hw.name, p.replicas, p.tp, p.pp) for p in pools)
+    return Deployment(model.name, sc.kv_cache.block_tokens, str(sc.kv_cache.dtype), shape)
+
+
+def starting_queues(sc: Scenario, here: Deployment, cache: object) -> list[list[int]]:
+    """Each replica's free block queue at the start: ``cache``'s, where it is an earlier run's on
+    this server (a ``ServerCache`` of the same deployment), else empty."""
     if cache is None:
         return []
     if not isinstance(cache, ServerCache):
         raise UserError(
             f"llmsim.run: server_cache must be an earlier run's Results.server_cache, got {type(cache).__name__}"
         )
-    names = ("model", "kv_cache.block_tokens", "kv_cache.dtype", "pools (name, hardware, replicas, tp, pp)")
-    theirs = (cache.model, cache.block_tokens, cache.kv_dtype, cache.pools)
-    for what, a, b in zip(names, theirs, deployment(sc, model, pools), strict=True):
-        if a != b:
+    if sc.cluster.autoscaling is not None:
+        raise UserError(
+            f"{sc._origin}: server_cache: a server's history with cluster.autoscaling is not modelled "
+            "(its replicas come and go)"
+        )
+    names = {"block_tokens": "kv_cache.block_tokens", "kv_dtype": "kv_cache.dtype"}
+    for f in dataclasses.fields(Deployment):
+        theirs, ours = getattr(cache.deployment, f.name), getattr(here, f.name)
+        if theirs != ours:
+            what = names.get(f.name, "pools (name, hardware, replicas, tp, pp)" if f.name == "pools" else f.name)
             raise UserError(
-                f"{sc._origin}: server_cache is of another deployment: its {what} {a!r}, this run's {b!r} (a "
-                "server's cache carries over only to a run of the same model, KV blocks and pools)"
+                f"{sc._origin}: server_cache is of another deployment: its {what} {theirs!r}, this run's {ours!r} "
+                "(a server's cache carries over only to a run of the same model, KV blocks and pools)"
             )
     queues = [list(q) for q in cache.queues]
     for q in queues:

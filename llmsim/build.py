@@ -141,12 +141,6 @@ def check_workload_bounds(sc: Scenario) -> None:
             "generator as vllm bench serve's --seed does (below 2**32)"
         )
     _check_sizes(sc, sc._origin)
-    spec = w.prompt_tokens
-    if w.prompts == "vllm_bench" and w.num_requests is not None and spec is not None:
-        # their content ids, before drawing them (the shortest each prompt can be; build_workload
-        # checks the drawn ones)
-        shortest = (spec.value or spec.min or 0) + (w.system_prompts.tokens if w.system_prompts else 0)
-        gen.check_bench_prompt_ids(w.num_requests, shortest)
     n = _request_count(sc)
     if _drawn_to_horizon(sc, n):
         return  # drawn only up to the horizon, whose own count _arrivals_to_horizon checks
@@ -161,8 +155,14 @@ def check_workload_bounds(sc: Scenario) -> None:
     ):
         raise UserError(  # (the draw's own check, before drawing: its span is about n / rate)
             f"{sc._origin}: workload.num_requests / workload.rate_rps: {n:,.0f} requests at {rate:g} req/s arrive "
-            f"over ~{n / rate:.3g} s, past {MAX_ARRIVAL_S:.0e} s (31 years); raise the rate or send fewer"
+            f"over ~{n / rate:.3g} s, past {MAX_ARRIVAL_S:.0e} s (~32 years); raise the rate or send fewer"
         )
+    spec = w.prompt_tokens
+    if w.prompts == "vllm_bench" and w.num_requests and spec is not None:
+        # their content ids, before drawing them (the shortest each prompt can be; build_workload
+        # checks the drawn ones)
+        shortest = (spec.value or spec.min or 0) + (w.system_prompts.tokens if w.system_prompts else 0)
+        gen.check_bench_prompt_ids(w.num_requests, shortest)
 
 
 def _drawn_to_horizon(sc: Scenario, n: float) -> bool:

@@ -16,7 +16,7 @@ Freed blocks wait in one queue, as vLLM v1's free block queue: never-used blocks
 then the least recently freed, cached or not; a cached one taken then loses its hash (eviction).
 A finished request's blocks enter it tail-first (vLLM v1 ``KVCacheManager.free`` frees "in
 reverse order so that the tail blocks are evicted first"): a prompt's head, the part later
-prompts share, outlives its tail. ``cached_state`` / ``restore`` hand the queue to the next run
+prompts share, outlives its tail. ``free_queue_state`` / ``restore`` hand the queue to the next run
 on the same server (a benchmark's later pass: ``llmsim bench --after``).
 
 Offload tiers (LMCache-style: CPU memory, local SSD, a remote store; ``OffloadTier``): a cached
@@ -56,7 +56,7 @@ def chain_hashes(
     return out
 
 
-UNCACHED = -1  # a free block without a chain hash in ``BlockManager.cached_state`` (CPython's hash() is never -1)
+UNCACHED = -1  # a free block without a chain hash in ``BlockManager.free_queue_state`` (CPython's hash() is never -1)
 
 
 class OffloadTier:
@@ -110,7 +110,7 @@ class BlockManager:
         # that hold nothing a later prompt repeats (its partial last one; its answer's, unless the
         # workload says a later prompt repeats it) so wait their turn with the cached ones.
         self._free_queue: OrderedDict[int, None] = OrderedDict()
-        self._history = 0  # queued blocks of a restored state a prewarm may still evict (the oldest)
+        self._restored_evictable = 0  # queued blocks of a restored state a prewarm may still evict (the oldest)
         self._registered: dict[int, int] = {}  # request id -> prompt blocks registered so far
         # prefix-cache statistics
         self.hit_tokens = 0
@@ -354,7 +354,7 @@ class BlockManager:
         """Release the request's blocks (call before its counters are reset)."""
         if req.block_ids is None:  # held by count only (no block ids handed out)
             self.used -= req.blocks
-        # tail first: the LRU evicts a prompt's last blocks before its shared head (vLLM v1)
+        # tail first: the queue gives up a prompt's last blocks before its shared head (vLLM v1)
         for bid in reversed(req.block_ids or ()):
             self._ref[bid] -= 1
             if self._ref[bid] == 0:
@@ -449,20 +449,20 @@ class BlockManager:
                     self._leave_tiers(h)
         self._registered[req.id] = max(full, self._registered.get(req.id, 0))
 
-    def cached_state(self) -> list[int]:
+    def free_queue_state(self) -> list[int]:
         """The free block queue as it stands, oldest first: each block's chain hash, or UNCACHED
         for a block that holds none (then the cached blocks still in use, none once every request
-        is done): what a server keeps between two benchmark passes (``SimOptions.kv_state``)."""
+        is done): what a server keeps between two benchmark passes (``SimOptions.free_queues``)."""
         queue = [self._hash_of.get(bid, UNCACHED) for bid in self._free_queue]
         return queue + [h for bid, h in self._hash_of.items() if bid not in self._free_queue]
 
     def restore(self, state: list[int]) -> None:
-        """Start from a ``cached_state`` of this server's cache: its queue, in its order (of a
+        """Start from a ``free_queue_state`` of this server's cache: its queue, in its order (of a
         larger cache's, the most recently freed blocks that fit)."""
         kept = state[-self.num_blocks :]
         for h in kept:
             self._queue(h)
-        self._history = len(kept)
+        self._restored_evictable = len(kept)
 
     def prewarm(self, chain: list[int]) -> int:
         """Cache a prefix before any request arrives (its blocks stay evictable), after what a
@@ -473,9 +473,9 @@ class BlockManager:
             if h in self._block_of:
                 continue
             if self._fresh >= self.num_blocks:
-                if not self._history:
+                if not self._restored_evictable:
                     break
-                self._history -= 1
+                self._restored_evictable -= 1
             self._queue(h)
             added += 1
         return added

@@ -45,10 +45,10 @@ class SimOptions:
     prefix_caching: bool = False
     prewarm: list[list[int]] = field(default_factory=list)  # hash-id prefixes cached at t=0
     prewarm_block_tokens: int = 0  # tokens per id in ``prewarm`` (0: the workload's)
-    # a server's history: each replica's cache at t=0, chain hashes oldest first, as an earlier
-    # run of the same replicas left it (``BlockManager.cached_state``; before ``prewarm``'s prefixes)
-    kv_state: list[list[int]] = field(default_factory=list)
-    keep_kv_state: bool = False  # SimOutput.kv_state: each replica's cache at the end
+    # a server's history: each replica's free block queue at t=0 (chain hashes, oldest first), as an
+    # earlier run of the same replicas left it (``BlockManager.free_queue_state``; before ``prewarm``)
+    free_queues: list[list[int]] = field(default_factory=list)
+    keep_free_queues: bool = False  # SimOutput.free_queues: each replica's at the end
     kv_link: LinkSpec | None = None  # disaggregated only
     decode_router: str = "least_outstanding"
     router_view_s: float | None = None  # seconds between the router's views of the replicas (router.view_s)

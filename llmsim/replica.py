@@ -91,8 +91,8 @@ class Replica:
         if opts.offload and not takes_prefilled:
             self.kv.tiers = [OffloadTier(t.name, t.capacity_blocks, t.bytes_per_s, t.latency_s) for t in opts.offload]
             self.kv.block_bytes = opts.kv_bytes_per_token * block_tokens
-        if index < len(opts.kv_state):  # the cache an earlier run on this replica left
-            self.kv.restore(opts.kv_state[index])
+        if opts.prefix_caching and index < len(opts.free_queues):  # the cache an earlier run left here
+            self.kv.restore(opts.free_queues[index])
         for prefix in opts.prewarm:
             self.kv.prewarm(chain_hashes(prefix, opts.prewarm_block_tokens, block_tokens, 1 << 62))
         self.lora: LoraCache | None = None  # multi-LoRA: the replica's adapters

@@ -68,7 +68,7 @@ class Request:
         self.prefilled = 0  # of prefill_target, tokens already processed (incl. prefix-cache hits)
         self.kv_tokens = 0  # tokens whose K/V are in the cache
         self.generated = 0  # output tokens emitted so far
-        self.cached_tokens = 0  # prompt tokens served from the prefix cache
+        self.cached_tokens = 0  # prompt tokens served from the prefix cache at its first lookup (vLLM's)
         self.blocks = 0  # KV blocks held
         self.block_ids: list[int] | None = None  # physical block table (prefix caching / reference engine)
         self.status = WAITING

@@ -25,17 +25,24 @@ from llmsim.tables import fmt
 
 
 @dataclass(frozen=True)
-class ServerCache:
-    """A server's prefix caches as a run left them, for a later run on the same server to start
-    from (``llmsim.run(..., server_cache=)``; `llmsim bench --after`): each replica's free block
-    queue, oldest first (``kvcache.BlockManager.cached_state``), and what that later run must share
-    for the blocks to mean the same (the model, the KV blocks' size and dtype, the pools). Offload
-    tiers are not kept: a later run starts with them empty."""
+class Deployment:
+    """What a server's prefix caches belong to: blocks mean the same only for the same model, KV
+    block size and dtype, and pools (each one's name, hardware, replicas, tp and pp)."""
 
     model: str
     block_tokens: int
     kv_dtype: str
-    pools: tuple[tuple[str, str, int, int, int], ...]  # each pool's name, hardware, replicas, tp, pp
+    pools: tuple[tuple[str, str, int, int, int], ...]
+
+
+@dataclass(frozen=True)
+class ServerCache:
+    """A server's prefix caches as a run left them, for a later run on the same server to start
+    from (``llmsim.run(..., server_cache=)``; `llmsim bench --after`): each replica's free block
+    queue, oldest first (``kvcache.BlockManager.free_queue_state``), and the deployment they belong
+    to. Offload tiers are not kept: a later run starts with them empty."""
+
+    deployment: Deployment
     queues: tuple[tuple[int, ...], ...]  # per replica, the pools in order
 
 
@@ -48,8 +55,8 @@ class Results:
     chunks: pd.DataFrame = field(default_factory=pd.DataFrame)  # traced requests' prefill chunks
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)  # the autoscaler's decisions (autoscaler.py)
     extra: dict = field(default_factory=dict)  # pool/replica details, transfers, ...
-    # the prefix caches at the end, for a later run on the same server (api.run keep_server_cache
-    # or server_cache); not written
+    # the prefix caches at the end, for a later run on the same server (api.run keep_server_cache);
+    # not written
     server_cache: ServerCache | None = None
 
     def write(self, out_dir: Path, table_format: str = "parquet", run_id: str | None = None) -> list[Path]:

@@ -57,7 +57,7 @@ class SimOutput:
     # autoscaling (autoscaler.py): one row per decision, and each replica's life
     decisions: pd.DataFrame | None = None
     lifetimes: pd.DataFrame | None = None
-    kv_state: list[list[int]] | None = None  # each replica's cache at the end (SimOptions.keep_kv_state)
+    free_queues: list[list[int]] | None = None  # each replica's at the end (SimOptions.keep_free_queues)
 
 
 @dataclass
@@ -88,7 +88,7 @@ def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, 
         return reps
 
     # a replica started mid-run (autoscaler.py): an empty cache
-    cold = dataclasses.replace(opts, prewarm=[], kv_state=[])
+    cold = dataclasses.replace(opts, prewarm=[], free_queues=[])
 
     def grow(index: int) -> Replica:
         return make(index, pools[0], policy, max_queue, cold)
@@ -296,8 +296,8 @@ def simulate(
     out = SimOutput(reqs, steps.frame(), queue, counters, gaps, horizon_s, events_pending(env), totals, unsent)
     if scaler is not None:
         out.decisions, out.lifetimes = scaler.decisions(), scaler.lifetimes(reqs, env.now)
-    if opts.keep_kv_state:
-        out.kv_state = [rep.kv.cached_state() for rep in replicas]
+    if opts.keep_free_queues:
+        out.free_queues = [rep.kv.free_queue_state() for rep in replicas]
     return out
 
 

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from llmsim.engine import MAX_GRAPH_TOKENS
 from llmsim.errors import UserError, cut, json_text
 from llmsim.vllmresult import LATENCIES, SETTINGS, Result, settings_of
+from llmsim.workload.generators import bench_content_ids
 
 # --- the two command lines ------------------------------------------------------------------------
 
@@ -646,14 +647,13 @@ def settle_prompts(data: dict, set_keys: frozenset[str] = frozenset()) -> str | 
     """Give a translated scenario's drawn prompts their content as the seed draws it
     (workload.prompts vllm_bench: a preempted request finds its own blocks again, and a later run on
     the server an earlier one's, `llmsim bench --after`), decided on the scenario as --set left it
-    (``set_keys``: the keys it set; its own workload.prompts wins). Returns why they carry none, or
-    None: with the prefix cache off it could match nothing, and past BENCH_CONTENT_IDS content ids
-    (one per 16 tokens) the run would be slow and large. A replayed file's requests carry none."""
+    (``set_keys``: the keys it set). Returns why llmsim withholds it, or None (nothing to say: the
+    prompts carry it, --set chose for them, or a replayed file's requests, which carry none): with
+    the prefix cache off it could match nothing, and past BENCH_CONTENT_IDS content ids the run
+    would be slow and large."""
     w = data["workload"]
-    if w.get("kind") == "trace":
+    if w.get("kind") == "trace" or "workload.prompts" in set_keys:
         return None
-    if "workload.prompts" in set_keys:
-        return None if w.get("prompts") == "vllm_bench" else "workload.prompts llmsim (--set)"
     why = None
     if (data.get("kv_cache") or {}).get("prefix_caching") is False:
         why = "the prefix cache is off"
@@ -661,7 +661,7 @@ def settle_prompts(data: dict, set_keys: frozenset[str] = frozenset()) -> str | 
         spec = w.get("prompt_tokens") or {}
         longest = int(spec.get("value") or spec.get("max") or 0) + int((w.get("system_prompts") or {}).get("tokens", 0))
         n = int(w.get("num_requests") or 0)
-        ids = n * -(-longest // 16)
+        ids = bench_content_ids(n, longest)
         if ids > BENCH_CONTENT_IDS:
             why = (
                 f"{n:,} prompts of up to {longest:,} tokens are {ids:,} 16-token blocks, past the "

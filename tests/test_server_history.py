@@ -1,6 +1,6 @@
 """A server's history: `vllm bench serve` runs one after another against one server leave their
 prompts in its prefix cache, and the random dataset repeats its prompts with the seed
-(workload.prompts: vllm_bench, api.run kv_state, `llmsim bench --after`)."""
+(workload.prompts: vllm_bench, llmsim.run server_cache, `llmsim bench --after`)."""
 
 from __future__ import annotations
 
@@ -75,12 +75,17 @@ def test_a_run_alone_hits_nothing():
 def test_a_later_run_hits_what_an_earlier_one_left():
     first = llmsim.run(_scenario(8), keep_server_cache=True)
     cache = first.server_cache
-    assert cache is not None and (cache.model, cache.block_tokens, len(cache.queues)) == ("qwen3-8b", 16, 1)
+    assert cache is not None and len(cache.queues) == 1
+    assert (cache.deployment.model, cache.deployment.block_tokens, cache.deployment.pools) == (
+        "qwen3-8b",
+        16,
+        (("main", "H100-SXM", 1, 1, 1),),
+    )
     queue = cache.queues[0]  # every block the run freed, in order: prompts' cached, answers' not
     assert len(queue) == 8 * (1024 + 32) // 16 and sum(h != UNCACHED for h in queue) == 8 * 1024 // 16
     later = llmsim.run(_scenario(16), server_cache=cache)
     assert later.summary["prefix_cache"]["hit_rate"] == pytest.approx(8 * 1008 / (16 * 1024))
-    assert later.server_cache is not None  # (kept for the next run)
+    assert later.server_cache is None  # (kept only when asked)
     cold = llmsim.run(_scenario(16)).summary
     assert later.summary["mean_ttft_ms"] < cold["mean_ttft_ms"]
     again = llmsim.run(_scenario(16), server_cache=cache).summary
@@ -95,7 +100,7 @@ def test_a_full_cache_evicts_the_oldest_prompts_first():
     first = _scenario(8).model_dump() | {"kv_cache": kv}
     second = _scenario(8, seed=1).model_dump() | {"kv_cache": kv}
     cache = llmsim.run(first, keep_server_cache=True).server_cache
-    cache = llmsim.run(second, server_cache=cache).server_cache
+    cache = llmsim.run(second, server_cache=cache, keep_server_cache=True).server_cache
     assert cache is not None and len(cache.queues[0]) <= 12 * 64 + 8
     old = llmsim.run(first, server_cache=cache).summary["prefix_cache"]["hit_rate"]
     recent = llmsim.run(second, server_cache=cache).summary["prefix_cache"]["hit_rate"]
@@ -117,7 +122,7 @@ def test_a_cache_carries_over_only_to_the_same_deployment():
             llmsim.run(base | change, server_cache=cache)
     with pytest.raises(UserError, match="server_cache must be an earlier run's Results.server_cache, got list"):
         llmsim.run(_scenario(4), server_cache=[[1, 2]])
-    forged = dataclasses.replace(cache, queues=(("a", "b"),))
+    forged = dataclasses.replace(cache, queues=(("a", "b"),))  # (a hand-made cache)
     with pytest.raises(UserError, match="server_cache.queues: expected the block hashes an earlier run left"):
         llmsim.run(_scenario(4), server_cache=forged)
     with pytest.raises(UserError, match="keep_server_cache must be true or false, got str"):
@@ -130,7 +135,7 @@ def test_a_run_without_content_leaves_an_empty_cache():
     cache = llmsim.run(_scenario(8), keep_server_cache=True).server_cache
     blind = _scenario(8).model_dump()
     blind["workload"]["prompts"] = "llmsim"
-    after = llmsim.run(blind, server_cache=cache).server_cache
+    after = llmsim.run(blind, server_cache=cache, keep_server_cache=True).server_cache
     assert after is not None and after.queues == ((),)
     assert llmsim.run(_scenario(8), server_cache=after).summary["prefix_cache"]["hit_rate"] == 0.0
 
@@ -138,10 +143,10 @@ def test_a_run_without_content_leaves_an_empty_cache():
 def test_a_smaller_cache_keeps_the_most_recently_freed_blocks():
     kv = BlockManager(num_blocks=4, block_tokens=16, prefix_caching=True)
     kv.restore([11, UNCACHED, 12, 13, 14, 15])
-    assert kv.cached_state() == [12, 13, 14, 15]
+    assert kv.free_queue_state() == [12, 13, 14, 15]
     assert kv.prewarm([21, 22]) == 2  # (a prewarm after a history takes the history's oldest blocks)
-    assert kv.cached_state() == [14, 15, 21, 22]
-    assert kv.prewarm([31, 32, 33]) == 2 and kv.cached_state() == [21, 22, 31, 32]
+    assert kv.free_queue_state() == [14, 15, 21, 22]
+    assert kv.prewarm([31, 32, 33]) == 2 and kv.free_queue_state() == [21, 22, 31, 32]
     assert kv.prewarm([41]) == 0  # (never another prewarm's blocks)
 
 

@@ -19,6 +19,7 @@ the last read during the pass, so it counts fewer of that pass's requests.
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -90,8 +91,7 @@ def summary_lines(rows: list[dict]) -> list[str]:
     for f in FIGURES:
         for name in ("cold", "warm"):
             errs = [abs(r[f"{f}_{name}"]) for r in later if not math.isnan(r[f"{f}_{name}"])]
-            errs.sort()
-            med = errs[len(errs) // 2] if errs else math.nan
+            med = statistics.median(errs) if errs else math.nan
             w10 = sum(e <= 0.10 for e in errs)
             w20 = sum(e <= 0.20 for e in errs)
             out.append(

@@ -108,27 +108,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
             translated["output"]["percentiles"] = sorted({*bench.metric_percentiles, *result.percentiles()})
         set_keys = frozenset(overrides)
         data = with_overrides(translated, overrides)
-        untracked = vllmcli.settle_prompts(data, set_keys)  # (on the scenario as --set left it)
+        no_content = vllmcli.settle_prompts(data, set_keys)  # (on the scenario as --set left it)
         # every run's scenario is read and checked before any is simulated
-        n = len(earlier)
-        befores = []
+        runs = []
         for k, b in enumerate(earlier, 1):
-            label = after_label(k, n)
+            label = after_label(k, len(earlier))
             before = with_overrides(vllmcli.scenario_dict(args.hardware, serve, b), overrides)
-            untracked_before = vllmcli.settle_prompts(before, set_keys)
-            befores.append(EarlierRun(label, translate(before, label), untracked_before))
+            why = vllmcli.settle_prompts(before, set_keys)
+            runs.append(EarlierRun(b, label, translate(before, label), why))
         sc = translate(data, "--bench")
-        why_not = history_unread(sc, untracked) if earlier else None
+        skipped = why_history_skipped(sc, no_content) if earlier else None
         cache = None  # the server's prefix caches, run after run
-        if why_not is None:
-            for h in befores:
-                res = simulate(h.scenario, h.label, cache, keep=True)
+        if skipped is None:
+            for h in runs:
+                res = simulate(h.scenario, cache, keep=True)
                 cache, h.summary = res.server_cache, res.summary
                 del res
                 gc.collect()  # (its objects, before the next run freezes what is left: api._run_gc)
-        summary = simulate(sc, "--bench", cache).summary
+        summary = simulate(sc, cache).summary
         if earlier:
-            summary["history"] = history_summary(befores, why_not)
+            summary["history"] = history_summary(runs, skipped)
         if out is not None:
             write_scenario_files(out, data, trace)
     compared = vllmresult.comparison_rows(summary, result.figures) if result is not None else []
@@ -145,9 +144,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rate = (
         None if sc.workload.kind == "all_at_once" else bench.request_rate if trace is not None else sc.workload.rate_rps
     )
-    print(notes(sc, serve, bench, result, translated["cluster"].get("expert_routing_exponent", 1.0), untracked), end="")
+    print(
+        notes(sc, serve, bench, result, translated["cluster"].get("expert_routing_exponent", 1.0), no_content), end=""
+    )
     if earlier:
-        print(history_note(earlier, befores, why_not, summary, set_keys))
+        print(history_note(runs, skipped, summary, set_keys))
     print()
     print(vllmresult.result_block(summary, bench.percentile_metrics, percentiles, rate, sc.workload.max_concurrency))
     if result is not None and compared:
@@ -241,44 +242,43 @@ def earlier_run(text: str, serve: Serve, label: str) -> Bench:
 
 @dataclass
 class EarlierRun:
-    """An --after run: its label, translated scenario, why its prompts carry no content (None: they
-    do), and its summary once simulated."""
+    """An --after run: its command line's settings, label, translated scenario, why its prompts carry
+    no content (None: they do), and its summary once simulated."""
 
+    bench: Bench
     label: str
     scenario: Scenario
-    untracked: str | None
+    no_content: str | None
     summary: dict | None = None
 
 
-def history_unread(sc: Scenario, untracked: str | None) -> str | None:
+def why_history_skipped(sc: Scenario, no_content: str | None) -> str | None:
     """Why earlier runs would leave this run nothing to find (and are not simulated), or None."""
     if not sc.kv_cache.prefix_caching:
         return "the prefix cache is off"
     if sc.workload.prompts != "vllm_bench":
-        return f"this run's prompts carry no content ({untracked or 'workload.prompts llmsim'})"
+        return f"this run's prompts carry no content ({no_content or 'workload.prompts llmsim'})"
     return None
 
 
-def history_note(
-    earlier: list[Bench], runs: list[EarlierRun], why_not: str | None, summary: dict, set_keys: frozenset[str]
-) -> str:
+def history_note(runs: list[EarlierRun], skipped: str | None, summary: dict, set_keys: frozenset[str]) -> str:
     """The printout's lines on the --after runs: what this run found cached, what each earlier run
     could not leave, and the flags they named that change no timing or that --set replaced."""
-    n = len(earlier)
+    n = len(runs)
     what = f"{n} earlier run{'s' * (n > 1)} on the server (--after)"
-    if why_not is not None:
-        return f"history  {what} not simulated: {why_not}, so they leave nothing this run could find"
+    if skipped is not None:
+        return f"history  {what} not simulated: {skipped}, so they leave nothing this run could find"
     hit = summary.get("prefix_cache", {}).get("hit_rate", 0.0)
     lines = [
         f"history  {what}, simulated first: {hit:.1%} of this run's prompt tokens found cached (theirs or its own)"
     ]
     for h in runs:
-        if h.untracked is not None:
-            lines.append(f"         {h.label}: no content, the cache after it taken as empty ({h.untracked})")
+        if h.no_content is not None:
+            lines.append(f"         {h.label}: no content, the cache after it taken as empty ({h.no_content})")
         done, sent = (h.summary or {}).get("completed", 0), h.scenario.workload.num_requests
         if sent and done < sent:
             lines.append(f"         {h.label}: {done:,} of its {sent:,} requests finished")
-    ignored = sorted({flag for b in earlier for flag in b.ignored})
+    ignored = sorted({flag for h in runs for flag in h.bench.ignored})
     if ignored:
         lines.append(f"         ignored there: {', '.join(ignored)}")
     replaced = sorted(k for k in set_keys if k == "seed" or k.startswith("workload."))
@@ -287,10 +287,10 @@ def history_note(
     return "\n".join(lines)
 
 
-def history_summary(runs: list[EarlierRun], why_not: str | None) -> dict:
+def history_summary(runs: list[EarlierRun], skipped: str | None) -> dict:
     """summary.json's ``history`` (--json): each --after run's requests and prefix-cache hit rate."""
     return {
-        "not_simulated": why_not,
+        "not_simulated": skipped,
         "runs": [
             {
                 "run": h.label,
@@ -299,7 +299,7 @@ def history_summary(runs: list[EarlierRun], why_not: str | None) -> dict:
                 "prefix_cache_hit_rate": None
                 if h.summary is None
                 else h.summary.get("prefix_cache", {}).get("hit_rate"),
-                "prompts_without_content": h.untracked,
+                "prompts_without_content": h.no_content,
             }
             for h in runs
         ],
@@ -365,7 +365,7 @@ def translate(data: dict, label: str) -> Scenario:
         raise _named(exc) from None
 
 
-def simulate(sc: Scenario, label: str, cache: ServerCache | None = None, keep: bool = False) -> Results:
+def simulate(sc: Scenario, cache: ServerCache | None = None, keep: bool = False) -> Results:
     """Run a translated scenario, on the prefix caches an earlier run on the server left (``cache``;
     ``keep``: keep this run's for the next). Errors as ``translate``'s."""
     from llmsim.api import run
@@ -409,10 +409,11 @@ def notes(
     bench: Bench,
     result: Result | None,
     translated_exponent: float = 1.0,
-    untracked: str | None = None,
+    no_content: str | None = None,
 ) -> str:
     """What the translation read: the GPUs, the model, the flags it ignored, where the requests came
-    from, how a MoE model's tokens route (``translated_exponent``: the translation's own value)."""
+    from, how a MoE model's tokens route (``translated_exponent``: the translation's own value), and
+    why the drawn prompts carry no content where llmsim withholds it (``no_content``)."""
     import math
 
     from llmsim.vllmcli import dense_ignored, flag_of, has_experts, model_entry, replays_own_send_times
@@ -432,8 +433,8 @@ def notes(
         lines.append(f"ignored  {', '.join(ignored)} (no effect on timing)")
     if moe:
         lines.append(f"routing  {routing_note(c.expert_routing_exponent, translated_exponent, bench, result)}")
-    if untracked and sc.kv_cache.prefix_caching and "--set" not in untracked:  # (past the content limit)
-        lines.append(f"prompts  drawn without their content: {untracked}")
+    if no_content and sc.kv_cache.prefix_caching:  # (past the content limit)
+        lines.append(f"prompts  drawn without their content: {no_content}")
     if result is not None and result.sent is not None:
         if replays_own_send_times(result, bench):
             source = "their send times"

@@ -202,7 +202,7 @@ def vllm_bench_prompts(w: Workload, seed: int, by_count: bool) -> Workload:
     --ready-check-timeout-sec is above 0, and the records it was checked on show no such request.)"""
     n = len(w)
     prefix = int(w.meta.get("system_prompt_tokens", 0))  # (whole ids: with_system_prompts rounds it)
-    _check_ids(int(w.prompt_tokens.sum()) // SYNTH_HASH_TOKENS, *BENCH_IDS)
+    _check_ids(bench_content_ids(1, int(w.prompt_tokens.sum())), *BENCH_IDS)
     head = segment_block_ids([_bench_prefix(seed, prefix)], SYNTH_HASH_TOKENS) if prefix else []
     own = (w.prompt_tokens - prefix) // SYNTH_HASH_TOKENS  # each prompt's own full blocks
     base = segment_key("vllm_bench", seed, n) if by_count else segment_key("vllm_bench", seed)
@@ -218,10 +218,16 @@ def vllm_bench_prompts(w: Workload, seed: int, by_count: bool) -> Workload:
 BENCH_IDS = ("workload.prompts", "vllm_bench's prompts (num_requests x their tokens)")
 
 
+def bench_content_ids(requests: int, prompt_tokens: int) -> int:
+    """Content ids ``vllm_bench_prompts`` gives ``requests`` prompts of ``prompt_tokens`` each (one
+    per full SYNTH_HASH_TOKENS-token block)."""
+    return requests * (prompt_tokens // SYNTH_HASH_TOKENS)
+
+
 def check_bench_prompt_ids(requests: int, shortest_tokens: int) -> None:
     """``vllm_bench_prompts``' bound, checked before drawing: ``requests`` prompts of at least
     ``shortest_tokens`` each."""
-    _check_ids(requests * (shortest_tokens // SYNTH_HASH_TOKENS), *BENCH_IDS)
+    _check_ids(bench_content_ids(requests, shortest_tokens), *BENCH_IDS)
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
