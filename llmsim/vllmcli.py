@@ -637,9 +637,10 @@ RANDOM_TOKEN_ROUTING_EXPONENT = 0.79
 
 
 # The most content ids (one per 16 prompt tokens) `llmsim bench` gives drawn prompts: a run with
-# content takes the prefix-cache path, measured on this project's 2-core VM at 1.3x the time of one
-# without for 1,000 x 1,024-token prompts, 2.8x for 5,000 x 2,048 (640k ids) and 4x (0.9 -> 3.8 s,
-# 160 -> 390 MB) for 30,000 x 1,024 (1.9M ids); past this a run is priced without (and says so)
+# content takes the prefix-cache path, which benchmarks/bench_prompt_content.py measures on this
+# project's 2-core VM at 1.2x the whole command's time of one without for 1,000 x 1,024-token
+# prompts, 2.6x for 5,000 x 2,048 (640k ids) and 3.9x (0.96 -> 3.7 s, 157 -> 379 MB) for 30,000 x
+# 1,024 (1.9M ids); past this a run is priced without (and says so)
 BENCH_CONTENT_IDS = 2_000_000
 
 
