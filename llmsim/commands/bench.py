@@ -66,7 +66,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    import gc
     import tempfile
 
     from llmsim import vllmcli, vllmresult
@@ -123,8 +122,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
             for h in runs:
                 res = simulate(h.scenario, cache, keep=True)
                 cache, h.summary = res.server_cache, res.summary
-                del res
-                gc.collect()  # (its objects, before the next run freezes what is left: api._run_gc)
         summary = simulate(sc, cache).summary
         if earlier:
             summary["history"] = history_summary(runs, skipped)
