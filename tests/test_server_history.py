@@ -203,7 +203,7 @@ def test_bench_after_carries_the_cache_and_says_so(capsys):
     code, off, _ = _bench(capsys, "--after", "--num-prompts 16", "--set", "kv_cache.prefix_caching=false")
     assert code == 0 and "not simulated: the prefix cache is off, so they leave nothing" in off
     code, seeds, _ = _bench(capsys, "--after", "--num-prompts 16 --seed 7", "--set", "seed=0")
-    assert code == 0 and "--set seed applies to them too" in seeds and "49.2%" in seeds
+    assert code == 0 and "--set seed: applied to them too" in seeds and "49.2%" in seeds
 
 
 def test_bench_decides_prompt_content_after_set(capsys):

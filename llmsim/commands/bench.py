@@ -280,7 +280,7 @@ def history_note(runs: list[EarlierRun], skipped: str | None, summary: dict, set
         lines.append(f"         ignored there: {', '.join(ignored)}")
     replaced = sorted(k for k in set_keys if k == "seed" or k.startswith("workload."))
     if replaced:
-        lines.append(f"         --set {', '.join(replaced)} applies to them too")
+        lines.append(f"         --set {', '.join(replaced)}: applied to them too")
     return "\n".join(lines)
 
 
