@@ -219,7 +219,7 @@ def after_label(k: int, n: int) -> str:
 
 def earlier_run(text: str, serve: Serve, label: str) -> Bench:
     """An --after run: a `vllm bench serve` command line of the random dataset, of the model served."""
-    from llmsim.errors import UserError, cut
+    from llmsim.errors import UserError
     from llmsim.vllmcli import parse_bench
 
     if not text.strip():
@@ -229,12 +229,20 @@ def earlier_run(text: str, serve: Serve, label: str) -> Bench:
         )
     bench, model = parse_bench(text, label)
     check_same_model(f"{label} --model", model, serve)
+    check_random_dataset(label, bench)
+    return bench
+
+
+def check_random_dataset(where: str, bench: Bench) -> None:
+    """A run of a server's history (--after, or the --bench after them) draws the random dataset:
+    only its prompts' content llmsim knows, and it repeats with the seed."""
+    from llmsim.errors import UserError, cut
+
     if bench.dataset_name != "random":
         raise UserError(
-            f"{label} --dataset-name {cut(bench.dataset_name)}: llmsim draws only the random dataset's prompts, "
+            f"{where} --dataset-name {cut(bench.dataset_name)}: llmsim draws only the random dataset's prompts, "
             "whose content repeats with the seed; another dataset's prompts are not known to it"
         )
-    return bench
 
 
 @dataclass
@@ -314,10 +322,7 @@ def check_history(bench: Bench, result: Result | None, out: Path | None) -> None
             "runs' (give the run's random-dataset flags in --bench and its printout or a file saved without "
             "--save-detailed as --result)"
         )
-    if bench.dataset_name != "random":
-        raise UserError(
-            f"--after: --bench --dataset-name {bench.dataset_name}: only the random dataset's prompts repeat"
-        )
+    check_random_dataset("--after: --bench", bench)
     if out is not None:
         raise UserError(
             "--scenario-out with --after: a scenario cannot carry the server's history (`llmsim run` starts on a "

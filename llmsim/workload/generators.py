@@ -133,9 +133,14 @@ SYNTH_HASH_TOKENS = 16  # tokens per content id in synthetic prefix ids
 _SYSTEM_BASE = 1 << 40  # content ids of system prompts (disjoint from per-request ids)
 
 
+def whole_ids(tokens: int) -> int:
+    """Synthetic content ids covering ``tokens`` tokens (the last one partly filled)."""
+    return -(-tokens // SYNTH_HASH_TOKENS)
+
+
 def system_prompt_ids(count: int, tokens: int) -> list[list[int]]:
     """Content ids of ``count`` distinct system prompts of ``tokens`` tokens each."""
-    per = -(-tokens // SYNTH_HASH_TOKENS)
+    per = whole_ids(tokens)
     _check_ids(count * per, "workload.system_prompts", "count x tokens")
     return [[_SYSTEM_BASE + p * per + j for j in range(per)] for p in range(count)]
 
@@ -146,7 +151,7 @@ def _unique_ids(w: Workload) -> list[list[int]]:
         return [list(h) for h in w.block_hashes]
     out, nxt = [], 0
     for p in w.prompt_tokens:
-        per = -(-int(p) // SYNTH_HASH_TOKENS)
+        per = whole_ids(int(p))
         out.append(list(range(nxt, nxt + per)))
         nxt += per
     return out
@@ -165,7 +170,7 @@ def with_system_prompts(
     """Prefix ``share`` of the requests with one of ``count`` shared system prompts (Zipf-popular
     with exponent ``zipf``; 0 = uniform). Prompts grow by ``tokens`` (rounded to whole ids)."""
     n = len(w)
-    per = -(-tokens // SYNTH_HASH_TOKENS)  # every prefixed request repeats its prompt's ids
+    per = whole_ids(tokens)  # every prefixed request repeats its prompt's ids
     _check_ids((count + n) * per, "workload.system_prompts", "(count + requests) x tokens")
     prompts = system_prompt_ids(count, tokens)
     sys_tokens = len(prompts[0]) * SYNTH_HASH_TOKENS
@@ -264,8 +269,7 @@ def _bench_prefix(seed: int, tokens: int) -> tuple[int, int]:
 def vllm_bench_prefix_ids(seed: int, tokens: int) -> list[int]:
     """Content ids of the shared prefix of ``vllm_bench_prompts`` (``tokens`` rounded up to whole
     ids, as ``with_system_prompts`` rounds it): what ``system_prompts.prewarm`` caches for them."""
-    per = -(-tokens // SYNTH_HASH_TOKENS)
-    return segment_block_ids([_bench_prefix(seed, per * SYNTH_HASH_TOKENS)], SYNTH_HASH_TOKENS)
+    return segment_block_ids([_bench_prefix(seed, whole_ids(tokens) * SYNTH_HASH_TOKENS)], SYNTH_HASH_TOKENS)
 
 
 def lora_adapters(rng: np.random.Generator, w: Workload, adapters: int, share: float, zipf: float) -> np.ndarray:
@@ -291,7 +295,7 @@ class _IdSource:
         self.next = 0
 
     def fresh(self, tokens: int) -> list[int]:
-        per = -(-tokens // SYNTH_HASH_TOKENS)
+        per = whole_ids(tokens)
         self.next += per
         return list(range(self.next - per, self.next))
 
