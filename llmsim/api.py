@@ -17,6 +17,7 @@ from llmsim.build import PoolSpec, activation_bytes, build_model, build_pools, b
 from llmsim.errors import UserError
 from llmsim.invariants import check_run
 from llmsim.models import ModelSpec
+from llmsim.moejit import Key, valid_key
 from llmsim.options import LoraSpec, TierSpec
 from llmsim.results import Deployment, Results, ServerCache, chunks_frame, requests_frame, summarize
 from llmsim.scenario import Scenario, load_scenario
@@ -152,7 +153,7 @@ def _run(
     here = deployment(sc, model, pools)
     opts = with_server_cache(
         sim_options(sc, model, pools, exact_steps, has_identity(workload), len(workload)),
-        starting_queues(sc, here, server_cache),
+        *starting_state(sc, here, server_cache),
         keep_server_cache,
     )
     out = simulate(
@@ -245,7 +246,7 @@ def _run(
         # a run whose prompts carry no content (or with the prefix cache off) tracks no blocks: what
         # it evicted is not known, so the cache after it is taken as empty
         queues = out.free_queues if opts.prefix_caching else [[] for _ in out.free_queues]
-        left = ServerCache(here, tuple(tuple(q) for q in queues))
+        left = ServerCache(here, tuple(tuple(q) for q in queues), tuple(out.moe_kernels or ()))
     return Results(req, out.steps, summary, out.queue, chunks, scaling, extra, left)
 
 
@@ -343,12 +344,14 @@ def engine_summary(sc: Scenario) -> dict:
     }
 
 
-def with_server_cache(opts: SimOptions, queues: list[list[int]], keep: object) -> SimOptions:
-    """The options with the server's history: each replica's free block queue an earlier run left,
-    and whether to keep this run's (``keep_server_cache``) for the next."""
+def with_server_cache(
+    opts: SimOptions, queues: list[list[int]], kernels: list[tuple[Key, ...]], keep: object
+) -> SimOptions:
+    """The options with the server's history: each replica's free block queue and compiled MoE
+    kernels an earlier run left, and whether to keep this run's (``keep_server_cache``) for the next."""
     if not isinstance(keep, bool):
         raise UserError(f"llmsim.run: keep_server_cache must be true or false, got {type(keep).__name__}")
-    return dataclasses.replace(opts, free_queues=queues, keep_free_queues=keep)
+    return dataclasses.replace(opts, free_queues=queues, moe_kernels=kernels, keep_free_queues=keep)
 
 
 def deployment(sc: Scenario, model: ModelSpec, pools: list[PoolSpec]) -> Deployment:
@@ -357,11 +360,11 @@ def deployment(sc: Scenario, model: ModelSpec, pools: list[PoolSpec]) -> Deploym
     return Deployment(model.name, sc.kv_cache.block_tokens, str(sc.kv_cache.dtype), shape)
 
 
-def starting_queues(sc: Scenario, here: Deployment, cache: object) -> list[list[int]]:
-    """Each replica's free block queue at the start: ``cache``'s, where it is an earlier run's on
-    this server (a ``ServerCache`` of the same deployment), else empty."""
+def starting_state(sc: Scenario, here: Deployment, cache: object) -> tuple[list[list[int]], list[tuple[Key, ...]]]:
+    """Each replica's free block queue and compiled MoE kernels at the start: ``cache``'s, where it
+    is an earlier run's on this server (a ``ServerCache`` of the same deployment), else empty."""
     if cache is None:
-        return []
+        return [], []
     if not isinstance(cache, ServerCache):
         raise UserError(
             f"llmsim.run: server_cache must be an earlier run's Results.server_cache, got {type(cache).__name__}"
@@ -384,7 +387,10 @@ def starting_queues(sc: Scenario, here: Deployment, cache: object) -> list[list[
     for q in queues:
         if not all(type(h) is int and -(2**63) <= h < 2**63 for h in q):
             raise UserError("llmsim.run: server_cache.queues: expected the block hashes an earlier run left (ints)")
-    return queues
+    kernels = list(cache.kernels) if isinstance(cache.kernels, tuple) else None
+    if kernels is None or not all(isinstance(keys, tuple) and all(valid_key(k) for k in keys) for keys in kernels):
+        raise UserError("llmsim.run: server_cache.kernels: expected the MoE kernel keys an earlier run left")
+    return queues, kernels
 
 
 def has_identity(workload: Workload) -> bool:
@@ -555,6 +561,12 @@ def mechanism_summary(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], out
         "activation_peak_bytes": activation_bytes(model, peak_tokens, p0.sched.max_num_seqs, p0.tp, sc.model.act_dtype),
         "kv_peak_blocks": max(reps["kv_peak_blocks"].tolist()),
     }
+    if any(p.moe_jit is not None for p in pools):  # (a server's first steps of a new kind: moejit.py)
+        res["moe_jit"] = {
+            "compile_s": max(p.moe_jit.compile_s for p in pools if p.moe_jit is not None),
+            "kernels_compiled": int(total("moe_jit_compiles")),
+            "wait_s": total("moe_jit_wait_s"),
+        }
     res["preemption"] = {
         "mode": sc.kv_cache.preemption,
         "swap_s": total("swap_s"),

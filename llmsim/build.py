@@ -16,6 +16,7 @@ from llmsim.engine import EngineSpec, for_hardware, graph_plan
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
 from llmsim.models import DTYPE_BYTES, ModelSpec, from_hf_config, get_model, weight_groups
+from llmsim.moejit import MoeJitSpec, moe_jit_spec
 from llmsim.scenario import PoolConfig, Scenario
 from llmsim.schedulers import SchedulerConfig
 from llmsim.schedulers.base import SpecConfig
@@ -402,6 +403,7 @@ class PoolSpec:
     sched: SchedulerConfig
     memory: dict  # the memory budget per device, for reports and errors
     draft_cost: CostModel | None = None  # speculative decoding with a draft model
+    moe_jit: MoeJitSpec | None = None  # its fused-MoE kernels compiled at start-up (moejit.py)
 
 
 def check_moe_keys(sc: Scenario, model: ModelSpec) -> None:
@@ -570,7 +572,18 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         )
         draft_cost = shared_cost_model(draft, hw, draft_cfg, engine)
     cost = shared_cost_model(model, hw, cfg, engine)
-    return PoolSpec(name, hw, p.replicas, p.tp, p.pp, cost, blocks, sched, memory, draft_cost=draft_cost)
+    jit = moe_jit_spec(
+        engine.moe_jit_compile_s,
+        hw.family,
+        model.num_experts,
+        model.experts_per_token,
+        (model.expert_weight_dtype or weight_dtype, act),
+        ep,
+        p.pp,
+        cfg.cuda_graph_sizes if cfg.cuda_graphs else (),
+        step_tokens,  # (vLLM's profile run: max_num_batched_tokens tokens)
+    )
+    return PoolSpec(name, hw, p.replicas, p.tp, p.pp, cost, blocks, sched, memory, draft_cost, jit)
 
 
 SHARED_COST_MODELS = 16  # cost models (and their price caches) a process keeps for later runs

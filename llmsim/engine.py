@@ -62,6 +62,9 @@ class EngineSpec:
     batch_change: HostTerm = HostTerm()
     async_scheduling: bool = False  # plan step N+1 while step N runs (vLLM's batch queue of 2)
     output_delay_s: float = 0.0  # step end -> the client sees the token (detokenise, stream)
+    # seconds a step waits for each fused-MoE kernel variant it is the first to need, on a server
+    # whose start-up did not compile it (moejit.py); 0: every variant is compiled (a warm server)
+    moe_jit_compile_s: float = 0.0
     # disaggregated: the prefill instance streams the first token as its prompt step ends (DistServe:
     # ContextStageLLMEngine._step hands each request's StepOutput to the client, then queues its KV
     # for migration), so a wait for the decode side shows in TPOT; false: the client's first token
@@ -339,6 +342,16 @@ _VLLM_CPU_OP_S = 37.3e-6
 # Offline benchmarks and replays of engine-side stamps set it to 0.
 _VLLM_FRONTEND_S = 0.010
 
+# Seconds Triton takes to compile one variant of vLLM's fused-MoE kernel while serving (moejit.py):
+# vLLM 0.30 on an H100 SXM host with an empty compile cache ran its start-up profile run, which
+# compiles the gate/up and down GEMMs' variants for its token count, in 0.72 s, where the same
+# server started again on the filled cache ran it in 0.20 s: 0.52 s for two variants (github.com/
+# surya-koritala/Glyd, benchmarks/gpu/vllm-m6-h100-2026-10-01/moe-bench/bench-Qwen3-30B-A3B/
+# serve-bf16-cold.txt @cb2d0766 and serve-bf16.txt @10e8caea, "Initial profiling/warmup run took").
+# The same cold start's CUDA-graph capture slowed by about as much at each size where the tile
+# config changes. It is the host CPU's time: the A100 and A6000 hosts' first passes read slower.
+_VLLM_MOE_JIT_S = 0.26
+
 PRESETS: dict[str, EngineSpec] = {
     "ideal": EngineSpec(
         "ideal",
@@ -357,6 +370,7 @@ PRESETS: dict[str, EngineSpec] = {
         output=_VLLM_OUTPUT,
         async_scheduling=True,
         output_delay_s=_VLLM_FRONTEND_S,
+        moe_jit_compile_s=_VLLM_MOE_JIT_S,
         cuda_graphs=True,
         cuda_graph_sizes=vllm_capture_sizes(512),
         moe_skip_padding=True,
@@ -458,7 +472,7 @@ def _field(k: str, v: object, origin: str) -> object:
                 f"{where} must be a non-empty list of batch sizes from 1 to {MAX_GRAPH_TOKENS:,}, got {value_text(v)}"
             )
         return tuple(sorted(set(v)))
-    if k == "output_delay_s":
+    if k in ("output_delay_s", "moe_jit_compile_s"):
         return _seconds(v, where)
     if k == "cpu_op_s":
         return None if v is None else _seconds(v, where)

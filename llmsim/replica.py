@@ -100,7 +100,8 @@ class Replica:
             from llmsim.lora import LoraCache
 
             self.lora = LoraCache(opts.lora)
-        self.price = StepCost(pool, opts.kv_bytes_per_token, self.kv, self.lora)
+        compiled = opts.moe_kernels[index] if index < len(opts.moe_kernels) else ()  # (an earlier run's)
+        self.price = StepCost(pool, opts.kv_bytes_per_token, self.kv, self.lora, compiled)
         # async scheduling (engine.py): the step after the one running was planned when it started,
         # so an arrival during a step joins the plan after next; ``_late`` holds such arrivals
         self.async_scheduling = pool.cost.engine.async_scheduling  # (this pool's engine, engine.for_hardware)
@@ -218,7 +219,7 @@ class Replica:
                 yield from self._sleep()
                 continue
             shape = self.step_shape(plan)
-            run = None if self._late else self.fast.start_run(plan, shape)
+            run = None if self._late or self.price.compiles(shape) else self.fast.start_run(plan, shape)
             self._step_start_s = clock.now
             if run is not None:  # a closed-form run (identical decode steps, or a prompt's chunks beside them)
                 done = yield from self.fast.wait(run)

@@ -39,11 +39,13 @@ class Deployment:
 class ServerCache:
     """A server's prefix caches as a run left them, for a later run on the same server to start
     from (``llmsim.run(..., server_cache=)``; `llmsim bench --after`): each replica's free block
-    queue, oldest first (``kvcache.BlockManager.free_queue_state``), and the deployment they belong
-    to. Offload tiers are not kept: a later run starts with them empty."""
+    queue, oldest first (``kvcache.BlockManager.free_queue_state``), the fused-MoE kernels it
+    compiled (``moejit``), and the deployment they belong to. Offload tiers are not kept: a later run starts with them empty."""
 
     deployment: Deployment
     queues: tuple[tuple[int, ...], ...]  # per replica, the pools in order
+    # per replica, the fused-MoE kernel keys compiled (moejit.MoeKernels.state; empty where untracked)
+    kernels: tuple[tuple[tuple[int, ...], ...], ...] = ()
 
 
 @dataclass

@@ -58,6 +58,7 @@ class SimOutput:
     decisions: pd.DataFrame | None = None
     lifetimes: pd.DataFrame | None = None
     free_queues: list[list[int]] | None = None  # each replica's at the end (SimOptions.keep_free_queues)
+    moe_kernels: list[tuple[tuple[int, ...], ...]] | None = None  # ... and its compiled MoE kernels
 
 
 @dataclass
@@ -88,7 +89,7 @@ def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, 
         return reps
 
     # a replica started mid-run (autoscaler.py): an empty cache
-    cold = dataclasses.replace(opts, prewarm=[], free_queues=[])
+    cold = dataclasses.replace(opts, prewarm=[], free_queues=[], moe_kernels=[])
 
     def grow(index: int) -> Replica:
         return make(index, pools[0], policy, max_queue, cold)
@@ -298,6 +299,7 @@ def simulate(
         out.decisions, out.lifetimes = scaler.decisions(), scaler.lifetimes(reqs, env.now)
     if opts.keep_free_queues:
         out.free_queues = [rep.kv.free_queue_state() for rep in replicas]
+        out.moe_kernels = [() if rep.price.kernels is None else rep.price.kernels.state() for rep in replicas]
     return out
 
 

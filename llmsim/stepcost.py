@@ -4,7 +4,9 @@ The cost model prices the plan's shape (``CostModel.step_time``); a replica adds
 preempted KV to or from host memory over the host link before the step, the reads of prefix
 blocks from KV offload tiers (``BlockManager.take_load_s``), the copies of LoRA adapters its
 batch uses that are not in a GPU slot (``lora.LoraCache``), and the draft model's (or MTP heads')
-proposals of speculative decoding. The totals are the replica's counters.
+proposals of speculative decoding, and the wait of a step that is first to need a fused-MoE
+kernel variant start-up did not compile (``moejit.MoeKernels``). The totals are the replica's
+counters.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from llmsim.build import PoolSpec
     from llmsim.kvcache import BlockManager
     from llmsim.lora import LoraCache
+    from llmsim.moejit import Key, MoeKernels
 
 
 class StepCost:
@@ -29,8 +32,11 @@ class StepCost:
         kv_bytes_per_token: float,
         kv: BlockManager | None = None,
         lora: LoraCache | None = None,
+        compiled: tuple[Key, ...] = (),
     ) -> None:
         self.cost = pool.cost
+        # the server's compiled fused-MoE kernels (None: not tracked, moejit.moe_jit_spec)
+        self.kernels: MoeKernels | None = None if pool.moe_jit is None else pool.moe_jit.start(compiled)
         self.draft_cost = pool.draft_cost
         host = pool.hw.host_link
         self._host_bw = host.bandwidth_bytes_per_s.value * pool.tp * pool.pp
@@ -51,6 +57,8 @@ class StepCost:
         if self.lora is not None:
             swap += self._lora(plan, shape)
         dt = self.cost.step_time(shape, plan.changed)
+        if self.kernels is not None:  # (the step waits for Triton before its experts run)
+            dt += self.kernels.stall_s(self.expert_tokens(shape))
         draft = 0.0
         if plan.spec_k and plan.decode:
             contexts = [r.kv_tokens for r in plan.decode]  # the same rows, one token each
@@ -73,6 +81,14 @@ class StepCost:
             self.spec_base_s += self.cost.step_time(plain, plan.changed)
             self.spec_time_s += dt + draft
         return dt + swap + draft, swap, draft
+
+    def expert_tokens(self, shape: BatchShape) -> int:
+        """The tokens a step's experts run over: padded to the captured size under a CUDA graph."""
+        return self.cost.graph_view(shape.tokens, shape.prefill_tokens == 0)[0]
+
+    def compiles(self, shape: BatchShape) -> bool:
+        """Would this step wait for a fused-MoE kernel to compile (then it is priced alone)?"""
+        return self.kernels is not None and self.kernels.pending(self.expert_tokens(shape))
 
     @staticmethod
     def _grouped(alone: BatchShape, step: BatchShape) -> BatchShape:
@@ -119,10 +135,19 @@ class StepCost:
         return self.lora.activate(adapters)
 
     def counters(self) -> dict[str, float]:
-        return {
-            "swap_s": self.swap_s,
-            "offload_load_s": self.offload_load_s,
-            "draft_s": self.draft_s,
-            "spec_base_s": self.spec_base_s,
-            "spec_time_s": self.spec_time_s,
-        } | (self.lora.counters() | {"lora_kernel_s": self.lora_kernel_s} if self.lora is not None else {})
+        jit = self.kernels  # (zeros where untracked: a frame of replicas of several pools sums them)
+        compiled = {
+            "moe_jit_compiles": 0 if jit is None else jit.compiles,
+            "moe_jit_wait_s": 0.0 if jit is None else jit.wait_s,
+        }
+        return (
+            compiled
+            | {
+                "swap_s": self.swap_s,
+                "offload_load_s": self.offload_load_s,
+                "draft_s": self.draft_s,
+                "spec_base_s": self.spec_base_s,
+                "spec_time_s": self.spec_time_s,
+            }
+            | (self.lora.counters() | {"lora_kernel_s": self.lora_kernel_s} if self.lora is not None else {})
+        )

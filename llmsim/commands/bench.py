@@ -69,7 +69,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import tempfile
 
     from llmsim import vllmcli, vllmresult
-    from llmsim.commands.run import parse_overrides
+    from llmsim.commands.run import moe_jit_line, parse_overrides
     from llmsim.errors import UserError
     from llmsim.hardware import load_profile
     from llmsim.scenario import with_overrides
@@ -117,14 +117,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
             runs.append(EarlierRun(b, label, translate(before, label), why))
         sc = translate(data, "--bench")
         skipped = why_history_skipped(sc, no_content) if earlier else None
-        cache = None  # the server's prefix caches, run after run
-        if skipped is None:
+        # a MoE server's earlier runs compiled its fused-MoE kernels (moejit.py), whatever its prefix cache
+        kernels = (
+            bool(earlier)
+            and sc.engine_spec.moe_jit_compile_s > 0
+            and vllmcli.has_experts(vllmcli.model_entry(serve.model)[0])
+        )
+        cache = None  # the server's prefix caches and compiled kernels, run after run
+        if skipped is None or kernels:
             for h in runs:
                 res = simulate(h.scenario, cache, keep=True)
                 cache, h.summary = res.server_cache, res.summary
         summary = simulate(sc, cache).summary
         if earlier:
-            summary["history"] = history_summary(runs, skipped)
+            summary["history"] = history_summary(runs, None if kernels else skipped)
         if out is not None:
             write_scenario_files(out, data, trace)
     compared = vllmresult.comparison_rows(summary, result.figures) if result is not None else []
@@ -145,13 +151,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         notes(sc, serve, bench, result, translated["cluster"].get("expert_routing_exponent", 1.0), no_content), end=""
     )
     if earlier:
-        print(history_note(runs, skipped, summary, set_keys))
+        print(history_note(runs, skipped, summary, set_keys, kernels))
     print()
     print(vllmresult.result_block(summary, bench.percentile_metrics, percentiles, rate, sc.workload.max_concurrency))
     if result is not None and compared:
         print("\n" + vllmresult.comparison_table(compared, result.path))
     from llmsim.accuracy import interval_line
 
+    if summary.get("moe_jit", {}).get("kernels_compiled"):
+        print(f"\nkernels  {moe_jit_line(summary)}")
     print(f"\naccuracy {interval_line(summary.get('accuracy'), summary.get('accuracy_like'))}")
     print(f"verdict  {summary['saturation']['verdict'].upper()}: {summary['saturation']['explanation']}")
     return 0
@@ -266,13 +274,21 @@ def why_history_skipped(sc: Scenario, no_content: str | None) -> str | None:
     return None
 
 
-def history_note(runs: list[EarlierRun], skipped: str | None, summary: dict, set_keys: frozenset[str]) -> str:
+def history_note(
+    runs: list[EarlierRun], skipped: str | None, summary: dict, set_keys: frozenset[str], kernels: bool = False
+) -> str:
     """The printout's lines on the --after runs: what this run found cached, what each earlier run
-    could not leave, and the flags they named that change no timing or that --set replaced."""
+    could not leave, and the flags they named that change no timing or that --set replaced
+    (``kernels``: they were simulated for the MoE kernels they compiled, moejit.py)."""
     n = len(runs)
     what = f"{n} earlier run{'s' * (n > 1)} on the server (--after)"
-    if skipped is not None:
+    if skipped is not None and not kernels:
         return f"history  {what} not simulated: {skipped}, so they leave nothing this run could find"
+    if skipped is not None:
+        return (
+            f"history  {what}, simulated first for the fused-MoE kernels {'they' if n > 1 else 'it'} compiled; "
+            f"{skipped}, so they leave no prompt this run could find"
+        )
     hit = summary.get("prefix_cache", {}).get("hit_rate", 0.0)
     lines = [
         f"history  {what}, simulated first: {hit:.1%} of this run's prompt tokens found cached (theirs or its own)"
