@@ -351,6 +351,7 @@ _VLLM_FRONTEND_S = 0.010
 # The same cold start's CUDA-graph capture slowed by about as much at each size where the tile
 # config changes. It is the host CPU's time: the A100 and A6000 hosts' first passes read slower.
 _VLLM_MOE_JIT_S = 0.26
+SERVER_STATE = ("moe_jit_compile_s",)  # fields that describe a server's state, not its engine (load_engine)
 
 PRESETS: dict[str, EngineSpec] = {
     "ideal": EngineSpec(
@@ -564,7 +565,10 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
     spec = engine_from_dict(value, origin, base)
     ref = base or PRESETS[DEFAULT_ENGINE]  # (what engine_from_dict started from)
     # a field set to what the preset already has changes nothing (its validated accuracy stands)
-    changed = {k for k in set(value) - {"preset", "profile", "name"} if getattr(spec, k) != getattr(ref, k)}
+    # (moe_jit_compile_s says what the server has compiled, as a server's history does: the same engine)
+    changed = {
+        k for k in set(value) - {"preset", "profile", "name", *SERVER_STATE} if getattr(spec, k) != getattr(ref, k)
+    }
     if changed and "name" not in value:  # no longer the preset its accuracy was validated for
         spec = replace(spec, name=f"{spec.name} (modified: {', '.join(sorted(changed))})")
     return spec

@@ -57,8 +57,9 @@ class StepCost:
         if self.lora is not None:
             swap += self._lora(plan, shape)
         dt = self.cost.step_time(shape, plan.changed)
-        if self.kernels is not None:  # (the step waits for Triton before its experts run)
-            dt += self.kernels.stall_s(self.expert_tokens(shape))
+        # the step waits for Triton before its experts run (speculation or not: its baseline waits too)
+        stall = 0.0 if self.kernels is None else self.kernels.stall_s(self.expert_tokens(shape))
+        dt += stall
         draft = 0.0
         if plan.spec_k and plan.decode:
             contexts = [r.kv_tokens for r in plan.decode]  # the same rows, one token each
@@ -78,7 +79,7 @@ class StepCost:
             padded = [r.kv_tokens for r in plan.padding for _ in range(r.n_seqs)]
             plain = self._grouped(model_batch_shape(self.cost.model, chunks, contexts + padded), shape)
             self.draft_s += draft
-            self.spec_base_s += self.cost.step_time(plain, plan.changed)
+            self.spec_base_s += self.cost.step_time(plain, plan.changed) + stall
             self.spec_time_s += dt + draft
         return dt + swap + draft, swap, draft
 

@@ -119,3 +119,13 @@ def test_a_server_s_history_keeps_its_kernels(traces):
 def test_the_compile_time_is_checked(traces):
     with pytest.raises(UserError, match=r"engine.moe_jit_compile_s must be a number of seconds from 0"):
         _scenario(traces, 1, {"preset": "vllm-v1", "moe_jit_compile_s": -1})
+
+
+def test_a_warm_server_is_the_same_engine(traces):
+    """moe_jit_compile_s: 0 says what the server compiled, not how the engine runs: the preset keeps
+    its name, so its validated accuracy still applies."""
+    sc = _scenario(traces, 1, {"preset": "vllm-v1", "moe_jit_compile_s": 0})
+    assert sc.engine_spec.name == "vllm-v1"
+    assert _scenario(traces, 1, {"preset": "vllm-v1", "output_delay_s": 0}).engine_spec.name.startswith(
+        "vllm-v1 (modified"
+    )

@@ -118,11 +118,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         sc = translate(data, "--bench")
         skipped = why_history_skipped(sc, no_content) if earlier else None
         # a MoE server's earlier runs compiled its fused-MoE kernels (moejit.py), whatever its prefix cache
-        kernels = (
-            bool(earlier)
-            and sc.engine_spec.moe_jit_compile_s > 0
-            and vllmcli.has_experts(vllmcli.model_entry(serve.model)[0])
-        )
+        kernels = bool(earlier) and tracks_kernels(sc)
         cache = None  # the server's prefix caches and compiled kernels, run after run
         if skipped is None or kernels:
             for h in runs:
@@ -272,6 +268,13 @@ def why_history_skipped(sc: Scenario, no_content: str | None) -> str | None:
     if sc.workload.prompts != "vllm_bench":
         return f"this run's prompts carry no content ({no_content or 'workload.prompts llmsim'})"
     return None
+
+
+def tracks_kernels(sc: Scenario) -> bool:
+    """Does a run of ``sc`` compile fused-MoE kernels that an earlier run would leave (moejit.py)?"""
+    from llmsim.build import build_model, build_pools
+
+    return sc.engine_spec.moe_jit_compile_s > 0 and any(p.moe_jit is not None for p in build_pools(sc, build_model(sc)))
 
 
 def history_note(
