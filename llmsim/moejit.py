@@ -115,7 +115,7 @@ def moe_jit_spec(
     return MoeJitSpec(experts, top_k, compile_s, (*graph_sizes, profile_tokens))
 
 
-KEY_LENGTH = 10  # kernel_keys' tuples: GEMM, six config terms, naive, EM's and num_valid_tokens' specialisation
+KEY_LENGTH = len(kernel_keys(1, 1, 1)[0])  # (GEMM, six config terms, naive, EM's and num_valid_tokens' specialisation)
 
 
 def valid_key(key: object) -> bool:
@@ -149,7 +149,7 @@ class MoeKernels:
 
     def stall_s(self, tokens: int) -> float:
         """Seconds a step over ``tokens`` waits for the keys it is first to need (they are then compiled)."""
-        if not self.pending(tokens):
+        if tokens in self._ready:
             return 0.0
         new = [k for k in kernel_keys(tokens, self.experts, self.top_k) if k not in self.compiled]
         self.compiled.update(new)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llmsim.moejit import Key
 
 
 @dataclass
@@ -50,7 +54,7 @@ class SimOptions:
     free_queues: list[list[int]] = field(default_factory=list)
     keep_free_queues: bool = False  # SimOutput.free_queues: each replica's at the end
     # ... and each replica's compiled fused-MoE kernel keys (moejit.MoeKernels.state; kept with the queues)
-    moe_kernels: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)
+    moe_kernels: list[tuple[Key, ...]] = field(default_factory=list)
     kv_link: LinkSpec | None = None  # disaggregated only
     decode_router: str = "least_outstanding"
     router_view_s: float | None = None  # seconds between the router's views of the replicas (router.view_s)

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,9 @@ from llmsim.gaps import GapHistogram
 from llmsim.metrics import DEFAULT_PERCENTILES, bench_metrics, dist_ms, finished, itl_from_histogram, mean_gap_s
 from llmsim.progress import finite
 from llmsim.tables import fmt
+
+if TYPE_CHECKING:
+    from llmsim.moejit import Key
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class ServerCache:
     deployment: Deployment
     queues: tuple[tuple[int, ...], ...]  # per replica, the pools in order
     # per replica, the fused-MoE kernel keys compiled (moejit.MoeKernels.state; empty where untracked)
-    kernels: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    kernels: tuple[tuple[Key, ...], ...] = ()
 
 
 @dataclass

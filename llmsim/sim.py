@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from heapq import heappop
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -40,6 +40,9 @@ from llmsim.router import StaleRouter, route, view_s
 from llmsim.steplog import StepLog
 from llmsim.workload.base import Workload
 
+if TYPE_CHECKING:
+    from llmsim.moejit import Key
+
 __all__ = ["LinkSpec", "SimOptions", "SimOutput", "events_pending", "simulate"]
 
 
@@ -58,7 +61,7 @@ class SimOutput:
     decisions: pd.DataFrame | None = None
     lifetimes: pd.DataFrame | None = None
     free_queues: list[list[int]] | None = None  # each replica's at the end (SimOptions.keep_free_queues)
-    moe_kernels: list[tuple[tuple[int, ...], ...]] | None = None  # ... and its compiled MoE kernels
+    moe_kernels: list[tuple[Key, ...]] | None = None  # ... and its compiled MoE kernels
 
 
 @dataclass

@@ -118,7 +118,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         sc = translate(data, "--bench")
         skipped = why_history_skipped(sc, no_content) if earlier else None
         # a MoE server's earlier runs compiled its fused-MoE kernels (moejit.py), whatever its prefix cache
-        kernels = bool(earlier) and tracks_kernels(sc)
+        kernels = skipped is not None and tracks_kernels(sc)  # (they leave kernels all the same)
         cache = None  # the server's prefix caches and compiled kernels, run after run
         if skipped is None or kernels:
             for h in runs:
@@ -154,8 +154,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("\n" + vllmresult.comparison_table(compared, result.path))
     from llmsim.accuracy import interval_line
 
-    if summary.get("moe_jit", {}).get("kernels_compiled"):
-        print(f"\nkernels  {moe_jit_line(summary)}")
+    jit = moe_jit_line(summary)
+    if jit:
+        print(f"\nkernels  {jit}")
     print(f"\naccuracy {interval_line(summary.get('accuracy'), summary.get('accuracy_like'))}")
     print(f"verdict  {summary['saturation']['verdict'].upper()}: {summary['saturation']['explanation']}")
     return 0

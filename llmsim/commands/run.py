@@ -225,8 +225,9 @@ def summary_text(s: dict) -> str:
     routing = [p["expert_routing_exponent"] for p in s.get("pools", []) if "expert_routing_exponent" in p]
     if routing:  # a MoE model: how its tokens reach its experts (the figure that moves MoE decode most)
         tail.append(f"routing  {routing_line(routing[0])}")
-    if s.get("moe_jit", {}).get("kernels_compiled"):
-        tail.append(f"kernels  {moe_jit_line(s)}")
+    jit = moe_jit_line(s)
+    if jit:
+        tail.append(f"kernels  {jit}")
     tail.append(f"verdict  {sat['verdict'].upper()}: {sat['explanation']}")
     from llmsim.accuracy import interval_line
 
@@ -234,10 +235,13 @@ def summary_text(s: dict) -> str:
     return "\n".join(head) + "\n\n" + body + "\n".join(tail)
 
 
-def moe_jit_line(s: dict) -> str:
-    """What a fresh server's first steps of a new kind waited for vLLM's fused-MoE kernels (moejit.py)."""
-    j = s["moe_jit"]
-    n = j["kernels_compiled"]
+def moe_jit_line(s: dict) -> str | None:
+    """What a fresh server's first steps of a new kind waited for vLLM's fused-MoE kernels
+    (moejit.py), or None where none was compiled."""
+    j = s.get("moe_jit", {})
+    n = j.get("kernels_compiled", 0)
+    if not n:
+        return None
     return (
         f"{n} fused-MoE kernel variant{'s' * (n != 1)} compiled while serving, steps waited {fmt(j['wait_s'])} s "
         "(a fresh vLLM server; engine.moe_jit_compile_s: 0 for one that had compiled them)"
