@@ -3,26 +3,39 @@
     python benchmarks/moe_kernels.py            # every row: measured, priced, ratio; per-GPU fit
     python benchmarks/moe_kernels.py --fit      # the fits only: moe_gemm_fraction, moe_memory_fraction per GPU
 
-Each row is one ``fused_experts`` call (both grouped GEMMs and the activation; vLLM's
-``benchmark_moe.py`` and the PRs' microbenchmarks time that) for M tokens routed to ``topk`` of
-``E`` experts of hidden size K and intermediate size N, in the row's dtype. llmsim prices the same call with
-the ops the simulator builds for a MoE layer (``ops.step_ops``: ``mlp_up_proj``, ``mlp_act``,
-``mlp_down_proj``) on the row's profile, as shipped and with ``efficiency.moe_gemm_fraction``
-removed (the dense GEMM rate). The fit: per GPU, the ``moe_gemm_fraction`` that minimises the
-squared log error over that GPU's BF16 rows with M >= 512 (compute-bound: rows per expert in the
-hundreds); rows below are weight-streaming and do not depend on it. Those (16 <= M <= 256, every
-expert touched and a few rows each) fit ``moe_memory_fraction`` the same way, the rate the grouped
-kernel streams expert weights at. Where a GPU has vLLM's own harness's rows from one token up
-(``benchmark_moe.py``, which times calls in a CUDA graph: H100 SXM and A100-40GB), the rows at
-1-96 tokens fit that fraction together with ``overheads.moe_call_fixed_s``, the call's own work
-beyond its expert GEMMs (routing top-k, token sort, top-k sum), which the small calls show
-(``fit_call``). The H100 SXM, GH200 and H200 (the same die and kernel) carry the H100's pair,
-the three A100 profiles the A100-40GB's, the H100 PCIe the H100's call cost alone (no rows of its
-own). H200's own rows come from another harness, with a ~185 us floor at 1-4 tokens: held out,
-its 16-256-token rows fit a streaming fraction of 0.906 with the call cost in (0.940 carried).
-FP8 rows are never fitted:
-they check the fraction (a BF16 measurement, or a prior) on another dtype. The tuned-config time is
-used where a source gives it (vLLM ships those configs), else the default-config time.
+Each row is one ``fused_experts`` call (both grouped GEMMs, the activation and the top-k sum;
+vLLM's ``benchmark_moe.py`` and the PRs' microbenchmarks time that) for M tokens routed to
+``topk`` of ``E`` experts of hidden size K and intermediate size N, in the row's dtype. llmsim
+prices the same call with the ops the simulator builds for a MoE layer (``ops.step_ops``:
+``mlp_up_proj``, ``mlp_act``, ``mlp_down_proj``, ``moe_sum``) on the row's profile, as shipped
+and with ``efficiency.moe_gemm_fraction`` removed (the dense GEMM rate), each expert's rows padded
+to the tile height of vLLM's default config (``costmodel/fusedmoe.py``).
+
+The row's time is its default-config one where the source gives it: that is the config vLLM runs
+where it ships no tuned file for the experts' shape (every MoE server of
+data/validation/vllm-gpu-bench/ logs "Using default MoE config"), and the one whose tile heights
+are priced; a tuned-config time only where the source has no other (the H100 SXM's Mixtral rows).
+The fit: per GPU, the ``moe_gemm_fraction`` that minimises the squared log error over that GPU's
+BF16 rows with M >= 512 (compute-bound: rows per expert in the hundreds), on default-config rows
+(``FRACTION_FROM``: the H100 SXM, whose rows are tuned-config ones, and the GH200 carry the H200's,
+the same die; the A100-40GB and PCIe the A100-SXM-80GB's); rows below are weight-streaming and do
+not depend on it. Those (16 <= M <= 256, every expert touched and a few rows each) fit
+``moe_memory_fraction`` the same way, the rate the grouped kernel streams expert weights at.
+Where a GPU has vLLM's own harness's rows from one token up (``benchmark_moe.py``, which times
+calls in a CUDA graph: H100 SXM and A100-40GB), the rows at 1-96 tokens fit that fraction
+together with ``overheads.moe_call_fixed_s``, the call's own work beyond its expert GEMMs and
+the top-k sum (routing top-k, token sort), which the small calls show (``fit_call``). The H100
+SXM, GH200 and H200 (the same die and kernel) carry the H100's pair, the three A100 profiles
+the A100-40GB's, the H100 PCIe the H100's call cost alone (no rows of its own). H200's own rows
+come from another harness, with a ~185 us floor at 1-4 tokens: held out. FP8 rows are never
+fitted: they check the fraction (a BF16 measurement, or a prior) on another dtype.
+
+GPUs without rows take a prior (``prior_fractions``): the geometric mean of the A100-SXM-80GB's
+and the H200's default-config fits with no fixed cost a call (the profiles that take it carry
+none), over the kind of dense curve the profile has: a fitted one (L4, A40, RTX 3090, RTX A6000),
+or a best-shape (MAMF) one with gemm_half_m 64 and wave exponent 0.2 (B200, GB200, L40S, RTX
+4090, RTX PRO 6000), for which the two GPUs are priced on the MAMF curves their profiles had
+until 2026-12-05/06 (``MAMF_FRACTION``).
 """
 
 from __future__ import annotations
@@ -44,7 +57,7 @@ from llmsim.models import get_model
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data/validation/moe_kernels/fused_moe.csv"
 LAYERS = ROOT / "data/validation/moe_kernels/layer_tables.csv"  # whole layers in a CUDA graph, held out
-EXPERT_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
+EXPERT_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj", "moe_sum")
 FIT_MIN_M = 512
 STREAM_M = (16, 256)  # weight-streaming rows: the moe_memory_fraction fit
 SMALL_M = 96  # the small calls, where a call's fixed cost shows: the fit_call rows (M <= this)
@@ -53,6 +66,13 @@ CALL_MIN_ROWS = 4  # ... at least this many of them, from one token up (two term
 
 
 COMPUTE, STREAM = "moe_gemm_fraction", "moe_memory_fraction"  # the two terms these rows fit
+# the profiles whose moe_gemm_fraction is another GPU's default-config fit (the same die)
+FRACTION_FROM = {"H100-SXM": "H200", "GH200": "H200", "A100-40GB": "A100-SXM-80GB", "A100-PCIe-80GB": "A100-SXM-80GB"}
+PRIOR_FROM = ("A100-SXM-80GB", "H200")  # the GPUs with default-config rows at M >= FIT_MIN_M
+# the best-shape BF16 GEMM fraction their profiles had before the fitted curves (MAMF, [STAS-ACC]):
+# A100 SXM 271.2 of 312 TFLOPS, H100 SXM (the H200 the same) 794.5 of 989
+MAMF_FRACTION = {"A100-SXM-80GB": 0.869, "H200": 0.803}
+MAMF_SHAPE = {"gemm_half_m": 64, "gemm_wave_exponent": 0.2}  # the prior shape terms of those curves
 
 
 def with_term(hw: HardwareProfile, term: str, value: float | None) -> HardwareProfile:
@@ -72,11 +92,56 @@ def fused_experts_s(hw: HardwareProfile, e: int, n: int, k: int, topk: int, m: i
 
 
 def measured_us(rows: pd.DataFrame) -> pd.Series:
-    return rows["tuned_us"].where(rows["tuned_us"].notna(), rows["default_us"])
+    return rows["default_us"].where(rows["default_us"].notna(), rows["tuned_us"])
 
 
 def priced_us(rows: pd.DataFrame, hw: HardwareProfile) -> np.ndarray:
     return np.array([fused_experts_s(hw, r.E, r.N, r.K, r.topk, r.M, r.dtype) * 1e6 for r in rows.itertuples()])
+
+
+def fraction_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """One GPU's rows the compute fraction is fitted to: BF16, M >= FIT_MIN_M, with a default-config time."""
+    return rows[(rows["M"] >= FIT_MIN_M) & (rows["dtype"] == "bf16") & rows["default_us"].notna()]
+
+
+def without_call(hw: HardwareProfile) -> HardwareProfile:
+    data = hw.model_dump()
+    data["overheads"]["moe_call_fixed_s"] = None
+    return HardwareProfile.model_validate(data)
+
+
+def on_mamf_curve(hw: HardwareProfile, profile: str) -> HardwareProfile:
+    """``hw`` with the best-shape (MAMF) dense curve its profile had before the fitted one."""
+    hw = with_efficiency(hw, "gemm_max_fraction", MAMF_FRACTION[profile], "MAMF best-shape fraction")
+    for term, value in MAMF_SHAPE.items():
+        hw = with_efficiency(hw, term, value, "prior shape term")
+    return hw
+
+
+def prior_fractions(data: pd.DataFrame) -> dict[str, float]:
+    """The moe_gemm_fraction priors for GPUs without rows, by the kind of dense curve they carry
+    ("fitted", "mamf"): the geometric mean of ``PRIOR_FROM``'s default-config fits, no call cost."""
+    fits: dict[str, list[float]] = {"fitted": [], "mamf": []}
+    for profile in PRIOR_FROM:
+        rows = fraction_rows(data[data["profile"] == profile])
+        hw = without_call(load_profile(profile))
+        fits["fitted"].append(fit_term(rows, hw, COMPUTE))
+        fits["mamf"].append(fit_term(rows, on_mamf_curve(hw, profile), COMPUTE))
+    return {kind: round(math.prod(v) ** (1 / len(v)), 3) for kind, v in fits.items()}
+
+
+def pcie_fraction(data: pd.DataFrame) -> float:
+    """The H100 PCIe's fraction: the H200's default-config rows (the same die) refitted over the
+    best-shape curve kind that profile carries, the call cost paid as it pays it."""
+    hw = on_mamf_curve(load_profile("H200"), "H200")
+    return fit_term(fraction_rows(data[data["profile"] == "H200"]), hw, COMPUTE)
+
+
+def tuned_fit(data: pd.DataFrame, profile: str = "H100-SXM") -> float:
+    """The fraction ``profile``'s tuned-config rows would fit (M >= FIT_MIN_M): reported, not shipped."""
+    rows = data[(data["profile"] == profile) & (data["M"] >= FIT_MIN_M) & (data["dtype"] == "bf16")]
+    tuned = rows[rows["default_us"].isna()]
+    return fit_term(tuned, with_term(load_profile(profile), COMPUTE, None), COMPUTE)
 
 
 def fit_term(rows: pd.DataFrame, hw: HardwareProfile, term: str) -> float:
@@ -148,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     for profile, rows in data.groupby("profile", sort=True):
         shipped = load_profile(profile)
         dense = with_term(shipped, COMPUTE, None)
-        big = rows[(rows["M"] >= FIT_MIN_M) & (rows["dtype"] == "bf16")]
+        big = fraction_rows(rows)
         fitted = fit_term(big, dense, COMPUTE) if len(big) else math.nan
         mid = rows[rows["M"].between(*STREAM_M) & (rows["dtype"] == "bf16")]
         small = call_rows(rows)
@@ -176,11 +241,21 @@ def main(argv: list[str] | None = None) -> int:
             out.to_string(index=False, formatters={c: "{:+.1%}".format for c in ("err", "err ")}, float_format="%.1f")
         )
         print()
-    cols = [f"bf16 rows M>={FIT_MIN_M}", "fitted moe_gemm_fraction", "shipped moe_gemm"]
+    cols = [f"default-config bf16 rows M>={FIT_MIN_M}", "fitted moe_gemm_fraction", "shipped moe_gemm"]
     cols += ["streaming rows", "fitted moe_memory_fraction", "shipped moe_memory", "memory_fraction"]
     cols += ["fitted moe_call_fixed_s (us)", "shipped (us)"]
     fit = pd.DataFrame(fits, columns=["profile", *cols])
     print(fit.to_string(index=False, float_format="%.3f"))
+    carried = ", ".join(f"{p} {FRACTION_FROM[p]}'s" for p in FRACTION_FROM)
+    priors = prior_fractions(data)
+    print(
+        f"moe_gemm_fraction carried (same die): {carried}; H100-PCIe the H200's over its curve kind, {pcie_fraction(data):.3f}"
+    )
+    print(f"(the H100 SXM's own rows, tuned-config, would fit {tuned_fit(data):.3f})")
+    print(
+        f"priors ({' and '.join(PRIOR_FROM)} default-config fits, no call cost, geometric mean): "
+        f"over fitted dense curves {priors['fitted']:.3f}, over best-shape (MAMF) curves {priors['mamf']:.3f}"
+    )
     if not args.fit:
         layers = layer_check()[["profile", "model", "M", "layer_us", "priced_us", "err"]]
         print("\nwhole fused-MoE layers in a CUDA graph (held out; data/validation/moe_kernels/layer_tables.csv):")

@@ -6,7 +6,8 @@ vLLM runs a 16-bit MoE model's experts with its Triton kernel ``fused_moe_kernel
 compiles one binary per key, and two parts of the key depend on the step's token count M (vLLM
 PR #55268, "Warm up the Triton fused MoE GEMMs", open in 2026-09):
 
-- the tile config ``get_default_config`` picks for M (16-bit, since vLLM PR #34846): ``tile_config``;
+- the tile config ``get_default_config`` picks for M (16-bit, since vLLM PR #34846):
+  ``costmodel.fusedmoe.tile_config``, which also prices the kernel's padded tiles;
 - whether the kernel's runtime integers ``EM`` (the expert-sorted token list's padded length) and
   ``num_valid_tokens`` (M x top-k) are divisible by 16 or equal 1, which Triton specialises on
   (vLLM PR #49903: "specializes into ``== 1``, ``% 16 == 0`` and neither").
@@ -33,22 +34,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from llmsim.costmodel.fusedmoe import tile_config
+
 SPARSITY = 4  # vLLM skips the token sort when M x top-k x 4 <= experts (its SPARSITY_FACTOR)
 
 Key = tuple[int, ...]
-
-
-def tile_config(m: int, experts: int) -> tuple[int, int, int, int, int, int]:
-    """(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, warps, stages) that vLLM's
-    ``get_default_config`` gives a 16-bit call of ``m`` tokens (the batch-size-aware buckets of
-    vLLM PR #34846, 2026-02)."""
-    block_m = 16 if m <= 32 else 32 if m <= 96 else 64 if m <= 512 else 128
-    block_n = 64 if m <= 64 else 128
-    block_k = 128 if m <= 64 else 64
-    group_m = 16 if m // max(experts, 1) > 128 else 1
-    warps = 4 if m <= 128 else 8
-    stages = 4 if m <= 32 else 3
-    return block_m, block_n, block_k, group_m, warps, stages
 
 
 def _specialised(n: int) -> int:

@@ -36,6 +36,7 @@ COMPILED = (
     "llmsim.steplog",
     "llmsim.stepcost",
     "llmsim.costmodel.comm",
+    "llmsim.costmodel.fusedmoe",
     "llmsim.costmodel.gemm",
     "llmsim.costmodel.ops",
     "llmsim.costmodel.roofline",

@@ -314,7 +314,10 @@ def test_w8a8_int8_computes_at_the_int8_rate() -> None:
 
 def test_moe_expert_gemms_are_priced_at_the_rows_each_expert_gets() -> None:
     """Mixtral, 1,024 prompt tokens, top-2 of 8 experts: 2,048 routed rows over 8 experts is 256
-    rows per expert GEMM, and the grouped kernel's tiles fill at 256 rows, not 2,048."""
+    rows per expert GEMM, and the grouped kernel's tiles fill at 256 rows, not 2,048. Its tiles
+    are whole: each expert's rows pad to the 128-row tile vLLM's default config gives 1,024
+    tokens, 2.5 tiles an expert on average (256 rows, give or take 16), and it executes those."""
+    from llmsim.costmodel.fusedmoe import padded_share, tile_config
     from llmsim.models import get_model
 
     mixtral = get_model("mixtral-8x7b")
@@ -324,10 +327,13 @@ def test_moe_expert_gemms_are_priced_at_the_rows_each_expert_gets() -> None:
     assert up.op.m == 256 and up.op.flops == 2.0 * 2048 * up.op.n * up.op.k
     # the 8 experts' tiles share one launch: the last wave is counted over all of them
     assert up.op.groups == 8
-    eff = cm.gemm_efficiency(256, 8 * up.op.n)
+    assert tile_config(1024, 8)[0] == 128
+    rows = cm.expert_tile_rows(up.op)
+    assert rows == padded_share(256, 128) and 2.4 * 128 < rows < 2.6 * 128
+    eff = cm.gemm_efficiency(rows, 8 * up.op.n)
     # ... at the grouped kernel's own share of that rate (efficiency.moe_gemm_fraction)
     rate = hw.efficiency.moe_gemm_fraction.value
-    assert up.compute_s == pytest.approx(up.op.flops / (hw.peak("bf16") * eff * rate))
+    assert up.compute_s == pytest.approx(up.op.flops * rows / 256 / (hw.peak("bf16") * eff * rate))
     assert cm.gemm_efficiency(256, up.op.n) < cm.gemm_efficiency(2048, up.op.n)
     # a TPU pads n and k to its MXU, whatever the rows: FLOPs scale, they are not recomputed from m
     tpu = CostModel(mixtral, load_profile("TPU-v5e"), CostConfig(tp=2))

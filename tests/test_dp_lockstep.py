@@ -111,8 +111,10 @@ def test_group_tokens_price_the_experts_and_default_to_tokens_times_dp(trace: Pa
     told = batch_shape([(600, 0)], [])
     told.group_tokens = 1200  # what the default assumes at dp 2
     assert cm.step_time(told) == cm.step_time(plain)
-    fewer = batch_shape([(600, 0)], [])
-    fewer.group_tokens = 610  # the other rank decodes 10 tokens
+    # the other rank decodes 10 tokens: each local expert gets 126 rows a step, not 250, one
+    # 128-row tile of the fused kernel instead of two (costmodel/fusedmoe.py)
+    plain, fewer = batch_shape([(2000, 0)], []), batch_shape([(2000, 0)], [])
+    fewer.group_tokens = 2010
     bd_plain, bd_fewer = cm.breakdown(plain), cm.breakdown(fewer)
     assert bd_fewer["mlp_up_proj"] < bd_plain["mlp_up_proj"]
     assert bd_fewer["moe_dispatch"] < bd_plain["moe_dispatch"]

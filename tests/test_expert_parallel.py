@@ -215,7 +215,8 @@ def test_scenario_runs_faster_with_ep() -> None:
 def test_moe_memory_fraction_prices_the_expert_gemms_only() -> None:
     """RTX-PRO-6000's moe_memory_fraction (vLLM's fused_moe rate) slows the expert GEMMs' weight
     streams, not the router's or the attention projections'; a profile without it prices them at
-    memory_fraction, and an m = 1 expert GEMM then keeps the GEMV rate where a profile sets one."""
+    memory_fraction, even for an expert with one row and a GEMV rate set: on a GPU the fused
+    kernel multiplies a whole 16-row tile (costmodel/fusedmoe.py), not a vector."""
     hw = load_profile("RTX-PRO-6000")
     shape = batch_shape([], [1000] * 4)
     cm = CostModel(QWEN, hw, CostConfig())
@@ -230,7 +231,8 @@ def test_moe_memory_fraction_prices_the_expert_gemms_only() -> None:
     data["efficiency"]["gemv_memory_fraction"] = {"value": 1.2, "source": "test"}
     plain = CostModel(QWEN, type(hw).model_validate(data), CostConfig())
     up = next(op for op in step_ops(QWEN, batch_shape([], [1000]), CostConfig()) if op.name == "mlp_up_proj")
-    assert up.m == 1 and plain.price(up).memory_s == pytest.approx(up.bytes / (bw * 1.2))
+    frac = hw.efficiency.memory_fraction.value
+    assert up.m == 1 and plain.price(up).memory_s == pytest.approx(up.bytes / (bw * frac))
 
 
 def test_cluster_line_names_the_ep_degree() -> None:

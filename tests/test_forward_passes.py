@@ -7,7 +7,6 @@ project's ±20 %."""
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
@@ -78,14 +77,6 @@ def test_fp8_and_int8_keep_their_stated_ratio_to_bf16(gpu, ratio) -> None:
     hw = load_profile(gpu)
     for dtype in ("fp8", "int8"):
         assert hw.efficiency.gemm_dtype_fraction[dtype].value == round(hw.efficiency.gemm_max_fraction.value * ratio, 3)
-
-
-def test_moe_prior_follows_the_kind_of_dense_curve() -> None:
-    """docs/validation.md, "MoE expert kernels": the geometric mean of the fused_moe fits over
-    fitted dense curves (A100 0.878, H100 0.805, H200 0.680) for a fitted rate such as the L4's,
-    over best-shape curves (0.746, 0.743, 0.530) for a burst-based one such as the L40S's."""
-    assert efficiency("L4", "moe_gemm_fraction") == round(math.prod([0.878, 0.805, 0.680]) ** (1 / 3), 3)
-    assert efficiency("L40S", "moe_gemm_fraction") == round(math.prod([0.746, 0.743, 0.530]) ** (1 / 3), 3)
 
 
 def test_layer_products_are_priced_as_the_rows_shapes(layers) -> None:

@@ -24,13 +24,41 @@ def rows() -> pd.DataFrame:
     return pd.read_csv(moe_kernels.DATA)
 
 
-@pytest.mark.parametrize("profile", ["A100-SXM-80GB", "H100-SXM", "H200"])
+@pytest.mark.parametrize("profile", ["A100-SXM-80GB", "H200"])
 def test_shipped_fraction_is_the_fit_to_the_measured_kernels(rows, profile) -> None:
     hw = load_profile(profile)
-    mine = rows[(rows["profile"] == profile) & (rows["M"] >= moe_kernels.FIT_MIN_M) & (rows["dtype"] == "bf16")]
+    mine = moe_kernels.fraction_rows(rows[rows["profile"] == profile])
     assert len(mine) >= 2
     fitted = moe_kernels.fit_term(mine, moe_kernels.with_term(hw, moe_kernels.COMPUTE, None), moe_kernels.COMPUTE)
     assert hw.efficiency.moe_gemm_fraction.value == pytest.approx(fitted, abs=0.002)
+
+
+def test_same_die_profiles_carry_the_default_config_fit(rows) -> None:
+    """The H100 SXM's own rows are Mixtral's with vLLM's tuned config, which runs faster than the
+    default one vLLM uses without a tuned file: the H100 SXM, GH200 and H200 (one die, one dense
+    curve) ship the H200's default-config fit, the A100s the A100-SXM-80GB's; the H100 PCIe the
+    H200's rows refitted over its best-shape curve."""
+    for profile, source in moe_kernels.FRACTION_FROM.items():
+        assert efficiency(profile) == efficiency(source), profile
+    assert not len(moe_kernels.fraction_rows(rows[rows["profile"] == "H100-SXM"]))
+    assert moe_kernels.tuned_fit(rows) > efficiency("H100-SXM") + 0.05
+    assert efficiency("H100-PCIe") == pytest.approx(moe_kernels.pcie_fraction(rows), abs=0.002)
+
+
+def test_gpus_without_rows_take_the_prior_of_their_curve_kind(rows) -> None:
+    """docs/validation.md, "MoE expert kernels": the geometric mean of the default-config fits with
+    no call cost, over fitted dense curves for a fitted rate such as the L4's, over best-shape
+    (MAMF) curves for a burst-based one such as the L40S's."""
+    priors = moe_kernels.prior_fractions(rows)
+    for profile in ("L4", "A40", "RTX-3090", "RTX-A6000"):
+        assert efficiency(profile) == priors["fitted"], profile
+    for profile in ("B200", "GB200", "L40S", "RTX-4090", "RTX-PRO-6000"):
+        assert efficiency(profile) == priors["mamf"], profile
+    assert load_profile("hardware_profiles/calibrated/A40.yaml").efficiency.moe_gemm_fraction.value == priors["fitted"]
+
+
+def efficiency(profile: str) -> float:
+    return load_profile(profile).efficiency.moe_gemm_fraction.value
 
 
 @pytest.mark.parametrize("profile", ["H100-SXM", "A100-40GB"])
@@ -59,25 +87,29 @@ def test_only_the_harness_s_rows_from_one_token_up_fit_a_call_s_cost(rows) -> No
 def test_held_out_layer_tables_are_priced_within_bounds() -> None:
     """Qwen3-30B-A3B's whole MoE layer in a CUDA graph (data/validation/moe_kernels/layer_tables.csv,
     nothing fitted to it): the weight-streaming counts (16-512 tokens) within 5 % on the H100 and 10 %
-    on the A100-40GB; the large counts price fast, within 25 % (the default config's compute, docs)."""
+    on the A100-40GB; the compute-bound ones, padded to the default config's 128-row tiles, within
+    12.5 % (13-22 % fast at 2,048-8,192 tokens before the tiles were priced)."""
     check = moe_kernels.layer_check()
     assert set(check["profile"]) == {"H100-SXM", "A100-40GB"} and len(check) == 28
     streaming = check["M"].between(16, 512)
     bound = check["profile"].map({"H100-SXM": 0.05, "A100-40GB": 0.10})
     assert (check.loc[streaming, "err"].abs() <= bound[streaming]).all(), check[streaming]
-    assert (check["err"].abs() <= 0.25).all(), check
+    assert (check["err"].abs() <= 0.125).all(), check
 
 
 def test_shipped_profiles_price_the_measured_kernels(rows) -> None:
-    """Compute-bound BF16 rows (M >= 1024) within 10 % with the shipped fraction (up to 44 %
-    short at the dense rate); the weight-streaming rows (16 <= M <= 256), which the fraction does
-    not touch, within 10 % too."""
+    """Compute-bound BF16 rows (M >= 1024) with a default-config time within 12.5 % with the
+    shipped fraction (up to 44 % short at the dense rate, unpadded); the H100 SXM's tuned-config
+    rows price 5-20 % slow (the default config's time is priced); the weight-streaming rows
+    (16 <= M <= 256), which the fraction does not touch, within 10 %."""
     bf16 = rows[rows["dtype"] == "bf16"]
     for profile, mine in bf16.groupby("profile"):
         hw = load_profile(profile)
         err = moe_kernels.priced_us(mine, hw) / moe_kernels.measured_us(mine).to_numpy() - 1
         big, mid = (mine["M"] >= 1024).to_numpy(), mine["M"].between(16, 256).to_numpy()
-        assert (abs(err[big]) <= 0.10).all(), (profile, err[big])
+        default = mine["default_us"].notna().to_numpy()
+        assert (abs(err[big & default]) <= 0.125).all(), (profile, err[big & default])
+        assert ((err[big & ~default] > 0.05) & (err[big & ~default] < 0.20)).all(), (profile, err[big & ~default])
         assert (abs(err[mid]) <= 0.10).all(), (profile, err[mid])
 
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 import llmsim
+from llmsim.costmodel.fusedmoe import tile_config
 from llmsim.engine import vllm_capture_sizes
 from llmsim.errors import UserError
-from llmsim.moejit import MoeKernels, kernel_keys, tile_config
+from llmsim.moejit import MoeKernels, kernel_keys
 from llmsim.scenario import scenario_from_dict
 
 COMPILE_S = 0.26  # the vllm-v1 preset's (engine.py, _VLLM_MOE_JIT_S)

@@ -363,6 +363,7 @@ ELEMENTWISE_OPS = (
     "mlp_act",
     "dense_mlp_act",
     "shared_expert_act",
+    "moe_sum",
     "mla_q_a_layernorm",
     "mla_kv_a_layernorm",
     "final_norm",
@@ -934,7 +935,18 @@ def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tokens: int 
         _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, model.expert_weight_dtype),
         elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
         _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L, model.expert_weight_dtype),
+        topk_sum(T, k, H, cfg, L),
     ]
+
+
+def topk_sum(tokens: int, k: int, H: int, cfg: OpConfig, count: int) -> Op:
+    """The sum of each token's ``k`` weighted expert outputs into its hidden state (vLLM's
+    ``moe_sum`` after the fused experts, ``TopKWeightAndReduceContiguous``): it reads the whole
+    [tokens, k, H] output of the down GEMM (under expert parallelism every gathered token's k
+    slots, the other ranks' zeroed) and writes [tokens, H]."""
+    a = DTYPE_BYTES[storage_dtype(cfg)]
+    rows = tokens * k
+    return Op("moe_sum", "elementwise", float(rows * H), rows * H * a, tokens * H * a, storage_dtype(cfg), count)
 
 
 def _deepseek_mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tokens: int = 0) -> list[Op]:
@@ -1045,6 +1057,7 @@ def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, gr
         _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, model.expert_weight_dtype),
         elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
         _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L, model.expert_weight_dtype),
+        topk_sum(gathered, k, H, cfg, L),
     ]
     if dp == 1:  # EP over TP ranks alone: they share their tokens, nothing to dispatch (vLLM: dp_size 1)
         return [gemm("moe_router", T, E, H, cfg, L), *experts]

@@ -15,6 +15,7 @@ from typing import Final
 import numpy as np
 
 from llmsim.costmodel.comm import all_gather_s, all_reduce_s, send_s, tp_link
+from llmsim.costmodel.fusedmoe import padded_share, tile_config
 from llmsim.costmodel.gemm import GemmCurve
 from llmsim.costmodel.ops import (
     AttentionDims,
@@ -229,6 +230,13 @@ class CostModel:
         self._moe_rate = moe_rate.value if moe_rate else 1.0
         call = self.hw.overheads.moe_call_fixed_s  # ... and its own fixed cost a call (on the up GEMM's)
         self._moe_call = call.value if call else 0.0
+        # a GPU's grouped expert kernels (vLLM's Triton fused_moe, TensorRT-LLM's CUTLASS one) compute
+        # whole tiles (costmodel/fusedmoe.py) and sum each token's top-k outputs in a kernel of
+        # their own (ops.topk_sum); a CPU's fused MoE kernel sums them as it goes (vLLM's
+        # cpu_fused_moe returns TopKWeightAndReduceNoOP, vllm/model_executor/layers/fused_moe/
+        # cpu_fused_moe.py), as XLA fuses a TPU's
+        self._gpu_experts = self.hw.family == "gpu"
+
         gemv = eff.gemv_memory_fraction
         self._gemv_bw = self._stream_bw(gemv) if gemv else None
         small = eff.gemm_small_m  # measured rate per m for m = 1..len (replaces the curve there)
@@ -362,6 +370,11 @@ class CostModel:
         if op.kind == "gemm":
             flops = self.padded_flops(op)
             rows: float = op.rows if op.rows > 0 else op.m  # (a grouped GEMM's mean share of rows)
+            expert = self.model.is_moe and op.name in _EXPERT_OPS
+            if expert and self._gpu_experts and rows > 0 and not self._weight_only(op):  # whole tiles
+                padded = self.expert_tile_rows(op)
+                flops *= padded / rows
+                rows = padded
             small = 0 < rows <= len(self._small_m)
             gemv = rows == 1 and self._gemv_bw is not None and not small
             if gemv:  # GEMV: no tiles to fill, streams the weights
@@ -370,7 +383,6 @@ class CostModel:
                 # (the wave term counts the tiles of every GEMM in the launch: n x groups columns)
                 eff = self.gemm_efficiency(rows, op.n * op.groups, op.dtype, op.weight_dtype)
                 compute = flops / (peak * eff) if op.m else 0.0
-            expert = self.model.is_moe and op.name in _EXPERT_OPS
             if expert:
                 # the grouped kernel's own rate; the step waits for the busiest expert-parallel GPU
                 compute *= self.cfg.moe_imbalance / self._moe_rate
@@ -393,6 +405,8 @@ class CostModel:
                 compute = work / (peak * self._prefill_attn_frac)
             memory = op.bytes / self._attn_bw
             fixed = self._attn_fixed
+        elif op.name == "moe_sum" and not self._gpu_experts:  # (summed inside the fused kernel)
+            return OpTime(op, 0.0, 0.0, 0.0)
         else:  # elementwise
             compute = op.flops / peak
             memory = op.bytes / self._elem_op_bw.get(op.name, self._elem_bw)
@@ -413,6 +427,24 @@ class CostModel:
         total = op.bytes_read if op.bytes_read > op.bytes_written else op.bytes_written
         link = self._link if op.collective == "tp_all_gather" else self._ep_link
         return all_gather_s(total, op.ranks, link, self._bus_fraction)
+
+    @staticmethod
+    def _weight_only(op: Op) -> bool:
+        """Weights narrower than the compute (W4A16, W8A16, MXFP4 on 16-bit activations): vLLM runs
+        such experts on other kernels (Marlin's MoE, with tile heights of its own from 8 rows), so
+        their rows are not padded to the Triton kernel's tiles."""
+        return DTYPE_BYTES[op.weight_dtype] < DTYPE_BYTES[op.dtype]
+
+    def expert_tile_rows(self, op: Op) -> float:
+        """Rows a touched expert's tiles hold in a grouped expert GEMM (``fusedmoe.padded_share``):
+        its mean share rounded up to the tile height vLLM's default config gives the call's tokens
+        (every routed row here, gathered from the expert-parallel ranks where they are: top-k of
+        them a token)."""
+        share = op.rows if op.rows > 0 else float(op.m)
+        routed = op.flops / (2.0 * op.n * op.k)  # (the rows of every touched expert)
+        tokens = max(1, round(routed * self.cfg.ep / self.model.experts_per_token))
+        local = self.model.num_experts // self.cfg.ep
+        return padded_share(share, tile_config(tokens, local)[0])
 
     def padded_flops(self, op: Op) -> float:
         """GEMM FLOPs the device actually executes: a TPU's weight-stationary systolic array holds

@@ -435,6 +435,8 @@ class Model:
             rows, slot = np.nonzero(top == e)
             y = self._ffn(h[rows], p["w_up"][e], p["w_down"][e])
             out[rows] += gate[rows, slot][:, None] * y
+        if self.counter is not None:  # (the top-k sum: each token's k weighted outputs read, one written)
+            self.counter.elementwise("moe_sum", h.size, k, k, self.a)
         if spec.shared_experts:  # every token, besides its routed experts
             out += self._ffn(h, p["w_shared_up"], p["w_shared_down"], prefix="shared_expert_", mlp="")
         return out
