@@ -357,7 +357,8 @@ def with_server_cache(
 def deployment(sc: Scenario, model: ModelSpec, pools: list[PoolSpec]) -> Deployment:
     """What this run's prefix caches belong to (a ``ServerCache``'s ``deployment``)."""
     shape = tuple((p.name, p.hw.name, p.replicas, p.tp, p.pp) for p in pools)
-    return Deployment(model.name, sc.kv_cache.block_tokens, str(sc.kv_cache.dtype), shape)
+    dtypes = (str(model.weight_dtype), str(sc.model.act_dtype))
+    return Deployment(model.name, sc.kv_cache.block_tokens, str(sc.kv_cache.dtype), shape, dtypes)
 
 
 def starting_state(sc: Scenario, here: Deployment, cache: object) -> tuple[list[list[int]], list[tuple[Key, ...]]]:
@@ -374,14 +375,18 @@ def starting_state(sc: Scenario, here: Deployment, cache: object) -> tuple[list[
             f"{sc._origin}: server_cache: a server's history with cluster.autoscaling is not modelled "
             "(its replicas come and go)"
         )
-    names = {"block_tokens": "kv_cache.block_tokens", "kv_dtype": "kv_cache.dtype"}
+    names = {
+        "block_tokens": "kv_cache.block_tokens",
+        "kv_dtype": "kv_cache.dtype",
+        "dtypes": "model.weight_dtype and model.act_dtype",
+    }
     for f in dataclasses.fields(Deployment):
         theirs, ours = getattr(cache.deployment, f.name), getattr(here, f.name)
         if theirs != ours:
             what = names.get(f.name, "pools (name, hardware, replicas, tp, pp)" if f.name == "pools" else f.name)
             raise UserError(
                 f"{sc._origin}: server_cache is of another deployment: its {what} {theirs!r}, this run's {ours!r} "
-                "(a server's cache carries over only to a run of the same model, KV blocks and pools)"
+                "(a server's cache carries over only to a run of the same model, dtypes, KV blocks and pools)"
             )
     queues = [list(q) for q in cache.queues]
     for q in queues:
@@ -390,6 +395,13 @@ def starting_state(sc: Scenario, here: Deployment, cache: object) -> tuple[list[
     kernels = list(cache.kernels) if isinstance(cache.kernels, tuple) else None
     if kernels is None or not all(isinstance(keys, tuple) and all(valid_key(k) for k in keys) for keys in kernels):
         raise UserError("llmsim.run: server_cache.kernels: expected the MoE kernel keys an earlier run left")
+    count = sum(p[2] for p in here.pools)  # (an earlier run leaves one entry a replica, or none)
+    for name, state in (("queues", queues), ("kernels", kernels)):
+        if state and len(state) != count:
+            raise UserError(
+                f"llmsim.run: server_cache.{name}: expected one entry for each of the deployment's {count} "
+                f"replicas, as an earlier run leaves them, got {len(state)}"
+            )
     return queues, kernels
 
 

@@ -307,8 +307,8 @@ class Overheads(BaseModel):
     # the same for an elementwise kernel (a norm, RoPE, the activation, the residual add), by op
     # name, where measured apart: an unfused op launches several kernels, each with its floor
     elementwise_op_fixed_s: dict[str, Figure] | None = None
-    # a fused-MoE layer call's own cost beyond its expert GEMMs' streaming and kernel floors (the
-    # routing's top-k, the token sort, the top-k sum: vLLM's fused_experts), where measured; absent:
+    # a fused-MoE layer call's own cost beyond its expert GEMMs' and top-k sum's streaming and kernel
+    # floors (the routing's top-k, the token sort: vLLM's fused_experts), where measured; absent:
     # none. Every call pays it; a call of a few tokens is mostly it (docs/validation.md, "MoE expert kernels")
     moe_call_fixed_s: Figure | None = None
     # vLLM >= 0.21's start-up memory on this GPU, where its logs were read (engine.py, vllm-v1): the

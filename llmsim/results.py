@@ -31,12 +31,15 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Deployment:
     """What a server's prefix caches belong to: blocks mean the same only for the same model, KV
-    block size and dtype, and pools (each one's name, hardware, replicas, tp and pp)."""
+    block size and dtype, and pools (each one's name, hardware, replicas, tp and pp); its compiled
+    kernels only for the same weights' and compute dtypes (a bf16 server's fused-MoE kernels are
+    not an fp16 one's)."""
 
     model: str
     block_tokens: int
     kv_dtype: str
     pools: tuple[tuple[str, str, int, int, int], ...]
+    dtypes: tuple[str, str] = ("", "")  # the model's weight and compute (activation) dtypes
 
 
 @dataclass(frozen=True)

@@ -111,8 +111,8 @@ def test_group_tokens_price_the_experts_and_default_to_tokens_times_dp(trace: Pa
     told = batch_shape([(600, 0)], [])
     told.group_tokens = 1200  # what the default assumes at dp 2
     assert cm.step_time(told) == cm.step_time(plain)
-    # the other rank decodes 10 tokens: each local expert gets 126 rows a step, not 250, one
-    # 128-row tile of the fused kernel instead of two (costmodel/fusedmoe.py)
+    # the other rank decodes 10 tokens: each local expert gets 126 rows a step, not 250, 1.4
+    # 128-row tiles of the fused kernel on average instead of 2.3 (costmodel/fusedmoe.py)
     plain, fewer = batch_shape([(2000, 0)], []), batch_shape([(2000, 0)], [])
     fewer.group_tokens = 2010
     bd_plain, bd_fewer = cm.breakdown(plain), cm.breakdown(fewer)

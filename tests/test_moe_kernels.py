@@ -168,3 +168,59 @@ def test_a_call_fit_at_its_grid_s_edge_is_refused(rows) -> None:
     small["tuned_us"] = small["tuned_us"] - 30.0
     with pytest.raises(ValueError, match="H100-SXM: the fit ends at its grid's edge"):
         moe_kernels.fit_call(small, load_profile("H100-SXM"))
+
+
+def _exact_padded_rows(tokens: int, experts: int, top_k: int, block_m: int) -> tuple[float, float]:
+    """(expected touched experts, expected padded rows over them) with each expert's row count
+    Binomial(tokens, top_k / experts), summed exactly."""
+    import math
+
+    p = top_k / experts
+    pmf = [
+        math.exp(
+            math.lgamma(tokens + 1)
+            - math.lgamma(c + 1)
+            - math.lgamma(tokens - c + 1)
+            + c * math.log(p)
+            + (tokens - c) * math.log1p(-p)
+        )
+        for c in range(tokens + 1)
+    ]
+    touched = experts * (1 - pmf[0])
+    padded = experts * sum(q * math.ceil(c / block_m) * block_m for c, q in enumerate(pmf))
+    return touched, padded
+
+
+@pytest.mark.parametrize("tokens", [16, 128, 768, 2048, 8192])
+def test_padded_share_is_the_expected_whole_tiles(tokens) -> None:
+    """fusedmoe.padded_share, the normal approximation of a Poisson row count, against the exact
+    binomial sum for Qwen3-30B-A3B's routing (128 experts, top-8) at vLLM's tile heights: within
+    0.5 %; far past a tile it is the share plus half a tile less half a row."""
+    from llmsim.costmodel.fusedmoe import padded_share, tile_config
+
+    block_m = tile_config(tokens, 128)[0]
+    touched, exact = _exact_padded_rows(tokens, 128, 8, block_m)
+    share = tokens * 8 / touched
+    assert padded_share(share, block_m) * touched == pytest.approx(exact, rel=0.005)
+    assert padded_share(1e6, 128) == pytest.approx(1e6 + 63.5, rel=1e-6)
+    assert padded_share(0.5, 16) == 16 and padded_share(0.0, 16) == 0.0
+
+
+def test_the_fused_kernel_s_tiles_are_a_gpu_s_and_16_bit_or_w8a8_only() -> None:
+    """A GPU pads a 16-bit or FP8 expert's rows to the tile; weight-only quantised experts (Marlin's
+    kernels) and a CPU's keep the mean share; a CPU's fused kernel sums the top-k itself (no
+    moe_sum op), a GPU's in a kernel of its own."""
+    model = get_model("qwen3-30b-a3b-instruct-2507")
+    shape = batch_shape([(1024, 0)], [])
+    for profile, cfg, padded in (
+        ("H100-SXM", CostConfig(), True),
+        ("H100-SXM", CostConfig(weight_dtype="fp8", act_dtype="fp8"), True),
+        ("H100-SXM", CostConfig(weight_dtype="int4"), False),
+        ("EPYC-9654", CostConfig(), False),
+    ):
+        cost = CostModel(model, load_profile(profile), cfg)
+        ops = {op.name: op for op in cost.ops(shape)}
+        up = ops["mlp_up_proj"]
+        assert up.tokens == 1024 and up.rows == pytest.approx(64.0, rel=0.01)
+        assert (cost.expert_tile_rows(up) == 128.0) is padded, (profile, cfg)
+        assert ("moe_sum" in ops) is (profile == "H100-SXM"), profile

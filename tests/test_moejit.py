@@ -115,6 +115,17 @@ def test_a_server_s_history_keeps_its_kernels(traces):
     forged = dataclasses.replace(cache, kernels=((("not", "a", "key"),),))
     with pytest.raises(UserError, match="server_cache.kernels: expected the MoE kernel keys an earlier run left"):
         llmsim.run(_scenario(traces, 1), server_cache=forged)
+    # one entry a replica, as a run leaves them (a hand-made cache with another count is refused)
+    doubled = dataclasses.replace(cache, kernels=cache.kernels * 2)
+    with pytest.raises(UserError, match=r"server_cache.kernels: expected one entry for each of the deployment's 1 "):
+        llmsim.run(_scenario(traces, 1), server_cache=doubled)
+    # a bf16 server's kernels (and prefix cache) are not an fp16 server's
+    bf16 = _scenario(traces, 1)
+    fp16 = bf16.model_copy(
+        update={"model": bf16.model.model_copy(update={"act_dtype": "fp16", "weight_dtype": "fp16"})}
+    )
+    with pytest.raises(UserError, match=r"its model.weight_dtype and model.act_dtype \('bf16', 'bf16'\)"):
+        llmsim.run(fp16, server_cache=cache)
 
 
 def test_the_compile_time_is_checked(traces):
@@ -130,3 +141,14 @@ def test_a_warm_server_is_the_same_engine(traces):
     assert _scenario(traces, 1, {"preset": "vllm-v1", "output_delay_s": 0}).engine_spec.name.startswith(
         "vllm-v1 (modified"
     )
+
+
+def test_the_kernels_line_says_which_server() -> None:
+    """`llmsim run` and `llmsim bench` name the server the kernels compiled on: a fresh one, or one
+    that had served the --after runs (their kernels kept)."""
+    from llmsim.commands.run import moe_jit_line
+
+    s = {"moe_jit": {"kernels_compiled": 2, "wait_s": 2 * COMPILE_S}}
+    assert "(a fresh vLLM server;" in moe_jit_line(s)
+    assert "(a server that had served only the --after runs;" in moe_jit_line(s, served_before=True)
+    assert moe_jit_line({"moe_jit": {"kernels_compiled": 0}}) is None

@@ -201,7 +201,7 @@ def test_bench_after_carries_the_cache_and_says_so(capsys):
     code, other, _ = _bench(capsys, "--after", "--num-prompts 16 --seed 3")
     assert code == 0 and "0.0% of this run's prompt tokens found cached" in other
     code, off, _ = _bench(capsys, "--after", "--num-prompts 16", "--set", "kv_cache.prefix_caching=false")
-    assert code == 0 and "not simulated: the prefix cache is off, so they leave nothing" in off
+    assert code == 0 and "not simulated: the prefix cache is off, so it leaves nothing" in off
     code, seeds, _ = _bench(capsys, "--after", "--num-prompts 16 --seed 7", "--set", "seed=0")
     assert code == 0 and "--set seed: applied to them too" in seeds and "49.2%" in seeds
 

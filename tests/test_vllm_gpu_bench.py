@@ -53,7 +53,7 @@ def test_the_scored_set_holds_its_reported_accuracy():
 
 
 def test_the_moe_passes_decode_as_the_doc_says():
-    """The ten MoE passes' mean TPOT and E2EL within 35 % (docs/validation.md: at most 32.7 %, the
+    """The ten MoE passes' mean TPOT and E2EL within 35 % (docs/validation.md: at most 32.8 %, the
     A6000 pair at 4 req/s, whose fused-MoE terms are priors; independent routing,
     cluster.expert_routing_exponent 1, read up to 56 %), the H100 and A100 ones within 11 % (at
     most 10.5 %, the H100's 4 req/s pass, since the fused kernel's tiles are priced: 9.3 % before)."""

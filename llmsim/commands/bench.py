@@ -154,7 +154,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("\n" + vllmresult.comparison_table(compared, result.path))
     from llmsim.accuracy import interval_line
 
-    jit = moe_jit_line(summary)
+    jit = moe_jit_line(summary, served_before=bool(earlier))
     if jit:
         print(f"\nkernels  {jit}")
     print(f"\naccuracy {interval_line(summary.get('accuracy'), summary.get('accuracy_like'))}")
@@ -286,12 +286,13 @@ def history_note(
     (``kernels``: they were simulated for the MoE kernels they compiled, moejit.py)."""
     n = len(runs)
     what = f"{n} earlier run{'s' * (n > 1)} on the server (--after)"
+    they = "they leave" if n > 1 else "it leaves"
     if skipped is not None and not kernels:
-        return f"history  {what} not simulated: {skipped}, so they leave nothing this run could find"
+        return f"history  {what} not simulated: {skipped}, so {they} nothing this run could find"
     if skipped is not None:
         return (
             f"history  {what}, simulated first for the fused-MoE kernels {'they' if n > 1 else 'it'} compiled; "
-            f"{skipped}, so they leave no prompt this run could find"
+            f"{skipped}, so {they} no prompt this run could find"
         )
     hit = summary.get("prefix_cache", {}).get("hit_rate", 0.0)
     lines = [

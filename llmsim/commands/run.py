@@ -235,16 +235,18 @@ def summary_text(s: dict) -> str:
     return "\n".join(head) + "\n\n" + body + "\n".join(tail)
 
 
-def moe_jit_line(s: dict) -> str | None:
-    """What a fresh server's first steps of a new kind waited for vLLM's fused-MoE kernels
-    (moejit.py), or None where none was compiled."""
+def moe_jit_line(s: dict, served_before: bool = False) -> str | None:
+    """What the server's first steps of a new kind waited for vLLM's fused-MoE kernels
+    (moejit.py), or None where none was compiled. ``served_before``: the server had run earlier
+    benchmarks (``llmsim bench --after``), whose kernels it kept."""
     j = s.get("moe_jit", {})
     n = j.get("kernels_compiled", 0)
     if not n:
         return None
+    server = "a server that had served only the --after runs" if served_before else "a fresh vLLM server"
     return (
         f"{n} fused-MoE kernel variant{'s' * (n != 1)} compiled while serving, steps waited {fmt(j['wait_s'])} s "
-        "(a fresh vLLM server; engine.moe_jit_compile_s: 0 for one that had compiled them)"
+        f"({server}; engine.moe_jit_compile_s: 0 for one that had compiled them)"
     )
 
 

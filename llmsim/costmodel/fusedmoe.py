@@ -9,8 +9,8 @@ FLOPs. The tile height is the config ``get_default_config`` picks for M (``tile_
 ships no tuned file for the experts' shape of any MoE server in data/validation/vllm-gpu-bench/,
 whose logs say "Using default MoE config"). Seen in the held-out whole-layer tables
 (data/validation/moe_kernels/layer_tables.csv): the A100's Qwen3-30B-A3B layer jumps 16 % from
-512 to 768 tokens, where the tile goes from 64 to 128 rows and each expert's 32-48 rows fill a
-quarter to a third of it.
+512 to 768 tokens, where each expert's 32 rows fill half a 64-row tile and then its 48 rows three
+eighths of a 128-row one.
 """
 
 from __future__ import annotations

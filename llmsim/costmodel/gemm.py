@@ -49,9 +49,13 @@ class GemmCurve:
         ``weight_scale`` = weight bytes / activation bytes per element: the small-m loss is the
         time to stream the weight operand into the tensor cores, so 4-bit weights (scale 0.25)
         shrink it 4x (Marlin-style kernels stay memory-bound up to m ~ 16-32)."""
+        return self.efficiency_at(m, np.ceil(m / self.tile) * np.ceil(n / self.tile), weight_scale)
+
+    def efficiency_at(self, m, tiles, weight_scale: float = 1.0):  # noqa: ANN001, ANN201 - float or ndarray
+        """``efficiency`` with the launch's ``tiles`` (of ``tile`` x ``tile``) given: a grouped GEMM
+        counts them as the work its groups hold, a fraction where its rows per group are a mean."""
         eff = self.max_fraction * m / (m + self.half_m * weight_scale)
         if self.wave_units and self.wave_exponent:
-            tiles = np.ceil(m / self.tile) * np.ceil(n / self.tile)
             waves = np.ceil(tiles / self.wave_units)
             eff = eff * (tiles / (waves * self.wave_units)) ** self.wave_exponent
         return eff

@@ -206,8 +206,11 @@ class Op:
     masked_flops: float
     query_flops: float
     # a grouped GEMM's mean rows per group (MoE: routed / touched, a fraction), which its
-    # efficiency is priced at; 0: ``m``. (``m`` itself stays whole: the tiles and waves it fills)
+    # efficiency is priced at; 0: ``m``. (``m`` itself stays whole)
     rows: float
+    # a grouped expert GEMM: the tokens of its kernel call (vLLM's M, the gathered tokens under
+    # expert parallelism), which pick the fused kernel's tile height (costmodel/fusedmoe.py); 0: none
+    tokens: int
 
     def __init__(
         self,
@@ -229,6 +232,7 @@ class Op:
         masked_flops: float = 0.0,
         query_flops: float = 0.0,
         rows: float = 0.0,
+        tokens: int = 0,
     ) -> None:
         self.name, self.kind, self.dtype, self.count = name, kind, dtype, count
         self.flops, self.bytes_read, self.bytes_written = flops, bytes_read, bytes_written
@@ -237,6 +241,7 @@ class Op:
         self.collective, self.ranks = collective, ranks
         self.masked_flops, self.query_flops = masked_flops, query_flops
         self.rows = rows
+        self.tokens = tokens
 
     @property
     def bytes(self) -> float:
@@ -932,9 +937,9 @@ def _mlp_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, group_tokens: int 
     touched = experts_touched(E, k, E, real, cfg.expert_skew, cfg.expert_routing_exponent)
     return [
         gemm("moe_router", T, E, H, cfg, L),
-        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, model.expert_weight_dtype),
+        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, T, model.expert_weight_dtype),
         elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
-        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L, model.expert_weight_dtype),
+        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L, T, model.expert_weight_dtype),
         topk_sum(T, k, H, cfg, L),
     ]
 
@@ -1054,9 +1059,9 @@ def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, gr
     # E x 2: either is a few per cent of the hidden state)
     row = (H + E) * a
     experts = [
-        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, model.expert_weight_dtype),
+        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, gathered, model.expert_weight_dtype),
         elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
-        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L, model.expert_weight_dtype),
+        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L, gathered, model.expert_weight_dtype),
         topk_sum(gathered, k, H, cfg, L),
     ]
     if dp == 1:  # EP over TP ranks alone: they share their tokens, nothing to dispatch (vLLM: dp_size 1)
@@ -1067,14 +1072,15 @@ def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, gr
 
 
 def _expert_gemm(
-    name: str, routed: int, n: int, k: int, touched: float, cfg: OpConfig, count: int, wdtype: str = ""
+    name: str, routed: int, n: int, k: int, touched: float, cfg: OpConfig, count: int, tokens: int, wdtype: str = ""
 ) -> Op:
-    """A grouped expert GEMM: FLOPs of every routed token, weight bytes of the experts touched.
-    Its ``m`` is the rows each touched expert multiplies (routed / touched): the grouped kernel
-    (vLLM's fused_moe, CUTLASS grouped GEMM) runs one GEMM per expert, so its tiles fill, and
-    its efficiency is priced, at that many rows, not at the routed total; all the experts' tiles
-    share one launch, so its last wave is counted over ``groups`` = the experts touched. ``wdtype``:
-    the experts' own storage dtype (``ModelSpec.expert_weight_dtype``; GPT-OSS's mxfp4)."""
+    """A grouped expert GEMM of a kernel call of ``tokens`` tokens: FLOPs of every routed token,
+    weight bytes of the experts touched. Its ``m`` is the rows each touched expert multiplies
+    (routed / touched): the grouped kernel (vLLM's fused_moe, CUTLASS grouped GEMM) runs one GEMM
+    per expert, so its tiles fill, and its efficiency is priced, at that many rows, not at the
+    routed total; all the experts' tiles share one launch, so its last wave is counted over the
+    experts touched (``groups``, rounded; the roofline takes the exact count, routed / rows).
+    ``wdtype``: the experts' own storage dtype (``ModelSpec.expert_weight_dtype``; GPT-OSS's mxfp4)."""
     if wdtype:  # a format of its own: its scales are in DTYPE_BYTES, not the model's groups
         cfg = dataclasses.replace(cfg, weight_dtype=wdtype, weight_group_size=0)
     op = gemm(name, routed, n, k, cfg, count)
@@ -1085,7 +1091,13 @@ def _expert_gemm(
     # the time fell by up to a third as tokens were added, the FLOPs being the routed ones)
     share = routed / touched if touched > 0 else 0.0
     return dataclasses.replace(
-        op, bytes_read=routed * k * DTYPE_BYTES[cfg.act_dtype] + w, weight_bytes=w, m=rows, groups=groups, rows=share
+        op,
+        bytes_read=routed * k * DTYPE_BYTES[cfg.act_dtype] + w,
+        weight_bytes=w,
+        m=rows,
+        groups=groups,
+        rows=share,
+        tokens=tokens,
     )
 
 

@@ -230,11 +230,12 @@ class CostModel:
         self._moe_rate = moe_rate.value if moe_rate else 1.0
         call = self.hw.overheads.moe_call_fixed_s  # ... and its own fixed cost a call (on the up GEMM's)
         self._moe_call = call.value if call else 0.0
-        # a GPU's grouped expert kernels (vLLM's Triton fused_moe, TensorRT-LLM's CUTLASS one) compute
-        # whole tiles (costmodel/fusedmoe.py) and sum each token's top-k outputs in a kernel of
-        # their own (ops.topk_sum); a CPU's fused MoE kernel sums them as it goes (vLLM's
-        # cpu_fused_moe returns TopKWeightAndReduceNoOP, vllm/model_executor/layers/fused_moe/
-        # cpu_fused_moe.py), as XLA fuses a TPU's
+        # a GPU's grouped expert kernels (vLLM's Triton fused_moe; TensorRT-LLM's CUTLASS one with
+        # its finalize kernel) compute whole tiles (costmodel/fusedmoe.py) and sum each token's
+        # top-k outputs in a kernel of their own (ops.topk_sum); a CPU's fused MoE kernel sums them
+        # as it goes (vLLM's cpu_fused_moe returns TopKWeightAndReduceNoOP,
+        # vllm/model_executor/layers/fused_moe/cpu_fused_moe.py), as XLA fuses a TPU's: ``ops``
+        # leaves the sum out there
         self._gpu_experts = self.hw.family == "gpu"
 
         gemv = eff.gemv_memory_fraction
@@ -309,18 +310,23 @@ class CostModel:
         return 1.0 / ((1 - remote) + remote / r)
 
     # ---- pricing one op ----------------------------------------------------------------
-    def gemm_efficiency(self, m: float, n: int = 0, dtype: str = "", weight_dtype: str = "") -> float:
+    def gemm_efficiency(
+        self, m: float, n: int = 0, dtype: str = "", weight_dtype: str = "", tiles: float = 0.0
+    ) -> float:
         """Fraction of dense peak a GEMM with m rows (and n output columns) reaches, compute side,
         computing in ``dtype`` with weights in ``weight_dtype`` (default: the model's layout; the
         LM head of a quantised model passes its own 16-bit ones).
 
-        ``n = 0`` leaves out wave quantisation (kept for callers that only know m). Where the
-        profile has a measured ``gemm_small_m`` table the table's entry is returned instead."""
+        ``n = 0`` leaves out wave quantisation (kept for callers that only know m); ``tiles`` > 0
+        counts the launch's tiles as given (a grouped GEMM's, ``expert_tiles``) instead of from m and
+        n. Where the profile has a measured ``gemm_small_m`` table the table's entry is returned instead."""
         if 0 < m <= len(self._small_m):
             return self._small_m_at(m)
         dtype, weight_dtype = dtype or self.cfg.act_dtype, weight_dtype or self.cfg.weight_dtype
         curve = self._curve if dtype == self.cfg.act_dtype else self._curve_for(dtype)
         scale = min(1.0, DTYPE_BYTES[weight_dtype] / DTYPE_BYTES[dtype])
+        if tiles > 0:
+            return float(curve.efficiency_at(m, tiles, scale))
         if not n:
             return curve.max_fraction * m / (m + curve.half_m * scale)
         return float(curve.efficiency(m, n, scale))
@@ -371,9 +377,10 @@ class CostModel:
             flops = self.padded_flops(op)
             rows: float = op.rows if op.rows > 0 else op.m  # (a grouped GEMM's mean share of rows)
             expert = self.model.is_moe and op.name in _EXPERT_OPS
-            if expert and self._gpu_experts and rows > 0 and not self._weight_only(op):  # whole tiles
-                padded = self.expert_tile_rows(op)
-                flops *= padded / rows
+            tiles = 0.0
+            if expert and rows > 0:
+                padded, tiles = self.expert_tiles(op)
+                flops *= padded / rows  # (whole tiles: each expert's rows padded, on a GPU)
                 rows = padded
             small = 0 < rows <= len(self._small_m)
             gemv = rows == 1 and self._gemv_bw is not None and not small
@@ -381,7 +388,7 @@ class CostModel:
                 compute = flops / (peak * self._curve.max_fraction)
             else:
                 # (the wave term counts the tiles of every GEMM in the launch: n x groups columns)
-                eff = self.gemm_efficiency(rows, op.n * op.groups, op.dtype, op.weight_dtype)
+                eff = self.gemm_efficiency(rows, op.n * op.groups, op.dtype, op.weight_dtype, tiles)
                 compute = flops / (peak * eff) if op.m else 0.0
             if expert:
                 # the grouped kernel's own rate; the step waits for the busiest expert-parallel GPU
@@ -405,8 +412,6 @@ class CostModel:
                 compute = work / (peak * self._prefill_attn_frac)
             memory = op.bytes / self._attn_bw
             fixed = self._attn_fixed
-        elif op.name == "moe_sum" and not self._gpu_experts:  # (summed inside the fused kernel)
-            return OpTime(op, 0.0, 0.0, 0.0)
         else:  # elementwise
             compute = op.flops / peak
             memory = op.bytes / self._elem_op_bw.get(op.name, self._elem_bw)
@@ -430,21 +435,47 @@ class CostModel:
 
     @staticmethod
     def _weight_only(op: Op) -> bool:
-        """Weights narrower than the compute (W4A16, W8A16, MXFP4 on 16-bit activations): vLLM runs
-        such experts on other kernels (Marlin's MoE, with tile heights of its own from 8 rows), so
-        their rows are not padded to the Triton kernel's tiles."""
-        return DTYPE_BYTES[op.weight_dtype] < DTYPE_BYTES[op.dtype]
+        """Weight-only quantised (W4A16, W8A16, MXFP4 on 16-bit activations): vLLM runs such experts
+        on other kernels (Marlin's MoE, with tile heights of its own from 8 rows), so their rows are
+        not padded to the Triton kernel's tiles."""
+        w = DTYPE_BYTES[op.weight_dtype]
+        return w < 2 and w < DTYPE_BYTES[op.dtype]
+
+    def expert_tiles(self, op: Op) -> tuple[float, float]:
+        """(rows a touched expert's GEMM executes, tiles its launch holds) of a grouped expert GEMM.
+        On a GPU (not weight-only) the fused kernel's: each expert's rows padded to its tile height
+        (``expert_tile_rows``), and the launch's grid, its tiles over the experts reached, a mean
+        (so the wave count follows the work smoothly: a share just past one tile, counted as two,
+        made one more token cheaper). Elsewhere the mean share itself, at least one of the curve's
+        tiles an expert."""
+        share = op.rows if op.rows > 0 else float(op.m)
+        touched = op.flops / (2.0 * op.n * op.k * share)  # (exact: ``groups`` is rounded)
+        if self._gpu_experts and not self._weight_only(op):
+            block_m, block_n = self.expert_tile_shape(op)
+            padded = padded_share(share, block_m)
+            return padded, touched * padded / block_m * math.ceil(op.n / block_n)
+        tile = self._curve.tile
+        return share, touched * max(1.0, share / tile) * math.ceil(op.n / tile)
+
+    def expert_tile_shape(self, op: Op) -> tuple[int, int]:
+        """(BLOCK_SIZE_M, BLOCK_SIZE_N) vLLM's default config gives the fused kernel's call
+        (``fusedmoe.tile_config``) by its tokens (``op.tokens``: the step's, padded to its CUDA
+        graph, or those gathered from the expert-parallel ranks). They are vLLM's 16-bit ones for
+        every dtype: its block-quantised FP8 branch (16 rows to 64 tokens, 64 beyond) is not told
+        apart, llmsim not knowing a checkpoint's scale layout, and other engines' grouped GEMMs
+        tile by shapes of their own."""
+        tokens = op.tokens
+        if tokens <= 0:  # (an op made by hand: the tokens its routed rows came from)
+            routed = op.flops / (2.0 * op.n * op.k)
+            tokens = max(1, round(routed * self.cfg.ep / self.model.experts_per_token))
+        local = (self.model.num_experts + self.cfg.redundant_experts) // self.cfg.ep
+        config = tile_config(tokens, local)
+        return config[0], config[1]
 
     def expert_tile_rows(self, op: Op) -> float:
-        """Rows a touched expert's tiles hold in a grouped expert GEMM (``fusedmoe.padded_share``):
-        its mean share rounded up to the tile height vLLM's default config gives the call's tokens
-        (every routed row here, gathered from the expert-parallel ranks where they are: top-k of
-        them a token)."""
-        share = op.rows if op.rows > 0 else float(op.m)
-        routed = op.flops / (2.0 * op.n * op.k)  # (the rows of every touched expert)
-        tokens = max(1, round(routed * self.cfg.ep / self.model.experts_per_token))
-        local = self.model.num_experts // self.cfg.ep
-        return padded_share(share, tile_config(tokens, local)[0])
+        """Rows a touched expert's GEMM executes (``expert_tiles``): on a GPU its mean share padded
+        to whole tiles (``fusedmoe.padded_share``)."""
+        return self.expert_tiles(op)[0]
 
     def padded_flops(self, op: Op) -> float:
         """GEMM FLOPs the device actually executes: a TPU's weight-stationary systolic array holds
@@ -457,7 +488,10 @@ class CostModel:
 
     # ---- pricing a step ----------------------------------------------------------------
     def ops(self, shape: BatchShape) -> list[Op]:
-        return step_ops(self.model, shape, self.cfg)
+        ops = step_ops(self.model, shape, self.cfg)
+        if self.model.is_moe and not self._gpu_experts:  # (the fused MoE kernel sums the top-k itself)
+            return [op for op in ops if op.name != "moe_sum"]
+        return ops
 
     def priced(self, shape: BatchShape) -> list[OpTime]:
         """Every op of the step priced, launch gaps as the step's CUDA-graph view has them."""
