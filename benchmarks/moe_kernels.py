@@ -99,9 +99,11 @@ def priced_us(rows: pd.DataFrame, hw: HardwareProfile) -> np.ndarray:
     return np.array([fused_experts_s(hw, r.E, r.N, r.K, r.topk, r.M, r.dtype) * 1e6 for r in rows.itertuples()])
 
 
-def fraction_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """One GPU's rows the compute fraction is fitted to: BF16, M >= FIT_MIN_M, with a default-config time."""
-    return rows[(rows["M"] >= FIT_MIN_M) & (rows["dtype"] == "bf16") & rows["default_us"].notna()]
+def fraction_rows(rows: pd.DataFrame, default_config: bool = True) -> pd.DataFrame:
+    """One GPU's compute-bound BF16 rows (M >= FIT_MIN_M) with a default-config time, which the
+    compute fraction is fitted to (``default_config=False``: those with a tuned-config time only)."""
+    big = rows[(rows["M"] >= FIT_MIN_M) & (rows["dtype"] == "bf16")]
+    return big[big["default_us"].notna() == default_config]
 
 
 def without_call(hw: HardwareProfile) -> HardwareProfile:
@@ -139,8 +141,7 @@ def pcie_fraction(data: pd.DataFrame) -> float:
 
 def tuned_fit(data: pd.DataFrame, profile: str = "H100-SXM") -> float:
     """The fraction ``profile``'s tuned-config rows would fit (M >= FIT_MIN_M): reported, not shipped."""
-    rows = data[(data["profile"] == profile) & (data["M"] >= FIT_MIN_M) & (data["dtype"] == "bf16")]
-    tuned = rows[rows["default_us"].isna()]
+    tuned = fraction_rows(data[data["profile"] == profile], default_config=False)
     return fit_term(tuned, with_term(load_profile(profile), COMPUTE, None), COMPUTE)
 
 

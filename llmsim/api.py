@@ -379,11 +379,12 @@ def starting_state(sc: Scenario, here: Deployment, cache: object) -> tuple[list[
         "block_tokens": "kv_cache.block_tokens",
         "kv_dtype": "kv_cache.dtype",
         "dtypes": "model.weight_dtype and model.act_dtype",
+        "pools": "pools (name, hardware, replicas, tp, pp)",
     }
     for f in dataclasses.fields(Deployment):
         theirs, ours = getattr(cache.deployment, f.name), getattr(here, f.name)
         if theirs != ours:
-            what = names.get(f.name, "pools (name, hardware, replicas, tp, pp)" if f.name == "pools" else f.name)
+            what = names.get(f.name, f.name)
             raise UserError(
                 f"{sc._origin}: server_cache is of another deployment: its {what} {theirs!r}, this run's {ours!r} "
                 "(a server's cache carries over only to a run of the same model, dtypes, KV blocks and pools)"

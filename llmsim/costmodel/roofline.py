@@ -444,7 +444,7 @@ class CostModel:
     def expert_tiles(self, op: Op) -> tuple[float, float]:
         """(rows a touched expert's GEMM executes, tiles its launch holds) of a grouped expert GEMM.
         On a GPU (not weight-only) the fused kernel's: each expert's rows padded to its tile height
-        (``expert_tile_rows``), and the launch's grid, its tiles over the experts reached, a mean
+        (``fusedmoe.padded_share``), and the launch's grid, its tiles over the experts reached, a mean
         (so the wave count follows the work smoothly: a share just past one tile, counted as two,
         made one more token cheaper). Elsewhere the mean share itself, at least one of the curve's
         tiles an expert."""
@@ -471,11 +471,6 @@ class CostModel:
         local = (self.model.num_experts + self.cfg.redundant_experts) // self.cfg.ep
         config = tile_config(tokens, local)
         return config[0], config[1]
-
-    def expert_tile_rows(self, op: Op) -> float:
-        """Rows a touched expert's GEMM executes (``expert_tiles``): on a GPU its mean share padded
-        to whole tiles (``fusedmoe.padded_share``)."""
-        return self.expert_tiles(op)[0]
 
     def padded_flops(self, op: Op) -> float:
         """GEMM FLOPs the device actually executes: a TPU's weight-stationary systolic array holds
