@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 import llmsim
@@ -44,6 +45,10 @@ POINTS = ROOT / "data" / "validation" / "published" / "points.yaml"
 REQUEST_CAP = 3000  # max-throughput points: at most this many requests ...
 WAVES = 4  # ... unless the batch limit admits more at once: then this many batches' worth
 OK_BAND = 0.20
+# a decode-only figure at a stated context (SGLang's decode nodes): this many tokens decoded after it,
+# enough for every rank's whole batch to decode together once its prompts are in (``decode_throughput``
+# reads those steps alone)
+DECODE_STEPS = 64
 HORIZON_S = 1e7  # simulated seconds: never the limit (the default, 2 x last arrival + 600 s, cuts offline runs)
 GIB = 2**30
 
@@ -188,8 +193,7 @@ def parallelism(point: dict) -> tuple[tuple[int, int, int] | None, str]:
     par = point["parallelism"]
     tp, pp, dp = par.get("tp", 1), par.get("pp", 1), par.get("dp", 1)
     if "ep" in par:
-        # llmsim's cluster.expert_parallel prices one EP group within a scale-up domain (docs/scenario.md)
-        return None, f"multi-node expert parallelism and DP attention not modelled: EP{par['ep']}"
+        return _wide_ep(par)
     if isinstance(tp, str) and tp.startswith("multi-NUMA TP: --tp"):
         # SGLang's CPU backend: a TP rank per sub-NUMA cluster, each reading its own memory, is
         # llmsim's NUMA-aware node (cluster.numa_aware, the default) at tp 1; the ranks'
@@ -201,6 +205,33 @@ def parallelism(point: dict) -> tuple[tuple[int, int, int] | None, str]:
         bad = next(str(x) for x in (tp, pp, dp) if not isinstance(x, int))
         return None, f"parallel degree not stated: {bad}"
     return (tp, pp, dp), ""
+
+
+def _wide_ep(par: dict) -> tuple[tuple[int, int, int] | None, str]:
+    """SGLang's large-scale expert parallelism: attention data-parallel over the EP ranks, one GPU
+    each, is llmsim's replicas = EP with cluster.expert_parallel (lock-stepped DP ranks, dpgroup.py)."""
+    ep, tp = par["ep"], par.get("tp", 1)
+    m = re.match(r"DP attention over (\d+) ranks", str(par.get("dp", "")))
+    if not m or int(m.group(1)) != ep or tp != 1:
+        return None, f"expert parallelism not mapped: EP{ep} with dp {par.get('dp')!r}, tp {tp}"
+    return (1, par.get("pp", 1), ep), f"DP attention over {ep} ranks: replicas {ep}, expert_parallel (EP{ep})"
+
+
+def wide_ep_cluster(point: dict) -> dict:
+    """The cluster keys of a large-scale EP point (SGLang's DeepSeek deployment): DeepEP's normal
+    kernels where the prefill is measured, its low-latency ones for decode (the point's notes), two-batch
+    overlap as dual batch overlap, EPLB with the source's 32 redundant experts (its "pool of 288
+    experts", which EP72 needs)."""
+    notes = str(point.get("notes", ""))
+    decode = metric_key(point).startswith("output")
+    out: dict = {
+        "expert_parallel": True,
+        "all2all_backend": "deepep_low_latency" if decode else "deepep_high_throughput",
+        "dual_batch_overlap": "two-batch overlap" in notes,
+    }
+    if "EPLB" in notes:
+        out |= {"eplb": True, "redundant_experts": 32}
+    return out
 
 
 def precision(point: dict) -> tuple[dict | None, str]:
@@ -259,7 +290,12 @@ def lengths(point: dict) -> tuple[tuple[int, int] | None, str]:
             "ShareGPT-derived file, LLMServingSim's multi-turn workload, has prompts ~4x longer than a first-turn sample)"
         )
     isl = s.get("input_len")
-    osl = s.get("output_len", 1 if metric_key(point) in ("first_token_latency_ms", "ttft_ms") else None)
+    if isinstance(isl, str) and re.fullmatch(r"\dK \(as written\)", isl):  # SGLang's "1K, 2K and 4K": 4K is 4,096
+        isl = int(isl[0]) * 1024
+    prefill = metric_key(point) in ("first_token_latency_ms", "ttft_ms", "input_tokens_per_s_per_node")
+    osl = s.get("output_len", 1 if prefill else None)
+    if osl is None and "kv_cache_len" in s:  # a decode step measured at a context: a short decode past it
+        osl = DECODE_STEPS
     if not isinstance(isl, int) or not isinstance(osl, int):
         return None, f"lengths not stated: input {isl!r}, output {osl!r}"
     return (isl, osl), ""
@@ -432,6 +468,11 @@ def figure(mp: Mapping, tp: int, pp: int, replicas: int) -> None:
     mp.figure = METRICS[key]
     if key.endswith("_per_gpu"):
         mp.per_gpus = tp * pp * replicas
+    if key.endswith("_per_node"):  # (the source's "N per node": SGLang's 8-GPU nodes)
+        m = re.search(r"(\d+) per node", str(mp.point["hardware"]["device"]))
+        mp.per_gpus = tp * pp * replicas / int(m.group(1)) if m else 1
+    if mp.point["mode"] == "static_batch" and "kv_cache_len" in mp.point["settings"]:
+        mp.figure = "decode_throughput"  # the decode steps at the stated batch alone (``simulate``)
     if key == "throughput_tokens_per_s":
         mp.notes.append("read as output tokens/s (the table does not say total or output)")
 
@@ -491,11 +532,20 @@ def map_point(point: dict) -> Mapping:
         model["sliding_window"] = 0
         mp.notes.append(f"full attention: TensorRT-LLM runs {cat}'s {window}-token window only when told to")
     concurrency = sec["policy"].get("max_num_seqs", 1024)
+    ep = wide_ep_cluster(point) if "ep" in point["parallelism"] else {}
+    if ep:
+        mp.notes.append(
+            f"{ep['all2all_backend']}, dual batch overlap {'on' if ep['dual_batch_overlap'] else 'off'}, "
+            "EPLB with 32 redundant experts (288 slots); expert load balanced (the source's default distribution not stated)"
+        )
+        tokens = point["settings"].get("tokens_per_device_per_batch")
+        if tokens:
+            sec["policy"].update(chunk_tokens=int(tokens), max_batch_tokens=int(tokens))
     mp.scenario = {
         "name": point["id"],
         "model": model,
         "hardware": hw,
-        "cluster": {"tp": tp, "pp": pp, "replicas": replicas, **part, **sec["cluster"]},
+        "cluster": {"tp": tp, "pp": pp, "replicas": replicas, **part, **sec["cluster"], **ep},
         "policy": sec["policy"],
         "kv_cache": sec["kv_cache"],
         "workload": workload(mp, concurrency),
@@ -503,7 +553,34 @@ def map_point(point: dict) -> Mapping:
         "output": {"steps": "none", "trace": "none"},
     }
     figure(mp, tp, pp, replicas)
+    if ep:
+        wide_ep_workload(mp, replicas)
     return mp
+
+
+def leading_int(value: object) -> int:
+    """A setting's number where the source's text follows it: ``256 ('Batch Size' row; ...)`` -> 256."""
+    m = re.match(r"\d+", str(value))
+    if not m:
+        raise ValueError(f"no number in {value!r}")
+    return int(m.group())
+
+
+def wide_ep_workload(mp: Mapping, ranks: int) -> None:
+    """A large-scale EP point's batch is per GPU (DeepSeek's convention, the point's settings): a
+    static batch of that many requests a rank, their decode steps logged; the prefill the 16,384
+    tokens a GPU of the source's profile test (SGLang's --max-prefill-tokens default too)."""
+    assert mp.scenario is not None
+    s = mp.point["settings"]
+    if mp.point["mode"] == "static_batch":
+        b = leading_int(s["batch_size"])
+        mp.scenario["workload"]["num_requests"] = b * ranks
+        mp.scenario["policy"]["max_num_seqs"] = b
+        mp.scenario["output"]["steps"] = "all"
+        mp.notes.append(f"{b} requests a rank, {b * ranks:,} in all; {DECODE_STEPS} tokens decoded past the context")
+    if "tokens_per_device_per_batch" not in s:
+        mp.scenario["policy"].update(chunk_tokens=16384, max_batch_tokens=16384)
+        mp.notes.append("16,384 prompt tokens a GPU a step (the source's prefill profile test; not stated here)")
 
 
 def validate(mp: Mapping) -> Scenario | None:
@@ -559,10 +636,30 @@ def simulate(mp: Mapping, sc: Scenario) -> float:
         mp.notes.append(
             f"read as total tokens/s instead: simulated {s['total_token_throughput']:,.0f}, error {alt:+.1%}"
         )
-    value = s[mp.figure]
+    value = decode_throughput(res.steps, mp) if mp.figure == "decode_throughput" else s[mp.figure]
     if value is None or not math.isfinite(value):
         raise ValueError(f"{mp.figure} is {value}")
     return float(value) / mp.per_gpus
+
+
+def decode_throughput(steps: pd.DataFrame, mp: Mapping) -> float:
+    """Output tokens/s of the whole cluster in its decode-only steps at the full batch (a decode
+    figure measured with the prefill elsewhere, SGLang's "unlimited resources for the non-tested
+    phase"): each rank's batch over its median such step. Where llmsim's KV cache holds fewer than
+    the stated batch, the largest batch it decodes stands in (noted)."""
+    batch = leading_int(mp.point["settings"]["batch_size"])
+    decode = steps[steps["prefill_tokens"] == 0]
+    if decode.empty:
+        raise ValueError("no decode-only step")
+    held = int(decode["decode_tokens"].max())
+    full = decode[decode["decode_tokens"] >= min(batch, held)]
+    ranks = steps["replica"].nunique()
+    rows = float(full["decode_tokens"].mean())
+    median_s = float(full["duration_s"].median())
+    mp.notes.append(f"decode-only steps at {rows:.0f} sequences a rank read alone: median {median_s * 1e3:.1f} ms")
+    if held < batch:
+        mp.notes.append(f"llmsim's KV cache holds {held} of the {batch} sequences a rank: read at {held}")
+    return rows * ranks / median_s
 
 
 def run_point(point: dict) -> Row:

@@ -431,7 +431,48 @@ def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
             "cluster.eplb: EPLB places experts across expert-parallel GPUs; set expert_parallel on a pool "
             "(with tensor-parallel experts every GPU runs a slice of every expert)"
         )
+    _check_all2all(sc, pools)
     return pools
+
+
+def _check_all2all(sc: Scenario, pools: list[PoolSpec]) -> None:
+    from llmsim.costmodel.comm import deepep_fabric
+
+    """``cluster.all2all_backend`` / ``dual_batch_overlap`` where something reads them: DeepEP moves
+    tokens between the data-parallel ranks of an expert-parallel group (vLLM ignores the backend
+    otherwise, so a scenario naming it without one is a mistake), one GPU a rank (the wide-EP
+    layout; DeepEP with tensor-parallel ranks is not modelled), over NVLink within a node (its
+    README requires full NVLink peer access); dual batch overlap needs DeepEP (docs/design/dbo.md:
+    "Currently DBO is only supported with DeepEP")."""
+    c = sc.cluster
+    deepep = c.all2all_backend != "allgather_reducescatter"
+    if not (deepep or c.dual_batch_overlap):
+        return
+    key = "cluster.all2all_backend" if deepep else "cluster.dual_batch_overlap"
+    grouped = [p for p in pools if p.cost.cfg.ep > p.cost.cfg.tp]  # expert parallelism over DP ranks
+    if not grouped:
+        raise UserError(
+            f"{key}: it exchanges tokens between the data-parallel ranks of an expert-parallel group, and no "
+            "pool has one; set expert_parallel with replicas > 1 (vLLM --data-parallel-size N --enable-expert-parallel)"
+        )
+    if c.dual_batch_overlap and not deepep:
+        raise UserError(
+            "cluster.dual_batch_overlap: vLLM runs it with DeepEP only; set cluster.all2all_backend to "
+            "deepep_low_latency or deepep_high_throughput"
+        )
+    for p in grouped:
+        cfg = p.cost.cfg
+        if cfg.tp > 1:
+            raise UserError(
+                f"{key}: DeepEP is priced for one GPU a data-parallel rank (tp 1, the wide expert-parallel "
+                f"layout); this pool has tp {cfg.tp}"
+            )
+        if not deepep_fabric(p.cost.hw):
+            up = p.cost.hw.scale_up
+            raise UserError(
+                f"{key}: DeepEP needs NVLink between a node's GPUs (its README: full NVLink peer access); "
+                f"{p.cost.hw.name}'s peers meet over {up.name if up else 'nothing'}"
+            )
 
 
 def moe_imbalance(sc: Scenario, model: ModelSpec, ep: int, key: str) -> float:
@@ -469,7 +510,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     engine = for_hardware(sc.engine_spec, hw)
     key = "cluster" if name == "main" else f"cluster.{name}_pool"
     check_parallelism(model, p.tp, p.pp, key)
-    ep = expert_parallel_degree(model, p, key)
+    ep = expert_parallel_degree(model, p, key, sc.cluster.redundant_experts if sc.cluster.eplb else 0)
     weight_dtype = sc.model.weight_dtype or model.weight_dtype
     act = sc.model.act_dtype
     if not hw.computes_in(act):
@@ -485,7 +526,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         act_dtype=act,
         attention_kernel=sc.model.attention_kernel,
         lora_rank=sc.lora.max_lora_rank if sc.lora is not None else 0,
-        cuda_graphs=bool(sc.cluster.cuda_graphs if engine.cuda_graphs is None else engine.cuda_graphs),
+        cuda_graphs=bool(sc.cluster.cuda_graphs if engine.cuda_graphs is None else engine.cuda_graphs)
+        and not _graphs_off_for_deepep(sc, ep, p.tp),
         cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, step_budget(sc, p, name)),
         numa_aware=sc.cluster.numa_aware,
         moe_imbalance=moe_imbalance(sc, model, ep, "cluster"),
@@ -493,6 +535,10 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         expert_skew=sc.cluster.expert_skew,
         expert_routing_exponent=sc.cluster.expert_routing_exponent,
         fp8_attention=fp8_attention(engine, hw, model),
+        all2all_backend=sc.cluster.all2all_backend,
+        dual_batch_overlap=sc.cluster.dual_batch_overlap,
+        dbo_decode_tokens=sc.cluster.dbo_decode_token_threshold,
+        dbo_prefill_tokens=sc.cluster.dbo_prefill_token_threshold,
     )
     window, local_window = model.attention_windows()
     sched = SchedulerConfig(
@@ -670,13 +716,22 @@ def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
         )
 
 
-def expert_parallel_degree(model: ModelSpec, p: PoolConfig, key: str) -> int:
+def _graphs_off_for_deepep(sc: Scenario, ep: int, tp: int) -> bool:
+    """vLLM turns CUDA graphs off for DeepEP's normal kernels between data-parallel ranks: "DeepEP
+    high-throughput kernels are optimized for prefill and are incompatible with CUDA Graphs"
+    (cudagraph_mode NONE; vllm/config/compilation.py, vllm/platforms/cuda.py before it), so every
+    step of such a pool runs eager."""
+    return sc.cluster.all2all_backend == "deepep_high_throughput" and ep > tp
+
+
+def expert_parallel_degree(model: ModelSpec, p: PoolConfig, key: str, redundant: int = 0) -> int:
     """The expert-parallel degree of a pool: 1 without ``expert_parallel``, else replicas x tp, as
     vLLM sizes its EP group (EP size = DP x TP: ``ParallelConfig.data_parallel_size`` "MoE layers
     will be sharded according to the product of the tensor ... and data parallel sizes",
     vllm/config/parallel.py). Each GPU then holds num_experts / ep whole experts, so ep must divide
     them (vLLM's default linear placement gives every rank the same count when there are no
-    redundant experts)."""
+    redundant experts); with EPLB's ``redundant`` copies the physical experts divide instead (the
+    source's 256 + 32 over EP 72, SGLang's large-scale EP)."""
     if not p.expert_parallel:
         return 1
     if not model.is_moe:
@@ -688,7 +743,12 @@ def expert_parallel_degree(model: ModelSpec, p: PoolConfig, key: str) -> int:
             f"(pp {p.pp}) are not modelled: the ranks step in lock-step, which pipelined replicas do not; "
             "use pp 1, or replicas 1 (EP over the tp ranks)"
         )
-    if model.num_experts % ep:
+    if redundant and (model.num_experts + redundant) % ep:
+        raise UserError(
+            f"{key}.redundant_experts: {model.num_experts} experts + {redundant} copies must divide over the "
+            f"{ep} expert-parallel GPUs (vLLM requires it)"
+        )
+    if not redundant and model.num_experts % ep:
         raise UserError(
             f"{key}.expert_parallel: the expert-parallel degree {ep} (replicas {p.replicas} x tp {p.tp}) does "
             f"not divide the {model.num_experts} experts of {model.name}"

@@ -106,6 +106,11 @@ class ModelSpec:
     # the routed experts' own storage dtype where the checkpoint quantises them alone (GPT-OSS:
     # mxfp4, attention and embeddings bf16); "" = weight_dtype
     expert_weight_dtype: str = ""
+    # DeepSeekMoE's group-limited routing (config.json n_group / topk_group): the routed experts in
+    # ``expert_groups`` groups, a token's experts all within ``expert_groups_per_token`` of them
+    # (DeepSeek-V3: 8 and 4, so a token reaches at most 4 nodes when each holds whole groups); 0 = none
+    expert_groups: int = 0
+    expert_groups_per_token: int = 0
     # DeepSeek Sparse Attention (DSA, DeepSeek-V3.2; config.json index_n_heads / index_head_dim /
     # index_topk): with MLA, a lightning indexer of index_n_heads x index_head_dim scores every
     # cached token of a query (FP8, its own key cache) and the attention reads only the index_topk
@@ -141,6 +146,12 @@ class ModelSpec:
             raise UserError(
                 f"{where}: weight_scale_bits: expected the bits of a group's scale and zero point (0-64), "
                 f"got {self.weight_scale_bits}"
+            )
+        groups, picks = self.expert_groups, self.expert_groups_per_token
+        if (groups or picks) and not (0 < picks <= groups and self.num_experts % groups == 0):
+            raise UserError(
+                f"{where}: expert_groups {groups} / expert_groups_per_token {picks}: expected groups that divide "
+                f"the {self.num_experts} experts and 1..groups picked a token (config.json n_group, topk_group)"
             )
         if self.moe_layer_step < 1:
             raise UserError(f"{where}: moe_layer_step: expected an integer >= 1, got {self.moe_layer_step}")
@@ -882,6 +893,8 @@ CATALOG: dict[str, ModelSpec] = {
             qk_rope_head_dim=64,
             v_head_dim=128,
             max_position_embeddings=163840,
+            expert_groups=8,  # n_group: group-limited routing, a token's 8 experts in 4 of 8 groups
+            expert_groups_per_token=4,  # topk_group
             weight_dtype="fp8",  # released as FP8 (e4m3, 128x128 block scales; embeddings and lm_head bf16)
             source="deepseek-ai/DeepSeek-V3 config.json (model_type deepseek_v3; configs.md section 9): MLA "
             "(q_lora 1536, kv_lora 512, nope 128, rope 64, v 128), 256 routed experts top-8 + 1 shared, "
@@ -1336,7 +1349,17 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
         weight_dtype=dtype,
         source=f"HF config {path}",
         **_dsa_fields(cfg, path, need),
+        **_expert_groups(cfg, path, experts),
     )
+
+
+def _expert_groups(cfg: dict, path: Path, experts: int) -> dict[str, int]:
+    """A DeepSeekMoE config's group-limited routing (n_group / topk_group, which vLLM's grouped top-k
+    reads for every DeepSeek MoE; one group, V2-Lite's, limits nothing); {} without."""
+    if not experts or (cfg.get("n_group") or 1) <= 1:
+        return {}
+    groups = _count(cfg, path, "n_group", 1)
+    return {"expert_groups": groups, "expert_groups_per_token": _count(cfg, path, "topk_group", groups)}
 
 
 def _dsa_fields(cfg: dict, path: Path, need) -> dict[str, int]:  # type: ignore[no-untyped-def]

@@ -202,6 +202,19 @@ class ClusterConfig(_Strict):
     expert_routing_exponent: Annotated[float, Field(gt=0, le=1)] = 1.0
     eplb: bool = False
     redundant_experts: Annotated[int, Field(ge=0, le=4096)] = 0
+    # MoE expert parallelism over data-parallel ranks: how the ranks exchange tokens (vLLM
+    # --all2all-backend): every token all-gathered and reduce-scattered (vLLM's default), or DeepEP's
+    # all-to-all kernels, which send a token only where its experts are: "high throughput" (normal
+    # kernels, prefill) or "low latency" (decode); costmodel/comm.deepep_s
+    all2all_backend: Literal["allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency"] = (
+        "allgather_reducescatter"
+    )
+    # vLLM's dual batch overlap (--enable-dbo, DeepEP only): a step of more tokens than the threshold
+    # (decode-only steps / steps with a prompt; vLLM's defaults) runs as two micro-batches, one's
+    # dispatch and combine under the other's compute
+    dual_batch_overlap: bool = False
+    dbo_decode_token_threshold: Annotated[int, Field(ge=0, le=MAX_STEP_TOKENS)] = 32
+    dbo_prefill_token_threshold: Annotated[int, Field(ge=0, le=MAX_STEP_TOKENS)] = 512
     router: Literal["round_robin", "least_outstanding", "kv_aware", "prefix_affinity", "vllm_dp", "lora_affinity"] = (
         "round_robin"
     )

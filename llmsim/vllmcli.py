@@ -164,6 +164,10 @@ class Serve:
     cuda_graph_sizes: list[int] | None = None
     async_scheduling: bool | None = None
     moe_skip_padding: bool | None = None  # (the environment's VLLM_MOE_SKIP_PADDING)
+    all2all_backend: str | None = None  # --all2all-backend (or the older VLLM_ALL2ALL_BACKEND)
+    dbo: bool = False  # --enable-dbo, with its two thresholds (None: vLLM's defaults)
+    dbo_decode_tokens: int | None = None
+    dbo_prefill_tokens: int | None = None
     served_names: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
 
@@ -197,6 +201,10 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimization-level", "-O")  # (vLLM 0.11+: O0 compiles nothing and captures no graphs)
     p.add_argument("--served-model-name", nargs="+", default=[])
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--all2all-backend")
+    p.add_argument("--enable-dbo", action="store_true")
+    p.add_argument("--dbo-decode-token-threshold", type=int)
+    p.add_argument("--dbo-prefill-token-threshold", type=int)
     _add_ignored(p, SERVE_IGNORED)
     return p
 
@@ -282,6 +290,8 @@ def _check_serve(ns: argparse.Namespace) -> None:
         ("--long-prefill-token-threshold", ns.long_prefill_token_threshold, 0),
         ("--num-gpu-blocks-override", ns.num_gpu_blocks_override, 2),  # (one is vLLM's null block)
         ("--block-size", ns.block_size, 1),
+        ("--dbo-decode-token-threshold", ns.dbo_decode_token_threshold, 0),
+        ("--dbo-prefill-token-threshold", ns.dbo_prefill_token_threshold, 0),
     )
     for name, value, low in bounds:
         if value is not None and not value >= low:
@@ -302,6 +312,24 @@ def _check_serve(ns: argparse.Namespace) -> None:
         raise UserError("vllm serve: no model (vllm serve MODEL ...)")
 
 
+def _all2all_backend(flag: str | None, env: str | None) -> str | None:
+    """--all2all-backend (vLLM's ParallelConfig.all2all_backend), or the VLLM_ALL2ALL_BACKEND the
+    releases before the flag read; one of the backends llmsim prices (ops.ALL2ALL_BACKENDS)."""
+    from llmsim.costmodel.ops import ALL2ALL_BACKENDS
+
+    if flag is not None and env is not None and flag != env:
+        raise UserError(
+            f"vllm serve: --all2all-backend {cut(flag, 40)} and VLLM_ALL2ALL_BACKEND={cut(env, 40)} disagree"
+        )
+    value = flag if flag is not None else env
+    if value is not None and value not in ALL2ALL_BACKENDS:
+        raise UserError(
+            f"vllm serve: --all2all-backend {cut(value, 40)!r}: llmsim prices {', '.join(ALL2ALL_BACKENDS)} "
+            "(vLLM's default and DeepEP's two kernels; pplx, flashinfer and the others are not modelled)"
+        )
+    return value
+
+
 def parse_serve(text: str) -> Serve:
     """A ``vllm serve MODEL [flags]`` command line (``vllm serve`` itself may be left out)."""
     words, env = _words(text, ("vllm", "serve"), "--serve")
@@ -312,6 +340,7 @@ def parse_serve(text: str) -> Serve:
     skip = env.pop("VLLM_MOE_SKIP_PADDING", None)
     if skip is not None and skip.lower() not in ("0", "1", "true", "false"):
         raise UserError(f"vllm serve: VLLM_MOE_SKIP_PADDING={cut(skip, 20)}: expected 0 or 1")
+    backend = _all2all_backend(ns.all2all_backend, env.pop("VLLM_ALL2ALL_BACKEND", None))
     unread += unread_eplb + [f"{k}=... (environment)" for k in env]
     return Serve(
         model=ns.model_flag or ns.model,
@@ -336,6 +365,10 @@ def parse_serve(text: str) -> Serve:
         cuda_graph_sizes=sizes,
         async_scheduling=ns.async_scheduling,
         moe_skip_padding=None if skip is None else skip.lower() in ("1", "true"),
+        all2all_backend=backend,
+        dbo=ns.enable_dbo,
+        dbo_decode_tokens=ns.dbo_decode_token_threshold,
+        dbo_prefill_tokens=ns.dbo_prefill_token_threshold,
         served_names=ns.served_model_name,
         ignored=ignored + unread,
     )
@@ -592,6 +625,15 @@ def dense_ignored(serve: Serve) -> list[str]:
     return [f for f, on in (("-ep", serve.expert_parallel), ("--enable-eplb", serve.eplb)) if on]
 
 
+def all2all_ignored(serve: Serve) -> list[str]:
+    """--all2all-backend / --enable-dbo where nothing reads them: vLLM's all2all moves tokens between
+    the data-parallel ranks of an expert-parallel group, so without one (-dp above 1 with -ep on a
+    MoE model) it goes unused."""
+    if serve.dp > 1 and serve.expert_parallel and has_experts(model_entry(serve.model)[0]):
+        return []
+    return [f for f, on in (("--all2all-backend", serve.all2all_backend), ("--enable-dbo", serve.dbo)) if on]
+
+
 def _lengths(value: int, ratio: float) -> dict:
     """vllm bench's random lengths: uniform over [floor(L(1-r)), ceil(L(1+r))], fixed at r = 0
     (vllm/benchmarks/datasets, RandomDataset.get_sampling_params)."""
@@ -608,6 +650,10 @@ KEY_FLAGS = {
     "cluster.expert_parallel": "-ep",
     "cluster.eplb": "--enable-eplb",
     "cluster.redundant_experts": "--num-redundant-experts",
+    "cluster.all2all_backend": "--all2all-backend",
+    "cluster.dual_batch_overlap": "--enable-dbo",
+    "cluster.dbo_decode_token_threshold": "--dbo-decode-token-threshold",
+    "cluster.dbo_prefill_token_threshold": "--dbo-prefill-token-threshold",
     "policy.max_num_seqs": "--max-num-seqs",
     "policy.chunk_tokens": "--max-num-batched-tokens",
     "policy.max_model_len": "--max-model-len",
@@ -730,6 +776,17 @@ def scenario_dict(
         cluster["expert_routing_exponent"] = RANDOM_TOKEN_ROUTING_EXPONENT
     if serve.eplb and moe:
         cluster |= {"eplb": True, "redundant_experts": serve.redundant_experts}
+    if not all2all_ignored(serve):
+        if serve.all2all_backend is not None:
+            cluster["all2all_backend"] = serve.all2all_backend
+        if serve.dbo:
+            cluster["dual_batch_overlap"] = True
+        for key, value in (
+            ("dbo_decode_token_threshold", serve.dbo_decode_tokens),
+            ("dbo_prefill_token_threshold", serve.dbo_prefill_tokens),
+        ):
+            if serve.dbo and value is not None:
+                cluster[key] = value
     if serve.enforce_eager:
         cluster["cuda_graphs"] = False
     engine: dict = {"preset": "vllm-v1"}

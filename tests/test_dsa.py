@@ -155,7 +155,7 @@ def test_twin_prices_a_dsa_model_with_its_kept_keys(tmp_path):
     tiny = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4}
     tiny |= {"vocab_size": 97, "kv_lora_rank": 16, "q_lora_rank": 24, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8}
     tiny |= {"v_head_dim": 12, "moe_intermediate_size": 32, "intermediate_size": 80, "n_routed_experts": 4}
-    tiny |= {"num_experts_per_tok": 2, "first_k_dense_replace": 1, "torch_dtype": "float32"}
+    tiny |= {"num_experts_per_tok": 2, "first_k_dense_replace": 1, "torch_dtype": "float32", "n_group": 1}
     dsa = {"model_type": "deepseek_v32", "index_n_heads": 4, "index_head_dim": 128, "index_topk": 16}
     (tmp_path / "config.json").write_text(json.dumps({**V3_CONFIG, **tiny, **dsa}))
     sc = yaml.safe_load((root / "scenarios/twin_small.yaml").read_text())

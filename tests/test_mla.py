@@ -163,6 +163,8 @@ V3_CONFIG = {
     "n_routed_experts": 256,
     "n_shared_experts": 1,
     "num_experts_per_tok": 8,
+    "n_group": 8,
+    "topk_group": 4,
     "first_k_dense_replace": 3,
     "moe_layer_freq": 1,
     "max_position_embeddings": 163840,

@@ -53,8 +53,9 @@ def test_every_point_maps_to_a_valid_scenario_or_a_reason(pid):
         assert "dtype" in mp.reasons[0], mp.reasons
         return
     assert sc.name == pid
-    assert mp.figure in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "duration")
-    assert sc.output.steps == "none" and sc.output.trace == "none"
+    figures = ("output_throughput", "input_throughput", "decode_throughput")
+    assert mp.figure in (*figures, "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "duration")
+    assert sc.output.steps == ("all" if mp.figure == "decode_throughput" else "none") and sc.output.trace == "none"
     devices = sc.cluster.tp * sc.cluster.pp * sc.cluster.replicas
     cpu = load_profile(sc.hardware).cpu
     if cpu is not None and sc.cluster.sockets:  # a CPU point counts the sockets of its one node
@@ -76,7 +77,7 @@ def test_not_expressible_reasons_are_the_expected_kinds():
         "no hardware profile",
         "hardware mismatch",
         "parallel degree not stated",
-        "multi-node expert parallelism and DP attention not modelled",
+        "expert parallelism not mapped",
         "precision ambiguous",
         "lengths not stated",
         "ShareGPT lengths not available",
@@ -267,3 +268,22 @@ def test_vllm_before_0_14_runs_without_async_scheduling():
     unknown = {**newer, "engine_version": "not stated"}
     with pytest.raises(ValueError, match="needs its version"):
         pp.map_point(unknown)
+
+
+def test_large_scale_expert_parallel_points_map_to_deepep_and_dual_batch_overlap():
+    """SGLang's DeepSeek-V3 on 32 / 72 H100s: DP attention over the EP ranks (replicas = EP), DeepEP's
+    normal kernels for the prefill figures and its low-latency ones for decode, two-batch overlap as
+    dual batch overlap, EPLB's 288 slots (EP72 needs them); the prefill read per node from the input
+    throughput, the decode from its decode-only steps at the full batch."""
+    prefill = pp.map_point(BY_ID["sglang-ep-deepseek-v3-prefill-h100x32-ep32-4k"])
+    decode = pp.map_point(BY_ID["sglang-ep-deepseek-v3-decode-h100x72-ep72-bs256-kv2000"])
+    for mp, ranks, backend in ((prefill, 32, "deepep_high_throughput"), (decode, 72, "deepep_low_latency")):
+        c = mp.scenario["cluster"]
+        assert (c["replicas"], c["tp"], c["expert_parallel"], c["all2all_backend"]) == (ranks, 1, True, backend)
+        assert c["dual_batch_overlap"] and c["eplb"] and c["redundant_experts"] == 32
+        assert mp.per_gpus == ranks / 8  # per 8-GPU node
+    assert prefill.figure == "input_throughput" and prefill.lengths == (4096, 1)
+    assert prefill.scenario["policy"]["max_batch_tokens"] == 16384
+    assert decode.figure == "decode_throughput" and decode.scenario["workload"]["num_requests"] == 256 * 72
+    row = pp.run_point(BY_ID["sglang-ep-deepseek-v3-decode-h100x72-ep72-bs256-kv2000"])
+    assert row.status in ("ok", "miss") and row.simulated > 0, row.notes

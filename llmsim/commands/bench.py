@@ -439,13 +439,23 @@ def notes(
     why the drawn prompts carry no content where llmsim withholds it (``no_content``)."""
     import math
 
-    from llmsim.vllmcli import dense_ignored, flag_of, has_experts, model_entry, replays_own_send_times
+    from llmsim.vllmcli import (
+        all2all_ignored,
+        dense_ignored,
+        flag_of,
+        has_experts,
+        model_entry,
+        replays_own_send_times,
+    )
 
     c = sc.cluster
     entry, shown = model_entry(serve.model)
     moe = has_experts(entry)
     lines = [f"hardware {sc.hardware} x{c.tp * c.pp * c.replicas}", f"model    {shown}"]
     ignored = [*serve.ignored, *bench.ignored, *(f"{f} (a dense model)" for f in dense_ignored(serve))]
+    ignored += [
+        f"{f} (no expert-parallel data-parallel ranks)" for f in all2all_ignored(serve) if not dense_ignored(serve)
+    ]
     if result is not None and result.sent is not None:
         # (a MoE model's --dataset-name still says how its tokens route: routing_note)
         replaced = [k for k in REQUEST_SETTINGS if k in bench.given and not (moe and k == "dataset_name")]

@@ -28,6 +28,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="expert-parallel degree of a MoE model (default 1): the experts split over ep GPUs, ep/tp "
         "data-parallel ranks each carrying this step (a scenario's cluster.expert_parallel)",
     )
+    p.add_argument(
+        "--all2all-backend",
+        choices=["allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency"],
+        default="allgather_reducescatter",
+        help="how expert parallelism's data-parallel ranks exchange tokens (vLLM --all2all-backend; a "
+        "scenario's cluster.all2all_backend): DeepEP's kernels need --ep above --tp, at --tp 1",
+    )
+    p.add_argument(
+        "--dual-batch-overlap",
+        action="store_true",
+        help="vLLM --enable-dbo (with a DeepEP backend): a step above its thresholds runs as two micro-batches",
+    )
     p.add_argument("--prefill-tokens", type=int, default=0, help="prompt tokens prefilled in the step (one sequence)")
     p.add_argument("--decode-batch", type=int, default=0, help="sequences decoding one token each")
     p.add_argument("--context", type=int, default=1024, help="cached tokens of each decoding sequence")
@@ -85,6 +97,18 @@ def check_step(args: argparse.Namespace, model: ModelSpec, hw: HardwareProfile) 
                 f"--ep {args.ep}: must be a multiple of --tp {args.tp} (ep = data-parallel ranks x tp) that "
                 f"divides the {model.num_experts} experts of {model.name}"
             )
+    deepep = args.all2all_backend != "allgather_reducescatter"
+    if deepep and (args.ep <= args.tp or args.tp != 1):
+        raise UserError(
+            f"--all2all-backend {args.all2all_backend}: DeepEP moves tokens between data-parallel ranks of one "
+            f"GPU each: give --ep above 1 at --tp 1 (got --ep {args.ep}, --tp {args.tp})"
+        )
+    if deepep and hw.scale_up is None:
+        raise UserError(
+            f"--all2all-backend {args.all2all_backend}: DeepEP needs NVLink; {hw.name} has no scale_up link"
+        )
+    if args.dual_batch_overlap and not deepep:
+        raise UserError("--dual-batch-overlap: vLLM runs it with DeepEP only; give --all2all-backend deepep_...")
     try:
         check_parallelism(model, args.tp, 1, "cluster")
     except UserError as exc:  # the same rule, worded for the flag: "cluster.tp: tensor ..." -> "--tp 3: tensor ..."
@@ -180,6 +204,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         cuda_graphs=bool(engine.cuda_graphs),
         cuda_graph_sizes=engine.cuda_graph_sizes,
         fp8_attention=fp8_attention(engine, hw, model),
+        all2all_backend=args.all2all_backend,
+        dual_batch_overlap=args.dual_batch_overlap,
     )
     cm = CostModel(model, hw, cfg, engine)
     chunks = [(args.prefill_tokens, 0)] if args.prefill_tokens else []
@@ -264,6 +290,7 @@ _OVERHEADS = (
     "pp_send",
     "step_overhead",
     "cuda_graph_padding",  # a decode batch padded up to its captured size (engine.cuda_graph_sizes)
+    "dual_batch_overlap",  # what splitting the step into two micro-batches changes it by (negative: hidden transfers)
     # an engine's host terms (EngineSpec.host_breakdown) and the part of them async scheduling hides
     "engine_schedule",
     "engine_prepare",

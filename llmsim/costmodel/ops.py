@@ -196,7 +196,8 @@ class Op:
     # group (its bytes_read is the message), as does "tp_all_gather" (the LM head's logits);
     # "all_gather" / "reduce_scatter" (MoE expert-parallel dispatch / combine) over ``ranks``
     # ranks of the expert-parallel group. The gathers' larger of bytes_read / bytes_written is
-    # the gathered whole
+    # the gathered whole. "deepep_dispatch" / "deepep_combine" (DeepEP's all-to-all): ``m``
+    # tokens of this rank, each sent as ``k`` copies of ``n`` bytes to the ranks holding its experts
     collective: str
     ranks: int
     # prefill attention, for the profile's optional attention terms (hardware.Efficiency): FLOPs of
@@ -278,6 +279,10 @@ class OpConfig:
     # tokens that route alike (cluster.expert_routing_exponent): a step's T tokens reach the experts
     # T^this independent tokens would (experts_touched); 1 = independent
     expert_routing_exponent: float = 1.0
+    # how expert parallelism's DP ranks exchange tokens (vLLM --all2all-backend, ALL2ALL_BACKENDS):
+    # all-gather + reduce-scatter of every token (vLLM's default), or DeepEP's all-to-all kernels,
+    # which send each token only where its experts are (_deepep_moe_ops)
+    all2all_backend: str = "allgather_reducescatter"
     # attention over an fp8 KV cache in fp8, as the engine and device decide it (build.fp8_attention):
     # None = with fp8/fp4 compute only (attention_dtype); True = the engine quantises the queries
     # and the device's kernels take them, whatever the compute dtype; False = 16-bit attention
@@ -1066,9 +1071,67 @@ def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, gr
     ]
     if dp == 1:  # EP over TP ranks alone: they share their tokens, nothing to dispatch (vLLM: dp_size 1)
         return [gemm("moe_router", T, E, H, cfg, L), *experts]
+    if cfg.all2all_backend in DEEPEP_BACKENDS:
+        return _deepep_moe_ops(model, T, cfg, L, gathered, routed, touched)
     dispatch = Op("moe_dispatch", "comm", 0.0, T * row, gathered * row, act, L, collective="all_gather", ranks=dp)
     combine = Op("moe_combine", "comm", 0.0, gathered * H * a, T * H * a, act, L, collective="reduce_scatter", ranks=dp)
     return [gemm("moe_router", T, E, H, cfg, L), dispatch, *experts, combine]
+
+
+DEEPEP_BACKENDS = ("deepep_high_throughput", "deepep_low_latency")
+# vLLM's --all2all-backend values llmsim prices (vllm/config/parallel.py All2AllBackend): its default,
+# then DeepEP's normal ("high throughput", prefill) and low-latency (decode) kernels
+ALL2ALL_BACKENDS = ("allgather_reducescatter", *DEEPEP_BACKENDS)
+
+
+def _deepep_moe_ops(
+    model: ModelSpec, T: int, cfg: OpConfig, L: int, gathered: int, routed: int, touched: float
+) -> list[Op]:
+    """One MoE layer on one GPU whose DP ranks exchange tokens with DeepEP (vLLM
+    ``--all2all-backend deepep_high_throughput`` / ``deepep_low_latency``; docs.vllm.ai
+    serving/expert_parallel_deployment): the router runs first on this rank's ``T`` tokens, the
+    dispatch sends each token only to the ranks holding its ``k`` experts (FP8 with its per-128
+    scales where the experts compute in FP8, vLLM quantising before the dispatch; else 16-bit), the
+    local experts multiply what arrives, and the combine sends each expert output back, 16-bit,
+    summing a token's k outputs on the way (DeepEP's combine reduces: no ``moe_sum`` kernel). How
+    the copies cross NVLink and RDMA is priced from the ranks a node holds (``comm.deepep_s``).
+    The experts' kernel call carries the distinct tokens that arrive (``tokens``: its tile height)."""
+    H, E, k = model.hidden_size, model.num_experts, model.experts_per_token
+    a = DTYPE_BYTES[storage_dtype(cfg)]
+    row = H + 4 * -(-H // 128) if cfg.act_dtype == "fp8" else int(H * a)  # (fp32 scale a 128 values)
+    back_row = int(H * a)
+    arrive = round(gathered * (1.0 - (1.0 - 1.0 / cfg.ep) ** k)) or 1  # tokens reaching this rank's experts
+    inter = model.intermediate_size
+    up_n = 2 * inter if model.gated_mlp else inter
+    act_flops, act_reads = _mlp_activation(model)
+    act = storage_dtype(cfg)
+    sent, back = T * row, T * back_row  # (one copy of each token; comm.deepep_s counts the copies)
+    ep = cfg.ep
+    dispatch = Op(
+        "moe_dispatch", "comm", 0.0, sent, arrive * row, act, L, T, row, k, collective="deepep_dispatch", ranks=ep
+    )
+    combine = Op(
+        "moe_combine",
+        "comm",
+        0.0,
+        arrive * back_row,
+        back,
+        act,
+        L,
+        T,
+        back_row,
+        k,
+        collective="deepep_combine",
+        ranks=ep,
+    )
+    return [
+        gemm("moe_router", T, E, H, cfg, L),
+        dispatch,
+        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, arrive, model.expert_weight_dtype),
+        elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
+        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L, arrive, model.expert_weight_dtype),
+        combine,
+    ]
 
 
 def _expert_gemm(

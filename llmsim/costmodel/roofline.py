@@ -14,7 +14,7 @@ from typing import Final
 
 import numpy as np
 
-from llmsim.costmodel.comm import all_gather_s, all_reduce_s, send_s, tp_link
+from llmsim.costmodel.comm import DEEPEP_HT_SMS, all_gather_s, all_reduce_s, deepep_s, send_s, tp_link
 from llmsim.costmodel.fusedmoe import padded_share, tile_config
 from llmsim.costmodel.gemm import GemmCurve
 from llmsim.costmodel.ops import (
@@ -167,6 +167,12 @@ class CostConfig(OpConfig):
     numa_aware: bool = True  # CPU: each socket reads its own memory (else half the reads cross)
     # MoE under expert parallelism: routed tokens of the busiest GPU / the mean (>= 1; eplb.py)
     moe_imbalance: float = 1.0
+    # vLLM's dual batch overlap (--enable-dbo, with DeepEP): a step of more tokens than its
+    # threshold (decode-only, or with a prompt: --dbo-decode-token-threshold 32 and
+    # --dbo-prefill-token-threshold 512 by default, vllm/config/parallel.py) runs as two micro-batches
+    dual_batch_overlap: bool = False
+    dbo_decode_tokens: int = 32
+    dbo_prefill_tokens: int = 512
 
 
 @dataclass
@@ -190,6 +196,11 @@ class CostModel:
         self._body_cache: dict[int, float] = {}
         self._head_cache: dict[int, float] = {}
         self._lora_cache: dict[tuple[int, int, bool], float] = {}
+        self._parts_cache: dict[int, tuple[float, float, float, float]] = {}  # (_body_parts: dual batch overlap)
+        self._dbo = self.cfg.dual_batch_overlap and self.cfg.ep > 1
+        sms = self.hw.efficiency.gemm_wave_units  # (a GPU's SMs, where its profile gives them)
+        ht = self.cfg.all2all_backend == "deepep_high_throughput" and sms is not None and sms.value > DEEPEP_HT_SMS
+        self._dbo_share = 1.0 - DEEPEP_HT_SMS / sms.value if ht and sms is not None else 1.0
         self._peaks: dict[str, float] = {}  # dtype -> hw.peak(dtype)
         eff = self.hw.efficiency
         self._bw = self._stream_bw(eff.memory_fraction)
@@ -429,6 +440,21 @@ class CostModel:
         result moves)."""
         if op.collective == "all_reduce":
             return all_reduce_s(op.bytes_read, self.cfg.tp, self._link, self._bus_fraction)
+        if op.collective.startswith("deepep_"):
+            up = self.hw.scale_up or self._ep_link  # (build refuses DeepEP without NVLink peers)
+            span = up.max_devices.value if up.max_devices is not None else op.ranks
+            return deepep_s(
+                op.m,
+                op.n,
+                op.k,
+                op.ranks,
+                int(span),
+                self.cfg.all2all_backend == "deepep_low_latency",
+                op.collective == "deepep_combine",
+                up,
+                self.hw.scale_out or self._ep_link,
+                (self.model.expert_groups, self.model.expert_groups_per_token),
+            )
         total = op.bytes_read if op.bytes_read > op.bytes_written else op.bytes_written
         link = self._link if op.collective == "tp_all_gather" else self._ep_link
         return all_gather_s(total, op.ranks, link, self._bus_fraction)
@@ -495,7 +521,8 @@ class CostModel:
 
     def stage_time(self, shape: BatchShape) -> float:
         """Device time of one pipeline stage's part of the step (no per-step CPU overhead)."""
-        return sum(t.total_s for t in self.priced(shape))
+        stage = sum(t.total_s for t in self.priced(shape))
+        return stage + self.dbo_delta_s(shape, stage) if self._dbo else stage
 
     def step_time(self, shape: BatchShape, changed: bool = False) -> float:
         """Seconds for one whole step (all stages back to back, plus CPU overhead; ``changed``: the
@@ -514,9 +541,65 @@ class CostModel:
         stage += self._attention_s(shape, attn_graphed)
         if shape.lora_tokens and self.cfg.lora_rank:
             stage += self._lora_s(shape.lora_tokens, shape.lora_adapters, body_graphed)
+        if self._dbo:
+            stage += self.dbo_delta_s(shape, stage)
         if self.cfg.pp > 1:
             stage = stage * self._stages + self.pp_send_time(shape) * (self.cfg.pp - 1)
         return self.with_host(stage, shape.prefill_seqs + shape.decode_seqs, tokens, changed)
+
+    def microbatched(self, tokens: int, decode_only: bool) -> bool:
+        """Does dual batch overlap split a step of ``tokens`` (more than its threshold)?"""
+        if not self._dbo:
+            return False
+        return tokens > (self.cfg.dbo_decode_tokens if decode_only else self.cfg.dbo_prefill_tokens)
+
+    def dbo_delta_s(self, shape: BatchShape, stage_s: float) -> float:
+        """What dual batch overlap changes a stage of ``stage_s`` seconds by (0 where the step is
+        not split). vLLM runs the step as two micro-batches of half its tokens, each the whole
+        model, in the schedule of docs/design/dbo.md ("mlp_overlap"): each layer passes through four
+        phases, in each one micro-batch computes while the other's transfer runs, so a phase lasts
+        the longer of the two: attention (with the router and any shared expert) against a
+        dispatch, the experts against a dispatch, the experts against a combine, attention against
+        a combine. Attention, the LM head and LoRA are taken as half the whole step's each. DeepEP's
+        normal kernels run on 20 of the GPU's SMs (vLLM's DeepEPHTAll2AllManager.num_sms, "the
+        DeepEP default"; vllm/distributed/device_communicators/all2all.py), so the compute beside
+        them runs on the rest (its low-latency kernels take none: their max_sms_used is 0)."""
+        tokens = shape.tokens
+        decode_only = shape.prefill_tokens == 0
+        if not self.microbatched(tokens, decode_only):
+            return 0.0
+        body_tokens, graphed, _ = self.graph_view(tokens, decode_only)
+        group = self._routed_tokens(body_tokens, tokens, shape.group_tokens)
+        rest = stage_s - sum(self._body_parts(body_tokens, graphed, group))  # attention, LM head, LoRA
+        other, experts, dispatch, combine = self._body_parts(-(-body_tokens // 2), graphed, -(-group // 2))
+        attention = other + rest / 2.0
+        if self._dbo_share < 1.0:  # (the SMs left to compute beside DeepEP's normal kernels)
+            attention, experts = attention / self._dbo_share, experts / self._dbo_share
+        split = max(attention, dispatch) + max(experts, dispatch) + max(experts, combine) + max(attention, combine)
+        return split - stage_s
+
+    def _body_parts(self, tokens: int, decode_only: bool, group_tokens: int) -> tuple[float, float, float, float]:
+        """The layers' ops except attention, what ``_body_s`` sums, in the four parts dual batch
+        overlap schedules apart: (the rest of the compute, a TP all-reduce included; the routed
+        experts' GEMMs and activation; DeepEP's dispatches; its combines), seconds. Cached."""
+        key = (tokens << 32 | group_tokens) << 1 | decode_only
+        parts = self._parts_cache.get(key)
+        if parts is None:
+            other = experts = dispatch = combine = 0.0
+            for op in self.ops(_body_shape(tokens, decode_only, group_tokens)):
+                if on_attention_side(op):
+                    continue
+                t = self.price(op, decode_only).total_s
+                if op.collective == "deepep_dispatch":
+                    dispatch += t
+                elif op.collective == "deepep_combine":
+                    combine += t
+                elif op.name in _EXPERT_OPS or op.name == "mlp_act":
+                    experts += t
+                else:
+                    other += t
+            parts = self._parts_cache[key] = (other, experts, dispatch, combine)
+        return parts
 
     def _routed_tokens(self, body_tokens: int, tokens: int, group_tokens: int) -> int:
         """``BatchShape.group_tokens`` for pricing a step of ``tokens`` padded to ``body_tokens``:
@@ -586,7 +669,7 @@ class CostModel:
         the steps it reaches), else every step priced, vectorised with the same arithmetic as
         ``_attention_s`` on an array of contexts."""
         n = shape.decode_tokens
-        if self._mla:  # (priced from its ops, step by step)
+        if self._mla or self._dbo:  # (priced from its ops; dual batch overlap's max: step by step)
             return [self.step_time(_grown(shape, n * i)) for i in range(steps)]
         body_tokens, body_graphed, graphed = self.graph_view(shape.tokens, True)
         routed = self._routed_tokens(body_tokens, shape.tokens, shape.group_tokens)
@@ -750,13 +833,7 @@ class CostModel:
 
     def _body_s(self, tokens: int, decode_only: bool, group_tokens: int) -> float:
         """Stage time of the layers' ops except attention (``_dense_stage_time``), priced."""
-        shape = BatchShape(
-            prefill_tokens=0 if decode_only else tokens,
-            decode_tokens=tokens if decode_only else 0,
-            decode_seqs=tokens if decode_only else 0,
-            logits_rows=0,
-            group_tokens=group_tokens,
-        )
+        shape = _body_shape(tokens, decode_only, group_tokens)
         return sum(self.price(op, decode_only).total_s for op in self.ops(shape) if not on_attention_side(op))
 
     def lora_s(self, shape: BatchShape) -> float:
@@ -788,7 +865,8 @@ class CostModel:
         engine's ``batch_change`` too where ``changed``, as ``step_time``)."""
         out: dict[str, float] = {}
         launches = fixed = 0.0
-        for t in self.priced(shape):
+        priced = self.priced(shape)
+        for t in priced:
             out[t.op.name] = out.get(t.op.name, 0.0) + max(t.compute_s, t.memory_s) * t.op.count * self._stages
             launches += t.launch_s * t.op.count * self._stages
             fixed += t.fixed_s * t.op.count * self._stages
@@ -811,6 +889,8 @@ class CostModel:
                     shape.tokens, shape.lm_rows, body_graphed, self._routed_tokens(shape.tokens, shape.tokens, g)
                 )
             ) * self._stages
+        if self._dbo:  # (negative where the transfers hide under the other micro-batch's compute)
+            out["dual_batch_overlap"] = self.dbo_delta_s(shape, sum(t.total_s for t in priced)) * self._stages
         seqs = shape.prefill_seqs + shape.decode_seqs
         device = sum(out.values())
         if self._host_const:
@@ -836,6 +916,17 @@ class CostModel:
         from llmsim.costmodel.ops import model_batch_shape
 
         return self.step_time(model_batch_shape(self.model, [], contexts))
+
+
+def _body_shape(tokens: int, decode_only: bool, group_tokens: int) -> BatchShape:
+    """The shape the layers' non-attention ops of a step see: its tokens alone."""
+    return BatchShape(
+        prefill_tokens=0 if decode_only else tokens,
+        decode_tokens=tokens if decode_only else 0,
+        decode_seqs=tokens if decode_only else 0,
+        logits_rows=0,
+        group_tokens=group_tokens,
+    )
 
 
 def _grown(shape: BatchShape, tokens: int) -> BatchShape:

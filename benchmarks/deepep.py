@@ -1,0 +1,86 @@
+"""DeepEP's published kernel timings (data/calibration/deepep/) priced back by llmsim's DeepEP model.
+
+Each row of DeepEP's V1 README tables (H800s, ~160 GB/s NVLink, one 400 Gb/s NIC a GPU, eight GPUs a
+node, DeepSeek-V3's routing) is turned into the time it measured (a bandwidth row: the bytes DeepEP's
+test counts over that bandwidth) and priced with ``comm.deepep_s`` on links of those rates. These
+rows are where the model's constants come from: the table shows how well one set of constants holds
+them all (in-sample), not a validation.
+
+    python benchmarks/deepep.py
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+from llmsim.costmodel.comm import deepep_s, nodes_reached
+from llmsim.hardware import Link
+from llmsim.tables import table
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "data" / "calibration" / "deepep" / "legacy_readme.csv"
+NODE_GPUS = 8
+GROUPS = (8, 4)  # DeepSeek-V3: top-8 experts within 4 of 8 groups
+
+
+def _link(name: str, rate: float) -> Link:
+    fig = {"value": rate, "source": "DeepEP docs/legacy.md: the H800 setting's stated maximum"}
+    return Link(name=name, bandwidth_bytes_per_s=fig, latency_s={"value": 0.0, "source": "not used by deepep_s"})
+
+
+NVLINK = _link("NVLink (H800)", 160e9)
+RDMA = _link("ConnectX-7 400 Gb/s", 50e9)
+
+
+def row_bytes(hidden: int, dtype: str) -> float:
+    """One token's payload: FP8 with a float scale a 128 values, or BF16."""
+    return hidden + 4 * -(-hidden // 128) if dtype == "fp8" else 2 * hidden
+
+
+def measured_s(r: dict) -> float:
+    """The row's time: a latency as given, or the bytes DeepEP's test counts over its bandwidth
+    (every (token, node) pair a token reaches over RDMA, (token, GPU) pair within one node)."""
+    if r["unit"] == "us":
+        return float(r["measured"]) * 1e-6
+    ep, tokens = int(r["ep"]), int(r["tokens"])
+    units = ep if r["link"] == "NVLink" else -(-ep // NODE_GPUS)
+    pairs = nodes_reached(units, int(r["topk"]), GROUPS)
+    return tokens * pairs * row_bytes(int(r["hidden"]), r["dispatch_dtype"]) / (float(r["measured"]) * 1e9)
+
+
+def main() -> int:
+    rows = []
+    with DATA.open() as f:
+        for r in csv.DictReader(f):
+            real = measured_s(r)
+            priced = deepep_s(
+                int(r["tokens"]),
+                row_bytes(int(r["hidden"]), r["dispatch_dtype"]),
+                int(r["topk"]),
+                int(r["ep"]),
+                NODE_GPUS,
+                r["kernels"] == "low_latency",
+                r["op"] == "combine",
+                NVLINK,
+                RDMA,
+                GROUPS,
+            )
+            rows.append(
+                [
+                    r["kernels"],
+                    r["op"],
+                    r["ep"],
+                    f"{real * 1e6:,.0f}",
+                    f"{priced * 1e6:,.0f}",
+                    f"{priced / real - 1:+.1%}",
+                ]
+            )
+    print("DeepEP V1's measured kernels (docs/legacy.md) against comm.deepep_s on the same links (in-sample)")
+    print(table(rows, ["kernels", "op", "EP", "measured us", "llmsim us", "err"], align="llrrrr"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
