@@ -13,7 +13,15 @@ import numpy as np
 import pandas as pd
 
 from llmsim.autoscaler import ScalingSpec, billed_s
-from llmsim.build import PoolSpec, activation_bytes, build_model, build_pools, build_workload, prewarm_prefixes
+from llmsim.build import (
+    PoolSpec,
+    activation_bytes,
+    all2all_summary,
+    build_model,
+    build_pools,
+    build_workload,
+    prewarm_prefixes,
+)
 from llmsim.errors import UserError
 from llmsim.invariants import check_run
 from llmsim.models import ModelSpec
@@ -192,6 +200,7 @@ def _run(
                 "expert_imbalance": p.cost.cfg.moe_imbalance,  # busiest EP GPU / mean (eplb.py)
                 # a step's T tokens reach what T^this independent ones would (MoE models only)
                 **({"expert_routing_exponent": p.cost.cfg.expert_routing_exponent} if model.is_moe else {}),
+                **all2all_summary(p.cost.cfg),
                 "memory_per_device": p.memory,
                 "price_per_hour_usd": p.hw.price_per_hour_usd.value * p.replicas * p.tp * p.pp,
             }

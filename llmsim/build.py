@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from llmsim.costmodel import CostConfig, CostModel
-from llmsim.costmodel.ops import storage_of
+from llmsim.costmodel.ops import DEEPEP_BACKENDS, storage_of
 from llmsim.engine import EngineSpec, for_hardware, graph_plan
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
@@ -436,16 +436,19 @@ def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
 
 
 def _check_all2all(sc: Scenario, pools: list[PoolSpec]) -> None:
-    from llmsim.costmodel.comm import deepep_fabric
-
     """``cluster.all2all_backend`` / ``dual_batch_overlap`` where something reads them: DeepEP moves
     tokens between the data-parallel ranks of an expert-parallel group (vLLM ignores the backend
-    otherwise, so a scenario naming it without one is a mistake), one GPU a rank (the wide-EP
-    layout; DeepEP with tensor-parallel ranks is not modelled), over NVLink within a node (its
-    README requires full NVLink peer access); dual batch overlap needs DeepEP (docs/design/dbo.md:
-    "Currently DBO is only supported with DeepEP")."""
+    otherwise, so a scenario naming it without one is a mistake), on the pools it can run on
+    (``comm.deepep_refusal``); dual batch overlap needs DeepEP (docs/design/dbo.md: "Currently DBO
+    is only supported with DeepEP")."""
+    from llmsim.costmodel.comm import deepep_refusal
+
     c = sc.cluster
-    deepep = c.all2all_backend != "allgather_reducescatter"
+    keys = ("dbo_decode_token_threshold", "dbo_prefill_token_threshold")  # (their defaults are vLLM's)
+    unread = [k for k in keys if getattr(c, k) != type(c).model_fields[k].default]
+    if unread and not c.dual_batch_overlap:
+        raise UserError(f"cluster.{unread[0]}: read only with cluster.dual_batch_overlap: true; remove it or set that")
+    deepep = c.all2all_backend in DEEPEP_BACKENDS
     if not (deepep or c.dual_batch_overlap):
         return
     key = "cluster.all2all_backend" if deepep else "cluster.dual_batch_overlap"
@@ -461,18 +464,20 @@ def _check_all2all(sc: Scenario, pools: list[PoolSpec]) -> None:
             "deepep_low_latency or deepep_high_throughput"
         )
     for p in grouped:
-        cfg = p.cost.cfg
-        if cfg.tp > 1:
-            raise UserError(
-                f"{key}: DeepEP is priced for one GPU a data-parallel rank (tp 1, the wide expert-parallel "
-                f"layout); this pool has tp {cfg.tp}"
-            )
-        if not deepep_fabric(p.cost.hw):
-            up = p.cost.hw.scale_up
-            raise UserError(
-                f"{key}: DeepEP needs NVLink between a node's GPUs (its README: full NVLink peer access); "
-                f"{p.cost.hw.name}'s peers meet over {up.name if up else 'nothing'}"
-            )
+        why = deepep_refusal(p.cost.cfg.tp, p.cost.hw)
+        if why:
+            raise UserError(f"{key}: {why}")
+
+
+def all2all_summary(cfg: CostConfig) -> dict:
+    """A pool's DeepEP settings for summary.json (``pools[]``), where its ranks exchange tokens with
+    DeepEP; {} otherwise."""
+    if cfg.all2all_backend not in DEEPEP_BACKENDS or cfg.ep <= cfg.tp:
+        return {}
+    out: dict = {"all2all_backend": cfg.all2all_backend, "dual_batch_overlap": cfg.dual_batch_overlap}
+    if cfg.dual_batch_overlap:
+        out["dbo_thresholds"] = {"decode": cfg.dbo_decode_tokens, "prefill": cfg.dbo_prefill_tokens}
+    return out
 
 
 def moe_imbalance(sc: Scenario, model: ModelSpec, ep: int, key: str) -> float:
@@ -481,12 +486,7 @@ def moe_imbalance(sc: Scenario, model: ModelSpec, ep: int, key: str) -> float:
     c = sc.cluster
     if ep <= 1 or not (c.expert_skew or c.eplb):
         return 1.0
-    if c.eplb and (model.num_experts + c.redundant_experts) % ep:
-        raise UserError(
-            f"{key}.redundant_experts: {model.num_experts} experts + {c.redundant_experts} copies must divide "
-            f"over the {ep} expert-parallel GPUs (vLLM requires it)"
-        )
-    from llmsim.eplb import expert_imbalance
+    from llmsim.eplb import expert_imbalance  # (expert_parallel_degree checked the copies divide)
 
     k = model.experts_per_token
     return expert_imbalance(model.num_experts, ep, c.expert_skew, sc.seed, c.eplb, c.redundant_experts, k)
@@ -745,8 +745,8 @@ def expert_parallel_degree(model: ModelSpec, p: PoolConfig, key: str, redundant:
         )
     if redundant and (model.num_experts + redundant) % ep:
         raise UserError(
-            f"{key}.redundant_experts: {model.num_experts} experts + {redundant} copies must divide over the "
-            f"{ep} expert-parallel GPUs (vLLM requires it)"
+            f"cluster.redundant_experts: {model.num_experts} experts + {redundant} copies must divide over the "
+            f"{ep} expert-parallel GPUs of {key} (vLLM requires it)"
         )
     if not redundant and model.num_experts % ep:
         raise UserError(

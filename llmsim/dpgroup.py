@@ -17,7 +17,9 @@ its own scheduler, ``Replica.next_plan``), prices each rank's plan as that rank'
 (``Replica.begin_step``: its dense layers and attention on its own tokens, its experts on the
 tokens the group gathers, ``CostModel.group_tokens``), waits out the longest, and hands every rank
 its outcome at the common end (``Replica.end_step``). What a rank waited beyond its own step is its
-``dp_wait_s`` (summary ``data_parallel``). Not modelled: the dummy batch's own cost (a one-token
+``dp_wait_s`` (summary ``data_parallel``). Dual batch overlap splits the group's step only where every
+rank would split its own (vLLM's ranks agree in ``coordinate_batch_across_dp``; an idle rank's dummy
+batch votes no): ``BatchShape.microbatch``. Not modelled: the dummy batch's own cost (a one-token
 step, never the slowest of a step with work); on graphed steps, each rank's own dense layers and
 attention padded to the largest rank's count (only the gathered count is padded here, so a rank
 with few tokens but long contexts can be slower in vLLM than priced); the GPUs' time in dummy
@@ -77,11 +79,17 @@ class DataParallelGroup:
             tokens = [1 if shape is None else shape.tokens for shape in shapes]  # an idle rank's dummy token
             decode_only = all(shape is None or not shape.prefill_tokens for shape in shapes)
             gathered = self.ranks[0].cost.group_tokens(tokens, decode_only)
+            cost = self.ranks[0].cost
+            # dual batch overlap: every rank splits its step or none does (vLLM's
+            # coordinate_batch_across_dp; an idle rank's dummy batch votes no)
+            split = int(all(s is not None and cost.microbatched(s.tokens, not s.prefill_tokens) for s in shapes))
             for shape in shapes:
                 if shape is not None:
                     shape.group_tokens = gathered
+                    shape.microbatch = split
                     if shape.local is not None:
                         shape.local.group_tokens = gathered
+                        shape.local.microbatch = split
             own = [
                 rank.begin_step(plan, shape, start) for rank, plan, shape in zip(self.ranks, plans, shapes, strict=True)
             ]

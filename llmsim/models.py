@@ -1356,9 +1356,9 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
 def _expert_groups(cfg: dict, path: Path, experts: int) -> dict[str, int]:
     """A DeepSeekMoE config's group-limited routing (n_group / topk_group, which vLLM's grouped top-k
     reads for every DeepSeek MoE; one group, V2-Lite's, limits nothing); {} without."""
-    if not experts or (cfg.get("n_group") or 1) <= 1:
-        return {}
     groups = _count(cfg, path, "n_group", 1)
+    if not experts or groups <= 1:
+        return {}
     return {"expert_groups": groups, "expert_groups_per_token": _count(cfg, path, "topk_group", groups)}
 
 

@@ -322,9 +322,10 @@ def _all2all_backend(flag: str | None, env: str | None) -> str | None:
             f"vllm serve: --all2all-backend {cut(flag, 40)} and VLLM_ALL2ALL_BACKEND={cut(env, 40)} disagree"
         )
     value = flag if flag is not None else env
+    source = "--all2all-backend" if flag is not None else "VLLM_ALL2ALL_BACKEND"
     if value is not None and value not in ALL2ALL_BACKENDS:
         raise UserError(
-            f"vllm serve: --all2all-backend {cut(value, 40)!r}: llmsim prices {', '.join(ALL2ALL_BACKENDS)} "
+            f"vllm serve: {source} {cut(value, 40)!r}: llmsim prices {', '.join(ALL2ALL_BACKENDS)} "
             "(vLLM's default and DeepEP's two kernels; pplx, flashinfer and the others are not modelled)"
         )
     return value
@@ -626,12 +627,21 @@ def dense_ignored(serve: Serve) -> list[str]:
 
 
 def all2all_ignored(serve: Serve) -> list[str]:
-    """--all2all-backend / --enable-dbo where nothing reads them: vLLM's all2all moves tokens between
-    the data-parallel ranks of an expert-parallel group, so without one (-dp above 1 with -ep on a
-    MoE model) it goes unused."""
+    """--all2all-backend / --enable-dbo (and its thresholds) where nothing reads them: vLLM's all2all
+    moves tokens between the data-parallel ranks of an expert-parallel group, so without one (-dp
+    above 1 with -ep on a MoE model) it goes unused; the thresholds go unused without --enable-dbo."""
+    thresholds = [
+        f
+        for f, v in (
+            ("--dbo-decode-token-threshold", serve.dbo_decode_tokens),
+            ("--dbo-prefill-token-threshold", serve.dbo_prefill_tokens),
+        )
+        if v is not None
+    ]
     if serve.dp > 1 and serve.expert_parallel and has_experts(model_entry(serve.model)[0]):
-        return []
-    return [f for f, on in (("--all2all-backend", serve.all2all_backend), ("--enable-dbo", serve.dbo)) if on]
+        return [] if serve.dbo else thresholds  # (the thresholds without --enable-dbo: unread)
+    flags = [f for f, on in (("--all2all-backend", serve.all2all_backend), ("--enable-dbo", serve.dbo)) if on]
+    return flags + thresholds
 
 
 def _lengths(value: int, ratio: float) -> dict:
@@ -776,16 +786,16 @@ def scenario_dict(
         cluster["expert_routing_exponent"] = RANDOM_TOKEN_ROUTING_EXPONENT
     if serve.eplb and moe:
         cluster |= {"eplb": True, "redundant_experts": serve.redundant_experts}
-    if not all2all_ignored(serve):
-        if serve.all2all_backend is not None:
-            cluster["all2all_backend"] = serve.all2all_backend
-        if serve.dbo:
-            cluster["dual_batch_overlap"] = True
+    unread = all2all_ignored(serve)
+    if serve.all2all_backend is not None and "--all2all-backend" not in unread:
+        cluster["all2all_backend"] = serve.all2all_backend
+    if serve.dbo and "--enable-dbo" not in unread:
+        cluster["dual_batch_overlap"] = True
         for key, value in (
             ("dbo_decode_token_threshold", serve.dbo_decode_tokens),
             ("dbo_prefill_token_threshold", serve.dbo_prefill_tokens),
         ):
-            if serve.dbo and value is not None:
+            if value is not None:
                 cluster[key] = value
     if serve.enforce_eager:
         cluster["cuda_graphs"] = False

@@ -453,9 +453,8 @@ def notes(
     moe = has_experts(entry)
     lines = [f"hardware {sc.hardware} x{c.tp * c.pp * c.replicas}", f"model    {shown}"]
     ignored = [*serve.ignored, *bench.ignored, *(f"{f} (a dense model)" for f in dense_ignored(serve))]
-    ignored += [
-        f"{f} (no expert-parallel data-parallel ranks)" for f in all2all_ignored(serve) if not dense_ignored(serve)
-    ]
+    why = "a dense model" if dense_ignored(serve) else "no expert-parallel data-parallel ranks, or no --enable-dbo"
+    ignored += [f"{f} ({why})" for f in all2all_ignored(serve)]
     if result is not None and result.sent is not None:
         # (a MoE model's --dataset-name still says how its tokens route: routing_note)
         replaced = [k for k in REQUEST_SETTINGS if k in bench.given and not (moe and k == "dataset_name")]

@@ -97,16 +97,15 @@ def check_step(args: argparse.Namespace, model: ModelSpec, hw: HardwareProfile) 
                 f"--ep {args.ep}: must be a multiple of --tp {args.tp} (ep = data-parallel ranks x tp) that "
                 f"divides the {model.num_experts} experts of {model.name}"
             )
+    from llmsim.costmodel.comm import deepep_refusal
+
     deepep = args.all2all_backend != "allgather_reducescatter"
-    if deepep and (args.ep <= args.tp or args.tp != 1):
-        raise UserError(
-            f"--all2all-backend {args.all2all_backend}: DeepEP moves tokens between data-parallel ranks of one "
-            f"GPU each: give --ep above 1 at --tp 1 (got --ep {args.ep}, --tp {args.tp})"
-        )
-    if deepep and hw.scale_up is None:
-        raise UserError(
-            f"--all2all-backend {args.all2all_backend}: DeepEP needs NVLink; {hw.name} has no scale_up link"
-        )
+    flag = f"--all2all-backend {args.all2all_backend}"
+    if deepep and args.ep <= args.tp:
+        raise UserError(f"{flag}: DeepEP moves tokens between data-parallel ranks: give --ep above --tp ({args.tp})")
+    why = deepep_refusal(args.tp, hw) if deepep else None
+    if why:
+        raise UserError(f"{flag}: {why}")
     if args.dual_batch_overlap and not deepep:
         raise UserError("--dual-batch-overlap: vLLM runs it with DeepEP only; give --all2all-backend deepep_...")
     try:
@@ -201,7 +200,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         kv_dtype=args.kv_dtype,
         act_dtype=args.act_dtype,
         attention_kernel=args.attention_kernel,
-        cuda_graphs=bool(engine.cuda_graphs),
+        # (vLLM turns CUDA graphs off under DeepEP's normal kernels, as build does for a run)
+        cuda_graphs=bool(engine.cuda_graphs) and args.all2all_backend != "deepep_high_throughput",
         cuda_graph_sizes=engine.cuda_graph_sizes,
         fp8_attention=fp8_attention(engine, hw, model),
         all2all_backend=args.all2all_backend,

@@ -228,11 +228,21 @@ def summary_text(s: dict) -> str:
     jit = moe_jit_line(s)
     if jit:
         tail.append(f"kernels  {jit}")
+    if any(p.get("all2all_backend") == "deepep_high_throughput" for p in s.get("pools", [])):
+        tail.append(f"all2all  {DEEPEP_HT_NOTE}")
     tail.append(f"verdict  {sat['verdict'].upper()}: {sat['explanation']}")
     from llmsim.accuracy import interval_line
 
     tail.append(f"accuracy {interval_line(s.get('accuracy'), s.get('accuracy_like'))}")
     return "\n".join(head) + "\n\n" + body + "\n".join(tail)
+
+
+# what a run with DeepEP's normal kernels leaves out (docs/costmodel.md "Expert parallelism across nodes")
+DEEPEP_HT_NOTE = (
+    "DeepEP's normal kernels: their handshake before each call (notify_dispatch, ~1 ms in DeepSeek's "
+    "prefill profile, DeepEP issue #94) is not priced, so small steps read fast; vLLM runs "
+    "deepep_low_latency for decode"
+)
 
 
 def moe_jit_line(s: dict, served_before: bool = False) -> str | None:

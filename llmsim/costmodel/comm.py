@@ -14,8 +14,7 @@ so small messages go one way and large ones the other (NCCL src/graph/tuning.cc)
 
 from __future__ import annotations
 
-import math
-
+from llmsim.costmodel.ops import nodes_reached
 from llmsim.hardware import HardwareProfile, Link
 
 
@@ -77,33 +76,52 @@ def send_s(message_bytes: float, link: Link, efficiency: float = 1.0) -> float:
 
 # DeepEP's all-to-all kernels as its authors measured them (deepseek-ai/DeepEP docs/legacy.md,
 # the V1 README's "Performance", read at 0297fc8; data/calibration/deepep/, benchmarks/deepep.py):
-# H800s with ~160 GB/s of NVLink and one ConnectX-7 400 Gb/s NIC (~50 GB/s) each, 7,168 hidden,
-# top-8, FP8 dispatch and BF16 combine. Each rate below is a fraction of the link it crosses.
-# Normal ("high-throughput") kernels, intranode EP 8: 153 / 158 GB/s (dispatch / combine) counted
-# over each rank a token reaches, its own among them (4 of 8: 4 of 8 groups, a group a rank); over
-# the copies that move (the 3.5 other ranks) 0.84 / 0.86 of the ~160 GB/s
-DEEPEP_NVLINK_FRACTION = 0.85
-# ... internode: 58 / 51 GB/s at EP 32 / 64 counted over every node a token reaches, its own among
-# them (DeepSeek-V3's routing: 4 of 8 expert groups, so 3.14 / 4 nodes of which 2.36 / 3.5 remote):
-# 0.87 / 0.89 of the NIC for the copies that leave the node (at EP 16 NVLink forwarding is the
-# bottleneck instead: benchmarks/deepep.py prices every row)
+# H800s (NVLink 400 GB/s both ways, 200 per direction, on NVIDIA's H800 SXM datasheet; "~160 GB/s"
+# reachable, the README says) and one ConnectX-7 400 Gb/s NIC (~50 GB/s) each, 7,168 hidden,
+# top-8, FP8 dispatch and BF16 combine. Each rate below is a fraction of the link's rated speed,
+# over the copies that move (a copy to this rank's own experts moves nothing).
+# Normal ("high-throughput") kernels, intranode EP 8 (its test routes a plain top-8: 5.25 of 8
+# ranks a token, its own among them): 153 / 158 GB/s counted over all of those; over the 4.59
+# that move, 0.67 / 0.69 of 200 GB/s
+DEEPEP_NVLINK_FRACTION = 0.68
+# ... internode (its test picks 4 of the nodes, then top-8 within them, so a token reaches 4 of 4
+# or of 8 nodes, its own among them): 58 / 51 GB/s at EP 32 / 64 counted over those; over the 3
+# and 3.5 others, 0.87 / 0.89 of the NIC (at EP 16 NVLink forwarding is the bottleneck instead)
 DEEPEP_RDMA_FRACTION = 0.88
-# Low-latency kernels (128 tokens a rank, every (token, expert) copy sent on its own, the node's
-# peers over NVLink): EP 16-256 fit latency + remote bytes / (NIC x fraction) within 4 %:
-# dispatch 118-194 us -> 35 us and 0.93, combine 195-369 us -> 6 us and 0.80
 # the SMs DeepEP's normal kernels run on while they move tokens (vLLM's DeepEPHTAll2AllManager
 # num_sms = 20, "the DeepEP default", vllm/distributed/device_communicators/all2all.py); the
 # low-latency kernels take none (its DeepEPLLAll2AllManager.max_sms_used is 0)
 DEEPEP_HT_SMS = 20
+# Low-latency kernels (128 tokens a rank, every (token, expert) copy sent on its own, the node's
+# peers over NVLink): EP 16-256 fit latency + remote bytes / (NIC x fraction) within 4 %:
+# dispatch 118-194 us -> 35 us and 0.93, combine 195-369 us -> 6 us and 0.80
 DEEPEP_LL_DISPATCH = (35e-6, 0.93)
 DEEPEP_LL_COMBINE = (6e-6, 0.80)
 
 
 def deepep_fabric(hw: HardwareProfile) -> bool:
     """Can DeepEP run between this GPU's node peers? It needs NVLink with full peer access between
-    them (its README; its ROCm port runs over AMD's xGMI), so not PCIe peers or host staging."""
+    all of them (its README; its ROCm port runs over AMD's xGMI mesh): not PCIe peers, host staging
+    or NVLink bridges joining pairs."""
     up = hw.scale_up
-    return hw.family == "gpu" and up is not None and up.name.startswith(("NVLink", "Infinity Fabric (xGMI)"))
+    if hw.family != "gpu" or up is None or "bridge" in up.name:
+        return False
+    return up.name.startswith(("NVLink", "Infinity Fabric (xGMI)"))
+
+
+def deepep_refusal(tp: int, hw: HardwareProfile) -> str | None:
+    """Why DeepEP's kernels cannot be priced for data-parallel ranks of ``tp`` GPUs on ``hw``
+    (None: they can): one GPU a rank (the wide expert-parallel layout; DeepEP with tensor-parallel
+    ranks is not modelled), NVLink between the node's GPUs (``deepep_fabric``)."""
+    if tp > 1:
+        return f"DeepEP is priced for one GPU a data-parallel rank (tp 1, the wide expert-parallel layout), not tp {tp}"
+    if not deepep_fabric(hw):
+        up = hw.scale_up
+        return (
+            "DeepEP needs NVLink between all of a node's GPUs (its README: full NVLink peer access); "
+            f"{hw.name}'s peers meet over {up.name if up else 'nothing'}"
+        )
+    return None
 
 
 def deepep_s(
@@ -141,19 +159,3 @@ def deepep_s(
     reached = nodes_reached(ranks, k, groups) * (ranks - 1) / ranks  # other ranks a token reaches
     rdma = tokens * remote_nodes * row_bytes / (nic * DEEPEP_RDMA_FRACTION)
     return max(rdma, tokens * reached * row_bytes / nvl_bw)
-
-
-def nodes_reached(nodes: int, k: int, groups: tuple[int, int] = (0, 0)) -> float:
-    """Expected nodes (or ranks) holding at least one of a token's ``k`` experts, spread evenly. A
-    group-limited router picks ``groups[1]`` of ``groups[0]`` expert groups first (DeepSeek-V3's
-    4 of 8): with whole groups a node (EPLB's hierarchical placement keeps them so) a node is missed
-    when none of its groups is picked; with a group over several nodes each picked group spreads its
-    k / picks experts over those. Without groups, k independent picks."""
-    n_groups, picks = groups
-    if n_groups and picks and n_groups % nodes == 0:
-        per = n_groups // nodes
-        return nodes * (1.0 - math.comb(n_groups - per, picks) / math.comb(n_groups, picks))
-    if n_groups and picks and nodes % n_groups == 0:
-        span = nodes // n_groups
-        return picks * span * (1.0 - (1.0 - 1.0 / span) ** (k / picks))
-    return nodes * (1.0 - (1.0 - 1.0 / nodes) ** k)

@@ -50,6 +50,9 @@ class BatchShape:
     group_tokens: int  # tokens the MoE experts see: EP, gathered over the DP (0 = tokens x dp); else 0 = tokens
     lora_tokens: int  # multi-LoRA: tokens of requests with an adapter (lora.py)
     lora_adapters: int  # multi-LoRA: distinct adapters those tokens use
+    # dual batch overlap's decision for the step where data-parallel ranks make it together
+    # (dpgroup.py: all split or none): 1 split, 0 not, -1 the step's own tokens decide
+    microbatch: int
 
     # written out (init=False) so that the compiled module builds it natively: a dataclass's
     # generated __init__ stays interpreted and took ~1 µs of every simulated step
@@ -68,6 +71,7 @@ class BatchShape:
         group_tokens: int = 0,
         lora_tokens: int = 0,
         lora_adapters: int = 0,
+        microbatch: int = -1,
     ) -> None:
         self.prefill_tokens = prefill_tokens
         self.prefill_seqs = prefill_seqs
@@ -82,6 +86,7 @@ class BatchShape:
         self.group_tokens = group_tokens
         self.lora_tokens = lora_tokens
         self.lora_adapters = lora_adapters
+        self.microbatch = microbatch
 
     @property
     def tokens(self) -> int:
@@ -1006,6 +1011,26 @@ def experts_touched(
     return reached * local_experts / experts
 
 
+def nodes_reached(nodes: int, k: int, groups: tuple[int, int] = (0, 0)) -> float:
+    """Expected nodes (or ranks) holding at least one of a token's ``k`` experts, spread evenly. A
+    group-limited router picks ``groups[1]`` of ``groups[0]`` expert groups first (DeepSeek-V3's
+    4 of 8), a group's experts kept together (EPLB's hierarchical placement): with ``g`` groups a
+    node (g >= 1, fractional where they do not divide) a node is missed when none of its groups is
+    picked; with a group spread over ``s`` nodes each picked group spreads its k / picks experts over
+    those. Without groups, k independent picks."""
+    n_groups, picks = groups
+    if not (n_groups and picks):
+        return nodes * (1.0 - (1.0 - 1.0 / nodes) ** k)
+    if nodes <= n_groups:
+        per = n_groups / nodes
+        missed = 1.0
+        for i in range(picks):  # (C(n - per, picks) / C(n, picks), per taken as a real number)
+            missed *= max(0.0, n_groups - per - i) / (n_groups - i)
+        return nodes * (1.0 - missed)
+    span = nodes / n_groups
+    return picks * span * (1.0 - (1.0 - 1.0 / span) ** (k / picks))
+
+
 _PICKS: dict[tuple[int, int, float], tuple[float, ...]] = {}
 
 
@@ -1100,7 +1125,10 @@ def _deepep_moe_ops(
     a = DTYPE_BYTES[storage_dtype(cfg)]
     row = H + 4 * -(-H // 128) if cfg.act_dtype == "fp8" else int(H * a)  # (fp32 scale a 128 values)
     back_row = int(H * a)
-    arrive = round(gathered * (1.0 - (1.0 - 1.0 / cfg.ep) ** k)) or 1  # tokens reaching this rank's experts
+    # tokens reaching this rank's experts: a token reaches nodes_reached of the ep ranks
+    arrive = (
+        round(gathered * nodes_reached(cfg.ep, k, (model.expert_groups, model.expert_groups_per_token)) / cfg.ep) or 1
+    )
     inter = model.intermediate_size
     up_n = 2 * inter if model.gated_mlp else inter
     act_flops, act_reads = _mlp_activation(model)

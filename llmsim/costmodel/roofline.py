@@ -18,6 +18,7 @@ from llmsim.costmodel.comm import DEEPEP_HT_SMS, all_gather_s, all_reduce_s, dee
 from llmsim.costmodel.fusedmoe import padded_share, tile_config
 from llmsim.costmodel.gemm import GemmCurve
 from llmsim.costmodel.ops import (
+    DEEPEP_BACKENDS,
     AttentionDims,
     BatchShape,
     Op,
@@ -197,7 +198,10 @@ class CostModel:
         self._head_cache: dict[int, float] = {}
         self._lora_cache: dict[tuple[int, int, bool], float] = {}
         self._parts_cache: dict[int, tuple[float, float, float, float]] = {}  # (_body_parts: dual batch overlap)
-        self._dbo = self.cfg.dual_batch_overlap and self.cfg.ep > 1
+        # (only where DeepEP moves tokens between data-parallel ranks: vLLM splits nothing else)
+        self._dbo = (
+            self.cfg.dual_batch_overlap and self.cfg.ep > self.cfg.tp and self.cfg.all2all_backend in DEEPEP_BACKENDS
+        )
         sms = self.hw.efficiency.gemm_wave_units  # (a GPU's SMs, where its profile gives them)
         ht = self.cfg.all2all_backend == "deepep_high_throughput" and sms is not None and sms.value > DEEPEP_HT_SMS
         self._dbo_share = 1.0 - DEEPEP_HT_SMS / sms.value if ht and sms is not None else 1.0
@@ -522,7 +526,7 @@ class CostModel:
     def stage_time(self, shape: BatchShape) -> float:
         """Device time of one pipeline stage's part of the step (no per-step CPU overhead)."""
         stage = sum(t.total_s for t in self.priced(shape))
-        return stage + self.dbo_delta_s(shape, stage) if self._dbo else stage
+        return stage + self.dbo_delta_s(shape, self._stage_s(shape)) if self._dbo else stage
 
     def step_time(self, shape: BatchShape, changed: bool = False) -> float:
         """Seconds for one whole step (all stages back to back, plus CPU overhead; ``changed``: the
@@ -535,23 +539,31 @@ class CostModel:
         tokens = shape.tokens
         if not tokens:
             return 0.0
-        body_tokens, body_graphed, attn_graphed = self.graph_view(tokens, shape.prefill_tokens == 0)
-        routed = self._routed_tokens(body_tokens, tokens, shape.group_tokens)
-        stage = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed, routed)
-        stage += self._attention_s(shape, attn_graphed)
-        if shape.lora_tokens and self.cfg.lora_rank:
-            stage += self._lora_s(shape.lora_tokens, shape.lora_adapters, body_graphed)
+        stage = self._stage_s(shape)
         if self._dbo:
             stage += self.dbo_delta_s(shape, stage)
         if self.cfg.pp > 1:
             stage = stage * self._stages + self.pp_send_time(shape) * (self.cfg.pp - 1)
         return self.with_host(stage, shape.prefill_seqs + shape.decode_seqs, tokens, changed)
 
+    def _stage_s(self, shape: BatchShape) -> float:
+        """One stage's device time of a step as ``step_time`` prices it, a CUDA graph's padding rows
+        included (dual batch overlap's split apart)."""
+        body_tokens, body_graphed, attn_graphed = self.graph_view(shape.tokens, shape.prefill_tokens == 0)
+        routed = self._routed_tokens(body_tokens, shape.tokens, shape.group_tokens)
+        stage = self._dense_stage_time(body_tokens, shape.lm_rows, body_graphed, routed)
+        stage += self._attention_s(shape, attn_graphed)
+        if shape.lora_tokens and self.cfg.lora_rank:
+            stage += self._lora_s(shape.lora_tokens, shape.lora_adapters, body_graphed)
+        return stage
+
     def microbatched(self, tokens: int, decode_only: bool) -> bool:
-        """Does dual batch overlap split a step of ``tokens`` (more than its threshold)?"""
+        """Would dual batch overlap split a step of ``tokens`` alone (at least its threshold,
+        vLLM's ``check_ubatch_thresholds``)? Data-parallel ranks split only together
+        (``BatchShape.microbatch``, set by dpgroup.py)."""
         if not self._dbo:
             return False
-        return tokens > (self.cfg.dbo_decode_tokens if decode_only else self.cfg.dbo_prefill_tokens)
+        return tokens >= (self.cfg.dbo_decode_tokens if decode_only else self.cfg.dbo_prefill_tokens)
 
     def dbo_delta_s(self, shape: BatchShape, stage_s: float) -> float:
         """What dual batch overlap changes a stage of ``stage_s`` seconds by (0 where the step is
@@ -560,23 +572,35 @@ class CostModel:
         phases, in each one micro-batch computes while the other's transfer runs, so a phase lasts
         the longer of the two: attention (with the router and any shared expert) against a
         dispatch, the experts against a dispatch, the experts against a combine, attention against
-        a combine. Attention, the LM head and LoRA are taken as half the whole step's each. DeepEP's
+        a combine (micro-batch 0's attention beside 1's dispatch, 1's experts beside 0's dispatch, 0's
+        experts beside 1's combine, 1's attention beside 0's combine). Attention, the LM head and LoRA
+        are taken as each micro-batch's share of the whole step's. DeepEP's
         normal kernels run on 20 of the GPU's SMs (vLLM's DeepEPHTAll2AllManager.num_sms, "the
         DeepEP default"; vllm/distributed/device_communicators/all2all.py), so the compute beside
         them runs on the rest (its low-latency kernels take none: their max_sms_used is 0)."""
         tokens = shape.tokens
         decode_only = shape.prefill_tokens == 0
-        if not self.microbatched(tokens, decode_only):
+        split = shape.microbatch == 1 if shape.microbatch >= 0 else self.microbatched(tokens, decode_only)
+        if not (self._dbo and split):
             return 0.0
         body_tokens, graphed, _ = self.graph_view(tokens, decode_only)
+        if body_tokens < 2:  # (vLLM gives up the split where a micro-batch would be empty)
+            return 0.0
         group = self._routed_tokens(body_tokens, tokens, shape.group_tokens)
         rest = stage_s - sum(self._body_parts(body_tokens, graphed, group))  # attention, LM head, LoRA
-        other, experts, dispatch, combine = self._body_parts(-(-body_tokens // 2), graphed, -(-group // 2))
-        attention = other + rest / 2.0
-        if self._dbo_share < 1.0:  # (the SMs left to compute beside DeepEP's normal kernels)
-            attention, experts = attention / self._dbo_share, experts / self._dbo_share
-        split = max(attention, dispatch) + max(experts, dispatch) + max(experts, combine) + max(attention, combine)
-        return split - stage_s
+        first, second = -(-body_tokens // 2), body_tokens // 2  # (micro-batch 0 takes the odd token)
+        other0, experts0, dispatch0, combine0 = self._body_parts(first, graphed, -(-group // 2))
+        other1, experts1, dispatch1, combine1 = self._body_parts(second, graphed, group // 2)
+        attention0 = other0 + rest * first / body_tokens
+        attention1 = other1 + rest * second / body_tokens
+        share = self._dbo_share
+        phases = (
+            _overlapped_s(attention0, dispatch1, share)
+            + _overlapped_s(experts1, dispatch0, share)
+            + _overlapped_s(experts0, combine1, share)
+            + _overlapped_s(attention1, combine0, share)
+        )
+        return phases - stage_s
 
     def _body_parts(self, tokens: int, decode_only: bool, group_tokens: int) -> tuple[float, float, float, float]:
         """The layers' ops except attention, what ``_body_s`` sums, in the four parts dual batch
@@ -865,8 +889,7 @@ class CostModel:
         engine's ``batch_change`` too where ``changed``, as ``step_time``)."""
         out: dict[str, float] = {}
         launches = fixed = 0.0
-        priced = self.priced(shape)
-        for t in priced:
+        for t in self.priced(shape):
             out[t.op.name] = out.get(t.op.name, 0.0) + max(t.compute_s, t.memory_s) * t.op.count * self._stages
             launches += t.launch_s * t.op.count * self._stages
             fixed += t.fixed_s * t.op.count * self._stages
@@ -890,7 +913,7 @@ class CostModel:
                 )
             ) * self._stages
         if self._dbo:  # (negative where the transfers hide under the other micro-batch's compute)
-            out["dual_batch_overlap"] = self.dbo_delta_s(shape, sum(t.total_s for t in priced)) * self._stages
+            out["dual_batch_overlap"] = self.dbo_delta_s(shape, self._stage_s(shape)) * self._stages
         seqs = shape.prefill_seqs + shape.decode_seqs
         device = sum(out.values())
         if self._host_const:
@@ -916,6 +939,15 @@ class CostModel:
         from llmsim.costmodel.ops import model_batch_shape
 
         return self.step_time(model_batch_shape(self.model, [], contexts))
+
+
+def _overlapped_s(compute_s: float, transfer_s: float, share: float) -> float:
+    """One phase of dual batch overlap: a micro-batch's ``compute_s`` beside the other's
+    ``transfer_s``, the compute running on ``share`` of the GPU while the transfer lasts (DeepEP's
+    normal kernels hold SMs) and on all of it after."""
+    if compute_s <= share * transfer_s:
+        return transfer_s
+    return compute_s + (1.0 - share) * transfer_s
 
 
 def _body_shape(tokens: int, decode_only: bool, group_tokens: int) -> BatchShape:

@@ -55,7 +55,7 @@ def capacity_plan(
             row = plan_row(p, res, power_w[p.candidate.hardware], sc.slo.attainment, slo)
             rows.append(row)
             points.append(p)
-            if worth_more_replicas(row):
+            if worth_more_replicas(row, sc.cluster.expert_parallel):
                 still.append(i)
         open_ = still
         if not open_:

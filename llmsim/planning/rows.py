@@ -105,9 +105,13 @@ def _against_slos(res: dict, slo: dict) -> str:
     )
 
 
-def worth_more_replicas(row: dict) -> bool:
-    """A point that failed for want of capacity; a memory or invalid error stays whatever the replica count."""
-    return not row["feasible"] and not row["reason"].startswith(("memory", "invalid"))
+def worth_more_replicas(row: dict, expert_parallel: bool = False) -> bool:
+    """A point that failed for want of capacity; a memory or invalid error stays whatever the replica
+    count, except under expert parallelism, where the replicas split the experts (each GPU holds
+    fewer, and the degree must divide them)."""
+    if row["feasible"]:
+        return False
+    return expert_parallel or not row["reason"].startswith(("memory", "invalid"))
 
 
 def _ms(v: float | None) -> str:
