@@ -78,8 +78,8 @@ class DataParallelGroup:
             ]
             tokens = [1 if shape is None else shape.tokens for shape in shapes]  # an idle rank's dummy token
             decode_only = all(shape is None or not shape.prefill_tokens for shape in shapes)
-            gathered = self.ranks[0].cost.group_tokens(tokens, decode_only)
             cost = self.ranks[0].cost
+            gathered = cost.group_tokens(tokens, decode_only)
             # dual batch overlap: every rank splits its step or none does (vLLM's
             # coordinate_batch_across_dp; an idle rank's dummy batch votes no)
             split = int(all(s is not None and cost.microbatched(s.tokens, not s.prefill_tokens) for s in shapes))

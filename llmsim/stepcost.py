@@ -94,9 +94,11 @@ class StepCost:
     @staticmethod
     def _grouped(alone: BatchShape, step: BatchShape) -> BatchShape:
         """``alone`` (part of ``step``'s rows) on lock-stepped EP ranks (dpgroup.py): the group
-        gathers tokens in proportion to the rows."""
+        gathers tokens in proportion to the rows, and splits them for dual batch overlap as it
+        decided for the step."""
         if step.group_tokens:
             alone.group_tokens = max(1, step.group_tokens * alone.tokens // step.tokens)
+        alone.microbatch = step.microbatch
         return alone
 
     def swap_time(self, plan: BatchPlan) -> float:

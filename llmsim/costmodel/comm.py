@@ -93,7 +93,7 @@ DEEPEP_RDMA_FRACTION = 0.88
 # low-latency kernels take none (its DeepEPLLAll2AllManager.max_sms_used is 0)
 DEEPEP_HT_SMS = 20
 # Low-latency kernels (128 tokens a rank, every (token, expert) copy sent on its own, the node's
-# peers over NVLink): EP 16-256 fit latency + remote bytes / (NIC x fraction) within 4 %:
+# peers over NVLink): EP 16-256 fit latency + remote bytes / (NIC x fraction) within 5.2 %:
 # dispatch 118-194 us -> 35 us and 0.93, combine 195-369 us -> 6 us and 0.80
 DEEPEP_LL_DISPATCH = (35e-6, 0.93)
 DEEPEP_LL_COMBINE = (6e-6, 0.80)
