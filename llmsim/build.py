@@ -436,9 +436,9 @@ def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
 
 
 def _check_all2all(sc: Scenario, pools: list[PoolSpec]) -> None:
-    """``cluster.all2all_backend`` / ``dual_batch_overlap`` where something reads them: DeepEP moves
-    tokens between the data-parallel ranks of an expert-parallel group (vLLM ignores the backend
-    otherwise, so a scenario naming it without one is a mistake), on the pools it can run on
+    """``all2all_backend`` / ``dual_batch_overlap`` where something reads them: DeepEP moves tokens
+    between the data-parallel ranks of an expert-parallel group (vLLM ignores the backend otherwise,
+    so a scenario naming it where no pool has one is a mistake), on the pools it can run on
     (``comm.deepep_refusal``); dual batch overlap needs DeepEP (docs/design/dbo.md: "Currently DBO
     is only supported with DeepEP")."""
     from llmsim.costmodel.comm import deepep_refusal
@@ -448,20 +448,27 @@ def _check_all2all(sc: Scenario, pools: list[PoolSpec]) -> None:
     unread = [k for k in keys if getattr(c, k) != type(c).model_fields[k].default]
     if unread and not c.dual_batch_overlap:
         raise UserError(f"cluster.{unread[0]}: read only with cluster.dual_batch_overlap: true; remove it or set that")
-    deepep = c.all2all_backend in DEEPEP_BACKENDS
+    for p in pools:  # a pool's own DeepEP must have ranks to move tokens between
+        own = getattr(getattr(c, f"{p.name}_pool", None), "all2all_backend", None)
+        if own in DEEPEP_BACKENDS and p.cost.cfg.ep <= p.cost.cfg.tp:
+            raise UserError(
+                f"cluster.{p.name}_pool.all2all_backend: {own} exchanges tokens between the data-parallel ranks "
+                "of an expert-parallel group; this pool has none (set its expert_parallel with replicas > 1)"
+            )
+    deepep = [p for p in pools if p.cost.cfg.all2all_backend in DEEPEP_BACKENDS]
     if not (deepep or c.dual_batch_overlap):
         return
     key = "cluster.all2all_backend" if deepep else "cluster.dual_batch_overlap"
-    grouped = [p for p in pools if p.cost.cfg.ep > p.cost.cfg.tp]  # expert parallelism over DP ranks
-    if not grouped:
+    grouped = [p for p in deepep if p.cost.cfg.ep > p.cost.cfg.tp]  # expert parallelism over DP ranks
+    if not grouped and deepep:
         raise UserError(
             f"{key}: it exchanges tokens between the data-parallel ranks of an expert-parallel group, and no "
             "pool has one; set expert_parallel with replicas > 1 (vLLM --data-parallel-size N --enable-expert-parallel)"
         )
-    if c.dual_batch_overlap and not deepep:
+    if c.dual_batch_overlap and not grouped:
         raise UserError(
-            "cluster.dual_batch_overlap: vLLM runs it with DeepEP only; set cluster.all2all_backend to "
-            "deepep_low_latency or deepep_high_throughput"
+            "cluster.dual_batch_overlap: vLLM runs it with DeepEP only; set cluster.all2all_backend (or a pool's) to "
+            "deepep_low_latency or deepep_high_throughput on expert-parallel data-parallel ranks"
         )
     for p in grouped:
         why = deepep_refusal(p.cost.cfg.tp, p.cost.hw)
@@ -527,7 +534,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         attention_kernel=sc.model.attention_kernel,
         lora_rank=sc.lora.max_lora_rank if sc.lora is not None else 0,
         cuda_graphs=bool(sc.cluster.cuda_graphs if engine.cuda_graphs is None else engine.cuda_graphs)
-        and not _graphs_off_for_deepep(sc, ep, p.tp),
+        and not _graphs_off_for_deepep(p.all2all_backend or sc.cluster.all2all_backend, ep, p.tp),
         cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, step_budget(sc, p, name)),
         numa_aware=sc.cluster.numa_aware,
         moe_imbalance=moe_imbalance(sc, model, ep, "cluster"),
@@ -535,7 +542,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         expert_skew=sc.cluster.expert_skew,
         expert_routing_exponent=sc.cluster.expert_routing_exponent,
         fp8_attention=fp8_attention(engine, hw, model),
-        all2all_backend=sc.cluster.all2all_backend,
+        all2all_backend=p.all2all_backend or sc.cluster.all2all_backend,
         dual_batch_overlap=sc.cluster.dual_batch_overlap,
         dbo_decode_tokens=sc.cluster.dbo_decode_token_threshold,
         dbo_prefill_tokens=sc.cluster.dbo_prefill_token_threshold,
@@ -716,12 +723,12 @@ def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
         )
 
 
-def _graphs_off_for_deepep(sc: Scenario, ep: int, tp: int) -> bool:
+def _graphs_off_for_deepep(backend: str, ep: int, tp: int) -> bool:
     """vLLM turns CUDA graphs off for DeepEP's normal kernels between data-parallel ranks: "DeepEP
     high-throughput kernels are optimized for prefill and are incompatible with CUDA Graphs"
     (cudagraph_mode NONE; vllm/config/compilation.py, vllm/platforms/cuda.py before it), so every
     step of such a pool runs eager."""
-    return sc.cluster.all2all_backend == "deepep_high_throughput" and ep > tp
+    return backend == "deepep_high_throughput" and ep > tp
 
 
 def expert_parallel_degree(model: ModelSpec, p: PoolConfig, key: str, redundant: int = 0) -> int:

@@ -123,6 +123,10 @@ class ModelConfig(_Strict):
         return self
 
 
+# vLLM --all2all-backend values llmsim prices (costmodel/ops.ALL2ALL_BACKENDS)
+All2All = Literal["allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency"]
+
+
 class PoolConfig(_Strict):
     """A group of identical replicas (the whole cluster when colocated)."""
 
@@ -133,6 +137,9 @@ class PoolConfig(_Strict):
     # MoE: split the experts over the pool's replicas x tp GPUs (vLLM --data-parallel-size N
     # --enable-expert-parallel: EP size = DP x TP; build.expert_parallel_degree)
     expert_parallel: bool = False
+    # how this pool's expert-parallel ranks exchange tokens (default: cluster.all2all_backend): a
+    # disaggregated deployment runs DeepEP's normal kernels for prefill, its low-latency ones for decode
+    all2all_backend: All2All | None = None
     max_num_seqs: Seqs | None = None  # default: policy.max_num_seqs
     max_batch_tokens: StepTokens | None = None
     # KV blocks per replica of this pool as its engine reported them (pools of different tp hold
@@ -206,9 +213,7 @@ class ClusterConfig(_Strict):
     # --all2all-backend): every token all-gathered and reduce-scattered (vLLM's default), or DeepEP's
     # all-to-all kernels, which send a token only where its experts are: "high throughput" (normal
     # kernels, prefill) or "low latency" (decode); costmodel/comm.deepep_s
-    all2all_backend: Literal["allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency"] = (
-        "allgather_reducescatter"
-    )
+    all2all_backend: All2All = "allgather_reducescatter"
     # vLLM's dual batch overlap (--enable-dbo, DeepEP only): a step of more tokens than the threshold
     # (decode-only steps / steps with a prompt; vLLM's defaults) runs as two micro-batches, one's
     # dispatch and combine under the other's compute

@@ -353,3 +353,32 @@ def test_a_plan_keeps_adding_expert_parallel_replicas_past_memory_and_divisibili
         row = {"feasible": False, "reason": reason}
         assert not worth_more_replicas(row) and worth_more_replicas(row, expert_parallel=True)
     assert not worth_more_replicas({"feasible": True, "reason": ""}, expert_parallel=True)
+
+
+def test_each_pool_of_a_disaggregated_deployment_names_its_own_backend():
+    """scenarios/deepseek_v3_wide_ep.yaml: DeepEP's normal kernels for the prefill pool (CUDA graphs
+    off, as vLLM turns them off), its low-latency ones for the decode pool (graphs kept); a pool that
+    names DeepEP without expert-parallel data-parallel ranks is refused."""
+    from llmsim.scenario import load_scenario
+
+    sc = load_scenario(ROOT / "scenarios" / "deepseek_v3_wide_ep.yaml")
+    prefill, decode = build_pools(sc, build_model(sc))
+    assert (prefill.cost.cfg.all2all_backend, prefill.cost.cfg.ep, prefill.cost.cfg.cuda_graphs) == (
+        "deepep_high_throughput",
+        16,
+        False,
+    )
+    assert (decode.cost.cfg.all2all_backend, decode.cost.cfg.ep, decode.cost.cfg.cuda_graphs) == (
+        "deepep_low_latency",
+        32,
+        True,
+    )
+    data = _data("qwen3-30b-a3b-instruct-2507")
+    data["policy"] = {"kind": "disaggregated"}
+    data["cluster"] = {
+        "prefill_pool": {"replicas": 2, "all2all_backend": "deepep_high_throughput"},
+        "decode_pool": {"replicas": 2, "expert_parallel": True, "all2all_backend": "deepep_low_latency"},
+    }
+    with pytest.raises(UserError, match="cluster.prefill_pool.all2all_backend"):
+        bad = scenario_from_dict(data, "test", ROOT)
+        build_pools(bad, build_model(bad))
