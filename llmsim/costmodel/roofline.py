@@ -588,9 +588,10 @@ class CostModel:
             return 0.0
         group = self._routed_tokens(body_tokens, tokens, shape.group_tokens)
         rest = stage_s - sum(self._body_parts(body_tokens, graphed, group))  # attention, LM head, LoRA
-        first, second = -(-body_tokens // 2), body_tokens // 2  # (micro-batch 0 takes the odd token)
-        other0, experts0, dispatch0, combine0 = self._body_parts(first, graphed, -(-group // 2))
-        other1, experts1, dispatch1, combine1 = self._body_parts(second, graphed, group // 2)
+        # (vLLM splits at tokens // 2, ubatch_utils.create_ubatch_slices: micro-batch 1 takes the odd token)
+        first, second = body_tokens // 2, body_tokens - body_tokens // 2
+        other0, experts0, dispatch0, combine0 = self._body_parts(first, graphed, group // 2)
+        other1, experts1, dispatch1, combine1 = self._body_parts(second, graphed, group - group // 2)
         attention0 = other0 + rest * first / body_tokens
         attention1 = other1 + rest * second / body_tokens
         share = self._dbo_share
