@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from llmsim.costmodel import CostConfig, CostModel
-from llmsim.costmodel.ops import DEEPEP_BACKENDS, storage_of
+from llmsim.costmodel.ops import DEEPEP_BACKENDS, deepep_ranks, storage_of
 from llmsim.engine import EngineSpec, for_hardware, graph_plan
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
@@ -459,7 +459,7 @@ def _check_all2all(sc: Scenario, pools: list[PoolSpec]) -> None:
     if not (deepep or c.dual_batch_overlap):
         return
     key = "cluster.all2all_backend" if deepep else "cluster.dual_batch_overlap"
-    grouped = [p for p in deepep if p.cost.cfg.ep > p.cost.cfg.tp]  # expert parallelism over DP ranks
+    grouped = [p for p in deepep if deepep_ranks(p.cost.cfg.all2all_backend, p.cost.cfg.ep, p.cost.cfg.tp)]
     if not grouped and deepep:
         raise UserError(
             f"{key}: it exchanges tokens between the data-parallel ranks of an expert-parallel group, and no "
@@ -479,7 +479,7 @@ def _check_all2all(sc: Scenario, pools: list[PoolSpec]) -> None:
 def all2all_summary(cfg: CostConfig) -> dict:
     """A pool's DeepEP settings for summary.json (``pools[]``), where its ranks exchange tokens with
     DeepEP; {} otherwise."""
-    if cfg.all2all_backend not in DEEPEP_BACKENDS or cfg.ep <= cfg.tp:
+    if not deepep_ranks(cfg.all2all_backend, cfg.ep, cfg.tp):
         return {}
     out: dict = {"all2all_backend": cfg.all2all_backend, "dual_batch_overlap": cfg.dual_batch_overlap}
     if cfg.dual_batch_overlap:
@@ -519,6 +519,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     check_parallelism(model, p.tp, p.pp, key)
     ep = expert_parallel_degree(model, p, key, sc.cluster.redundant_experts if sc.cluster.eplb else 0)
     weight_dtype = sc.model.weight_dtype or model.weight_dtype
+    all2all = p.all2all_backend or sc.cluster.all2all_backend
     act = sc.model.act_dtype
     if not hw.computes_in(act):
         raise UserError(f"{key}: model.act_dtype {act} needs {act.upper()} matrix units; {hw.name} has none")
@@ -534,7 +535,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         attention_kernel=sc.model.attention_kernel,
         lora_rank=sc.lora.max_lora_rank if sc.lora is not None else 0,
         cuda_graphs=bool(sc.cluster.cuda_graphs if engine.cuda_graphs is None else engine.cuda_graphs)
-        and not _graphs_off_for_deepep(p.all2all_backend or sc.cluster.all2all_backend, ep, p.tp),
+        and not graphs_off_for_deepep(all2all, ep, p.tp),
         cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, step_budget(sc, p, name)),
         numa_aware=sc.cluster.numa_aware,
         moe_imbalance=moe_imbalance(sc, model, ep, "cluster"),
@@ -542,7 +543,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         expert_skew=sc.cluster.expert_skew,
         expert_routing_exponent=sc.cluster.expert_routing_exponent,
         fp8_attention=fp8_attention(engine, hw, model),
-        all2all_backend=p.all2all_backend or sc.cluster.all2all_backend,
+        all2all_backend=all2all,
         dual_batch_overlap=sc.cluster.dual_batch_overlap,
         dbo_decode_tokens=sc.cluster.dbo_decode_token_threshold,
         dbo_prefill_tokens=sc.cluster.dbo_prefill_token_threshold,
@@ -723,12 +724,12 @@ def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
         )
 
 
-def _graphs_off_for_deepep(backend: str, ep: int, tp: int) -> bool:
+def graphs_off_for_deepep(backend: str, ep: int, tp: int) -> bool:
     """vLLM turns CUDA graphs off for DeepEP's normal kernels between data-parallel ranks: "DeepEP
     high-throughput kernels are optimized for prefill and are incompatible with CUDA Graphs"
     (cudagraph_mode NONE; vllm/config/compilation.py, vllm/platforms/cuda.py before it), so every
     step of such a pool runs eager."""
-    return backend == "deepep_high_throughput" and ep > tp
+    return backend == "deepep_high_throughput" and deepep_ranks(backend, ep, tp)
 
 
 def expert_parallel_degree(model: ModelSpec, p: PoolConfig, key: str, redundant: int = 0) -> int:

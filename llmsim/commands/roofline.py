@@ -180,7 +180,7 @@ def engine_arg(name: str, hw: HardwareProfile) -> EngineSpec:
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
-    from llmsim.build import fp8_attention
+    from llmsim.build import fp8_attention, graphs_off_for_deepep
     from llmsim.commands.models import model_arg
     from llmsim.costmodel.ops import model_batch_shape
     from llmsim.costmodel.roofline import CostConfig, CostModel
@@ -201,7 +201,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         act_dtype=args.act_dtype,
         attention_kernel=args.attention_kernel,
         # (vLLM turns CUDA graphs off under DeepEP's normal kernels, as build does for a run)
-        cuda_graphs=bool(engine.cuda_graphs) and args.all2all_backend != "deepep_high_throughput",
+        cuda_graphs=bool(engine.cuda_graphs) and not graphs_off_for_deepep(args.all2all_backend, args.ep, args.tp),
         cuda_graph_sizes=engine.cuda_graph_sizes,
         fp8_attention=fp8_attention(engine, hw, model),
         all2all_backend=args.all2all_backend,

@@ -1088,19 +1088,26 @@ def _expert_parallel_moe_ops(model: ModelSpec, T: int, cfg: OpConfig, L: int, gr
     # them (where routing runs before the dispatch its top-k weights and ids, 8k bytes instead of
     # E x 2: either is a few per cent of the hidden state)
     row = (H + E) * a
+    deepep = deepep_ranks(cfg.all2all_backend, cfg.ep, cfg.tp)
+    # the experts' kernel call: every gathered token, or under DeepEP the distinct tokens that
+    # arrive (a token reaches nodes_reached of the ep ranks)
+    groups = (model.expert_groups, model.expert_groups_per_token)
+    call = (round(gathered * nodes_reached(cfg.ep, k, groups) / cfg.ep) or 1) if deepep else gathered
     experts = [
-        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, gathered, model.expert_weight_dtype),
+        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, call, model.expert_weight_dtype),
         elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
-        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L, gathered, model.expert_weight_dtype),
-        topk_sum(gathered, k, H, cfg, L),
+        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L, call, model.expert_weight_dtype),
     ]
+    router = gemm("moe_router", T, E, H, cfg, L)
+    if deepep:  # (DeepEP's combine sums a token's k outputs: no moe_sum kernel)
+        dispatch, combine = _deepep_transfers(model, T, cfg, L, call)
+        return [router, dispatch, *experts, combine]
+    experts.append(topk_sum(gathered, k, H, cfg, L))
     if dp == 1:  # EP over TP ranks alone: they share their tokens, nothing to dispatch (vLLM: dp_size 1)
-        return [gemm("moe_router", T, E, H, cfg, L), *experts]
-    if cfg.all2all_backend in DEEPEP_BACKENDS:
-        return _deepep_moe_ops(model, T, cfg, L, gathered, routed, touched)
+        return [router, *experts]
     dispatch = Op("moe_dispatch", "comm", 0.0, T * row, gathered * row, act, L, collective="all_gather", ranks=dp)
     combine = Op("moe_combine", "comm", 0.0, gathered * H * a, T * H * a, act, L, collective="reduce_scatter", ranks=dp)
-    return [gemm("moe_router", T, E, H, cfg, L), dispatch, *experts, combine]
+    return [router, dispatch, *experts, combine]
 
 
 DEEPEP_BACKENDS = ("deepep_high_throughput", "deepep_low_latency")
@@ -1109,57 +1116,33 @@ DEEPEP_BACKENDS = ("deepep_high_throughput", "deepep_low_latency")
 ALL2ALL_BACKENDS = ("allgather_reducescatter", *DEEPEP_BACKENDS)
 
 
-def _deepep_moe_ops(
-    model: ModelSpec, T: int, cfg: OpConfig, L: int, gathered: int, routed: int, touched: float
-) -> list[Op]:
-    """One MoE layer on one GPU whose DP ranks exchange tokens with DeepEP (vLLM
-    ``--all2all-backend deepep_high_throughput`` / ``deepep_low_latency``; docs.vllm.ai
-    serving/expert_parallel_deployment): the router runs first on this rank's ``T`` tokens, the
+def deepep_ranks(backend: str, ep: int, tp: int) -> bool:
+    """Does a pool exchange tokens with DeepEP: a DeepEP backend and expert parallelism over
+    data-parallel ranks (ep > tp; vLLM ignores the backend otherwise)?"""
+    return backend in DEEPEP_BACKENDS and ep > tp
+
+
+def _deepep_transfers(model: ModelSpec, T: int, cfg: OpConfig, L: int, arrive: int) -> tuple[Op, Op]:
+    """The dispatch and combine of one MoE layer on one GPU whose DP ranks exchange tokens with
+    DeepEP (vLLM ``--all2all-backend deepep_high_throughput`` / ``deepep_low_latency``; docs.vllm.ai
+    serving/expert_parallel_deployment): the router has run on this rank's ``T`` tokens, the
     dispatch sends each token only to the ranks holding its ``k`` experts (FP8 with its per-128
-    scales where the experts compute in FP8, vLLM quantising before the dispatch; else 16-bit), the
-    local experts multiply what arrives, and the combine sends each expert output back, 16-bit,
-    summing a token's k outputs on the way (DeepEP's combine reduces: no ``moe_sum`` kernel). How
-    the copies cross NVLink and RDMA is priced from the ranks a node holds (``comm.deepep_s``).
-    The experts' kernel call carries the distinct tokens that arrive (``tokens``: its tile height)."""
-    H, E, k = model.hidden_size, model.num_experts, model.experts_per_token
-    a = DTYPE_BYTES[storage_dtype(cfg)]
-    row = H + 4 * -(-H // 128) if cfg.act_dtype == "fp8" else int(H * a)  # (fp32 scale a 128 values)
-    back_row = int(H * a)
-    # tokens reaching this rank's experts: a token reaches nodes_reached of the ep ranks
-    arrive = (
-        round(gathered * nodes_reached(cfg.ep, k, (model.expert_groups, model.expert_groups_per_token)) / cfg.ep) or 1
-    )
-    inter = model.intermediate_size
-    up_n = 2 * inter if model.gated_mlp else inter
-    act_flops, act_reads = _mlp_activation(model)
+    scales where the experts compute in FP8, vLLM quantising before the dispatch; else 16-bit),
+    ``arrive`` tokens reach this rank's experts, and the combine sends each expert output back,
+    16-bit, summing a token's k outputs on the way (DeepEP's combine reduces). How the copies cross
+    NVLink and RDMA is priced from the ranks a node holds (``comm.deepep_s``)."""
+    H, k = model.hidden_size, model.experts_per_token
     act = storage_dtype(cfg)
-    sent, back = T * row, T * back_row  # (one copy of each token; comm.deepep_s counts the copies)
+    back_row = int(H * DTYPE_BYTES[act])
+    row = H + 4 * -(-H // 128) if cfg.act_dtype == "fp8" else back_row  # (fp32 scale a 128 values)
+    # (m: one copy of each token sent; comm.deepep_s counts the copies)
     ep = cfg.ep
     dispatch = Op(
-        "moe_dispatch", "comm", 0.0, sent, arrive * row, act, L, T, row, k, collective="deepep_dispatch", ranks=ep
+        "moe_dispatch", "comm", 0.0, T * row, arrive * row, act, L, T, row, k, collective="deepep_dispatch", ranks=ep
     )
-    combine = Op(
-        "moe_combine",
-        "comm",
-        0.0,
-        arrive * back_row,
-        back,
-        act,
-        L,
-        T,
-        back_row,
-        k,
-        collective="deepep_combine",
-        ranks=ep,
-    )
-    return [
-        gemm("moe_router", T, E, H, cfg, L),
-        dispatch,
-        _expert_gemm("mlp_up_proj", routed, up_n, H, touched, cfg, L, arrive, model.expert_weight_dtype),
-        elementwise("mlp_act", routed * inter, act_flops, act_reads, cfg, L),
-        _expert_gemm("mlp_down_proj", routed, H, inter, touched, cfg, L, arrive, model.expert_weight_dtype),
-        combine,
-    ]
+    up, down = arrive * back_row, T * back_row  # (the combine: every output back to its token's rank)
+    combine = Op("moe_combine", "comm", 0.0, up, down, act, L, T, back_row, k, collective="deepep_combine", ranks=ep)
+    return dispatch, combine
 
 
 def _expert_gemm(

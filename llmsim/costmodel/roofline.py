@@ -18,7 +18,6 @@ from llmsim.costmodel.comm import DEEPEP_HT_SMS, all_gather_s, all_reduce_s, dee
 from llmsim.costmodel.fusedmoe import padded_share, tile_config
 from llmsim.costmodel.gemm import GemmCurve
 from llmsim.costmodel.ops import (
-    DEEPEP_BACKENDS,
     AttentionDims,
     BatchShape,
     Op,
@@ -26,6 +25,7 @@ from llmsim.costmodel.ops import (
     attention_dtype,
     attention_ops,
     chunk_aggregates,
+    deepep_ranks,
     head_ops,
     lora_ops,
     mla_prefill_dtype,
@@ -199,9 +199,7 @@ class CostModel:
         self._lora_cache: dict[tuple[int, int, bool], float] = {}
         self._parts_cache: dict[int, tuple[float, float, float, float]] = {}  # (_body_parts: dual batch overlap)
         # (only where DeepEP moves tokens between data-parallel ranks: vLLM splits nothing else)
-        self._dbo = (
-            self.cfg.dual_batch_overlap and self.cfg.ep > self.cfg.tp and self.cfg.all2all_backend in DEEPEP_BACKENDS
-        )
+        self._dbo = self.cfg.dual_batch_overlap and deepep_ranks(self.cfg.all2all_backend, self.cfg.ep, self.cfg.tp)
         sms = self.hw.efficiency.gemm_wave_units  # (a GPU's SMs, where its profile gives them)
         ht = self.cfg.all2all_backend == "deepep_high_throughput" and sms is not None and sms.value > DEEPEP_HT_SMS
         self._dbo_share = 1.0 - DEEPEP_HT_SMS / sms.value if ht and sms is not None else 1.0
