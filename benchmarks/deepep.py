@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from llmsim.costmodel.comm import deepep_s
-from llmsim.costmodel.ops import nodes_reached
+from llmsim.costmodel.ops import deepep_token_bytes, nodes_reached
 from llmsim.hardware import Link
 from llmsim.tables import table
 
@@ -44,9 +44,9 @@ def test_groups(r: dict) -> tuple[int, int]:
     return (nodes, min(nodes, 4))
 
 
-def row_bytes(hidden: int, dtype: str) -> float:
-    """One token's payload: FP8 with a float scale a 128 values, or BF16."""
-    return hidden + 4 * -(-hidden // 128) if dtype == "fp8" else 2 * hidden
+def row_bytes(hidden: int, dtype: str) -> int:
+    """One token's payload: FP8 with its scales, or BF16 (``ops.deepep_token_bytes``)."""
+    return deepep_token_bytes(hidden, dtype == "fp8")
 
 
 def measured_s(r: dict) -> float:

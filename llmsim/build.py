@@ -459,7 +459,7 @@ def _check_all2all(sc: Scenario, pools: list[PoolSpec]) -> None:
     if not (deepep or c.dual_batch_overlap):
         return
     key = "cluster.all2all_backend" if deepep else "cluster.dual_batch_overlap"
-    grouped = [p for p in deepep if deepep_ranks(p.cost.cfg.all2all_backend, p.cost.cfg.ep, p.cost.cfg.tp)]
+    grouped = [p for p in pools if deepep_ranks(p.cost.cfg.all2all_backend, p.cost.cfg.ep, p.cost.cfg.tp)]
     if not grouped and deepep:
         raise UserError(
             f"{key}: it exchanges tokens between the data-parallel ranks of an expert-parallel group, and no "

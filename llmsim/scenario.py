@@ -214,7 +214,7 @@ class ClusterConfig(_Strict):
     # all-to-all kernels, which send a token only where its experts are: "high throughput" (normal
     # kernels, prefill) or "low latency" (decode); costmodel/comm.deepep_s
     all2all_backend: All2All = "allgather_reducescatter"
-    # vLLM's dual batch overlap (--enable-dbo, DeepEP only): a step of more tokens than the threshold
+    # vLLM's dual batch overlap (--enable-dbo, DeepEP only): a step of at least the threshold's tokens
     # (decode-only steps / steps with a prompt; vLLM's defaults) runs as two micro-batches, one's
     # dispatch and combine under the other's compute
     dual_batch_overlap: bool = False

@@ -626,18 +626,20 @@ def dense_ignored(serve: Serve) -> list[str]:
     return [f for f, on in (("-ep", serve.expert_parallel), ("--enable-eplb", serve.eplb)) if on]
 
 
+def _dbo_thresholds(serve: Serve) -> dict[str, int]:
+    """The --dbo-*-token-threshold values the command line gives, by their cluster key."""
+    given = {
+        "dbo_decode_token_threshold": serve.dbo_decode_tokens,
+        "dbo_prefill_token_threshold": serve.dbo_prefill_tokens,
+    }
+    return {key: value for key, value in given.items() if value is not None}
+
+
 def all2all_ignored(serve: Serve) -> list[str]:
     """--all2all-backend / --enable-dbo (and its thresholds) where nothing reads them: vLLM's all2all
     moves tokens between the data-parallel ranks of an expert-parallel group, so without one (-dp
     above 1 with -ep on a MoE model) it goes unused; the thresholds go unused without --enable-dbo."""
-    thresholds = [
-        f
-        for f, v in (
-            ("--dbo-decode-token-threshold", serve.dbo_decode_tokens),
-            ("--dbo-prefill-token-threshold", serve.dbo_prefill_tokens),
-        )
-        if v is not None
-    ]
+    thresholds = [KEY_FLAGS[f"cluster.{key}"] for key in _dbo_thresholds(serve)]
     if serve.dp > 1 and serve.expert_parallel and has_experts(model_entry(serve.model)[0]):
         return [] if serve.dbo else thresholds  # (the thresholds without --enable-dbo: unread)
     flags = [f for f, on in (("--all2all-backend", serve.all2all_backend), ("--enable-dbo", serve.dbo)) if on]
@@ -790,13 +792,7 @@ def scenario_dict(
     if serve.all2all_backend is not None and "--all2all-backend" not in unread:
         cluster["all2all_backend"] = serve.all2all_backend
     if serve.dbo and "--enable-dbo" not in unread:
-        cluster["dual_batch_overlap"] = True
-        for key, value in (
-            ("dbo_decode_token_threshold", serve.dbo_decode_tokens),
-            ("dbo_prefill_token_threshold", serve.dbo_prefill_tokens),
-        ):
-            if value is not None:
-                cluster[key] = value
+        cluster |= {"dual_batch_overlap": True, **_dbo_thresholds(serve)}
     if serve.enforce_eager:
         cluster["cuda_graphs"] = False
     engine: dict = {"preset": "vllm-v1"}

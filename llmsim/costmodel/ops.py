@@ -286,7 +286,7 @@ class OpConfig:
     expert_routing_exponent: float = 1.0
     # how expert parallelism's DP ranks exchange tokens (vLLM --all2all-backend, ALL2ALL_BACKENDS):
     # all-gather + reduce-scatter of every token (vLLM's default), or DeepEP's all-to-all kernels,
-    # which send each token only where its experts are (_deepep_moe_ops)
+    # which send each token only where its experts are (_deepep_transfers)
     all2all_backend: str = "allgather_reducescatter"
     # attention over an fp8 KV cache in fp8, as the engine and device decide it (build.fp8_attention):
     # None = with fp8/fp4 compute only (attention_dtype); True = the engine quantises the queries
@@ -1122,6 +1122,12 @@ def deepep_ranks(backend: str, ep: int, tp: int) -> bool:
     return backend in DEEPEP_BACKENDS and ep > tp
 
 
+def deepep_token_bytes(hidden: int, fp8: bool, act_bytes: float = 2.0) -> int:
+    """One token as DeepEP's dispatch sends it: FP8 with an fp32 scale a 128 values, else its
+    hidden state as the activations store it."""
+    return hidden + 4 * -(-hidden // 128) if fp8 else int(hidden * act_bytes)
+
+
 def _deepep_transfers(model: ModelSpec, T: int, cfg: OpConfig, L: int, arrive: int) -> tuple[Op, Op]:
     """The dispatch and combine of one MoE layer on one GPU whose DP ranks exchange tokens with
     DeepEP (vLLM ``--all2all-backend deepep_high_throughput`` / ``deepep_low_latency``; docs.vllm.ai
@@ -1134,7 +1140,7 @@ def _deepep_transfers(model: ModelSpec, T: int, cfg: OpConfig, L: int, arrive: i
     H, k = model.hidden_size, model.experts_per_token
     act = storage_dtype(cfg)
     back_row = int(H * DTYPE_BYTES[act])
-    row = H + 4 * -(-H // 128) if cfg.act_dtype == "fp8" else back_row  # (fp32 scale a 128 values)
+    row = deepep_token_bytes(H, cfg.act_dtype == "fp8", DTYPE_BYTES[act])
     # (m: one copy of each token sent; comm.deepep_s counts the copies)
     ep = cfg.ep
     dispatch = Op(

@@ -168,8 +168,8 @@ class CostConfig(OpConfig):
     numa_aware: bool = True  # CPU: each socket reads its own memory (else half the reads cross)
     # MoE under expert parallelism: routed tokens of the busiest GPU / the mean (>= 1; eplb.py)
     moe_imbalance: float = 1.0
-    # vLLM's dual batch overlap (--enable-dbo, with DeepEP): a step of more tokens than its
-    # threshold (decode-only, or with a prompt: --dbo-decode-token-threshold 32 and
+    # vLLM's dual batch overlap (--enable-dbo, with DeepEP): a step of at least its threshold's
+    # tokens (decode-only, or with a prompt: --dbo-decode-token-threshold 32 and
     # --dbo-prefill-token-threshold 512 by default, vllm/config/parallel.py) runs as two micro-batches
     dual_batch_overlap: bool = False
     dbo_decode_tokens: int = 32
