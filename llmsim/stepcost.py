@@ -139,18 +139,15 @@ class StepCost:
 
     def counters(self) -> dict[str, float]:
         jit = self.kernels  # (zeros where untracked: a frame of replicas of several pools sums them)
-        compiled = {
+        out: dict[str, float] = {
             "moe_jit_compiles": 0 if jit is None else jit.compiles,
             "moe_jit_wait_s": 0.0 if jit is None else jit.wait_s,
+            "swap_s": self.swap_s,
+            "offload_load_s": self.offload_load_s,
+            "draft_s": self.draft_s,
+            "spec_base_s": self.spec_base_s,
+            "spec_time_s": self.spec_time_s,
         }
-        return (
-            compiled
-            | {
-                "swap_s": self.swap_s,
-                "offload_load_s": self.offload_load_s,
-                "draft_s": self.draft_s,
-                "spec_base_s": self.spec_base_s,
-                "spec_time_s": self.spec_time_s,
-            }
-            | (self.lora.counters() | {"lora_kernel_s": self.lora_kernel_s} if self.lora is not None else {})
-        )
+        if self.lora is not None:
+            out |= self.lora.counters() | {"lora_kernel_s": self.lora_kernel_s}
+        return out
