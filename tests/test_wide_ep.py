@@ -382,3 +382,19 @@ def test_each_pool_of_a_disaggregated_deployment_names_its_own_backend():
     with pytest.raises(UserError, match="cluster.prefill_pool.all2all_backend"):
         bad = scenario_from_dict(data, "test", ROOT)
         build_pools(bad, build_model(bad))
+
+
+def test_backend_names_agree_where_they_are_listed():
+    """The backends are named in three places kept apart for start-up time (a scenario's Literal,
+    the cost model's tuple, roofline's parser choices): they must list the same names."""
+    import argparse
+    from typing import get_args
+
+    from llmsim.commands.roofline import add_parser
+    from llmsim.costmodel.ops import ALL2ALL_BACKENDS
+    from llmsim.scenario import All2All
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    add_parser(sub)
+    (action,) = [a for a in sub.choices["roofline"]._actions if a.dest == "all2all_backend"]
+    assert get_args(All2All) == ALL2ALL_BACKENDS == tuple(action.choices)
