@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import signal
 import sys
@@ -86,6 +87,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unusable_path(exc: BaseException) -> str | None:
+    """The message for a path no command can use: a name past the file system's limits or a
+    symbolic-link loop (OSError ENAMETOOLONG / ELOOP; pathlib's RuntimeError for a loop); None
+    for anything else. Output folders are written whole or not at all, so nothing is left half done."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENAMETOOLONG, errno.ELOOP):
+        name = str(exc.filename or "")
+        shown = name if len(name) <= 80 else f"{name[:40]}...{name[-30:]} ({len(name):,} characters)"
+        what = "file name too long" if exc.errno == errno.ENAMETOOLONG else "a loop of symbolic links"
+        return f"{shown}: {what}; expected a path the system can open"
+    if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from "):
+        return f"{str(exc).removeprefix('Symlink loop from ').strip(chr(39))}: a loop of symbolic links; expected a path the system can open"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -112,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
             "about 1.6 KB a request), or give the process more memory",
             file=sys.stderr,
         )
+        return 2
+    except (OSError, RuntimeError) as exc:  # a path the system cannot even look at
+        why = _unusable_path(exc)
+        if why is None:
+            raise
+        print(f"llmsim: error: {why}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `llmsim ... | head`: the reader left; not an error
         sys.stderr.close()

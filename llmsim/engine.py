@@ -20,6 +20,7 @@ YAML file of the same fields.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -427,9 +428,19 @@ MAX_GRAPH_TOKENS = 2**24
 MAX_ENGINE_BYTES = float(2**50)
 
 
+def _numeric(v: object) -> object:
+    """A number written as YAML 1.1 reads ``1e-3`` (without a dot: a string) as the number it
+    means, as the scenario's other sections take it; anything else as it is."""
+    if isinstance(v, str):
+        with contextlib.suppress(ValueError):
+            return float(v)
+    return v
+
+
 def _seconds(v: object, where: str) -> float:
     """A duration from a YAML value: a finite number of seconds in 0..MAX_HOST_S (not a bool), or a
     clear error."""
+    v = _numeric(v)
     # (a range test, not isfinite: it refuses NaN and inf too, and is exact for a 400-digit int,
     # which isfinite overflows on)
     if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_HOST_S:
@@ -480,6 +491,7 @@ def _field(k: str, v: object, origin: str) -> object:
     if k in _AMOUNTS:
         if v is None and k in DEVICE_AMOUNTS:
             return None
+        v = _numeric(v)
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_ENGINE_BYTES:
             nullable = " (or null: the GPU profile's figure, else vllm-v1's default)" if k in DEVICE_AMOUNTS else ""
             raise UserError(

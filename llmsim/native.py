@@ -46,6 +46,7 @@ COMPILED = (
     "llmsim.schedulers.chunked",
     "llmsim.schedulers.traditional",
     "llmsim.schedulers.vllm",
+    "llmsim.schedulers.trtllm",
     "llmsim.options",
     "llmsim.router",
     "llmsim.replica",

@@ -591,3 +591,15 @@ def test_an_engine_profile_cannot_name_a_preset(tmp_path) -> None:
     profile.write_text("model: llama-3.1-8b\nhardware: H100-SXM\n")  # a scenario where the engine belongs
     with pytest.raises(UserError, match="a scenario, not an engine profile"):
         _sc(engine={"profile": str(profile)})
+
+
+def test_engine_numbers_written_as_yaml_1_1_reads_1e_3() -> None:
+    """YAML 1.1 reads ``1e-3`` (no dot) as text; the engine section takes it as the number, as the
+    scenario's other sections do, and still refuses text that is no number."""
+    from llmsim.engine import engine_from_dict
+
+    spec = engine_from_dict({"preset": "vllm-v1", "output_delay_s": "1e-3", "non_torch_bytes": "2e9"}, "t.yaml")
+    assert spec.output_delay_s == 1e-3 and spec.non_torch_bytes == 2e9
+    for bad in ("abc", "nan", "1e9"):
+        with pytest.raises(UserError, match="engine.output_delay_s|output_delay_s"):
+            engine_from_dict({"preset": "vllm-v1", "output_delay_s": bad}, "t.yaml")

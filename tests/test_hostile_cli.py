@@ -232,3 +232,15 @@ def test_report_on_a_scenario_json_that_is_not_a_scenario(tmp_path: Path, capsys
     data = json.loads((folder / "scenario.json").read_text())
     (folder / "scenario.json").write_text(json.dumps({**data, "polcy": {}}))  # one key misspelled
     one_error(["report", str(folder), "--quiet"], capsys, str(folder / "scenario.json"), "polcy")
+
+
+def test_paths_the_system_cannot_open(tmp_path: Path, capsys) -> None:
+    """A name past the file system's limit, a path past PATH_MAX and a loop of symbolic links are
+    refused in one line, as --out and as inputs, and nothing is written."""
+    long_name = tmp_path / ("a" * 300)
+    one_error(run_argv(long_name), capsys, "characters): file name too long")
+    one_error(["models", "m" * 300], capsys, "file name too long")
+    (tmp_path / "l1").symlink_to(tmp_path / "l2")
+    (tmp_path / "l2").symlink_to(tmp_path / "l1")
+    one_error(run_argv(tmp_path / "l1"), capsys, "l1: a loop of symbolic links")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l1", "l2"]

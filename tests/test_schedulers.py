@@ -219,3 +219,58 @@ def test_a_dropped_scheduler_releases_its_collaborators(policy: str) -> None:
     del sched
     gc.collect()
     assert (sys.getrefcount(kv), sys.getrefcount(columns)) == before
+
+
+# ---- trtllm: TensorRT-LLM's GUARANTEED_NO_EVICT in-flight batching ----------------------------
+
+
+def test_it_never_preempts_where_vllm_s_scheduler_must() -> None:
+    # 6 requests of 40-80 + 60 tokens in 24 blocks of 16: their lifetimes do not all fit at once
+    reqs = [Request(i, 0.0, 40 + 8 * i, 60) for i in range(6)]
+    _, done = drive("trtllm", reqs, blocks=24, max_batch_tokens=512)
+    assert len(done) == 6 and all(r.generated == 60 for r in reqs)
+    assert sum(r.preemptions for r in reqs) == 0
+    vllm = [Request(i, 0.0, 40 + 8 * i, 60) for i in range(6)]
+    drive("vllm", vllm, blocks=24, chunk_tokens=512, max_batch_tokens=512)
+    assert sum(r.preemptions for r in vllm) > 0  # (the same load does evict under vLLM's rule)
+
+
+def test_a_request_starts_only_when_its_whole_lifetime_fits_beside_the_started_ones() -> None:
+    # each request: 64 + 63 KV tokens at most = 127 -> 8 blocks of 16; 20 blocks hold two lifetimes
+    kv = BlockManager(20, 16, watermark=0.0)
+    sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=4096), kv)
+    for i in range(3):
+        sched.add(Request(i, 0.0, 64, 64))
+    plan = sched.schedule()
+    assert [r.id for r, _ in plan.prefill] == [0, 1]  # the third's lifetime would not fit
+    sched.complete(plan, 1.0)
+    # 12 blocks are free now (2 x 4 held), yet 2 x 4 more are promised to the started two
+    assert kv.free_blocks == 12
+    plan = sched.schedule()
+    assert not plan.prefill and len(plan.decode) == 2
+
+
+def test_contexts_and_generations_share_a_step_and_the_first_misfit_ends_it() -> None:
+    kv = BlockManager(1000, 16, watermark=0.0)
+    sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=1000), kv)
+    sched.add(Request(0, 0.0, 100, 10))
+    sched.complete(sched.schedule(), 1.0)
+    for i, prompt in enumerate((800, 500, 50), start=1):
+        sched.add(Request(i, 1.0, prompt, 10))
+    plan = sched.schedule()
+    # the decode (1 token) and the 800-token context fit 1,000; the 500-token one does not, and the
+    # 50-token one behind it may not overtake it (arrival order)
+    assert [r.id for r in plan.decode] == [0]
+    assert [(r.id, c) for r, c in plan.prefill] == [(1, 800)]
+
+
+def test_a_prompt_past_max_num_tokens_is_refused_not_chunked() -> None:
+    sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=256), BlockManager(1000, 16))
+    assert "exceeds max_batch_tokens=256" in sched.rejection_reason(Request(0, 0.0, 300, 4))
+    assert sched.rejection_reason(Request(1, 0.0, 256, 4)) == ""
+
+
+def test_pipelined_micro_batches_keep_the_guarantee() -> None:
+    reqs = [Request(i, 0.0, 24 + 4 * i, 30) for i in range(8)]
+    done = drive_pipelined("trtllm", reqs, blocks=40, depth=2, max_batch_tokens=256)
+    assert len(done) == 8 and sum(r.preemptions for r in reqs) == 0

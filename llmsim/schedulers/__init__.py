@@ -11,6 +11,7 @@ from llmsim.schedulers.base import TRANSFERRING, Scheduler, SchedulerConfig, Spe
 from llmsim.schedulers.chunked import ChunkedScheduler
 from llmsim.schedulers.plan import BatchPlan, DecodeColumns
 from llmsim.schedulers.traditional import StaticScheduler, TraditionalScheduler
+from llmsim.schedulers.trtllm import TrtllmScheduler
 from llmsim.schedulers.vllm import VllmScheduler
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "static": StaticScheduler,
     "chunked": ChunkedScheduler,
     "vllm": VllmScheduler,
+    "trtllm": TrtllmScheduler,
 }
 # Policies whose decisions the simulator's shortcuts reproduce exactly (fastpath.py: columnar
 # decoders and closed-form decode runs assume that during a run of decode-only steps the policy

@@ -171,15 +171,20 @@ class Scheduler:
                 f"exceeds max_model_len={limit}"
             )
         extra = self.final_step_reserve()
-        # a disaggregated prefill pool holds the prompt's KV only (the answer grows on the decode side)
-        answer = 0 if self.cfg.prefill_only else max(req.output_tokens - 1, 0)
-        total = req.prompt_tokens + answer + extra
+        total = self.lifetime_tokens(req)
         blocks = self.kv.blocks_for_request(req, total)
         if blocks > self.kv.num_blocks:
             why = f", {extra} of them the last verify step's speculative.k proposals" if extra else ""
             cap = self.kv.num_blocks
             return f"needs {total} tokens of KV cache ({blocks} blocks{why}), capacity is {cap} block{'s' * (cap != 1)}"
         return ""
+
+    def lifetime_tokens(self, req: Request) -> int:
+        """KV tokens ``req`` holds here at its longest: its prompt, every output token but the last
+        (whose KV is never written) and the last verify step's proposals."""
+        # a disaggregated prefill pool holds the prompt's KV only (the answer grows on the decode side)
+        answer = 0 if self.cfg.prefill_only else max(req.output_tokens - 1, 0)
+        return req.prompt_tokens + answer + self.final_step_reserve()
 
     def schedule(self) -> BatchPlan:  # pragma: no cover
         raise NotImplementedError
