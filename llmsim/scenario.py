@@ -422,7 +422,8 @@ class LengthSpec(_Strict):
         missing = [k for k in need if getattr(self, k) is None]
         if missing:
             raise ValueError(f"dist {self.dist!r} needs {missing}")
-        if self.dist == "uniform" and self.min is not None and self.max is not None and self.min > self.max:
+        # (min and max bound a uniform draw and clip the others: crossed, every length would be max)
+        if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
         return self
 

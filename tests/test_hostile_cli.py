@@ -244,3 +244,13 @@ def test_paths_the_system_cannot_open(tmp_path: Path, capsys) -> None:
     (tmp_path / "l2").symlink_to(tmp_path / "l1")
     one_error(run_argv(tmp_path / "l1"), capsys, "l1: a loop of symbolic links")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l1", "l2"]
+
+
+@pytest.mark.parametrize(
+    "dist", ["dist: lognormal, median: 500, sigma: 0.8", "dist: uniform", "dist: fixed, value: 10"]
+)
+def test_crossed_length_bounds_are_refused_for_every_distribution(dist: str, tmp_path: Path, capsys) -> None:
+    # (min and max clip a lognormal draw too: crossed, every prompt would silently be max tokens)
+    spec = f"workload.prompt_tokens={{{dist}, min: 5000, max: 16}}"
+    one_error(run_argv(tmp_path / "out", spec), capsys, "workload.prompt_tokens", "min (5000) must be <= max (16)")
+    assert not (tmp_path / "out").exists()
