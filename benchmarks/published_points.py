@@ -91,10 +91,9 @@ class Mapping:
     per_gpus: int = 1  # the published figure is per device: divide by this
     reasons: list[str] = field(default_factory=list)  # why it is not expressible
     notes: list[str] = field(default_factory=list)  # the assumptions made
-    # TensorRT-LLM's GUARANTEED_NO_EVICT approximated for fixed lengths: cap the batch at whole
-    # requests in KV (the trtllm-bench flows; the trtllm policy schedules it step by step, but
-    # without chunked context, and off the simulator's fast path: 58 s instead of 8 s for this script)
-    no_evict: bool = False
+    # TensorRT-LLM's dynamic batch tuner (the TensorRT flow of trtllm-bench): the batch limit
+    # follows the requests whose whole length fits the KV cache, bucketed (trtllm_runtime_batch)
+    dynamic_batch: bool = False
     lengths: tuple[int, int] = (0, 0)  # ISL, OSL
 
 
@@ -387,8 +386,25 @@ def engine_section(mp: Mapping, flow: str, cat: str, hw: str, tp: int, pp: int, 
             # the heuristic's batch (requests / pp) assumes
             seqs = bs * pp
             mp.notes.append(f"PP{pp}: {pp} micro-batches of max_batch_size in flight, max_num_seqs {seqs}")
-        out["policy"] = {"kind": "chunked", "max_num_seqs": seqs, "chunk_tokens": tokens, "max_batch_tokens": tokens}
-        mp.no_evict = True
+        if flow == "trtllm-pytorch":
+            # trtllm-bench 1.0: --scheduler_policy guaranteed_no_evict and --enable_chunked_context
+            # off by default (tensorrt_llm/bench/benchmark/throughput.py): llmsim's trtllm policy
+            out["policy"] = {"kind": "trtllm", "max_num_seqs": seqs, "max_batch_tokens": tokens}
+        else:  # trtllm-bench of the TensorRT engines (v0.17): its defaults were
+            # chunked, FIRST_COME_FIRST_SERVED, MAX_UTILIZATION and dynamic_max_batch_size (its
+            # ExecutorSettingsConfig, tensorrt_llm/bench/dataclasses/configuration.py of that era): admit
+            # on the blocks a step needs and pause the newest when short, as llmsim's chunked policy
+            # does, under the dynamic batch tuner's limit (validate)
+            out["policy"] = {
+                "kind": "chunked",
+                "max_num_seqs": seqs,
+                "chunk_tokens": tokens,
+                "max_batch_tokens": tokens,
+            }
+            mp.dynamic_batch = True
+            mp.notes.append(
+                "MAX_UTILIZATION, chunked context, dynamic batch size (trtllm-bench's TensorRT-flow defaults)"
+            )
     elif flow == "trtllm-triton":
         out["kv_cache"]["memory_fraction"] = 0.9
         # the backend's in-flight batching: GUARANTEED_NO_EVICT, chunked context off (its
@@ -587,24 +603,45 @@ def wide_ep_workload(mp: Mapping, ranks: int) -> None:
         mp.notes.append("16,384 prompt tokens a GPU a step (the source's prefill profile test; not stated here)")
 
 
+# TensorRT-LLM's DynamicBatchConfig::kDefaultBatchSizeTable (cpp/tensorrt_llm/executor/
+# dynamicBatchConfig.cpp): a capacity below the first number runs at the second
+TRTLLM_BATCH_TABLE = ((144, 128), (336, 256), (672, 512), (832, 768), (1280, 1024), (1664, 1536))
+
+
+def trtllm_runtime_batch(capacity: int) -> int:
+    """The batch limit TensorRT-LLM's dynamic batch tuner sets for ``capacity`` requests of the
+    average length in KV (DynamicBatchTuner::getRuntimeBatchSize, dynamicBatchTuner.cpp): the
+    table's bucket, else the capacity rounded down to a multiple of 512 when within 128 above it."""
+    for limit, batch in TRTLLM_BATCH_TABLE:
+        if capacity < limit:
+            return batch
+    floor = capacity // 512 * 512
+    return floor if capacity < floor + 128 else capacity
+
+
 def validate(mp: Mapping) -> Scenario | None:
-    """The scenario validated (and, for TensorRT-LLM's no-evict scheduler, its batch capped at the
-    requests whose whole ISL+OSL fits the KV cache); a refusal becomes a reason."""
+    """The scenario validated (and, under TensorRT-LLM's dynamic batch tuner, its batch limit set
+    as the tuner sets it); a refusal becomes a reason."""
     assert mp.scenario is not None
     try:
         sc = scenario_from_dict(mp.scenario, mp.point["id"], ROOT)
-        if not mp.no_evict:
+        if not mp.dynamic_batch:
             return sc
+        # the tuner's capacity: requests of the average ISL + OSL in the KV blocks
+        # (KVCacheManager::getMaxCapacityBatchSize), with lengths fixed their own
         pool = build_pools(sc, build_model(sc))[0]
         isl, osl = mp.lengths
-        fit = pool.kv_blocks // math.ceil((isl + osl) / sc.kv_cache.block_tokens)
+        capacity = pool.kv_blocks // math.ceil((isl + osl) / sc.kv_cache.block_tokens)
         seqs = mp.scenario["policy"]["max_num_seqs"]
-        if fit < seqs:
-            mp.scenario["policy"]["max_num_seqs"] = max(fit, 1)
-            mp.notes.append(f"GUARANTEED_NO_EVICT: max_num_seqs {seqs} -> {max(fit, 1)} (whole requests in KV)")
+        runtime = min(seqs, trtllm_runtime_batch(capacity))
+        if runtime != seqs:
+            mp.scenario["policy"]["max_num_seqs"] = runtime
+            mp.notes.append(
+                f"dynamic batch tuner: {capacity} requests fit the KV cache whole, max_num_seqs {seqs} -> {runtime}"
+            )
             if mp.point["mode"] == "max_throughput":  # the request count follows the new batch limit
                 mp.notes[:] = [n for n in mp.notes if "requests simulated" not in n]
-                mp.scenario["workload"] = workload(mp, max(fit, 1))
+                mp.scenario["workload"] = workload(mp, runtime)
             sc = scenario_from_dict(mp.scenario, mp.point["id"], ROOT)
         return sc
     except UserError as exc:

@@ -563,6 +563,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         max_bypass=sc.policy.max_bypass,
         reserve_full_prompt=sc.policy.reserve_full_prompt,
         long_prefill_token_threshold=sc.policy.long_prefill_token_threshold,
+        context_chunking=sc.policy.enable_chunked_context,
         max_model_len=max_model_len(sc, model),
         max_loras=sc.lora.max_loras if sc.lora is not None else 0,
         window=window,

@@ -218,6 +218,9 @@ def safe_yaml(text: str) -> object:
 
 
 GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of gzip data
+# the byte-order marks of UTF-16 text (little- and big-endian), what a spreadsheet's "Unicode text" export starts with
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+UTF16_TEXT = "UTF-16 text (a spreadsheet's 'Unicode text' export); save it as CSV in UTF-8"
 # the first bytes of the other compressed formats pandas would open by a file's extension
 COMPRESSED_MAGIC = {b"\xfd7zXZ\x00": "xz", b"BZh": "bzip2", b"PK\x03\x04": "zip", b"\x28\xb5\x2f\xfd": "zstd"}
 

@@ -40,7 +40,7 @@ from llmsim.runs import (
     column_run_length,
     run_length,
 )
-from llmsim.schedulers import CHUNK_RUN_POLICIES, FAST_PATH_POLICIES
+from llmsim.schedulers import CHUNK_RUN_POLICIES, FAST_PATH_POLICIES, SCHEDULERS
 from llmsim.schedulers.plan import BatchPlan
 
 if TYPE_CHECKING:
@@ -286,7 +286,9 @@ def shortcuts(policy: str, pool: PoolSpec, opts: SimOptions) -> tuple[bool, bool
     )
     # columns: besides, each decoder holds ceil(tokens / block) blocks of its own
     window, local = pool.cost.model.attention_windows()
-    columns = runs and not opts.prefix_caching and window is None and local is None
+    policy_cls = SCHEDULERS.get(policy)
+    columnar = policy_cls is not None and policy_cls.columnar
+    columns = runs and columnar and not opts.prefix_caching and window is None and local is None
     # chunk runs: besides, the policy gives the only prompt in progress the same chunk every step
     return runs, columns and policy in CHUNK_RUN_POLICIES, columns
 

@@ -30,6 +30,7 @@ import pandas as pd
 from llmsim.errors import UserError, atomic_write_text, load_json_object, test_pause
 from llmsim.filekinds import file_kind
 from llmsim.results import (
+    TABLE_SUFFIX,
     lora_line,
     offload_line,
     pools_line,
@@ -85,6 +86,19 @@ def check_one_run(p: Path, summary: dict, scenario: dict | None) -> None:
         )
 
 
+def check_run_tables(p: Path, sc: Scenario | None) -> None:
+    """UserError naming the requests or steps table a run folder lacks: every run writes both
+    beside summary.json, and without them the report would drop its figures (latency CDFs,
+    timelines, roofline) without a word. Refused as a table cut short or from another run is."""
+    suffix = TABLE_SUFFIX[sc.output.format] if sc is not None else ".parquet"
+    for name in ("requests", "steps"):
+        if not any((p / f"{name}{s}").exists() for s in TABLE_SUFFIX.values()):
+            raise UserError(
+                f"{p}: {name}{suffix} is missing, which every llmsim run writes beside summary.json (deleted "
+                "or moved?); rerun the command that wrote the folder"
+            )
+
+
 # ---------------------------------------------------------------- the folder
 
 
@@ -94,9 +108,11 @@ def folder_kind(p: Path) -> str:
     if not p.exists():
         raise UserError(f"{p}: no such folder; point `llmsim report` at the output folder of a run, a sweep or a plan")
     if not p.is_dir():
+        # the folder it is in, suggested only where it is a results folder (a summary.json given)
+        within = p.parent if any((p.parent / f).is_file() for f in RESULTS_FILES) else None
         raise UserError(
             f"{p}: a file, not a folder; `llmsim report` takes the whole output folder of a run, a sweep or "
-            f"a plan: {p.parent}?"
+            "a plan" + (f"; give the folder it is in: `llmsim report {within}`" if within is not None else "")
         )
     if (p / "plan.json").exists():
         return "plan"
@@ -167,6 +183,8 @@ class ResultsDir:
             raw = load_json_object(p / "scenario.json")
             sc = _scenario_of(p / "scenario.json", {k: v for k, v in raw.items() if k != "run_id"})
         check_one_run(p, summary, raw)
+        if summary:
+            check_run_tables(p, sc)
         tables = {name: _floats(_csv(p / f"{name}.csv")) for name in PLAN_TABLES if (p / f"{name}.csv").exists()}
         plan = _plan_of(p, tables) if kind == "plan" else None
         names = ("requests", "steps", "chunks", "scaling")

@@ -306,6 +306,8 @@ class PolicyConfig(_Strict):
     allow_long_max_model_len: bool = False
     # disaggregated: how the prefill pool batches prompts (whole prompts, or chunk_tokens per step)
     prefill_pool_policy: Literal["traditional", "chunked"] = "traditional"
+    # trtllm policy: TensorRT-LLM's enable_chunked_context (prompts split over steps, off by default)
+    enable_chunked_context: bool = False
 
     @field_validator("kind")
     @classmethod
@@ -317,6 +319,11 @@ class PolicyConfig(_Strict):
     def _prefill_pool_policy_needs_disaggregation(self) -> PolicyConfig:
         if self.prefill_pool_policy != "traditional" and self.kind != "disaggregated":
             raise ValueError(f"prefill_pool_policy applies to kind: disaggregated only (kind is {self.kind})")
+        if self.enable_chunked_context and self.kind != "trtllm":
+            raise ValueError(
+                f"enable_chunked_context applies to kind: trtllm only (kind is {self.kind}; "
+                "chunked and vllm chunk prompts always)"
+            )
         return self
 
 

@@ -74,19 +74,22 @@ def parse_values(text: str, item: str | None = None) -> list[object]:
     """``a,b,c`` -> list; ``1..8`` -> 1..8 inclusive; ``1..8..2`` -> step 2; scalars via YAML.
     ``item`` is the whole ``--set`` argument, named in errors (default: ``text``)."""
     text = text.strip()
+    origin = f"--set {cut(item or text)!r}"  # the item, key and all, names every mistake in it
     if ".." in text and "," not in text:
         parts = text.split("..")
         try:
             nums = [int(p) for p in parts]
         except ValueError:
-            raise UserError(f"range {text!r}: expected integers like 1..8 or 1..16..2") from None
+            raise UserError(f"{origin}: range {text!r}: expected integers like 1..8 or 1..16..2") from None
         if len(nums) not in (2, 3) or (len(nums) == 3 and nums[2] <= 0) or nums[1] < nums[0]:
-            raise UserError(f"range {text!r}: expected LO..HI or LO..HI..STEP with LO <= HI and STEP > 0")
+            raise UserError(f"{origin}: range {text!r}: expected LO..HI or LO..HI..STEP with LO <= HI and STEP > 0")
         values = range(nums[0], nums[1] + 1, nums[2] if len(nums) == 3 else 1)
         if len(values) > MAX_POINTS:
-            raise UserError(f"range {text!r}: {len(values):,} values; a sweep runs at most {MAX_POINTS:,} points")
+            raise UserError(
+                f"{origin}: range {text!r}: {len(values):,} values; a sweep runs at most {MAX_POINTS:,} points"
+            )
         return list(values)
-    origin = f"--set {cut(item or text)!r}"  # the --set value rules of `llmsim run`: plain YAML data
+    # (the values as `llmsim run` reads a --set value: plain YAML data)
     items = _top_level_items(text)
     if any(v.strip() for v in items) and any(not v.strip() for v in items):  # (all empty: "no values")
         raise UserError(f"{origin}: an empty value between commas")
@@ -220,10 +223,39 @@ def _invalid(data: dict, base_dir: str, origin: str, overrides: dict[str, object
 
 def _blame(data: dict, base_dir: str, origin: str, point: dict[str, object]) -> str:
     """``--set KEY=VALUE`` when that one value is rejected on its own, else the whole point."""
-    for key, value in point.items():
-        if _invalid(data, base_dir, origin, {key: value}) is not None:
-            return f"{origin}: --set {key}={_show(value)}"
+    one = rejected_override(data, base_dir, origin, point)
+    if one is not None:
+        return f"{origin}: {one}"
     return f"{origin}: sweep point " + ", ".join(f"{k}={_show(v)}" for k, v in point.items())
+
+
+def rejected_override(data: dict, base_dir: str, origin: str, overrides: dict[str, object]) -> str | None:
+    """``--set KEY=VALUE`` of the first override the scenario ``data`` rejects on its own, or None."""
+    for key, value in overrides.items():
+        if _invalid(data, base_dir, origin, {key: value}) is not None:
+            return f"--set {key}={cut(_show(value))}"  # (a 400-digit value echoed whole filled the screen)
+    return None
+
+
+def blame_overrides(exc: UserError, path: Path, overrides: dict[str, object]) -> UserError:
+    """``exc``, a mistake in the scenario at ``path`` with ``--set`` ``overrides`` applied, naming
+    the ``--set`` item it comes from as a sweep names its axis value (the file alone would be
+    blamed for a value it does not hold): the one item rejected on its own, else all of them
+    together. Unchanged where the file alone is already rejected, or the overrides are not
+    what validation rejects (a mistake found while simulating)."""
+    origin = str(path)
+    text = str(exc)
+    if not overrides or not text.startswith(f"{origin}: "):
+        return exc
+    data, base_dir = load_yaml_file(path), str(path.resolve().parent)
+    if not isinstance(data, dict) or _invalid(data, base_dir, origin, {}) is not None:
+        return exc
+    if _invalid(data, base_dir, origin, overrides) is None:
+        return exc
+    items = rejected_override(data, base_dir, origin, overrides) or ", ".join(
+        f"--set {k}={cut(_show(v))}" for k, v in overrides.items()
+    )
+    return UserError(f"{origin}: {items}: {text.removeprefix(f'{origin}: ')}")
 
 
 def _show(value: object) -> str:

@@ -112,7 +112,11 @@ def test_run_on_bad_input_gives_one_clear_message(name, tmp_path, capsys):
 def test_unwritable_output_directory(capsys):
     # output.dir lies under a regular file, so it can't be created (works even as root)
     code, _, err = run_cli(["run", str(BAD / "unwritable_output.yaml"), "--quiet", "--no-report"], capsys)
-    assert_one_clear_error(code, err, ["output directory", "unwritable_output.yaml/results", "not writable"])
+    assert_one_clear_error(
+        code,
+        err,
+        ["output directory", "unwritable_output.yaml/results", "unwritable_output.yaml is a file, not a directory"],
+    )
 
 
 def test_unwritable_out_flag(tmp_path, capsys):

@@ -116,6 +116,12 @@ NUMERIC_STEP_COLUMNS = [c for c in STEP_COLUMNS if c not in ("pool", "replica", 
             },
         ),
         ("vllm", {"engine": CHANGE, "cluster__replicas": 1, "policy__chunk_tokens": 64, "workload__rate_rps": 3.0}),
+        # TensorRT-LLM's scheduler: decode runs over its running list (no columns); a small cache
+        # holds requests back on their whole lifetime (never a preemption)
+        ("trtllm", {}),
+        ("trtllm", {"cluster__replicas": 1, "kv_cache__num_blocks": 600, "workload__rate_rps": 6.0}),
+        ("trtllm", {"policy__enable_chunked_context": True, "policy__max_batch_tokens": 256}),
+        ("trtllm", {"engine": "vllm-v1", "cluster__replicas": 1, "workload__rate_rps": 3.0}),
     ],
 )
 def test_fast_paths_match_exact_steps(policy: str, extra: dict) -> None:

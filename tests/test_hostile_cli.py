@@ -218,7 +218,7 @@ def test_real_process_prints_one_line(tmp_path: Path) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        f"llmsim: error: {QUICK}: seed: Input should be greater than or equal to 0 (got -1)"
+        f"llmsim: error: {QUICK}: --set seed=-1: seed: Input should be greater than or equal to 0 (got -1)"
     ]
     assert not (tmp_path / "out").exists()
 
@@ -254,3 +254,84 @@ def test_crossed_length_bounds_are_refused_for_every_distribution(dist: str, tmp
     spec = f"workload.prompt_tokens={{{dist}, min: 5000, max: 16}}"
     one_error(run_argv(tmp_path / "out", spec), capsys, "workload.prompt_tokens", "min (5000) must be <= max (16)")
     assert not (tmp_path / "out").exists()
+
+
+# bytes of a trace file -> what its message says instead of pandas' or the codec's words
+NOT_TEXT = {
+    "binary": (b"DDDD\x00\x01" + bytes(range(256)) * 16, "not a text file"),
+    "utf16": ("arrival_s,prompt_tokens,output_tokens\n0,10,10\n".encode("utf-16"), "UTF-16 text"),
+}
+
+
+@pytest.mark.parametrize(
+    "fmt, suffix", [("generic", ".csv"), ("generic", ".jsonl"), ("azure", ".csv"), ("mooncake", ".jsonl")]
+)
+@pytest.mark.parametrize("kind", list(NOT_TEXT))
+def test_a_trace_that_is_not_text(fmt: str, suffix: str, kind: str, tmp_path: Path, capsys) -> None:
+    """Every trace reader says what the scenario reader and calibrate say of such a file, in a
+    short line (a binary file became a column name kilobytes long)."""
+    data, fragment = NOT_TEXT[kind]
+    trace = tmp_path / f"trace{suffix}"
+    trace.write_bytes(data)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        f"name: s\nmodel: gpt2\nhardware: H100-SXM\nworkload: {{kind: trace, trace: {{path: {trace.name}, format: {fmt}}}}}\n"
+    )
+    line = one_error(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"], capsys, str(trace), fragment)
+    assert len(line) < 300, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_on_a_file_names_its_folder_only_where_it_is_one(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("f").touch()
+    line = one_error(["report", "f", "--quiet"], capsys, "f: a file, not a folder")
+    assert line.endswith("the whole output folder of a run, a sweep or a plan"), line  # (was "...: .?")
+    assert main(run_argv(tmp_path / "run")) == 0
+    capsys.readouterr()
+    one_error(["report", "run/summary.json", "--quiet"], capsys, "give the folder it is in: `llmsim report run`")
+
+
+@pytest.mark.parametrize(
+    "item, fragments",
+    [
+        ("workload.rate_rps=-1", ["quickstart.yaml: --set workload.rate_rps=-1: workload.rate_rps:", "(got -1)"]),
+        # found while building the run, after the scenario was read
+        ("workload.num_requests=100000000000", ["--set workload.num_requests=100000000000: workload.num_requests"]),
+        ("workload={kind: poisson, rate_rps: -3}", ["--set workload={kind: poisson, rate_rps: -3}: workload.rate_rps"]),
+    ],
+)
+def test_a_bad_value_from_set_names_the_set_item(item: str, fragments: list[str], tmp_path: Path, capsys) -> None:
+    argv = ["run", QUICK, "--out", str(tmp_path / "out"), "--quiet", "--set", item]
+    one_error(argv, capsys, *fragments)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_value_of_the_file_stays_the_files(tmp_path: Path, capsys) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(Path(QUICK).read_text().replace("rate_rps: 8", "rate_rps: -8"))
+    line = one_error(
+        ["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet", "--set", "seed=3"],
+        capsys,
+        f"{scenario}: workload.rate_rps",
+    )
+    assert "--set" not in line, line
+
+
+def test_out_under_a_file_says_so_for_every_folder_command(tmp_path: Path, capsys) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    out = str(afile / "sub")
+    one_error(run_argv(Path(out)), capsys, f"output directory {out}: {afile} is a file, not a directory")
+    sweep = ["sweep", QUICK, "--set", "cluster.replicas=1,2", "--out", out, "--quiet"]
+    one_error(sweep, capsys, f"output directory {out}: {afile} is a file, not a directory")
+    assert afile.read_text() == "mine"
+
+
+def test_report_refuses_a_run_folder_without_its_steps(tmp_path: Path, capsys) -> None:
+    """(requests.parquet deleted: the catalogue's report/missing_requests)"""
+    assert main(run_argv(tmp_path / "run")) == 0
+    capsys.readouterr()
+    (tmp_path / "run" / "steps.parquet").unlink()
+    one_error(["report", str(tmp_path / "run"), "--quiet"], capsys, "steps.parquet is missing")
+    assert not (tmp_path / "run" / "report.html").exists()

@@ -274,3 +274,37 @@ def test_pipelined_micro_batches_keep_the_guarantee() -> None:
     reqs = [Request(i, 0.0, 24 + 4 * i, 30) for i in range(8)]
     done = drive_pipelined("trtllm", reqs, blocks=40, depth=2, max_batch_tokens=256)
     assert len(done) == 8 and sum(r.preemptions for r in reqs) == 0
+
+
+def test_trtllm_chunked_context_cuts_chunks_at_whole_blocks_first_come_first_served() -> None:
+    kv = BlockManager(1000, 16, watermark=0.0)
+    cfg = SchedulerConfig(max_batch_tokens=256, context_chunking=True)
+    sched = make_scheduler("trtllm", cfg, kv)
+    assert sched.rejection_reason(Request(9, 0.0, 1000, 4)) == ""  # (chunked: longer than a step is fine)
+    for i in range(3):
+        sched.add(Request(i, 0.0, 20, 50))
+    sched.complete(sched.schedule(), 1.0)  # three 20-token prompts, whole
+    sched.add(Request(3, 1.0, 1000, 5))
+    sched.add(Request(4, 1.0, 100, 5))
+    plan = sched.schedule()
+    # 3 decodes leave 253 tokens: the 1,000-token prompt takes 240 (15 whole blocks), the next
+    # prompt starts but gets nothing past the first (first come, first served)
+    assert len(plan.decode) == 3
+    assert [(r.id, c) for r, c in plan.prefill] == [(3, 240)]
+    chunks = [240]
+    t = 2.0
+    sched.complete(plan, t)
+    while any(r.id == 3 and r.in_prefill for r in sched.running):
+        plan = sched.schedule()
+        chunks += [c for r, c in plan.prefill if r.id == 3]
+        t += 1.0
+        sched.complete(plan, t)
+    assert sum(chunks) == 1000 and all(c % 16 == 0 for c in chunks[:-1])
+
+
+def test_enable_chunked_context_belongs_to_the_trtllm_policy() -> None:
+    from llmsim.scenario import PolicyConfig
+
+    assert PolicyConfig(kind="trtllm", enable_chunked_context=True).enable_chunked_context
+    with pytest.raises(ValueError, match="enable_chunked_context applies to kind: trtllm only"):
+        PolicyConfig(kind="chunked", enable_chunked_context=True)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from llmsim.errors import GZIP_MAGIC, UserError, check_input_file, did_you_mean
+from llmsim.errors import GZIP_MAGIC, UTF16_BOMS, UTF16_TEXT, UserError, check_input_file, did_you_mean
 from llmsim.models import DTYPE_BYTES
 
 if TYPE_CHECKING:
@@ -51,7 +51,6 @@ MAX_RANKS = 2**16  # TP degree or all-reduce ranks
 MAX_MESSAGE_BYTES = 2.0**40  # one all-reduce's bytes per rank (1 TiB)
 # one kernel's median time: 1 ns (below any launch) to an hour; outside it the unit is wrong
 SECONDS = (1e-9, 3600.0)
-_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +129,8 @@ def _check_file(path: Path) -> None:
             head = f.read(2)
         if not head:
             raise UserError(f"{path}: empty once decompressed, expected a CSV header row (docs/profile_format.md)")
-    if head[:2] in _UTF16_BOMS:
-        raise UserError(f"{path}: UTF-16 text (a spreadsheet's 'Unicode text' export); save it as CSV in UTF-8")
+    if head[:2] in UTF16_BOMS:
+        raise UserError(f"{path}: {UTF16_TEXT}")
 
 
 class _Bounded(io.RawIOBase):

@@ -67,6 +67,11 @@ def read_run(folder: Path) -> ServingRun:
     """A run folder of the vLLM harness; a clear error naming what is missing."""
     folder = Path(folder)
     meta_path = folder / "meta.json"
+    if not folder.is_dir():  # (not "no meta.json": a mistyped path is not a folder missing one file)
+        raise UserError(
+            f"{folder}: {'no such folder' if not folder.exists() else 'a file'}; expected a "
+            "measured run folder (meta.json, requests.csv; data/validation/vllm-cpu/README.md)"
+        )
     if not meta_path.exists():
         raise UserError(f"{folder}: not a serving run (no meta.json); see data/validation/vllm-cpu/README.md")
     meta = load_json_object(meta_path)

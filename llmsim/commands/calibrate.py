@@ -87,8 +87,9 @@ def check_profile_out(out: Path) -> Path:
 
 def check_out_parent(out: Path, flag: str = "--out") -> None:
     """``out``'s folder can be made: its nearest existing parent is a folder, not a file (else
-    ``mkdir`` fails late, with a traceback)."""
-    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    ``mkdir`` fails late, with a traceback). Named as given: a relative ``out``'s parent is
+    relative too (``somefile``, not the absolute path the user never typed)."""
+    parent = next((p for p in out.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise UserError(f"{flag} {out}: {parent} is a file, not a directory")
 

@@ -14,6 +14,7 @@ from llmsim.errors import (
     cut,
     output_pending,
     refuse_foreign_files,
+    results_in,
     temp_sibling,
     test_pause,
     yaml_value,
@@ -89,13 +90,23 @@ def run_keeps(entry: Path) -> bool:
 
 def check_run_output(out: Path) -> None:
     """Fail before simulating if the results can't replace ``out``: its parent must be writable
-    (the new folder is built next to it) and ``out`` must hold only what a run writes."""
+    (the new folder is built next to it) and ``out`` must hold only what a run writes. A sweep's or
+    a plan's results are named as such (as `llmsim sweep` names a run's), not as foreign files."""
+    other = results_in(out)
+    if other is not None and other[0] != "run":
+        raise UserError(
+            f"output directory {out} holds the results of `llmsim {other[0]}` ({other[1]}); a run replaces "
+            "its whole --out folder, so pick another"
+        )
     refuse_foreign_files(out, run_owns)
     check_writable_parent(out)
 
 
 def check_writable_parent(out: Path) -> None:
     """``out``'s parent can take the new folder built next to it (a probe folder, made and removed)."""
+    from llmsim.commands.calibrate import check_out_parent
+
+    check_out_parent(out, "output directory")  # (under a file, mkdir would say "File exists")
     probe = temp_sibling(out, "probe")
     try:
         if not out.parent.is_dir():
@@ -111,11 +122,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from llmsim.scenario import load_scenario
 
     path = Path(args.scenario)
-    sc = load_scenario(path, parse_overrides(args.set))
+    overrides = parse_overrides(args.set)
+    with sets_blamed(path, overrides):
+        sc = load_scenario(path, overrides)
     out = Path(args.out or sc.output.dir)  # --out wins over the scenario's output.dir
     check_run_output(out)
     with output_pending(out):  # an interrupt from here on says `out` is unchanged
-        with simulated_time_bar(sc, not args.quiet) as follow:
+        with simulated_time_bar(sc, not args.quiet) as follow, sets_blamed(path, overrides):
             res = run(sc, exact_steps=args.exact_steps, progress=follow)
         test_pause("simulated")
         with atomic_folder(out, owned=run_owns, carry=run_keeps) as tmp:  # complete or untouched (docs/reliability.md)
@@ -129,6 +142,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(summary_text(res.summary))
         print("\nwrote: " + ", ".join(str(p) for p in written))
     return 0
+
+
+@contextlib.contextmanager
+def sets_blamed(path: Path, overrides: dict[str, object]) -> Iterator[None]:
+    """A mistake in the scenario names the ``--set`` item it comes from, as ``llmsim sweep`` names
+    its axis value (``file: --set KEY=VALUE: key: problem``): the file's name alone would blame it
+    for a value it does not hold. Around building too, where the workload's bounds are checked."""
+    try:
+        yield
+    except UserError as exc:
+        if not overrides:
+            raise
+        from llmsim.sweep import blame_overrides
+
+        raise blame_overrides(exc, path, overrides) from None
 
 
 def write_run(res: object, sc: object, folder: Path, exact_steps: bool, report: bool) -> list[Path]:

@@ -29,7 +29,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
 # decodes every running request and admits nobody new). tests/test_fastpath.py holds each equal
 # to ``exact_steps``; a policy joins only with such a test. Others get neither (steps completing
 # without an event still apply to every policy: they depend on no scheduling decision).
-FAST_PATH_POLICIES = {"traditional", "chunked", "vllm"}
+FAST_PATH_POLICIES = {"traditional", "chunked", "vllm", "trtllm"}
 # Policies that give the only prompt in progress the same chunk every step (the token budget less
 # the decodes, or a per-prompt cap) until its last, and admit no waiting request later that they
 # could not admit at the first: chunk runs assume it (runs.ChunkRun; tests/test_fastpath.py holds

@@ -20,7 +20,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from mypy_extensions import mypyc_attr
 
@@ -65,6 +65,8 @@ class SchedulerConfig:
     # vLLM's scheduler (schedulers/vllm.py): admit only when the whole prompt fits; cap a prompt's tokens per step
     reserve_full_prompt: bool = True
     long_prefill_token_threshold: int = 0
+    # TensorRT-LLM's scheduler (schedulers/trtllm.py): split prompts over steps (enable_chunked_context)
+    context_chunking: bool = False
     # the engine's context limit (vLLM's max_model_len; 0 = none): prompt + requested output must fit
     max_model_len: int = 0
     max_loras: int = 0  # multi-LoRA: distinct adapters the running set may use (0 = LoRA off)
@@ -80,6 +82,9 @@ class Scheduler:
     """Base class: admission checks, token bookkeeping and preemption shared by all policies."""
 
     name = "base"
+    # may the simulator keep this policy's decoding requests in a columnar set (plan.DecodeColumns,
+    # fastpath.shortcuts) rather than in ``running``? Not where a step reads each one's own figures
+    columnar: ClassVar[bool] = True
 
     def __init__(
         self,

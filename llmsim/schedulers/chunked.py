@@ -56,6 +56,13 @@ class ChunkedScheduler(Scheduler):
         """May waiting requests start in this step (after the running ones were planned)?"""
         return True
 
+    def _may_start(self, r: Request) -> bool:
+        """May the head of the queue start beside the started requests (its blocks aside)?"""
+        return True
+
+    def _started(self, r: Request) -> None:
+        """``r`` has just started (a policy that sets blocks aside for it counts them here)."""
+
     def final_step_reserve(self) -> int:
         # a request whose verify step cannot hold its k proposals is preempted and recomputed;
         # the recompute's prefill samples the next token, so it still finishes (slowly)
@@ -95,8 +102,8 @@ class ChunkedScheduler(Scheduler):
                 break
             if r.in_prefill:
                 c = self.prefill_cap(r, budget)
-                if not self.kv.can_allocate(self.kv.blocks_needed(r, c)):
-                    break
+                if c <= 0 or not self.kv.can_allocate(self.kv.blocks_needed(r, c)):
+                    break  # (c is 0 where a policy's chunks come in whole blocks: trtllm)
                 self.kv.allocate(r, c)
                 plan.prefill.append((r, c))
                 budget -= c
@@ -108,10 +115,13 @@ class ChunkedScheduler(Scheduler):
             if loras is not None and self.lora_blocked(waiting[0], loras):
                 skipped.append(waiting.popleft())
                 continue
+            if not self._may_start(waiting[0]):
+                break
             c = self._try_admit(waiting[0], budget, whole=False)
             if not c:
                 break
             r = running[-1]
+            self._started(r)
             if loras is not None and r.lora_id >= 0:
                 loras.add(r.lora_id)
             plan.prefill.append((r, c))

@@ -37,16 +37,8 @@ class TraditionalScheduler(Scheduler):
     def schedule(self) -> BatchPlan:
         plan = BatchPlan()
         self._swap_in(plan)
-        self._admit_whole_prompts(plan, 0)
-        if plan.prefill:
-            return plan
-        self._schedule_decodes(plan)
-        return plan
-
-    def _admit_whole_prompts(self, plan: BatchPlan, tokens: int) -> None:
-        """Start waiting requests in queue order, each with its whole prompt, while the step's
-        ``tokens`` leave room and ``_may_start`` agrees; the first that cannot start ends it."""
         waiting = self.waiting
+        tokens = 0
         loras = self.active_loras()
         skipped: list[Request] = []  # multi-LoRA: passed over (see ChunkedScheduler.schedule)
         while waiting and self.num_running() < self.cfg.max_num_seqs:
@@ -56,25 +48,19 @@ class TraditionalScheduler(Scheduler):
                 continue
             # a recomputed request (prompt + generated) may exceed the budget: it then runs alone
             budget = self.cfg.max_batch_tokens - tokens if tokens else 1 << 62
-            if not self._may_start(r):
-                break
             need = self._try_admit(r, budget, whole=True)
             if not need:
                 break
-            self._started(r)
             if loras is not None and r.lora_id >= 0:
                 loras.add(r.lora_id)
             plan.prefill.append((r, need))
             tokens += need
         if skipped:
             waiting.extendleft(reversed(skipped))
-
-    def _may_start(self, r: Request) -> bool:
-        """May ``r`` start beside the started requests? (Here: whenever its blocks are free.)"""
-        return True
-
-    def _started(self, r: Request) -> None:
-        """``r`` has just started (a policy that sets blocks aside counts them here)."""
+        if plan.prefill:
+            return plan
+        self._schedule_decodes(plan)
+        return plan
 
 
 # open to interpreted subclasses as its base is: else mypyc's freed instance keeps its KV manager

@@ -9,52 +9,72 @@ NVIDIA/TensorRT-LLM@02a10fe and @0a949d3):
    whole lifetime fits what is left; the first that does not fit stops the pass (no request
    overtakes it), and at most ``max_batch_size`` requests are scheduled. A started request is
    therefore never evicted: there is no preemption.
-2. The micro-batch scheduler (``microBatchScheduler.cpp``) walks those requests in order and
-   packs the step up to ``max_num_tokens``: a generating request costs one token, a new context
-   its whole prompt (chunked context is off by default); the first request that does not fit
-   ends the step. Contexts and generations share the step (in-flight batching).
+2. The micro-batch scheduler (``microBatchScheduler.cpp``) packs the step up to
+   ``max_num_tokens``: every generating request one token, then the prompts in arrival order.
+   Without chunked context (the default) a prompt runs whole, and the first that does not fit
+   ends the step. With it (``enable_chunked_context``), the prompts share what the generating
+   requests leave first come first served (``kFIRST_COME_FIRST_SERVED``, the default chunking
+   policy): each takes all it has left, and a chunk cut short is rounded down to whole KV blocks
+   (``chunkUnitSize`` = tokens per block), so a prompt can wait a step for room.
 
-Here ``policy.max_num_seqs`` is ``max_batch_size`` and ``policy.max_batch_tokens`` is
-``max_num_tokens``. Not modelled: chunked context (``enable_chunked_context``), the
-MAX_UTILIZATION and STATIC_BATCH capacity policies, and the capacity pass's skipping of a context
-whose first new block another scheduled context is about to write (``beneficialToSkip``, with
-block reuse on): a waiting request whose prefix is cached reserves its whole lifetime, cached
-blocks included.
+That is ``ChunkedScheduler``'s step (decodes, prompts in progress, then new prompts, in order)
+with the lifetime reservation and TensorRT-LLM's chunk rule. Here ``policy.max_num_seqs`` is
+``max_batch_size`` and ``policy.max_batch_tokens`` is ``max_num_tokens``. Not modelled: the
+MAX_UTILIZATION and STATIC_BATCH capacity policies, the EQUAL_PROGRESS chunking policy, and the
+capacity pass's deferral of a prompt whose first new block another prompt in the step is about
+to write (``beneficialToSkip``, with block reuse on): a waiting request whose prefix is cached
+reserves its whole lifetime, cached blocks included.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from mypy_extensions import mypyc_attr
 
 from llmsim.request import Request
+from llmsim.schedulers.chunked import ChunkedScheduler
 from llmsim.schedulers.plan import BatchPlan
-from llmsim.schedulers.traditional import TraditionalScheduler
 
 
-# (traditional's admission rule: whole prompts, a prompt past max_batch_tokens refused, as
-# TensorRT-LLM refuses one past max_num_tokens without chunked context: "The number of context
-# tokens (%d) exceeds the limit value")
 @mypyc_attr(allow_interpreted_subclasses=True)
-class TrtllmScheduler(TraditionalScheduler):
+class TrtllmScheduler(ChunkedScheduler):
     name = "trtllm"
+    columnar: ClassVar[bool] = False  # (the capacity pass reads every started request's lifetime: all stay in running)
     _spare: int = 0  # blocks no started request may still take (this step's capacity pass)
+
+    def rejection_reason(self, req: Request) -> str:
+        # without chunked context a prompt runs in one step: TensorRT-LLM refuses one past
+        # max_num_tokens ("The number of context tokens (%d) exceeds the limit value")
+        if not self.cfg.context_chunking and req.prompt_tokens > self.cfg.max_batch_tokens:
+            return f"prompt of {req.prompt_tokens} tokens exceeds max_batch_tokens={self.cfg.max_batch_tokens}"
+        return super().rejection_reason(req)
+
+    def final_step_reserve(self) -> int:
+        return self._lookahead() - 1  # (no preemption to fall back on: the base rule, not chunked's)
+
+    def budget(self, plan: BatchPlan) -> int:
+        return self.cfg.max_batch_tokens  # max_num_tokens, decodes included
+
+    def prefill_cap(self, r: Request, budget: int) -> int:
+        left = r.prompt_remaining
+        if budget >= left:
+            return left
+        if not self.cfg.context_chunking:
+            return 0  # a whole prompt or nothing
+        return budget // self.kv.block_tokens * self.kv.block_tokens
 
     def _lifetime_blocks(self, r: Request) -> int:
         """Blocks ``r`` holds at its full length (``lifetime_tokens``)."""
         return self.kv.blocks_for_request(r, self.lifetime_tokens(r))
 
     def schedule(self) -> BatchPlan:
-        plan = BatchPlan()
-        # capacity: what stays free once every started request is driven to completion
-        # (with pipeline parallelism, the requests of micro-batches in flight too)
+        # capacity: what stays free once every started request is driven to completion (with
+        # pipeline parallelism, the requests of micro-batches in flight too); the decodes' and
+        # prompts-in-progress' blocks come out of this reservation, so it holds through the step
         started = [*self.running, *self._flight]
         self._spare = self.kv.free_blocks - sum(self._lifetime_blocks(r) - r.blocks for r in started)
-        self._schedule_decodes(plan)  # (their blocks come out of the reservation: spare is unchanged)
-        # then whole prompts in arrival order; the first whose lifetime does not fit stops
-        # admission (nobody overtakes it); a multi-LoRA request is passed over as the capacity
-        # pass passes over one whose adapter's pages do not fit (TensorRT-LLM's PEFT cache)
-        self._admit_whole_prompts(plan, len(plan.decode))
-        return plan
+        return super().schedule()
 
     def _may_start(self, r: Request) -> bool:
         return self._lifetime_blocks(r) <= self._spare

@@ -7,6 +7,7 @@ data/traces/README.md.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import json
 import math
@@ -16,7 +17,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from llmsim.errors import COMPRESSED_MAGIC, GZIP_MAGIC, NUMBER_TOO_LONG, UserError, check_input_file, cut
+from llmsim.errors import (
+    COMPRESSED_MAGIC,
+    GZIP_MAGIC,
+    NUMBER_TOO_LONG,
+    UTF16_BOMS,
+    UTF16_TEXT,
+    UserError,
+    check_input_file,
+    cut,
+)
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
 from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, MAX_TRACE_BYTES, as_float, check_prefix_blocks
@@ -33,6 +43,39 @@ def check_trace_file(path: Path) -> None:
     for magic, kind in COMPRESSED_MAGIC.items():  # read by extension, a small file could inflate past memory
         if head.startswith(magic):
             raise UserError(f"{path}: {kind}-compressed data; decompress it first")
+    if head[:2] in UTF16_BOMS:  # (else "can't decode byte 0xff" from pandas, or a column name of NULs)
+        raise UserError(f"{path}: {UTF16_TEXT if path.suffix != '.jsonl' else 'UTF-16 text; save it in UTF-8'}")
+    with path.open("rb") as fh:
+        start = fh.read(SNIFF_BYTES)
+    if _binary(start):  # pandas would read it as one column named by kilobytes of garbage
+        raise UserError(f"{path}: not a text file")
+
+
+SNIFF_BYTES = 8192  # how much of a trace is looked at to tell binary data from text
+
+
+def _binary(start: bytes) -> bool:
+    """Binary data, not text: a NUL byte (which no text file holds), or a first line (a CSV
+    header, a JSONL record: plain ASCII in every format) that is not UTF-8. Text in another
+    encoding further down is ``_not_utf8``'s to name, by its line."""
+    first = start.split(b"\n", 1)[0]
+    try:  # (incremental: a character cut off at the end of the sniffed bytes is no error)
+        codecs.getincrementaldecoder("utf-8")().decode(first, final=b"\n" in start)
+    except UnicodeDecodeError:
+        return True
+    return b"\x00" in start
+
+
+def _not_utf8(path: Path) -> UserError:
+    """The error for a text trace with bytes that are not UTF-8 (Latin-1 text, say), naming the
+    first such line (a decoder's byte offset counts from its buffer, not the file's start)."""
+    with path.open("rb") as fh:
+        for no, raw in enumerate(fh, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return UserError(f"{path}: line {no}: not UTF-8 text (another encoding?); save the file as UTF-8")
+    return UserError(f"{path}: not UTF-8 text; save the file as UTF-8")  # pragma: no cover - decoded whole above
 
 
 def _json_lines(path: Path) -> list[tuple[int, str]]:
@@ -41,8 +84,8 @@ def _json_lines(path: Path) -> list[tuple[int, str]]:
     try:
         with path.open(encoding="utf-8") as fh:
             return [(no, line) for no, line in enumerate(fh, start=1) if line.strip()]
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); is it a binary or compressed file?") from None
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
 
 
 def _json_row(line: str, where: str) -> object:
@@ -65,7 +108,9 @@ def _read_csv(path: Path, required: list[str], skip: str | None = None) -> pd.Da
     usecols = None if skip is None else (lambda c: c != skip)
     try:
         df = pd.read_csv(path, compression=None, usecols=usecols)  # (never by the name's extension: checked above)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise UserError(f"{path}: not a readable CSV: {str(exc).splitlines()[0]}") from None
     if not isinstance(df.index, pd.RangeIndex):  # pandas made the surplus leading fields an index
         raise UserError(
@@ -75,10 +120,11 @@ def _read_csv(path: Path, required: list[str], skip: str | None = None) -> pd.Da
     header = _header(path)
     twice = sorted(c for c, n in Counter(header).items() if n > 1)  # (count() per column: quadratic)
     if twice:  # pandas would rename the second to "name.1" and the first would rule unannounced
-        raise UserError(f"{path}: column(s) {twice} appear more than once in the header")
+        raise UserError(f"{path}: column(s) {cut(str(twice))} appear more than once in the header")
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise UserError(f"{path}: missing column(s) {missing}; found {list(df.columns)}")
+        # (the header cut short: a file of another kind can make it kilobytes long)
+        raise UserError(f"{path}: missing column(s) {missing}; found {cut(str(list(df.columns)))}")
     if df.empty:
         raise UserError(f"{path}: the trace has no rows")
     return df
@@ -313,7 +359,7 @@ def _read_jsonl(path: Path, required: tuple[str, ...]) -> tuple[pd.DataFrame, np
             raise UserError(f"{path}: line {line_no}: expected a JSON object, got {type(row).__name__}")
         missing = [c for c in required if c not in row]
         if missing:
-            raise UserError(f"{path}: line {line_no}: missing field(s) {missing}; found {sorted(row)}")
+            raise UserError(f"{path}: line {line_no}: missing field(s) {missing}; found {cut(str(sorted(row)))}")
         records.append(row)
         lines.append(line_no)
     if not records:
@@ -495,7 +541,7 @@ def load_llmservingsim(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_T
             )
         missing = [k for k in ("input_toks", "output_toks", "arrival_time_ns") if k not in row]
         if missing:
-            raise UserError(f"{where}: missing field(s) {missing}; found {sorted(row)}")
+            raise UserError(f"{where}: missing field(s) {missing}; found {cut(str(sorted(row)))}")
         n_in = _count(row["input_toks"], "input_toks", 1, where)
         n_out = _count(row["output_toks"], "output_toks", 0, where)
         arr = row["arrival_time_ns"]
