@@ -287,3 +287,11 @@ def test_large_scale_expert_parallel_points_map_to_deepep_and_dual_batch_overlap
     assert decode.figure == "decode_throughput" and decode.scenario["workload"]["num_requests"] == 256 * 72
     row = pp.run_point(BY_ID["sglang-ep-deepseek-v3-decode-h100x72-ep72-bs256-kv2000"])
     assert row.status in ("ok", "miss") and row.simulated > 0, row.notes
+
+
+def test_trtllm_dynamic_batch_tuner_buckets_as_tensorrt_llm_s_own_test():
+    """TensorRT-LLM's DynamicBatchConfig.RuntimeBatchSize test (cpp/tests/.../dynamicBatchTunerTest):
+    the capacity's bucket from kDefaultBatchSizeTable, else a multiple of 512 within 128 of it."""
+    cases = {143: 128, 335: 256, 671: 512, 831: 768, 1279: 1024, 1663: 1536, 2049: 2048, 1665: 1665}
+    assert {c: pp.trtllm_runtime_batch(c) for c in cases} == cases
+    assert pp.trtllm_runtime_batch(12) == 128  # (a KV cache of a dozen whole requests still runs 128)
