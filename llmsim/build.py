@@ -432,7 +432,29 @@ def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
             "(with tensor-parallel experts every GPU runs a slice of every expert)"
         )
     _check_all2all(sc, pools)
+    _check_trtllm(sc, pools)
     return pools
+
+
+def _check_trtllm(sc: Scenario, pools: list[PoolSpec]) -> None:
+    """TensorRT-LLM's chunked context hands out whole KV blocks to a prompt cut short: a step
+    budget below one block would never start a prompt longer than the budget (its chunk rounds to
+    0); and the dynamic chunk budget is llmsim's chunked policy's, not TensorRT-LLM's."""
+    p = sc.policy
+    if p.kind != "trtllm":
+        return
+    if p.chunk_budget == "dynamic":
+        raise UserError(
+            "policy.chunk_budget: dynamic is llmsim's chunked policy's; trtllm spends max_batch_tokens a step"
+        )
+    block = sc.kv_cache.block_tokens
+    for pool in pools:
+        if p.enable_chunked_context and pool.sched.max_batch_tokens < block:
+            raise UserError(
+                f"policy.max_batch_tokens: {pool.sched.max_batch_tokens} tokens a step is less than one KV block "
+                f"({block} tokens, kv_cache.block_tokens), which is what chunked context gives a prompt cut short; "
+                "set it to at least one block"
+            )
 
 
 def _check_all2all(sc: Scenario, pools: list[PoolSpec]) -> None:

@@ -429,6 +429,21 @@ class LengthSpec(_Strict):
         missing = [k for k in need if getattr(self, k) is None]
         if missing:
             raise ValueError(f"dist {self.dist!r} needs {missing}")
+        # a key another dist reads is refused, not ignored: `{dist: fixed, value: 10, median: 300}`
+        # would draw 10 and say nothing. min / max clip every dist's draw; empirical also reads format.
+        # Only keys written with a value other than the default count: a scenario dumped and read
+        # again (a sweep point, a run's scenario.json) carries every key, `format: azure` and the Nones.
+        reads = list(dict.fromkeys([*need, *(["format"] if self.dist == "empirical" else []), "min", "max"]))
+        unused = [
+            k
+            for k in LengthSpec.model_fields
+            if k not in reads and k != "dist" and k in self.model_fields_set
+            if getattr(self, k) != LengthSpec.model_fields[k].default
+        ]
+        if unused:
+            raise ValueError(
+                f"dist {self.dist!r} does not read {unused}; it reads {', '.join(reads)} (remove them, or change dist)"
+            )
         # (min and max bound a uniform draw and clip the others: crossed, every length would be max)
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
@@ -590,6 +605,14 @@ class WorkloadConfig(_Strict):
                 )
             if self.num_requests is None and self.duration_s is None:
                 raise ValueError("give `num_requests` or `duration_s`")
+            # alternatives (docs/scenario.md): with both, num_requests was drawn and duration_s ignored
+            # without a word. (all_at_once reads only num_requests: there duration_s is a key its kind
+            # does not read, allowed for a sweep over workload.kind.)
+            if self.num_requests is not None and self.duration_s is not None:
+                raise ValueError(
+                    f"`num_requests` ({self.num_requests}) and `duration_s` ({self.duration_s:g}) are alternatives "
+                    f"(a count, or rate_rps x duration_s requests); give one (set the other to null)"
+                )
             p = self.rate_profile
             if p is not None and p[0][0] != 0:
                 raise ValueError(f"rate_profile: the first entry must start at 0 s, got {p[0][0]}")

@@ -125,6 +125,11 @@ def parse_grid(items: list[str]) -> dict[str, list[object]]:
         vals = parse_values(values, item)
         if not vals:
             raise UserError(f"--set {item!r}: no values; give a comma list or a range, e.g. {key.strip()}=1,2 or 1..4")
+        seen: set[str] = set()
+        for shown in map(_show, vals):  # (as typed: a list or a mapping is a value too, and unhashable)
+            if shown in seen:  # every point with it would be simulated twice, two rows saying the same
+                raise UserError(f"--set {cut(item)!r}: the value {cut(shown)} is given twice; list each value once")
+            seen.add(shown)
         if key.strip() in grid:  # a dict would keep the last silently: one axis's values would vanish
             raise UserError(f"--set {item!r}: the axis {key.strip()} is given twice; list all its values in one --set")
         grid[key.strip()] = vals
@@ -235,6 +240,28 @@ def rejected_override(data: dict, base_dir: str, origin: str, overrides: dict[st
         if _invalid(data, base_dir, origin, {key: value}) is not None:
             return f"--set {key}={cut(_show(value))}"  # (a 400-digit value echoed whole filled the screen)
     return None
+
+
+def fix_blamed(exc: UserError, path: Path, fixed: dict[str, object]) -> UserError:
+    """``exc``, a mistake found in the sweep of the scenario at ``path`` with the ``--fix`` values
+    ``fixed``, naming the ``--fix`` item it comes from (``file: --fix KEY=VALUE: key: problem``), as
+    ``llmsim run`` names a ``--set`` item: the file would be blamed for a value it does not hold, or
+    the first axis value for a problem every point has. Only an item the file rejects on its own
+    with this very problem is named: a --fix may need an axis (``--fix workload.duration_s=60``
+    beside ``--set workload.num_requests=null,-5``), and then a bad axis value is the mistake.
+    Unchanged where the file alone is already rejected."""
+    origin = str(path)
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    if not fixed or not text.startswith(f"{origin}: "):
+        return exc
+    data, base_dir = _sweep_data(path, None), str(path.resolve().parent)
+    if _invalid(data, base_dir, origin, {}) is not None:
+        return exc
+    for key, value in fixed.items():
+        own = _invalid(data, base_dir, origin, {key: value})
+        if own is not None and text.endswith(f": {own}"):  # (after the file, or an axis value it blamed)
+            return UserError(f"{origin}: --fix {key}={cut(_show(value))}: {own}")
+    return exc
 
 
 def blame_overrides(exc: UserError, path: Path, overrides: dict[str, object]) -> UserError:

@@ -485,16 +485,33 @@ def sent_requests(result: Result, bench: Bench) -> list[tuple[float, int, int]]:
     else those vllm bench drew for every request of the file at the rate, burstiness and seed (the
     failed requests' times left out, not closed up), or 0 for all at once."""
     from llmsim.workload.generators import vllm_bench_arrivals
+    from llmsim.workload.limits import MAX_ARRIVAL_S
 
     sent = result.sent
     assert sent is not None
+    # the times go to a temporary requests.csv, whose rows the workload's own check would name: a
+    # span past the simulator's bound is named here by the field it comes from
     if replays_own_send_times(result, bench):
         assert sent.start_times is not None
         times = [t - min(sent.start_times) for t in sent.start_times]
+        if max(times, default=0.0) > MAX_ARRIVAL_S:
+            raise UserError(
+                f"{result.path}: start_times: the requests are sent over {max(times):.3g} s, past "
+                f"{MAX_ARRIVAL_S:.0e} s (~32 years); are they in seconds?"
+            )
     elif math.isinf(bench.request_rate):
         times = [0.0] * len(sent.index)
     else:
-        drawn = vllm_bench_arrivals(bench.seed, bench.request_rate, bench.burstiness, sent.count)
+        rate = bench.request_rate
+        if sent.count / rate > MAX_ARRIVAL_S:  # (vllm bench sends the last at n / rate: checked before drawing)
+            where = (
+                f"--bench --request-rate {rate:g}" if "request_rate" in bench.given else f"{result.path}: request_rate"
+            )
+            raise UserError(
+                f"{where}: {sent.count:,} requests at {rate:g} req/s are sent over ~{sent.count / rate:.3g} s, past "
+                f"{MAX_ARRIVAL_S:.0e} s (~32 years); is the rate's unit off?"
+            )
+        drawn = vllm_bench_arrivals(bench.seed, rate, bench.burstiness, sent.count)
         times = [float(drawn[i]) for i in sent.index]
     rows = zip(times, sent.input_lens, sent.output_lens, strict=True)
     return sorted(rows, key=lambda r: r[0])  # (stable: the file's order among equal times)

@@ -335,3 +335,108 @@ def test_report_refuses_a_run_folder_without_its_steps(tmp_path: Path, capsys) -
     (tmp_path / "run" / "steps.parquet").unlink()
     one_error(["report", str(tmp_path / "run"), "--quiet"], capsys, "steps.parquet is missing")
     assert not (tmp_path / "run" / "report.html").exists()
+
+
+@pytest.mark.parametrize(
+    "spec, unread",
+    [
+        ("{dist: fixed, value: 10, median: 300, sigma: 2}", "dist 'fixed' does not read ['median', 'sigma']"),
+        ("{dist: uniform, min: 1, max: 9, value: 5}", "dist 'uniform' does not read ['value']"),
+        ("{dist: lognormal, median: 300, sigma: 1, value: 5}", "dist 'lognormal' does not read ['value']"),
+        ("{dist: lognormal, median: 300, sigma: 1, format: mooncake}", "dist 'lognormal' does not read ['format']"),
+    ],
+)
+def test_a_length_key_its_dist_does_not_read_is_refused(spec: str, unread: str, tmp_path: Path, capsys) -> None:
+    # (it was ignored: a fixed length with a median drew the fixed value and said nothing)
+    one_error(run_argv(tmp_path / "out", f"workload.prompt_tokens={spec}"), capsys, "workload.prompt_tokens", unread)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("spec", ["{dist: fixed, value: 10}", "{dist: uniform, min: 1, max: 9}"])
+def test_a_length_spec_read_back_with_every_key_stays_accepted(spec: str) -> None:
+    """A scenario dumped and read again (a plan's points, a run's scenario.json) carries every key of
+    a length spec: its None values and `format: azure` are not keys another dist reads."""
+    import yaml
+
+    from llmsim.scenario import load_scenario, scenario_from_dict
+
+    sc = load_scenario(QUICK, {"workload.prompt_tokens": yaml.safe_load(spec)})
+    dumped = sc.model_dump(exclude={"base_dir"})
+    assert dumped["workload"]["prompt_tokens"]["format"] == "azure"
+    scenario_from_dict(dumped, "again", ROOT / "scenarios")
+
+
+def test_a_duration_beside_a_request_count(tmp_path: Path, capsys) -> None:
+    """Alternatives (docs/scenario.md): with both, duration_s was ignored; all_at_once does not read
+    duration_s at all, so there it stays allowed (a sweep over workload.kind carries it)."""
+    from llmsim.scenario import load_scenario
+
+    one_error(
+        run_argv(tmp_path / "out", "workload.duration_s=10"), capsys, "--set workload.duration_s=10", "alternatives"
+    )
+    sc = load_scenario(QUICK, {"workload.num_requests": None, "workload.duration_s": 10})
+    assert sc.workload.duration_s == 10
+    assert (
+        load_scenario(QUICK, {"workload.kind": "all_at_once", "workload.duration_s": 10}).workload.num_requests == 600
+    )
+
+
+@pytest.mark.parametrize(
+    "sets, fixes, fragments",
+    [
+        # found by the points' check (the request limit), where the first axis value was blamed
+        (["cluster.replicas=1,2"], ["workload.num_requests=100000000"], ["--fix workload.num_requests=100000000"]),
+        # found reading the base scenario (the file was blamed)
+        (["cluster.replicas=1,2"], ["workload.rate_rps=-1"], ["--fix workload.rate_rps=-1: workload.rate_rps"]),
+        # a --fix the file refuses alone but every good point accepts: the bad axis value is named
+        (["workload.num_requests=null,-5"], ["workload.duration_s=60"], ["--set workload.num_requests=-5"]),
+    ],
+)
+def test_sweep_names_the_fix_item_of_a_bad_value(
+    sets: list[str], fixes: list[str], fragments: list[str], tmp_path: Path, capsys
+) -> None:
+    argv = ["sweep", QUICK, "--out", str(tmp_path / "out"), "--quiet"]
+    for s in sets:
+        argv += ["--set", s]
+    for f in fixes:
+        argv += ["--fix", f]
+    line = one_error(argv, capsys, "quickstart.yaml: ", *fragments)
+    assert line.count("--fix") + line.count("--set") == 1, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_refuses_an_axis_value_given_twice(tmp_path: Path, capsys) -> None:
+    # (a mapping written in another key order is the same value)
+    item = "workload.prompt_tokens={dist: fixed, value: 3},{value: 3, dist: fixed}"
+    argv = ["sweep", QUICK, "--set", item, "--out", str(tmp_path / "out"), "--quiet"]
+    one_error(argv, capsys, f"--set {item!r}", "the value {dist: fixed, value: 3} is given twice")
+    argv = ["sweep", QUICK, "--set", "cluster.replicas=1,2,1", "--out", str(tmp_path / "out"), "--quiet"]
+    one_error(argv, capsys, "--set 'cluster.replicas=1,2,1'", "the value 1 is given twice")
+
+
+@pytest.mark.parametrize(
+    "result, bench, fragments",
+    [
+        ({"request_rate": 1e-300}, "--num-prompts 3", ["r.json: request_rate: 3 requests at 1e-300 req/s"]),
+        ({"request_rate": 2}, "--num-prompts 3 --request-rate 1e-300", ["--bench --request-rate 1e-300: 3 requests"]),
+        ({"request_rate": 2, "start_times": [0, 1, 1e300]}, "--num-prompts 3", ["r.json: start_times: ", "1e+300 s"]),
+    ],
+)
+def test_bench_names_the_field_of_send_times_past_the_bound(
+    result: dict, bench: str, fragments: list[str], tmp_path: Path, capsys
+) -> None:
+    """Not the temporary requests.csv the result's requests are replayed from (deleted by then)."""
+    import json
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"num_prompts": 3, "input_lens": [10, 20, 30], "output_lens": [5, 5, 5], **result}))
+    argv = ["bench", "--hardware", "H100-SXM", "--serve", "vllm serve meta-llama/Llama-3.1-8B-Instruct"]
+    line = one_error([*argv, "--bench", bench, "--result", str(path), "--quiet"], capsys, *fragments)
+    assert "requests.csv" not in line, line
+
+
+def test_trtllm_chunked_context_needs_a_step_of_one_block(tmp_path: Path, capsys) -> None:
+    # (a prompt cut short gets whole KV blocks: under one block a step, a long prompt never starts)
+    sets = ("policy.kind=trtllm", "policy.enable_chunked_context=true", "policy.max_batch_tokens=8")
+    one_error(run_argv(tmp_path / "out", *sets), capsys, "policy.max_batch_tokens: 8 tokens", "less than one KV block")
+    assert not (tmp_path / "out").exists()

@@ -236,7 +236,8 @@ def test_it_never_preempts_where_vllm_s_scheduler_must() -> None:
 
 
 def test_a_request_starts_only_when_its_whole_lifetime_fits_beside_the_started_ones() -> None:
-    # each request: 64 + 63 KV tokens at most = 127 -> 8 blocks of 16; 20 blocks hold two lifetimes
+    # each request: 64 + 64 tokens set aside (prompt + max_new_tokens, as TensorRT-LLM) -> 8 blocks of
+    # 16; 20 blocks hold two lifetimes
     kv = BlockManager(20, 16, watermark=0.0)
     sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=4096), kv)
     for i in range(3):
@@ -308,3 +309,46 @@ def test_enable_chunked_context_belongs_to_the_trtllm_policy() -> None:
     assert PolicyConfig(kind="trtllm", enable_chunked_context=True).enable_chunked_context
     with pytest.raises(ValueError, match="enable_chunked_context applies to kind: trtllm only"):
         PolicyConfig(kind="chunked", enable_chunked_context=True)
+
+
+def test_trtllm_sets_aside_prompt_plus_every_output_token() -> None:
+    # 16 + 17 tokens = 33 -> 3 blocks of 16 (TensorRT-LLM's prompt + max_new_tokens): 4 blocks hold one
+    kv = BlockManager(4, 16, watermark=0.0)
+    sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=4096), kv)
+    for i in range(2):
+        sched.add(Request(i, 0.0, 16, 17))
+    assert [r.id for r, _ in sched.schedule().prefill] == [0]
+    assert "capacity is 2 blocks" in make_scheduler("trtllm", SchedulerConfig(), BlockManager(2, 16)).rejection_reason(
+        Request(9, 0.0, 16, 17)
+    )
+
+
+def test_trtllm_chunking_goes_on_past_a_prompt_that_gets_no_whole_block() -> None:
+    # FIRST_COME_FIRST_SERVED: 13 tokens left after the first chunk are no whole block for the
+    # 100-token prompt, but the 10-token one behind it runs whole (setCtxRequestsChunkSize goes on)
+    kv = BlockManager(1000, 16, watermark=0.0)
+    sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=256, context_chunking=True), kv)
+    for i in range(3):
+        sched.add(Request(i, 0.0, 20, 50))
+    sched.complete(sched.schedule(), 1.0)
+    for i, prompt in ((3, 1000), (4, 100), (5, 10)):
+        sched.add(Request(i, 1.0, prompt, 5))
+    plan = sched.schedule()
+    assert [(r.id, c) for r, c in plan.prefill] == [(3, 240), (5, 10)]
+    assert [r.id for r in sched.waiting] == [4]  # (first in the queue still)
+
+
+def test_trtllm_a_lifetime_misfit_stops_admission_before_any_lora_pass_over() -> None:
+    # the capacity pass stops at the first request whose blocks do not fit; only one that fits
+    # may be passed over for its adapter (capacityScheduler.cpp: blocks first, then PEFT pages)
+    kv = BlockManager(20, 16, watermark=0.0)
+    sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=4096, max_loras=1), kv)
+    reqs = [Request(0, 0.0, 16, 16), Request(1, 1.0, 288, 16), Request(2, 1.0, 16, 16)]
+    for r, adapter in zip(reqs, (0, 1, 0), strict=True):
+        r.lora_id = adapter
+    sched.add(reqs[0])
+    sched.complete(sched.schedule(), 1.0)
+    sched.add(reqs[1])  # 304 tokens, 19 of the 20 blocks: not beside the first's 2
+    sched.add(reqs[2])
+    plan = sched.schedule()
+    assert not plan.prefill and [r.id for r in plan.decode] == [0]

@@ -52,7 +52,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from llmsim.commands.run import parse_overrides
     from llmsim.errors import UserError, atomic_folder, output_pending
     from llmsim.scenario import load_scenario
-    from llmsim.sweep import check_sweep, check_workers, dask_client, expand, parse_grid, run_sweep, scenario_data
+    from llmsim.sweep import (
+        check_sweep,
+        check_workers,
+        dask_client,
+        expand,
+        fix_blamed,
+        parse_grid,
+        run_sweep,
+        scenario_data,
+    )
 
     grid = parse_grid(args.set)
     if not grid:
@@ -60,11 +69,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     fixed = parse_overrides(args.fix)
     check_workers(args.workers)
     scenario_data(Path(args.scenario))  # a scenario, not another llmsim file given by mistake
-    try:  # the base scenario with the fixed values, validated before any work
-        sc = load_scenario(args.scenario, fixed)
-    except UserError:  # ... unless they need an axis (--fix policy.kind=vllm, --set cluster.prefill_pool=null)
-        sc = load_scenario(args.scenario, {**fixed, **expand(grid)[0]})
-    check_sweep(args.scenario, grid, fixed)  # ... and every point of the grid, without simulating
+    try:
+        try:  # the base scenario with the fixed values, validated before any work
+            sc = load_scenario(args.scenario, fixed)
+        except UserError:  # ... unless they need an axis (--fix policy.kind=vllm, --set cluster.prefill_pool=null)
+            sc = load_scenario(args.scenario, {**fixed, **expand(grid)[0]})
+        check_sweep(args.scenario, grid, fixed)  # ... and every point of the grid, without simulating
+    except UserError as exc:  # a bad --fix value is named as its --fix item, not as the file's
+        raise fix_blamed(exc, Path(args.scenario), fixed) from None
     out = Path(args.out) if args.out else Path(sc.output.dir) / "sweep"
     check_sweep_output(out)
     client = dask_client(args.dask) if args.dask else None  # a bad address fails before anything is written

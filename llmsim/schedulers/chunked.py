@@ -63,6 +63,11 @@ class ChunkedScheduler(Scheduler):
     def _started(self, r: Request) -> None:
         """``r`` has just started (a policy that sets blocks aside for it counts them here)."""
 
+    def _passes_over(self, r: Request, budget: int) -> bool:
+        """The head of the queue gets no tokens this step: may the next waiting request still
+        start (True), or does the step end here (False, this policy's rule)?"""
+        return False
+
     def final_step_reserve(self) -> int:
         # a request whose verify step cannot hold its k proposals is preempted and recomputed;
         # the recompute's prefill samples the next token, so it still finishes (slowly)
@@ -102,8 +107,10 @@ class ChunkedScheduler(Scheduler):
                 break
             if r.in_prefill:
                 c = self.prefill_cap(r, budget)
-                if c <= 0 or not self.kv.can_allocate(self.kv.blocks_needed(r, c)):
-                    break  # (c is 0 where a policy's chunks come in whole blocks: trtllm)
+                if c <= 0:  # (where a policy's chunks come in whole blocks, trtllm: the next may fit whole)
+                    continue
+                if not self.kv.can_allocate(self.kv.blocks_needed(r, c)):
+                    break
                 self.kv.allocate(r, c)
                 plan.prefill.append((r, c))
                 budget -= c
@@ -112,13 +119,16 @@ class ChunkedScheduler(Scheduler):
         loras = self.active_loras()
         skipped: list[Request] = []
         while budget > 0 and waiting and self.num_running() < self.cfg.max_num_seqs and self.may_admit(plan):
+            if not self._may_start(waiting[0]):
+                break
             if loras is not None and self.lora_blocked(waiting[0], loras):
                 skipped.append(waiting.popleft())
                 continue
-            if not self._may_start(waiting[0]):
-                break
             c = self._try_admit(waiting[0], budget, whole=False)
             if not c:
+                if self._passes_over(waiting[0], budget):
+                    skipped.append(waiting.popleft())
+                    continue
                 break
             r = running[-1]
             self._started(r)

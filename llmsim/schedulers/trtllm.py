@@ -44,11 +44,17 @@ class TrtllmScheduler(ChunkedScheduler):
     _spare: int = 0  # blocks no started request may still take (this step's capacity pass)
 
     def rejection_reason(self, req: Request) -> str:
-        # without chunked context a prompt runs in one step: TensorRT-LLM refuses one past
-        # max_num_tokens ("The number of context tokens (%d) exceeds the limit value")
+        # without chunked context a prompt runs in one step, and one past max_num_tokens never
+        # fits the micro-batch scheduler's token check: refused here rather than left waiting
         if not self.cfg.context_chunking and req.prompt_tokens > self.cfg.max_batch_tokens:
             return f"prompt of {req.prompt_tokens} tokens exceeds max_batch_tokens={self.cfg.max_batch_tokens}"
         return super().rejection_reason(req)
+
+    def lifetime_tokens(self, req: Request) -> int:
+        # TensorRT-LLM sets aside prompt + max_new_tokens (LlmRequest's, in
+        # getRemainingBlocksToCompletion): one token more than the KV ever written; llmsim adds
+        # the last verify step's proposals, which its speculative steps hold
+        return req.prompt_tokens + req.output_tokens + self.final_step_reserve()
 
     def final_step_reserve(self) -> int:
         return self._lookahead() - 1  # (no preemption to fall back on: the base rule, not chunked's)
@@ -69,11 +75,14 @@ class TrtllmScheduler(ChunkedScheduler):
         return self.kv.blocks_for_request(r, self.lifetime_tokens(r))
 
     def schedule(self) -> BatchPlan:
+        assert self.columns is None  # (Scheduler.columnar: every started request stays in running)
         # capacity: what stays free once every started request is driven to completion (with
         # pipeline parallelism, the requests of micro-batches in flight too); the decodes' and
         # prompts-in-progress' blocks come out of this reservation, so it holds through the step
         started = [*self.running, *self._flight]
-        self._spare = self.kv.free_blocks - sum(self._lifetime_blocks(r) - r.blocks for r in started)
+        # (a request never gives blocks back to the pool before it ends: what it holds past its
+        # lifetime's count, speculative look-ahead slots, frees nothing for others)
+        self._spare = self.kv.free_blocks - sum(max(self._lifetime_blocks(r) - r.blocks, 0) for r in started)
         return super().schedule()
 
     def _may_start(self, r: Request) -> bool:
@@ -81,3 +90,12 @@ class TrtllmScheduler(ChunkedScheduler):
 
     def _started(self, r: Request) -> None:
         self._spare -= self._lifetime_blocks(r)
+
+    def _passes_over(self, r: Request, budget: int) -> bool:
+        # with chunked context a prompt the step has no whole block left for gets no chunk, and
+        # the prompts after it still get theirs (setCtxRequestsChunkSize<kFIRST_COME_FIRST_SERVED>
+        # goes on); its lifetime stays set aside, as the capacity pass that scheduled it set it
+        if not self.cfg.context_chunking or self.prefill_cap(r, budget) > 0:
+            return False
+        self._spare -= self._lifetime_blocks(r)
+        return True
