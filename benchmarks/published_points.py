@@ -392,13 +392,13 @@ def engine_section(mp: Mapping, flow: str, cat: str, hw: str, tp: int, pp: int, 
             out["policy"] = {"kind": "trtllm", "max_num_seqs": seqs, "max_batch_tokens": tokens}
         else:  # trtllm-bench of the TensorRT engines (v0.17): its defaults were
             # chunked, FIRST_COME_FIRST_SERVED, MAX_UTILIZATION and dynamic_max_batch_size (its
-            # ExecutorSettingsConfig, tensorrt_llm/bench/dataclasses/configuration.py of that era): admit
-            # on the blocks a step needs and pause the newest when short, as llmsim's chunked policy
-            # does, under the dynamic batch tuner's limit (validate)
+            # ExecutorSettingsConfig, tensorrt_llm/bench/dataclasses/configuration.py of that era), under
+            # the dynamic batch tuner's limit (validate)
             out["policy"] = {
-                "kind": "chunked",
+                "kind": "trtllm",
+                "capacity_scheduler_policy": "max_utilization",
+                "enable_chunked_context": True,
                 "max_num_seqs": seqs,
-                "chunk_tokens": tokens,
                 "max_batch_tokens": tokens,
             }
             mp.dynamic_batch = True

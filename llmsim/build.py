@@ -586,6 +586,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         reserve_full_prompt=sc.policy.reserve_full_prompt,
         long_prefill_token_threshold=sc.policy.long_prefill_token_threshold,
         context_chunking=sc.policy.enable_chunked_context,
+        no_evict=sc.policy.capacity_scheduler_policy == "guaranteed_no_evict",
         max_model_len=max_model_len(sc, model),
         max_loras=sc.lora.max_loras if sc.lora is not None else 0,
         window=window,

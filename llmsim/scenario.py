@@ -308,6 +308,8 @@ class PolicyConfig(_Strict):
     prefill_pool_policy: Literal["traditional", "chunked"] = "traditional"
     # trtllm policy: TensorRT-LLM's enable_chunked_context (prompts split over steps, off by default)
     enable_chunked_context: bool = False
+    # trtllm policy: TensorRT-LLM's CapacitySchedulerPolicy (GUARANTEED_NO_EVICT is its default)
+    capacity_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = "guaranteed_no_evict"
 
     @field_validator("kind")
     @classmethod
@@ -319,6 +321,8 @@ class PolicyConfig(_Strict):
     def _prefill_pool_policy_needs_disaggregation(self) -> PolicyConfig:
         if self.prefill_pool_policy != "traditional" and self.kind != "disaggregated":
             raise ValueError(f"prefill_pool_policy applies to kind: disaggregated only (kind is {self.kind})")
+        if self.capacity_scheduler_policy != "guaranteed_no_evict" and self.kind != "trtllm":
+            raise ValueError(f"capacity_scheduler_policy applies to kind: trtllm only (kind is {self.kind})")
         if self.enable_chunked_context and self.kind != "trtllm":
             raise ValueError(
                 f"enable_chunked_context applies to kind: trtllm only (kind is {self.kind}; "

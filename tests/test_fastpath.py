@@ -122,6 +122,11 @@ NUMERIC_STEP_COLUMNS = [c for c in STEP_COLUMNS if c not in ("pool", "replica", 
         ("trtllm", {"cluster__replicas": 1, "kv_cache__num_blocks": 600, "workload__rate_rps": 6.0}),
         ("trtllm", {"policy__enable_chunked_context": True, "policy__max_batch_tokens": 256}),
         ("trtllm", {"engine": "vllm-v1", "cluster__replicas": 1, "workload__rate_rps": 3.0}),
+        # ... under MAX_UTILIZATION with chunked context: pauses (preemptions) in a tight cache
+        (
+            "trtllm",
+            {"policy__capacity_scheduler_policy": "max_utilization", "policy__enable_chunked_context": True, **TIGHT},
+        ),
     ],
 )
 def test_fast_paths_match_exact_steps(policy: str, extra: dict) -> None:

@@ -352,3 +352,24 @@ def test_trtllm_a_lifetime_misfit_stops_admission_before_any_lora_pass_over() ->
     sched.add(reqs[2])
     plan = sched.schedule()
     assert not plan.prefill and [r.id for r in plan.decode] == [0]
+
+
+def test_trtllm_max_utilization_admits_on_what_a_step_needs_and_pauses_the_newest() -> None:
+    # the three 64 + 64 lifetimes (8 blocks each) do not fit 20 blocks together, but their prompts do:
+    # MAX_UTILIZATION starts all three and pauses the newest when the decodes run short
+    kv = BlockManager(20, 16, watermark=0.0)
+    sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=4096, no_evict=False), kv)
+    for i in range(3):
+        sched.add(Request(i, 0.0, 64, 64))
+    assert [r.id for r, _ in sched.schedule().prefill] == [0, 1, 2]
+    reqs = [Request(i, 0.0, 40 + 8 * i, 60) for i in range(6)]
+    _, done = drive("trtllm", reqs, blocks=24, max_batch_tokens=512, no_evict=False)
+    assert len(done) == 6 and sum(r.preemptions for r in reqs) > 0
+
+
+def test_capacity_scheduler_policy_belongs_to_the_trtllm_policy() -> None:
+    from llmsim.scenario import PolicyConfig
+
+    assert PolicyConfig(kind="trtllm", capacity_scheduler_policy="max_utilization")
+    with pytest.raises(ValueError, match="capacity_scheduler_policy applies to kind: trtllm only"):
+        PolicyConfig(kind="vllm", capacity_scheduler_policy="max_utilization")

@@ -67,6 +67,9 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 0
     # TensorRT-LLM's scheduler (schedulers/trtllm.py): split prompts over steps (enable_chunked_context)
     context_chunking: bool = False
+    # ... and its capacity policy: set a started request's whole length aside (GUARANTEED_NO_EVICT)
+    # or admit on what a step needs and pause the newest when short (MAX_UTILIZATION)
+    no_evict: bool = True
     # the engine's context limit (vLLM's max_model_len; 0 = none): prompt + requested output must fit
     max_model_len: int = 0
     max_loras: int = 0  # multi-LoRA: distinct adapters the running set may use (0 = LoRA off)

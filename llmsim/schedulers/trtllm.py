@@ -18,9 +18,13 @@ NVIDIA/TensorRT-LLM@02a10fe and @0a949d3):
    (``chunkUnitSize`` = tokens per block), so a prompt can wait a step for room.
 
 That is ``ChunkedScheduler``'s step (decodes, prompts in progress, then new prompts, in order)
-with the lifetime reservation and TensorRT-LLM's chunk rule. Here ``policy.max_num_seqs`` is
-``max_batch_size`` and ``policy.max_batch_tokens`` is ``max_num_tokens``. Not modelled: the
-MAX_UTILIZATION and STATIC_BATCH capacity policies, the EQUAL_PROGRESS chunking policy, and the
+with the lifetime reservation and TensorRT-LLM's chunk rule. Under the MAX_UTILIZATION capacity
+policy (``policy.capacity_scheduler_policy: max_utilization``; ``MaxUtilizationScheduler``) no
+lifetime is set aside: a prompt starts when the blocks its step needs are free, and when a step
+is short of blocks the newest started requests are paused (their KV freed, recomputed later), as
+``ChunkedScheduler`` preempts. Here ``policy.max_num_seqs`` is ``max_batch_size`` and
+``policy.max_batch_tokens`` is ``max_num_tokens``. Not modelled: the STATIC_BATCH capacity policy,
+the EQUAL_PROGRESS chunking policy, and the
 capacity pass's deferral of a prompt whose first new block another prompt in the step is about
 to write (``beneficialToSkip``, with block reuse on): a waiting request whose prefix is cached
 reserves its whole lifetime, cached blocks included.
@@ -76,6 +80,8 @@ class TrtllmScheduler(ChunkedScheduler):
 
     def schedule(self) -> BatchPlan:
         assert self.columns is None  # (Scheduler.columnar: every started request stays in running)
+        if not self.cfg.no_evict:  # MAX_UTILIZATION: chunked's admission on what the step needs
+            return super().schedule()
         # capacity: what stays free once every started request is driven to completion (with
         # pipeline parallelism, the requests of micro-batches in flight too); the decodes' and
         # prompts-in-progress' blocks come out of this reservation, so it holds through the step
@@ -86,10 +92,11 @@ class TrtllmScheduler(ChunkedScheduler):
         return super().schedule()
 
     def _may_start(self, r: Request) -> bool:
-        return self._lifetime_blocks(r) <= self._spare
+        return not self.cfg.no_evict or self._lifetime_blocks(r) <= self._spare
 
     def _started(self, r: Request) -> None:
-        self._spare -= self._lifetime_blocks(r)
+        if self.cfg.no_evict:
+            self._spare -= self._lifetime_blocks(r)
 
     def _passes_over(self, r: Request, budget: int) -> bool:
         # with chunked context a prompt the step has no whole block left for gets no chunk, and
@@ -97,5 +104,5 @@ class TrtllmScheduler(ChunkedScheduler):
         # goes on); its lifetime stays set aside, as the capacity pass that scheduled it set it
         if not self.cfg.context_chunking or self.prefill_cap(r, budget) > 0:
             return False
-        self._spare -= self._lifetime_blocks(r)
+        self._started(r)  # (under GUARANTEED_NO_EVICT its lifetime stays set aside)
         return True
