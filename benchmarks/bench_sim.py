@@ -50,7 +50,7 @@ def cases() -> dict[str, dict]:
             "output": quiet,
         },
     }
-    for policy in ("traditional", "chunked", "disaggregated"):
+    for policy in ("traditional", "chunked", "disaggregated", "trtllm"):
         sc = {
             "name": f"b-{policy}",
             "seed": 1,
