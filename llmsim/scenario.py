@@ -1000,8 +1000,9 @@ def with_overrides(data: dict, overrides: dict[str, object] | None) -> dict:
     return out
 
 
-def set_path(data: dict, dotted: str, value: object) -> None:
-    """Set ``a.b.c = value`` in nested dicts (``--set`` overrides), creating sections as needed."""
+def set_path(data: dict, dotted: str, value: object, option: str = "--set") -> None:
+    """Set ``a.b.c = value`` in nested dicts (``--set`` overrides), creating sections as needed;
+    ``option`` is how a bad key path is named (a sweep's fixed overrides are ``--fix`` items)."""
     if dotted.startswith("model.") and isinstance(data.get("model"), str):
         data["model"] = {"name": data["model"]}  # expand the `model: NAME` shorthand first
     if dotted.startswith("engine.") and isinstance(data.get("engine"), str):
@@ -1010,11 +1011,11 @@ def set_path(data: dict, dotted: str, value: object) -> None:
     try:
         parts = key_parts(dotted)
     except UserError as exc:  # a sweep's or plan's key path: say which
-        raise UserError(f"--set {dotted}: {exc}") from None
+        raise UserError(f"{option} {dotted}: {exc}") from None
     for p in parts[:-1]:
         if not isinstance(node.get(p), dict):
             if node.get(p) is not None:
-                raise UserError(f"--set {dotted}: {p!r} is {node[p]!r}, not a section with keys")
+                raise UserError(f"{option} {dotted}: {p!r} is {node[p]!r}, not a section with keys")
             node[p] = {}
         node = node[p]
     # a copy: a mapping or list value stays the caller's (a sweep sets one grid value into every

@@ -349,7 +349,7 @@ def _sweep_data(path: Path, overrides: dict[str, object] | None) -> dict:
     data = scenario_data(path)
     data.pop("plan", None)  # the plan section is read by `llmsim plan`, not by single runs
     for key, value in (overrides or {}).items():
-        set_path(data, key, value)
+        set_path(data, key, value, "--fix")
     return data
 
 

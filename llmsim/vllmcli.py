@@ -507,8 +507,10 @@ def sent_requests(result: Result, bench: Bench) -> list[tuple[float, int, int]]:
             where = (
                 f"--bench --request-rate {rate:g}" if "request_rate" in bench.given else f"{result.path}: request_rate"
             )
+            span = sent.count / rate  # (inf for a rate so small the division overflows)
+            over = f"~{span:.3g} s" if math.isfinite(span) else "an unbounded time"
             raise UserError(
-                f"{where}: {sent.count:,} requests at {rate:g} req/s are sent over ~{sent.count / rate:.3g} s, past "
+                f"{where}: {sent.count:,} requests at {rate:g} req/s are sent over {over}, past "
                 f"{MAX_ARRIVAL_S:.0e} s (~32 years); is the rate's unit off?"
             )
         drawn = vllm_bench_arrivals(bench.seed, rate, bench.burstiness, sent.count)

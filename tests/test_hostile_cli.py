@@ -440,3 +440,8 @@ def test_trtllm_chunked_context_needs_a_step_of_one_block(tmp_path: Path, capsys
     sets = ("policy.kind=trtllm", "policy.enable_chunked_context=true", "policy.max_batch_tokens=8")
     one_error(run_argv(tmp_path / "out", *sets), capsys, "policy.max_batch_tokens: 8 tokens", "less than one KV block")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_malformed_fix_item_is_named_as_a_fix(tmp_path: Path, capsys) -> None:
+    argv = ["sweep", QUICK, "--set", "policy.chunk_tokens=256,512", "--fix", "workload..rate_rps=1"]
+    one_error([*argv, "--out", str(tmp_path / "out"), "--quiet"], capsys, "--fix 'workload..rate_rps=1'")

@@ -43,14 +43,15 @@ def add_set_option(p: argparse.ArgumentParser, help_text: str) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help_text)
 
 
-def parse_overrides(items: list[str]) -> dict[str, object]:
-    """``--set KEY=VALUE`` items as ``{dotted key: value}``, each value read as YAML (``256``,
-    ``true``, ``[1, 2]``, ``{dist: fixed, value: 8}``); a malformed item is a UserError naming it."""
+def parse_overrides(items: list[str], option: str = "--set") -> dict[str, object]:
+    """``--set KEY=VALUE`` items (or a sweep's ``--fix`` ones, named so) as ``{dotted key: value}``,
+    each value read as YAML (``256``, ``true``, ``[1, 2]``, ``{dist: fixed, value: 8}``); a
+    malformed item is a UserError naming it."""
     from llmsim.scenario import key_parts
 
     out: dict[str, object] = {}
     for item in items:
-        shown = f"--set {cut(item)!r}"
+        shown = f"{option} {cut(item)!r}"
         if "=" not in item:
             raise UserError(f"{shown}: expected KEY=VALUE, e.g. policy.chunk_tokens=256")
         key, value = item.split("=", 1)

@@ -66,7 +66,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     grid = parse_grid(args.set)
     if not grid:
         raise UserError("sweep: give at least one axis, e.g. --set cluster.replicas=1..4")
-    fixed = parse_overrides(args.fix)
+    fixed = parse_overrides(args.fix, "--fix")
     check_workers(args.workers)
     scenario_data(Path(args.scenario))  # a scenario, not another llmsim file given by mistake
     try:
