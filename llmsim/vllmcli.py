@@ -60,6 +60,9 @@ REFUSED = {
 # a quantisation method (--quantization, or a checkpoint's quantization_config.quant_method) ->
 # (weights, compute): vLLM's FP8 is W8A8 with dynamic activation scales where the GPU has FP8
 # units, else weight-only (Marlin); AWQ / GPTQ are weight-only at the checkpoint's bits (4 unless it says)
+# vllm serve's --block-size choices: vllm/config/cache.py `BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]`
+# (256 added after 0.10; the choices 1-128 before)
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 QUANTIZATION: dict[str, tuple[str, str | None]] = {
     "fp8": ("fp8", "fp8"),
     **dict.fromkeys(("awq", "awq_marlin", "gptq", "gptq_marlin"), ("int4", None)),
@@ -296,6 +299,11 @@ def _check_serve(ns: argparse.Namespace) -> None:
     for name, value, low in bounds:
         if value is not None and not value >= low:
             raise UserError(f"vllm serve: {name} {value}: expected {low} or more")
+    if ns.block_size is not None and ns.block_size not in VLLM_BLOCK_SIZES:
+        raise UserError(
+            f"vllm serve: --block-size {ns.block_size}: vLLM takes one of "
+            f"{', '.join(map(str, VLLM_BLOCK_SIZES))} (its CacheConfig's BlockSize)"
+        )
     util = ns.gpu_memory_utilization
     if util is not None and not 0 < util <= 1:
         raise UserError(

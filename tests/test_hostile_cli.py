@@ -445,3 +445,9 @@ def test_trtllm_chunked_context_needs_a_step_of_one_block(tmp_path: Path, capsys
 def test_a_malformed_fix_item_is_named_as_a_fix(tmp_path: Path, capsys) -> None:
     argv = ["sweep", QUICK, "--set", "policy.chunk_tokens=256,512", "--fix", "workload..rate_rps=1"]
     one_error([*argv, "--out", str(tmp_path / "out"), "--quiet"], capsys, "--fix 'workload..rate_rps=1'")
+
+
+def test_vllm_serve_block_size_is_one_vllm_takes(capsys) -> None:
+    serve = "vllm serve meta-llama/Llama-3.1-8B-Instruct --block-size 7"
+    argv = ["bench", "--hardware", "H100-SXM", "--serve", serve, "--bench", "--num-prompts 3"]
+    one_error(argv, capsys, "--block-size 7", "1, 8, 16, 32, 64, 128, 256")
