@@ -386,24 +386,18 @@ def engine_section(mp: Mapping, flow: str, cat: str, hw: str, tp: int, pp: int, 
             # the heuristic's batch (requests / pp) assumes
             seqs = bs * pp
             mp.notes.append(f"PP{pp}: {pp} micro-batches of max_batch_size in flight, max_num_seqs {seqs}")
-        if flow == "trtllm-pytorch":
-            # trtllm-bench 1.0: --scheduler_policy guaranteed_no_evict and --enable_chunked_context
-            # off by default (tensorrt_llm/bench/benchmark/throughput.py): llmsim's trtllm policy
-            out["policy"] = {"kind": "trtllm", "max_num_seqs": seqs, "max_batch_tokens": tokens}
-        else:
+        # trtllm-bench 1.0 (PyTorch flow): --scheduler_policy guaranteed_no_evict and
+        # --enable_chunked_context off by default (tensorrt_llm/bench/benchmark/throughput.py)
+        out["policy"] = {"kind": "trtllm", "max_num_seqs": seqs, "max_batch_tokens": tokens}
+        if flow == "trtllm-engine":
             # trtllm-bench throughput on the TensorRT engines (v0.17): its throughput command sets
             # IFBSchedulingPolicy.NO_EVICT and dynamic_max_batch_size=True over the
             # ExecutorSettingsConfig, whose chunking=True (FIRST_COME_FIRST_SERVED) it keeps
             # (tensorrt_llm/bench/benchmark/throughput.py and bench/dataclasses/configuration.py of
             # that era; a v0.17.0.post1 user sees "Guaranteed_no_evict", NVIDIA/TensorRT-LLM issue
-            # #3122; chunked context on for the TensorRT backend, PR #6956): the trtllm policy with
-            # chunked context under the dynamic batch tuner's limit (validate)
-            out["policy"] = {
-                "kind": "trtllm",
-                "enable_chunked_context": True,
-                "max_num_seqs": seqs,
-                "max_batch_tokens": tokens,
-            }
+            # #3122; chunked context on for the TensorRT backend, PR #6956): chunked context under
+            # the dynamic batch tuner's limit (validate)
+            out["policy"]["enable_chunked_context"] = True
             mp.dynamic_batch = True
             mp.notes.append(
                 "GUARANTEED_NO_EVICT, chunked context, dynamic batch size (trtllm-bench throughput's TensorRT-flow settings)"

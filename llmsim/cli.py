@@ -97,7 +97,8 @@ def _unusable_path(exc: BaseException) -> str | None:
         what = "file name too long" if exc.errno == errno.ENAMETOOLONG else "a loop of symbolic links"
         return f"{shown}: {what}; expected a path the system can open"
     if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from "):
-        return f"{str(exc).removeprefix('Symlink loop from ').strip(chr(39))}: a loop of symbolic links; expected a path the system can open"
+        path = str(exc).removeprefix("Symlink loop from ").strip("'")  # (pathlib quotes the path)
+        return f"{path}: a loop of symbolic links; expected a path the system can open"
     return None
 
 

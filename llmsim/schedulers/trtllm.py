@@ -1,4 +1,4 @@
-"""TensorRT-LLM's in-flight batching under its default capacity policy, GUARANTEED_NO_EVICT.
+"""TensorRT-LLM's in-flight batching: GUARANTEED_NO_EVICT (its default) or MAX_UTILIZATION.
 
 TensorRT-LLM schedules a step in two passes (cpp/tensorrt_llm/batch_manager/, read at
 NVIDIA/TensorRT-LLM@02a10fe and @0a949d3):
@@ -24,10 +24,9 @@ lifetime is set aside: a prompt starts when the blocks its step needs are free, 
 is short of blocks the newest started requests are paused (their KV freed, recomputed later), as
 ``ChunkedScheduler`` preempts. Here ``policy.max_num_seqs`` is ``max_batch_size`` and
 ``policy.max_batch_tokens`` is ``max_num_tokens``. Not modelled: the STATIC_BATCH capacity policy,
-the EQUAL_PROGRESS chunking policy, and the
-capacity pass's deferral of a prompt whose first new block another prompt in the step is about
-to write (``beneficialToSkip``, with block reuse on): a waiting request whose prefix is cached
-reserves its whole lifetime, cached blocks included.
+the EQUAL_PROGRESS chunking policy, and the capacity pass's deferral of a prompt whose first new
+block another prompt in the step is about to write (``beneficialToSkip``, with block reuse on): a
+waiting request whose prefix is cached reserves its whole lifetime, cached blocks included.
 """
 
 from __future__ import annotations
