@@ -415,17 +415,34 @@ def check_moe_keys(sc: Scenario, model: ModelSpec) -> None:
         raise UserError(f"cluster.{moe_keys[0]}: {model.name} is a dense model, with no experts to route to; remove it")
 
 
+def pool_configs(sc: Scenario) -> list[tuple[str, PoolConfig]]:
+    """The pools a scenario asks for, by name: one ("main") when colocated; "prefill" and
+    "decode" when disaggregated."""
+    c = sc.cluster
+    if sc.policy.kind == "disaggregated":
+        # (the colocated sizing keys are refused beside pools: scenario._check_pools_size_disaggregated)
+        assert c.prefill_pool is not None and c.decode_pool is not None
+        return [("prefill", c.prefill_pool), ("decode", c.decode_pool)]
+    return [("main", PoolConfig(replicas=c.replicas, tp=c.tp, pp=c.pp, expert_parallel=c.expert_parallel))]
+
+
+def pool_key(name: str) -> str:
+    """Where a pool's keys live in the scenario, as errors name them."""
+    return "cluster" if name == "main" else f"cluster.{name}_pool"
+
+
+def check_pools_parallelism(sc: Scenario, model: ModelSpec) -> None:
+    """Each pool's tp and pp against the model (``check_parallelism``), without building a pool:
+    what a sweep checks at every point before its first simulation."""
+    for name, p in pool_configs(sc):
+        check_parallelism(model, p.tp, p.pp, pool_key(name))
+
+
 def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
     """One pool when colocated; a prefill and a decode pool when disaggregated."""
     c = sc.cluster
     check_moe_keys(sc, model)
-    if sc.policy.kind == "disaggregated":
-        # (the colocated sizing keys are refused beside pools: scenario._check_pools_size_disaggregated)
-        assert c.prefill_pool is not None and c.decode_pool is not None
-        pools = [_pool(sc, model, "prefill", c.prefill_pool), _pool(sc, model, "decode", c.decode_pool)]
-    else:
-        main = PoolConfig(replicas=c.replicas, tp=c.tp, pp=c.pp, expert_parallel=c.expert_parallel)
-        pools = [_pool(sc, model, "main", main)]
+    pools = [_pool(sc, model, name, p) for name, p in pool_configs(sc)]
     if c.eplb and all(p.cost.cfg.ep == 1 for p in pools):
         raise UserError(
             "cluster.eplb: EPLB places experts across expert-parallel GPUs; set expert_parallel on a pool "
@@ -537,7 +554,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     hw = load_profile(p.hardware or sc.hardware, Path(sc.base_dir))
     hw = cpu_subset(hw, sc.cluster.sockets, sc.cluster.cores)  # the whole device unless they are set
     engine = for_hardware(sc.engine_spec, hw)
-    key = "cluster" if name == "main" else f"cluster.{name}_pool"
+    key = pool_key(name)
     check_parallelism(model, p.tp, p.pp, key)
     ep = expert_parallel_degree(model, p, key, sc.cluster.redundant_experts if sc.cluster.eplb else 0)
     weight_dtype = sc.model.weight_dtype or model.weight_dtype

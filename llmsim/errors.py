@@ -372,6 +372,11 @@ def _unknown_key(loc: tuple, suggestions: dict[str, list[str]], moved: dict[str,
     return f"unknown key {shown!r}" + (f" (set {hint} instead)" if hint else did_you_mean(key, siblings, cutoff=0.6))
 
 
+# a tagged union's branch name in an error's key path ("question_len.~spec.min"): not a key
+# the user wrote, so the message leaves it out (scenario.TokensOrSpec)
+UNION_TAG = "~"
+
+
 def pydantic_message(
     exc: Exception, origin: str, suggestions: dict[str, list[str]] | None = None, moved: dict[str, str] | None = None
 ) -> str:
@@ -379,11 +384,12 @@ def pydantic_message(
     ``moved``: keys that live in another section (``key.path`` -> where to set it instead)."""
     lines = []
     for err in exc.errors():  # type: ignore[attr-defined]
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        path = tuple(p for p in err["loc"] if not str(p).startswith(UNION_TAG))
+        loc = ".".join(str(p) for p in path) or "(top level)"
         loc = cut(loc, 120)  # (a hostile key echoed whole made a 10,000-character line)
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = _unknown_key(tuple(err["loc"]), suggestions or {}, moved or {})
+            msg = _unknown_key(path, suggestions or {}, moved or {})
         elif err["type"] == "missing":
             msg = "required key is missing"
         else:

@@ -16,15 +16,17 @@ from pydantic import (
     AliasChoices,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
+    Tag,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from llmsim.errors import FLAG_FOR_NUMBER, UserError, load_yaml_file, pydantic_message, value_text
+from llmsim.errors import FLAG_FOR_NUMBER, UNION_TAG, UserError, load_yaml_file, pydantic_message, value_text
 
 PosInt = Annotated[int, Field(gt=0)]
 PosFloat = Annotated[float, Field(gt=0)]
@@ -481,6 +483,25 @@ class ConversationConfig(_Strict):
         return self
 
 
+def either(plain: object, nested: object, nested_type: type) -> object:
+    """``plain | nested``, told apart by the value's Python type (``nested_type``), so an error
+    is that branch's alone: a plain union reported both (``question_len.constrained-int: ...;
+    question_len.function-after[...]: ...``). The branch tags start with errors.UNION_TAG, which
+    the message leaves out of the key path."""
+
+    def pick(value: object) -> str:
+        return f"{UNION_TAG}nested" if isinstance(value, nested_type) else f"{UNION_TAG}plain"
+
+    return Annotated[
+        Annotated[plain, Tag(f"{UNION_TAG}plain")] | Annotated[nested, Tag(f"{UNION_TAG}nested")],
+        Discriminator(pick),
+    ]
+
+
+TokensOrSpec = either(PosInt, LengthSpec, dict)  # a token count, or a length spec to draw from
+Acceptance = either(float, list[float], list)  # one probability, or one per proposal position
+
+
 class SharedPrefixConfig(_Strict):
     """inference-perf's ``shared_prefix`` data: ``num_groups`` system prompts, each shared by
     ``num_prompts_per_group`` users (questions); request i asks prompt i mod (groups x users)."""
@@ -490,8 +511,8 @@ class SharedPrefixConfig(_Strict):
         10, validation_alias=AliasChoices("num_prompts_per_group", "num_users_per_system_prompt")
     )
     system_prompt_len: PosInt = 100  # tokens of each group's shared system prompt
-    question_len: PosInt | LengthSpec = 50  # tokens per question (a length spec: drawn per user)
-    output_len: PosInt | LengthSpec = 50  # output tokens, generated in full (ignore_eos)
+    question_len: TokensOrSpec = 50  # tokens per question (a length spec: drawn per user)
+    output_len: TokensOrSpec = 50  # output tokens, generated in full (ignore_eos)
     enable_multi_turn_chat: bool = False  # each user's turn = its whole chat so far + a new question
 
 
@@ -697,7 +718,7 @@ class SpeculativeConfig(_Strict):
     method: Literal["draft", "mtp"] = "draft"  # mtp = self-speculation with extra heads
     draft_model: str | None = None  # catalog name (method draft), on the same devices
     k: PosInt = 4
-    acceptance: float | list[float] = 0.7  # per proposal position, given the earlier ones were accepted
+    acceptance: Acceptance = 0.7  # per proposal position, given the earlier ones were accepted
 
     @model_validator(mode="after")
     def _consistent(self) -> SpeculativeConfig:

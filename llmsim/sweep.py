@@ -215,12 +215,14 @@ def check_points(data: dict, base_dir: str, origin: str, points: list[dict[str, 
 
 def _invalid(data: dict, base_dir: str, origin: str, overrides: dict[str, object]) -> str | None:
     """The first line of the validation error of ``overrides`` (the file name dropped), or None."""
-    from llmsim.build import build_model, check_moe_keys, check_workload_bounds
+    from llmsim.build import build_model, check_moe_keys, check_pools_parallelism, check_workload_bounds
 
     try:
         sc = point_scenario(data, base_dir, origin, overrides)
         check_workload_bounds(sc)
-        check_moe_keys(sc, build_model(sc))  # (routing keys on a dense model: every point's mistake)
+        model = build_model(sc)
+        check_moe_keys(sc, model)  # (routing keys on a dense model: every point's mistake)
+        check_pools_parallelism(sc, model)  # (a tp that does not divide the heads: likewise)
     except UserError as exc:
         return str(exc).splitlines()[0].replace(f"{origin}: ", "", 1)
     return None
@@ -254,7 +256,7 @@ def fix_blamed(exc: UserError, path: Path, fixed: dict[str, object]) -> UserErro
     text = str(exc).splitlines()[0] if str(exc) else ""
     if not fixed or not text.startswith(f"{origin}: "):
         return exc
-    data, base_dir = _sweep_data(path, None), str(path.resolve().parent)
+    data, base_dir = sweep_data(path, None), str(path.resolve().parent)
     if _invalid(data, base_dir, origin, {}) is not None:
         return exc
     for key, value in fixed.items():
@@ -342,7 +344,7 @@ def scenario_data(path: Path) -> dict:
     return data
 
 
-def _sweep_data(path: Path, overrides: dict[str, object] | None) -> dict:
+def sweep_data(path: Path, overrides: dict[str, object] | None) -> dict:
     """The scenario file as plain data with the fixed overrides applied (what every point starts from)."""
     from llmsim.scenario import set_path
 
@@ -371,7 +373,7 @@ def run_sweep(
     """
     path = Path(scenario_path)
     check_axes(grid, overrides)
-    data = _sweep_data(path, overrides)
+    data = sweep_data(path, overrides)
     points = expand(grid)
     base_dir = str(path.resolve().parent)
     if validate:
@@ -386,7 +388,7 @@ def check_sweep(
     """Validate every point of the sweep ``run_sweep`` would run (a ``UserError`` on the first bad one)."""
     path = Path(scenario_path)
     check_axes(grid, overrides)
-    data = _sweep_data(path, overrides)
+    data = sweep_data(path, overrides)
     check_points(data, str(path.resolve().parent), str(path), expand(grid))
 
 

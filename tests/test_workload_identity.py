@@ -206,6 +206,23 @@ def test_shared_prefix_refuses_the_keys_it_replaces() -> None:
         )
 
 
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ({"dist": "uniform", "min": 10, "max": 5}, "question_len: min (10) must be <= max (5)"),
+        (-3, "question_len: Input should be greater than 0 (got -3)"),
+        ({"dist": "fixed", "value": 0}, "question_len.value: Input should be greater than 0"),
+    ],
+)
+def test_a_token_count_or_length_spec_is_one_error_not_both_branches(value: object, said: str) -> None:
+    # a plain int | LengthSpec union reported both branches ("constrained-int: ...; function-after[...]")
+    with pytest.raises(UserError) as err:
+        _scenario({"kind": "poisson", "rate_rps": 1, "num_requests": 4, "shared_prefix": {"question_len": value}})
+    msg = str(err.value)
+    assert f"workload.shared_prefix.{said}" in msg and msg.count("question_len") == 1
+    assert "constrained-int" not in msg and "function-after" not in msg and "~" not in msg
+
+
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (LLMServingSim workloads) is not present")
 def test_the_llmservingsim_sharegpt_workload_loads_with_its_prefix_reuse() -> None:
     path = SHARED / "sharegpt-llama-3.1-8b-300-sps10.jsonl"

@@ -60,7 +60,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         fix_blamed,
         parse_grid,
         run_sweep,
-        scenario_data,
+        sweep_data,
     )
 
     grid = parse_grid(args.set)
@@ -68,7 +68,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError("sweep: give at least one axis, e.g. --set cluster.replicas=1..4")
     fixed = parse_overrides(args.fix, "--fix")
     check_workers(args.workers)
-    scenario_data(Path(args.scenario))  # a scenario, not another llmsim file given by mistake
+    # a scenario, not another llmsim file given by mistake; a --fix key path that cannot be set
+    # (through a value: workload.rate_rps.x) named as the --fix item it is
+    sweep_data(Path(args.scenario), fixed)
     try:
         try:  # the base scenario with the fixed values, validated before any work
             sc = load_scenario(args.scenario, fixed)
