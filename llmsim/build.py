@@ -553,8 +553,8 @@ def fp8_attention(engine: EngineSpec, hw: HardwareProfile, model: ModelSpec) -> 
 def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     hw = load_profile(p.hardware or sc.hardware, Path(sc.base_dir))
     hw = cpu_subset(hw, sc.cluster.sockets, sc.cluster.cores)  # the whole device unless they are set
-    engine = for_hardware(sc.engine_spec, hw)
     key = pool_key(name)
+    engine = for_hardware(sc.engine_spec, hw, f"{key}.hardware")
     check_parallelism(model, p.tp, p.pp, key)
     ep = expert_parallel_degree(model, p, key, sc.cluster.redundant_experts if sc.cluster.eplb else 0)
     weight_dtype = sc.model.weight_dtype or model.weight_dtype
@@ -576,6 +576,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         cuda_graphs=bool(sc.cluster.cuda_graphs if engine.cuda_graphs is None else engine.cuda_graphs)
         and not graphs_off_for_deepep(all2all, ep, p.tp),
         cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, step_budget(sc, p, name)),
+        cuda_graph_padding=engine.cuda_graph_padding,
+        cuda_graph_decode_only=engine.cuda_graph_decode_only,
         numa_aware=sc.cluster.numa_aware,
         moe_imbalance=moe_imbalance(sc, model, ep, "cluster"),
         redundant_experts=sc.cluster.redundant_experts if ep > 1 and sc.cluster.eplb else 0,
@@ -735,10 +737,18 @@ def step_budget(sc: Scenario, p: PoolConfig, name: str) -> int:
 
 def graph_sizes(engine: EngineSpec, max_num_seqs: int, max_batched_tokens: int) -> tuple[int, ...]:
     """The CUDA-graph sizes an engine captures for this batch limit: vLLM caps them at
-    min(2 x max_num_seqs, 512, max_num_batched_tokens) (vllm/config/vllm.py, 0.32)."""
+    min(2 x max_num_seqs, 512, max_num_batched_tokens) (vllm/config/vllm.py, 0.32); TensorRT-LLM
+    drops those above min(max_batch_size, max_num_tokens) and, padding, captures that cap in
+    their place (``_filter_cuda_graph_batch_sizes``, tensorrt_llm/_torch/pyexecutor/model_engine.py)."""
     sizes = engine.cuda_graph_sizes
-    if not sizes or engine.defaults != "vllm":
+    if not sizes or engine.defaults not in ("vllm", "trtllm"):
         return sizes
+    if engine.defaults == "trtllm":
+        cap = min(max_num_seqs, max_batched_tokens)
+        kept = tuple(s for s in sizes if s <= cap)
+        if engine.cuda_graph_padding and kept != sizes and cap not in kept:
+            return (*kept, cap)
+        return kept or sizes[:1]  # (none at or below the cap: one no batch reaches, so all run eager)
     cap = min(2 * max_num_seqs, sizes[-1], max_batched_tokens)
     return tuple(s for s in sizes if s <= cap) or sizes[:1]
 

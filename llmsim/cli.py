@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import errno
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -129,15 +130,17 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    except BrokenPipeError:  # `llmsim ... | head`: the reader left; not an error
+        # (before OSError, its base class; stdout pointed at /dev/null so that the interpreter's
+        # own flush at exit does not fail on the closed pipe again)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (OSError, RuntimeError) as exc:  # a path the system cannot even look at
         why = _unusable_path(exc)
         if why is None:
             raise
         print(f"llmsim: error: {why}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `llmsim ... | head`: the reader left; not an error
-        sys.stderr.close()
-        return 0
     except KeyboardInterrupt:  # SIGINT; output folders being written are left as they were
         print(f"llmsim: {interrupted_message()}", file=sys.stderr)
         return 128 + signal.SIGINT

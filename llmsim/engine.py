@@ -5,16 +5,19 @@ inputs and processes the outputs (named ``HostTerm`` s, each ``base + per_seq ·
 per_token · tokens``); with async scheduling (vLLM v1's default on GPUs) that host work overlaps
 the device's previous step, so a step lasts ``max(device, host)`` instead of their sum, and a
 request that arrives while a step runs is planned one step later (the next step was planned
-when this one started). Decode batches run under CUDA graphs when their size is captured,
-padded up to the next captured size; bigger batches and mixed steps run eager (every kernel pays
-its launch gap). Each token reaches the client ``output_delay_s`` after the step that made it
+when this one started). Steps run under CUDA graphs up to the largest captured size, padded up to
+the next one (vLLM: decode-only steps whole, mixed steps' GEMMs piecewise; TensorRT-LLM:
+decode-only steps of a captured size alone); bigger ones run eager (every kernel pays its launch
+gap). Each token reaches the client ``output_delay_s`` after the step that made it
 (detokenising, streaming).
 
 ``EngineSpec`` carries those terms with their sources and names the table of scheduler defaults
 a scenario that leaves a key unset gets (``defaults``: ``vllm_defaults``). Presets: ``ideal`` (the
-hardware alone, as llmsim priced it before there was an engine model) and ``vllm-v1`` (vLLM
+hardware alone, as llmsim priced it before there was an engine model), ``vllm-v1`` (vLLM
 v1's scheduler and defaults; host terms measured on vLLM 0.32 on a CPU and carried as priors
-to GPUs, see ``PRESETS``). A calibrated engine profile (``llmsim calibrate --serving``) is a
+to GPUs, see ``PRESETS``), ``trtllm`` (TensorRT-LLM's PyTorch backend: its defaults, overlap
+scheduler and CUDA graphs, from its code; not validated) and the two engines of DistServe's
+evaluation. A calibrated engine profile (``llmsim calibrate --serving``) is a
 YAML file of the same fields.
 """
 
@@ -73,6 +76,14 @@ class EngineSpec:
     first_token_at_prefill: bool = False
     cuda_graphs: bool | None = None  # None: the scenario's cluster.cuda_graphs
     cuda_graph_sizes: tuple[int, ...] = ()  # captured decode batch sizes (empty: every size)
+    # a step between two captured sizes runs padded up to the next one (vLLM; TensorRT-LLM with
+    # cuda_graph_config.enable_padding); false: only a step of a captured size replays its graph,
+    # any other runs eager (TensorRT-LLM's default, enable_padding false)
+    cuda_graph_padding: bool = True
+    # graphs for decode-only steps alone (TensorRT-LLM: "enabled for batches that consist of
+    # decoding requests *only*", tensorrt_llm/llmapi/llm_args.py); false: vLLM's PIECEWISE graphs
+    # run a mixed step's GEMMs and norms graphed too
+    cuda_graph_decode_only: bool = False
     # the rows a CUDA graph pads a step with are routed to no expert (their top-k ids set to -1,
     # VLLM_MOE_SKIP_PADDING, vLLM PR #46428 "Skip DP padding tokens in MoE", 2026-06; on by default in
     # vllm/envs.py by 2026-08-02, as the descriptions of PRs #50757 (closed) and #50759 (open) state;
@@ -238,11 +249,48 @@ def vllm_defaults(hw: HardwareProfile) -> tuple[dict[str, object], dict[str, obj
     return policy, {"block_tokens": block, "watermark": 0.0, "prefix_caching": True}
 
 
-def for_hardware(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
+# TensorRT-LLM's LLM API defaults (the PyTorch backend of trtllm-serve and trtllm-bench, 1.x;
+# tensorrt_llm/llmapi/llm_args.py): an unset max_batch_size / max_num_tokens takes BuildConfig's
+# 2048 / 8192 (tensorrt_llm/builder.py); KvCacheConfig: tokens_per_block 32, free_gpu_memory_fraction
+# 0.9 (of the memory free after the model and its profile run), enable_block_reuse true;
+# SchedulerConfig: GUARANTEED_NO_EVICT; enable_chunked_prefill false
+TRTLLM_MAX_BATCH = 2048
+TRTLLM_MAX_TOKENS = 8192
+
+
+def trtllm_defaults() -> tuple[dict[str, object], dict[str, object]]:
+    """TensorRT-LLM's defaults (``TRTLLM_MAX_BATCH`` and the rest above): policy and kv_cache keys."""
+    policy = {"kind": "trtllm", "max_num_seqs": TRTLLM_MAX_BATCH, "max_batch_tokens": TRTLLM_MAX_TOKENS}
+    kv = {
+        "block_tokens": 32,
+        "memory_fraction": 0.9,
+        "memory_fraction_of": "free",
+        "watermark": 0.0,
+        "prefix_caching": True,
+    }
+    return policy, kv
+
+
+def trtllm_graph_sizes(max_batch_size: int = 128) -> tuple[int, ...]:
+    """TensorRT-LLM's CUDA-graph batch sizes without padding: 1-31, 32, 64, 128 and the powers of
+    two up to ``max_batch_size``, which is 128 unless cuda_graph_config sets it, and it itself
+    (``CudaGraphConfig._generate_cuda_graph_batch_sizes``, tensorrt_llm/llmapi/llm_args.py)."""
+    sizes = [*range(1, 32), 32, 64, 128]
+    sizes += [2**i for i in range(8, max(8, (max_batch_size - 1).bit_length()))]
+    sizes = sorted(x for x in set(sizes) if x <= max_batch_size)
+    return tuple(sizes if sizes[-1] == max_batch_size else [*sizes, max_batch_size])
+
+
+def for_hardware(spec: EngineSpec, hw: HardwareProfile, where: str = "engine") -> EngineSpec:
     """The engine as it runs on ``hw``: vLLM on a CPU forces async scheduling off ("not required
     on CPU", vllm/platforms/cpu.py) and has no CUDA graphs; a TPU has no CUDA graphs either. The
     memory reservations were measured on CUDA GPUs (vLLM on a CPU sizes its cache from
     VLLM_CPU_KVCACHE_SPACE, not from a profile run): elsewhere they are not applied."""
+    if spec.defaults == "trtllm" and (hw.family != "gpu" or hw.vendor != "NVIDIA"):
+        raise UserError(
+            f"{where}: {spec.name} is TensorRT-LLM, which runs on NVIDIA GPUs, not on {hw.name} "
+            f"({hw.vendor}, {hw.family}); use the vllm-v1 or ideal engine there"
+        )
     if hw.family in ("cpu", "tpu"):
         spec = replace(spec, **memory_terms(PRESETS["ideal"]))  # (the ideal engine reserves nothing)
     spec = _device_memory(spec, hw)
@@ -405,6 +453,25 @@ PRESETS: dict[str, EngineSpec] = {
         first_token_at_prefill=True,
     ),
 }
+PRESETS["trtllm"] = EngineSpec(
+    "trtllm",
+    "TensorRT-LLM 1.x, PyTorch backend (trtllm-serve / trtllm-bench): its in-flight batching scheduler "
+    "(policy trtllm: GUARANTEED_NO_EVICT, chunked prefill off), the LLM API's defaults (2048 sequences, "
+    "8192 tokens a step, 32-token KV blocks, 0.9 of free memory for the cache, block reuse on), the overlap "
+    "scheduler (disable_overlap_scheduler false) and CUDA graphs for decode-only batches at 1-31, 32, 64 and "
+    "128 without padding (cuda_graph_config's defaults), tensorrt_llm/llmapi/llm_args.py; host terms and "
+    "device-memory reservations not measured (see llmsim/engine.py)",
+    # the executor's per-step host work (scheduling, input preparation, sampling) runs in Python
+    # (tensorrt_llm/_torch/pyexecutor), overlapped with the device's step: not measured on
+    # TensorRT-LLM, priced as vLLM's GPU runner prepares its steps (Vidur's measured medians)
+    prepare=_VLLM_PREPARE_GPU,
+    async_scheduling=True,
+    cuda_graphs=True,
+    cuda_graph_sizes=trtllm_graph_sizes(),
+    cuda_graph_padding=False,
+    cuda_graph_decode_only=True,
+    defaults="trtllm",
+)
 DEFAULT_ENGINE = "vllm-v1"
 
 
@@ -451,6 +518,8 @@ def _seconds(v: object, where: str) -> float:
 _BOOLS = (
     "async_scheduling",
     "cuda_graphs",
+    "cuda_graph_padding",
+    "cuda_graph_decode_only",
     "hardware_step_overhead",
     "moe_workspace_persists",
     "fp8_query",
@@ -470,7 +539,7 @@ def memory_terms(spec: EngineSpec) -> dict[str, object]:
     return {k: getattr(spec, k) for k in MEMORY_FIELDS}
 
 
-DEFAULT_TABLES = ("", "vllm")
+DEFAULT_TABLES = ("", "vllm", "trtllm")
 
 
 def _field(k: str, v: object, origin: str) -> object:

@@ -312,11 +312,30 @@ def load_json_object(path: Path, hint: str = "") -> dict:
     return data
 
 
+class _KeyTwice(Exception):
+    pass
+
+
+def _no_twice(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose keys are all different: json keeps the last of two silently, as YAML
+    would (which the scenario's loader refuses too)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _KeyTwice(cut(key, 60))
+            seen.add(key)
+    return out
+
+
 def json_text(raw: bytes | str, origin: str) -> object:
     """JSON data, a mistake named by ``origin``: malformed, not UTF-8 text, or nested past what the
     parser can follow."""
-    try:
-        return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)  # (bytes: json would guess UTF-16)
+    try:  # (bytes: json would guess UTF-16)
+        return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw, object_pairs_hook=_no_twice)
+    except _KeyTwice as exc:
+        raise UserError(f"{origin}: key {exc.args[0]!r} appears twice in one object; which is meant?") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{origin}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
     except UnicodeDecodeError:

@@ -929,14 +929,16 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
     names them, so a copy for other hardware can resolve them again: planning/base.py)."""
     from dataclasses import replace
 
-    from llmsim.engine import DEVICE_AMOUNTS, for_hardware, load_engine, vllm_defaults
+    from llmsim.engine import DEVICE_AMOUNTS, for_hardware, load_engine, trtllm_defaults, vllm_defaults
     from llmsim.hardware import load_profile
 
     loaded = load_engine(sc.engine, Path(sc.base_dir), origin)
     hw = load_profile(sc.hardware, Path(sc.base_dir))
     # the memory terms left to the device stay so: each pool resolves them on its own GPU
     # (build._pool calls for_hardware with the pool's profile)
-    spec = replace(for_hardware(loaded, hw), **{k: None for k in DEVICE_AMOUNTS if getattr(loaded, k) is None})
+    spec = replace(
+        for_hardware(loaded, hw, f"{origin}: engine"), **{k: None for k in DEVICE_AMOUNTS if getattr(loaded, k) is None}
+    )
     filled: dict[str, list[str]] = {}
     if sc.cluster.cuda_graphs is not None:  # the scenario's own switch wins
         spec = replace(spec, cuda_graphs=sc.cluster.cuda_graphs)
@@ -944,14 +946,14 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
         graphs = bool(spec.cuda_graphs)
         sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"cuda_graphs": graphs})})
         filled["cluster"] = ["cuda_graphs"]
-    sc = _one_vllm_budget(sc, origin, "vllm" if spec.defaults == "vllm" else "")
-    if spec.defaults == "vllm":
-        policy, kv = vllm_defaults(hw)
+    sc = _one_vllm_budget(sc, origin, spec.defaults)
+    if spec.defaults:
+        policy, kv = vllm_defaults(hw) if spec.defaults == "vllm" else trtllm_defaults()
         kind = sc.policy.kind if "kind" in sc.policy.model_fields_set else policy["kind"]
-        if kind != "vllm":  # vLLM's token budget is its chunked-prefill budget; other policies keep theirs
+        if kind != policy["kind"]:  # the engine's token budget is its own policy's; other policies keep theirs
             policy = {k: v for k, v in policy.items() if k not in ("kind", "max_batch_tokens")}
             if kind not in ("chunked", "disaggregated"):
-                policy.pop("chunk_tokens")
+                policy.pop("chunk_tokens", None)
         p_unset = {k: v for k, v in policy.items() if k not in sc.policy.model_fields_set}
         kv_unset = {k: v for k, v in kv.items() if k not in sc.kv_cache.model_fields_set}
         filled |= {"policy": sorted(p_unset), "kv_cache": sorted(kv_unset)}

@@ -628,6 +628,15 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
     family = lambda m: m.removesuffix("_marlin")  # noqa: E731  (awq and awq_marlin read the same checkpoint)
     if serve.quantization and own and family(serve.quantization) != family(own[0]):
         raise UserError(f"vllm serve: --quantization {serve.quantization}, but the checkpoint is {own[0]}-quantised")
+    if serve.quantization and not own and serve.quantization != "fp8" and "/" in serve.model:
+        # AWQ and GPTQ read weights quantised ahead of time, with the scales their config names
+        # (vLLM: "Cannot find the config file for awq"); fp8 alone quantises a 16-bit checkpoint online.
+        # (A catalog name, no checkpoint, asks what an AWQ/GPTQ checkpoint of it would do: priced.)
+        raise UserError(
+            f"vllm serve: --quantization {serve.quantization} reads a checkpoint quantised with it (a "
+            f"quantization_config in its config.json), and {serve.model} has none; name an AWQ/GPTQ "
+            "checkpoint, or quantise this one online with --quantization fp8"
+        )
     out: dict = {"weight_dtype": serve.dtype, "act_dtype": serve.dtype} if serve.dtype else {}
     method, bits = own if own else (serve.quantization, None)
     if method:
@@ -729,6 +738,19 @@ RANDOM_TOKEN_ROUTING_EXPONENT = 0.79
 BENCH_CONTENT_IDS = 2_000_000
 
 
+def _mapping(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _count(value: object) -> int:
+    """A count as --set may have left it (text, a list, NaN, 1e400): 0 where it is none, which the
+    scenario's own validation then refuses by name."""
+    try:
+        return max(int(value), 0) if isinstance(value, int | float | str) and not isinstance(value, bool) else 0
+    except (ValueError, OverflowError):
+        return 0
+
+
 def settle_prompts(data: dict, set_keys: frozenset[str] = frozenset()) -> str | None:
     """Give a translated scenario's drawn prompts their content as the seed draws it
     (workload.prompts vllm_bench: a preempted request finds its own blocks again, and a later run on
@@ -737,16 +759,17 @@ def settle_prompts(data: dict, set_keys: frozenset[str] = frozenset()) -> str | 
     prompts carry it, --set chose for them, or a replayed file's requests, which carry none): with
     the prefix cache off it could match nothing, and past BENCH_CONTENT_IDS content ids the run
     would be slow and large."""
-    w = data["workload"]
-    if w.get("kind") == "trace" or "workload.prompts" in set_keys:
-        return None
+    w = data.get("workload")
+    if not isinstance(w, dict) or w.get("kind") == "trace" or "workload.prompts" in set_keys:
+        return None  # (a --set that made it no mapping: the scenario's validation says so)
     why = None
-    if (data.get("kv_cache") or {}).get("prefix_caching") is False:
+    kv = data.get("kv_cache")
+    if isinstance(kv, dict) and kv.get("prefix_caching") is False:
         why = "the prefix cache is off"
     else:
-        spec = w.get("prompt_tokens") or {}
-        longest = int(spec.get("value") or spec.get("max") or 0) + int((w.get("system_prompts") or {}).get("tokens", 0))
-        n = int(w.get("num_requests") or 0)
+        spec, system = _mapping(w.get("prompt_tokens")), _mapping(w.get("system_prompts"))
+        longest = _count(spec.get("value") or spec.get("max")) + _count(system.get("tokens"))
+        n = _count(w.get("num_requests"))
         ids = bench_content_ids(n, longest)
         if ids > BENCH_CONTENT_IDS:
             why = (

@@ -148,6 +148,9 @@ def _result_file(path: Path) -> Result:
         settings={k: v for k, v in settings.items() if v is not None},
         figures={k: v for k, v in figures.items() if v is not None},
     )
+    done, asked = res.figures.get("completed"), res.settings.get("num_prompts")
+    if done is not None and asked is not None and done > asked:
+        raise UserError(f"{path}: completed {done:g} requests of num_prompts {asked:g}: more than were sent")
     if "input_lens" in data or "output_lens" in data:
         res.sent = _sent(path, data)
     if not res.figures and res.sent is None:

@@ -224,3 +224,14 @@ def test_static_batching_waits_for_whole_batch() -> None:
     first, second = req.iloc[:4], req.iloc[4:]
     # the second batch starts only after the longest request of the first has finished
     assert second["first_token_s"].min() > first["finish_s"].max()
+
+
+def test_a_bad_csv_row_is_named_by_its_file_line_past_blank_lines(tmp_path) -> None:
+    """pandas skips blank lines, so row index + 2 named line 3 for a bad value on line 5."""
+    from llmsim.errors import UserError
+    from llmsim.workload.traces import load_trace
+
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n\n\n1,100,x\n")
+    with pytest.raises(UserError, match=r"t\.csv: row 5: column 'output_tokens'"):
+        load_trace(path, "generic", 16)

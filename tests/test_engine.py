@@ -3,6 +3,7 @@ CUDA graphs, and its calibration and validation on the committed real vLLM runs.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -603,3 +604,50 @@ def test_engine_numbers_written_as_yaml_1_1_reads_1e_3() -> None:
     for bad in ("abc", "nan", "1e9"):
         with pytest.raises(UserError, match="engine.output_delay_s|output_delay_s"):
             engine_from_dict({"preset": "vllm-v1", "output_delay_s": bad}, "t.yaml")
+
+
+def test_the_trtllm_preset_fills_tensorrt_llms_defaults_and_overlaps_the_host() -> None:
+    """tensorrt_llm/llmapi/llm_args.py: 2048 sequences and 8192 tokens a step, 32-token blocks,
+    0.9 of free memory, block reuse on, GUARANTEED_NO_EVICT without chunking, the overlap scheduler."""
+    sc = _sc(engine="trtllm")
+    p, kv, spec = sc.policy, sc.kv_cache, sc.engine_spec
+    assert (p.kind, p.max_num_seqs, p.max_batch_tokens, p.enable_chunked_context) == ("trtllm", 2048, 8192, False)
+    assert (kv.block_tokens, kv.memory_fraction, kv.memory_fraction_of, kv.prefix_caching) == (32, 0.9, "free", True)
+    assert spec.async_scheduling and sc.cluster.cuda_graphs
+    # keys the scenario sets win; another policy keeps its own step budget
+    own = _sc(engine="trtllm", policy={"kind": "trtllm", "max_num_seqs": 64}, kv_cache={"block_tokens": 64})
+    assert (own.policy.max_num_seqs, own.policy.max_batch_tokens, own.kv_cache.block_tokens) == (64, 8192, 64)
+    chunked = _sc(engine="trtllm", policy={"kind": "chunked", "chunk_tokens": 512})
+    assert (chunked.policy.kind, chunked.policy.chunk_tokens, chunked.policy.max_num_seqs) == ("chunked", 512, 2048)
+    assert llmsim.run(sc).summary["requests"]["finished"] == 40
+
+
+def test_trtllm_graphs_take_decode_only_batches_of_a_captured_size() -> None:
+    """CudaGraphConfig's defaults: graphs for decode-only batches of 1-31, 32, 64 and 128, no
+    padding: a decode batch of 40 and every mixed step run eager (vLLM would pad 40 to 40 and run
+    mixed steps piecewise)."""
+    from llmsim.engine import trtllm_graph_sizes
+
+    assert trtllm_graph_sizes() == (*range(1, 33), 64, 128)
+    assert trtllm_graph_sizes(8192)[-6:] == (256, 512, 1024, 2048, 4096, 8192)  # its powers of two, then the max
+    spec = PRESETS["trtllm"]
+    cfg = CostConfig(
+        cuda_graphs=True,
+        cuda_graph_sizes=spec.cuda_graph_sizes,
+        cuda_graph_padding=spec.cuda_graph_padding,
+        cuda_graph_decode_only=spec.cuda_graph_decode_only,
+    )
+    cm = CostModel(CATALOG["llama-3.1-8b"], load_profile("H100-SXM"), cfg, spec)
+    assert cm.graph_view(31, True) == (31, True, True)
+    assert cm.graph_view(40, True) == (40, False, False)  # no graph of 40, no padding: eager
+    assert cm.graph_view(64, False) == (64, False, False)  # a mixed step: eager
+    assert cm.graph_view(200, True) == (200, False, False)
+    assert "cuda_graph_padding" not in cm.breakdown(batch_shape([], [500] * 40))
+    padded = CostModel(cm.model, cm.hw, replace(cfg, cuda_graph_padding=True), spec)
+    assert padded.graph_view(40, True) == (64, True, True) and padded.graph_view(40, False) == (40, False, False)
+
+
+@pytest.mark.parametrize("hardware", ["MI300X", "Xeon-8480+", "TPU-v5e"])
+def test_the_trtllm_engine_refuses_devices_tensorrt_llm_does_not_run_on(hardware: str) -> None:
+    with pytest.raises(UserError, match=f"runs on NVIDIA GPUs, not on {hardware}"):
+        _sc(engine="trtllm", hardware=hardware)

@@ -223,6 +223,19 @@ def test_real_process_prints_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_a_reader_that_leaves_early_is_not_an_error() -> None:
+    """`llmsim roofline ... | head`: the pipe closes before the table is written. BrokenPipeError
+    is an OSError, and the path handler used to catch it first and print a traceback."""
+    argv = [sys.executable, "-m", "llmsim.cli", "roofline", "--model", "llama-3.1-8b", "--hardware", "H100-SXM"]
+    proc = subprocess.Popen(
+        [*argv, "--decode-batch", "8", "--out", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and "Traceback" not in err, err
+
+
 def test_report_on_a_scenario_json_that_is_not_a_scenario(tmp_path: Path, capsys) -> None:
     folder = tmp_path / "run"
     assert main(["run", str(ROOT / "scenarios/quickstart.yaml"), "--out", str(folder), "--quiet", "--no-report",

@@ -226,3 +226,19 @@ def test_the_robustness_sentence_names_the_plan_s_own_sensitivity() -> None:
 
     rows = pd.DataFrame({"efficiency_factor": [0.6, 1.4], "meets_slos": [False, True], "slo_attainment": [0.5, 1.0]})
     assert _robustness(rows).startswith("With every efficiency 40% lower it MISSES the SLOs (attainment 50.0%)")
+
+
+def test_an_overloaded_point_is_not_feasible_even_where_its_finite_workload_met_the_slos() -> None:
+    """A short workload offered far past capacity can meet the SLOs (its requests end before the
+    queue's wait grows), and the plan recommended such a point; a deployment that keeps receiving
+    them would not meet them, so overload decides first."""
+    from llmsim.planning.rows import _verdict
+
+    res = {"slo_met": True, "verdict": "overloaded", "queue_growth_share": 0.9, "slo_attainment": 1.0}
+    v = _verdict(res, 0.9, {"ttft_s": 1.0})
+    assert (
+        v["feasible"] is False
+        and v["reason"].startswith("overload:")
+        and "only because the workload ends" in v["reason"]
+    )
+    assert _verdict({**res, "verdict": "stable"}, 0.9, {})["feasible"] is True

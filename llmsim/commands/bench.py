@@ -114,8 +114,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             label = after_label(k, len(earlier))
             before = with_overrides(vllmcli.scenario_dict(args.hardware, serve, b), overrides)
             why = vllmcli.settle_prompts(before, set_keys)
-            runs.append(EarlierRun(b, label, translate(before, label), why))
-        sc = translate(data, "--bench")
+            runs.append(EarlierRun(b, label, translate(before, label, set_keys), why))
+        sc = translate(data, "--bench", set_keys)
         skipped = why_history_skipped(sc, no_content) if earlier else None
         # a MoE server's earlier runs compiled its fused-MoE kernels (moejit.py), whatever its prefix cache
         kernels = skipped is not None and tracks_kernels(sc)  # (they leave kernels all the same)
@@ -351,22 +351,28 @@ def check_history(bench: Bench, result: Result | None, out: Path | None) -> None
         )
 
 
-def _named(exc: UserError) -> UserError:
-    """The error, with the flag of the first scenario key it names ("cluster.tp: ...", "policy.x 100 ...")."""
+def _named(exc: UserError, set_keys: frozenset[str] = frozenset()) -> UserError:
+    """The error, with where the first scenario key it names came from ("cluster.tp: ...",
+    "policy.x 100 ..."): the --set item that set it or a section above it, else the flag."""
     import re
 
     from llmsim.errors import UserError
     from llmsim.vllmcli import KEY_FLAGS
 
     text = str(exc)
-    # (a key as a key: "policy.x: ", "workload.prompt_tokens.value: ", not inside "(seed 0)")
-    found = sorted(
-        (m.start(), f) for k, f in KEY_FLAGS.items() if (m := re.search(rf"(?<![\w.(]){re.escape(k)}[:. ]", text))
-    )
-    return UserError(text + (f" (from {found[0][1]} or --set)" if found else ""))
+
+    def at(key: str) -> int | None:  # (a key as a key: "policy.x: ", not inside "(seed 0)")
+        m = re.search(rf"(?<![\w.(]){re.escape(key)}[:. ]", text)
+        return m.start() if m else None
+
+    by_set = sorted((i, k) for k in set_keys if (i := at(k)) is not None)
+    if by_set:
+        return UserError(f"{text} (from --set {by_set[0][1]})")
+    found = sorted((i, f) for k, f in KEY_FLAGS.items() if (i := at(k)) is not None)
+    return UserError(text + (f" (from {found[0][1]})" if found else ""))
 
 
-def translate(data: dict, label: str) -> Scenario:
+def translate(data: dict, label: str, set_keys: frozenset[str] = frozenset()) -> Scenario:
     """The translated scenario of the run ``label`` names (--bench, --after #k), read and checked
     without simulating: a key it refuses is named with the flag it came from; a token budget below
     the sequences it must hold is refused, as vLLM does."""
@@ -385,7 +391,7 @@ def translate(data: dict, label: str) -> Scenario:
         check_workload_bounds(sc)
         return sc
     except UserError as exc:
-        raise _named(exc) from None
+        raise _named(exc, set_keys) from None
 
 
 def simulate(sc: Scenario, cache: ServerCache | None = None, keep: bool = False) -> Results:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llmsim.errors import UserError
 from llmsim.tables import table
 
 if TYPE_CHECKING:
@@ -38,6 +39,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_plan)
 
 
+def set_blamed(exc: UserError, path: Path, overrides: dict[str, object]) -> UserError:
+    """``exc`` naming the ``--set`` item it comes from: a scenario key's as ``llmsim run`` names it
+    (``blame_overrides``), a ``plan.`` key's where the message names that key ("plan: top: ...")."""
+    from llmsim.sweep import blame_overrides
+
+    blamed = blame_overrides(exc, path, overrides)
+    text, origin = str(blamed), str(path)
+    if blamed is not exc or not text.startswith(f"{origin}: "):
+        return blamed
+    rest = text.removeprefix(f"{origin}: ")
+    for key, value in overrides.items():
+        head, _, tail = key.partition(".")
+        if head == "plan" and tail and (f"{key}:" in rest or rest.startswith(f"plan: {tail}:")):
+            return UserError(f"{origin}: --set {key}={value}: {rest}")
+    return exc
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """Exit 0: the plan ran (candidates that fail, even all of them, are its findings); 2: bad input
     (the scenario, its ``plan:`` section, --target-rps, --dask), nothing ran."""
@@ -51,9 +69,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from llmsim.sweep import check_workers, dask_client
 
     check_workers(args.workers)
-    base = Base.from_path(args.scenario, parse_overrides(args.set))
-    sc = base.scenario()  # validates everything before any work: the scenario,
-    _, cands = checked_space(base)  # ... the plan: section and every candidate it names,
+    overrides = parse_overrides(args.set)
+    try:
+        base = Base.from_path(args.scenario, overrides)
+        sc = base.scenario()  # validates everything before any work: the scenario,
+        _, cands = checked_space(base)  # ... the plan: section and every candidate it names,
+    except UserError as exc:  # a --set value named as the --set item, not as the file's
+        raise set_blamed(exc, Path(args.scenario), overrides) from None
     check_target(base, args.target_rps)  # ... the rate to plan for,
     out = Path(args.out) if args.out else Path(sc.output.dir)
     client = dask_client(args.dask) if args.dask else None  # ... and the --dask address

@@ -54,7 +54,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "step (default ideal: the hardware alone; vllm-v1 as `llmsim run` uses it, e.g. its fp8 attention over an "
         "fp8 KV cache)",
     )
-    p.add_argument("--out", default="roofline.png", help="chart path (.png, .svg or .pdf); '-' for none")
+    p.add_argument(
+        "--out",
+        default="roofline.png",
+        help="chart path (.png, .svg or .pdf; default ./roofline.png, written with --json and --quiet too); '-' for none",
+    )
     p.add_argument("--json", action="store_true", help="print JSON: the step, every op's figures, the overheads")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors (the chart is still written)")
     p.set_defaults(func=cmd_roofline)
@@ -176,7 +180,7 @@ def engine_arg(name: str, hw: HardwareProfile) -> EngineSpec:
 
     if name not in PRESETS and not name.endswith((".yaml", ".yml")):
         raise UserError(f"--engine {name!r}: expected one of {', '.join(PRESETS)}, or an engine profile (.yaml)")
-    return for_hardware(load_engine(name, Path.cwd(), "--engine"), hw)
+    return for_hardware(load_engine(name, Path.cwd(), "--engine"), hw, f"--engine {name}")
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
@@ -203,6 +207,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         # (vLLM turns CUDA graphs off under DeepEP's normal kernels, as build does for a run)
         cuda_graphs=bool(engine.cuda_graphs) and not graphs_off_for_deepep(args.all2all_backend, args.ep, args.tp),
         cuda_graph_sizes=engine.cuda_graph_sizes,
+        cuda_graph_padding=engine.cuda_graph_padding,
+        cuda_graph_decode_only=engine.cuda_graph_decode_only,
         fp8_attention=fp8_attention(engine, hw, model),
         all2all_backend=args.all2all_backend,
         dual_batch_overlap=args.dual_batch_overlap,

@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--exact-steps",
         action="store_true",
-        help="one event per step, every request touched every step (no fast paths; same results, slower)",
+        help="one event per step, every request touched every step (no fast paths; the same results to rounding, at most 1e-9 s apart; slower)",
     )
     p.set_defaults(func=cmd_run)
 

@@ -165,6 +165,10 @@ class CostConfig(OpConfig):
     # kernels in a graph padded to the next size (attention too when decode-only); bigger steps run
     # eager. Empty: every decode-only step is graphed at its own size (the engine-less model)
     cuda_graph_sizes: tuple[int, ...] = ()
+    # TensorRT-LLM's graphs (engine.EngineSpec): without padding only a step of a captured size
+    # replays one; decode-only, mixed steps run eager
+    cuda_graph_padding: bool = True
+    cuda_graph_decode_only: bool = False
     numa_aware: bool = True  # CPU: each socket reads its own memory (else half the reads cross)
     # MoE under expert parallelism: routed tokens of the busiest GPU / the mean (>= 1; eplb.py)
     moe_imbalance: float = 1.0
@@ -286,6 +290,7 @@ class CostModel:
         self._padded_to: list[int] = (
             [sizes[bisect.bisect_left(sizes, t)] for t in range(sizes[-1] + 1)] if table else []
         )
+        self._graph_size_set = frozenset(sizes)
         e = self.engine  # its host terms summed into one affine form, read per step
         self._host_base = e.schedule.base_s + e.prepare.base_s + e.output.base_s
         self._host_seq = e.schedule.per_seq_s + e.prepare.per_seq_s + e.output.per_seq_s
@@ -650,14 +655,20 @@ class CostModel:
         process, padding included; are those graphed; is attention graphed). Without capture sizes
         decode-only steps are graphed whole at their own size; with them (vLLM's FULL_AND_PIECEWISE,
         vllm/config/compilation.py) any step up to the largest size pads to the next one, runs
-        its GEMMs and norms in graphs, and its attention too when it is decode-only."""
+        its GEMMs and norms in graphs, and its attention too when it is decode-only. An engine
+        whose graphs take decode-only steps alone (``cuda_graph_decode_only``) runs mixed steps
+        eager, and one without padding (``cuda_graph_padding`` false) replays a graph only for a
+        step of a captured size (TensorRT-LLM's defaults)."""
         if not self.cfg.cuda_graphs:
             return tokens, decode_only, decode_only  # (the flags only matter with graphs)
         sizes = self._graph_sizes
         if not sizes:
             return tokens, decode_only, decode_only
-        if tokens > sizes[-1]:
+        if tokens > sizes[-1] or (self.cfg.cuda_graph_decode_only and not decode_only):
             return tokens, False, False
+        if not self.cfg.cuda_graph_padding:  # (TensorRT-LLM's default: a captured size, or eager)
+            graphed = tokens in self._graph_size_set
+            return tokens, graphed, graphed and decode_only
         if tokens < len(self._padded_to):
             return self._padded_to[tokens], True, decode_only
         return sizes[bisect.bisect_left(sizes, tokens)], True, decode_only

@@ -139,7 +139,23 @@ def _header(path: Path) -> list[str]:
 def _where(path: Path, row: int, lines: np.ndarray | None) -> str:
     """File and line of data row ``row``: CSV counts the header as line 1 (``lines`` None), JSONL
     gives each row's physical line."""
-    return f"{path}: row {row + 2}" if lines is None else f"{path}: line {int(lines[row])}"
+    return f"{path}: row {_csv_line(path, row)}" if lines is None else f"{path}: line {int(lines[row])}"
+
+
+def _csv_line(path: Path, row: int) -> int:
+    """The file line of CSV data row ``row`` (from 0; the header is line 1): pandas skips empty
+    lines, so a blank line before it moves it down. Read only to name a bad row."""
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as fh:
+            seen = -1
+            for number, line in enumerate(fh, 1):
+                if number > 1 and line.strip("\r\n"):
+                    seen += 1
+                    if seen == row:
+                        return number
+    except (OSError, UnicodeDecodeError):
+        pass
+    return row + 2
 
 
 def _ints(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray | None = None) -> np.ndarray:
@@ -268,19 +284,21 @@ def load_azure(path: Path) -> Workload:
         row = int(np.flatnonzero(ts.isna().to_numpy())[0])
         value = df["TIMESTAMP"].iloc[row]
         shown = "empty" if pd.isna(value) else repr(str(value))
-        raise UserError(f"{path}: row {row + 2}: TIMESTAMP {shown} is not a date-time")
+        raise UserError(f"{path}: row {_csv_line(path, row)}: TIMESTAMP {shown} is not a date-time")
     t = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
     _check_sorted(t, path, None)
     return Workload(t, _ints(df, "ContextTokens", path), _ints(df, "GeneratedTokens", path), source=str(path))
 
 
 def load_burstgpt(path: Path, drop_failed: bool = True) -> Workload:
-    """BurstGPT: Timestamp (s), Model, Request tokens, Response tokens, ... Failed rows (0 response) dropped."""
+    """BurstGPT: Timestamp (s), Model, Request tokens, Response tokens, ... Failed rows (0 response
+    tokens, BurstGPT's mark of a failed call) dropped, and rows with 0 request tokens (no prompt to
+    serve); ``meta["dropped_failed"]`` counts both."""
     df = _read_csv(path, ["Timestamp", "Request tokens", "Response tokens"])
     t = pd.to_numeric(df["Timestamp"], errors="coerce")
     if t.isna().any():
         row = int(np.flatnonzero(t.isna().to_numpy())[0])
-        raise UserError(f"{path}: row {row + 2}: Timestamp must be a number of seconds")
+        raise UserError(f"{path}: row {_csv_line(path, row)}: Timestamp must be a number of seconds")
     prompt, out = _ints(df, "Request tokens", path), _ints(df, "Response tokens", path)
     t = t.to_numpy(dtype=np.float64)
     _check_times(t, path, None, "Timestamp")
@@ -289,7 +307,8 @@ def load_burstgpt(path: Path, drop_failed: bool = True) -> Workload:
     klass = df["Model"].astype(str).to_numpy(dtype=object)[keep] if "Model" in df.columns else None
     if not keep.any():
         raise UserError(
-            f"{path}: no requests left: every row is a failed request (0 response tokens), which are dropped"
+            f"{path}: no requests left: every row has 0 response tokens (a failed request) or 0 request tokens "
+            "(no prompt), and those are dropped"
         )
     t = t[keep]
     return Workload(
