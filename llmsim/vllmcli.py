@@ -96,6 +96,11 @@ def _words(text: str, command: tuple[str, ...], what: str) -> tuple[list[str], d
         env[name] = value
     if words[: len(command)] == list(command):
         words = words[len(command) :]
+    other = ("vllm", "bench", "serve") if command == ("vllm", "serve") else ("vllm", "serve")
+    if words[: len(other)] == list(other) or (other[0] == "vllm" and words[:2] == list(other[1:])):
+        # (the two command lines swapped: `vllm serve` goes to --serve, `vllm bench serve` to --bench)
+        flag = "--bench" if what == "--serve" else "--serve"
+        raise UserError(f"{what} {cut(text)!r}: this is {' '.join(other)}'s command line; give it to {flag}")
     out = []
     for w in words:
         if w.startswith("--"):

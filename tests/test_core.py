@@ -235,3 +235,23 @@ def test_a_bad_csv_row_is_named_by_its_file_line_past_blank_lines(tmp_path) -> N
     path.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n\n\n1,100,x\n")
     with pytest.raises(UserError, match=r"t\.csv: row 5: column 'output_tokens'"):
         load_trace(path, "generic", 16)
+
+
+def test_a_row_with_a_field_too_many_is_named_in_llmsims_words(tmp_path) -> None:
+    from llmsim.errors import UserError
+    from llmsim.workload.traces import load_trace
+
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n1,100,10,5\n")
+    with pytest.raises(UserError, match=r"t\.csv: line 3: 4 fields where the header names 3") as err:
+        load_trace(path, "generic", 16)
+    assert "C error" not in str(err.value)
+
+
+def test_a_jsonl_trace_may_start_with_a_byte_order_mark(tmp_path) -> None:
+    """As the CSV formats and vllm bench serve's result file take it (it was 'not valid JSON')."""
+    from llmsim.workload.traces import load_trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0}\n')
+    assert load_trace(path, "llmservingsim", 16).prompt_tokens.tolist() == [3]

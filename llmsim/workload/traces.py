@@ -11,6 +11,7 @@ import codecs
 import csv
 import json
 import math
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def _json_lines(path: Path) -> list[tuple[int, str]]:
     """The non-blank lines of a JSONL file with their physical (1-based) line numbers."""
     check_trace_file(path)
     try:
-        with path.open(encoding="utf-8") as fh:
+        with path.open(encoding="utf-8-sig") as fh:  # (a byte-order mark, as the CSV formats take it)
             return [(no, line) for no, line in enumerate(fh, start=1) if line.strip()]
     except UnicodeDecodeError:
         raise _not_utf8(path) from None
@@ -111,7 +112,15 @@ def _read_csv(path: Path, required: list[str], skip: str | None = None) -> pd.Da
     except UnicodeDecodeError:
         raise _not_utf8(path) from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise UserError(f"{path}: not a readable CSV: {str(exc).splitlines()[0]}") from None
+        first = str(exc).splitlines()[0]
+        fields = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", first)
+        if fields:  # (pandas' own words: "Error tokenizing data. C error: Expected 3 fields ...")
+            want, line, got = fields.groups()
+            raise UserError(
+                f"{path}: line {line}: {got} fields where the header names {want} (a stray comma, or a "
+                "comma inside an unquoted value?)"
+            ) from None
+        raise UserError(f"{path}: not a readable CSV: {first}") from None
     if not isinstance(df.index, pd.RangeIndex):  # pandas made the surplus leading fields an index
         raise UserError(
             f"{path}: the rows have more fields than the header's {len(df.columns)} column names; "
