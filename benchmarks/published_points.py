@@ -73,6 +73,11 @@ METRICS = {
     "output_tokens_per_s_per_node": "output_throughput",
 }
 
+# The CUDA-graph batch sizes of the v1.0 page's llm_options.yml (cuda_graph_config: enable_padding
+# true, batch_sizes 1, 2, 4, ... 8192): a decode batch pads up to the next of them (TensorRT-LLM
+# captures min(max_batch_size, max_num_tokens) in place of the larger ones: build.graph_sizes)
+TRTLLM_PAGE_GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
+
 # TensorRT-LLM 0.14's trtllm-build defaults (tensorrt_llm/builder.py BuildConfig): the Triton
 # backend's limits when a point does not state them
 TRTLLM_BUILD_MAX_BATCH = 2048
@@ -373,8 +378,14 @@ def engine_section(mp: Mapping, flow: str, cat: str, hw: str, tp: int, pp: int, 
         bs, tokens = trtllm_bench_limits(cat, hw, tp, pp, isl, osl, prec["weight_dtype"], kv, frac)
         if flow == "trtllm-pytorch":  # chunked prefill off: max_num_tokens >= max ISL + max batch
             tokens = max(tokens, isl + bs)
-            out["cluster"]["cuda_graphs"] = True
-            mp.notes.append("CUDA graphs on (the page's cuda_graph_config, padding on)")
+            # TensorRT-LLM's engine (the PyTorch backend: overlap scheduler, decode-only CUDA
+            # graphs) with the page's llm_options.yml graphs: padding on, its batch sizes
+            out["engine"] = {
+                "preset": "trtllm",
+                "cuda_graph_padding": True,
+                "cuda_graph_sizes": list(TRTLLM_PAGE_GRAPH_SIZES),
+            }
+            mp.notes.append("engine trtllm; CUDA graphs as the page's cuda_graph_config: padding on, 1 to 8192")
         mp.notes.append(f"trtllm-bench heuristic: max_batch_size {bs}, max_num_tokens {tokens}")
         mp.notes.append("KV: 0.95 of free memory ('in many cases' per the page)")
         out["kv_cache"]["memory_fraction"] = frac

@@ -555,6 +555,10 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     hw = cpu_subset(hw, sc.cluster.sockets, sc.cluster.cores)  # the whole device unless they are set
     key = pool_key(name)
     engine = for_hardware(sc.engine_spec, hw, f"{key}.hardware")
+    if engine.defaults == "trtllm" and p.pp > 1 and engine.async_scheduling:
+        # TensorRT-LLM runs pipeline stages in its own loop (PyExecutor._executor_loop_pp, chosen
+        # for pp_size > 1 whatever disable_overlap_scheduler says), not the overlap scheduler's
+        engine = replace(engine, async_scheduling=False)
     check_parallelism(model, p.tp, p.pp, key)
     ep = expert_parallel_degree(model, p, key, sc.cluster.redundant_experts if sc.cluster.eplb else 0)
     weight_dtype = sc.model.weight_dtype or model.weight_dtype

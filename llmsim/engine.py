@@ -16,8 +16,8 @@ a scenario that leaves a key unset gets (``defaults``: ``vllm_defaults``). Prese
 hardware alone, as llmsim priced it before there was an engine model), ``vllm-v1`` (vLLM
 v1's scheduler and defaults; host terms measured on vLLM 0.32 on a CPU and carried as priors
 to GPUs, see ``PRESETS``), ``trtllm`` (TensorRT-LLM's PyTorch backend: its defaults, overlap
-scheduler and CUDA graphs, from its code; not validated) and the two engines of DistServe's
-evaluation. A calibrated engine profile (``llmsim calibrate --serving``) is a
+scheduler and CUDA graphs, from its code; checked on TensorRT-LLM 1.0's throughput table) and
+the two engines of DistServe's evaluation. A calibrated engine profile (``llmsim calibrate --serving``) is a
 YAML file of the same fields.
 """
 
@@ -258,9 +258,11 @@ TRTLLM_MAX_BATCH = 2048
 TRTLLM_MAX_TOKENS = 8192
 
 
-def trtllm_defaults() -> tuple[dict[str, object], dict[str, object]]:
-    """TensorRT-LLM's defaults (``TRTLLM_MAX_BATCH`` and the rest above): policy and kv_cache keys."""
-    policy = {"kind": "trtllm", "max_num_seqs": TRTLLM_MAX_BATCH, "max_batch_tokens": TRTLLM_MAX_TOKENS}
+def trtllm_defaults(pp: int = 1) -> tuple[dict[str, object], dict[str, object]]:
+    """TensorRT-LLM's defaults (``TRTLLM_MAX_BATCH`` and the rest above): policy and kv_cache keys.
+    max_batch_size bounds one micro-batch, and ``pp`` of them are in flight: the executor holds
+    max_batch_size x pp sequences (max_num_sequences, _torch/pyexecutor/py_executor_creator.py)."""
+    policy = {"kind": "trtllm", "max_num_seqs": TRTLLM_MAX_BATCH * pp, "max_batch_tokens": TRTLLM_MAX_TOKENS}
     kv = {
         "block_tokens": 32,
         "memory_fraction": 0.9,
@@ -271,14 +273,20 @@ def trtllm_defaults() -> tuple[dict[str, object], dict[str, object]]:
     return policy, kv
 
 
-def trtllm_graph_sizes(max_batch_size: int = 128) -> tuple[int, ...]:
-    """TensorRT-LLM's CUDA-graph batch sizes without padding: 1-31, 32, 64, 128 and the powers of
-    two up to ``max_batch_size``, which is 128 unless cuda_graph_config sets it, and it itself
-    (``CudaGraphConfig._generate_cuda_graph_batch_sizes``, tensorrt_llm/llmapi/llm_args.py)."""
-    sizes = [*range(1, 32), 32, 64, 128]
+def trtllm_graph_sizes(max_batch_size: int = 128, padding: bool = False) -> tuple[int, ...]:
+    """TensorRT-LLM's CUDA-graph batch sizes: without padding 1-31, 32, 64, 128, with it 1, 2, 4
+    and 8-128 by 8; then the powers of two up to ``max_batch_size``, which is 128 unless
+    cuda_graph_config sets it, and it itself (``CudaGraphConfig._generate_cuda_graph_batch_sizes``,
+    tensorrt_llm/llmapi/llm_args.py)."""
+    sizes = [1, 2, 4, *range(8, 129, 8)] if padding else [*range(1, 32), 32, 64, 128]
     sizes += [2**i for i in range(8, max(8, (max_batch_size - 1).bit_length()))]
     sizes = sorted(x for x in set(sizes) if x <= max_batch_size)
     return tuple(sizes if sizes[-1] == max_batch_size else [*sizes, max_batch_size])
+
+
+def is_trtllm(spec: EngineSpec) -> bool:
+    """The ``trtllm`` preset, changed or not (its name: "trtllm (modified: ...)")."""
+    return spec.name.split(" ", 1)[0] == "trtllm"
 
 
 def for_hardware(spec: EngineSpec, hw: HardwareProfile, where: str = "engine") -> EngineSpec:
@@ -286,7 +294,7 @@ def for_hardware(spec: EngineSpec, hw: HardwareProfile, where: str = "engine") -
     on CPU", vllm/platforms/cpu.py) and has no CUDA graphs; a TPU has no CUDA graphs either. The
     memory reservations were measured on CUDA GPUs (vLLM on a CPU sizes its cache from
     VLLM_CPU_KVCACHE_SPACE, not from a profile run): elsewhere they are not applied."""
-    if spec.defaults == "trtllm" and (hw.family != "gpu" or hw.vendor != "NVIDIA"):
+    if is_trtllm(spec) and (hw.family != "gpu" or not hw.vendor.strip().lower().startswith("nvidia")):
         raise UserError(
             f"{where}: {spec.name} is TensorRT-LLM, which runs on NVIDIA GPUs, not on {hw.name} "
             f"({hw.vendor}, {hw.family}); use the vllm-v1 or ideal engine there"
@@ -592,6 +600,9 @@ def engine_from_dict(d: dict, origin: str, base: EngineSpec | None = None) -> En
     if unknown:
         raise UserError(f"{origin}: engine: unknown key(s) {sorted(unknown)}; expected one of {sorted(known)}")
     changes = {k: _field(k, v, origin) for k, v in d.items() if k not in ("preset", "profile", "fit")}
+    if is_trtllm(spec) and "cuda_graph_padding" in changes and "cuda_graph_sizes" not in changes:
+        # (TensorRT-LLM captures other sizes with padding on: 1, 2, 4 and 8-128 by 8)
+        changes["cuda_graph_sizes"] = trtllm_graph_sizes(padding=changes["cuda_graph_padding"])
     return replace(spec, **changes)
 
 

@@ -323,14 +323,22 @@ class PolicyConfig(_Strict):
     def _prefill_pool_policy_needs_disaggregation(self) -> PolicyConfig:
         if self.prefill_pool_policy != "traditional" and self.kind != "disaggregated":
             raise ValueError(f"prefill_pool_policy applies to kind: disaggregated only (kind is {self.kind})")
+        if "kind" in self.model_fields_set:  # (else the engine's default kind decides: apply_engine)
+            problem = self.trtllm_keys_problem()
+            if problem:
+                raise ValueError(problem)
+        return self
+
+    def trtllm_keys_problem(self) -> str:
+        """Why keys of TensorRT-LLM's scheduler do not apply under this kind ('' where they do)."""
         if self.capacity_scheduler_policy != "guaranteed_no_evict" and self.kind != "trtllm":
-            raise ValueError(f"capacity_scheduler_policy applies to kind: trtllm only (kind is {self.kind})")
+            return f"capacity_scheduler_policy applies to kind: trtllm only (kind is {self.kind})"
         if self.enable_chunked_context and self.kind != "trtllm":
-            raise ValueError(
+            return (
                 f"enable_chunked_context applies to kind: trtllm only (kind is {self.kind}; "
                 "chunked and vllm chunk prompts always)"
             )
-        return self
+        return ""
 
 
 class OffloadTierConfig(_Strict):
@@ -802,7 +810,9 @@ class Scenario(_Strict):
     @classmethod
     def _engine_kind(cls, v: object) -> object:
         if v is not None and not isinstance(v, str | dict):
-            raise ValueError("expected a preset name (vllm-v1, ideal), an engine profile path or a mapping")
+            from llmsim.engine import PRESETS
+
+            raise ValueError(f"expected a preset name ({', '.join(PRESETS)}), an engine profile path or a mapping")
         return v
 
     @model_validator(mode="before")
@@ -948,7 +958,7 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
         filled["cluster"] = ["cuda_graphs"]
     sc = _one_vllm_budget(sc, origin, spec.defaults)
     if spec.defaults:
-        policy, kv = vllm_defaults(hw) if spec.defaults == "vllm" else trtllm_defaults()
+        policy, kv = vllm_defaults(hw) if spec.defaults == "vllm" else trtllm_defaults(sc.cluster.pp)
         kind = sc.policy.kind if "kind" in sc.policy.model_fields_set else policy["kind"]
         if kind != policy["kind"]:  # the engine's token budget is its own policy's; other policies keep theirs
             policy = {k: v for k, v in policy.items() if k not in ("kind", "max_batch_tokens")}
@@ -963,6 +973,9 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
                 "kv_cache": sc.kv_cache.model_copy(update=kv_unset),
             }
         )
+    problem = sc.policy.trtllm_keys_problem()  # (on the kind the engine left: engine trtllm's)
+    if problem:
+        raise UserError(f"{origin}: policy: {problem}")
     if (
         isinstance(sc.engine, dict)
         and sc.engine.get("first_token_at_prefill") is True

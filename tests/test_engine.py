@@ -651,3 +651,43 @@ def test_trtllm_graphs_take_decode_only_batches_of_a_captured_size() -> None:
 def test_the_trtllm_engine_refuses_devices_tensorrt_llm_does_not_run_on(hardware: str) -> None:
     with pytest.raises(UserError, match=f"runs on NVIDIA GPUs, not on {hardware}"):
         _sc(engine="trtllm", hardware=hardware)
+
+
+def test_the_trtllm_engine_overlaps_its_host_only_without_pipeline_stages() -> None:
+    """TensorRT-LLM's PyExecutor runs _executor_loop_pp for pp_size > 1, whatever
+    disable_overlap_scheduler says: no overlap scheduler there."""
+    from llmsim.build import build_model, build_pools
+
+    for pp, overlap in ((1, True), (2, False)):
+        sc = _sc(engine="trtllm", cluster={"tp": 1, "pp": pp})
+        (pool,) = build_pools(sc, build_model(sc))
+        assert pool.cost.engine.async_scheduling is overlap
+
+
+def test_trtllm_scheduler_keys_need_no_kind_under_the_trtllm_engine() -> None:
+    """The engine makes the kind trtllm; the keys were checked against llmsim's default kind first."""
+    sc = _sc(engine="trtllm", policy={"enable_chunked_context": True, "capacity_scheduler_policy": "max_utilization"})
+    assert (sc.policy.kind, sc.policy.enable_chunked_context) == ("trtllm", True)
+    with pytest.raises(UserError, match="enable_chunked_context applies to kind: trtllm only"):
+        _sc(engine="vllm-v1", policy={"enable_chunked_context": True})
+
+
+def test_the_nvidia_check_follows_the_trtllm_preset_not_its_defaults(tmp_path) -> None:
+    with pytest.raises(UserError, match="trtllm .* is TensorRT-LLM"):
+        _sc(engine={"preset": "trtllm", "defaults": "vllm"}, hardware="MI300X")
+    assert _sc(engine={"preset": "vllm-v1", "defaults": "trtllm"}, hardware="MI300X").policy.kind == "trtllm"
+    own = tmp_path / "my-h100.yaml"  # a user's profile spells its vendor as it likes
+    own.write_text((Path(__file__).resolve().parent.parent / "hardware_profiles/H100-SXM.yaml").read_text()
+                   .replace("vendor: NVIDIA", "vendor: nvidia").replace("name: H100-SXM", "name: my-h100"))  # fmt: skip
+    assert _sc(engine="trtllm", hardware=str(own)).engine_spec.name == "trtllm"
+
+
+def test_trtllm_padding_brings_its_own_capture_sizes_and_pp_its_sequences() -> None:
+    spec = _sc(engine={"preset": "trtllm", "cuda_graph_padding": True}).engine_spec
+    assert (
+        spec.cuda_graph_sizes[:5] == (1, 2, 4, 8, 16)
+        and 40 in spec.cuda_graph_sizes
+        and 31 not in spec.cuda_graph_sizes
+    )
+    # max_batch_size bounds a micro-batch, pp of them in flight (py_executor_creator.py)
+    assert _sc(engine="trtllm", cluster={"pp": 2}).policy.max_num_seqs == 4096

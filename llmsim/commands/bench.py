@@ -377,11 +377,17 @@ def translate(data: dict, label: str, set_keys: frozenset[str] = frozenset()) ->
     without simulating: a key it refuses is named with the flag it came from; a token budget below
     the sequences it must hold is refused, as vLLM does."""
     from llmsim.build import check_workload_bounds
+    from llmsim.engine import is_trtllm
     from llmsim.errors import UserError
     from llmsim.scenario import scenario_from_dict
 
     try:
         sc = scenario_from_dict(data, f"the scenario made of --serve/{label}/--set", Path.cwd())
+        if is_trtllm(sc.engine_spec):
+            raise UserError(
+                f"engine: {sc.engine_spec.name} is TensorRT-LLM's engine, and llmsim bench simulates "
+                "vllm serve; write a scenario with engine: trtllm for TensorRT-LLM"
+            )
         budget, seqs = sc.policy.chunk_tokens, sc.policy.max_num_seqs
         if budget < seqs:
             raise UserError(
