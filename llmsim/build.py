@@ -12,7 +12,7 @@ import numpy as np
 
 from llmsim.costmodel import CostConfig, CostModel
 from llmsim.costmodel.ops import DEEPEP_BACKENDS, deepep_ranks, storage_of
-from llmsim.engine import EngineSpec, for_hardware, graph_plan
+from llmsim.engine import EngineSpec, for_hardware, graph_plan, is_trtllm
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
 from llmsim.models import DTYPE_BYTES, ModelSpec, from_hf_config, get_model, weight_groups
@@ -555,7 +555,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     hw = cpu_subset(hw, sc.cluster.sockets, sc.cluster.cores)  # the whole device unless they are set
     key = pool_key(name)
     engine = for_hardware(sc.engine_spec, hw, f"{key}.hardware")
-    if engine.defaults == "trtllm" and p.pp > 1 and engine.async_scheduling:
+    if is_trtllm(engine) and p.pp > 1 and engine.async_scheduling:
         # TensorRT-LLM runs pipeline stages in its own loop (PyExecutor._executor_loop_pp, chosen
         # for pp_size > 1 whatever disable_overlap_scheduler says), not the overlap scheduler's
         engine = replace(engine, async_scheduling=False)
@@ -579,7 +579,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         lora_rank=sc.lora.max_lora_rank if sc.lora is not None else 0,
         cuda_graphs=bool(sc.cluster.cuda_graphs if engine.cuda_graphs is None else engine.cuda_graphs)
         and not graphs_off_for_deepep(all2all, ep, p.tp),
-        cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, step_budget(sc, p, name)),
+        cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, step_budget(sc, p, name), p.pp),
         cuda_graph_padding=engine.cuda_graph_padding,
         cuda_graph_decode_only=engine.cuda_graph_decode_only,
         numa_aware=sc.cluster.numa_aware,
@@ -739,16 +739,17 @@ def step_budget(sc: Scenario, p: PoolConfig, name: str) -> int:
     return sc.policy.chunk_tokens if chunked else (p.max_batch_tokens or sc.policy.max_batch_tokens)
 
 
-def graph_sizes(engine: EngineSpec, max_num_seqs: int, max_batched_tokens: int) -> tuple[int, ...]:
+def graph_sizes(engine: EngineSpec, max_num_seqs: int, max_batched_tokens: int, pp: int = 1) -> tuple[int, ...]:
     """The CUDA-graph sizes an engine captures for this batch limit: vLLM caps them at
     min(2 x max_num_seqs, 512, max_num_batched_tokens) (vllm/config/vllm.py, 0.32); TensorRT-LLM
     drops those above min(max_batch_size, max_num_tokens) and, padding, captures that cap in
-    their place (``_filter_cuda_graph_batch_sizes``, tensorrt_llm/_torch/pyexecutor/model_engine.py)."""
+    their place (``_filter_cuda_graph_batch_sizes``, tensorrt_llm/_torch/pyexecutor/model_engine.py);
+    its max_batch_size bounds one micro-batch, a ``pp``-th of the sequences it holds."""
     sizes = engine.cuda_graph_sizes
     if not sizes or engine.defaults not in ("vllm", "trtllm"):
         return sizes
-    if engine.defaults == "trtllm":
-        cap = min(max_num_seqs, max_batched_tokens)
+    if is_trtllm(engine):
+        cap = min(max(max_num_seqs // pp, 1), max_batched_tokens)
         kept = tuple(s for s in sizes if s <= cap)
         if engine.cuda_graph_padding and kept != sizes and cap not in kept:
             return (*kept, cap)

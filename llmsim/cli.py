@@ -131,9 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     except BrokenPipeError:  # `llmsim ... | head`: the reader left; not an error
-        # (before OSError, its base class; stdout pointed at /dev/null so that the interpreter's
-        # own flush at exit does not fail on the closed pipe again)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # (before OSError, its base class.) The process's own stdout is pointed at /dev/null so
+        # that the interpreter's flush at exit does not fail on the closed pipe again; not where
+        # main() runs inside another program (a notebook's stdout has no file descriptor)
+        if sys.stdout is sys.__stdout__:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (OSError, RuntimeError) as exc:  # a path the system cannot even look at
         why = _unusable_path(exc)

@@ -99,7 +99,9 @@ class EngineSpec:
     # attention only with fp8 compute, as TensorRT-LLM's FP8 context FMHA and XQA run
     # (costmodel/ops.py attention_dtype)
     fp8_query: bool = False
-    defaults: str = ""  # "vllm": policy/kv_cache keys a scenario leaves unset get vLLM's (vllm_defaults)
+    # "vllm" / "trtllm": policy/kv_cache keys a scenario leaves unset get that engine's
+    # (vllm_defaults, trtllm_defaults); "trtllm" also makes it run as TensorRT-LLM (is_trtllm)
+    defaults: str = ""
     hardware_step_overhead: bool = False  # ideal: keep the profile's step_overhead_s instead
     # Device memory the engine holds besides weights and KV cache, per device (build.kv_blocks): what
     # vLLM's start-up profile run measures and subtracts before it sizes the cache
@@ -285,19 +287,21 @@ def trtllm_graph_sizes(max_batch_size: int = 128, padding: bool = False) -> tupl
 
 
 def is_trtllm(spec: EngineSpec) -> bool:
-    """The ``trtllm`` preset, changed or not (its name: "trtllm (modified: ...)")."""
-    return spec.name.split(" ", 1)[0] == "trtllm"
+    """An engine that runs as TensorRT-LLM: its defaults, its CUDA graphs, NVIDIA GPUs only (the
+    ``trtllm`` preset, or any engine whose ``defaults`` say so; its name is the user's to set)."""
+    return spec.defaults == "trtllm"
 
 
 def for_hardware(spec: EngineSpec, hw: HardwareProfile, where: str = "engine") -> EngineSpec:
     """The engine as it runs on ``hw``: vLLM on a CPU forces async scheduling off ("not required
     on CPU", vllm/platforms/cpu.py) and has no CUDA graphs; a TPU has no CUDA graphs either. The
     memory reservations were measured on CUDA GPUs (vLLM on a CPU sizes its cache from
-    VLLM_CPU_KVCACHE_SPACE, not from a profile run): elsewhere they are not applied."""
+    VLLM_CPU_KVCACHE_SPACE, not from a profile run): elsewhere they are not applied. An engine
+    that runs as TensorRT-LLM is refused off NVIDIA GPUs (``where`` names the key to blame)."""
     if is_trtllm(spec) and (hw.family != "gpu" or not hw.vendor.strip().lower().startswith("nvidia")):
         raise UserError(
-            f"{where}: {spec.name} is TensorRT-LLM, which runs on NVIDIA GPUs, not on {hw.name} "
-            f"({hw.vendor}, {hw.family}); use the vllm-v1 or ideal engine there"
+            f"{where}: {spec.name} runs as TensorRT-LLM (defaults: trtllm), which runs on NVIDIA GPUs, not on "
+            f"{hw.name} ({hw.vendor}, {hw.family}); use the vllm-v1 or ideal engine there"
         )
     if hw.family in ("cpu", "tpu"):
         spec = replace(spec, **memory_terms(PRESETS["ideal"]))  # (the ideal engine reserves nothing)

@@ -297,16 +297,16 @@ def yaml_problem(exc: yaml.YAMLError, origin: str, where: str, malformed: str) -
     return f"{origin}: {malformed}{where}: {problem}"
 
 
-def load_json_object(path: Path, hint: str = "") -> dict:
+def load_json_object(path: Path, hint: str = "", unique_keys: bool = True) -> dict:
     """Read a JSON file that must hold one object, naming the file (and ``hint``, the key that
-    named it) in any error."""
+    named it) in any error; ``unique_keys``: refuse a key given twice (``json_text``)."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: file not found" + (f" ({hint})" if hint else ""))
     if path.is_dir():
         raise UserError(f"{path}: is a directory, expected a JSON file" + (f" ({hint})" if hint else ""))
     check_input_file(path, "a JSON file", MAX_YAML_BYTES, "a JSON file here")
-    data = json_text(path.read_bytes(), str(path))
+    data = json_text(path.read_bytes(), str(path), unique_keys)
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
@@ -329,11 +329,12 @@ def _no_twice(pairs: list[tuple[str, object]]) -> dict:
     return out
 
 
-def json_text(raw: bytes | str, origin: str) -> object:
+def json_text(raw: bytes | str, origin: str, unique_keys: bool = True) -> object:
     """JSON data, a mistake named by ``origin``: malformed, not UTF-8 text, or nested past what the
     parser can follow."""
     try:  # (bytes: json would guess UTF-16)
-        return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw, object_pairs_hook=_no_twice)
+        hook = _no_twice if unique_keys else None
+        return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw, object_pairs_hook=hook)
     except _KeyTwice as exc:
         raise UserError(f"{origin}: key {exc.args[0]!r} appears twice in one object; which is meant?") from None
     except json.JSONDecodeError as exc:
@@ -393,7 +394,7 @@ def _unknown_key(loc: tuple, suggestions: dict[str, list[str]], moved: dict[str,
 
 # a tagged union's branch name in an error's key path ("question_len.~spec.min"): not a key
 # the user wrote, so the message leaves it out (scenario.TokensOrSpec)
-UNION_TAG = "~"
+UNION_TAG = "~branch:"
 
 
 def pydantic_message(

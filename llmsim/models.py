@@ -1106,7 +1106,9 @@ def from_hf_config(path: Path, name: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a HuggingFace ``config.json`` (Llama, Mistral, Mixtral, Qwen2, GPT-2, GPT-J),
     named ``name`` when given, else by :func:`hf_model_name`."""
     path = Path(path)
-    cfg = load_json_object(path, "model.hf_config")
+    cfg = load_json_object(
+        path, "model.hf_config", unique_keys=False
+    )  # (as transformers reads it: the last of two keys)
     spec_name = name or hf_model_name(path, cfg)
     try:
         return _from_hf(cfg, path, spec_name)

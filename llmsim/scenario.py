@@ -491,7 +491,7 @@ class ConversationConfig(_Strict):
         return self
 
 
-def either(plain: object, nested: object, nested_type: type) -> object:
+def either(plain: object, nested: object, nested_type: type | tuple[type, ...]) -> object:
     """``plain | nested``, told apart by the value's Python type (``nested_type``), so an error
     is that branch's alone: a plain union reported both (``question_len.constrained-int: ...;
     question_len.function-after[...]: ...``). The branch tags start with errors.UNION_TAG, which
@@ -506,8 +506,8 @@ def either(plain: object, nested: object, nested_type: type) -> object:
     ]
 
 
-TokensOrSpec = either(PosInt, LengthSpec, dict)  # a token count, or a length spec to draw from
-Acceptance = either(float, list[float], list)  # one probability, or one per proposal position
+TokensOrSpec = either(PosInt, LengthSpec, (dict, LengthSpec))  # a token count, or a length spec to draw from
+Acceptance = either(float, list[float], (list, tuple))  # one probability, or one per proposal position
 
 
 class SharedPrefixConfig(_Strict):
@@ -939,7 +939,7 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
     names them, so a copy for other hardware can resolve them again: planning/base.py)."""
     from dataclasses import replace
 
-    from llmsim.engine import DEVICE_AMOUNTS, for_hardware, load_engine, trtllm_defaults, vllm_defaults
+    from llmsim.engine import DEVICE_AMOUNTS, for_hardware, is_trtllm, load_engine, trtllm_defaults, vllm_defaults
     from llmsim.hardware import load_profile
 
     loaded = load_engine(sc.engine, Path(sc.base_dir), origin)
@@ -949,6 +949,10 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
     spec = replace(
         for_hardware(loaded, hw, f"{origin}: engine"), **{k: None for k in DEVICE_AMOUNTS if getattr(loaded, k) is None}
     )
+    if is_trtllm(spec) and sc.cluster.pp > 1 and sc.policy.kind != "disaggregated":
+        # (TensorRT-LLM runs pipeline stages in _executor_loop_pp, not the overlap scheduler's;
+        # said here too so that the run's summary reports it: build._pool turns it off per pool)
+        spec = replace(spec, async_scheduling=False)
     filled: dict[str, list[str]] = {}
     if sc.cluster.cuda_graphs is not None:  # the scenario's own switch wins
         spec = replace(spec, cuda_graphs=sc.cluster.cuda_graphs)

@@ -126,7 +126,7 @@ def parse_grid(items: list[str]) -> dict[str, list[object]]:
         if not vals:
             raise UserError(f"--set {item!r}: no values; give a comma list or a range, e.g. {key.strip()}=1,2 or 1..4")
         seen: set[str] = set()
-        for shown in map(_show, vals):  # (as typed: a list or a mapping is a value too, and unhashable)
+        for shown in map(shown_value, vals):  # (as typed: a list or a mapping is a value too, and unhashable)
             if shown in seen:  # every point with it would be simulated twice, two rows saying the same
                 raise UserError(f"--set {cut(item)!r}: the value {cut(shown)} is given twice; list each value once")
             seen.add(shown)
@@ -233,14 +233,14 @@ def _blame(data: dict, base_dir: str, origin: str, point: dict[str, object]) -> 
     one = rejected_override(data, base_dir, origin, point)
     if one is not None:
         return f"{origin}: {one}"
-    return f"{origin}: sweep point " + ", ".join(f"{k}={_show(v)}" for k, v in point.items())
+    return f"{origin}: sweep point " + ", ".join(f"{k}={shown_value(v)}" for k, v in point.items())
 
 
 def rejected_override(data: dict, base_dir: str, origin: str, overrides: dict[str, object]) -> str | None:
     """``--set KEY=VALUE`` of the first override the scenario ``data`` rejects on its own, or None."""
     for key, value in overrides.items():
         if _invalid(data, base_dir, origin, {key: value}) is not None:
-            return f"--set {key}={cut(_show(value))}"  # (a 400-digit value echoed whole filled the screen)
+            return f"--set {key}={cut(shown_value(value))}"  # (a 400-digit value echoed whole filled the screen)
     return None
 
 
@@ -262,7 +262,7 @@ def fix_blamed(exc: UserError, path: Path, fixed: dict[str, object]) -> UserErro
     for key, value in fixed.items():
         own = _invalid(data, base_dir, origin, {key: value})
         if own is not None and text.endswith(f": {own}"):  # (after the file, or an axis value it blamed)
-            return UserError(f"{origin}: --fix {key}={cut(_show(value))}: {own}")
+            return UserError(f"{origin}: --fix {key}={cut(shown_value(value))}: {own}")
     return exc
 
 
@@ -282,12 +282,12 @@ def blame_overrides(exc: UserError, path: Path, overrides: dict[str, object]) ->
     if _invalid(data, base_dir, origin, overrides) is None:
         return exc
     items = rejected_override(data, base_dir, origin, overrides) or ", ".join(
-        f"--set {k}={cut(_show(v))}" for k, v in overrides.items()
+        f"--set {k}={cut(shown_value(v))}" for k, v in overrides.items()
     )
     return UserError(f"{origin}: {items}: {text.removeprefix(f'{origin}: ')}")
 
 
-def _show(value: object) -> str:
+def shown_value(value: object) -> str:
     """A value as the user typed it on the command line (YAML flow style, not Python's repr)."""
     return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
 

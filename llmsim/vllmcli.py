@@ -97,7 +97,7 @@ def _words(text: str, command: tuple[str, ...], what: str) -> tuple[list[str], d
     if words[: len(command)] == list(command):
         words = words[len(command) :]
     other = ("vllm", "bench", "serve") if command == ("vllm", "serve") else ("vllm", "serve")
-    if words[: len(other)] == list(other) or (other[0] == "vllm" and words[:2] == list(other[1:])):
+    if words[: len(other)] == list(other) or (len(other) == 3 and words[:2] == list(other[1:])):
         # (the two command lines swapped: `vllm serve` goes to --serve, `vllm bench serve` to --bench)
         flag = "--bench" if what == "--serve" else "--serve"
         raise UserError(f"{what} {cut(text)!r}: this is {' '.join(other)}'s command line; give it to {flag}")
@@ -611,7 +611,8 @@ def checkpoint_quantization(entry: str | dict) -> tuple[str, object] | None:
         return None
     from llmsim.errors import load_json_object
 
-    cfg = load_json_object(Path(entry["hf_config"]), "vllm serve")
+    # (a key given twice: the last, as transformers and vLLM read a config)
+    cfg = load_json_object(Path(entry["hf_config"]), "vllm serve", unique_keys=False)
     if "quantization_config" not in cfg:
         return None
     q = cfg["quantization_config"]
@@ -633,7 +634,8 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
     family = lambda m: m.removesuffix("_marlin")  # noqa: E731  (awq and awq_marlin read the same checkpoint)
     if serve.quantization and own and family(serve.quantization) != family(own[0]):
         raise UserError(f"vllm serve: --quantization {serve.quantization}, but the checkpoint is {own[0]}-quantised")
-    if serve.quantization and not own and serve.quantization != "fp8" and "/" in serve.model:
+    checkpoint = isinstance(entry, dict) or "/" in serve.model  # (a config read, or a hub id of the catalog's)
+    if serve.quantization and not own and serve.quantization != "fp8" and checkpoint:
         # AWQ and GPTQ read weights quantised ahead of time, with the scales their config names
         # (vLLM: "Cannot find the config file for awq"); fp8 alone quantises a 16-bit checkpoint online.
         # (A catalog name, no checkpoint, asks what an AWQ/GPTQ checkpoint of it would do: priced.)

@@ -167,3 +167,20 @@ def test_too_few_rows_on_a_link_are_refused(tmp_path) -> None:
     )
     with pytest.raises(UserError, match=r"two_rows.csv: 2 all-reduce row\(s\) over scale_up; at least 3"):
         calibrate(load_profile("H100-SXM"), read_profile(csv), [str(csv)])
+
+
+def test_the_h100_ring_against_tensorrt_llms_own_all_reduce_reads_as_documented() -> None:
+    """benchmarks/custom_allreduce.py's rows (docs/validation.md, "All-reduce"): the ring prices a
+    small message several times an engine's one-shot kernel and a large one within 30 %."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "custom_allreduce.py"
+    spec = importlib.util.spec_from_file_location("custom_allreduce", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.rows()
+    assert len(rows) == 45 and {r for r, *_ in rows} == {2, 4}
+    small = [p / m for r, b, m, p in rows if r == 4 and b < 2**20]
+    large = [p / m - 1 for r, b, m, p in rows if b >= 2**25]
+    assert min(small) > 2 and all(abs(e) < 0.3 for e in large)

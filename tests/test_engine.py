@@ -661,7 +661,7 @@ def test_the_trtllm_engine_overlaps_its_host_only_without_pipeline_stages() -> N
     for pp, overlap in ((1, True), (2, False)):
         sc = _sc(engine="trtllm", cluster={"tp": 1, "pp": pp})
         (pool,) = build_pools(sc, build_model(sc))
-        assert pool.cost.engine.async_scheduling is overlap
+        assert pool.cost.engine.async_scheduling is overlap and sc.engine_spec.async_scheduling is overlap
 
 
 def test_trtllm_scheduler_keys_need_no_kind_under_the_trtllm_engine() -> None:
@@ -672,10 +672,13 @@ def test_trtllm_scheduler_keys_need_no_kind_under_the_trtllm_engine() -> None:
         _sc(engine="vllm-v1", policy={"enable_chunked_context": True})
 
 
-def test_the_nvidia_check_follows_the_trtllm_preset_not_its_defaults(tmp_path) -> None:
-    with pytest.raises(UserError, match="trtllm .* is TensorRT-LLM"):
-        _sc(engine={"preset": "trtllm", "defaults": "vllm"}, hardware="MI300X")
-    assert _sc(engine={"preset": "vllm-v1", "defaults": "trtllm"}, hardware="MI300X").policy.kind == "trtllm"
+def test_the_nvidia_check_follows_trtllm_defaults_whatever_the_name(tmp_path) -> None:
+    """``defaults: trtllm`` is what makes an engine run as TensorRT-LLM (its name is the user's to set)."""
+    with pytest.raises(UserError, match="runs as TensorRT-LLM"):
+        _sc(engine={"preset": "vllm-v1", "defaults": "trtllm"}, hardware="MI300X")
+    with pytest.raises(UserError, match="runs as TensorRT-LLM"):
+        _sc(engine={"preset": "trtllm", "name": "mytrt"}, hardware="MI300X")
+    assert _sc(engine={"preset": "trtllm", "defaults": "vllm"}, hardware="MI300X").policy.kind == "vllm"
     own = tmp_path / "my-h100.yaml"  # a user's profile spells its vendor as it likes
     own.write_text((Path(__file__).resolve().parent.parent / "hardware_profiles/H100-SXM.yaml").read_text()
                    .replace("vendor: NVIDIA", "vendor: nvidia").replace("name: H100-SXM", "name: my-h100"))  # fmt: skip

@@ -382,10 +382,11 @@ def translate(data: dict, label: str, set_keys: frozenset[str] = frozenset()) ->
     from llmsim.scenario import scenario_from_dict
 
     try:
-        sc = scenario_from_dict(data, f"the scenario made of --serve/{label}/--set", Path.cwd())
+        origin = f"the scenario made of --serve/{label}/--set"
+        sc = scenario_from_dict(data, origin, Path.cwd())
         if is_trtllm(sc.engine_spec):
             raise UserError(
-                f"engine: {sc.engine_spec.name} is TensorRT-LLM's engine, and llmsim bench simulates "
+                f"{origin}: engine: {sc.engine_spec.name} runs as TensorRT-LLM, and llmsim bench simulates "
                 "vllm serve; write a scenario with engine: trtllm for TensorRT-LLM"
             )
         budget, seqs = sc.policy.chunk_tokens, sc.policy.max_num_seqs

@@ -42,7 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def set_blamed(exc: UserError, path: Path, overrides: dict[str, object]) -> UserError:
     """``exc`` naming the ``--set`` item it comes from: a scenario key's as ``llmsim run`` names it
     (``blame_overrides``), a ``plan.`` key's where the message names that key ("plan: top: ...")."""
-    from llmsim.sweep import blame_overrides
+    from llmsim.errors import cut
+    from llmsim.sweep import blame_overrides, shown_value
 
     blamed = blame_overrides(exc, path, overrides)
     text, origin = str(blamed), str(path)
@@ -51,8 +52,9 @@ def set_blamed(exc: UserError, path: Path, overrides: dict[str, object]) -> User
     rest = text.removeprefix(f"{origin}: ")
     for key, value in overrides.items():
         head, _, tail = key.partition(".")
-        if head == "plan" and tail and (f"{key}:" in rest or rest.startswith(f"plan: {tail}:")):
-            return UserError(f"{origin}: --set {key}={value}: {rest}")
+        named = f"{key}:" in rest or rest.startswith((f"plan: {tail}:", f"plan: {tail}."))
+        if head == "plan" and tail and named:
+            return UserError(f"{origin}: --set {key}={cut(shown_value(value))}: {rest}")
     return exc
 
 

@@ -152,13 +152,14 @@ def _where(path: Path, row: int, lines: np.ndarray | None) -> str:
 
 
 def _csv_line(path: Path, row: int) -> int:
-    """The file line of CSV data row ``row`` (from 0; the header is line 1): pandas skips empty
-    lines, so a blank line before it moves it down. Read only to name a bad row."""
+    """The file line of CSV data row ``row`` (from 0): pandas skips blank lines, before the header
+    too, so a blank line moves a row down. Read only to name a bad row (a quoted value spanning
+    lines is counted as its lines)."""
     try:
         with path.open(encoding="utf-8-sig", newline="") as fh:
-            seen = -1
+            seen = -2  # (the first line with text is the header)
             for number, line in enumerate(fh, 1):
-                if number > 1 and line.strip("\r\n"):
+                if line.strip():
                     seen += 1
                     if seen == row:
                         return number
