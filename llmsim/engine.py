@@ -292,13 +292,14 @@ def is_trtllm(spec: EngineSpec) -> bool:
     return spec.defaults == "trtllm"
 
 
-def for_hardware(spec: EngineSpec, hw: HardwareProfile, where: str = "engine") -> EngineSpec:
+def for_hardware(spec: EngineSpec, hw: HardwareProfile, where: str = "engine", check: bool = True) -> EngineSpec:
     """The engine as it runs on ``hw``: vLLM on a CPU forces async scheduling off ("not required
     on CPU", vllm/platforms/cpu.py) and has no CUDA graphs; a TPU has no CUDA graphs either. The
     memory reservations were measured on CUDA GPUs (vLLM on a CPU sizes its cache from
     VLLM_CPU_KVCACHE_SPACE, not from a profile run): elsewhere they are not applied. An engine
-    that runs as TensorRT-LLM is refused off NVIDIA GPUs (``where`` names the key to blame)."""
-    if is_trtllm(spec) and (hw.family != "gpu" or not hw.vendor.strip().lower().startswith("nvidia")):
+    that runs as TensorRT-LLM is refused off NVIDIA GPUs (``where`` names the key to blame; not
+    with ``check`` false: a device nothing runs on)."""
+    if check and is_trtllm(spec) and (hw.family != "gpu" or not hw.vendor.strip().lower().startswith("nvidia")):
         raise UserError(
             f"{where}: {spec.name} runs as TensorRT-LLM (defaults: trtllm), which runs on NVIDIA GPUs, not on "
             f"{hw.name} ({hw.vendor}, {hw.family}); use the vllm-v1 or ideal engine there"

@@ -787,7 +787,8 @@ class Scenario(_Strict):
             from llmsim.hardware import load_profile
 
             spec = load_engine(self.engine, Path(self.base_dir), self._origin)
-            self._engine = for_hardware(spec, load_profile(self.hardware, Path(self.base_dir)))
+            hw = load_profile(self.hardware, Path(self.base_dir))
+            self._engine = for_hardware(spec, hw, f"{self._origin}: engine", check=not pools_name_hardware(self))
         return self._engine
 
     name: str
@@ -933,6 +934,15 @@ def _check_lora(sc: Scenario, origin: str) -> None:
         raise UserError(f"{origin}: lora: multi-LoRA under {where} is not modelled")
 
 
+def pools_name_hardware(sc: Scenario) -> bool:
+    """Disaggregated pools that each name their own hardware: nothing runs on the top-level device
+    (the engine's device check is made on each pool as it is built)."""
+    c = sc.cluster
+    return sc.policy.kind == "disaggregated" and all(
+        p is not None and p.hardware for p in (c.prefill_pool, c.decode_pool)
+    )
+
+
 def apply_engine(sc: Scenario, origin: str) -> Scenario:
     """The scenario as its engine runs it: the engine resolved (``sc.engine_spec``), and the policy
     and kv_cache keys the file leaves unset filled with the engine's defaults (``sc._engine_filled``
@@ -946,9 +956,8 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
     hw = load_profile(sc.hardware, Path(sc.base_dir))
     # the memory terms left to the device stay so: each pool resolves them on its own GPU
     # (build._pool calls for_hardware with the pool's profile)
-    spec = replace(
-        for_hardware(loaded, hw, f"{origin}: engine"), **{k: None for k in DEVICE_AMOUNTS if getattr(loaded, k) is None}
-    )
+    resolved = for_hardware(loaded, hw, f"{origin}: engine", check=not pools_name_hardware(sc))
+    spec = replace(resolved, **{k: None for k in DEVICE_AMOUNTS if getattr(loaded, k) is None})
     if is_trtllm(spec) and sc.cluster.pp > 1 and sc.policy.kind != "disaggregated":
         # (TensorRT-LLM runs pipeline stages in _executor_loop_pp, not the overlap scheduler's;
         # said here too so that the run's summary reports it: build._pool turns it off per pool)

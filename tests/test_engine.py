@@ -694,3 +694,13 @@ def test_trtllm_padding_brings_its_own_capture_sizes_and_pp_its_sequences() -> N
     )
     # max_batch_size bounds a micro-batch, pp of them in flight (py_executor_creator.py)
     assert _sc(engine="trtllm", cluster={"pp": 2}).policy.max_num_seqs == 4096
+
+
+def test_disaggregated_pools_on_nvidia_run_trtllm_whatever_the_top_level_device() -> None:
+    """Pools that each name their hardware run nothing on the top-level one (it was refused)."""
+    pools = {"prefill_pool": {"hardware": "H100-SXM"}, "decode_pool": {"hardware": "A100-SXM-80GB"}}
+    sc = _sc(engine="trtllm", hardware="MI300X", policy={"kind": "disaggregated"}, cluster=pools)
+    assert sc.engine_spec.defaults == "trtllm"
+    with pytest.raises(UserError, match="cluster.decode_pool.hardware: .*not on MI300X"):
+        bad = {**pools, "decode_pool": {"hardware": "MI300X"}}
+        llmsim.run(_sc(engine="trtllm", hardware="MI300X", policy={"kind": "disaggregated"}, cluster=bad))
