@@ -12,7 +12,7 @@ import numpy as np
 
 from llmsim.costmodel import CostConfig, CostModel
 from llmsim.costmodel.ops import DEEPEP_BACKENDS, deepep_ranks, storage_of
-from llmsim.engine import EngineSpec, for_hardware, graph_plan, is_trtllm
+from llmsim.engine import EngineSpec, for_hardware, for_stages, graph_plan, is_trtllm
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
 from llmsim.models import DTYPE_BYTES, ModelSpec, from_hf_config, get_model, weight_groups
@@ -554,11 +554,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     hw = load_profile(p.hardware or sc.hardware, Path(sc.base_dir))
     hw = cpu_subset(hw, sc.cluster.sockets, sc.cluster.cores)  # the whole device unless they are set
     key = pool_key(name)
-    engine = for_hardware(sc.engine_spec, hw, f"{key}.hardware")
-    if is_trtllm(engine) and p.pp > 1 and engine.async_scheduling:
-        # TensorRT-LLM runs pipeline stages in its own loop (PyExecutor._executor_loop_pp, chosen
-        # for pp_size > 1 whatever disable_overlap_scheduler says), not the overlap scheduler's
-        engine = replace(engine, async_scheduling=False)
+    engine = for_stages(for_hardware(sc.engine_spec, hw, f"{key}.hardware"), p.pp)
     check_parallelism(model, p.tp, p.pp, key)
     ep = expert_parallel_degree(model, p, key, sc.cluster.redundant_experts if sc.cluster.eplb else 0)
     weight_dtype = sc.model.weight_dtype or model.weight_dtype

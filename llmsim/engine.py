@@ -292,6 +292,15 @@ def is_trtllm(spec: EngineSpec) -> bool:
     return spec.defaults == "trtllm"
 
 
+def for_stages(spec: EngineSpec, pp: int) -> EngineSpec:
+    """The engine over ``pp`` pipeline stages: TensorRT-LLM runs them in their own loop
+    (PyExecutor._executor_loop_pp, chosen for pp_size > 1 whatever disable_overlap_scheduler says),
+    not the overlap scheduler's."""
+    if is_trtllm(spec) and pp > 1 and spec.async_scheduling:
+        return replace(spec, async_scheduling=False)
+    return spec
+
+
 def for_hardware(spec: EngineSpec, hw: HardwareProfile, where: str = "engine", check: bool = True) -> EngineSpec:
     """The engine as it runs on ``hw``: vLLM on a CPU forces async scheduling off ("not required
     on CPU", vllm/platforms/cpu.py) and has no CUDA graphs; a TPU has no CUDA graphs either. The
@@ -448,6 +457,25 @@ PRESETS: dict[str, EngineSpec] = {
         memory_source=_MEM,
         cpu_op_s=_VLLM_CPU_OP_S,
     ),
+    "trtllm": EngineSpec(
+        "trtllm",
+        "TensorRT-LLM 1.x, PyTorch backend (trtllm-serve / trtllm-bench): its in-flight batching scheduler "
+        "(policy trtllm: GUARANTEED_NO_EVICT, chunked prefill off), the LLM API's defaults (2048 sequences, "
+        "8192 tokens a step, 32-token KV blocks, 0.9 of free memory for the cache, block reuse on), the overlap "
+        "scheduler (disable_overlap_scheduler false) and CUDA graphs for decode-only batches at 1-31, 32, 64 and "
+        "128 without padding (cuda_graph_config's defaults), tensorrt_llm/llmapi/llm_args.py; host terms and "
+        "device-memory reservations not measured (see llmsim/engine.py)",
+        # the executor's per-step host work (scheduling, input preparation, sampling) runs in Python
+        # (tensorrt_llm/_torch/pyexecutor), overlapped with the device's step: not measured on
+        # TensorRT-LLM, priced as vLLM's GPU runner prepares its steps (Vidur's measured medians)
+        prepare=_VLLM_PREPARE_GPU,
+        async_scheduling=True,
+        cuda_graphs=True,
+        cuda_graph_sizes=trtllm_graph_sizes(),
+        cuda_graph_padding=False,
+        cuda_graph_decode_only=True,
+        defaults="trtllm",
+    ),
     "vllm-2024": EngineSpec(
         "vllm-2024",
         "vLLM of early 2024 as DistServe measured it (the baseline of the DistServe paper): synchronous "
@@ -466,25 +494,6 @@ PRESETS: dict[str, EngineSpec] = {
         first_token_at_prefill=True,
     ),
 }
-PRESETS["trtllm"] = EngineSpec(
-    "trtllm",
-    "TensorRT-LLM 1.x, PyTorch backend (trtllm-serve / trtllm-bench): its in-flight batching scheduler "
-    "(policy trtllm: GUARANTEED_NO_EVICT, chunked prefill off), the LLM API's defaults (2048 sequences, "
-    "8192 tokens a step, 32-token KV blocks, 0.9 of free memory for the cache, block reuse on), the overlap "
-    "scheduler (disable_overlap_scheduler false) and CUDA graphs for decode-only batches at 1-31, 32, 64 and "
-    "128 without padding (cuda_graph_config's defaults), tensorrt_llm/llmapi/llm_args.py; host terms and "
-    "device-memory reservations not measured (see llmsim/engine.py)",
-    # the executor's per-step host work (scheduling, input preparation, sampling) runs in Python
-    # (tensorrt_llm/_torch/pyexecutor), overlapped with the device's step: not measured on
-    # TensorRT-LLM, priced as vLLM's GPU runner prepares its steps (Vidur's measured medians)
-    prepare=_VLLM_PREPARE_GPU,
-    async_scheduling=True,
-    cuda_graphs=True,
-    cuda_graph_sizes=trtllm_graph_sizes(),
-    cuda_graph_padding=False,
-    cuda_graph_decode_only=True,
-    defaults="trtllm",
-)
 DEFAULT_ENGINE = "vllm-v1"
 
 

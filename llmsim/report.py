@@ -38,6 +38,7 @@ from llmsim.results import (
     requests_line,
     scaling_line,
     slo_targets,
+    slos_held,
     table_run_id,
 )
 from llmsim.scenario import Scenario
@@ -850,9 +851,11 @@ def sweep_summary(r: ResultsDir, keys: list[str]) -> str:
     df = r.sweep
     ok = df[df["error"].isna()] if "error" in df else df
     target = (r.sweep_meta.get("slo") or {}).get("attainment_target", 0.9)
-    met = ok[ok["slo_met"].fillna(False).astype(bool)] if "slo_met" in ok else ok.iloc[0:0]
-    if "verdict" in met:  # (an overloaded point meets them only because its workload ends: planning.rows)
-        met = met[met["verdict"] != "overloaded"]
+    if "slo_met" in ok:
+        verdicts = ok["verdict"] if "verdict" in ok else [None] * len(ok)
+        met = ok[[slos_held(m, v) for m, v in zip(ok["slo_met"].fillna(False), verdicts, strict=True)]]
+    else:
+        met = ok.iloc[0:0]
     points, meet = f"{len(df)} point{'s' if len(df) != 1 else ''}", "meets" if len(met) == 1 else "meet"
     text = [f"{points} over {', '.join(keys)}; {len(met)} {meet} the SLOs (attainment target {target:.0%})."]
     if len(ok) < len(df):

@@ -378,6 +378,13 @@ def _fitted_slope(x: np.ndarray, y: np.ndarray) -> float:
         return math.nan
 
 
+def slos_held(slo_met: object, verdict: object) -> bool:
+    """A run's SLOs held in a way a deployment would see: met, and not overloaded. A finite
+    workload offered past capacity can meet them because its requests end before the queue's
+    wait grows; one that kept receiving them would not (plan rows, sensitivity, sweep reports)."""
+    return bool(slo_met) and verdict != "overloaded"
+
+
 def saturation_verdict(
     queue: pd.DataFrame,
     n_requests: int,

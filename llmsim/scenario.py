@@ -949,7 +949,7 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
     names them, so a copy for other hardware can resolve them again: planning/base.py)."""
     from dataclasses import replace
 
-    from llmsim.engine import DEVICE_AMOUNTS, for_hardware, is_trtllm, load_engine, trtllm_defaults, vllm_defaults
+    from llmsim.engine import DEVICE_AMOUNTS, for_hardware, for_stages, load_engine, trtllm_defaults, vllm_defaults
     from llmsim.hardware import load_profile
 
     loaded = load_engine(sc.engine, Path(sc.base_dir), origin)
@@ -958,10 +958,8 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
     # (build._pool calls for_hardware with the pool's profile)
     resolved = for_hardware(loaded, hw, f"{origin}: engine", check=not pools_name_hardware(sc))
     spec = replace(resolved, **{k: None for k in DEVICE_AMOUNTS if getattr(loaded, k) is None})
-    if is_trtllm(spec) and sc.cluster.pp > 1 and sc.policy.kind != "disaggregated":
-        # (TensorRT-LLM runs pipeline stages in _executor_loop_pp, not the overlap scheduler's;
-        # said here too so that the run's summary reports it: build._pool turns it off per pool)
-        spec = replace(spec, async_scheduling=False)
+    if sc.policy.kind != "disaggregated":  # (the run's summary reports the one pool's engine; build._pool each pool's)
+        spec = for_stages(spec, sc.cluster.pp)
     filled: dict[str, list[str]] = {}
     if sc.cluster.cuda_graphs is not None:  # the scenario's own switch wins
         spec = replace(spec, cuda_graphs=sc.cluster.cuda_graphs)

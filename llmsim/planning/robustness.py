@@ -12,6 +12,7 @@ import pandas as pd
 
 from llmsim.planning.base import Base
 from llmsim.planning.space import Point
+from llmsim.results import slos_held
 from llmsim.sweep import run_points
 
 EFFICIENCIES = (
@@ -76,8 +77,7 @@ def sensitivity(
                 "p99_ttft_ms": r["p99_ttft_ms"],
                 "p99_tbt_max_ms": r["p99_tbt_max_ms"],
                 "verdict": r["verdict"],
-                # (an overloaded run meets them only because its workload ends: planning.rows._verdict)
-                "meets_slos": bool(r["slo_met"]) and r["verdict"] != "overloaded",
+                "meets_slos": slos_held(r["slo_met"], r["verdict"]),
             }
             for (w, factor, _), r in zip(runs, results, strict=True)
         ]

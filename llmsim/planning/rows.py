@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from llmsim.planning.space import Point
+from llmsim.results import slos_held
 
 PLAN_COLUMNS = [
     "config",
@@ -78,8 +79,8 @@ def _verdict(res: dict, target: float, slo: dict) -> dict[str, object]:
     if err:
         kind = "memory" if "does not fit" in err else "invalid"
         return {"feasible": False, "reason": f"{kind}: {err}"}
-    # overload first: a finite workload can meet the SLOs while the queue grows (its requests end
-    # before the wait does), which a deployment that keeps receiving them would not
+    if slos_held(res.get("slo_met"), res.get("verdict")):
+        return {"feasible": True, "reason": "meets SLOs"}
     if res.get("verdict") == "overloaded":
         met = (
             f"attainment {res['slo_attainment']:.1%} only because the workload ends"
@@ -90,8 +91,6 @@ def _verdict(res: dict, target: float, slo: dict) -> dict[str, object]:
             "feasible": False,
             "reason": f"overload: the queue grows by {res['queue_growth_share']:.0%} of the offered load; {met}",
         }
-    if res.get("slo_met"):
-        return {"feasible": True, "reason": "meets SLOs"}
     return {
         "feasible": False,
         "reason": f"latency: not overloaded ({res['verdict']}) but too slow per step: attainment "
