@@ -401,6 +401,9 @@ def engine_section(mp: Mapping, flow: str, cat: str, hw: str, tp: int, pp: int, 
         # --enable_chunked_context off by default (tensorrt_llm/bench/benchmark/throughput.py)
         out["policy"] = {"kind": "trtllm", "max_num_seqs": seqs, "max_batch_tokens": tokens}
         if flow == "trtllm-engine":
+            # the C++ executor in process (no Triton between it and the timer)
+            out["engine"] = {"preset": "trtllm-engine", "output_delay_s": 0.0}
+            mp.notes.append("engine trtllm-engine, output_delay_s 0 (the C++ executor in process, no Triton)")
             # trtllm-bench throughput on the TensorRT engines (v0.17): its throughput command sets
             # IFBSchedulingPolicy.NO_EVICT and dynamic_max_batch_size=True over the
             # ExecutorSettingsConfig, whose chunking=True (FIRST_COME_FIRST_SERVED) it keeps
@@ -414,6 +417,9 @@ def engine_section(mp: Mapping, flow: str, cat: str, hw: str, tp: int, pp: int, 
                 "GUARANTEED_NO_EVICT, chunked context, dynamic batch size (trtllm-bench throughput's TensorRT-flow settings)"
             )
     elif flow == "trtllm-triton":
+        # the C++ executor behind Triton: no overlap, no CUDA graphs, its step and frontend times
+        # (fitted to the 8B rows of the page's online table: benchmarks/trtllm_online.py)
+        out["engine"] = "trtllm-engine"
         out["kv_cache"]["memory_fraction"] = 0.9
         # the backend's in-flight batching: GUARANTEED_NO_EVICT, chunked context off (its
         # config.pbtxt defaults), as llmsim's trtllm policy schedules
@@ -422,7 +428,9 @@ def engine_section(mp: Mapping, flow: str, cat: str, hw: str, tp: int, pp: int, 
             "max_num_seqs": TRTLLM_BUILD_MAX_BATCH,
             "max_batch_tokens": TRTLLM_BUILD_MAX_TOKENS,
         }
-        mp.notes.append("limits not stated: trtllm-build defaults 2048 seqs / 8192 tokens; KV 0.9 of free (default)")
+        mp.notes.append(
+            "engine trtllm-engine; limits not stated: trtllm-build defaults 2048 seqs / 8192 tokens; KV 0.9 of free"
+        )
         mp.notes.append("policy trtllm: GUARANTEED_NO_EVICT, whole prompts (chunked context off by default)")
     elif flow == "trtllm-session" or flow == "other":
         b = int(s.get("batch_size", 1)) if isinstance(s.get("batch_size", 1), int) else 1

@@ -742,7 +742,7 @@ def graph_sizes(engine: EngineSpec, max_num_seqs: int, max_batched_tokens: int, 
     their place (``_filter_cuda_graph_batch_sizes``, tensorrt_llm/_torch/pyexecutor/model_engine.py);
     its max_batch_size bounds one micro-batch, a ``pp``-th of the sequences it holds."""
     sizes = engine.cuda_graph_sizes
-    if not sizes or engine.defaults not in ("vllm", "trtllm"):
+    if not sizes or not (engine.defaults == "vllm" or is_trtllm(engine)):
         return sizes
     if is_trtllm(engine):
         cap = min(max(max_num_seqs // pp, 1), max_batched_tokens)

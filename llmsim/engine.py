@@ -16,7 +16,9 @@ a scenario that leaves a key unset gets (``defaults``: ``vllm_defaults``). Prese
 hardware alone, as llmsim priced it before there was an engine model), ``vllm-v1`` (vLLM
 v1's scheduler and defaults; host terms measured on vLLM 0.32 on a CPU and carried as priors
 to GPUs, see ``PRESETS``), ``trtllm`` (TensorRT-LLM's PyTorch backend: its defaults, overlap
-scheduler and CUDA graphs, from its code; checked on TensorRT-LLM 1.0's throughput table) and
+scheduler and CUDA graphs, from its code; checked on TensorRT-LLM 1.0's throughput table),
+``trtllm-engine`` (TensorRT-LLM 0.x's C++ executor, as Triton serves it: its defaults from its
+docs, its step and frontend times fitted to TensorRT-LLM 0.14's online table) and
 the two engines of DistServe's evaluation. A calibrated engine profile (``llmsim calibrate --serving``) is a
 YAML file of the same fields.
 """
@@ -99,8 +101,9 @@ class EngineSpec:
     # attention only with fp8 compute, as TensorRT-LLM's FP8 context FMHA and XQA run
     # (costmodel/ops.py attention_dtype)
     fp8_query: bool = False
-    # "vllm" / "trtllm": policy/kv_cache keys a scenario leaves unset get that engine's
-    # (vllm_defaults, trtllm_defaults); "trtllm" also makes it run as TensorRT-LLM (is_trtllm)
+    # "vllm" / "trtllm" / "trtllm-engine": policy/kv_cache keys a scenario leaves unset get that
+    # engine's (vllm_defaults, trtllm_defaults); the trtllm ones also make it run as TensorRT-LLM
+    # (is_trtllm)
     defaults: str = ""
     hardware_step_overhead: bool = False  # ideal: keep the profile's step_overhead_s instead
     # Device memory the engine holds besides weights and KV cache, per device (build.kv_blocks): what
@@ -228,6 +231,22 @@ _VLLM_PREPARE_GPU = HostTerm(
 )
 
 
+# TensorRT-LLM 0.x's C++ executor (TensorRT engines; trtllm-bench's TensorRT flow, Triton's
+# tensorrtllm_backend): its per-step host work (the batch manager's scheduling, the engine's
+# enqueue, sampling) and, behind Triton, the path from a step to the client (the ensemble's
+# preprocessing and postprocessing Python models, the streamed response). Neither is published:
+# both are fitted (benchmarks/trtllm_online.py --fit) to the mean TTFT and ITL of the 8B rows of
+# TensorRT-LLM 0.14's online serving table (data/validation/published/trtllm-0.14-online.csv), and
+# checked on its 70B TP4 rows (docs/validation.md, "TensorRT-LLM 0.14 behind Triton")
+_TRTLLM_ENGINE_STEP = HostTerm(
+    1.25e-3,
+    0.0,
+    0.0,
+    "fitted: TensorRT-LLM 0.14's online table, its 8B rows (benchmarks/trtllm_online.py --fit); 70B rows held out",
+)
+_TRITON_FRONTEND_S = 4.0e-3
+
+
 def vllm_defaults(hw: HardwareProfile) -> tuple[dict[str, object], dict[str, object]]:
     """vLLM's defaults for a server on ``hw`` (OpenAI API server usage): policy and kv_cache keys.
 
@@ -260,17 +279,20 @@ TRTLLM_MAX_BATCH = 2048
 TRTLLM_MAX_TOKENS = 8192
 
 
-def trtllm_defaults(pp: int = 1) -> tuple[dict[str, object], dict[str, object]]:
+def trtllm_defaults(pp: int = 1, block_reuse: bool = True) -> tuple[dict[str, object], dict[str, object]]:
     """TensorRT-LLM's defaults (``TRTLLM_MAX_BATCH`` and the rest above): policy and kv_cache keys.
     max_batch_size bounds one micro-batch, and ``pp`` of them are in flight: the executor holds
-    max_batch_size x pp sequences (max_num_sequences, _torch/pyexecutor/py_executor_creator.py)."""
+    max_batch_size x pp sequences (max_num_sequences, _torch/pyexecutor/py_executor_creator.py;
+    assumed the same for the 0.x C++ executor, whose in-flight batcher also keeps a micro-batch
+    per stage). ``block_reuse``: on in the LLM API (1.x); off in the 0.x C++ executor behind
+    Triton (``enable_kv_cache_reuse`` unset, tensorrtllm_backend docs/model_config.md)."""
     policy = {"kind": "trtllm", "max_num_seqs": TRTLLM_MAX_BATCH * pp, "max_batch_tokens": TRTLLM_MAX_TOKENS}
     kv = {
         "block_tokens": 32,
         "memory_fraction": 0.9,
         "memory_fraction_of": "free",
         "watermark": 0.0,
-        "prefix_caching": True,
+        "prefix_caching": block_reuse,
     }
     return policy, kv
 
@@ -286,10 +308,22 @@ def trtllm_graph_sizes(max_batch_size: int = 128, padding: bool = False) -> tupl
     return tuple(sizes if sizes[-1] == max_batch_size else [*sizes, max_batch_size])
 
 
+TRTLLM_TABLES = ("trtllm", "trtllm-engine")  # the defaults tables of TensorRT-LLM's engines
+
+
+def engine_defaults(spec: EngineSpec, hw: HardwareProfile, pp: int) -> tuple[dict[str, object], dict[str, object]]:
+    """The policy and kv_cache keys of ``spec``'s defaults table (``spec.defaults`` is set): vLLM's
+    per device, TensorRT-LLM 1.x's LLM API's (block reuse on) or its 0.x executor's (off)."""
+    if spec.defaults == "vllm":
+        return vllm_defaults(hw)
+    return trtllm_defaults(pp, block_reuse=spec.defaults == "trtllm")
+
+
 def is_trtllm(spec: EngineSpec) -> bool:
     """An engine that runs as TensorRT-LLM: its defaults, its CUDA graphs, NVIDIA GPUs only (the
-    ``trtllm`` preset, or any engine whose ``defaults`` say so; its name is the user's to set)."""
-    return spec.defaults == "trtllm"
+    ``trtllm`` and ``trtllm-engine`` presets, or any engine whose ``defaults`` say so; its name is
+    the user's to set)."""
+    return spec.defaults in TRTLLM_TABLES
 
 
 def for_stages(spec: EngineSpec, pp: int) -> EngineSpec:
@@ -310,7 +344,7 @@ def for_hardware(spec: EngineSpec, hw: HardwareProfile, where: str = "engine", c
     with ``check`` false: a device nothing runs on)."""
     if check and is_trtllm(spec) and (hw.family != "gpu" or not hw.vendor.strip().lower().startswith("nvidia")):
         raise UserError(
-            f"{where}: {spec.name} runs as TensorRT-LLM (defaults: trtllm), which runs on NVIDIA GPUs, not on "
+            f"{where}: {spec.name} runs as TensorRT-LLM (defaults: {spec.defaults}), which runs on NVIDIA GPUs, not on "
             f"{hw.name} ({hw.vendor}, {hw.family}); use the vllm-v1 or ideal engine there"
         )
     if hw.family in ("cpu", "tpu"):
@@ -476,6 +510,21 @@ PRESETS: dict[str, EngineSpec] = {
         cuda_graph_decode_only=True,
         defaults="trtllm",
     ),
+    "trtllm-engine": EngineSpec(
+        "trtllm-engine",
+        "TensorRT-LLM 0.x with TensorRT engines: the C++ executor behind Triton's tensorrtllm_backend (and "
+        "trtllm-bench's TensorRT flow): in-flight batching (policy trtllm: GUARANTEED_NO_EVICT, chunked context "
+        "off), trtllm-build's limits (2048 sequences, 8192 tokens a step), 0.9 of free memory for the cache, block "
+        "reuse off, no overlap of steps and no CUDA graphs (tensorrtllm_backend docs/model_config.md: "
+        "cuda_graph_mode false, enable_trt_overlap removed); its per-step host time and Triton's frontend delay "
+        "fitted to TensorRT-LLM 0.14's online serving table (see llmsim/engine.py)",
+        prepare=_TRTLLM_ENGINE_STEP,
+        output_delay_s=_TRITON_FRONTEND_S,
+        cuda_graphs=False,
+        cuda_graph_decode_only=True,
+        cuda_graph_padding=False,
+        defaults="trtllm-engine",
+    ),
     "vllm-2024": EngineSpec(
         "vllm-2024",
         "vLLM of early 2024 as DistServe measured it (the baseline of the DistServe paper): synchronous "
@@ -561,7 +610,7 @@ def memory_terms(spec: EngineSpec) -> dict[str, object]:
     return {k: getattr(spec, k) for k in MEMORY_FIELDS}
 
 
-DEFAULT_TABLES = ("", "vllm", "trtllm")
+DEFAULT_TABLES = ("", "vllm", *TRTLLM_TABLES)
 
 
 def _field(k: str, v: object, origin: str) -> object:
@@ -614,8 +663,9 @@ def engine_from_dict(d: dict, origin: str, base: EngineSpec | None = None) -> En
     if unknown:
         raise UserError(f"{origin}: engine: unknown key(s) {sorted(unknown)}; expected one of {sorted(known)}")
     changes = {k: _field(k, v, origin) for k, v in d.items() if k not in ("preset", "profile", "fit")}
-    if is_trtllm(spec) and "cuda_graph_padding" in changes and "cuda_graph_sizes" not in changes:
-        # (TensorRT-LLM captures other sizes with padding on: 1, 2, 4 and 8-128 by 8)
+    if spec.defaults == "trtllm" and "cuda_graph_padding" in changes and "cuda_graph_sizes" not in changes:
+        # (TensorRT-LLM 1.x captures other sizes with padding on: 1, 2, 4 and 8-128 by 8; the 0.x
+        # executor's graphs, off by default, keep every size)
         changes["cuda_graph_sizes"] = trtllm_graph_sizes(padding=changes["cuda_graph_padding"])
     return replace(spec, **changes)
 

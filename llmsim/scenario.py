@@ -949,7 +949,7 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
     names them, so a copy for other hardware can resolve them again: planning/base.py)."""
     from dataclasses import replace
 
-    from llmsim.engine import DEVICE_AMOUNTS, for_hardware, for_stages, load_engine, trtllm_defaults, vllm_defaults
+    from llmsim.engine import DEVICE_AMOUNTS, engine_defaults, for_hardware, for_stages, load_engine
     from llmsim.hardware import load_profile
 
     loaded = load_engine(sc.engine, Path(sc.base_dir), origin)
@@ -967,9 +967,10 @@ def apply_engine(sc: Scenario, origin: str) -> Scenario:
         graphs = bool(spec.cuda_graphs)
         sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"cuda_graphs": graphs})})
         filled["cluster"] = ["cuda_graphs"]
-    sc = _one_vllm_budget(sc, origin, spec.defaults)
-    if spec.defaults:
-        policy, kv = vllm_defaults(hw) if spec.defaults == "vllm" else trtllm_defaults(sc.cluster.pp)
+    table = engine_defaults(spec, hw, sc.cluster.pp) if spec.defaults else None
+    sc = _one_vllm_budget(sc, origin, str(table[0]["kind"]) if table else "")
+    if table:
+        policy, kv = table
         kind = sc.policy.kind if "kind" in sc.policy.model_fields_set else policy["kind"]
         if kind != policy["kind"]:  # the engine's token budget is its own policy's; other policies keep theirs
             policy = {k: v for k, v in policy.items() if k not in ("kind", "max_batch_tokens")}

@@ -704,3 +704,41 @@ def test_disaggregated_pools_on_nvidia_run_trtllm_whatever_the_top_level_device(
     with pytest.raises(UserError, match="cluster.decode_pool.hardware: .*not on MI300X"):
         bad = {**pools, "decode_pool": {"hardware": "MI300X"}}
         llmsim.run(_sc(engine="trtllm", hardware="MI300X", policy={"kind": "disaggregated"}, cluster=bad))
+
+
+def test_the_trtllm_engine_preset_runs_the_0x_executor_as_triton_serves_it() -> None:
+    """tensorrtllm_backend docs/model_config.md: GUARANTEED_NO_EVICT, chunked context off, no CUDA
+    graphs, KV reuse off, 0.9 of free memory; no overlap of steps (enable_trt_overlap removed).
+    Its step host time runs in series with the device, and Triton's frontend delays every token."""
+    sc = _sc(engine="trtllm-engine")
+    p, kv, spec = sc.policy, sc.kv_cache, sc.engine_spec
+    assert (p.kind, p.max_num_seqs, p.max_batch_tokens, p.enable_chunked_context) == ("trtllm", 2048, 8192, False)
+    assert (kv.block_tokens, kv.memory_fraction, kv.memory_fraction_of, kv.prefix_caching) == (32, 0.9, "free", False)
+    assert not spec.async_scheduling and not sc.cluster.cuda_graphs
+    assert spec.prepare.base_s > 0 and spec.output_delay_s > 0 and "fitted" in spec.prepare.source
+    with pytest.raises(UserError, match="runs on NVIDIA GPUs, not on MI300X"):
+        _sc(engine="trtllm-engine", hardware="MI300X")
+    one = {
+        "kind": "poisson",
+        "rate_rps": 1.0,
+        "num_requests": 1,
+        "prompt_tokens": {"dist": "fixed", "value": 200},
+        "output_tokens": {"dist": "fixed", "value": 4},
+    }
+    base = llmsim.run(_sc(engine="trtllm-engine", workload=one))
+    quiet = llmsim.run(_sc(engine={"preset": "trtllm-engine", "output_delay_s": 0.0}, workload=one))
+    assert base.summary["mean_ttft_ms"] - quiet.summary["mean_ttft_ms"] == pytest.approx(spec.output_delay_s * 1e3)
+    # each step lasts its device time plus the host's (no overlap)
+    cm = _cost("trtllm-engine")
+    parts = cm.breakdown(batch_shape([], [500] * 8))
+    assert parts["engine_prepare"] == spec.prepare.base_s and "engine_async_overlap" not in parts
+    assert sum(parts.values()) == pytest.approx(cm.step_time(batch_shape([], [500] * 8)), rel=1e-12)
+
+
+def test_padding_on_the_trtllm_engine_keeps_its_graph_sizes() -> None:
+    """TensorRT-LLM 1.x's padded capture list belongs to that preset; the 0.x executor's graphs (off
+    by default) keep every size, whatever its padding switch says."""
+    for padding in (False, True):
+        spec = _sc(engine={"preset": "trtllm-engine", "cuda_graph_padding": padding}).engine_spec
+        assert spec.cuda_graph_sizes == () and spec.cuda_graph_padding is padding
+    assert _sc(engine={"preset": "trtllm", "cuda_graph_padding": True}).engine_spec.cuda_graph_sizes[:3] == (1, 2, 4)

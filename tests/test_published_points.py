@@ -295,3 +295,25 @@ def test_trtllm_dynamic_batch_tuner_buckets_as_tensorrt_llm_s_own_test():
     cases = {143: 128, 335: 256, 671: 512, 831: 768, 1279: 1024, 1663: 1536, 2049: 2048, 1665: 1665}
     assert {c: pp.trtllm_runtime_batch(c) for c in cases} == cases
     assert pp.trtllm_runtime_batch(12) == 128  # (a KV cache of a dozen whole requests still runs 128)
+
+
+def test_every_row_of_the_trtllm_online_table_maps_and_splits_before_fitting():
+    """The 72 rows of TensorRT-LLM 0.14's online table: each maps to a scenario under the
+    trtllm-engine preset; the 8B rows at a finite QPS fit its two terms, the 70B rows check them,
+    the INF rows stand apart; a row that is also a points.yaml record maps as that record does."""
+    to = load_script("trtllm_online", ROOT / "benchmarks" / "trtllm_online.py")
+    rows = to.load_rows()
+    assert len(rows) == 72
+    sets = [to.row_set(r) for r in rows]
+    assert (sets.count("fit"), sets.count("check"), sets.count("INF")) == (30, 30, 12)
+    assert all(r["model"] == to.FIT_MODEL for r, s in zip(rows, sets, strict=True) if s == "fit")
+    for row in rows:
+        mp = pp.map_point(to.row_point(row, BY_ID))
+        assert mp.scenario is not None and not mp.reasons, (row, mp.reasons)
+        assert mp.scenario["engine"] == "trtllm-engine"
+    record = BY_ID["trtllm014-online-llama31-8b-h100-tp1-202-214-qps16-ttft"]
+    fields = ("model", "gpu", "input_len", "output_len", "qps")
+    row = next(r for r in rows if tuple(r[f] for f in fields) == ("LLaMA 3.1 8B", "H100 80GB HBM3", "202", "214", "16"))
+    mine, theirs = pp.map_point(to.row_point(row, BY_ID)).scenario, pp.map_point(record).scenario
+    assert {**mine, "name": ""} == {**theirs, "name": ""}
+    assert float(row["mean_ttft_ms"]) == record["value"]

@@ -387,7 +387,8 @@ def translate(data: dict, label: str, set_keys: frozenset[str] = frozenset()) ->
         if is_trtllm(sc.engine_spec):
             raise UserError(
                 f"{origin}: engine: {sc.engine_spec.name} runs as TensorRT-LLM, and llmsim bench simulates "
-                "vllm serve; write a scenario with engine: trtllm for TensorRT-LLM"
+                "vllm serve; write a scenario with engine: trtllm (1.x) or trtllm-engine (0.x behind Triton) and run it "
+                "with llmsim run"
             )
         budget, seqs = sc.policy.chunk_tokens, sc.policy.max_num_seqs
         if budget < seqs:
