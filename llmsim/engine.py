@@ -285,7 +285,9 @@ def trtllm_defaults(pp: int = 1, block_reuse: bool = True) -> tuple[dict[str, ob
     max_batch_size x pp sequences (max_num_sequences, _torch/pyexecutor/py_executor_creator.py;
     assumed the same for the 0.x C++ executor, whose in-flight batcher also keeps a micro-batch
     per stage). ``block_reuse``: on in the LLM API (1.x); off in the 0.x C++ executor behind
-    Triton (``enable_kv_cache_reuse`` unset, tensorrtllm_backend docs/model_config.md)."""
+    Triton (``enable_kv_cache_reuse`` unset, tensorrtllm_backend docs/model_config.md). 32-token
+    blocks in both: trtllm-build's plugin config has ``tokens_per_block`` 32 in the releases with
+    ``reduce_fusion`` (tensorrt_llm/plugin/plugin.py; 64 in older ones)."""
     policy = {"kind": "trtllm", "max_num_seqs": TRTLLM_MAX_BATCH * pp, "max_batch_tokens": TRTLLM_MAX_TOKENS}
     kv = {
         "block_tokens": 32,
@@ -516,7 +518,8 @@ PRESETS: dict[str, EngineSpec] = {
         "trtllm-bench's TensorRT flow): in-flight batching (policy trtllm: GUARANTEED_NO_EVICT, chunked context "
         "off), trtllm-build's limits (2048 sequences, 8192 tokens a step), 0.9 of free memory for the cache, block "
         "reuse off, no overlap of steps and no CUDA graphs (tensorrtllm_backend docs/model_config.md: "
-        "cuda_graph_mode false, enable_trt_overlap removed); its per-step host time and Triton's frontend delay "
+        "cuda_graph_mode false, enable_trt_overlap removed; executorImpl.cpp executionLoop: forwardSync, "
+        "fetchNewRequests, forwardAsync in turn); its per-step host time and Triton's frontend delay "
         "fitted to TensorRT-LLM 0.14's online serving table (see llmsim/engine.py)",
         prepare=_TRTLLM_ENGINE_STEP,
         output_delay_s=_TRITON_FRONTEND_S,
