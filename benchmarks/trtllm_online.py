@@ -15,6 +15,8 @@ at once) are reported apart.
     python benchmarks/trtllm_online.py --rows          # ... and every row
     python benchmarks/trtllm_online.py --engine ideal  # another engine (a preset name or a JSON mapping)
     python benchmarks/trtllm_online.py --fit           # the grid fit of the trtllm-engine preset's terms
+    python benchmarks/trtllm_online.py --record        # store the held-out rows' errors as the preset's
+                                                       # prediction intervals (data/validation/accuracy.json)
 """
 
 from __future__ import annotations
@@ -147,6 +149,25 @@ def fit(rows: list[dict], records: dict[str, dict]) -> tuple[float, float, list[
     return grid[0][1], grid[0][2], best
 
 
+RECORD_KIND = "trtllm-0.14-online"
+
+
+def held_out_scores(results: list[Result]) -> list[dict]:
+    """The rows no fit saw (the 70B rows and every INF row), as ``llmsim.accuracy.record`` stores
+    runs: each row's mean-TTFT and mean-ITL errors, tagged GPU and dense (Llama 3.1)."""
+    return [
+        {
+            "run": f"{r.row['model']} | {r.row['gpu'].split()[0]} | {r.row['input_len']}/{r.row['output_len']} | "
+            f"QPS {r.row['qps']}",
+            "devices": ["gpu"],
+            "moe": False,
+            **{f"err_{key}": error(r, column, key) for _, column, key in FIGURES},
+        }
+        for r in results
+        if row_set(r.row) != "fit"
+    ]
+
+
 def engine_arg(text: str | None) -> object:
     if text is None:
         return None
@@ -158,7 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", help="simulate under this engine: a preset name or a JSON mapping")
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--fit", action="store_true", help="grid-fit the trtllm-engine preset's two terms on the 8B rows")
+    ap.add_argument(
+        "--record", action="store_true", help="store the held-out rows' errors in data/validation/accuracy.json"
+    )
     args = ap.parse_args(argv)
+    if args.record and (args.fit or args.engine):
+        print("trtllm_online.py: error: --record stores the preset as shipped; drop --fit / --engine", file=sys.stderr)
+        return 2
     records = {p["id"]: p for p in pp.load_points()}
     rows = load_rows()
     start = time.perf_counter()
@@ -183,6 +210,14 @@ def main(argv: list[str] | None = None) -> int:
         f"check rows {score([r for r in results if row_set(r.row) == 'check']):.1%}"
     )
     print(f"({len(rows)} rows in {time.perf_counter() - start:.0f} s)")
+    if args.record:
+        from llmsim.accuracy import record
+
+        source = (
+            "TensorRT-LLM 0.14 behind Triton, its published online table (perf-overview.md, v0.17 edition): the 70B "
+            "TP4 rows and the INF rows, held out of the trtllm-engine preset's fit (benchmarks/trtllm_online.py)"
+        )
+        print(f"wrote {record(RECORD_KIND, held_out_scores(results), source, engine='trtllm-engine')}")
     return 0
 
 

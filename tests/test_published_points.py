@@ -317,3 +317,16 @@ def test_every_row_of_the_trtllm_online_table_maps_and_splits_before_fitting():
     mine, theirs = pp.map_point(to.row_point(row, BY_ID)).scenario, pp.map_point(record).scenario
     assert {**mine, "name": ""} == {**theirs, "name": ""}
     assert float(row["mean_ttft_ms"]) == record["value"]
+
+
+def test_the_trtllm_engine_intervals_are_its_held_out_rows():
+    """accuracy.json holds the trtllm-engine preset's errors on the online table's rows its fit did
+    not see (trtllm_online.py --record): no fit row among them, and only that preset reports them."""
+    from llmsim.accuracy import validated
+
+    to = load_script("trtllm_online", ROOT / "benchmarks" / "trtllm_online.py")
+    rec = validated("trtllm-engine")
+    assert rec is not None and set(rec) == {to.RECORD_KIND}
+    runs = rec[to.RECORD_KIND]["runs"]
+    assert len(runs) == 42 and not any(r.startswith(to.FIT_MODEL) and not r.endswith("QPS INF") for r in runs)
+    assert to.RECORD_KIND not in (validated("vllm-v1") or {})
