@@ -337,6 +337,16 @@ def for_stages(spec: EngineSpec, pp: int) -> EngineSpec:
     return spec
 
 
+def refused_on(spec: EngineSpec, hw: HardwareProfile) -> str:
+    """Why ``spec`` cannot run on ``hw`` ("" where it can): TensorRT-LLM runs on NVIDIA GPUs only."""
+    if is_trtllm(spec) and (hw.family != "gpu" or not hw.vendor.strip().lower().startswith("nvidia")):
+        return (
+            f"{spec.name} runs as TensorRT-LLM (defaults: {spec.defaults}), which runs on NVIDIA GPUs, not on "
+            f"{hw.name} ({hw.vendor}, {hw.family})"
+        )
+    return ""
+
+
 def for_hardware(spec: EngineSpec, hw: HardwareProfile, where: str = "engine", check: bool = True) -> EngineSpec:
     """The engine as it runs on ``hw``: vLLM on a CPU forces async scheduling off ("not required
     on CPU", vllm/platforms/cpu.py) and has no CUDA graphs; a TPU has no CUDA graphs either. The
@@ -344,11 +354,8 @@ def for_hardware(spec: EngineSpec, hw: HardwareProfile, where: str = "engine", c
     VLLM_CPU_KVCACHE_SPACE, not from a profile run): elsewhere they are not applied. An engine
     that runs as TensorRT-LLM is refused off NVIDIA GPUs (``where`` names the key to blame; not
     with ``check`` false: a device nothing runs on)."""
-    if check and is_trtllm(spec) and (hw.family != "gpu" or not hw.vendor.strip().lower().startswith("nvidia")):
-        raise UserError(
-            f"{where}: {spec.name} runs as TensorRT-LLM (defaults: {spec.defaults}), which runs on NVIDIA GPUs, not on "
-            f"{hw.name} ({hw.vendor}, {hw.family}); use the vllm-v1 or ideal engine there"
-        )
+    if check and (refusal := refused_on(spec, hw)):
+        raise UserError(f"{where}: {refusal}; use the vllm-v1 or ideal engine there")
     if hw.family in ("cpu", "tpu"):
         spec = replace(spec, **memory_terms(PRESETS["ideal"]))  # (the ideal engine reserves nothing)
     spec = _device_memory(spec, hw)

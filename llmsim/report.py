@@ -749,6 +749,8 @@ def plan_overview(r: ResultsDir) -> Table:
         ("winner", plan.get("winner") or "(none)"),
         ("candidates that never met the SLOs", len(never_met(r))),
     ]
+    if plan.get("left_out"):  # plan.engines' pairs with hardware they do not run on
+        pairs.append(("left out of the search", "; ".join(str(x) for x in plan["left_out"])))
     if cap:
         # the recommendation's format for the same number
         pairs.append(("winner's SLO capacity: highest rate still meeting the SLOs (req/s)", f"{cap['rate_rps']:.2f}"))

@@ -175,7 +175,7 @@ def _candidates_by_policy(path: Path) -> dict:
     from llmsim.planning.space import candidates
 
     base = Base.from_path(path)
-    return {c.policy: c for c in candidates(base, base.plan_config())}
+    return {c.policy: c for c in candidates(base, base.plan_config())[0]}
 
 
 def test_a_pipelined_scenario_s_candidates_count_and_name_their_stages(tmp_path) -> None:
@@ -242,3 +242,41 @@ def test_an_overloaded_point_is_not_feasible_even_where_its_finite_workload_met_
         and "only because the workload ends" in v["reason"]
     )
     assert _verdict({**res, "verdict": "stable"}, 0.9, {})["feasible"] is True
+
+
+def test_a_plan_compares_engines_where_each_runs(tmp_path) -> None:
+    """plan.engines: each engine a candidate on each device it runs on, with its own policy and
+    budget where the scenario names none; a TensorRT-LLM engine's pairs with an AMD GPU are left
+    out and said (printed, plan.json), not refused; none left is an error."""
+    from llmsim.commands.plan import plan_text
+    from llmsim.planning.capacity import capacity_plan
+    from llmsim.planning.space import candidates, checked_space
+
+    head = (
+        "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\noutput: {steps: none}\n"
+        "workload: {kind: poisson, rate_rps: 2, num_requests: 6, prompt_tokens: {dist: fixed, value: 64}, "
+        "output_tokens: {dist: fixed, value: 4}}\n"
+    )
+    plan = "plan: {hardware: [H100-SXM, MI300X], engines: [vllm-v1, trtllm], replicas: [1], goodput_search: false, sensitivity: 0}\n"
+    path = tmp_path / "s.yaml"
+    path.write_text(head + plan)
+    base = Base.from_path(path)
+    cands, left_out = candidates(base, base.plan_config())
+    assert {(c.hardware, c.engine, c.policy, c.chunk_tokens) for c in cands} == {
+        ("H100-SXM", "vllm-v1", "vllm", None),
+        ("MI300X", "vllm-v1", "vllm", None),
+        ("H100-SXM", "trtllm", "trtllm", None),
+    }
+    assert len(left_out) == 1 and left_out[0].startswith("MI300X on trtllm: ") and "NVIDIA GPUs" in left_out[0]
+    trt = next(c for c in cands if c.engine == "trtllm")
+    assert trt.label == "H100-SXM tp1 trtllm on trtllm" and trt.overrides(1)["engine"] == "trtllm"
+    # the vLLM candidate on the MI300X gets vLLM's budget for that device (16,384 at >= 160 GiB)
+    mi = next(c for c in cands if c.hardware == "MI300X")
+    assert base.scenario(mi.overrides(1)).policy.chunk_tokens == 16384
+    result = capacity_plan(base, progress=False)
+    assert result.left_out == left_out and len(result.table) == 3
+    text = plan_text(result, ["trtllm", "vllm-v1"])
+    assert "left out of the search (1):" in text and "accuracy (trtllm) " in text and "accuracy (vllm-v1) " in text
+    path.write_text(head + plan.replace("H100-SXM, ", "").replace("vllm-v1, ", ""))
+    with pytest.raises(UserError, match="plan: no candidate left: MI300X on trtllm: "):
+        checked_space(Base.from_path(path))

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from llmsim.commands.run import add_set_option
 
-    p = sub.add_parser("plan", help="capacity plan: cheapest hardware/tp/replicas/policy meeting the SLOs + report")
+    p = sub.add_parser(
+        "plan", help="capacity plan: cheapest hardware/engine/tp/replicas/policy meeting the SLOs + report"
+    )
     p.add_argument("scenario", help="path to a scenario YAML with a `plan:` section")
     p.add_argument(
         "--target-rps", type=float, help="arrival rate to plan for (default: plan.target_rps or the trace's)"
@@ -75,7 +77,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         base = Base.from_path(args.scenario, overrides)
         sc = base.scenario()  # validates everything before any work: the scenario,
-        _, cands = checked_space(base)  # ... the plan: section and every candidate it names,
+        _, cands, _ = checked_space(base)  # ... the plan: section and every candidate it names,
     except UserError as exc:  # a --set value named as the --set item, not as the file's
         raise set_blamed(exc, Path(args.scenario), overrides) from None
     check_target(base, args.target_rps)  # ... the rate to plan for,
@@ -96,7 +98,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             written += write_report(tmp)
     written = [out / p.relative_to(tmp) for p in written]
     if not args.quiet:
-        print(plan_text(plan, sc.engine_spec.name, plan_like(base, sc, [c.hardware for c in cands])))
+        engines = sorted({c.engine for c in cands if c.engine}) or [sc.engine_spec.name]
+        print(plan_text(plan, engines, plan_like(base, sc, [c.hardware for c in cands])))
         print("\nwrote: " + ", ".join(str(p) for p in written))
     return 0
 
@@ -156,18 +159,25 @@ def plan_like(base: Base, sc: Scenario, hardware: list[str]) -> dict:
     return runs_like({load_profile(h, Path(base.base_dir)).family for h in hardware}, build_model(sc).is_moe)
 
 
-def plan_text(plan: Plan, engine: str = "vllm-v1", like: dict | None = None) -> str:
+def plan_text(plan: Plan, engines: list[str] | None = None, like: dict | None = None) -> str:
+    """The plan as the CLI prints it; ``engines``: the candidates' engines (each gets its accuracy line)."""
     head = f"capacity plan at {plan.target_rps:.3f} req/s, SLO attainment target {plan.target_attainment:.0%}\n"
     out = [head + "\ncheapest configurations meeting the SLOs:"]
     out.append(_table(plan.winners, WINNER_COLUMNS) if not plan.winners.empty else "(none)")
     if not plan.infeasible.empty:
         out.append(f"\ncandidates that never met the SLOs ({len(plan.infeasible)}):")
         out += [f"  {r['config']}: {r['reason']}" for r in plan.infeasible.to_dict("records")]
+    if plan.left_out:
+        out.append(f"\nleft out of the search ({len(plan.left_out)}):")
+        out += [f"  {why}" for why in plan.left_out]
     if not plan.sensitivity.empty:
         out.append("\nsensitivity (every efficiency scaled):")
         out.append(_table(plan.sensitivity, SENSITIVITY_COLUMNS))
     out.append("\nrecommendation: " + plan.recommendation)
     from llmsim.accuracy import interval_line, validated
 
-    out.append("accuracy " + interval_line(validated(engine, **(like or {})), like))
+    engines = engines or ["vllm-v1"]
+    for engine in engines:
+        named = f" ({engine})" if len(engines) > 1 else ""
+        out.append(f"accuracy{named} " + interval_line(validated(engine, **(like or {})), like))
     return "\n".join(out)

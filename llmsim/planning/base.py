@@ -28,7 +28,10 @@ class PlanConfig(BaseModel):
     tp: list[WholeCount] | None = Field(None, min_length=1)
     # tried in increasing order until the SLOs are met
     replicas: list[WholeCount] = Field([1, 2, 4, 8], min_length=1)
-    policies: list[str] | None = Field(None, min_length=1)  # default: the scenario's policy.kind
+    # engine presets (or engine profile files) to compare; default: the scenario's engine. A
+    # TensorRT-LLM engine is paired with NVIDIA GPUs only (the other pairs are left out, and said)
+    engines: list[str] | None = Field(None, min_length=1)
+    policies: list[str] | None = Field(None, min_length=1)  # default: the scenario's policy.kind (per engine)
     chunk_tokens: list[WholeCount] | None = Field(None, min_length=1)  # chunked policy only; default: the scenario's
     pd_ratios: list[str] = Field(["1:1"], min_length=1)  # disaggregated only: prefill:decode replicas per unit
     top: int = Field(5, gt=0, strict=True)  # winners listed (strict: YAML true is not 1)
@@ -43,7 +46,7 @@ class PlanConfig(BaseModel):
             raise ValueError("a fraction, e.g. 0.15 for efficiencies ±15%, not a percentage")
         return v
 
-    @field_validator("hardware", "tp", "replicas", "policies", "chunk_tokens", "pd_ratios")
+    @field_validator("hardware", "engines", "tp", "replicas", "policies", "chunk_tokens", "pd_ratios")
     @classmethod
     def _once_each(cls, v: list | None) -> list | None:
         seen: set = set()  # (a set: a search list of thousands is checked in linear time)

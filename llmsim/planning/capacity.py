@@ -36,7 +36,7 @@ def capacity_plan(
 
     base = as_base(base)
     check_target(base, target_rps)
-    cfg, cands = checked_space(base)  # the whole space is validated before the first simulation
+    cfg, cands, left_out = checked_space(base)  # the whole space is validated before the first simulation
     sc = base.scenario()
     knob = rate_knob(base)
     target_rps = target_rps or cfg.target_rps or offered_rate(base, knob)
@@ -73,6 +73,7 @@ def capacity_plan(
         pareto=pareto_front(feasible, "usd_per_hour", "p99_ttft_ms"),
         infeasible=infeasible_candidates(table, owner),
         best=ranked[0] if ranked else None,
+        left_out=left_out,
     )
     if plan.best is not None and cfg.sensitivity > 0:
         top = winners.head(SENSITIVITY_WINNERS)

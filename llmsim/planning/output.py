@@ -53,6 +53,7 @@ def _meta(plan: Plan) -> dict:
         "recommendation": plan.recommendation,
         "winner": None if plan.winners.empty else plan.winners.iloc[0]["config"],
         "candidates_never_met": len(plan.infeasible),
+        "left_out": plan.left_out,  # hardware-engine pairs not searched: the engine does not run there
         # the winner's SLO capacity (goodput_search), not vLLM's request_goodput (that is in summary.json)
         "slo_capacity": None
         if g is None

@@ -23,3 +23,4 @@ class Plan:
     slo_capacity: GoodputResult | None = None
     recommendation: str = ""
     best: Point | None = None  # what winners' first row describes (None: no winner)
+    left_out: list[str] = field(default_factory=list)  # plan.engines' pairs with hardware they do not run on

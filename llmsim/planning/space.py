@@ -27,16 +27,20 @@ class Candidate:
     # MoE: the scenario's expert parallelism (colocated: its replicas are one EP group; disaggregated:
     # each pool is one), carried to whichever layout the candidate has
     expert_parallel: bool = False
+    engine: str | None = None  # plan.engines' (None: the scenario's own engine)
 
     @property
     def label(self) -> str:
         extra = f" chunk{self.chunk_tokens}" if self.chunk_tokens else ""
         extra += f" P:D {self.pd_ratio}" if self.pd_ratio else ""
+        extra += f" on {self.engine}" if self.engine else ""
         pipeline = f" pp{self.pp}" if self.pp > 1 else ""
         return f"{self.hardware} tp{self.tp}{pipeline} {self.policy}{extra}"
 
     def overrides(self, replicas: int) -> dict[str, object]:
         out: dict[str, object] = {"hardware": self.hardware, "policy.kind": self.policy}
+        if self.engine:
+            out["engine"] = self.engine
         if self.chunk_tokens:
             out["policy.chunk_tokens"] = self.chunk_tokens
             if self.policy == "vllm":  # vLLM's one budget (--max-num-batched-tokens): both keys say it
@@ -87,28 +91,61 @@ class Point:
 MAX_PLAN_POINTS = MAX_POINTS  # candidates x replica counts: the points a plan may search
 
 
-def candidates(base: Base, cfg: PlanConfig) -> list[Candidate]:
-    """Every combination of the ``plan:`` lists, defaulting each to the scenario's own value."""
+def candidates(base: Base, cfg: PlanConfig) -> tuple[list[Candidate], list[str]]:
+    """Every combination of the ``plan:`` lists, defaulting each to the scenario's own value, and
+    the hardware-engine pairs left out because the engine does not run there (said, not searched)."""
     sc = base.scenario()
     c = sc.cluster
     pools = [p for p in (c.prefill_pool, c.decode_pool) if p is not None]
     # a disaggregated base is sized by its pools: their tp (and expert parallelism) are its defaults
     tps = sorted({p.tp for p in pools}) if pools else [c.tp]
     expert_parallel = any(p.expert_parallel for p in pools) if pools else c.expert_parallel
-    out = []
+    out, left_out = [], []
     for hw in cfg.hardware or [sc.hardware]:
-        for tp in cfg.tp or tps:
-            for policy in cfg.policies or [sc.policy.kind]:
-                chunks = (cfg.chunk_tokens or [sc.policy.chunk_tokens]) if policy in ("chunked", "vllm") else [None]
-                ratios = cfg.pd_ratios if policy == "disaggregated" else [None]
-                for chunk in chunks:
-                    for ratio in ratios:
-                        if ratio is not None and not _valid_ratio(ratio):
-                            raise UserError(f"{base.origin}: plan.pd_ratios: {ratio!r} is not like '1:2'")
-                        # a disaggregated candidate's pools are not pipelined
-                        pp = 1 if ratio else c.pp
-                        out.append(Candidate(hw, tp, policy, chunk, ratio, pp, expert_parallel))
-    return out
+        for engine in cfg.engines or [None]:
+            if engine and (why := _refused(base, engine, hw)):
+                left_out.append(f"{hw} on {engine}: {why}")
+                continue
+            # each engine's own policy where the scenario names none (its defaults table fills it)
+            default_kind = _engine_kind(base, engine, hw) if engine else sc.policy.kind
+            for tp in cfg.tp or tps:
+                for policy in cfg.policies or [default_kind]:
+                    # (under plan.engines, each engine's own budget where the plan names none)
+                    own = [None] if cfg.engines else [sc.policy.chunk_tokens]
+                    chunks = (cfg.chunk_tokens or own) if policy in ("chunked", "vllm") else [None]
+                    ratios = cfg.pd_ratios if policy == "disaggregated" else [None]
+                    for chunk in chunks:
+                        for ratio in ratios:
+                            if ratio is not None and not _valid_ratio(ratio):
+                                raise UserError(f"{base.origin}: plan.pd_ratios: {ratio!r} is not like '1:2'")
+                            # a disaggregated candidate's pools are not pipelined
+                            pp = 1 if ratio else c.pp
+                            out.append(Candidate(hw, tp, policy, chunk, ratio, pp, expert_parallel, engine))
+    if not out:
+        raise UserError(f"{base.origin}: plan: no candidate left: {'; '.join(left_out)}")
+    return out, left_out
+
+
+def _refused(base: Base, engine: str, hardware: str) -> str:
+    """Why ``engine`` (a plan.engines entry) does not run on ``hardware`` ("" where it does)."""
+    from llmsim.engine import load_engine, refused_on
+    from llmsim.hardware import load_profile
+
+    try:
+        spec = load_engine(engine, Path(base.base_dir), base.origin)
+    except UserError as exc:
+        msg = str(exc).splitlines()[0].replace(f"{base.origin}: ", "", 1)
+        raise UserError(f"{base.origin}: plan.engines: {engine!r}: {msg}") from None
+    return refused_on(spec, load_profile(hardware, Path(base.base_dir)))
+
+
+def _engine_kind(base: Base, engine: str, hardware: str) -> str:
+    """The policy kind a scenario on ``hardware`` under ``engine`` resolves to (its own, or the engine's)."""
+    try:
+        return base.scenario({"hardware": hardware, "engine": engine}).policy.kind
+    except UserError as exc:
+        msg = str(exc).splitlines()[0].replace(f"{base.origin}: ", "", 1)
+        raise UserError(f"{base.origin}: plan: {hardware} on {engine}: {msg}") from None
 
 
 def _valid_ratio(r: str) -> bool:
@@ -116,10 +153,10 @@ def _valid_ratio(r: str) -> bool:
     return len(parts) == 2 and all(p.strip().isdigit() and int(p) > 0 for p in parts)
 
 
-def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate]]:
-    """The ``plan:`` section and its candidates, every one validated before any search (a one-line
-    ``UserError`` naming the plan key or candidate): a bad plan fails in milliseconds, not after
-    the rounds before it ran."""
+def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate], list[str]]:
+    """The ``plan:`` section, its candidates and the hardware-engine pairs left out, every candidate
+    validated before any search (a one-line ``UserError`` naming the plan key or candidate): a bad
+    plan fails in milliseconds, not after the rounds before it ran."""
     from llmsim.hardware import load_profile
 
     cfg = base.plan_config()
@@ -129,7 +166,7 @@ def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate]]:
         except UserError as exc:
             raise UserError(f"{base.origin}: plan.hardware: {exc}") from None
     _check_policy_names(base, cfg)
-    cands = candidates(base, cfg)
+    cands, left_out = candidates(base, cfg)
     points = len(cands) * len(cfg.replicas)
     if points > MAX_PLAN_POINTS:  # (each point is at least one simulation; 9M of them ran for days)
         raise UserError(
@@ -149,7 +186,7 @@ def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate]]:
         if c is cands[0]:
             _check_routing(base, sc)
         _check_parallelism(base, sc, c)
-    return cfg, cands
+    return cfg, cands, left_out
 
 
 def _check_routing(base: Base, sc: Scenario) -> None:
