@@ -248,7 +248,7 @@ def test_a_plan_compares_engines_where_each_runs(tmp_path) -> None:
     """plan.engines: each engine a candidate on each device it runs on, with its own policy and
     budget where the scenario names none; a TensorRT-LLM engine's pairs with an AMD GPU are left
     out and said (printed, plan.json), not refused; none left is an error."""
-    from llmsim.commands.plan import plan_text
+    from llmsim.commands.plan import engine_likes, plan_text
     from llmsim.planning.capacity import capacity_plan
     from llmsim.planning.space import candidates, checked_space
 
@@ -275,8 +275,32 @@ def test_a_plan_compares_engines_where_each_runs(tmp_path) -> None:
     assert base.scenario(mi.overrides(1)).policy.chunk_tokens == 16384
     result = capacity_plan(base, progress=False)
     assert result.left_out == left_out and len(result.table) == 3
-    text = plan_text(result, ["trtllm", "vllm-v1"])
+    text = plan_text(result, engine_likes(base, base.scenario(), cands))
     assert "left out of the search (1):" in text and "accuracy (trtllm) " in text and "accuracy (vllm-v1) " in text
     path.write_text(head + plan.replace("H100-SXM, ", "").replace("vllm-v1, ", ""))
-    with pytest.raises(UserError, match="plan: no candidate left: MI300X on trtllm: "):
+    with pytest.raises(UserError, match="plan.engines: no engine runs on any device of the plan .MI300X on trtllm: "):
         checked_space(Base.from_path(path))
+
+
+def test_plan_engines_lose_nothing_the_scenario_wrote(tmp_path) -> None:
+    """The scenario's own engine settings would be dropped by plan.engines: refused; an empty name
+    is no engine; the plan table names each row's engine; each engine's accuracy line is about the
+    devices it was paired with; a chunk size the scenario states is every engine's."""
+    from llmsim.commands.plan import engine_likes
+    from llmsim.planning.space import candidates, checked_space
+
+    head = "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\n"
+    plan = "plan: {hardware: [H100-SXM, Xeon-8480+], engines: [vllm-v1, trtllm-engine], replicas: [1]}\n"
+    path = _scenario(tmp_path, head + "engine: {preset: vllm-v1, output_delay_s: 0.2}\n", plan)
+    with pytest.raises(UserError, match=r"whose own settings \(output_delay_s\) no listed engine would keep"):
+        checked_space(Base.from_path(path))
+    path = _scenario(tmp_path, head, plan.replace("trtllm-engine", "''"))
+    with pytest.raises(UserError, match="'' names no engine"):
+        checked_space(Base.from_path(path))
+    path = _scenario(tmp_path, head + "policy: {kind: vllm, chunk_tokens: 512}\n", plan)
+    base = Base.from_path(path)
+    cands, left_out = candidates(base, base.plan_config())
+    assert left_out == [left_out[0]] and left_out[0].startswith("Xeon-8480+ on trtllm-engine")
+    assert {c.chunk_tokens for c in cands if c.policy == "vllm"} == {512}
+    likes = engine_likes(base, base.scenario(), cands)
+    assert likes["trtllm-engine"]["devices"] == ["gpu"] and likes["vllm-v1"]["devices"] == ["cpu", "gpu"]

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from llmsim.planning.base import Base
     from llmsim.planning.result import Plan
+    from llmsim.planning.space import Candidate
     from llmsim.scenario import Scenario
 
 
@@ -98,8 +99,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             written += write_report(tmp)
     written = [out / p.relative_to(tmp) for p in written]
     if not args.quiet:
-        engines = sorted({c.engine for c in cands if c.engine}) or [sc.engine_spec.name]
-        print(plan_text(plan, engines, plan_like(base, sc, [c.hardware for c in cands])))
+        print(plan_text(plan, engine_likes(base, sc, cands)))
         print("\nwrote: " + ", ".join(str(p) for p in written))
     return 0
 
@@ -159,8 +159,18 @@ def plan_like(base: Base, sc: Scenario, hardware: list[str]) -> dict:
     return runs_like({load_profile(h, Path(base.base_dir)).family for h in hardware}, build_model(sc).is_moe)
 
 
-def plan_text(plan: Plan, engines: list[str] | None = None, like: dict | None = None) -> str:
-    """The plan as the CLI prints it; ``engines``: the candidates' engines (each gets its accuracy line)."""
+def engine_likes(base: Base, sc: Scenario, cands: list[Candidate]) -> dict[str, dict]:
+    """Each engine of the plan's candidates and the kind of run its own candidates are (the devices
+    it was paired with, not every device of the plan), for its accuracy line."""
+    hardware: dict[str, list[str]] = {}
+    for c in cands:
+        hardware.setdefault(c.engine or sc.engine_spec.name, []).append(c.hardware)
+    return {engine: plan_like(base, sc, hw) for engine, hw in sorted(hardware.items())}
+
+
+def plan_text(plan: Plan, engines: dict[str, dict | None] | None = None) -> str:
+    """The plan as the CLI prints it; ``engines``: each engine of its candidates and the kind of run
+    they are (``engine_likes``), each engine with its accuracy line."""
     head = f"capacity plan at {plan.target_rps:.3f} req/s, SLO attainment target {plan.target_attainment:.0%}\n"
     out = [head + "\ncheapest configurations meeting the SLOs:"]
     out.append(_table(plan.winners, WINNER_COLUMNS) if not plan.winners.empty else "(none)")
@@ -176,8 +186,8 @@ def plan_text(plan: Plan, engines: list[str] | None = None, like: dict | None = 
     out.append("\nrecommendation: " + plan.recommendation)
     from llmsim.accuracy import interval_line, validated
 
-    engines = engines or ["vllm-v1"]
-    for engine in engines:
+    engines = engines or {"vllm-v1": None}
+    for engine, like in engines.items():
         named = f" ({engine})" if len(engines) > 1 else ""
         out.append(f"accuracy{named} " + interval_line(validated(engine, **(like or {})), like))
     return "\n".join(out)

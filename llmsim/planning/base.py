@@ -56,6 +56,17 @@ class PlanConfig(BaseModel):
             seen.add(x)
         return v
 
+    @field_validator("engines")
+    @classmethod
+    def _named(cls, v: list[str] | None) -> list[str] | None:
+        # an empty name is no engine: it would quietly run the scenario's own beside the listed ones
+        for x in v or []:
+            if not x.strip():
+                raise ValueError(
+                    f"{x!r} names no engine; give a preset (vllm-v1, trtllm, ...) or an engine profile file"
+                )
+        return v
+
     @field_validator("pd_ratios", mode="before")
     @classmethod
     def _quoted_ratios(cls, v: object) -> object:

@@ -18,6 +18,7 @@ PLAN_COLUMNS = [
     "tp",
     "replicas",
     "policy",
+    "engine",  # plan.engines' (empty: the scenario's own engine)
     "chunk_tokens",
     "pd_ratio",
     "devices",
@@ -62,6 +63,7 @@ def plan_row(point: Point, res: dict, power_w: float, target: float, slo: dict |
         "tp": c.tp,
         "replicas": point.replicas,
         "policy": c.policy,
+        "engine": c.engine,
         "chunk_tokens": c.chunk_tokens,
         "pd_ratio": c.pd_ratio,
         "devices": devices,

@@ -100,19 +100,24 @@ def candidates(base: Base, cfg: PlanConfig) -> tuple[list[Candidate], list[str]]
     # a disaggregated base is sized by its pools: their tp (and expert parallelism) are its defaults
     tps = sorted({p.tp for p in pools}) if pools else [c.tp]
     expert_parallel = any(p.expert_parallel for p in pools) if pools else c.expert_parallel
+    if cfg.engines:
+        _check_own_engine(base)
+    # the chunk size the scenario itself states, else each point's own (its engine's default for
+    # its device, or llmsim's): not the base's resolved one, which is its own device's
+    own_chunk = (
+        (base.data.get("policy") or {}).get("chunk_tokens") if isinstance(base.data.get("policy"), dict) else None
+    )
     out, left_out = [], []
     for hw in cfg.hardware or [sc.hardware]:
         for engine in cfg.engines or [None]:
-            if engine and (why := _refused(base, engine, hw)):
+            if engine is not None and (why := _refused(base, engine, hw)):
                 left_out.append(f"{hw} on {engine}: {why}")
                 continue
-            # each engine's own policy where the scenario names none (its defaults table fills it)
-            default_kind = _engine_kind(base, engine, hw) if engine else sc.policy.kind
+            # each engine's own policy where the plan and the scenario name none (its defaults fill it)
+            policies = cfg.policies or [_engine_kind(base, engine, hw) if engine is not None else sc.policy.kind]
             for tp in cfg.tp or tps:
-                for policy in cfg.policies or [default_kind]:
-                    # (under plan.engines, each engine's own budget where the plan names none)
-                    own = [None] if cfg.engines else [sc.policy.chunk_tokens]
-                    chunks = (cfg.chunk_tokens or own) if policy in ("chunked", "vllm") else [None]
+                for policy in policies:
+                    chunks = (cfg.chunk_tokens or [own_chunk]) if policy in ("chunked", "vllm") else [None]
                     ratios = cfg.pd_ratios if policy == "disaggregated" else [None]
                     for chunk in chunks:
                         for ratio in ratios:
@@ -122,8 +127,23 @@ def candidates(base: Base, cfg: PlanConfig) -> tuple[list[Candidate], list[str]]
                             pp = 1 if ratio else c.pp
                             out.append(Candidate(hw, tp, policy, chunk, ratio, pp, expert_parallel, engine))
     if not out:
-        raise UserError(f"{base.origin}: plan: no candidate left: {'; '.join(left_out)}")
+        raise UserError(
+            f"{base.origin}: plan.engines: no engine runs on any device of the plan ({'; '.join(left_out)}); "
+            "add an NVIDIA GPU to plan.hardware or a vLLM engine to plan.engines"
+        )
     return out, left_out
+
+
+def _check_own_engine(base: Base) -> None:
+    """plan.engines replaces the scenario's ``engine:``; settings it adds to its preset would be lost
+    on every candidate: refused, so that nothing the user wrote is dropped unsaid."""
+    own = base.data.get("engine")
+    if isinstance(own, dict) and set(own) - {"preset", "profile"}:
+        extra = ", ".join(sorted(set(own) - {"preset", "profile"}))
+        raise UserError(
+            f"{base.origin}: plan.engines replaces the scenario's engine, whose own settings ({extra}) no listed "
+            "engine would keep; put them in an engine profile file and list it, or drop plan.engines"
+        )
 
 
 def _refused(base: Base, engine: str, hardware: str) -> str:
@@ -134,7 +154,7 @@ def _refused(base: Base, engine: str, hardware: str) -> str:
     try:
         spec = load_engine(engine, Path(base.base_dir), base.origin)
     except UserError as exc:
-        msg = str(exc).splitlines()[0].replace(f"{base.origin}: ", "", 1)
+        msg = str(exc).splitlines()[0].removeprefix(f"{base.origin}: ")
         raise UserError(f"{base.origin}: plan.engines: {engine!r}: {msg}") from None
     return refused_on(spec, load_profile(hardware, Path(base.base_dir)))
 
@@ -144,7 +164,7 @@ def _engine_kind(base: Base, engine: str, hardware: str) -> str:
     try:
         return base.scenario({"hardware": hardware, "engine": engine}).policy.kind
     except UserError as exc:
-        msg = str(exc).splitlines()[0].replace(f"{base.origin}: ", "", 1)
+        msg = str(exc).splitlines()[0].removeprefix(f"{base.origin}: ")
         raise UserError(f"{base.origin}: plan: {hardware} on {engine}: {msg}") from None
 
 
@@ -181,7 +201,7 @@ def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate], list[str]]:
             try:
                 sc = base.scenario(c.overrides(replicas))
             except UserError as exc:
-                msg = str(exc).splitlines()[0].replace(f"{base.origin}: ", "", 1)
+                msg = str(exc).splitlines()[0].removeprefix(f"{base.origin}: ")
                 raise UserError(f"{base.origin}: plan: candidate {replicas}x {c.label}: {msg}") from None
         if c is cands[0]:
             _check_routing(base, sc)
