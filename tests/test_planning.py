@@ -304,3 +304,13 @@ def test_plan_engines_lose_nothing_the_scenario_wrote(tmp_path) -> None:
     assert {c.chunk_tokens for c in cands if c.policy == "vllm"} == {512}
     likes = engine_likes(base, base.scenario(), cands)
     assert likes["trtllm-engine"]["devices"] == ["gpu"] and likes["vllm-v1"]["devices"] == ["cpu", "gpu"]
+
+
+def test_one_engine_profile_named_twice_is_one_entry(tmp_path) -> None:
+    from llmsim.planning.space import checked_space
+
+    (tmp_path / "prof.yaml").write_text("name: mine\ndefaults: vllm\n")
+    plan = f"plan: {{engines: [prof.yaml, ./prof.yaml, {tmp_path / 'prof.yaml'}], replicas: [1]}}\n"
+    path = _scenario(tmp_path, "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\n", plan)
+    with pytest.raises(UserError, match="plan.engines: 'prof.yaml' and './prof.yaml' are the same file"):
+        checked_space(Base.from_path(path))

@@ -102,6 +102,7 @@ def candidates(base: Base, cfg: PlanConfig) -> tuple[list[Candidate], list[str]]
     expert_parallel = any(p.expert_parallel for p in pools) if pools else c.expert_parallel
     if cfg.engines:
         _check_own_engine(base)
+        _check_engine_files(base, cfg.engines)
     # the chunk size the scenario itself states, else each point's own (its engine's default for
     # its device, or llmsim's): not the base's resolved one, which is its own device's
     own_chunk = (
@@ -132,6 +133,20 @@ def candidates(base: Base, cfg: PlanConfig) -> tuple[list[Candidate], list[str]]
             "add an NVIDIA GPU to plan.hardware or a vLLM engine to plan.engines"
         )
     return out, left_out
+
+
+def _check_engine_files(base: Base, engines: list[str]) -> None:
+    """One profile file named twice (``a.yaml``, ``./a.yaml``, its absolute path) would be searched
+    twice under two labels: refused as the same entry given twice."""
+    seen: dict[Path, str] = {}
+    for name in engines:
+        if not name.endswith((".yaml", ".yml")):
+            continue
+        path = Path(name) if Path(name).is_absolute() else Path(base.base_dir) / name
+        key = path.resolve()
+        if key in seen:
+            raise UserError(f"{base.origin}: plan.engines: {seen[key]!r} and {name!r} are the same file {key}")
+        seen[key] = name
 
 
 def _check_own_engine(base: Base) -> None:
