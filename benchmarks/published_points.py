@@ -34,6 +34,7 @@ import yaml
 
 import llmsim
 from llmsim.build import build_model, build_pools
+from llmsim.engine import TRTLLM_MAX_BATCH, TRTLLM_MAX_TOKENS
 from llmsim.errors import UserError
 from llmsim.hardware import available_profiles, load_profile
 from llmsim.models import CATALOG, served_model
@@ -78,10 +79,6 @@ METRICS = {
 # captures min(max_batch_size, max_num_tokens) in place of the larger ones: build.graph_sizes)
 TRTLLM_PAGE_GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
 
-# TensorRT-LLM 0.14's trtllm-build defaults (tensorrt_llm/builder.py BuildConfig): the Triton
-# backend's limits when a point does not state them
-TRTLLM_BUILD_MAX_BATCH = 2048
-TRTLLM_BUILD_MAX_TOKENS = 8192
 # bytes per weight / KV element in trtllm-bench's heuristic (tensorrt_llm/bench/build/tuning.py BYTES_PER_ELEM)
 TRTLLM_BYTES = {"fp8": 1.0, "fp4": 0.5}
 
@@ -425,8 +422,9 @@ def engine_section(mp: Mapping, flow: str, cat: str, hw: str, tp: int, pp: int, 
         # config.pbtxt defaults), as llmsim's trtllm policy schedules
         out["policy"] = {
             "kind": "trtllm",
-            "max_num_seqs": TRTLLM_BUILD_MAX_BATCH,
-            "max_batch_tokens": TRTLLM_BUILD_MAX_TOKENS,
+            # (trtllm-build's BuildConfig defaults, tensorrt_llm/builder.py: llmsim.engine's)
+            "max_num_seqs": TRTLLM_MAX_BATCH,
+            "max_batch_tokens": TRTLLM_MAX_TOKENS,
         }
         mp.notes.append(
             "engine trtllm-engine; limits not stated: trtllm-build defaults 2048 seqs / 8192 tokens; KV 0.9 of free"

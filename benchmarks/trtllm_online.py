@@ -54,10 +54,15 @@ STEP_GRID_S = tuple(x * 0.25e-3 for x in range(0, 9))
 FRONTEND_GRID_S = tuple(x * 1e-3 for x in range(0, 9))
 
 
+class BadEngine(Exception):
+    """--engine names an engine a row's scenario refuses: said in one line, exit 2."""
+
+
 @dataclass
 class Result:
     row: dict  # the table's row
     simulated: dict[str, float]  # the summary's figures
+    like: dict  # the kind of run it was (summary accuracy_like: devices, moe), as --record tags it
 
 
 def load_rows(path: Path = TABLE) -> list[dict]:
@@ -72,12 +77,15 @@ def row_set(row: dict) -> str:
     return "fit" if row["model"] == FIT_MODEL else "check"
 
 
+def row_id(row: dict) -> str:
+    """``LLaMA 3.1 8B | H100 | 467/256 | QPS 2``: a row as the table, the points and the record name it."""
+    return f"{row['model']} | {row['gpu'].split()[0]} | {row['input_len']}/{row['output_len']} | QPS {row['qps']}"
+
+
 def row_point(row: dict, records: dict[str, dict]) -> dict:
     """The published point of one row: its model and GPU's record with the row's lengths and rate."""
     point = copy.deepcopy(records[TEMPLATES[(row["model"], row["gpu"].split()[0])]])
-    point["id"] = (
-        f"{row['model']} | {row['gpu'].split()[0]} | {row['input_len']}/{row['output_len']} | QPS {row['qps']}"
-    )
+    point["id"] = row_id(row)
     s = point["settings"]
     s.update(input_len=int(row["input_len"]), output_len=int(row["output_len"]), num_requests=500)
     # (INF as the records write it: every request at once, through the same Triton flow)
@@ -90,14 +98,14 @@ def row_point(row: dict, records: dict[str, dict]) -> dict:
 def simulate_row(row: dict, records: dict[str, dict], engine: object = None) -> Result:
     """One row simulated under the mapping's engine, or ``engine`` in its place."""
     mp = pp.map_point(row_point(row, records))
-    assert mp.scenario is not None, mp.reasons
-    if engine is not None:
+    if mp.scenario is not None and engine is not None:
         mp.scenario["engine"] = engine
-    sc = pp.validate(mp)
-    assert sc is not None, mp.reasons
+    sc = pp.validate(mp) if mp.scenario is not None else None
+    if sc is None:
+        raise BadEngine(f"{row_id(row)}: {'; '.join(mp.reasons)}")
     s = llmsim.run(sc).summary
     keys = [k for _, _, k in (*FIGURES, OUTPUT)]
-    return Result(row, {k: float(s[k]) for k in keys})
+    return Result(row, {k: float(s[k]) for k in keys}, s["accuracy_like"])
 
 
 def error(res: Result, column: str, key: str) -> float:
@@ -154,13 +162,11 @@ RECORD_KIND = "trtllm-0.14-online"
 
 def held_out_scores(results: list[Result]) -> list[dict]:
     """The rows no fit saw (the 70B rows and every INF row), as ``llmsim.accuracy.record`` stores
-    runs: each row's mean-TTFT and mean-ITL errors, tagged GPU and dense (Llama 3.1)."""
+    runs: each row's mean-TTFT and mean-ITL errors, tagged as its simulation was."""
     return [
         {
-            "run": f"{r.row['model']} | {r.row['gpu'].split()[0]} | {r.row['input_len']}/{r.row['output_len']} | "
-            f"QPS {r.row['qps']}",
-            "devices": ["gpu"],
-            "moe": False,
+            "run": row_id(r.row),
+            **r.like,  # (the summary's accuracy_like: devices and moe, as the run was tagged)
             **{f"err_{key}": error(r, column, key) for _, column, key in FIGURES},
         }
         for r in results
@@ -171,7 +177,12 @@ def held_out_scores(results: list[Result]) -> list[dict]:
 def engine_arg(text: str | None) -> object:
     if text is None:
         return None
-    return json.loads(text) if text.lstrip().startswith("{") else text
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadEngine(f"--engine {text!r}: not a JSON mapping ({exc})") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,6 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.record and (args.fit or args.engine):
         print("trtllm_online.py: error: --record stores the preset as shipped; drop --fit / --engine", file=sys.stderr)
         return 2
+    try:
+        return run(args)
+    except BadEngine as exc:
+        print(f"trtllm_online.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
     records = {p["id"]: p for p in pp.load_points()}
     rows = load_rows()
     start = time.perf_counter()

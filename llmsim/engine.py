@@ -287,7 +287,8 @@ def trtllm_defaults(pp: int = 1, block_reuse: bool = True) -> tuple[dict[str, ob
     per stage). ``block_reuse``: on in the LLM API (1.x); off in the 0.x C++ executor behind
     Triton (``enable_kv_cache_reuse`` unset, tensorrtllm_backend docs/model_config.md). 32-token
     blocks in both: trtllm-build's plugin config has ``tokens_per_block`` 32 in the releases with
-    ``reduce_fusion`` (tensorrt_llm/plugin/plugin.py; 64 in older ones)."""
+    ``reduce_fusion`` (tensorrt_llm/plugin/plugin.py; older ones had 64 or 128, and which release
+    changed it is not pinned down)."""
     policy = {"kind": "trtllm", "max_num_seqs": TRTLLM_MAX_BATCH * pp, "max_batch_tokens": TRTLLM_MAX_TOKENS}
     kv = {
         "block_tokens": 32,
@@ -680,13 +681,22 @@ def engine_from_dict(d: dict, origin: str, base: EngineSpec | None = None) -> En
     return replace(spec, **changes)
 
 
+def profile_path(value: str, base_dir: Path) -> Path | None:
+    """The engine profile file an ``engine:`` string names (relative paths from ``base_dir``), or
+    None where it names a preset."""
+    if value in PRESETS or not value.endswith((".yaml", ".yml")):
+        return None
+    path = Path(value)
+    return path if path.is_absolute() else base_dir / path
+
+
 def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> EngineSpec:
     """The scenario's ``engine:``: a preset name, a profile path, or a mapping (``preset:`` or
     ``profile:`` plus overrides). None: the default preset."""
     if value is None:
         return PRESETS[DEFAULT_ENGINE]
     if isinstance(value, str):
-        value = {"preset": value} if value in PRESETS or not value.endswith((".yaml", ".yml")) else {"profile": value}
+        value = {"preset": value} if profile_path(value, base_dir) is None else {"profile": value}
     if "preset" in value and "profile" in value:
         raise UserError(f"{origin}: engine: give a preset or a profile, not both")
     base = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -263,18 +264,26 @@ def test_a_plan_compares_engines_where_each_runs(tmp_path) -> None:
     base = Base.from_path(path)
     cands, left_out = candidates(base, base.plan_config())
     assert {(c.hardware, c.engine, c.policy, c.chunk_tokens) for c in cands} == {
-        ("H100-SXM", "vllm-v1", "vllm", None),
-        ("MI300X", "vllm-v1", "vllm", None),
+        ("H100-SXM", "vllm-v1", "vllm", 8192),
+        ("MI300X", "vllm-v1", "vllm", 16384),  # vLLM's budget for that device (>= 160 GiB)
         ("H100-SXM", "trtllm", "trtllm", None),
     }
     assert len(left_out) == 1 and left_out[0].startswith("MI300X on trtllm: ") and "NVIDIA GPUs" in left_out[0]
     trt = next(c for c in cands if c.engine == "trtllm")
     assert trt.label == "H100-SXM tp1 trtllm on trtllm" and trt.overrides(1)["engine"] == "trtllm"
-    # the vLLM candidate on the MI300X gets vLLM's budget for that device (16,384 at >= 160 GiB)
     mi = next(c for c in cands if c.hardware == "MI300X")
+    assert mi.label == "MI300X tp1 vllm chunk16384 on vllm-v1"
     assert base.scenario(mi.overrides(1)).policy.chunk_tokens == 16384
     result = capacity_plan(base, progress=False)
     assert result.left_out == left_out and len(result.table) == 3
+    assert sorted(result.table["engine"]) == ["trtllm", "vllm-v1", "vllm-v1"]
+    from llmsim.planning.output import write_plan
+
+    write_plan(result, base, tmp_path / "out", progress=False)
+    assert json.loads((tmp_path / "out" / "plan.json").read_text())["left_out"] == left_out
+    # the winner's run names its engine
+    winner = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert winner["engine"]["name"] == (result.best.candidate.engine if result.best else None)
     text = plan_text(result, engine_likes(base, base.scenario(), cands))
     assert "left out of the search (1):" in text and "accuracy (trtllm) " in text and "accuracy (vllm-v1) " in text
     path.write_text(head + plan.replace("H100-SXM, ", "").replace("vllm-v1, ", ""))
@@ -300,7 +309,7 @@ def test_plan_engines_lose_nothing_the_scenario_wrote(tmp_path) -> None:
     path = _scenario(tmp_path, head + "policy: {kind: vllm, chunk_tokens: 512}\n", plan)
     base = Base.from_path(path)
     cands, left_out = candidates(base, base.plan_config())
-    assert left_out == [left_out[0]] and left_out[0].startswith("Xeon-8480+ on trtllm-engine")
+    assert len(left_out) == 1 and left_out[0].startswith("Xeon-8480+ on trtllm-engine")
     assert {c.chunk_tokens for c in cands if c.policy == "vllm"} == {512}
     likes = engine_likes(base, base.scenario(), cands)
     assert likes["trtllm-engine"]["devices"] == ["gpu"] and likes["vllm-v1"]["devices"] == ["cpu", "gpu"]
@@ -314,3 +323,16 @@ def test_one_engine_profile_named_twice_is_one_entry(tmp_path) -> None:
     path = _scenario(tmp_path, "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\n", plan)
     with pytest.raises(UserError, match="plan.engines: 'prof.yaml' and './prof.yaml' are the same file"):
         checked_space(Base.from_path(path))
+
+
+def test_a_candidate_without_a_stated_budget_gets_its_device_s_and_shows_it(tmp_path) -> None:
+    """No plan.chunk_tokens and none in the scenario: each device runs vLLM's default budget for it
+    (8,192 on an H100, 2,048 on an L40S: vllm/engine/arg_utils.py), named in its label."""
+    from llmsim.planning.space import candidates
+
+    path = _scenario(
+        tmp_path, "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\n", "plan: {hardware: [H100-SXM, L40S]}\n"
+    )
+    base = Base.from_path(path)
+    labels = [c.label for c in candidates(base, base.plan_config())[0]]
+    assert labels == ["H100-SXM tp1 vllm chunk8192", "L40S tp1 vllm chunk2048"]

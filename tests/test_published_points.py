@@ -4,6 +4,7 @@ hand against its source settings. No accuracy thresholds: the cost model is stil
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -330,3 +331,32 @@ def test_the_trtllm_engine_intervals_are_its_held_out_rows():
     runs = rec[to.RECORD_KIND]["runs"]
     assert len(runs) == 42 and not any(r.startswith(to.FIT_MODEL) and not r.endswith("QPS INF") for r in runs)
     assert to.RECORD_KIND not in (validated("vllm-v1") or {})
+
+
+def test_the_trtllm_engine_terms_are_the_fit_s_minimum_and_its_intervals_current():
+    """The preset's two fitted numbers are the grid's best on the fit rows (each neighbour on the
+    grid scores worse), and accuracy.json's record is what the preset gives today on the held-out
+    rows (a cost-model change that moves them shows here, not in a stale interval)."""
+    from llmsim.accuracy import RECORD
+    from llmsim.engine import PRESETS
+
+    to = load_script("trtllm_online", ROOT / "benchmarks" / "trtllm_online.py")
+    spec = PRESETS["trtllm-engine"]
+    step, front = spec.prepare.base_s, spec.output_delay_s
+    assert step in to.STEP_GRID_S and front in to.FRONTEND_GRID_S
+    fit_rows = [r for r in to.load_rows() if to.row_set(r) == "fit"]
+
+    def fit_score(step_s: float, front_s: float) -> float:
+        engine = {"preset": "trtllm-engine", "prepare": {"base_s": step_s}, "output_delay_s": front_s}
+        return to.score([to.simulate_row(r, BY_ID, engine) for r in fit_rows])
+
+    best = fit_score(step, front)
+    for ds, df in ((0.25e-3, 0), (-0.25e-3, 0), (0, 1e-3), (0, -1e-3)):
+        assert fit_score(step + ds, front + df) > best
+    held = [to.simulate_row(r, BY_ID) for r in to.load_rows() if to.row_set(r) != "fit"]
+    stored = {r["run"]: r for r in json.loads(RECORD.read_text())[to.RECORD_KIND]["per_run"]}
+    for score in to.held_out_scores(held):
+        rec = stored[score["run"]]
+        assert (rec["devices"], rec["moe"]) == (score["devices"], score["moe"])
+        for key, err in rec["errors"].items():
+            assert score[f"err_{key}"] == pytest.approx(err, rel=1e-9, abs=1e-12)

@@ -78,6 +78,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         base = Base.from_path(args.scenario, overrides)
         sc = base.scenario()  # validates everything before any work: the scenario,
+        check_engine_sets(base, overrides, args.scenario)
         _, cands, _ = checked_space(base)  # ... the plan: section and every candidate it names,
     except UserError as exc:  # a --set value named as the --set item, not as the file's
         raise set_blamed(exc, Path(args.scenario), overrides) from None
@@ -102,6 +103,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(plan_text(plan, engine_likes(base, sc, cands)))
         print("\nwrote: " + ", ".join(str(p) for p in written))
     return 0
+
+
+def check_engine_sets(base: Base, overrides: dict[str, object], path: str) -> None:
+    """A ``--set engine...`` under ``plan.engines`` would be replaced on every candidate: refused,
+    naming the --set (the listed engines are what the plan compares)."""
+    sets = [k for k in overrides if k == "engine" or k.startswith("engine.")]
+    if sets and base.plan_config().engines:
+        raise UserError(
+            f"{path}: --set {sets[0]}: plan.engines lists the engines to compare and replaces the scenario's "
+            "engine on every candidate; drop the --set, or set plan.engines"
+        )
 
 
 def plan_owns(entry: Path) -> bool:
@@ -162,9 +174,13 @@ def plan_like(base: Base, sc: Scenario, hardware: list[str]) -> dict:
 def engine_likes(base: Base, sc: Scenario, cands: list[Candidate]) -> dict[str, dict]:
     """Each engine of the plan's candidates and the kind of run its own candidates are (the devices
     it was paired with, not every device of the plan), for its accuracy line."""
+    from llmsim.engine import load_engine
+
     hardware: dict[str, list[str]] = {}
     for c in cands:
-        hardware.setdefault(c.engine or sc.engine_spec.name, []).append(c.hardware)
+        # by the engine's name, as a run's accuracy line keys it (a profile file's `name:`, not its path)
+        name = load_engine(c.engine, Path(base.base_dir), base.origin).name if c.engine else sc.engine_spec.name
+        hardware.setdefault(name, []).append(c.hardware)
     return {engine: plan_like(base, sc, hw) for engine, hw in sorted(hardware.items())}
 
 

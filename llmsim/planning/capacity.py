@@ -61,6 +61,7 @@ def capacity_plan(
         if not open_:
             break
     table = pd.DataFrame(rows, columns=PLAN_COLUMNS)
+    table["engine"] = table["engine"].fillna(sc.engine_spec.name)  # (a candidate without one runs the scenario's)
     feasible = cheapest_first(table)
     ranked = [points[i] for i in feasible.index]  # ranked[k] is what feasible.iloc[k] describes
     winners = feasible.head(cfg.top).reset_index(drop=True)

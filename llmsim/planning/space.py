@@ -94,39 +94,16 @@ MAX_PLAN_POINTS = MAX_POINTS  # candidates x replica counts: the points a plan m
 def candidates(base: Base, cfg: PlanConfig) -> tuple[list[Candidate], list[str]]:
     """Every combination of the ``plan:`` lists, defaulting each to the scenario's own value, and
     the hardware-engine pairs left out because the engine does not run there (said, not searched)."""
-    sc = base.scenario()
-    c = sc.cluster
-    pools = [p for p in (c.prefill_pool, c.decode_pool) if p is not None]
-    # a disaggregated base is sized by its pools: their tp (and expert parallelism) are its defaults
-    tps = sorted({p.tp for p in pools}) if pools else [c.tp]
-    expert_parallel = any(p.expert_parallel for p in pools) if pools else c.expert_parallel
     if cfg.engines:
         _check_own_engine(base)
         _check_engine_files(base, cfg.engines)
-    # the chunk size the scenario itself states, else each point's own (its engine's default for
-    # its device, or llmsim's): not the base's resolved one, which is its own device's
-    own_chunk = (
-        (base.data.get("policy") or {}).get("chunk_tokens") if isinstance(base.data.get("policy"), dict) else None
-    )
     out, left_out = [], []
-    for hw in cfg.hardware or [sc.hardware]:
+    for hw in cfg.hardware or [base.scenario().hardware]:
         for engine in cfg.engines or [None]:
             if engine is not None and (why := _refused(base, engine, hw)):
                 left_out.append(f"{hw} on {engine}: {why}")
                 continue
-            # each engine's own policy where the plan and the scenario name none (its defaults fill it)
-            policies = cfg.policies or [_engine_kind(base, engine, hw) if engine is not None else sc.policy.kind]
-            for tp in cfg.tp or tps:
-                for policy in policies:
-                    chunks = (cfg.chunk_tokens or [own_chunk]) if policy in ("chunked", "vllm") else [None]
-                    ratios = cfg.pd_ratios if policy == "disaggregated" else [None]
-                    for chunk in chunks:
-                        for ratio in ratios:
-                            if ratio is not None and not _valid_ratio(ratio):
-                                raise UserError(f"{base.origin}: plan.pd_ratios: {ratio!r} is not like '1:2'")
-                            # a disaggregated candidate's pools are not pipelined
-                            pp = 1 if ratio else c.pp
-                            out.append(Candidate(hw, tp, policy, chunk, ratio, pp, expert_parallel, engine))
+            out += _pair_candidates(base, cfg, hw, engine)
     if not out:
         raise UserError(
             f"{base.origin}: plan.engines: no engine runs on any device of the plan ({'; '.join(left_out)}); "
@@ -135,14 +112,59 @@ def candidates(base: Base, cfg: PlanConfig) -> tuple[list[Candidate], list[str]]
     return out, left_out
 
 
+def _pair_candidates(base: Base, cfg: PlanConfig, hw: str, engine: str | None) -> list[Candidate]:
+    """The candidates of one device and engine (None: the scenario's): every tp, policy, chunk size
+    and P:D ratio the plan lists, each defaulting to what the scenario gives on that device under
+    that engine (its own policy; its budget for that device, as vLLM's differs by device)."""
+    sc = base.scenario()
+    c = sc.cluster
+    pools = [p for p in (c.prefill_pool, c.decode_pool) if p is not None]
+    # a disaggregated base is sized by its pools: their tp (and expert parallelism) are its defaults
+    tps = sorted({p.tp for p in pools}) if pools else [c.tp]
+    expert_parallel = any(p.expert_parallel for p in pools) if pools else c.expert_parallel
+    on: dict[str, object] = {"hardware": hw, **({"engine": engine} if engine is not None else {})}
+    policies = cfg.policies or [_resolved(base, on, engine).policy.kind]
+    out = []
+    for tp in cfg.tp or tps:
+        for policy in policies:
+            chunks: list[int | None] = [None]
+            if policy in ("chunked", "vllm"):
+                # the budget this candidate gets where the plan names none (as laid out at one replica)
+                bare = Candidate(hw, tp, policy, None, None, c.pp, expert_parallel, engine)
+                chunks = list(cfg.chunk_tokens or [_resolved(base, bare.overrides(1), engine).policy.chunk_tokens])
+            for chunk in chunks:
+                for ratio in cfg.pd_ratios if policy == "disaggregated" else [None]:
+                    if ratio is not None and not _valid_ratio(ratio):
+                        raise UserError(f"{base.origin}: plan.pd_ratios: {ratio!r} is not like '1:2'")
+                    pp = 1 if ratio else c.pp  # (a disaggregated candidate's pools are not pipelined)
+                    out.append(Candidate(hw, tp, policy, chunk, ratio, pp, expert_parallel, engine))
+    return out
+
+
+def _resolved(base: Base, overrides: dict[str, object], engine: str | None) -> Scenario:
+    """The scenario with ``overrides`` (a device, an engine, a policy): its defaults filled as a run fills them."""
+    try:
+        return base.scenario(overrides)
+    except UserError as exc:
+        on = f" on {engine}" if engine else ""
+        raise UserError(f"{base.origin}: plan: {overrides['hardware']}{on}: {_reason(base, exc)}") from None
+
+
+def _reason(base: Base, exc: UserError) -> str:
+    """``exc``'s first line without the scenario's own name in front (kept inside any other path)."""
+    return str(exc).splitlines()[0].removeprefix(f"{base.origin}: ")
+
+
 def _check_engine_files(base: Base, engines: list[str]) -> None:
     """One profile file named twice (``a.yaml``, ``./a.yaml``, its absolute path) would be searched
     twice under two labels: refused as the same entry given twice."""
+    from llmsim.engine import profile_path
+
     seen: dict[Path, str] = {}
     for name in engines:
-        if not name.endswith((".yaml", ".yml")):
+        path = profile_path(name, Path(base.base_dir))
+        if path is None:
             continue
-        path = Path(name) if Path(name).is_absolute() else Path(base.base_dir) / name
         key = path.resolve()
         if key in seen:
             raise UserError(f"{base.origin}: plan.engines: {seen[key]!r} and {name!r} are the same file {key}")
@@ -169,18 +191,8 @@ def _refused(base: Base, engine: str, hardware: str) -> str:
     try:
         spec = load_engine(engine, Path(base.base_dir), base.origin)
     except UserError as exc:
-        msg = str(exc).splitlines()[0].removeprefix(f"{base.origin}: ")
-        raise UserError(f"{base.origin}: plan.engines: {engine!r}: {msg}") from None
+        raise UserError(f"{base.origin}: plan.engines: {engine!r}: {_reason(base, exc)}") from None
     return refused_on(spec, load_profile(hardware, Path(base.base_dir)))
-
-
-def _engine_kind(base: Base, engine: str, hardware: str) -> str:
-    """The policy kind a scenario on ``hardware`` under ``engine`` resolves to (its own, or the engine's)."""
-    try:
-        return base.scenario({"hardware": hardware, "engine": engine}).policy.kind
-    except UserError as exc:
-        msg = str(exc).splitlines()[0].removeprefix(f"{base.origin}: ")
-        raise UserError(f"{base.origin}: plan: {hardware} on {engine}: {msg}") from None
 
 
 def _valid_ratio(r: str) -> bool:
@@ -216,8 +228,7 @@ def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate], list[str]]:
             try:
                 sc = base.scenario(c.overrides(replicas))
             except UserError as exc:
-                msg = str(exc).splitlines()[0].removeprefix(f"{base.origin}: ")
-                raise UserError(f"{base.origin}: plan: candidate {replicas}x {c.label}: {msg}") from None
+                raise UserError(f"{base.origin}: plan: candidate {replicas}x {c.label}: {_reason(base, exc)}") from None
         if c is cands[0]:
             _check_routing(base, sc)
         _check_parallelism(base, sc, c)
