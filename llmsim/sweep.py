@@ -240,7 +240,7 @@ def rejected_override(data: dict, base_dir: str, origin: str, overrides: dict[st
     """``--set KEY=VALUE`` of the first override the scenario ``data`` rejects on its own, or None."""
     for key, value in overrides.items():
         if _invalid(data, base_dir, origin, {key: value}) is not None:
-            return f"--set {key}={cut(shown_value(value))}"  # (a 400-digit value echoed whole filled the screen)
+            return set_item("--set", key, value)  # (cut: a 400-digit value echoed whole filled the screen)
     return None
 
 
@@ -262,7 +262,7 @@ def fix_blamed(exc: UserError, path: Path, fixed: dict[str, object]) -> UserErro
     for key, value in fixed.items():
         own = _invalid(data, base_dir, origin, {key: value})
         if own is not None and text.endswith(f": {own}"):  # (after the file, or an axis value it blamed)
-            return UserError(f"{origin}: --fix {key}={cut(shown_value(value))}: {own}")
+            return UserError(f"{origin}: {set_item('--fix', key, value)}: {own}")
     return exc
 
 
@@ -282,7 +282,7 @@ def blame_overrides(exc: UserError, path: Path, overrides: dict[str, object]) ->
     if _invalid(data, base_dir, origin, overrides) is None:
         return exc
     items = rejected_override(data, base_dir, origin, overrides) or ", ".join(
-        f"--set {k}={cut(shown_value(v))}" for k, v in overrides.items()
+        set_item("--set", k, v) for k, v in overrides.items()
     )
     return UserError(f"{origin}: {items}: {text.removeprefix(f'{origin}: ')}")
 
@@ -290,6 +290,14 @@ def blame_overrides(exc: UserError, path: Path, overrides: dict[str, object]) ->
 def shown_value(value: object) -> str:
     """A value as the user typed it on the command line (YAML flow style, not Python's repr)."""
     return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+
+
+def set_item(option: str, key: str, value: object) -> str:
+    """``--set key=value`` as an error names it: the value cut to a line, and an empty one (``key=``,
+    which YAML reads as null) said as such rather than echoed as a ``null`` the user never typed."""
+    if value is None:
+        return f"{option} {key}= (empty: read as null)"
+    return f"{option} {key}={cut(shown_value(value))}"
 
 
 def failure(exc: BaseException, origin: str) -> str:

@@ -45,8 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def set_blamed(exc: UserError, path: Path, overrides: dict[str, object]) -> UserError:
     """``exc`` naming the ``--set`` item it comes from: a scenario key's as ``llmsim run`` names it
     (``blame_overrides``), a ``plan.`` key's where the message names that key ("plan: top: ...")."""
-    from llmsim.errors import cut
-    from llmsim.sweep import blame_overrides, shown_value
+    from llmsim.sweep import blame_overrides, set_item
 
     blamed = blame_overrides(exc, path, overrides)
     text, origin = str(blamed), str(path)
@@ -57,7 +56,7 @@ def set_blamed(exc: UserError, path: Path, overrides: dict[str, object]) -> User
         head, _, tail = key.partition(".")
         named = f"{key}:" in rest or rest.startswith((f"plan: {tail}:", f"plan: {tail}."))
         if head == "plan" and tail and named:
-            return UserError(f"{origin}: --set {key}={cut(shown_value(value))}: {rest}")
+            return UserError(f"{origin}: {set_item('--set', key, value)}: {rest}")
     return exc
 
 
