@@ -311,7 +311,7 @@ class PolicyConfig(_Strict):
     # trtllm policy: TensorRT-LLM's enable_chunked_context (prompts split over steps, off by default)
     enable_chunked_context: bool = False
     # trtllm policy: TensorRT-LLM's CapacitySchedulerPolicy (GUARANTEED_NO_EVICT is its default)
-    capacity_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = "guaranteed_no_evict"
+    capacity_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization", "static_batch"] = "guaranteed_no_evict"
 
     @field_validator("kind")
     @classmethod
@@ -338,6 +338,10 @@ class PolicyConfig(_Strict):
                 f"enable_chunked_context applies to kind: trtllm only (kind is {self.kind}; "
                 "chunked and vllm chunk prompts always)"
             )
+        if self.enable_chunked_context and self.capacity_scheduler_policy == "static_batch":
+            # (TensorRT-LLM's STATIC_BATCH also holds a started prompt's next chunk back while any
+            # request generates, which llmsim's step does not do)
+            return "capacity_scheduler_policy static_batch with enable_chunked_context is not modelled"
         return ""
 
 

@@ -127,6 +127,8 @@ NUMERIC_STEP_COLUMNS = [c for c in STEP_COLUMNS if c not in ("pool", "replica", 
             "trtllm",
             {"policy__capacity_scheduler_policy": "max_utilization", "policy__enable_chunked_context": True, **TIGHT},
         ),
+        # ... under STATIC_BATCH: arrivals wait for the batch to drain (long decode runs, no mixed steps)
+        ("trtllm", {"policy__capacity_scheduler_policy": "static_batch", "cluster__replicas": 1}),
     ],
 )
 def test_fast_paths_match_exact_steps(policy: str, extra: dict) -> None:

@@ -367,9 +367,29 @@ def test_trtllm_max_utilization_admits_on_what_a_step_needs_and_pauses_the_newes
     assert len(done) == 6 and sum(r.preemptions for r in reqs) > 0
 
 
+def test_trtllm_static_batch_starts_a_batch_whole_and_the_next_once_it_drains() -> None:
+    """STATIC_BATCH (GuaranteedNoEvictScheduler::impl<true>): waiting requests are considered only
+    while no started request generates; then every one that fits starts together."""
+    kv = BlockManager(100, 16, watermark=0.0)
+    sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=4096, static_batch=True), kv)
+    for i in range(3):
+        sched.add(Request(i, 0.0, 64, 4))
+    assert [r.id for r, _ in sched.schedule().prefill] == [0, 1, 2]  # one batch, together
+    # batches of two (max_batch_size): each starts only once the one before has drained
+    reqs = [Request(i, 0.0, 64, 4 + 4 * i) for i in range(6)]
+    plans, done = drive("trtllm", reqs, blocks=100, max_batch_tokens=4096, max_num_seqs=2, static_batch=True)
+    assert len(done) == 6
+    starts = [[r.id for r, _ in p.prefill] for p in plans if p.prefill]
+    assert starts == [[0, 1], [2, 3], [4, 5]] and not any(p.prefill and p.decode for p in plans)
+    eager, _ = drive("trtllm", [Request(i, 0.0, 64, 4 + 4 * i) for i in range(6)], blocks=100, max_num_seqs=2)
+    assert any(p.prefill and p.decode for p in eager)  # (GUARANTEED_NO_EVICT refills a slot as soon as it frees)
+
+
 def test_capacity_scheduler_policy_belongs_to_the_trtllm_policy() -> None:
     from llmsim.scenario import PolicyConfig
 
     assert PolicyConfig(kind="trtllm", capacity_scheduler_policy="max_utilization")
     with pytest.raises(ValueError, match="capacity_scheduler_policy applies to kind: trtllm only"):
         PolicyConfig(kind="vllm", capacity_scheduler_policy="max_utilization")
+    with pytest.raises(ValueError, match="static_batch with enable_chunked_context is not modelled"):
+        PolicyConfig(kind="trtllm", capacity_scheduler_policy="static_batch", enable_chunked_context=True)

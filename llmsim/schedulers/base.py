@@ -70,6 +70,8 @@ class SchedulerConfig:
     # ... and its capacity policy: set a started request's whole length aside (GUARANTEED_NO_EVICT)
     # or admit on what a step needs and pause the newest when short (MAX_UTILIZATION)
     no_evict: bool = True
+    # ... STATIC_BATCH: GUARANTEED_NO_EVICT that starts new requests only while none generates
+    static_batch: bool = False
     # the engine's context limit (vLLM's max_model_len; 0 = none): prompt + requested output must fit
     max_model_len: int = 0
     max_loras: int = 0  # multi-LoRA: distinct adapters the running set may use (0 = LoRA off)

@@ -23,8 +23,11 @@ policy (``policy.capacity_scheduler_policy: max_utilization``; ``MaxUtilizationS
 lifetime is set aside: a prompt starts when the blocks its step needs are free, and when a step
 is short of blocks the newest started requests are paused (their KV freed, recomputed later), as
 ``ChunkedScheduler`` preempts. Here ``policy.max_num_seqs`` is ``max_batch_size`` and
-``policy.max_batch_tokens`` is ``max_num_tokens``. Not modelled: the STATIC_BATCH capacity policy,
-the EQUAL_PROGRESS chunking policy, and the capacity pass's deferral of a prompt whose first new
+``policy.max_batch_tokens`` is ``max_num_tokens``. Under STATIC_BATCH
+(``policy.capacity_scheduler_policy: static_batch``, ``StaticBatchScheduler``: GUARANTEED_NO_EVICT's
+pass that considers waiting requests only while no started request generates) a batch starts whole
+and the next waits for it to drain. Not modelled: STATIC_BATCH with chunked context (refused), the
+EQUAL_PROGRESS chunking policy, and the capacity pass's deferral of a prompt whose first new
 block another prompt in the step is about to write (``beneficialToSkip``, with block reuse on): a
 waiting request whose prefix is cached reserves its whole lifetime, cached blocks included.
 """
@@ -89,6 +92,14 @@ class TrtllmScheduler(ChunkedScheduler):
         # lifetime's count, speculative look-ahead slots, frees nothing for others)
         self._spare = self.kv.free_blocks - sum(max(self._lifetime_blocks(r) - r.blocks, 0) for r in started)
         return super().schedule()
+
+    def may_admit(self, plan: BatchPlan) -> bool:
+        # STATIC_BATCH: pending requests are considered only when no started request is generating
+        # (GuaranteedNoEvictScheduler::impl<true>: "only when no requests are active"); then
+        # every one that fits starts, as under GUARANTEED_NO_EVICT
+        if not self.cfg.static_batch:
+            return True
+        return all(r.in_prefill for r in (*self.running, *self._flight))
 
     def _may_start(self, r: Request) -> bool:
         return not self.cfg.no_evict or self._lifetime_blocks(r) <= self._spare
