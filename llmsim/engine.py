@@ -686,6 +686,11 @@ def profile_path(value: str, base_dir: Path) -> Path | None:
     None where it names a preset."""
     if value in PRESETS or not value.endswith((".yaml", ".yml")):
         return None
+    return _in(base_dir, value)
+
+
+def _in(base_dir: Path, value: str) -> Path:
+    """``value`` as a path, relative ones from ``base_dir``."""
     path = Path(value)
     return path if path.is_absolute() else base_dir / path
 
@@ -701,8 +706,7 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
         raise UserError(f"{origin}: engine: give a preset or a profile, not both")
     base = None
     if "profile" in value:
-        path = Path(str(value["profile"]))
-        path = path if path.is_absolute() else base_dir / path
+        path = _in(base_dir, str(value["profile"]))
         if not path.is_file():  # (a folder named x.yaml is not a profile either)
             what = (
                 "file not found" if not path.exists() else "is a directory" if path.is_dir() else "not a regular file"

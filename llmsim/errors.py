@@ -269,6 +269,12 @@ def value_text(v: object) -> str:
     return cut(repr(v))
 
 
+def reason(exc: BaseException, origin: str) -> str:
+    """``exc``'s first line without the ``origin`` it starts with, to be named again under another
+    (a plan candidate, a sweep point, a flag); an ``origin`` inside a path it names is kept."""
+    return str(exc).splitlines()[0].removeprefix(f"{origin}: ") if str(exc) else ""
+
+
 def cut(text: str, limit: int = 80) -> str:
     """``text`` for a message: as it is up to ``limit`` characters, else its start and its length
     (a pasted 5,000-digit number names itself without filling the screen)."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import yaml
 
-from llmsim.errors import UserError, atomic_write, atomic_write_text, cut, load_yaml_file, yaml_value
+from llmsim.errors import UserError, atomic_write, atomic_write_text, cut, load_yaml_file, reason, yaml_value
 from llmsim.metrics import LATENCY_ROWS
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ def _invalid(data: dict, base_dir: str, origin: str, overrides: dict[str, object
         check_moe_keys(sc, model)  # (routing keys on a dense model: every point's mistake)
         check_pools_parallelism(sc, model)  # (a tp that does not divide the heads: likewise)
     except UserError as exc:
-        return str(exc).splitlines()[0].replace(f"{origin}: ", "", 1)
+        return reason(exc, origin)
     return None
 
 

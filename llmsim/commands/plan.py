@@ -175,11 +175,11 @@ def engine_likes(base: Base, sc: Scenario, cands: list[Candidate]) -> dict[str, 
     it was paired with, not every device of the plan), for its accuracy line."""
     from llmsim.engine import load_engine
 
+    # by the engine's name, as a run's accuracy line keys it (a profile file's `name:`, not its path)
+    names = {e: load_engine(e, Path(base.base_dir), base.origin).name for e in {c.engine for c in cands if c.engine}}
     hardware: dict[str, list[str]] = {}
     for c in cands:
-        # by the engine's name, as a run's accuracy line keys it (a profile file's `name:`, not its path)
-        name = load_engine(c.engine, Path(base.base_dir), base.origin).name if c.engine else sc.engine_spec.name
-        hardware.setdefault(name, []).append(c.hardware)
+        hardware.setdefault(names[c.engine] if c.engine else sc.engine_spec.name, []).append(c.hardware)
     return {engine: plan_like(base, sc, hw) for engine, hw in sorted(hardware.items())}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from llmsim.errors import UserError
+from llmsim.errors import UserError, reason
 from llmsim.planning.base import Base
 
 
@@ -60,5 +60,4 @@ def check_target(base: Base, target_rps: float | None, flag: str = "--target-rps
     try:
         build_workload(base.scenario(rate_overrides(base, target_rps)))
     except UserError as exc:
-        msg = str(exc).splitlines()[0].replace(f"{base.origin}: ", "", 1)
-        raise UserError(f"{flag} {target_rps:g}: {msg}") from None
+        raise UserError(f"{flag} {target_rps:g}: {reason(exc, base.origin)}") from None

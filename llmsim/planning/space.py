@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmsim.errors import UserError
+from llmsim.errors import UserError, reason
 from llmsim.planning.base import Base, PlanConfig
 from llmsim.scenario import Scenario
 from llmsim.sweep import MAX_POINTS
@@ -97,13 +97,14 @@ def candidates(base: Base, cfg: PlanConfig) -> tuple[list[Candidate], list[str]]
     if cfg.engines:
         _check_own_engine(base)
         _check_engine_files(base, cfg.engines)
+    sc = base.scenario()
     out, left_out = [], []
-    for hw in cfg.hardware or [base.scenario().hardware]:
+    for hw in cfg.hardware or [sc.hardware]:
         for engine in cfg.engines or [None]:
             if engine is not None and (why := _refused(base, engine, hw)):
                 left_out.append(f"{hw} on {engine}: {why}")
                 continue
-            out += _pair_candidates(base, cfg, hw, engine)
+            out += _pair_candidates(base, sc, cfg, hw, engine)
     if not out:
         raise UserError(
             f"{base.origin}: plan.engines: no engine runs on any device of the plan ({'; '.join(left_out)}); "
@@ -112,11 +113,11 @@ def candidates(base: Base, cfg: PlanConfig) -> tuple[list[Candidate], list[str]]
     return out, left_out
 
 
-def _pair_candidates(base: Base, cfg: PlanConfig, hw: str, engine: str | None) -> list[Candidate]:
+def _pair_candidates(base: Base, sc: Scenario, cfg: PlanConfig, hw: str, engine: str | None) -> list[Candidate]:
     """The candidates of one device and engine (None: the scenario's): every tp, policy, chunk size
-    and P:D ratio the plan lists, each defaulting to what the scenario gives on that device under
-    that engine (its own policy; its budget for that device, as vLLM's differs by device)."""
-    sc = base.scenario()
+    and P:D ratio the plan lists, each defaulting to what the scenario (``sc``, ``base`` resolved)
+    gives on that device under that engine (its own policy; its budget for that device, as vLLM's
+    differs by device)."""
     c = sc.cluster
     pools = [p for p in (c.prefill_pool, c.decode_pool) if p is not None]
     # a disaggregated base is sized by its pools: their tp (and expert parallelism) are its defaults
@@ -147,12 +148,7 @@ def _resolved(base: Base, overrides: dict[str, object], engine: str | None) -> S
         return base.scenario(overrides)
     except UserError as exc:
         on = f" on {engine}" if engine else ""
-        raise UserError(f"{base.origin}: plan: {overrides['hardware']}{on}: {_reason(base, exc)}") from None
-
-
-def _reason(base: Base, exc: UserError) -> str:
-    """``exc``'s first line without the scenario's own name in front (kept inside any other path)."""
-    return str(exc).splitlines()[0].removeprefix(f"{base.origin}: ")
+        raise UserError(f"{base.origin}: plan: {overrides['hardware']}{on}: {reason(exc, base.origin)}") from None
 
 
 def _check_engine_files(base: Base, engines: list[str]) -> None:
@@ -191,7 +187,7 @@ def _refused(base: Base, engine: str, hardware: str) -> str:
     try:
         spec = load_engine(engine, Path(base.base_dir), base.origin)
     except UserError as exc:
-        raise UserError(f"{base.origin}: plan.engines: {engine!r}: {_reason(base, exc)}") from None
+        raise UserError(f"{base.origin}: plan.engines: {engine!r}: {reason(exc, base.origin)}") from None
     return refused_on(spec, load_profile(hardware, Path(base.base_dir)))
 
 
@@ -228,7 +224,9 @@ def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate], list[str]]:
             try:
                 sc = base.scenario(c.overrides(replicas))
             except UserError as exc:
-                raise UserError(f"{base.origin}: plan: candidate {replicas}x {c.label}: {_reason(base, exc)}") from None
+                raise UserError(
+                    f"{base.origin}: plan: candidate {replicas}x {c.label}: {reason(exc, base.origin)}"
+                ) from None
         if c is cands[0]:
             _check_routing(base, sc)
         _check_parallelism(base, sc, c)

@@ -1,4 +1,4 @@
-"""TensorRT-LLM's in-flight batching: GUARANTEED_NO_EVICT (its default) or MAX_UTILIZATION.
+"""TensorRT-LLM's in-flight batching: GUARANTEED_NO_EVICT (its default), MAX_UTILIZATION or STATIC_BATCH.
 
 TensorRT-LLM schedules a step in two passes (cpp/tensorrt_llm/batch_manager/, read at
 NVIDIA/TensorRT-LLM@02a10fe and @0a949d3):

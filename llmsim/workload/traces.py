@@ -294,7 +294,7 @@ def load_azure(path: Path) -> Workload:
         row = int(np.flatnonzero(ts.isna().to_numpy())[0])
         value = df["TIMESTAMP"].iloc[row]
         shown = "empty" if pd.isna(value) else repr(str(value))
-        raise UserError(f"{path}: row {_csv_line(path, row)}: TIMESTAMP {shown} is not a date-time")
+        raise UserError(f"{_where(path, row, None)}: TIMESTAMP {shown} is not a date-time")
     t = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
     _check_sorted(t, path, None)
     return Workload(t, _ints(df, "ContextTokens", path), _ints(df, "GeneratedTokens", path), source=str(path))
@@ -308,7 +308,7 @@ def load_burstgpt(path: Path, drop_failed: bool = True) -> Workload:
     t = pd.to_numeric(df["Timestamp"], errors="coerce")
     if t.isna().any():
         row = int(np.flatnonzero(t.isna().to_numpy())[0])
-        raise UserError(f"{path}: row {_csv_line(path, row)}: Timestamp must be a number of seconds")
+        raise UserError(f"{_where(path, row, None)}: Timestamp must be a number of seconds")
     prompt, out = _ints(df, "Request tokens", path), _ints(df, "Response tokens", path)
     t = t.to_numpy(dtype=np.float64)
     _check_times(t, path, None, "Timestamp")
