@@ -350,7 +350,8 @@ def refused_on(spec: EngineSpec, hw: HardwareProfile) -> str:
 
 def for_hardware(spec: EngineSpec, hw: HardwareProfile, where: str = "engine", check: bool = True) -> EngineSpec:
     """The engine as it runs on ``hw``: vLLM on a CPU forces async scheduling off ("not required
-    on CPU", vllm/platforms/cpu.py) and has no CUDA graphs; a TPU has no CUDA graphs either. The
+    on CPU", vllm/platforms/cpu.py); no engine runs CUDA graphs on a CPU or a TPU (not even one whose
+    preset or ``cluster.cuda_graphs`` asks for them: they are a CUDA GPU's). The
     memory reservations were measured on CUDA GPUs (vLLM on a CPU sizes its cache from
     VLLM_CPU_KVCACHE_SPACE, not from a profile run): elsewhere they are not applied. An engine
     that runs as TensorRT-LLM is refused off NVIDIA GPUs (``where`` names the key to blame; not
@@ -361,8 +362,8 @@ def for_hardware(spec: EngineSpec, hw: HardwareProfile, where: str = "engine", c
         spec = replace(spec, **memory_terms(PRESETS["ideal"]))  # (the ideal engine reserves nothing)
     spec = _device_memory(spec, hw)
     if spec.defaults == "vllm" and hw.family == "cpu":
-        return replace(spec, async_scheduling=False, cuda_graphs=False, cuda_graph_sizes=())
-    if spec.defaults == "vllm" and hw.family == "tpu":  # XLA compiles the graphs: no CUDA graphs to pad to
+        spec = replace(spec, async_scheduling=False)
+    if hw.family in ("cpu", "tpu"):  # CUDA graphs are a CUDA GPU's (a TPU's XLA graphs have no sizes to pad to)
         return replace(spec, cuda_graphs=False, cuda_graph_sizes=())
     return spec
 

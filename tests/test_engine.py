@@ -356,6 +356,19 @@ def test_the_scenarios_own_cuda_graph_switch_wins() -> None:
     assert _sc().engine_spec.cuda_graphs is True
 
 
+@pytest.mark.parametrize("hardware", ["Xeon-8480+", "TPU-v5e"])
+@pytest.mark.parametrize("engine", ["vllm-v1", "vllm-2024", "distserve-2024", "ideal"])
+def test_no_engine_runs_cuda_graphs_off_a_gpu(hardware: str, engine: str) -> None:
+    """CUDA graphs are a CUDA GPU's: not on a CPU or a TPU, whatever the preset or the scenario
+    asks (on a CPU they would also waive the per-operator host cost of every decode step)."""
+    from llmsim.build import build_model, build_pools
+
+    sc = _sc(hardware=hardware, engine=engine, model="llama-3.2-1b", cluster={"cuda_graphs": True})
+    cfg = build_pools(sc, build_model(sc))[0].cost.cfg
+    assert cfg.cuda_graphs is False
+    assert cfg.cuda_graph_sizes == ()
+
+
 @pytest.mark.parametrize(
     ("engine", "needle"),
     [

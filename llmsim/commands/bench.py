@@ -61,7 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--scenario-out", metavar="FILE.yaml", help="also write the translated scenario (for `llmsim run`)")
     p.add_argument("--json", action="store_true", help="print summary.json (with a `compared` list) and nothing else")
-    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors and what --json asks for")
     p.set_defaults(func=cmd_bench)
 
 

@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hardware", help="list hardware profiles")
     p.add_argument("name", nargs="?", help="show one profile with every figure's source")
     p.add_argument("--json", action="store_true", help="print JSON: the list's figures, or one profile's raw values")
-    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors and what --json asks for")
     p.set_defaults(func=cmd_hardware)
 
 
@@ -29,14 +29,14 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     if args.name:
         hw = load_profile(args.name)
         if args.json:  # the raw profile: every value in SI units (key names say which) with its source
-            say(to_json(hw.model_dump(mode="json", exclude_none=True)))
+            print(to_json(hw.model_dump(mode="json", exclude_none=True)))
             return 0
         say(f"{hw.name} ({hw.family}, {hw.vendor}): {hw.description}")
         say(table(detail_rows(hw), ["figure", "value", "source"], "lrl"))
         return 0
     profiles = [list_entry(stem, load_profile(stem)) for stem in available_profiles()]
     if args.json:
-        say(to_json({"profiles": profiles, "note": LIST_NOTE}))
+        print(to_json({"profiles": profiles, "note": LIST_NOTE}))
         return 0
     say(table([list_row(e) for e in profiles], LIST_HEADERS))
     say("\n" + LIST_NOTE)

@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list catalog models")
     p.add_argument("name", nargs="?", help="show one model: a catalog name or a HuggingFace config.json")
     p.add_argument("--json", action="store_true", help="print JSON: every figure of the table, unrounded")
-    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors and what --json asks for")
     p.set_defaults(func=cmd_models)
 
 
@@ -58,7 +58,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         m = model_arg(args.name)
         one = {**entry(m), "source": m.source}
         if args.json:
-            say(to_json(one))
+            print(to_json(one))
             return 0
         say(table([row(one)], HEADERS))
         if m.source:
@@ -66,7 +66,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         return 0
     entries = [entry(m) for m in CATALOG.values()]
     if args.json:
-        say(to_json({"models": entries, "note": NOTE}))
+        print(to_json({"models": entries, "note": NOTE}))
         return 0
     say(table([row(e) for e in entries], HEADERS))
     say("\n" + NOTE)

@@ -60,7 +60,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="chart path (.png, .svg or .pdf; default ./roofline.png, written with --json and --quiet too); '-' for none",
     )
     p.add_argument("--json", action="store_true", help="print JSON: the step, every op's figures, the overheads")
-    p.add_argument("--quiet", action="store_true", help="print nothing but errors (the chart is still written)")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print nothing but errors and what --json asks for (the chart is still written)",
+    )
     p.set_defaults(func=cmd_roofline)
 
 
@@ -224,7 +228,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         chart = save_chart(cm, rows, chart_path, f"{model.name} on {hw.name} (tp={args.tp})")
     say = printer(args.quiet)
     if args.json:
-        say(to_json(step_json(args, model.name, hw.name, step, rows, overheads, chart)))
+        print(to_json(step_json(args, model.name, hw.name, step, rows, overheads, chart)))
         return 0
     parts = [f"prefill {args.prefill_tokens} tokens"] if args.prefill_tokens else []
     parts += [f"decode {args.decode_batch} x context {args.context}"] if args.decode_batch else []

@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("scenario", help="path to a scenario YAML")
     p.add_argument("--out", help="output directory (default: the scenario's output.dir)")
     add_set_option(p, "override a scenario key, e.g. --set policy.chunk_tokens=256 (repeatable)")
-    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors and what --json asks for")
     p.add_argument("--json", action="store_true", help="print summary.json (and nothing else) on stdout")
     p.add_argument("--no-report", action="store_true", help="skip report.html / report.md / trace.json")
     p.add_argument(

@@ -36,7 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="a second profile priced on the same rows, side by side (e.g. the default)",
     )
     p.add_argument("--json", action="store_true", help="print JSON: every figure of the text (errors as fractions)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar; print nothing but errors")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bar; print nothing but errors and what --json asks for"
+    )
     p.set_defaults(func=cmd_validate)
 
 
@@ -84,7 +86,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         out["calibrated"] = bool(hw.calibration)
         if base is not None:
             out["baseline"]["calibrated"] = bool(base.calibration)
-        say(to_json(out))
+        print(to_json(out))
         return 0
     baseline = (label(base), base_rep) if base is not None and base_rep is not None else None
     print_report(rep, label(hw), model.name, say, baseline)
