@@ -358,12 +358,12 @@ def test_trtllm_max_utilization_admits_on_what_a_step_needs_and_pauses_the_newes
     # the three 64 + 64 lifetimes (8 blocks each) do not fit 20 blocks together, but their prompts do:
     # MAX_UTILIZATION starts all three and pauses the newest when the decodes run short
     kv = BlockManager(20, 16, watermark=0.0)
-    sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=4096, no_evict=False), kv)
+    sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=4096, capacity_policy="max_utilization"), kv)
     for i in range(3):
         sched.add(Request(i, 0.0, 64, 64))
     assert [r.id for r, _ in sched.schedule().prefill] == [0, 1, 2]
     reqs = [Request(i, 0.0, 40 + 8 * i, 60) for i in range(6)]
-    _, done = drive("trtllm", reqs, blocks=24, max_batch_tokens=512, no_evict=False)
+    _, done = drive("trtllm", reqs, blocks=24, max_batch_tokens=512, capacity_policy="max_utilization")
     assert len(done) == 6 and sum(r.preemptions for r in reqs) > 0
 
 
@@ -371,13 +371,15 @@ def test_trtllm_static_batch_starts_a_batch_whole_and_the_next_once_it_drains() 
     """STATIC_BATCH (GuaranteedNoEvictScheduler::impl<true>): waiting requests are considered only
     while no started request generates; then every one that fits starts together."""
     kv = BlockManager(100, 16, watermark=0.0)
-    sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=4096, static_batch=True), kv)
+    sched = make_scheduler("trtllm", SchedulerConfig(max_batch_tokens=4096, capacity_policy="static_batch"), kv)
     for i in range(3):
         sched.add(Request(i, 0.0, 64, 4))
     assert [r.id for r, _ in sched.schedule().prefill] == [0, 1, 2]  # one batch, together
     # batches of two (max_batch_size): each starts only once the one before has drained
     reqs = [Request(i, 0.0, 64, 4 + 4 * i) for i in range(6)]
-    plans, done = drive("trtllm", reqs, blocks=100, max_batch_tokens=4096, max_num_seqs=2, static_batch=True)
+    plans, done = drive(
+        "trtllm", reqs, blocks=100, max_batch_tokens=4096, max_num_seqs=2, capacity_policy="static_batch"
+    )
     assert len(done) == 6
     starts = [[r.id for r, _ in p.prefill] for p in plans if p.prefill]
     assert starts == [[0, 1], [2, 3], [4, 5]] and not any(p.prefill and p.decode for p in plans)

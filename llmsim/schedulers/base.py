@@ -67,11 +67,10 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 0
     # TensorRT-LLM's scheduler (schedulers/trtllm.py): split prompts over steps (enable_chunked_context)
     context_chunking: bool = False
-    # ... and its capacity policy: set a started request's whole length aside (GUARANTEED_NO_EVICT)
-    # or admit on what a step needs and pause the newest when short (MAX_UTILIZATION)
-    no_evict: bool = True
-    # ... STATIC_BATCH: GUARANTEED_NO_EVICT that starts new requests only while none generates
-    static_batch: bool = False
+    # ... and its capacity policy (policy.capacity_scheduler_policy): "guaranteed_no_evict" sets a
+    # started request's whole length aside; "max_utilization" admits on what a step needs and pauses
+    # the newest when short; "static_batch" is the first that starts new requests only while none generates
+    capacity_policy: str = "guaranteed_no_evict"
     # the engine's context limit (vLLM's max_model_len; 0 = none): prompt + requested output must fit
     max_model_len: int = 0
     max_loras: int = 0  # multi-LoRA: distinct adapters the running set may use (0 = LoRA off)

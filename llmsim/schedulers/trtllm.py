@@ -56,6 +56,11 @@ class TrtllmScheduler(ChunkedScheduler):
             return f"prompt of {req.prompt_tokens} tokens exceeds max_batch_tokens={self.cfg.max_batch_tokens}"
         return super().rejection_reason(req)
 
+    @property
+    def _no_evict(self) -> bool:
+        """GUARANTEED_NO_EVICT's capacity rule (STATIC_BATCH's too): a started request's whole length set aside."""
+        return self.cfg.capacity_policy != "max_utilization"
+
     def lifetime_tokens(self, req: Request) -> int:
         # TensorRT-LLM sets aside prompt + max_new_tokens (LlmRequest's, in
         # getRemainingBlocksToCompletion): one token more than the KV ever written; llmsim adds
@@ -82,7 +87,7 @@ class TrtllmScheduler(ChunkedScheduler):
 
     def schedule(self) -> BatchPlan:
         assert self.columns is None  # (Scheduler.columnar: every started request stays in running)
-        if not self.cfg.no_evict:  # MAX_UTILIZATION: chunked's admission on what the step needs
+        if not self._no_evict:  # MAX_UTILIZATION: chunked's admission on what the step needs
             return super().schedule()
         # capacity: what stays free once every started request is driven to completion (with
         # pipeline parallelism, the requests of micro-batches in flight too); the decodes' and
@@ -97,15 +102,15 @@ class TrtllmScheduler(ChunkedScheduler):
         # STATIC_BATCH: pending requests are considered only when no started request is generating
         # (GuaranteedNoEvictScheduler::impl<true>: "only when no requests are active"); then
         # every one that fits starts, as under GUARANTEED_NO_EVICT
-        if not self.cfg.static_batch:
+        if self.cfg.capacity_policy != "static_batch":
             return True
         return all(r.in_prefill for r in (*self.running, *self._flight))
 
     def _may_start(self, r: Request) -> bool:
-        return not self.cfg.no_evict or self._lifetime_blocks(r) <= self._spare
+        return not self._no_evict or self._lifetime_blocks(r) <= self._spare
 
     def _started(self, r: Request) -> None:
-        if self.cfg.no_evict:
+        if self._no_evict:
             self._spare -= self._lifetime_blocks(r)
 
     def _passes_over(self, r: Request, budget: int) -> bool:
