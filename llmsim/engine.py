@@ -752,4 +752,22 @@ def load_engine(value: str | dict | None, base_dir: Path, origin: str) -> Engine
     }
     if changed and "name" not in value:  # no longer the preset its accuracy was validated for
         spec = replace(spec, name=f"{spec.name} (modified: {', '.join(sorted(changed))})")
+    _check_preset_name(spec, origin)
     return spec
+
+
+def _check_preset_name(spec: EngineSpec, origin: str) -> None:
+    """A preset's name on another engine would be quoted that preset's validated accuracy
+    (accuracy.validated reads the name): refused unless the engine is the preset."""
+    preset = PRESETS.get(spec.name)
+    if preset is None:
+        return
+    ignored = {"name", "source", *SERVER_STATE}
+    differ = sorted(
+        f.name for f in fields(EngineSpec) if f.name not in ignored and getattr(spec, f.name) != getattr(preset, f.name)
+    )
+    if differ:
+        raise UserError(
+            f"{origin}: engine.name: {spec.name!r} is a preset's name, and this engine differs from that preset "
+            f"({', '.join(differ)}); name it otherwise"
+        )

@@ -390,6 +390,13 @@ def test_engine_fields_are_checked(engine: object, needle: str) -> None:
         _sc(engine=engine)
 
 
+def test_a_presets_name_on_another_engine_is_refused() -> None:
+    with pytest.raises(UserError, match=r"engine.name: 'vllm-v1' is a preset's name, and this engine differs"):
+        _sc(engine={"preset": "ideal", "name": "vllm-v1"})
+    assert _sc(engine={"preset": "ideal", "name": "mine"}).engine_spec.name == "mine"
+    assert _sc(engine={"preset": "vllm-v1", "name": "vllm-v1"}).engine_spec.name == "vllm-v1"
+
+
 def test_a_modified_preset_is_not_reported_as_validated() -> None:
     from llmsim.accuracy import validated
 
