@@ -762,7 +762,7 @@ class OutputConfig(_Strict):
     sample_every: PosInt = 100  # with steps: sample, keep every n-th step
     # percentiles of TTFT/TPOT/ITL/E2EL reported beside mean and median (vllm bench serve's
     # --metric-percentiles; its default is 99 alone)
-    percentiles: list[Annotated[float, Field(gt=0, lt=100)]] = Field(
+    percentiles: list[Annotated[float, Field(ge=0, le=100)]] = Field(
         default_factory=lambda: [90.0, 99.0], min_length=1, max_length=MAX_PERCENTILES
     )
     format: Literal["parquet", "csv"] = "parquet"  # requests and steps tables

@@ -94,8 +94,10 @@ def _words(text: str, command: tuple[str, ...], what: str) -> tuple[list[str], d
     while words and not words[0].startswith("-") and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
         name, _, value = words.pop(0).partition("=")
         env[name] = value
-    if words[: len(command)] == list(command):
-        words = words[len(command) :]
+    for start in range(len(command)):  # the whole command, or its last words (`serve MODEL`, `bench serve`)
+        if words[: len(command) - start] == list(command[start:]):
+            words = words[len(command) - start :]
+            break
     other = ("vllm", "bench", "serve") if command == ("vllm", "serve") else ("vllm", "serve")
     if words[: len(other)] == list(other) or (len(other) == 3 and words[:2] == list(other[1:])):
         # (the two command lines swapped: `vllm serve` goes to --serve, `vllm bench serve` to --bench)
@@ -424,8 +426,8 @@ CHECKS: dict[str, tuple[type, Callable[[Any], bool], str]] = {
     "seed": (int, lambda v: 0 <= v < 2**32, "expected a whole number from 0 to 2**32 - 1"),  # (numpy's seeds)
     "metric_percentiles": (
         list,
-        lambda v: 0 < len(v) <= 100 and all(type(p) is float and 0 < p < 100 for p in v),
-        "expected up to 100 percentiles between 0 and 100, e.g. 50,90,99",
+        lambda v: 0 < len(v) <= 100 and all(type(p) is float and 0 <= p <= 100 for p in v),
+        "expected up to 100 percentiles from 0 to 100, e.g. 50,90,99",
     ),
     "percentile_metrics": (
         list,
@@ -506,7 +508,8 @@ def sent_requests(result: Result, bench: Bench) -> list[tuple[float, int, int]]:
     # span past the simulator's bound is named here by the field it comes from
     if replays_own_send_times(result, bench):
         assert sent.start_times is not None
-        times = [t - min(sent.start_times) for t in sent.start_times]
+        first = min(sent.start_times)
+        times = [t - first for t in sent.start_times]
         if max(times, default=0.0) > MAX_ARRIVAL_S:
             raise UserError(
                 f"{result.path}: start_times: the requests are sent over {max(times):.3g} s, past "

@@ -91,12 +91,36 @@ def load_result(path: str | Path) -> Result:
     path = Path(path)
     head = check_input_file(path, "a vllm bench serve result (JSON) or printout", MAX_RESULT_BYTES, "a result here")
     if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
-        return _result_file(path)
+        return _consistent(_result_file(path))
     if path.stat().st_size > MAX_PRINTOUT_BYTES:
         raise UserError(
             f"{path}: {path.stat().st_size:,} bytes, more than a printout here may hold ({MAX_PRINTOUT_BYTES:,})"
         )
-    return _printout(path)
+    return _consistent(_printout(path))
+
+
+def _consistent(res: Result) -> Result:
+    """A run's counts agree with each other: what it completed, the tokens it counted, how long it
+    took, and (a detailed file) the requests it lists. One that does not is another run's figures
+    beside these requests, or an edited file: refused, naming the keys."""
+    f, path = res.figures, res.path
+    done = f.get("completed")
+    tokens = f.get("total_input_tokens") or f.get("total_output_tokens")
+    if done == 0 and tokens:
+        raise UserError(f"{path}: completed 0 requests, yet counts their tokens ({tokens:,.0f}): not one run's figures")
+    if done and f.get("duration") == 0:
+        raise UserError(f"{path}: duration: 0 s for {done:,.0f} completed requests")
+    sent = res.sent
+    if sent is not None:
+        asked = res.settings.get("num_prompts")
+        if asked is not None and sent.count != asked:
+            raise UserError(
+                f"{path}: input_lens: {sent.count:,} requests, where num_prompts says {asked:,.0f} were sent"
+            )
+        succeeded = len(sent.index) + sent.empty
+        if done is not None and succeeded != done:
+            raise UserError(f"{path}: errors: {succeeded:,} requests succeeded, where completed says {done:,.0f}")
+    return res
 
 
 # --- the result file ------------------------------------------------------------------------------

@@ -264,6 +264,14 @@ def _result(tmp_path: Path, **extra) -> Path:
         "mean_tpot_ms": 8.0,
         **extra,
     }
+    lens = extra.get("input_lens")
+    if isinstance(lens, list):  # a detailed file lists every request sent, and completed counts the successes
+        if "num_prompts" not in extra:
+            data["num_prompts"] = len(lens)
+        if "completed" not in extra:
+            errors = extra.get("errors")
+            ok = isinstance(errors, list) and len(errors) == len(lens)
+            data["completed"] = sum(1 for e in errors if not e) if ok else len(lens)
     path = tmp_path / "result.json"
     path.write_text(json.dumps(data))
     return path

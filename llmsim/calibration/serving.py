@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from llmsim.errors import UserError, load_json_object
-from llmsim.workload.limits import MAX_ARRIVAL_S, MAX_TOKENS_PER_REQUEST
+from llmsim.workload.limits import MAX_ARRIVAL_S, MAX_REQUESTS, MAX_TOKENS_PER_REQUEST
 
 STEP_COLUMNS = {
     "step_start_s",
@@ -50,6 +50,13 @@ FIT_RANGE = 4.0  # a refined efficiency stays within this factor of the profile'
 MAX_FIT_STEPS = 1500  # steps used by the joint fit (evenly spaced over all calibration steps)
 # past this mean error the fit describes nothing (the shipped CPU fit: 12%; the wrong model: 26,000%)
 MAX_EXEC_MAPE = 1.0
+# steps a run may hold: a day of an engine's steps at ~10 a second; read no further (a gzip of
+# repeated rows is small on disk and unbounded in memory)
+MAX_STEPS = 1_000_000
+# a step's sequences: the largest max_num_seqs any engine takes is thousands
+MAX_STEP_SEQS = 1_000_000
+STAMP_SLACK_S = 1.0  # a step may start before the first arrival / end after the last finish by this much
+MIN_STEPS_PER_TERM = 2  # steps the fit needs per term it fits (schedule, output: 3 each; execution: its own)
 
 
 @dataclass
@@ -75,18 +82,21 @@ def read_run(folder: Path) -> ServingRun:
     if not meta_path.exists():
         raise UserError(f"{folder}: not a serving run (no meta.json); see data/validation/vllm-cpu/README.md")
     meta = load_json_object(meta_path)
+    _check_meta(meta, meta_path)
     req_path = folder / "requests.csv"
-    requests = _read_csv(req_path) if req_path.exists() else pd.DataFrame()  # a step profile has none
+    requests = _read_csv(req_path, MAX_REQUESTS) if req_path.exists() else pd.DataFrame()  # a step profile has none
+    missing = set(REQUEST_COLUMNS) - set(requests.columns)
+    if len(requests.columns) and missing:  # (before "no rows": a file cut inside its header has neither)
+        raise UserError(f"{req_path}: missing column(s) {sorted(missing)}")
     if req_path.exists() and requests.empty:
         raise UserError(f"{req_path}: no requests (a header without rows); a step profile has no requests.csv")
-    missing = set(REQUEST_COLUMNS) - set(requests.columns)
-    if len(requests.columns) and missing:
-        raise UserError(f"{req_path}: missing column(s) {sorted(missing)}")
     _check_numbers(requests, req_path)
     steps_path = folder / "steps.csv.gz"
-    steps = _read_csv(steps_path) if steps_path.exists() else None
+    steps = _read_csv(steps_path, MAX_STEPS) if steps_path.exists() else None
     if steps is not None and (missing := STEP_COLUMNS - set(steps.columns)):
         raise UserError(f"{steps_path}: missing column(s) {sorted(missing)}; see data/validation/vllm-cpu/README.md")
+    if steps is not None:
+        _check_steps(steps, steps_path, requests)
     if steps is None and requests.empty:
         raise UserError(f"{folder}: neither requests.csv nor steps.csv.gz")
     return ServingRun(folder.name, folder, meta, requests, steps)
@@ -95,17 +105,105 @@ def read_run(folder: Path) -> ServingRun:
 REQUEST_COLUMNS = ("id", "arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens")
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
+def _read_csv(path: Path, max_rows: int) -> pd.DataFrame:
     """A run's CSV (plain or gzipped), one line naming the file when it cannot be parsed: cut short
-    (a copy interrupted), not CSV, or gzip data under a plain name."""
+    (a copy interrupted), not CSV, or gzip data under a plain name; no more than ``max_rows`` rows
+    are read (memory stays bounded whatever the file inflates to)."""
     import gzip
     import zlib
 
     try:
-        return pd.read_csv(path)
+        table = pd.read_csv(path, nrows=max_rows + 1)
     except (ValueError, EOFError, OSError, gzip.BadGzipFile, zlib.error) as exc:  # ParserError, UnicodeDecodeError
         text = str(exc).strip().splitlines()
         raise UserError(f"{path}: not a readable CSV table ({text[0] if text else type(exc).__name__})") from None
+    if len(table) > max_rows:
+        raise UserError(f"{path}: more than {max_rows:,} rows, more than a run may hold")
+    return table
+
+
+def _check_meta(meta: dict, path: Path) -> None:
+    """The keys of meta.json that the fit and the engine profile read, each of its type: a list
+    where an object belongs, or text where a flag belongs, named rather than misread."""
+    for key in ("engine_args", "resolved"):
+        if key in meta and not isinstance(meta[key], dict):
+            raise UserError(f"{path}: {key}: expected an object, got {type(meta[key]).__name__}")
+    resolved = meta.get("resolved") or {}
+    sched = resolved.get("scheduler")
+    if sched is not None and not isinstance(sched, dict):
+        raise UserError(f"{path}: resolved.scheduler: expected an object, got {type(sched).__name__}")
+    flag = (sched or {}).get("async_scheduling")
+    if flag is not None and not isinstance(flag, bool):
+        raise UserError(f"{path}: resolved.scheduler.async_scheduling: expected true or false, got {flag!r}")
+    sizes = resolved.get("cudagraph_capture_sizes")
+    ok = isinstance(sizes, list) and all(
+        isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 2**24 for x in sizes
+    )
+    if sizes is not None and not ok:
+        raise UserError(
+            f"{path}: resolved.cudagraph_capture_sizes: expected a list of batch sizes from 1 to {2**24:,}, got {sizes!r}"
+        )
+    model = (meta.get("engine_args") or {}).get("model")
+    if model is not None and not isinstance(model, str):
+        raise UserError(f"{path}: engine_args.model: expected the served model's name or path, got {model!r}")
+
+
+def _check_steps(steps: pd.DataFrame, path: Path, requests: pd.DataFrame) -> None:
+    """Every step's stamps and counts are numbers of the run (its clock, in seconds; whole counts in
+    range) and its batch (``tokens@computed`` items) adds up to them: a stamp in milliseconds, a
+    count that contradicts the batch, or a malformed cell is named by row, not fitted."""
+
+    def where(row: int, col: str) -> str:
+        return f"{path}: row {row + 2}, column {col!r}"
+
+    stamps = ("step_start_s", "sched_end_s", "update_start_s", "step_end_s")
+    for col in (*stamps, "num_scheduled_reqs", "num_scheduled_tokens"):
+        values = pd.to_numeric(steps[col], errors="coerce").to_numpy(dtype=float)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if len(bad):
+            got = steps[col].iloc[bad[0]]
+            shown = "a blank or NaN cell" if pd.isna(got) else repr(str(got))
+            raise UserError(f"{where(int(bad[0]), col)}: expected a finite number, got {shown}")
+        steps[col] = values
+    for col, high in (("num_scheduled_reqs", MAX_STEP_SEQS), ("num_scheduled_tokens", MAX_TOKENS_PER_REQUEST)):
+        v = steps[col].to_numpy()
+        bad = np.flatnonzero((v < 0) | (v > high) | (v != np.floor(v)))
+        if len(bad):
+            raise UserError(f"{where(int(bad[0]), col)}: expected a whole count from 0 to {high:,}, got {v[bad[0]]:g}")
+    if not requests.empty:  # one clock (data/validation/vllm-cpu/README.md): steps fall within the requests'
+        first = float(requests["arrival_s"].min()) - STAMP_SLACK_S
+        last = float(requests["finish_s"].max()) + STAMP_SLACK_S
+        for col in stamps:
+            v = steps[col].to_numpy()
+            bad = np.flatnonzero((v < first) | (v > last))
+            if len(bad):
+                raise UserError(
+                    f"{where(int(bad[0]), col)}: {v[bad[0]]:g} s, outside the run's requests ({first + STAMP_SLACK_S:g} to "
+                    f"{last - STAMP_SLACK_S:g} s, requests.csv, on the same clock): a stamp in another unit?"
+                )
+    for row, (batch, seqs, tokens) in enumerate(
+        zip(steps["batch"], steps["num_scheduled_reqs"], steps["num_scheduled_tokens"], strict=True)
+    ):
+        items = _batch_items(batch, where(row, "batch"))
+        if len(items) != seqs or sum(n for n, _ in items) != tokens:
+            raise UserError(
+                f"{where(row, 'batch')}: {len(items)} sequences of {sum(n for n, _ in items):,} tokens, where the step "
+                f"says {seqs:g} sequences (num_scheduled_reqs) of {tokens:g} tokens (num_scheduled_tokens)"
+            )
+
+
+def _batch_items(batch: object, where: str) -> list[tuple[int, int]]:
+    """``"365@0 1@365"`` -> [(365, 0), (1, 365)]: tokens >= 1 computed after >= 0 already computed."""
+    items = []
+    for item in str(batch if not pd.isna(batch) else "").split():
+        n, at, done = item.partition("@")
+        if not (at and n.isdigit() and done.isdigit()):
+            raise UserError(f"{where}: {item!r}: expected tokens@computed (whole numbers, as 365@0)")
+        tokens, computed = int(n), int(done)
+        if not 1 <= tokens <= MAX_TOKENS_PER_REQUEST or computed > MAX_TOKENS_PER_REQUEST:
+            raise UserError(f"{where}: {item!r}: token counts from 1 (computed from 0) to {MAX_TOKENS_PER_REQUEST:,}")
+        items.append((tokens, computed))
+    return items
 
 
 def _check_numbers(requests: pd.DataFrame, path: Path) -> None:
@@ -138,6 +236,9 @@ def _check_numbers(requests: pd.DataFrame, path: Path) -> None:
         if len(rows):
             row = int(rows[0])
             raise UserError(f"{path}: row {row + 2}, column {col!r}: {what} ({requests[col].iloc[row]})")
+    blank = np.flatnonzero(requests["id"].isna().to_numpy() | (requests["id"].astype(str).str.strip() == ""))
+    if len(blank):
+        raise UserError(f"{path}: row {int(blank[0]) + 2}, column 'id': a blank cell (each request has its own id)")
     again = np.flatnonzero(requests["id"].astype(str).duplicated().to_numpy())
     if len(again):  # (the comparison matches requests by id: a second one would be scored twice)
         row = int(again[0])
@@ -145,12 +246,11 @@ def _check_numbers(requests: pd.DataFrame, path: Path) -> None:
 
 
 def parse_batch(batch: str) -> tuple[list[tuple[int, int]], list[int]]:
-    """``"365@0 1@365"`` -> prefill chunks [(tokens, computed before)] and decode contexts."""
+    """``"365@0 1@365"`` -> prefill chunks [(tokens, computed before)] and decode contexts (a run's
+    cells were checked as it was read: ``_batch_items``)."""
     chunks: list[tuple[int, int]] = []
     decodes: list[int] = []
-    for item in str(batch).split():
-        n, _, done = item.partition("@")
-        tokens, computed = int(n), int(done)
+    for tokens, computed in _batch_items(batch, "batch"):
         if tokens == 1 and computed > 0:
             decodes.append(computed)
         else:
@@ -213,7 +313,7 @@ def _term_dict(coef: list[float], source: str) -> dict:
 
 def run_dtype(run: ServingRun) -> str:
     """The dtype the run served in (meta.json engine_args.dtype), as llmsim names it."""
-    raw = str(run.meta.get("engine_args", {}).get("dtype", "auto")).removeprefix("torch.")
+    raw = str((run.meta.get("engine_args") or {}).get("dtype", "auto")).removeprefix("torch.")
     if raw not in DTYPES:
         raise UserError(f"{run.folder}/meta.json: engine_args.dtype {raw!r} is not one of {sorted(DTYPES)}")
     return DTYPES[raw]
@@ -233,6 +333,7 @@ def fit_serving(
     from llmsim.engine import EngineSpec
     from llmsim.hardware import HardwareProfile
 
+    _check_runs(runs)
     phases = []
     for r in runs:  # (each run's steps in order: whether a step's batch changed reads the one before)
         if r.steps is not None:
@@ -250,6 +351,13 @@ def fit_serving(
         raise UserError(
             f"calibrate --serving: of the {read:,} steps in {names}'s steps.csv.gz none has positive schedule, "
             "execution and output times (each step's stamps in order: start, sched_end, update_start, end)"
+        )
+    terms = 3 + (len(HW_FIT_KEYS) + len(HW_FIT_OPTIONAL) + len(HW_FIT_OVERHEADS) if fit_hardware else 0)
+    terms += 2 if fit_batch_change else 0
+    if len(ph) < MIN_STEPS_PER_TERM * terms:  # (fewer, and the fit is exact on nothing: any terms pass)
+        raise UserError(
+            f"calibrate --serving: {len(ph):,} usable steps in {names}; fitting {terms} terms of the execution time "
+            f"needs at least {MIN_STEPS_PER_TERM * terms}"
         )
     seqs, tokens = ph["seqs"].to_numpy(), ph["tokens"].to_numpy()
     sched, sched_err = nnls_term(seqs, tokens, ph["schedule_s"].to_numpy())
@@ -316,7 +424,7 @@ def fit_serving(
         pred = dev + prep[0] + prep[1] * s_seqs + prep[2] * s_tokens + change_cols @ np.array(change)
     exec_err = float(np.mean(np.abs(pred - y) / y))
     if exec_err > MAX_EXEC_MAPE:  # (a fit this far off priced another model or machine than the run's)
-        served = sorted({str(r.meta.get("engine_args", {}).get("model", "?")) for r in runs})
+        served = sorted({str((r.meta.get("engine_args") or {}).get("model", "?")) for r in runs})
         raise UserError(
             f"calibrate --serving: the kernel model misses the runs' model-execution times by {exec_err:.0%} "
             f"on average even after fitting: is --model the model they served ({', '.join(served)}, meta.json) "
@@ -342,6 +450,28 @@ def fit_serving(
         "median_s": {k: float(ph[f"{k}_s"].median()) for k in ("schedule", "exec", "output")},
     }
     return engine, fitted_hw, report
+
+
+def _check_runs(runs: list[ServingRun]) -> None:
+    """One engine's runs: each folder once (a run given twice would weigh twice), and one served
+    model (meta.json engine_args.model, where the runs say it): one engine fit for another
+    model's steps describes neither."""
+    seen: dict[Path, str] = {}
+    for r in runs:
+        key = r.folder.resolve()
+        if key in seen:
+            raise UserError(f"calibrate --serving: {r.folder} is given twice (as {seen[key]}); give each run once")
+        seen[key] = str(r.folder)
+    models = {
+        str((r.meta.get("engine_args") or {}).get("model")): r.folder
+        for r in runs
+        if (r.meta.get("engine_args") or {}).get("model")
+    }
+    if len(models) > 1:
+        listed = "; ".join(f"{m} ({folder})" for m, folder in models.items())
+        raise UserError(
+            f"calibrate --serving: the runs served different models ({listed}); fit each model's runs apart"
+        )
 
 
 def _value(hw_data: dict, key: str) -> float:

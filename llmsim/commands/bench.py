@@ -89,6 +89,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     bench, bench_model = vllmcli.parse_bench(args.bench or "")
     check_same_model("--bench --model", bench_model, serve)
     overrides = parse_overrides(args.set)
+    typed = " ".join([args.serve, args.bench or "", *args.after])  # (the flags the user gave, to blame)
+    owned = [
+        k for k in overrides if k == "model" or k.startswith("model.") and k.split(".")[1] in ("name", "hf_config")
+    ]
+    if owned:  # (the header names --serve's model: a --set one would be simulated under its name)
+        raise UserError(f"--set {owned[0]}: the served model is --serve's (vllm serve MODEL); name it there")
     result = vllmresult.load_result(args.result) if args.result else None
     if result is not None:
         check_same_model(str(result.path), result.model_id, serve)
@@ -114,8 +120,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             label = after_label(k, len(earlier))
             before = with_overrides(vllmcli.scenario_dict(args.hardware, serve, b), overrides)
             why = vllmcli.settle_prompts(before, set_keys)
-            runs.append(EarlierRun(b, label, translate(before, label, set_keys), why))
-        sc = translate(data, "--bench", set_keys)
+            runs.append(EarlierRun(b, label, translate(before, label, set_keys, typed), why))
+        sc = translate(data, "--bench", set_keys, typed)
         skipped = why_history_skipped(sc, no_content) if earlier else None
         # a MoE server's earlier runs compiled its fused-MoE kernels (moejit.py), whatever its prefix cache
         kernels = skipped is not None and tracks_kernels(sc)  # (they leave kernels all the same)
@@ -351,9 +357,11 @@ def check_history(bench: Bench, result: Result | None, out: Path | None) -> None
         )
 
 
-def _named(exc: UserError, set_keys: frozenset[str] = frozenset()) -> UserError:
+def _named(exc: UserError, set_keys: frozenset[str] = frozenset(), typed: str = "") -> UserError:
     """The error, with where the first scenario key it names came from ("cluster.tp: ...",
-    "policy.x 100 ..."): the --set item that set it or a section above it, else the flag."""
+    "policy.x 100 ..."): the --set item that set it or a section above it, else the flag (of the
+    keys it names, first one whose flag the command lines ``typed`` give: a default is not the
+    user's doing)."""
     import re
 
     from llmsim.errors import UserError
@@ -368,11 +376,15 @@ def _named(exc: UserError, set_keys: frozenset[str] = frozenset()) -> UserError:
     by_set = sorted((i, k) for k in set_keys if (i := at(k)) is not None)
     if by_set:
         return UserError(f"{text} (from --set {by_set[0][1]})")
-    found = sorted((i, f) for k, f in KEY_FLAGS.items() if (i := at(k)) is not None)
-    return UserError(text + (f" (from {found[0][1]})" if found else ""))
+    found = sorted(
+        (not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", typed), i, f)
+        for k, f in KEY_FLAGS.items()
+        if (i := at(k)) is not None
+    )
+    return UserError(text + (f" (from {found[0][2]})" if found else ""))
 
 
-def translate(data: dict, label: str, set_keys: frozenset[str] = frozenset()) -> Scenario:
+def translate(data: dict, label: str, set_keys: frozenset[str] = frozenset(), typed: str = "") -> Scenario:
     """The translated scenario of the run ``label`` names (--bench, --after #k), read and checked
     without simulating: a key it refuses is named with the flag it came from; a token budget below
     the sequences it must hold is refused, as vLLM does."""
@@ -393,13 +405,13 @@ def translate(data: dict, label: str, set_keys: frozenset[str] = frozenset()) ->
         budget, seqs = sc.policy.chunk_tokens, sc.policy.max_num_seqs
         if budget < seqs:
             raise UserError(
-                f"policy.chunk_tokens {budget} is below policy.max_num_seqs {seqs} (vLLM's default for this GPU "
-                "unless --max-num-seqs says): vLLM refuses a token budget below its sequences"
+                f"policy.chunk_tokens {budget} is below policy.max_num_seqs {seqs} (each vLLM's default for this GPU "
+                "unless --max-num-batched-tokens / --max-num-seqs says): vLLM refuses a token budget below its sequences"
             )
         check_workload_bounds(sc)
         return sc
     except UserError as exc:
-        raise _named(exc, set_keys) from None
+        raise _named(exc, set_keys, typed) from None
 
 
 def simulate(sc: Scenario, cache: ServerCache | None = None, keep: bool = False) -> Results:

@@ -182,13 +182,16 @@ def _fit_runs(args: argparse.Namespace) -> tuple[list, dict, dict | None, dict]:
     return runs, engine, fitted_hw, report
 
 
+FIT_FILES = ("engine.yaml", "hardware.yaml", "report.json")  # what calibrate --serving writes in --out
+
+
 def _serving(args: argparse.Namespace) -> int:
     """Engine profile (and with --fit-hardware a refined hardware profile) from serving runs."""
     import json
 
     import yaml
 
-    from llmsim.errors import atomic_write_text, os_reason
+    from llmsim.errors import atomic_folder
 
     if not args.hardware or not args.model:
         raise UserError("calibrate --serving needs --hardware (the device's profile) and --model (the served model)")
@@ -202,7 +205,7 @@ def _serving(args: argparse.Namespace) -> int:
     sched = resolved.get("scheduler") or {}
     sizes = resolved.get("cudagraph_capture_sizes") or []
     engine["defaults"] = "vllm"  # a vLLM deployment's unset keys get vLLM's defaults
-    engine["async_scheduling"] = bool(sched.get("async_scheduling", False))
+    engine["async_scheduling"] = sched.get("async_scheduling", False)  # (a bool: read_run checked it)
     engine["cuda_graphs"] = bool(sizes)
     if sizes:
         engine["cuda_graph_sizes"] = sorted(int(x) for x in sizes)
@@ -212,15 +215,13 @@ def _serving(args: argparse.Namespace) -> int:
         texts["hardware.yaml"] = yaml.safe_dump(fitted_hw, sort_keys=False)
     texts["report.json"] = json.dumps(report, indent=1) + "\n"
     written = [out / name for name in texts if name != "report.json"]
+    # an earlier --fit-hardware fit's: twin would read it beside this engine.yaml (the folder is replaced whole)
     stale = out / "hardware.yaml" if fitted_hw is None and (out / "hardware.yaml").is_file() else None
-    try:  # each file whole or not at all (a full disk, a read-only folder)
-        out.mkdir(parents=True, exist_ok=True)
+    # the folder whole or untouched (a full disk, a read-only folder, an interrupt); one holding
+    # other files (a run's results) is refused, not mixed into
+    with atomic_folder(out, owned=lambda entry: entry.is_file() and entry.name in FIT_FILES) as tmp:
         for name, text in texts.items():
-            atomic_write_text(out / name, text)
-        if stale is not None:  # an earlier --fit-hardware fit's: twin would read it beside this engine.yaml
-            stale.unlink()
-    except OSError as exc:
-        raise UserError(f"--out {out}: could not write the fit ({os_reason(exc)})") from None
+            (tmp / name).write_text(text)
     say = printer(args.quiet)
     if stale is not None:
         say(f"removed {stale}: an earlier fit's hardware profile (this fit keeps --hardware's kernel model)")
