@@ -55,6 +55,7 @@ MAX_EXEC_MAPE = 1.0
 MAX_STEPS = 1_000_000
 # a step's sequences: the largest max_num_seqs any engine takes is thousands
 MAX_STEP_SEQS = 1_000_000
+MAX_CSV_BYTES = 2**30  # a run's table, inflated: 1,000,000 steps of ~1 KB (a batch of hundreds of sequences)
 STAMP_SLACK_S = 1.0  # a step may start before the first arrival / end after the last finish by this much
 MIN_STEPS_PER_TERM = 2  # steps the fit needs per term it fits (schedule, output: 3 each; execution: its own)
 
@@ -113,6 +114,7 @@ def _read_csv(path: Path, max_rows: int) -> pd.DataFrame:
     import zlib
 
     try:
+        _check_inflated_size(path)
         table = pd.read_csv(path, nrows=max_rows + 1)
     except (ValueError, EOFError, OSError, gzip.BadGzipFile, zlib.error) as exc:  # ParserError, UnicodeDecodeError
         text = str(exc).strip().splitlines()
@@ -120,6 +122,27 @@ def _read_csv(path: Path, max_rows: int) -> pd.DataFrame:
     if len(table) > max_rows:
         raise UserError(f"{path}: more than {max_rows:,} rows, more than a run may hold")
     return table
+
+
+def _check_inflated_size(path: Path) -> None:
+    """A table's bytes as pandas would see them (a gzip's inflated) are at most MAX_CSV_BYTES: counted
+    while streaming, so a small file that inflates past memory is refused before it is held."""
+    import gzip
+
+    with path.open("rb") as raw:
+        zipped = raw.read(2) == b"\x1f\x8b"
+    if not zipped:
+        if path.stat().st_size > MAX_CSV_BYTES:
+            raise UserError(
+                f"{path}: {path.stat().st_size:,} bytes, more than a run's table may hold ({MAX_CSV_BYTES:,})"
+            )
+        return
+    seen = 0
+    with gzip.open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            seen += len(chunk)
+            if seen > MAX_CSV_BYTES:
+                raise UserError(f"{path}: inflates past {MAX_CSV_BYTES:,} bytes, more than a run's table may hold")
 
 
 def _check_meta(meta: dict, path: Path) -> None:
