@@ -55,7 +55,7 @@ RUN_CATALOGUE = {
         "prefix_tokens (100)",
         "80 tokens",
     ],
-    "trace_nan_timestamp.yaml": ["nan_timestamp.csv", "row 3", "arrival_s", "nan"],
+    "trace_nan_timestamp.yaml": ["nan_timestamp.csv", "row 3", "arrival_s", "an empty or NA cell"],
     "trace_nan_timestamp_mooncake.yaml": ["nan_timestamp_mooncake.jsonl", "line 2", "timestamp", "finite", "nan"],
     "trace_fractional_tokens.yaml": ["fractional_tokens.csv", "row 3", "'prompt_tokens'", "whole number", "10.5"],
     "trace_huge_tokens.yaml": ["huge_tokens.csv", "row 4", "'output_tokens'", "1e+30", "limit of 10,000,000"],
