@@ -616,7 +616,7 @@ def refuse_foreign_files(out: Path, owned: Callable[[Path], bool]) -> None:
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise UserError(
-            f"output directory {out} holds files llmsim did not write ({shown}); it replaces the whole "
+            f"output directory {out} holds files this command does not write ({shown}); it replaces the whole "
             "folder, so pick a new or empty --out, or move them"
         )
 

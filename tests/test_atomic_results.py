@@ -197,7 +197,7 @@ def test_run_refuses_to_replace_a_folder_with_other_files(old, scenario, capsys)
     assert main(["run", str(scenario), "--out", str(old), "--quiet", "--no-report"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [
-        f"llmsim: error: output directory {old} holds files llmsim did not write (notes.txt); it replaces "
+        f"llmsim: error: output directory {old} holds files this command does not write (notes.txt); it replaces "
         "the whole folder, so pick a new or empty --out, or move them"
     ]
     assert snapshot(old) == before
@@ -217,7 +217,7 @@ def test_a_file_of_the_user_s_in_report_plots_is_not_replaced(old, scenario, cap
     (old / "report_plots" / "notes.txt").write_text("mine")
     before = snapshot(old)
     assert main(["run", str(scenario), "--out", str(old), "--quiet", "--no-report"]) == 2
-    assert "holds files llmsim did not write (report_plots/notes.txt)" in capsys.readouterr().err
+    assert "holds files this command does not write (report_plots/notes.txt)" in capsys.readouterr().err
     assert snapshot(old) == before
 
 
@@ -233,7 +233,7 @@ def test_a_new_run_keeps_the_sweep_and_twin_folders_inside_it(old, scenario, cap
     assert json.loads((old / "summary.json").read_text())["seed"] == 5
     (old / "sweep" / "sweep.json").unlink()  # now just a folder named sweep: someone else's
     assert main(["run", str(scenario), "--out", str(old), "--quiet", "--no-report"]) == 2
-    assert "holds files llmsim did not write (sweep/)" in capsys.readouterr().err
+    assert "holds files this command does not write (sweep/)" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- file modes

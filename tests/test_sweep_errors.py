@@ -247,7 +247,7 @@ def test_a_sweep_refuses_to_replace_a_folder_with_other_files(old_sweep, scenari
     (old_sweep / "notes.txt").write_text("mine")
     before = snapshot(old_sweep)
     assert sweep(scenario, old_sweep, "--set", "cluster.replicas=1", "--workers", "1") == 2
-    assert "holds files llmsim did not write (notes.txt)" in one_error_line(capsys.readouterr().err)
+    assert "holds files this command does not write (notes.txt)" in one_error_line(capsys.readouterr().err)
     assert snapshot(old_sweep) == before
 
 
