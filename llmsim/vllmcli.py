@@ -127,6 +127,13 @@ def _parse(parser: argparse.ArgumentParser, words: list[str]) -> tuple[argparse.
         if name in REFUSED:
             raise UserError(f"{parser.prog}: {name}: {REFUSED[name]}")
     ns, unknown = parser.parse_known_args(words)
+    stray = [w for w in unknown if not w.startswith("-")]
+    if stray and len(stray) == len(unknown):  # (words that are no flag's: a second model, a value without its flag)
+        raise UserError(
+            f"{parser.prog}: {cut(' '.join(stray))}: a word that belongs to no flag ({parser.prog} takes "
+            f"{'one positional argument, the model' if parser.prog == 'vllm serve' else 'none: the model is --model'}; "
+            "give the rest as --flag value)"
+        )
     if unknown:
         raise UserError(
             f"{parser.prog}: {cut(' '.join(unknown))}: not a flag llmsim reads (docs/scenario.md lists the ones it "

@@ -193,3 +193,8 @@ def test_a_blank_request_id_is_named(tmp_path, capsys) -> None:
     req.loc[4, "id"] = None
     req.to_csv(run / "requests.csv", index=False)
     one_error(calibrate(tmp_path, run), capsys, "requests.csv: row 6, column 'id': a blank cell")
+
+
+def test_a_stray_word_is_named_as_one(capsys) -> None:
+    argv = ["bench", "--hardware", "H100-SXM", "--serve", "vllm serve Qwen/Qwen3-8B Qwen/Qwen3-8B", "--quiet"]
+    one_error(argv, capsys, "vllm serve: Qwen/Qwen3-8B: a word that belongs to no flag", "the model")
