@@ -34,6 +34,7 @@ from llmsim.results import (
     lora_line,
     offload_line,
     pools_line,
+    read_csv_table,
     read_table,
     requests_line,
     scaling_line,
@@ -176,7 +177,7 @@ class ResultsDir:
         summary = load_json_object(p / "summary.json") if (p / "summary.json").exists() else {}
         missing = [k for k in SUMMARY_KEYS if k not in summary]
         if (p / "summary.json").exists() and missing:  # another tool's JSON, or a summary cut short
-            kind = file_kind(summary)
+            kind = file_kind(summary) if len(missing) == len(SUMMARY_KEYS) else None  # (some present: a summary cut)
             what = f"this is {kind}" if kind else f"missing {', '.join(missing)}"
             raise UserError(f"{p / 'summary.json'}: not an llmsim run summary ({what})")
         sc, raw = None, None
@@ -189,6 +190,8 @@ class ResultsDir:
         tables = {name: _floats(_csv(p / f"{name}.csv")) for name in PLAN_TABLES if (p / f"{name}.csv").exists()}
         plan = _plan_of(p, tables) if kind == "plan" else None
         names = ("requests", "steps", "chunks", "scaling")
+        if summary:
+            _check_row_counts(p, summary, sc)
         requests, steps, chunks, scaling = (_table(p, name) for name in names)  # Parquet or CSV
         return cls(p, summary, requests, steps, sc, plan, tables, kind, chunks=chunks, scaling=scaling)
 
@@ -214,6 +217,45 @@ def readable(path: Path) -> Iterator[None]:
             text = str(exc).strip().splitlines()
             why = text[0] if text else type(exc).__name__
         raise UserError(f"{path}: not a readable table ({why}); rerun the command that wrote it") from None
+
+
+def _table_rows(path: Path) -> int:
+    """Rows of a table file, read without loading it: a Parquet file's footer, a CSV's lines."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        with readable(path):
+            return int(pq.ParquetFile(path).metadata.num_rows)
+    with path.open("rb") as fh:
+        return max(sum(1 for _ in fh) - 1, 0)
+
+
+def _check_row_counts(p: Path, summary: dict, sc: Scenario | None) -> None:
+    """A run's tables hold the rows its summary counts, checked before they are read: one request
+    row per request, no more step rows than steps (fewer when sampled), no more prefill chunks than
+    the traced requests' steps. A table edited to millions of rows (a small compressed file) is
+    refused rather than read into memory."""
+    reqs, steps = summary.get("requests"), summary.get("steps_total")
+    total = reqs.get("total") if isinstance(reqs, dict) else None
+    traced = total
+    if sc is not None and sc.output.trace == "sample":
+        traced = min(total or 0, sc.output.trace_requests)
+    limits = {
+        "requests": (total, "its summary's requests.total"),
+        "steps": (steps, "its summary's steps_total"),
+        "chunks": (
+            steps * traced if isinstance(steps, int) and isinstance(traced, int) else None,
+            "steps x traced requests",
+        ),
+    }
+    for name, (limit, what) in limits.items():
+        path = next((f for f in (p / f"{name}.parquet", p / f"{name}.csv") if f.exists()), None)
+        if path is None or not isinstance(limit, int) or isinstance(limit, bool):
+            continue
+        rows = _table_rows(path)
+        if (rows != limit) if name == "requests" else (rows > limit):
+            relation = "" if name == "requests" else "at most "
+            raise UserError(f"{path}: {rows:,} rows, where {what} says {relation}{limit:,}; not as llmsim wrote it")
 
 
 def _table(p: Path, name: str) -> pd.DataFrame:
@@ -289,7 +331,7 @@ def _csv(path: Path) -> pd.DataFrame:
         return pd.DataFrame()
     with readable(path):
         try:
-            return pd.read_csv(path)
+            return read_csv_table(path)
         except pd.errors.EmptyDataError:  # a header-less empty table (no rows, no columns)
             return pd.DataFrame()
 
@@ -976,6 +1018,8 @@ def write_report(path: str | Path, into: str | Path | None = None, results: Resu
     page, md, figures = build_report(r)
     out = Path(into if into is not None else path)
     plots_dir = out / "report_plots"
+    if plots_dir.is_symlink():  # (a link to a folder elsewhere: its files are not this report's to overwrite)
+        plots_dir.unlink()
     plots_dir.mkdir(exist_ok=True)
     for old in plots_dir.glob("[0-9][0-9].png"):  # an earlier report's extra plots would look current
         old.unlink()

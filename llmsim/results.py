@@ -165,8 +165,25 @@ def read_table(folder: Path, name: str) -> pd.DataFrame:
         if path.exists():
             if suffix == ".parquet":
                 return pd.read_parquet(path)
-            return pd.read_csv(path) if path.stat().st_size > 1 else pd.DataFrame()
+            return read_csv_table(path) if path.stat().st_size > 1 else pd.DataFrame()
     return pd.DataFrame()
+
+
+def read_csv_table(path: Path) -> pd.DataFrame:
+    """A CSV table llmsim wrote, read as written: a row with more fields than the header is refused
+    (pandas would take the surplus leading fields as an index and shift every column silently)."""
+    import warnings
+
+    from llmsim.errors import UserError
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.ParserWarning)
+        try:
+            return pd.read_csv(path, index_col=False)
+        except pd.errors.ParserWarning:
+            raise UserError(
+                f"{path}: a row has more fields than the header (edited?); not as llmsim wrote it"
+            ) from None
 
 
 def chunks_frame(reqs: list) -> pd.DataFrame:

@@ -84,10 +84,9 @@ def parse_values(text: str, item: str | None = None) -> list[object]:
         if len(nums) not in (2, 3) or (len(nums) == 3 and nums[2] <= 0) or nums[1] < nums[0]:
             raise UserError(f"{origin}: range {text!r}: expected LO..HI or LO..HI..STEP with LO <= HI and STEP > 0")
         values = range(nums[0], nums[1] + 1, nums[2] if len(nums) == 3 else 1)
-        if len(values) > MAX_POINTS:
-            raise UserError(
-                f"{origin}: range {text!r}: {len(values):,} values; a sweep runs at most {MAX_POINTS:,} points"
-            )
+        count = (values.stop - values.start + values.step - 1) // values.step  # (len() overflows past 2**63)
+        if count > MAX_POINTS:
+            raise UserError(f"{origin}: range {text!r}: {count:,} values; a sweep runs at most {MAX_POINTS:,} points")
         return list(values)
     # (the values as `llmsim run` reads a --set value: plain YAML data)
     items = _top_level_items(text)
@@ -115,6 +114,17 @@ def _top_level_items(text: str) -> list[str]:
     return [*items, text[start:]]
 
 
+# output keys that change no figure of a sweep's table: an axis over them repeats one simulation
+NO_FIGURE_KEYS = (
+    "output.dir",
+    "output.format",
+    "output.trace",
+    "output.trace_requests",
+    "output.steps",
+    "output.sample_every",
+)
+
+
 def parse_grid(items: list[str]) -> dict[str, list[object]]:
     """``["policy.kind=chunked,traditional", "cluster.replicas=1..4"]`` -> ordered grid."""
     grid: dict[str, list[object]] = {}
@@ -125,11 +135,20 @@ def parse_grid(items: list[str]) -> dict[str, list[object]]:
         vals = parse_values(values, item)
         if not vals:
             raise UserError(f"--set {item!r}: no values; give a comma list or a range, e.g. {key.strip()}=1,2 or 1..4")
-        seen: set[str] = set()
-        for shown in map(shown_value, vals):  # (as typed: a list or a mapping is a value too, and unhashable)
-            if shown in seen:  # every point with it would be simulated twice, two rows saying the same
+        if key.strip() in NO_FIGURE_KEYS:  # (every point would run the same simulation and write nothing of its own)
+            raise UserError(
+                f"--set {cut(item)!r}: {key.strip()} changes no figure of a sweep point (a sweep writes one table, "
+                "not each point's files); use --fix, or llmsim run for the files"
+            )
+        seen: set[object] = set()
+        for value in vals:  # (as typed: a list or a mapping is a value too, and unhashable; a number by its value)
+            same = (
+                float(value) if isinstance(value, int | float) and not isinstance(value, bool) else shown_value(value)
+            )
+            if same in seen:  # every point with it would be simulated twice, two rows saying the same
+                shown = shown_value(value)
                 raise UserError(f"--set {cut(item)!r}: the value {cut(shown)} is given twice; list each value once")
-            seen.add(shown)
+            seen.add(same)
         if key.strip() in grid:  # a dict would keep the last silently: one axis's values would vanish
             raise UserError(f"--set {item!r}: the axis {key.strip()} is given twice; list all its values in one --set")
         grid[key.strip()] = vals

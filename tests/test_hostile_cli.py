@@ -105,7 +105,11 @@ def test_shipped_scenarios_stay_within_bounds() -> None:
 
 @pytest.mark.parametrize(
     "out, fragment",
-    [("/proc/llmsim-out", "not writable"), ("/proc", "holds files this command does not write"), ("FILE", "Not a directory")],
+    [
+        ("/proc/llmsim-out", "not writable"),
+        ("/proc", "holds files this command does not write"),
+        ("FILE", "Not a directory"),
+    ],
 )
 def test_unwritable_out(out: str, fragment: str, tmp_path: Path, capsys) -> None:
     if out == "FILE":

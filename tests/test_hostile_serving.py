@@ -131,7 +131,9 @@ def test_a_fit_is_not_mixed_into_another_commands_folder(tmp_path, capsys) -> No
     out = tmp_path / "fit"
     out.mkdir()
     (out / "summary.json").write_text("{}")
-    one_error(calibrate(tmp_path, copy_run(tmp_path)), capsys, "holds files this command does not write", "summary.json")
+    one_error(
+        calibrate(tmp_path, copy_run(tmp_path)), capsys, "holds files this command does not write", "summary.json"
+    )
     assert sorted(p.name for p in out.iterdir()) == ["summary.json"]
 
 

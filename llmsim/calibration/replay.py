@@ -113,6 +113,24 @@ def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, mo
             raise UserError(f"{where}{name}.{key}: expected a whole number >= 0, got {value!r}")
         return int(value)
 
+    def flag(section: dict, name: str, key: str, default: bool) -> bool:
+        """``section[key]`` as true or false (text such as "false" is refused, not read as true)."""
+        value = section.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise UserError(f"{where}{name}.{key}: expected true or false, got {value!r}")
+        return value
+
+    watermark = sch.get("watermark") or 0.0
+    if isinstance(watermark, bool) or not isinstance(watermark, int | float) or not 0 <= watermark < 1:
+        raise UserError(f"{where}.scheduler.watermark: expected a fraction from 0 to 1, got {watermark!r}")
+    model = res.get("model")
+    limit = model.get("max_model_len") if isinstance(model, dict) else None
+    if limit is not None:
+        ok = isinstance(limit, int | float) and not isinstance(limit, bool) and limit == int(limit) and limit >= 1
+        if not ok or limit > 2**31:
+            raise UserError(f"{where}.model.max_model_len: expected a whole number of tokens >= 1, got {limit!r}")
     blocks = whole(res, "", "num_kv_blocks", 0) or whole(cache, ".cache", "num_gpu_blocks", 0)
     if blocks < 2:
         raise UserError(f"{run.folder}/meta.json: no KV block count (resolved.num_kv_blocks)")
@@ -122,21 +140,21 @@ def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, mo
         "seed": 0,
         "model": {"hf_config": str(model_config), "weight_dtype": "fp32", "act_dtype": "fp32"},
         "hardware": str(hardware),
-        "engine": {"profile": str(engine), "async_scheduling": bool(sch.get("async_scheduling"))},
+        "engine": {"profile": str(engine), "async_scheduling": flag(sch, ".scheduler", "async_scheduling", False)},
         "policy": {
             "kind": "vllm",
             "chunk_tokens": budget,
             "max_batch_tokens": budget,
             "max_num_seqs": whole(sch, ".scheduler", "max_num_seqs"),
             "long_prefill_token_threshold": whole(sch, ".scheduler", "long_prefill_token_threshold", 0),
-            "reserve_full_prompt": bool(sch.get("scheduler_reserve_full_isl", True)),  # vLLM 0.32's default
+            "reserve_full_prompt": flag(sch, ".scheduler", "scheduler_reserve_full_isl", True),  # vLLM 0.32's default
             **_max_model_len(res),
         },
         "kv_cache": {
             "block_tokens": whole(cache, ".cache", "block_size"),
             "num_blocks": blocks - 1,  # vLLM's block 0 is the null block (v1/core/block_pool.py)
-            "prefix_caching": bool(cache.get("enable_prefix_caching")),
-            "watermark": float(sch.get("watermark") or 0.0),
+            "prefix_caching": flag(cache, ".cache", "enable_prefix_caching", False),
+            "watermark": float(watermark),
             "dtype": "fp32",
         },
         "workload": {"kind": "trace", "trace": {"path": str(trace), "format": "llmservingsim"}},

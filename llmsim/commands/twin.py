@@ -303,22 +303,25 @@ def _vllm(args: argparse.Namespace) -> int:
         replay.read_run(folder)
         roles.append(replay.split_of(folder))
         fits.append(replay.campaign_fit(folder))
-    if args.out:
-        check_out(args.out)
+    _check_vllm_folders(folders, args.out)
     labels = run_labels(folders)
     default = (replay.HOST_PROFILE, replay.ENGINE_PROFILE)  # the first campaign's fit
-    rows, scores, used = [], [], []
+    rows, scores, used, sides = [], [], [], []
     with bar(len(folders), "twin", not args.quiet, unit="run") as b:
         for folder, label, role, own in zip(folders, labels, roles, fits, strict=True):
             b.set_description(f"twin: {label}")
             hw, eng = hardware or (own or default)[0], engine or (own or default)[1]
             used.append((hw, eng, own is None and not (hardware and engine)))
             s, measured, simulated = replay.replay(folder, hw, eng)
+            if "err_mean_ttft_ms" not in s:  # (no simulated request finished: nothing to score)
+                raise UserError(
+                    f"{folder}: the replay finished none of its requests (every one refused by its meta.json "
+                    "limits, e.g. resolved.model.max_model_len or the KV block count), so there is nothing to score"
+                )
             s["run"] = f"{folder.resolve().parent.name}/{folder.resolve().name}"  # (campaigns share run names)
             b.update()
             scores.append(s)
-            if args.out:
-                bench_files(args.out / "bench", label.replace("/", "--"), measured, simulated)
+            sides.append((label.replace("/", "--"), measured, simulated))
             cells = [
                 f"{s[k]:+.1%}" for k in ("err_mean_ttft_ms", "err_p99_ttft_ms", "err_mean_e2el_ms", "err_p99_e2el_ms")
             ]
@@ -341,12 +344,35 @@ def _vllm(args: argparse.Namespace) -> int:
             )
             where = record(campaign, [s for s, _, _ in picked], src)
         say(f"wrote {where} ({', '.join(campaigns)})")
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        # strict JSON: a figure a run cannot have (no failed requests: err_failed) is null, not NaN
-        (args.out / "vllm_twin.json").write_text(json.dumps(finite(scores), indent=1, allow_nan=False) + "\n")
+    if args.out:  # the folder whole or untouched, and only this twin's runs in it
+        from llmsim.errors import atomic_folder
+
+        with atomic_folder(args.out, owned=lambda e: e.name in ("vllm_twin.json", "bench")) as tmp:
+            for label, measured, simulated in sides:
+                bench_files(tmp / "bench", label, measured, simulated)
+            # strict JSON: a figure a run cannot have (no failed requests: err_failed) is null, not NaN
+            (tmp / "vllm_twin.json").write_text(json.dumps(finite(scores), indent=1, allow_nan=False) + "\n")
         say(f"wrote {args.out / 'vllm_twin.json'} and {args.out / 'bench'}/<run>.{{measured,simulated}}.json")
     return 0
+
+
+def _check_vllm_folders(folders: list[Path], out: Path | None) -> None:
+    """Each measured run once (a run given twice would weigh twice in the scores), and --out
+    outside them (the twin's files do not go into the measurements)."""
+    seen: dict[Path, Path] = {}
+    for folder in folders:
+        real = folder.resolve()
+        if real in seen:
+            raise UserError(f"{folder}: given twice (as {seen[real]}); give each run once")
+        seen[real] = folder
+    if out is None:
+        return
+    target = out.resolve()
+    for real, folder in seen.items():
+        if target == real or real in target.parents:
+            raise UserError(f"--out {out}: inside the measured run {folder}; write the twin's files elsewhere")
+    if target.exists() and not target.is_dir():
+        raise UserError(f"output directory {out}: not writable (Not a directory)")
 
 
 def run_labels(folders: list[Path]) -> list[str]:

@@ -1,0 +1,114 @@
+"""Hostile inputs to `llmsim report`, `llmsim twin --engine vllm` and `llmsim sweep` (a hostile
+tester's findings): one error naming the file or flag, exit 2, nothing outside the folder touched."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_hostile_cli import one_error
+
+from llmsim.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = ROOT / "scenarios" / "quickstart.yaml"
+VLLM = ROOT / "data" / "validation" / "vllm-cpu"
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("hostile_report") / "run"
+    assert main(["run", str(QUICK), "--set", "workload.num_requests=30", "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def copy(run_folder: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "x"
+    shutil.copytree(run_folder, out, symlinks=True)
+    return out
+
+
+def test_a_plots_link_to_another_folder_is_not_written_through(run_folder, tmp_path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "00.png").write_text("keep")
+    x = copy(run_folder, tmp_path)
+    shutil.rmtree(x / "report_plots")
+    (x / "report_plots").symlink_to(outside)
+    assert main(["report", str(x), "--quiet"]) == 0
+    assert (outside / "00.png").read_text() == "keep"
+    assert (x / "report_plots").is_dir() and not (x / "report_plots").is_symlink()
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda d: d.update(saturation="overloaded"), "a figure in its files is not of the kind llmsim writes"),
+        (lambda d: d["slo"].update(ttft_s="abc"), "a figure in its files is not of the kind llmsim writes"),
+        (
+            lambda d: d["requests"].update(total=31),
+            "requests.parquet: 30 rows, where its summary's requests.total says 31",
+        ),
+        (lambda d: d.pop("saturation"), "summary.json: not an llmsim run summary (missing saturation)"),
+    ],
+)
+def test_an_edited_summary_is_one_error(run_folder, tmp_path, capsys, edit, fragment) -> None:
+    x = copy(run_folder, tmp_path)
+    data = json.loads((x / "summary.json").read_text())
+    edit(data)
+    (x / "summary.json").write_text(json.dumps(data))
+    one_error(["report", str(x), "--quiet"], capsys, fragment)
+
+
+def test_a_csv_row_with_extra_fields_is_refused(tmp_path, capsys) -> None:
+    out = tmp_path / "sw"
+    argv = ["sweep", str(QUICK), "--fix", "workload.num_requests=20", "--set", "cluster.replicas=1,2"]
+    assert main([*argv, "--out", str(out), "--quiet", "--workers", "1", "--no-report"]) == 0
+    (out / "sweep.parquet").unlink()
+    lines = (out / "sweep.csv").read_text().splitlines()
+    lines[1] += ",9,9,9"
+    (out / "sweep.csv").write_text("\n".join(lines) + "\n")
+    one_error(["report", str(out), "--quiet"], capsys, "sweep.csv: a row has more fields than the header")
+
+
+@pytest.mark.parametrize(
+    ("axis", "fragment"),
+    [
+        ("cluster.replicas=1,1.0", "the value 1.0 is given twice"),
+        ("output.dir=/tmp/a,/tmp/b", "output.dir changes no figure of a sweep point"),
+        ("seed=1..99999999999999999999999", "99,999,999,999,999,999,999,999 values; a sweep runs at most 10,000"),
+    ],
+)
+def test_sweep_axes_that_repeat_or_explode_are_refused(tmp_path, capsys, axis, fragment) -> None:
+    one_error(["sweep", str(QUICK), "--set", axis, "--out", str(tmp_path / "o"), "--quiet"], capsys, fragment)
+
+
+def test_twin_takes_each_run_once_and_writes_outside_them(tmp_path, capsys) -> None:
+    run = tmp_path / "r"
+    shutil.copytree(VLLM / "poisson-light", run)
+    one_error(["twin", "--engine", "vllm", str(run), str(run), "--quiet"], capsys, "given twice")
+    one_error(
+        ["twin", "--engine", "vllm", str(run), "--out", str(run / "o"), "--quiet"], capsys, "inside the measured run"
+    )
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "fragment"),
+    [
+        ("cache", "enable_prefix_caching", "false", "resolved.cache.enable_prefix_caching: expected true or false"),
+        ("scheduler", "watermark", "abc", "resolved.scheduler.watermark: expected a fraction from 0 to 1"),
+        ("model", "max_model_len", "abc", "resolved.model.max_model_len: expected a whole number of tokens"),
+        ("model", "max_model_len", 1, "the replay finished none of its requests"),
+    ],
+)
+def test_a_twin_runs_meta_json_is_read_as_typed(tmp_path, capsys, section, key, value, fragment) -> None:
+    run = tmp_path / "r"
+    shutil.copytree(VLLM / "poisson-light", run)
+    meta = json.loads((run / "meta.json").read_text())
+    meta["resolved"].setdefault(section, {})[key] = value
+    (run / "meta.json").write_text(json.dumps(meta))
+    out = tmp_path / "o"
+    one_error(["twin", "--engine", "vllm", str(run), "--out", str(out), "--quiet"], capsys, fragment)
+    assert not out.exists()
