@@ -112,3 +112,21 @@ def test_a_twin_runs_meta_json_is_read_as_typed(tmp_path, capsys, section, key, 
     out = tmp_path / "o"
     one_error(["twin", "--engine", "vllm", str(run), "--out", str(out), "--quiet"], capsys, fragment)
     assert not out.exists()
+
+
+def test_a_twin_run_scores_only_its_own_workloads_requests(tmp_path, capsys) -> None:
+    import pandas as pd
+
+    run = tmp_path / "r"
+    shutil.copytree(VLLM / "poisson-light", run)
+    shutil.copy(VLLM / "poisson-mid" / "workload.jsonl.gz", run / "workload.jsonl.gz")
+    one_error(
+        ["twin", "--engine", "vllm", str(run), "--quiet"], capsys, "requests.csv: 24 requests, where the workload"
+    )
+    shutil.copy(VLLM / "poisson-light" / "workload.jsonl.gz", run / "workload.jsonl.gz")
+    req = pd.read_csv(run / "requests.csv")
+    req.loc[2, "prompt_tokens"] *= 3
+    req.to_csv(run / "requests.csv", index=False)
+    one_error(
+        ["twin", "--engine", "vllm", str(run), "--quiet"], capsys, "requests.csv: row 4: r2 has", "where the workload"
+    )

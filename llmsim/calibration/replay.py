@@ -38,26 +38,36 @@ def workload_file(run: ServingRun) -> Path:
     raise UserError(f"{run.folder}: no workload.jsonl.gz (nor in its base run {base.parent.name})")
 
 
-def to_llmservingsim(src: Path, dst: Path) -> None:
-    """The harness's workload lines as LLMServingSim JSONL (the trace format llmsim reads); a line
-    that is not one request (``arrival_s``, ``output_tokens``, ``prompt_token_ids``), a cut or
-    corrupt gzip stream, or more text than a trace may hold is refused, naming the file and line."""
+def to_llmservingsim(src: Path, dst: Path) -> list[tuple[int, int]]:
+    """The harness's workload lines as LLMServingSim JSONL (the trace format llmsim reads), and each
+    request's (prompt, output) tokens; a line that is not one request (``arrival_s``,
+    ``output_tokens``, ``prompt_token_ids``), a cut or corrupt gzip stream, a line longer than one
+    request's token ids can be, or more text than a trace may hold is refused, naming the file and line."""
     import zlib
 
-    from llmsim.workload.limits import MAX_TRACE_BYTES
+    from llmsim.workload.limits import MAX_TOKENS_PER_REQUEST, MAX_TRACE_BYTES
 
+    longest = 12 * MAX_TOKENS_PER_REQUEST  # (characters: an id of up to 10 digits and its ", ", and the rest)
     written = 0
     no = 0
+    lens: list[tuple[int, int]] = []
     try:
         with gzip.open(src, "rt", encoding="utf-8") as fh, dst.open("w") as out:
-            for no, line in enumerate(fh, start=1):
+            while line := fh.readline(longest + 1):  # (a line is read at most this far: memory stays bounded)
+                no += 1
+                if len(line) > longest:
+                    raise UserError(
+                        f"{src}: line {no}: longer than {longest:,} characters, more than one request holds"
+                    )
                 written += len(line)
                 if written > MAX_TRACE_BYTES:
                     raise UserError(
                         f"{src}: more than {MAX_TRACE_BYTES:,} bytes once decompressed, more than a trace may hold"
                     )
                 if line.strip():
-                    out.write(json.dumps(_request_row(json.loads(line), src, no)) + "\n")
+                    row = _request_row(json.loads(line), src, no)
+                    lens.append((row["input_toks"], row["output_toks"]))
+                    out.write(json.dumps(row) + "\n")
     except json.JSONDecodeError as exc:
         raise UserError(f"{src}: line {no}: not valid JSON: {exc.msg}") from None
     except RecursionError:
@@ -66,6 +76,31 @@ def to_llmservingsim(src: Path, dst: Path) -> None:
         raise UserError(f"{src}: not a readable gzip-compressed JSONL workload (line {no}): {exc}") from None
     except ValueError:  # (after JSONDecodeError and UnicodeDecodeError, ValueErrors too): the digit limit
         raise UserError(f"{src}: line {no}: {NUMBER_TOO_LONG}") from None
+    return lens
+
+
+def check_measured(run: ServingRun, src: Path, lens: list[tuple[int, int]]) -> None:
+    """The measured requests are the workload's: as many, each ``r<i>`` the workload's i-th request
+    with its prompt and output tokens (the comparison matches them by that id); another run's
+    requests.csv or workload is named, not scored."""
+    req = run.requests
+    path = run.folder / "requests.csv"
+    if len(req) != len(lens):
+        raise UserError(f"{path}: {len(req):,} requests, where the workload ({src}) sends {len(lens):,}")
+    for row, (rid, prompt, output) in enumerate(
+        zip(req["id"], req["prompt_tokens"], req["output_tokens"], strict=True)
+    ):
+        text = str(rid)
+        index = int(text[1:]) if text[:1] == "r" and text[1:].isdigit() else -1
+        if not 0 <= index < len(lens):
+            raise UserError(
+                f"{path}: row {row + 2}, column 'id': {text!r} is not one of the workload's r0..r{len(lens) - 1}"
+            )
+        if (prompt, output) != lens[index]:
+            raise UserError(
+                f"{path}: row {row + 2}: {text} has {prompt:g} prompt and {output:g} output tokens, where the workload "
+                f"({src}) gives it {lens[index][0]} and {lens[index][1]}"
+            )
 
 
 def _request_row(r: object, src: Path, no: int) -> dict:
@@ -188,7 +223,8 @@ def replay(
         raise UserError(f"{folder}: a step profile, not a serving run (no requests.csv)")
     with tempfile.TemporaryDirectory(prefix="llmsim-replay-") as tmp:
         trace = Path(tmp) / "workload.jsonl"
-        to_llmservingsim(workload_file(run), trace)
+        source = workload_file(run)
+        check_measured(run, source, to_llmservingsim(source, trace))
         data = scenario_dict(run, trace, hardware, engine, model_config)
         for k, v in (overrides or {}).items():
             set_path(data, k, v)
