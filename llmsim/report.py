@@ -298,6 +298,16 @@ def _plan_of(p: Path, tables: dict[str, pd.DataFrame]) -> dict:
     missing = [k for k in PLAN_KEYS if k not in plan]
     if missing:
         raise UserError(f"{p / 'plan.json'}: not an llmsim plan (missing {', '.join(missing)})")
+    # what every plan writes (planning/output.py), and what a plan with a winner or an SLO capacity adds:
+    # one gone, the report would leave its section out without a word
+    must = ["plan.csv", "winners.csv", "pareto.csv", "sensitivity.csv", "infeasible.csv"]
+    must += ["load.csv"] if plan.get("slo_capacity") is not None else []
+    must += ["summary.json", "scenario.json"] if plan.get("winner") is not None else []
+    gone = [name for name in must if not (p / name).exists()]
+    if gone:
+        raise UserError(
+            f"{p}: {', '.join(gone)} missing, which this plan wrote (plan.json); rerun llmsim plan to rewrite the folder"
+        )
     table = tables.get("plan", pd.DataFrame())
     missing = [k for k in PLAN_TABLE_KEYS if k not in table.columns]
     if missing:

@@ -130,3 +130,11 @@ def test_a_twin_run_scores_only_its_own_workloads_requests(tmp_path, capsys) -> 
     one_error(
         ["twin", "--engine", "vllm", str(run), "--quiet"], capsys, "requests.csv: row 4: r2 has", "where the workload"
     )
+
+
+def test_a_plan_folder_missing_a_table_it_wrote_is_refused(tmp_path, capsys) -> None:
+    plan = tmp_path / "plan"
+    scenario = ROOT / "tests" / "bad_inputs" / "commands" / "plan" / "base.yaml"
+    assert main(["plan", str(scenario), "--out", str(plan), "--quiet", "--workers", "1"]) == 0
+    (plan / "pareto.csv").unlink()
+    one_error(["report", str(plan), "--quiet"], capsys, "pareto.csv missing, which this plan wrote")
