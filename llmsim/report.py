@@ -265,10 +265,28 @@ def _table(p: Path, name: str) -> pd.DataFrame:
         return read_table(p, name)
 
 
+def _check_sweep_hashes(p: Path, meta: dict) -> None:
+    """Each sweep table is the one sweep.json records (its SHA-256; sweeps before llmsim recorded
+    them are not checked): an edited table, or one copied from another sweep, is refused."""
+    import hashlib
+
+    recorded = meta.get("tables")
+    if not isinstance(recorded, dict):
+        return
+    for name, digest in recorded.items():
+        path = p / str(name)
+        if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            raise UserError(
+                f"{path}: not the table sweep.json records (edited, or from another sweep); run `llmsim sweep` "
+                "again to rewrite the folder"
+            )
+
+
 def _sweep_table(p: Path, meta: dict) -> pd.DataFrame:
     """sweep.parquet (or sweep.csv), refused when it is not one sweep's table: another tool's CSV, a
     header without rows, or a table whose columns are not the axes sweep.json names (two sweeps' files)."""
     path = p / "sweep.parquet" if (p / "sweep.parquet").exists() else p / "sweep.csv"
+    _check_sweep_hashes(p, meta)
     with readable(path):
         table = pd.read_parquet(path) if path.suffix == ".parquet" else _csv(path)
     missing = [k for k in SWEEP_KEYS if k not in table.columns]

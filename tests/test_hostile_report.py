@@ -67,6 +67,9 @@ def test_a_csv_row_with_extra_fields_is_refused(tmp_path, capsys) -> None:
     argv = ["sweep", str(QUICK), "--fix", "workload.num_requests=20", "--set", "cluster.replicas=1,2"]
     assert main([*argv, "--out", str(out), "--quiet", "--workers", "1", "--no-report"]) == 0
     (out / "sweep.parquet").unlink()
+    meta = json.loads((out / "sweep.json").read_text())
+    del meta["tables"]  # (a sweep written before sweep.json recorded its tables' hashes: the CSV is read)
+    (out / "sweep.json").write_text(json.dumps(meta))
     lines = (out / "sweep.csv").read_text().splitlines()
     lines[1] += ",9,9,9"
     (out / "sweep.csv").write_text("\n".join(lines) + "\n")
@@ -138,3 +141,11 @@ def test_a_plan_folder_missing_a_table_it_wrote_is_refused(tmp_path, capsys) -> 
     assert main(["plan", str(scenario), "--out", str(plan), "--quiet", "--workers", "1"]) == 0
     (plan / "pareto.csv").unlink()
     one_error(["report", str(plan), "--quiet"], capsys, "pareto.csv missing, which this plan wrote")
+
+
+def test_a_table_from_another_sweep_is_refused(tmp_path, capsys) -> None:
+    argv = ["sweep", str(QUICK), "--fix", "workload.num_requests=20", "--quiet", "--workers", "1", "--no-report"]
+    assert main([*argv, "--set", "cluster.replicas=1,2", "--out", str(tmp_path / "a")]) == 0
+    assert main([*argv, "--set", "cluster.replicas=3,4", "--out", str(tmp_path / "b")]) == 0
+    shutil.copy(tmp_path / "b" / "sweep.parquet", tmp_path / "a" / "sweep.parquet")
+    one_error(["report", str(tmp_path / "a"), "--quiet"], capsys, "sweep.parquet: not the table sweep.json records")

@@ -214,7 +214,8 @@ def test_report_refuses_a_broken_sweep_folder_before_copying_it(scenario, tmp_pa
     capsys.readouterr()
     assert main(["report", str(out), "--quiet"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"llmsim: error: {table}: not a readable table (truncated, or not a Parquet file); rerun the command that wrote it"
+        f"llmsim: error: {table}: not the table sweep.json records (edited, or from another sweep); run `llmsim sweep` "
+        "again to rewrite the folder"
     ]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # the folder was never copied
