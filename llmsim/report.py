@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from llmsim.errors import UserError, atomic_write_text, load_json_object, test_pause
@@ -193,6 +194,10 @@ class ResultsDir:
         if summary:
             _check_row_counts(p, summary, sc)
         requests, steps, chunks, scaling = (_table(p, name) for name in names)  # Parquet or CSV
+        if summary:
+            _check_summary_figures(p / "summary.json", summary)
+            _check_rows(p, "requests", requests, REQUEST_RULES)
+            _check_rows(p, "steps", steps, STEP_RULES)
         return cls(p, summary, requests, steps, sc, plan, tables, kind, chunks=chunks, scaling=scaling)
 
 
@@ -217,6 +222,67 @@ def readable(path: Path) -> Iterator[None]:
             text = str(exc).strip().splitlines()
             why = text[0] if text else type(exc).__name__
         raise UserError(f"{path}: not a readable table ({why}); rerun the command that wrote it") from None
+
+
+# what a run's tables hold as llmsim writes them: columns whose every value is a number >= 0 (NaN
+# where a figure does not apply, e.g. the TTFT of a rejected request), and the request statuses
+REQUEST_RULES = (
+    "arrival_s", "queued_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens", "generated_tokens",
+    "cached_tokens", "ttft_s", "tbt_mean_s", "tbt_max_s", "tpot_s", "e2e_s", "preemptions", "transfer_s",
+)  # fmt: skip
+STEP_RULES = ("start_s", "duration_s", "prefill_tokens", "decode_tokens", "batch_size", "kv_blocks_used")
+REQUEST_STATUSES = ("finished", "rejected", "unfinished")
+SUMMARY_TEXT = ("model", "policy", "run_id", "scenario")  # summary.json's top-level texts; the rest are numbers
+
+
+def _check_summary_figures(path: Path, summary: dict) -> None:
+    """summary.json's top-level figures are numbers (or null), as llmsim writes them: text such as
+    "fast" where a latency belongs would be printed in the report as if it were one."""
+    for key, value in summary.items():
+        if isinstance(value, dict | list) or key in SUMMARY_TEXT:
+            continue
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise UserError(
+                f"{path}: {key}: {value!r}, where llmsim writes a number or a section; not as llmsim wrote it"
+            )
+
+
+def _check_rows(p: Path, name: str, table: pd.DataFrame, columns: tuple[str, ...]) -> None:
+    """A run's table as llmsim writes it: its number columns numbers >= 0 (or NaN), its requests'
+    ids each once and statuses llmsim's. An edited table (negated TTFTs, a status llmsim never
+    writes) is refused rather than drawn."""
+    if table.empty:
+        return
+    where = next((f.name for f in (p / f"{name}.parquet", p / f"{name}.csv") if f.exists()), name)
+    for col in columns:
+        if col not in table.columns:
+            continue
+        values = pd.to_numeric(table[col], errors="coerce").to_numpy(dtype=float)
+        text = table[col].notna().to_numpy() & np.isnan(values)  # (a cell that is not a number at all)
+        bad = np.flatnonzero(text | (values < 0) | np.isinf(values))
+        if len(bad):
+            row = int(bad[0])
+            raise UserError(
+                f"{p / where}: row {row + 2}, column {col!r}: {_cell(table[col].iloc[row])!r}, where llmsim writes a "
+                "number >= 0; not as llmsim wrote it"
+            )
+    if name == "requests":
+        if "status" in table.columns:
+            bad = np.flatnonzero(~table["status"].isin(REQUEST_STATUSES).to_numpy())
+            if len(bad):
+                row = int(bad[0])
+                raise UserError(
+                    f"{p / where}: row {row + 2}, column 'status': {_cell(table['status'].iloc[row])!r}, where llmsim writes "
+                    f"one of {', '.join(REQUEST_STATUSES)}"
+                )
+        if "id" in table.columns and table["id"].duplicated().any():
+            row = int(np.flatnonzero(table["id"].duplicated().to_numpy())[0])
+            raise UserError(f"{p / where}: row {row + 2}, column 'id': {_cell(table['id'].iloc[row])!r} is given twice")
+
+
+def _cell(value: object) -> object:
+    """A table cell as Python shows it (a NumPy scalar as its plain number)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _table_rows(path: Path) -> int:

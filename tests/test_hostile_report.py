@@ -45,7 +45,11 @@ def test_a_plots_link_to_another_folder_is_not_written_through(run_folder, tmp_p
 @pytest.mark.parametrize(
     ("edit", "fragment"),
     [
-        (lambda d: d.update(saturation="overloaded"), "a figure in its files is not of the kind llmsim writes"),
+        (
+            lambda d: d.update(saturation="overloaded"),
+            "summary.json: saturation: 'overloaded', where llmsim writes a number",
+        ),
+        (lambda d: d.update(mean_ttft_ms="fast"), "summary.json: mean_ttft_ms: 'fast', where llmsim writes a number"),
         (lambda d: d["slo"].update(ttft_s="abc"), "a figure in its files is not of the kind llmsim writes"),
         (
             lambda d: d["requests"].update(total=31),
@@ -149,3 +153,24 @@ def test_a_table_from_another_sweep_is_refused(tmp_path, capsys) -> None:
     assert main([*argv, "--set", "cluster.replicas=3,4", "--out", str(tmp_path / "b")]) == 0
     shutil.copy(tmp_path / "b" / "sweep.parquet", tmp_path / "a" / "sweep.parquet")
     one_error(["report", str(tmp_path / "a"), "--quiet"], capsys, "sweep.parquet: not the table sweep.json records")
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "fragment"),
+    [
+        ("ttft_s", -1.0, "row 3, column 'ttft_s': -1.0, where llmsim writes a number >= 0"),
+        ("status", "zzz", "row 3, column 'status': 'zzz', where llmsim writes one of finished"),
+        ("id", 0, "row 3, column 'id': 0 is given twice"),
+    ],
+)
+def test_an_edited_requests_table_is_refused(run_folder, tmp_path, capsys, column, value, fragment) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    x = copy(run_folder, tmp_path)
+    path = x / "requests.parquet"
+    meta = pq.read_schema(path).metadata  # (the run id kept: the edit, not a mix of runs, is what is caught)
+    frame = pq.read_table(path).to_pandas()
+    frame.loc[1, column] = value
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(meta), path)
+    one_error(["report", str(x), "--quiet"], capsys, "requests.parquet", fragment)
