@@ -417,6 +417,12 @@ def _scenario_of(path: Path, data: dict) -> Scenario:
         load_profile(sc.hardware, Path(sc.base_dir))
     except UserError as exc:
         raise UserError(f"{path}: hardware: {exc}") from None
+    from llmsim.build import build_model, build_pools
+
+    try:  # (the report's figures build the model and its pools: a model or cluster edited into one that cannot be)
+        build_pools(sc, build_model(sc))
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
     return sc
 
 

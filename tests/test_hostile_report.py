@@ -174,3 +174,11 @@ def test_an_edited_requests_table_is_refused(run_folder, tmp_path, capsys, colum
     frame.loc[1, column] = value
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(meta), path)
     one_error(["report", str(x), "--quiet"], capsys, "requests.parquet", fragment)
+
+
+def test_a_scenario_json_that_cannot_be_built_is_named(run_folder, tmp_path, capsys) -> None:
+    x = copy(run_folder, tmp_path)
+    data = json.loads((x / "scenario.json").read_text())
+    data["model"] = "gpt-9"
+    (x / "scenario.json").write_text(json.dumps(data))
+    one_error(["report", str(x), "--quiet"], capsys, "scenario.json: unknown model 'gpt-9'")
