@@ -428,7 +428,12 @@ CHECKS: dict[str, tuple[type, Callable[[Any], bool], str]] = {
     "random_prefix_len": (int, lambda v: v >= 0, "expected 0 or more tokens"),
     "num_prompts": (int, lambda v: v >= 1, "expected a whole number, 1 or more"),
     "request_rate": (float, lambda v: v > 0, "expected requests per second above 0, or inf"),
-    "burstiness": (float, lambda v: 0 < v < math.inf, "expected a finite number above 0"),
+    # (gaps of gamma shape B have a CV of 1 / sqrt(B); llmsim's gamma arrivals take CVs from 0.001 to 10)
+    "burstiness": (
+        float,
+        lambda v: 0.01 <= v <= 1e6,
+        "expected a number from 0.01 to 1,000,000 (a CV between arrivals from 10 to 0.001)",
+    ),
     "max_concurrency": (int, lambda v: v >= 1, "expected a whole number, 1 or more"),
     "seed": (int, lambda v: 0 <= v < 2**32, "expected a whole number from 0 to 2**32 - 1"),  # (numpy's seeds)
     "metric_percentiles": (

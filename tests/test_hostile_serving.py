@@ -200,3 +200,10 @@ def test_a_blank_request_id_is_named(tmp_path, capsys) -> None:
 def test_a_stray_word_is_named_as_one(capsys) -> None:
     argv = ["bench", "--hardware", "H100-SXM", "--serve", "vllm serve Qwen/Qwen3-8B Qwen/Qwen3-8B", "--quiet"]
     one_error(argv, capsys, "vllm serve: Qwen/Qwen3-8B: a word that belongs to no flag", "the model")
+
+
+@pytest.mark.parametrize("value", ["1e-300", "1e7"])
+def test_burstiness_is_bounded_in_its_own_terms(capsys, value) -> None:
+    argv = ["bench", "--hardware", "H100-SXM", "--serve", "vllm serve Qwen/Qwen3-8B"]
+    argv += ["--bench", f"vllm bench serve --burstiness {value}", "--quiet"]
+    one_error(argv, capsys, "--burstiness", "expected a number from 0.01 to 1,000,000")
