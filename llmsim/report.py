@@ -253,7 +253,8 @@ def _check_rows(p: Path, name: str, table: pd.DataFrame, columns: tuple[str, ...
     writes) is refused rather than drawn."""
     if table.empty:
         return
-    where = next((f.name for f in (p / f"{name}.parquet", p / f"{name}.csv") if f.exists()), name)
+    found = _table_path(p, name)
+    where = found.name if found is not None else name
     for col in columns:
         if col not in table.columns:
             continue
@@ -315,7 +316,7 @@ def _check_row_counts(p: Path, summary: dict, sc: Scenario | None) -> None:
         ),
     }
     for name, (limit, what) in limits.items():
-        path = next((f for f in (p / f"{name}.parquet", p / f"{name}.csv") if f.exists()), None)
+        path = _table_path(p, name)
         if path is None or not isinstance(limit, int) or isinstance(limit, bool):
             continue
         rows = _table_rows(path)
@@ -324,10 +325,14 @@ def _check_row_counts(p: Path, summary: dict, sc: Scenario | None) -> None:
             raise UserError(f"{path}: {rows:,} rows, where {what} says {relation}{limit:,}; not as llmsim wrote it")
 
 
+def _table_path(p: Path, name: str) -> Path | None:
+    """The file of a results folder's ``name`` table, whichever format it was written in (None: absent)."""
+    return next((f for f in (p / f"{name}{suffix}" for suffix in TABLE_SUFFIX.values()) if f.exists()), None)
+
+
 def _table(p: Path, name: str) -> pd.DataFrame:
     """``read_table`` of a results folder, a file it cannot parse named."""
-    path = next((f for f in (p / f"{name}.parquet", p / f"{name}.csv") if f.exists()), p / name)
-    with readable(path):
+    with readable(_table_path(p, name) or p / name):
         return read_table(p, name)
 
 

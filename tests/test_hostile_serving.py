@@ -207,3 +207,16 @@ def test_burstiness_is_bounded_in_its_own_terms(capsys, value) -> None:
     argv = ["bench", "--hardware", "H100-SXM", "--serve", "vllm serve Qwen/Qwen3-8B"]
     argv += ["--bench", f"vllm bench serve --burstiness {value}", "--quiet"]
     one_error(argv, capsys, "--burstiness", "expected a number from 0.01 to 1,000,000")
+
+
+def test_burstiness_bounds_are_the_gamma_cv_bounds() -> None:
+    """--burstiness B becomes workload.cv = 1 / sqrt(B): its bounds are the scenario's cv bounds."""
+    from llmsim.scenario import WorkloadConfig
+    from llmsim.vllmcli import CHECKS
+
+    meta = WorkloadConfig.model_fields["cv"].metadata
+    low = next(m.ge for m in meta if getattr(m, "ge", None) is not None)
+    high = next(m.le for m in meta if getattr(m, "le", None) is not None)
+    _, ok, _ = CHECKS["burstiness"]
+    assert ok(high**-2) and ok(low**-2)
+    assert not ok(high**-2 * 0.99) and not ok(low**-2 * 1.01)

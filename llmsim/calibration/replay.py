@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from llmsim.calibration.serving import ServingRun, read_run
+from llmsim.calibration.serving import ServingRun, meta_flag, read_run
 from llmsim.errors import NUMBER_TOO_LONG, UserError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -148,15 +148,6 @@ def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, mo
             raise UserError(f"{where}{name}.{key}: expected a whole number >= 0, got {value!r}")
         return int(value)
 
-    def flag(section: dict, name: str, key: str, default: bool) -> bool:
-        """``section[key]`` as true or false (text such as "false" is refused, not read as true)."""
-        value = section.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise UserError(f"{where}{name}.{key}: expected true or false, got {value!r}")
-        return value
-
     watermark = sch.get("watermark") or 0.0
     if isinstance(watermark, bool) or not isinstance(watermark, int | float) or not 0 <= watermark < 1:
         raise UserError(f"{where}.scheduler.watermark: expected a fraction from 0 to 1, got {watermark!r}")
@@ -175,20 +166,25 @@ def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, mo
         "seed": 0,
         "model": {"hf_config": str(model_config), "weight_dtype": "fp32", "act_dtype": "fp32"},
         "hardware": str(hardware),
-        "engine": {"profile": str(engine), "async_scheduling": flag(sch, ".scheduler", "async_scheduling", False)},
+        "engine": {
+            "profile": str(engine),
+            "async_scheduling": meta_flag(sch, "async_scheduling", False, f"{where}.scheduler"),
+        },
         "policy": {
             "kind": "vllm",
             "chunk_tokens": budget,
             "max_batch_tokens": budget,
             "max_num_seqs": whole(sch, ".scheduler", "max_num_seqs"),
             "long_prefill_token_threshold": whole(sch, ".scheduler", "long_prefill_token_threshold", 0),
-            "reserve_full_prompt": flag(sch, ".scheduler", "scheduler_reserve_full_isl", True),  # vLLM 0.32's default
+            "reserve_full_prompt": meta_flag(
+                sch, "scheduler_reserve_full_isl", True, f"{where}.scheduler"
+            ),  # vLLM 0.32's default
             **_max_model_len(res),
         },
         "kv_cache": {
             "block_tokens": whole(cache, ".cache", "block_size"),
             "num_blocks": blocks - 1,  # vLLM's block 0 is the null block (v1/core/block_pool.py)
-            "prefix_caching": flag(cache, ".cache", "enable_prefix_caching", False),
+            "prefix_caching": meta_flag(cache, "enable_prefix_caching", False, f"{where}.cache"),
             "watermark": float(watermark),
             "dtype": "fp32",
         },

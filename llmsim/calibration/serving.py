@@ -70,6 +70,11 @@ class ServingRun:
     requests: pd.DataFrame
     steps: pd.DataFrame | None
 
+    @property
+    def engine_args(self) -> dict:
+        """meta.json's ``engine_args`` (an object where given: ``_check_meta``)."""
+        return self.meta.get("engine_args", {})
+
 
 def read_run(folder: Path) -> ServingRun:
     """A run folder of the vLLM harness; a clear error naming what is missing."""
@@ -155,9 +160,7 @@ def _check_meta(meta: dict, path: Path) -> None:
     sched = resolved.get("scheduler")
     if sched is not None and not isinstance(sched, dict):
         raise UserError(f"{path}: resolved.scheduler: expected an object, got {type(sched).__name__}")
-    flag = (sched or {}).get("async_scheduling")
-    if flag is not None and not isinstance(flag, bool):
-        raise UserError(f"{path}: resolved.scheduler.async_scheduling: expected true or false, got {flag!r}")
+    meta_flag(sched or {}, "async_scheduling", False, f"{path}: resolved.scheduler")
     sizes = resolved.get("cudagraph_capture_sizes")
     ok = isinstance(sizes, list) and all(
         isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 2**24 for x in sizes
@@ -169,6 +172,17 @@ def _check_meta(meta: dict, path: Path) -> None:
     model = (meta.get("engine_args") or {}).get("model")
     if model is not None and not isinstance(model, str):
         raise UserError(f"{path}: engine_args.model: expected the served model's name or path, got {model!r}")
+
+
+def meta_flag(section: dict, key: str, default: bool, where: str) -> bool:
+    """``section[key]`` of a meta.json as true or false (``default`` where absent or null); text
+    such as "false" is refused, not read as true."""
+    value = section.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise UserError(f"{where}.{key}: expected true or false, got {value!r}")
+    return value
 
 
 def _check_steps(steps: pd.DataFrame, path: Path, requests: pd.DataFrame) -> None:
@@ -336,7 +350,7 @@ def _term_dict(coef: list[float], source: str) -> dict:
 
 def run_dtype(run: ServingRun) -> str:
     """The dtype the run served in (meta.json engine_args.dtype), as llmsim names it."""
-    raw = str((run.meta.get("engine_args") or {}).get("dtype", "auto")).removeprefix("torch.")
+    raw = str(run.engine_args.get("dtype", "auto")).removeprefix("torch.")
     if raw not in DTYPES:
         raise UserError(f"{run.folder}/meta.json: engine_args.dtype {raw!r} is not one of {sorted(DTYPES)}")
     return DTYPES[raw]
@@ -447,7 +461,7 @@ def fit_serving(
         pred = dev + prep[0] + prep[1] * s_seqs + prep[2] * s_tokens + change_cols @ np.array(change)
     exec_err = float(np.mean(np.abs(pred - y) / y))
     if exec_err > MAX_EXEC_MAPE:  # (a fit this far off priced another model or machine than the run's)
-        served = sorted({str((r.meta.get("engine_args") or {}).get("model", "?")) for r in runs})
+        served = sorted({str(r.engine_args.get("model", "?")) for r in runs})
         raise UserError(
             f"calibrate --serving: the kernel model misses the runs' model-execution times by {exec_err:.0%} "
             f"on average even after fitting: is --model the model they served ({', '.join(served)}, meta.json) "
@@ -479,22 +493,22 @@ def _check_runs(runs: list[ServingRun]) -> None:
     """One engine's runs: each folder once (a run given twice would weigh twice), and one served
     model (meta.json engine_args.model, where the runs say it): one engine fit for another
     model's steps describes neither."""
-    seen: dict[Path, str] = {}
-    for r in runs:
-        key = r.folder.resolve()
-        if key in seen:
-            raise UserError(f"calibrate --serving: {r.folder} is given twice (as {seen[key]}); give each run once")
-        seen[key] = str(r.folder)
-    models = {
-        str((r.meta.get("engine_args") or {}).get("model")): r.folder
-        for r in runs
-        if (r.meta.get("engine_args") or {}).get("model")
-    }
+    each_once([r.folder for r in runs], "calibrate --serving: ")
+    models = {str(r.engine_args["model"]): r.folder for r in runs if r.engine_args.get("model")}
     if len(models) > 1:
         listed = "; ".join(f"{m} ({folder})" for m, folder in models.items())
         raise UserError(
             f"calibrate --serving: the runs served different models ({listed}); fit each model's runs apart"
         )
+
+
+def each_once(folders: list[Path], prefix: str) -> None:
+    """Each measured run given once (a run given twice would weigh twice in a fit or a score)."""
+    seen: dict[Path, Path] = {}
+    for folder in folders:
+        first = seen.setdefault(folder.resolve(), folder)
+        if first is not folder:
+            raise UserError(f"{prefix}{folder} is given twice (as {first}); give each run once")
 
 
 def _value(hw_data: dict, key: str) -> float:

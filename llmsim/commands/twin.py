@@ -347,7 +347,7 @@ def _vllm(args: argparse.Namespace) -> int:
     if args.out:  # the folder whole or untouched, and only this twin's runs in it
         from llmsim.errors import atomic_folder
 
-        with atomic_folder(args.out, owned=lambda e: e.name in ("vllm_twin.json", "bench")) as tmp:
+        with atomic_folder(args.out, owned=_vllm_twin_owns) as tmp:
             for label, measured, simulated in sides:
                 bench_files(tmp / "bench", label, measured, simulated)
             # strict JSON: a figure a run cannot have (no failed requests: err_failed) is null, not NaN
@@ -356,23 +356,27 @@ def _vllm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _vllm_twin_owns(entry: Path) -> bool:
+    """An entry ``twin --engine vllm`` writes into its --out (it replaces the folder whole)."""
+    return entry.name in ("vllm_twin.json", "bench")
+
+
 def _check_vllm_folders(folders: list[Path], out: Path | None) -> None:
-    """Each measured run once (a run given twice would weigh twice in the scores), and --out
-    outside them (the twin's files do not go into the measurements)."""
-    seen: dict[Path, Path] = {}
-    for folder in folders:
-        real = folder.resolve()
-        if real in seen:
-            raise UserError(f"{folder}: given twice (as {seen[real]}); give each run once")
-        seen[real] = folder
+    """Each measured run once, and --out outside them (the twin's files do not go into the
+    measurements) and one the twin may replace, checked before minutes of replaying."""
+    from llmsim.calibration.serving import each_once
+    from llmsim.commands.run import check_writable_parent
+    from llmsim.errors import refuse_foreign_files
+
+    each_once(folders, "")
     if out is None:
         return
     target = out.resolve()
-    for real, folder in seen.items():
-        if target == real or real in target.parents:
+    for folder in folders:
+        if target == folder.resolve() or folder.resolve() in target.parents:
             raise UserError(f"--out {out}: inside the measured run {folder}; write the twin's files elsewhere")
-    if target.exists() and not target.is_dir():
-        raise UserError(f"output directory {out}: not writable (Not a directory)")
+    refuse_foreign_files(out, _vllm_twin_owns)
+    check_writable_parent(out)
 
 
 def run_labels(folders: list[Path]) -> list[str]:
