@@ -108,12 +108,12 @@ def run(
 # collects less often; a run leaves ~1 cyclic-garbage object per request, so memory is unchanged.
 _RUN_GC_THRESHOLDS = (5_000, 20, 100)
 _gc_depth = 0  # nested runs (a plan in a notebook) restore only at the outermost
-# A run's state (its requests, their block lists) is held by reference cycles through the event
-# loop's closures, so it waits for a collection; the next run's freeze would keep it for good and
-# a loop of runs would grow (a 30,000-request run left ~230 MB each time): after a run this large
-# the outermost exit collects (one full collection, ~20 ms here)
-_COLLECT_AFTER_REQUESTS = 10_000
-_collect_after = False
+# A run's state (its requests, their block lists, its pools) is held by reference cycles through
+# the event loop's closures, so it waits for a collection; the next run's freeze would keep it for
+# good and a loop of runs would grow (a 30,000-request run left ~230 MB each time, a 5-request
+# sweep point ~270 KB). So the outermost run collects as it returns, before it unfreezes: the
+# collector then walks only what the run made, not every imported module's objects
+# (benchmarks/bench_run_loop.py)
 
 
 @contextmanager
@@ -129,12 +129,9 @@ def _run_gc() -> Iterator[None]:
     finally:
         _gc_depth -= 1
         if _gc_depth == 0:
+            gc.collect()
             gc.set_threshold(*saved)
             gc.unfreeze()
-            global _collect_after
-            if _collect_after:
-                _collect_after = False
-                gc.collect()
 
 
 def _run(
@@ -152,8 +149,6 @@ def _run(
     except UserError as exc:  # building knows the key path; name the scenario file too
         msg = str(exc)
         raise UserError(msg if msg.startswith(sc._origin) else f"{sc._origin}: {msg}") from None
-    global _collect_after
-    _collect_after = _collect_after or len(workload) >= _COLLECT_AFTER_REQUESTS
     # the latest a request can be sent (with calls that wait on answers: their chains' delays too)
     last = workload.latest_send_s
     horizon = sc.workload.horizon_s or default_horizon_s(sc, last)
