@@ -125,6 +125,20 @@ NO_FIGURE_KEYS = (
 )
 
 
+def _same_value(value: object) -> object:
+    """What two axis values that make one simulation have in common: a number by its value, also
+    one YAML left as text (``01``, ``1e0``: the scenario's fields read them as numbers), anything
+    else as shown."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return shown_value(value)
+
+
 def parse_grid(items: list[str]) -> dict[str, list[object]]:
     """``["policy.kind=chunked,traditional", "cluster.replicas=1..4"]`` -> ordered grid."""
     grid: dict[str, list[object]] = {}
@@ -142,9 +156,7 @@ def parse_grid(items: list[str]) -> dict[str, list[object]]:
             )
         seen: set[object] = set()
         for value in vals:  # (as typed: a list or a mapping is a value too, and unhashable; a number by its value)
-            same = (
-                float(value) if isinstance(value, int | float) and not isinstance(value, bool) else shown_value(value)
-            )
+            same = _same_value(value)
             if same in seen:  # every point with it would be simulated twice, two rows saying the same
                 shown = shown_value(value)
                 raise UserError(f"--set {cut(item)!r}: the value {cut(shown)} is given twice; list each value once")
