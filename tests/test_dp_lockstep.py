@@ -284,3 +284,20 @@ def test_router_view_changes_a_run_and_is_refused_for_prefix_affinity() -> None:
         scenario_from_dict(
             {**_data(router="prefix_affinity", router_view_s=0.5), "workload": {"kind": "all_at_once"}}, "t", ROOT
         )
+
+
+def test_a_quiet_gap_skips_the_views_no_arrival_reads(tmp_path: Path) -> None:
+    """vLLM's DP balancer reads a view refreshed every 100 ms; between two arrivals hours apart only
+    the last refresh before the second is read, so the simulation skips the others (a quiet gap
+    cost one event every 100 ms: 100 requests at 1e-5 req/s took 111 s). The request after the gap
+    still sees the replicas as they were just before it: idle, so rank 0 takes it (ties go to the
+    lowest index), where the view of the busy burst would send it to rank 1 (rank 0 then held two
+    of the three)."""
+    path = tmp_path / "gap.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,512,64\n0.0,512,64\n0.0,512,64\n100000.05,512,64\n")
+    data = _data(router="vllm_dp")
+    data["workload"]["trace"] = {"path": str(path), "format": "generic"}
+    data["output"] = {"steps": "none"}
+    req = llmsim.run(scenario_from_dict(data, "test", ROOT)).requests.sort_values("id")
+    assert req["replica"].tolist() == [0, 1, 0, 0]
+    assert (req["status"] == "finished").all()
