@@ -339,14 +339,14 @@ def _table(p: Path, name: str) -> pd.DataFrame:
 def _check_sweep_hashes(p: Path, meta: dict) -> None:
     """Each sweep table is the one sweep.json records (its SHA-256; sweeps before llmsim recorded
     them are not checked): an edited table, or one copied from another sweep, is refused."""
-    import hashlib
+    from llmsim.results import file_sha256
 
     recorded = meta.get("tables")
     if not isinstance(recorded, dict):
         return
     for name, digest in recorded.items():
         path = p / str(name)
-        if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+        if path.exists() and file_sha256(path) != digest:
             raise UserError(
                 f"{path}: not the table sweep.json records (edited, or from another sweep); run `llmsim sweep` "
                 "again to rewrite the folder"

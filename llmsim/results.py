@@ -154,8 +154,18 @@ def table_run_id(path: Path) -> str | None:
     entry = (json.loads(manifest.read_text()) if manifest.exists() else {}).get(path.name)
     if entry is None:
         return None
-    same = hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"]
+    same = file_sha256(path) == entry["sha256"]
     return entry["run_id"] if same else "(changed)"
+
+
+def file_sha256(path: Path) -> str:
+    """A file's SHA-256, read in 1 MiB pieces (a results table can be GBs: read whole, a 1.5 GB
+    steps.csv took 1.7 GB of memory only to be hashed)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_table(folder: Path, name: str) -> pd.DataFrame:

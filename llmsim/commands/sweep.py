@@ -148,9 +148,8 @@ def check_sweep_output(out: Path) -> None:
 
 def write_sweep_meta(out: Path, sc: Scenario, grid: dict, fixed: dict) -> Path:
     """sweep.json: what the report needs beyond the table (the axes, the fixed overrides, the SLOs in seconds)."""
-    import hashlib
-
     from llmsim.errors import atomic_write_text
+    from llmsim.results import file_sha256
 
     slo = sc.slo.model_dump(exclude={"classes"})
     slo["attainment_target"] = slo.pop("attainment")  # summary.json's name for it
@@ -158,9 +157,7 @@ def write_sweep_meta(out: Path, sc: Scenario, grid: dict, fixed: dict) -> Path:
     # the tables' SHA-256, so a report tells a table edited or copied from another sweep (the
     # sweep's files carry no run id of their own: a sweep is many runs)
     meta["tables"] = {
-        name: hashlib.sha256((Path(out) / name).read_bytes()).hexdigest()
-        for name in ("sweep.parquet", "sweep.csv")
-        if (Path(out) / name).exists()
+        name: file_sha256(Path(out) / name) for name in ("sweep.parquet", "sweep.csv") if (Path(out) / name).exists()
     }
     path = Path(out) / "sweep.json"
     atomic_write_text(path, json.dumps(meta, indent=2, default=str) + "\n")
