@@ -20,6 +20,7 @@ from llmsim.build import (
     build_model,
     build_pools,
     build_workload,
+    longest_served,
     prewarm_prefixes,
 )
 from llmsim.errors import UserError
@@ -31,6 +32,7 @@ from llmsim.results import Deployment, Results, ServerCache, chunks_frame, reque
 from llmsim.scenario import Scenario, load_scenario
 from llmsim.sim import LinkSpec, SimOptions, SimOutput, simulate
 from llmsim.workload.base import Workload
+from llmsim.workload.limits import check_chain_blocks
 
 
 def _scenario_of(scenario: object, overrides: dict[str, object] | None) -> Scenario:
@@ -159,6 +161,16 @@ def _run(
         *starting_state(sc, here, server_cache),
         keep_server_cache,
     )
+    if workload.block_hashes is not None and (opts.prefix_caching or sc.cluster.router == "prefix_affinity"):
+        check_chain_blocks(
+            workload.block_hashes,
+            workload.prompt_tokens,
+            workload.output_tokens,
+            workload.hash_block_tokens or sc.kv_cache.block_tokens,
+            sc.kv_cache.block_tokens,
+            longest_served(pools),
+            sc._origin,
+        )
     out = simulate(
         pools,
         workload,

@@ -705,6 +705,12 @@ def shared_cost_model(model: ModelSpec, hw: HardwareProfile, cfg: CostConfig, en
     return cost
 
 
+def longest_served(pools: list[PoolSpec]) -> float:
+    """The most tokens (prompt + output) a request may ask for and still be served by some pool:
+    the largest max_model_len (inf where a pool sets none)."""
+    return max(p.sched.max_model_len or math.inf for p in pools)
+
+
 def max_model_len(sc: Scenario, model: ModelSpec) -> int:
     """The context limit requests are checked against: ``policy.max_model_len``, by default the
     model's ``max_position_embeddings`` as vLLM derives it (vllm/config/model.py,

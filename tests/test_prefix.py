@@ -139,3 +139,48 @@ def test_prewarm_block_size_describes_the_prewarm_only():
     plain = saved()
     assert plain > 0
     assert saved(prewarm=[[7, 8, 9]], prewarm_block_tokens=64) == plain  # ids no request shares
+
+
+def _mooncake(tmp_path: Path, rows: list[tuple[int, int]]) -> Path:
+    """A Mooncake trace of (input_length, output_length) rows, each prompt its own 512-token ids."""
+    import json
+
+    lines, next_id = [], 0
+    for k, (p, o) in enumerate(rows):
+        ids = list(range(next_id, next_id + -(-p // 512)))
+        next_id += len(ids)
+        lines.append(json.dumps({"timestamp": 1000 * k, "input_length": p, "output_length": o, "hash_ids": ids}))
+    path = tmp_path / "mc.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _mooncake_run(path: Path, **over: object) -> llmsim.Results:
+    data = {
+        "name": "mc",
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "kv_cache": {"prefix_caching": True},
+        "policy": {"max_model_len": 8192},
+        "workload": {"kind": "trace", "trace": {"path": str(path), "format": "mooncake"}},
+        "output": {"steps": "none"},
+    }
+    return llmsim.run(scenario_from_dict(data, "mc.yaml", ROOT), over)
+
+
+def test_a_trace_whose_ids_chain_past_the_bound_is_refused_before_any_is_made(tmp_path, monkeypatch) -> None:
+    """A Mooncake id names 512 tokens, 32 KV blocks of 16: the hashes the simulation chains from a
+    trace's ids are held to MAX_PREFIX_BLOCKS (a 27 MB trace took 5.5 GB), counted over the
+    requests max_model_len admits (the others are rejected as they arrive, never hashed)."""
+    import pytest
+
+    from llmsim.errors import UserError
+    from llmsim.workload import limits
+
+    monkeypatch.setattr(limits, "MAX_PREFIX_BLOCKS", 1_000)
+    fits = [(4096, 16)] * 4  # 4 x 256 blocks: 1,024
+    with pytest.raises(UserError, match=r"mc.yaml: the trace's content ids name 1,024 KV blocks of 16 tokens"):
+        _mooncake_run(_mooncake(tmp_path, fits))
+    rejected = [(4096, 16)] * 3 + [(1_000_000, 16)] * 3  # 768 blocks served; the long ones rejected
+    req = _mooncake_run(_mooncake(tmp_path, rejected)).requests
+    assert (req["status"] == "rejected").sum() == 3 and (req["status"] == "finished").sum() == 3

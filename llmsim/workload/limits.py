@@ -17,7 +17,10 @@ killer, or a silent overflow into 1-token prompts. The numbers (docs/workloads.m
   trace's prefix groups): one per ``hash_block_tokens`` tokens of every prompt, ~56 bytes each
   (measured: peak RSS over 2M ids), so the bound is ~2.8 GB, reached at 8*10**8 prompt tokens
   in 16-token blocks (the one-hour Azure conversation trace needs ~10**6). Ids read from a trace
-  file (token ids, Mooncake hash_ids) are bounded by the file's size instead.
+  file (token ids, Mooncake hash_ids) are bounded by the file's size; the KV-block hashes the
+  simulation chains from them are not (a Mooncake id names 512 tokens, 32 blocks of 16), so
+  those are held to the same bound (``check_chain_blocks``), over the requests that fit
+  max_model_len (the others are rejected unhashed).
 """
 
 from __future__ import annotations
@@ -50,6 +53,29 @@ def check_prefix_blocks(prompt_tokens: np.ndarray, block_tokens: int, origin: st
             f"{origin}: the prompts need {blocks:,} content ids for prefix caching, over the limit of "
             f"{MAX_PREFIX_BLOCKS:,} per run (one per {block_tokens}-token block of every prompt, ~56 bytes "
             "each); simulate fewer or shorter prompts, or larger hash blocks"
+        )
+
+
+def check_chain_blocks(
+    hash_ids: list[list[int]],
+    prompt_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    id_tokens: int,
+    block_tokens: int,
+    longest: float,
+    origin: str,
+) -> None:
+    """Refuse a workload whose content ids (one per ``id_tokens`` tokens) chain into more than
+    MAX_PREFIX_BLOCKS hashes of ``block_tokens``-token KV blocks, counted over the requests of at
+    most ``longest`` tokens (prompt + output), before any is made."""
+    covered = np.fromiter((len(ids) for ids in hash_ids), dtype=np.int64, count=len(hash_ids)) * id_tokens
+    fits = (prompt_tokens.astype(np.int64) + output_tokens) <= longest
+    blocks = int((np.minimum(prompt_tokens, covered) // block_tokens)[fits].sum())
+    if blocks > MAX_PREFIX_BLOCKS:
+        raise UserError(
+            f"{origin}: the trace's content ids name {blocks:,} KV blocks of {block_tokens} tokens for prefix "
+            f"caching, over the limit of {MAX_PREFIX_BLOCKS:,} per run (one hash each); replay fewer requests "
+            "(trace.max_requests, trace.duration_s) or larger kv_cache.block_tokens"
         )
 
 
