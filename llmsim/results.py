@@ -425,12 +425,14 @@ def saturation_verdict(
     in_system_share: float | None = None,
     in_system_se: float | None = None,
     in_system_not_judged: str = "",
+    rejected: int = 0,
 ) -> dict:
     """Stable / backlogged / overloaded, from how the waiting queue grows while requests arrive.
 
     The least-squares slope of the waiting-queue length over the arrival window, divided by
     the arrival rate, is the share of offered requests that pile up instead of being served.
-    Requests shed by a full queue (``shed``) count as piled up: a capped queue cannot grow. A run
+    Requests shed by a full queue (``shed``) count as piled up: a capped queue cannot grow; the
+    others ``rejected`` (too long, too large for the KV cache) are named in the explanation. A run
     in which no request finished (all rejected, shed or cut by the horizon) is ``unserved``: it has
     no latencies to describe, whatever its queue did.
 
@@ -518,6 +520,11 @@ def saturation_verdict(
             "arrivals ended: the run is overloaded or has not warmed up; latencies are not a steady state's"
         )
     out["explanation"] = explanations[verdict]
+    if rejected and verdict != "unserved":  # (the queue judges the requests let in, not the ones turned away)
+        out["explanation"] += (
+            f"; {rejected:,} of the {n_requests:,} requests ({rejected / n_requests:.0%}) were rejected, never "
+            "served (each request's reject_reason), so the latencies describe only the rest"
+        )
     return out
 
 
@@ -710,4 +717,5 @@ def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horiz
         in_system_share=growth,
         in_system_se=growth_se,
         in_system_not_judged=not_judged,
+        rejected=max(int(((req["status"] == "rejected").to_numpy(dtype=bool) & offered).sum()) - shed, 0),
     )

@@ -281,3 +281,18 @@ def test_a_run_too_short_or_too_small_to_judge_is_not_called_stable_or_overloade
     sat = run(few).summary["saturation"]
     assert sat["growth_share"] > 0.05
     assert sat["verdict"] == "backlogged" and "too few to tell" in sat["explanation"]
+
+
+def test_a_verdict_says_how_many_requests_were_turned_away() -> None:
+    """A run whose queue is stable but that rejected half its requests (longer than max_model_len)
+    says so beside the verdict: its latencies are the other half's."""
+    res = llmsim.run(
+        ROOT / "scenarios/quickstart.yaml",
+        {"policy.max_model_len": 1200, "workload.num_requests": 100, "output.steps": "none"},
+    )
+    sat, rejected = res.summary["saturation"], int((res.requests["status"] == "rejected").sum())
+    assert 0 < rejected < 100
+    assert sat["explanation"].endswith(
+        f"; {rejected} of the 100 requests ({rejected / 100:.0%}) were rejected, never served (each request's "
+        "reject_reason), so the latencies describe only the rest"
+    )
