@@ -20,6 +20,7 @@ from llmsim.build import (
     build_model,
     build_pools,
     build_workload,
+    check_prewarm,
     longest_served,
     prewarm_prefixes,
 )
@@ -148,6 +149,9 @@ def _run(
         model = build_model(sc)
         pools = build_pools(sc, model)
         workload = build_workload(sc)
+        check_prewarm(
+            sc, model, pools, sc.kv_cache.prewarm_block_tokens or workload.hash_block_tokens or sc.kv_cache.block_tokens
+        )
     except UserError as exc:  # building knows the key path; name the scenario file too
         msg = str(exc)
         raise UserError(msg if msg.startswith(sc._origin) else f"{sc._origin}: {msg}") from None

@@ -358,6 +358,34 @@ def prewarm_prefixes(sc: Scenario) -> tuple[list[list[int]], int]:
     return prefixes, sc.kv_cache.prewarm_block_tokens or 0
 
 
+def check_prewarm(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], id_tokens: int) -> None:
+    """``kv_cache.prewarm`` within reason, before any replica chains it: a prefix no prompt that
+    fits max_model_len can start with is a mistake, and every replica holds its own hashes of every
+    prefix (one per KV block), so all of them together are held to MAX_PREFIX_BLOCKS (4 KB of ids
+    asked 11 GB of 4 replicas)."""
+    from llmsim.workload.limits import MAX_PREFIX_BLOCKS
+
+    limit = max_model_len(sc, model)
+    block = sc.kv_cache.block_tokens
+    blocks = 0
+    for i, ids in enumerate(sc.kv_cache.prewarm):
+        tokens = len(ids) * id_tokens
+        if tokens > limit:
+            raise UserError(
+                f"kv_cache.prewarm[{i}]: {len(ids):,} ids of {id_tokens} tokens are {tokens:,} tokens, longer than "
+                f"max_model_len ({limit:,}): no prompt that fits could start with it"
+            )
+        blocks += tokens // block
+    a = sc.cluster.autoscaling
+    replicas = a.max_replicas if a is not None else sum(p.replicas for p in pools)
+    if blocks * replicas > MAX_PREFIX_BLOCKS:
+        raise UserError(
+            f"kv_cache.prewarm: {blocks:,} KV blocks of {block} tokens on each of {replicas:,} replicas, "
+            f"{blocks * replicas:,} hashes, over the limit of {MAX_PREFIX_BLOCKS:,} per run; prewarm fewer or "
+            "shorter prefixes"
+        )
+
+
 def _lengths(
     sc: Scenario, key: str, rng: np.random.Generator, n: int, override: object | None = None, where: str = ""
 ) -> np.ndarray:

@@ -464,6 +464,11 @@ class BlockManager:
             self._queue(h)
         self._restored_evictable = len(kept)
 
+    def prewarm_room(self) -> int:
+        """The most entries of a prefix's chain ``prewarm`` can use: each either is cached already
+        (skipped) or takes a never-used block or a restored one it may evict."""
+        return len(self._block_of) + max(self.num_blocks - self._fresh, 0) + self._restored_evictable
+
     def prewarm(self, chain: list[int]) -> int:
         """Cache a prefix before any request arrives (its blocks stay evictable), after what a
         restored state holds, whose oldest blocks it may take; never another prewarmed prefix's.

@@ -93,8 +93,9 @@ class Replica:
             self.kv.block_bytes = opts.kv_bytes_per_token * block_tokens
         if opts.prefix_caching and index < len(opts.free_queues):  # the cache an earlier run left here
             self.kv.restore(opts.free_queues[index])
-        for prefix in opts.prewarm:
-            self.kv.prewarm(chain_hashes(prefix, opts.prewarm_block_tokens, block_tokens, 1 << 62))
+        for prefix in opts.prewarm:  # (chained only as far as this cache could take it)
+            room = self.kv.prewarm_room() * block_tokens
+            self.kv.prewarm(chain_hashes(prefix, opts.prewarm_block_tokens, block_tokens, room))
         self.lora: LoraCache | None = None  # multi-LoRA: the replica's adapters
         if opts.lora is not None:
             from llmsim.lora import LoraCache

@@ -184,3 +184,21 @@ def test_a_trace_whose_ids_chain_past_the_bound_is_refused_before_any_is_made(tm
     rejected = [(4096, 16)] * 3 + [(1_000_000, 16)] * 3  # 768 blocks served; the long ones rejected
     req = _mooncake_run(_mooncake(tmp_path, rejected)).requests
     assert (req["status"] == "rejected").sum() == 3 and (req["status"] == "finished").sum() == 3
+
+
+def test_a_prewarm_no_prompt_could_start_with_or_past_the_bound_is_refused(monkeypatch) -> None:
+    """kv_cache.prewarm is chained on every replica: a prefix longer than max_model_len (no prompt
+    that fits starts with it) and prefixes whose hashes on all replicas pass MAX_PREFIX_BLOCKS are
+    refused before any is made (4 KB of ids asked 11 GB of four replicas)."""
+    import pytest
+
+    from llmsim.errors import UserError
+    from llmsim.workload import limits
+
+    base = {"kv_cache.prefix_caching": True, "kv_cache.prewarm_block_tokens": 512, "workload.num_requests": 5}
+    quick = ROOT / "scenarios/quickstart.yaml"
+    with pytest.raises(UserError, match=r"kv_cache.prewarm\[1\]: 300 ids of 512 tokens are 153,600 tokens, longer"):
+        llmsim.run(quick, {**base, "kv_cache.prewarm": [[1, 2], list(range(300))]})
+    monkeypatch.setattr(limits, "MAX_PREFIX_BLOCKS", 100)
+    with pytest.raises(UserError, match=r"kv_cache.prewarm: 64 KV blocks of 16 tokens on each of 2 replicas, 128"):
+        llmsim.run(quick, {**base, "kv_cache.prewarm": [[1, 2]]})
