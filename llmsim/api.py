@@ -21,7 +21,7 @@ from llmsim.build import (
     build_pools,
     build_workload,
     check_prewarm,
-    longest_served,
+    longest_hashed,
     prewarm_prefixes,
 )
 from llmsim.errors import UserError
@@ -172,7 +172,7 @@ def _run(
             workload.output_tokens,
             workload.hash_block_tokens or sc.kv_cache.block_tokens,
             sc.kv_cache.block_tokens,
-            longest_served(pools),
+            longest_hashed(pools, sc.cluster.router),
             sc._origin,
         )
     out = simulate(

@@ -733,9 +733,12 @@ def shared_cost_model(model: ModelSpec, hw: HardwareProfile, cfg: CostConfig, en
     return cost
 
 
-def longest_served(pools: list[PoolSpec]) -> float:
-    """The most tokens (prompt + output) a request may ask for and still be served by some pool:
-    the largest max_model_len (inf where a pool sets none)."""
+def longest_hashed(pools: list[PoolSpec], router: str) -> float:
+    """The most tokens (prompt + output) of a request whose prefix hashes a run makes: one some
+    pool serves (the largest max_model_len; inf where a pool sets none), any under
+    ``prefix_affinity``, which routes a request by its prefix before a pool turns it away."""
+    if router == "prefix_affinity":
+        return math.inf
     return max(p.sched.max_model_len or math.inf for p in pools)
 
 

@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:  # (output folders being written are left as they were, as on an interrupt)
         print(
             "llmsim: error: ran out of memory; simulate fewer requests or a shorter window (a run takes "
-            "about 1.6 KB a request), keep fewer step rows (output.steps: sample or none; a long run logs "
-            "~25 steps a request, ~300 bytes each at peak), or give the process more memory",
+            "about 1.6 KB a request), keep fewer step rows (output.steps: sample or none; a run logs tens of "
+            "steps a request, ~300 bytes each at peak), or give the process more memory",
             file=sys.stderr,
         )
         return 2

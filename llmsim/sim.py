@@ -25,7 +25,7 @@ import simpy
 from simpy.core import URGENT, EventPriority, StopSimulation
 
 from llmsim.autoscaler import Autoscaler, ScalingSpec
-from llmsim.build import PoolSpec, longest_served
+from llmsim.build import PoolSpec, longest_hashed
 from llmsim.disagg import KVTransfer
 from llmsim.dpgroup import DataParallelGroup
 from llmsim.fastpath import Driven, Inputs, Later, Timer, simpy_internals
@@ -193,7 +193,7 @@ def simulate(
     hashes = workload.block_hashes
     answers = workload.output_hashes  # multi-turn: where a later prompt repeats the answer
     want_chain = hashes is not None and (opts.prefix_caching or router == "prefix_affinity")
-    served = longest_served(pools)
+    hashed = longest_hashed(pools, router)  # (a longer request is rejected unhashed as it arrives)
     traced = opts.traced_ids
     loras = workload.lora.tolist() if workload.lora is not None else None
     # Python numbers once, not a numpy scalar per request
@@ -217,13 +217,7 @@ def simulate(
             r.chunks = []
         if loras is not None:
             r.lora_id = loras[i]
-        # (a request no pool can serve is rejected as it arrives, its chain never read, unless
-        # prefix_affinity routes it by its prefix first: not made)
-        if (
-            want_chain
-            and r.block_hashes
-            and (r.prompt_tokens + r.output_tokens <= served or router == "prefix_affinity")
-        ):
+        if want_chain and r.block_hashes and r.prompt_tokens + r.output_tokens <= hashed:
             # vLLM keys cached blocks by adapter too (the LoRA id in every block's extra keys); a
             # tuple of ints hashes alike in every process (a str's hash is salted per process)
             seed = 0 if r.lora_id < 0 else hash((-1, r.lora_id))

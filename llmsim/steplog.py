@@ -32,7 +32,8 @@ STEP_COLUMNS = [
 
 
 # Rows kept as Python lists (a boxed float is 32 bytes) before they are packed into typed arrays
-# (8 bytes a cell): a 1M-request run logs ~15M steps, 600 bytes each in lists, 120 packed
+# (8 bytes a cell): a 1M-request run logs tens of millions of steps, ~600 bytes each in lists,
+# ~120 packed
 PACK_ROWS = 1 << 16
 _UNPACKED = ("pool",)  # (one shared str per row: the list holds references only)
 

@@ -155,17 +155,18 @@ def _mooncake(tmp_path: Path, rows: list[tuple[int, int]]) -> Path:
     return path
 
 
-def _mooncake_run(path: Path, **over: object) -> llmsim.Results:
+def _mooncake_run(path: Path, router: str = "round_robin") -> llmsim.Results:
     data = {
         "name": "mc",
         "model": "llama-3.1-8b",
         "hardware": "H100-SXM",
+        "cluster": {"router": router},
         "kv_cache": {"prefix_caching": True},
         "policy": {"max_model_len": 8192},
         "workload": {"kind": "trace", "trace": {"path": str(path), "format": "mooncake"}},
         "output": {"steps": "none"},
     }
-    return llmsim.run(scenario_from_dict(data, "mc.yaml", ROOT), over)
+    return llmsim.run(scenario_from_dict(data, "mc.yaml", ROOT))
 
 
 def test_a_trace_whose_ids_chain_past_the_bound_is_refused_before_any_is_made(tmp_path, monkeypatch) -> None:
@@ -184,6 +185,9 @@ def test_a_trace_whose_ids_chain_past_the_bound_is_refused_before_any_is_made(tm
     rejected = [(4096, 16)] * 3 + [(1_000_000, 16)] * 3  # 768 blocks served; the long ones rejected
     req = _mooncake_run(_mooncake(tmp_path, rejected)).requests
     assert (req["status"] == "rejected").sum() == 3 and (req["status"] == "finished").sum() == 3
+    # prefix_affinity routes a request by its prefix before a replica turns it away: all are hashed
+    with pytest.raises(UserError, match=r"name 188,268 KV blocks"):
+        _mooncake_run(_mooncake(tmp_path, rejected), router="prefix_affinity")
 
 
 def test_a_prewarm_no_prompt_could_start_with_or_past_the_bound_is_refused(monkeypatch) -> None:

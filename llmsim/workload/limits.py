@@ -67,7 +67,8 @@ def check_chain_blocks(
 ) -> None:
     """Refuse a workload whose content ids (one per ``id_tokens`` tokens) chain into more than
     MAX_PREFIX_BLOCKS hashes of ``block_tokens``-token KV blocks, counted over the requests of at
-    most ``longest`` tokens (prompt + output), before any is made."""
+    most ``longest`` tokens (prompt + output: the ones a run hashes, ``build.longest_hashed``),
+    before any is made."""
     covered = np.fromiter((len(ids) for ids in hash_ids), dtype=np.int64, count=len(hash_ids)) * id_tokens
     fits = (prompt_tokens.astype(np.int64) + output_tokens) <= longest
     blocks = int((np.minimum(prompt_tokens, covered) // block_tokens)[fits].sum())
