@@ -132,9 +132,12 @@ def _run_gc() -> Iterator[None]:
     finally:
         _gc_depth -= 1
         if _gc_depth == 0:
-            gc.collect()
-            gc.set_threshold(*saved)
-            gc.unfreeze()
+            try:
+                if gc.isenabled():  # (a caller who switched the collector off keeps it off)
+                    gc.collect()
+            finally:  # (an interrupt during the collection still restores the caller's collector)
+                gc.set_threshold(*saved)
+                gc.unfreeze()
 
 
 def _run(
@@ -149,9 +152,7 @@ def _run(
         model = build_model(sc)
         pools = build_pools(sc, model)
         workload = build_workload(sc)
-        check_prewarm(
-            sc, model, pools, sc.kv_cache.prewarm_block_tokens or workload.hash_block_tokens or sc.kv_cache.block_tokens
-        )
+        check_prewarm(sc, pools, sc.kv_cache.prewarm_block_tokens or workload.tokens_per_id(sc.kv_cache.block_tokens))
     except UserError as exc:  # building knows the key path; name the scenario file too
         msg = str(exc)
         raise UserError(msg if msg.startswith(sc._origin) else f"{sc._origin}: {msg}") from None
@@ -170,7 +171,7 @@ def _run(
             workload.block_hashes,
             workload.prompt_tokens,
             workload.output_tokens,
-            workload.hash_block_tokens or sc.kv_cache.block_tokens,
+            workload.tokens_per_id(sc.kv_cache.block_tokens),
             sc.kv_cache.block_tokens,
             longest_hashed(pools, sc.cluster.router),
             sc._origin,

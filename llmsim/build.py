@@ -22,7 +22,14 @@ from llmsim.schedulers import SchedulerConfig
 from llmsim.schedulers.base import SpecConfig
 from llmsim.workload import generators as gen
 from llmsim.workload.base import Workload, slice_and_scale
-from llmsim.workload.limits import MAX_ARRIVAL_S, MAX_REQUESTS, as_float, check_requests, check_tokens
+from llmsim.workload.limits import (
+    MAX_ARRIVAL_S,
+    MAX_PREFIX_BLOCKS,
+    MAX_REQUESTS,
+    as_float,
+    check_requests,
+    check_tokens,
+)
 
 
 def build_model(sc: Scenario) -> ModelSpec:
@@ -358,26 +365,14 @@ def prewarm_prefixes(sc: Scenario) -> tuple[list[list[int]], int]:
     return prefixes, sc.kv_cache.prewarm_block_tokens or 0
 
 
-def check_prewarm(sc: Scenario, model: ModelSpec, pools: list[PoolSpec], id_tokens: int) -> None:
-    """``kv_cache.prewarm`` within reason, before any replica chains it: a prefix no prompt that
-    fits max_model_len can start with is a mistake, and every replica holds its own hashes of every
-    prefix (one per KV block), so all of them together are held to MAX_PREFIX_BLOCKS (4 KB of ids
-    asked 11 GB of 4 replicas)."""
-    from llmsim.workload.limits import MAX_PREFIX_BLOCKS
-
-    limit = max_model_len(sc, model)
+def check_prewarm(sc: Scenario, pools: list[PoolSpec], id_tokens: int) -> None:
+    """``kv_cache.prewarm`` within reason, before any replica chains it: every replica serving at
+    the start holds its own hashes of every prefix (one per KV block; replicas an autoscaler adds
+    start cold), so all of them together are held to MAX_PREFIX_BLOCKS (4 KB of ids asked 11 GB
+    of four replicas)."""
     block = sc.kv_cache.block_tokens
-    blocks = 0
-    for i, ids in enumerate(sc.kv_cache.prewarm):
-        tokens = len(ids) * id_tokens
-        if tokens > limit:
-            raise UserError(
-                f"kv_cache.prewarm[{i}]: {len(ids):,} ids of {id_tokens} tokens are {tokens:,} tokens, longer than "
-                f"max_model_len ({limit:,}): no prompt that fits could start with it"
-            )
-        blocks += tokens // block
-    a = sc.cluster.autoscaling
-    replicas = a.max_replicas if a is not None else sum(p.replicas for p in pools)
+    blocks = sum(len(ids) * id_tokens // block for ids in sc.kv_cache.prewarm)
+    replicas = sum(p.replicas for p in pools)
     if blocks * replicas > MAX_PREFIX_BLOCKS:
         raise UserError(
             f"kv_cache.prewarm: {blocks:,} KV blocks of {block} tokens on each of {replicas:,} replicas, "

@@ -108,6 +108,36 @@ def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, 
     return _Cluster(front, front + back, transfer, grow)
 
 
+# Views walked one by one past this many (a quiet gap of ~11 days of a 100 ms view): further, the
+# last one's time is taken by multiplication, a rounding apart from the walk's
+_MAX_WALKED_LOOKS = 10_000_000
+
+
+def last_look_before(look_s: float, arrival_s: float, every_s: float) -> float:
+    """The last of the views ``look_s``, ``look_s + every_s``, ... strictly before ``arrival_s`` (a view
+    at the arrival's instant comes after it: the arrival's timer was queued first), at the times
+    successive timeouts of ``every_s`` reach, float rounding and all."""
+    walked = 0
+    while look_s + every_s < arrival_s and walked < _MAX_WALKED_LOOKS:
+        look_s += every_s
+        walked += 1
+    if walked == _MAX_WALKED_LOOKS:
+        look_s += max(math.ceil((arrival_s - look_s) / every_s) - 1, 0) * every_s
+        if look_s >= arrival_s:  # (rounded onto the arrival or past it)
+            look_s -= every_s
+    return look_s
+
+
+def delay_to(now_s: float, t_s: float) -> float:
+    """A delay that SimPy adds to ``now_s`` to give exactly ``t_s`` (t_s - now_s may round off)."""
+    d = t_s - now_s
+    while now_s + d < t_s:
+        d = math.nextafter(d, math.inf)
+    while now_s + d > t_s:
+        d = math.nextafter(d, -math.inf)
+    return d
+
+
 def lockstep(pool: PoolSpec) -> bool:
     """Do the pool's replicas step together: the data-parallel ranks of an expert-parallel group
     (EP degree = replicas x tp, so more than one rank when it exceeds tp; dpgroup.py)?"""
@@ -133,7 +163,7 @@ def simulate(
     ``scaling``: an autoscaler changes the (colocated) pool's replica count as it goes."""
     opts = opts or SimOptions()
     # tokens per content id: the workload's for its requests; the prewarm's own, if it says so
-    id_tokens = workload.hash_block_tokens or block_tokens
+    id_tokens = workload.tokens_per_id(block_tokens)
     # arrivals that wait on answers (feeder.py): no replica may run ahead of SimPy's clock
     feedback = workload.has_dependencies or opts.max_concurrency is not None
     opts = dataclasses.replace(
@@ -156,6 +186,11 @@ def simulate(
     seen_every_s = view_s(router, opts.router_view_s)
     stale = StaleRouter(front, router, seen_every_s) if seen_every_s > 0 or router == "vllm_dp" else None
 
+    def idle() -> bool:
+        # no request anywhere: the views a quiet gap would take read the same idle replicas, and
+        # cut no replica's closed-form run (inputs.look_s), so they change nothing
+        return all(rep.num_running == 0 and rep.num_waiting == 0 for rep in replicas)
+
     def resized() -> None:
         if stale is not None:
             stale.resize()
@@ -172,16 +207,11 @@ def simulate(
         # the stale router's view, refreshed every seen_every_s while arrivals remain
         assert stale is not None
         while arrivals_left():
-            wait_s = seen_every_s
-            if feeder is None and scaler is None:
-                # a look that no arrival reads before the next look overwrites it changes nothing:
-                # go to the last look before the next arrival (a quiet hour of a 100 ms view was
-                # 36,000 events; an autoscaler's resize and a feeder's arrivals read it any time)
-                skipped = math.floor((inputs.arrival_s - env.now) / seen_every_s) - 1
-                if skipped > 0:
-                    wait_s += skipped * seen_every_s
-            inputs.look_s = env.now + wait_s
-            yield env.timeout(wait_s)
+            look_s = env.now + seen_every_s  # (as a timeout of seen_every_s queues it)
+            if feeder is None and scaler is None and transfer is None and idle():
+                look_s = last_look_before(look_s, inputs.arrival_s, seen_every_s)
+            inputs.look_s = look_s
+            yield env.timeout(delay_to(env.now, look_s))
             stale.look()
         inputs.look_s = math.inf
 

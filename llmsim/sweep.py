@@ -125,17 +125,19 @@ NO_FIGURE_KEYS = (
 )
 
 
-def _same_value(value: object) -> object:
-    """What two axis values that make one simulation have in common: a number by its value, also
-    one YAML left as text (``01``, ``1e0``: the scenario's fields read them as numbers), anything
-    else as shown."""
+def _same_value(value: object, numeric_axis: bool) -> object:
+    """What two axis values that make one simulation have in common: a number by its value (1 and
+    1.0; a NaN is no repeat of another), on an axis of numbers also one YAML left as text (``01``,
+    ``1e0``: a number field reads it as one), anything else as shown."""
+    if isinstance(value, str) and numeric_axis:
+        for read in (int, float):
+            try:
+                value = read(value)
+                break
+            except ValueError:
+                pass
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
+        return value if value == value else object()  # (int and float hash alike where equal)
     return shown_value(value)
 
 
@@ -155,8 +157,9 @@ def parse_grid(items: list[str]) -> dict[str, list[object]]:
                 "not each point's files); use --fix, or llmsim run for the files"
             )
         seen: set[object] = set()
+        numeric = any(isinstance(v, int | float) and not isinstance(v, bool) for v in vals)
         for value in vals:  # (as typed: a list or a mapping is a value too, and unhashable; a number by its value)
-            same = _same_value(value)
+            same = _same_value(value, numeric)
             if same in seen:  # every point with it would be simulated twice, two rows saying the same
                 shown = shown_value(value)
                 raise UserError(f"--set {cut(item)!r}: the value {cut(shown)} is given twice; list each value once")

@@ -287,17 +287,34 @@ def test_router_view_changes_a_run_and_is_refused_for_prefix_affinity() -> None:
 
 
 def test_a_quiet_gap_skips_the_views_no_arrival_reads(tmp_path: Path) -> None:
-    """vLLM's DP balancer reads a view refreshed every 100 ms; between two arrivals hours apart only
-    the last refresh before the second is read, so the simulation skips the others (a quiet gap
-    cost one event every 100 ms: 100 requests at 1e-5 req/s took 111 s). The request after the gap
-    still sees the replicas as they were just before it: idle, so rank 0 takes it (ties go to the
-    lowest index), where the view of the busy burst would send it to rank 1 (rank 0 then held two
-    of the three)."""
+    """vLLM's DP balancer reads a view refreshed every 100 ms; while nothing is in the system the
+    views between two arrivals read the same idle replicas, so the simulation goes straight to the
+    last one before the next arrival (a quiet gap cost one event every 100 ms: 100 requests at
+    1e-5 req/s took 111 s). Each request after a gap sees the replicas idle, so rank 0 takes it
+    (ties go to the lowest index), where the busy burst's view would send it to rank 1 (rank 0
+    held two of its three): also an arrival on a whole number of views, where a view at the
+    arrival's instant comes after it (a skip that landed there sent 10 s and 30 s to rank 1)."""
     path = tmp_path / "gap.csv"
-    path.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,512,64\n0.0,512,64\n0.0,512,64\n100000.05,512,64\n")
+    rows = ["0.0,512,64"] * 3 + ["10.0,512,64", "20.0,512,64", "30.0,512,64", "100000.05,512,64"]
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n" + "\n".join(rows) + "\n")
     data = _data(router="vllm_dp")
     data["workload"]["trace"] = {"path": str(path), "format": "generic"}
     data["output"] = {"steps": "none"}
     req = llmsim.run(scenario_from_dict(data, "test", ROOT)).requests.sort_values("id")
-    assert req["replica"].tolist() == [0, 1, 0, 0]
+    assert req["replica"].tolist() == [0, 1, 0, 0, 0, 0, 0]
     assert (req["status"] == "finished").all()
+
+
+def test_the_last_view_before_an_arrival_is_where_timeouts_reach() -> None:
+    """The skip lands where successive timeouts of the view interval would (their float sums), and
+    strictly before the arrival, so the runs after it are cut at the same instants as before."""
+    from llmsim.sim import delay_to, last_look_before
+
+    t = 0.1
+    ticks = [t]
+    while ticks[-1] + 0.1 < 30.0:
+        ticks.append(ticks[-1] + 0.1)
+    assert last_look_before(0.1, 30.0, 0.1) == ticks[-1] < 30.0
+    assert last_look_before(5.0, 5.05, 0.1) == 5.0  # (nothing to skip)
+    for now, at in ((0.1, 29.900000000000134), (3.0, 1e5 + 0.3), (1e-9, 7.7)):
+        assert now + delay_to(now, at) == at

@@ -190,19 +190,28 @@ def test_a_trace_whose_ids_chain_past_the_bound_is_refused_before_any_is_made(tm
         _mooncake_run(_mooncake(tmp_path, rejected), router="prefix_affinity")
 
 
-def test_a_prewarm_no_prompt_could_start_with_or_past_the_bound_is_refused(monkeypatch) -> None:
-    """kv_cache.prewarm is chained on every replica: a prefix longer than max_model_len (no prompt
-    that fits starts with it) and prefixes whose hashes on all replicas pass MAX_PREFIX_BLOCKS are
-    refused before any is made (4 KB of ids asked 11 GB of four replicas)."""
+def test_prewarm_hashes_past_the_bound_are_refused_and_a_cache_takes_what_it_holds(monkeypatch) -> None:
+    """kv_cache.prewarm is chained on every replica serving at the start: prefixes whose hashes on
+    all of them pass MAX_PREFIX_BLOCKS are refused before any is made (4 KB of ids asked 11 GB of
+    four replicas), and a replica chains a prefix only as far as its cache could take it, with the
+    same cache as a whole chain leaves (BlockManager.prewarm_room)."""
     import pytest
 
     from llmsim.errors import UserError
     from llmsim.workload import limits
 
-    base = {"kv_cache.prefix_caching": True, "kv_cache.prewarm_block_tokens": 512, "workload.num_requests": 5}
     quick = ROOT / "scenarios/quickstart.yaml"
-    with pytest.raises(UserError, match=r"kv_cache.prewarm\[1\]: 300 ids of 512 tokens are 153,600 tokens, longer"):
-        llmsim.run(quick, {**base, "kv_cache.prewarm": [[1, 2], list(range(300))]})
+    base = {"kv_cache.prefix_caching": True, "kv_cache.prewarm_block_tokens": 512, "workload.num_requests": 5}
     monkeypatch.setattr(limits, "MAX_PREFIX_BLOCKS", 100)
+    monkeypatch.setattr("llmsim.build.MAX_PREFIX_BLOCKS", 100)
     with pytest.raises(UserError, match=r"kv_cache.prewarm: 64 KV blocks of 16 tokens on each of 2 replicas, 128"):
         llmsim.run(quick, {**base, "kv_cache.prewarm": [[1, 2]]})
+    for room_blocks in (3, 10, 40):
+        whole, capped = (
+            BlockManager(room_blocks, 16, prefix_caching=True),
+            BlockManager(room_blocks, 16, prefix_caching=True),
+        )
+        for prefix in ([1, 2, 3], [1, 2, 9], [4]):  # (the second shares its first two ids)
+            whole.prewarm(chain_hashes(prefix, 64, 16, 1 << 62))
+            capped.prewarm(chain_hashes(prefix, 64, 16, capped.prewarm_room() * 16))
+        assert whole.free_queue_state() == capped.free_queue_state()

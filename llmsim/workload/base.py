@@ -51,6 +51,10 @@ class Workload:
     def __len__(self) -> int:
         return len(self.arrival_s)
 
+    def tokens_per_id(self, block_tokens: int) -> int:
+        """Tokens each content id names: its own hash block (Mooncake: 512), else ``block_tokens``."""
+        return self.hash_block_tokens or block_tokens
+
     def validate(self, origin: str) -> None:
         """Raise a UserError naming the first bad request (its index from 0, and the trace it was
         read from: a trace's own loader has named file rows already, so what reaches here is
