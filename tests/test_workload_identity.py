@@ -135,6 +135,17 @@ def test_segment_streams_share_exactly_their_common_tokens() -> None:
     assert segment_block_ids(longer, 16)[:9] == a
 
 
+def test_segment_ids_are_the_ones_they_were() -> None:
+    """The ids of a stream are pinned: a block within one segment and one across two (20 + 30
+    tokens in 16-token blocks: the second block spans both), the first and a resumed call alike.
+    They name content in every cached trace and plan, so a faster hashing loop (one hasher
+    copied per block, 2x) must give them bit for bit (values from the loop before it)."""
+    segments = [(segment_key("group", "g"), 20), (segment_key("prompt", "p"), 30)]
+    want = [6113216178302664, 6223519603086071797, 1610834913673781994]
+    assert segment_block_ids(segments, 16) == want
+    assert segment_block_ids(segments, 16, want[:1]) == want
+
+
 def test_shared_prefix_single_turn_counts_and_hits_by_hand() -> None:
     spec = {"num_groups": 2, "num_prompts_per_group": 3, "system_prompt_len": 100, "question_len": 50, "output_len": 20}
     sc = _scenario(

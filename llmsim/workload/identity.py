@@ -36,6 +36,8 @@ _TOKENS = b"llmsim:tokens"  # blake2b personalisation: real token ids and symbol
 _SEGMENTS = b"llmsim:segment"
 _ROOT = b"\x00" * 8  # the chain's NONE_HASH (fixed: runs are reproducible)
 _PIECE = struct.Struct("<Qqq")
+# a fresh blake2b-64 of the segment kind, copied per block (a copy is ~40 % cheaper than a new one)
+_SEGMENT_HASHER = hashlib.blake2b(digest_size=8, person=_SEGMENTS)
 
 
 def _id(digest: bytes) -> int:
@@ -71,22 +73,37 @@ def segment_block_ids(
     total = sum(length for _, length in segments)
     parent = out[-1].to_bytes(8, "little") if out else _ROOT
     seg, seg_start = 0, 0  # the segment holding token `start`, and its first token's offset
+    pack, new_hasher, from_bytes = _PIECE.pack, _SEGMENT_HASHER.copy, int.from_bytes
     for b in range(len(out), total // block_tokens):
         start, end = b * block_tokens, (b + 1) * block_tokens
         while seg_start + segments[seg][1] <= start:
             seg_start += segments[seg][1]
             seg += 1
-        pieces = []
-        s, s0, pos = seg, seg_start, start
-        while pos < end:
-            key, length = segments[s]
-            if length > 0:
-                hi = min(end, s0 + length)
-                pieces.append(_PIECE.pack(key, pos - s0, hi - s0))
-                pos = hi
-            s0 += length
-            s += 1
-        h = _id(hashlib.blake2b(parent + b"".join(pieces), digest_size=8, person=_SEGMENTS).digest())
+        key, length = segments[seg]
+        if end <= seg_start + length:  # (the block within one segment: most blocks)
+            pieces = pack(key, start - seg_start, end - seg_start)
+        else:
+            pieces = _pieces(segments, seg, seg_start, start, end)
+        hasher = new_hasher()
+        hasher.update(parent + pieces)
+        parent = hasher.digest()
+        h = from_bytes(parent, "little") >> 1  # (as _id)
         out.append(h)
         parent = h.to_bytes(8, "little")
     return out
+
+
+def _pieces(segments: Sequence[tuple[int, int]], s: int, s0: int, start: int, end: int) -> bytes:
+    """The ``(key, from, to)`` pieces of the segments a block from ``start`` to ``end`` spans,
+    ``s`` the segment holding ``start`` and ``s0`` its first token's offset (empty ones skipped)."""
+    pieces = []
+    pos = start
+    while pos < end:
+        key, length = segments[s]
+        if length > 0:
+            hi = min(end, s0 + length)
+            pieces.append(_PIECE.pack(key, pos - s0, hi - s0))
+            pos = hi
+        s0 += length
+        s += 1
+    return b"".join(pieces)
