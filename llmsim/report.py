@@ -41,6 +41,7 @@ from llmsim.results import (
     scaling_line,
     slo_targets,
     slos_held,
+    table_path,
     table_run_id,
 )
 from llmsim.scenario import Scenario
@@ -95,7 +96,7 @@ def check_run_tables(p: Path, sc: Scenario | None) -> None:
     timelines, roofline) without a word. Refused as a table cut short or from another run is."""
     suffix = TABLE_SUFFIX[sc.output.format] if sc is not None else ".parquet"
     for name in ("requests", "steps"):
-        if not any((p / f"{name}{s}").exists() for s in TABLE_SUFFIX.values()):
+        if table_path(p, name) is None:
             raise UserError(
                 f"{p}: {name}{suffix} is missing, which every llmsim run writes beside summary.json (deleted "
                 "or moved?); rerun the command that wrote the folder"
@@ -253,7 +254,7 @@ def _check_rows(p: Path, name: str, table: pd.DataFrame, columns: tuple[str, ...
     writes) is refused rather than drawn."""
     if table.empty:
         return
-    found = _table_path(p, name)
+    found = table_path(p, name)
     where = found.name if found is not None else name
     for col in columns:
         if col not in table.columns:
@@ -316,7 +317,7 @@ def _check_row_counts(p: Path, summary: dict, sc: Scenario | None) -> None:
         ),
     }
     for name, (limit, what) in limits.items():
-        path = _table_path(p, name)
+        path = table_path(p, name)
         if path is None or not isinstance(limit, int) or isinstance(limit, bool):
             continue
         rows = _table_rows(path)
@@ -325,14 +326,9 @@ def _check_row_counts(p: Path, summary: dict, sc: Scenario | None) -> None:
             raise UserError(f"{path}: {rows:,} rows, where {what} says {relation}{limit:,}; not as llmsim wrote it")
 
 
-def _table_path(p: Path, name: str) -> Path | None:
-    """The file of a results folder's ``name`` table, whichever format it was written in (None: absent)."""
-    return next((f for f in (p / f"{name}{suffix}" for suffix in TABLE_SUFFIX.values()) if f.exists()), None)
-
-
 def _table(p: Path, name: str) -> pd.DataFrame:
     """``read_table`` of a results folder, a file it cannot parse named."""
-    with readable(_table_path(p, name) or p / name):
+    with readable(table_path(p, name) or p / name):
         return read_table(p, name)
 
 

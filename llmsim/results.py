@@ -168,15 +168,19 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def table_path(folder: Path, name: str) -> Path | None:
+    """The file of a results folder's ``name`` table, whichever format it was written in (None: absent)."""
+    return next((f for f in (Path(folder) / f"{name}{s}" for s in TABLE_SUFFIX.values()) if f.exists()), None)
+
+
 def read_table(folder: Path, name: str) -> pd.DataFrame:
     """A results folder's ``name`` table, whichever format it was written in (empty if absent)."""
-    for suffix in TABLE_SUFFIX.values():
-        path = Path(folder) / f"{name}{suffix}"
-        if path.exists():
-            if suffix == ".parquet":
-                return pd.read_parquet(path)
-            return read_csv_table(path) if path.stat().st_size > 1 else pd.DataFrame()
-    return pd.DataFrame()
+    path = table_path(folder, name)
+    if path is None:
+        return pd.DataFrame()
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    return read_csv_table(path) if path.stat().st_size > 1 else pd.DataFrame()
 
 
 def read_csv_table(path: Path) -> pd.DataFrame:
