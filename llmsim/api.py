@@ -233,6 +233,8 @@ def _run(
     reps = out.replicas
     busy = sum(reps["busy_s"].tolist())
     summary["steps_total"] = int(sum(reps["steps"].tolist()))
+    if every and out.steps_every != every:  # (the log's bound, steplog.MAX_ROWS, sampled a long run's steps)
+        summary["steps_table"] = {"kept_every": out.steps_every, "asked_every": every, "rows": len(out.steps)}
     # busy over first arrival to last finish; over the horizon when nothing finished
     span = summary["duration"] if summary["duration"] > 0 else max(out.horizon_s, 1e-12)
     replica_s = len(out.replicas) * span  # replica-seconds there; with an autoscaler, those billed

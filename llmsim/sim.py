@@ -62,6 +62,7 @@ class SimOutput:
     lifetimes: pd.DataFrame | None = None
     free_queues: list[list[int]] | None = None  # each replica's at the end (SimOptions.keep_free_queues)
     moe_kernels: list[tuple[Key, ...]] | None = None  # ... and its compiled MoE kernels
+    steps_every: int = 1  # the steps table keeps every n-th step (StepLog.every: past MAX_ROWS, more than asked)
 
 
 @dataclass
@@ -337,6 +338,7 @@ def simulate(
     totals = None if transfer is None else _transfer_totals(transfer)
     unsent = -1 if feeder is None else feeder.unsent
     out = SimOutput(reqs, steps.frame(), queue, counters, gaps, horizon_s, events_pending(env), totals, unsent)
+    out.steps_every = steps.every
     if scaler is not None:
         out.decisions, out.lifetimes = scaler.decisions(), scaler.lifetimes(reqs, env.now)
     if opts.keep_free_queues:

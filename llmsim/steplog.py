@@ -36,17 +36,24 @@ STEP_COLUMNS = [
 # ~120 packed
 PACK_ROWS = 1 << 16
 _UNPACKED = ("pool",)  # (one shared str per row: the list holds references only)
+# Rows a log keeps at most, ~2 GB packed (120 bytes a row). A run's steps are not bounded by its
+# requests (100,000 requests of 10,000 tokens decoded one at a time are 10**9 steps), so past this
+# the log keeps every other row it holds and samples half as often from then on: the table reads
+# as ``output.steps: sample`` with the interval doubled (``every``), whatever the run's length
+MAX_ROWS = 1 << 24
 
 
 class StepLog:
     """Columnar step records, keeping every ``every``-th step (1 = all, 0 = none)."""
 
-    def __init__(self, every: int = 1) -> None:
-        self.every = every
+    def __init__(self, every: int = 1, max_rows: int | None = None) -> None:
+        self.every = every  # keep every ``every``-th step; doubles each time the rows reach max_rows
+        self.max_rows = MAX_ROWS if max_rows is None else max_rows
         self.cols: dict[str, list] = {k: [] for k in STEP_COLUMNS}
         self.packed: dict[str, list[np.ndarray]] = {k: [] for k in STEP_COLUMNS if k not in _UNPACKED}
         self.seen = 0  # steps taken, kept or not
         self.unpacked_rows = 0
+        self.packed_rows = 0
 
     def skip(self, steps: int) -> bool:
         """Count ``steps`` steps without rows when steps.csv is off; True if so."""
@@ -95,6 +102,8 @@ class StepLog:
         self.unpacked_rows += 1
         if self.unpacked_rows >= PACK_ROWS:
             self.pack()
+            if self.packed_rows >= self.max_rows:
+                self.thin()
 
     def pack(self) -> None:
         """Move the rows held in lists into typed arrays (numpy infers each column's type as pandas
@@ -104,7 +113,22 @@ class StepLog:
         for k, chunks in self.packed.items():
             chunks.append(np.asarray(self.cols[k]))
             self.cols[k] = []
+        self.packed_rows += self.unpacked_rows
         self.unpacked_rows = 0
+
+    def thin(self) -> None:
+        """Keep every other row held (the 1st, 3rd, ... as they came) and sample half as often: the
+        rows are then those that ``every`` twice as large would have kept. Called with every row
+        packed; each piece is copied and let go in turn, so the peak is one piece over the log."""
+        for chunks in self.packed.values():
+            at = 0  # (the rows' index over all pieces: a piece of odd length shifts the next one's)
+            for i, piece in enumerate(chunks):
+                chunks[i] = piece[at % 2 :: 2].copy()
+                at += len(piece)
+        for k in _UNPACKED:
+            self.cols[k] = self.cols[k][::2]
+        self.packed_rows = sum(len(p) for p in self.packed["start_s"])
+        self.every *= 2
 
     def add_plan(
         self,

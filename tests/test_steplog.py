@@ -3,6 +3,8 @@ read back as the same table."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 import llmsim.steplog as steplog
@@ -36,3 +38,53 @@ def test_packed_rows_read_back_as_the_rows_as_given(monkeypatch) -> None:
     for r in rows[:5]:
         short.add(*r)
     pd.testing.assert_frame_equal(short.frame(), want.iloc[:5].reset_index(drop=True))
+
+
+def test_a_log_past_its_bound_keeps_what_a_doubled_interval_would(monkeypatch) -> None:
+    """A run's steps are not bounded by its requests (one request decoded alone is a step a
+    token), so a log holding MAX_ROWS rows keeps every other one and samples half as often: the
+    table is then exactly what ``output.steps: sample`` with that interval keeps, pieces of odd
+    length and an interval asked for included."""
+    rows = _rows(500)
+    for pack, every in ((8, 1), (7, 3)):
+        monkeypatch.setattr(steplog, "PACK_ROWS", pack)
+        log = StepLog(every=every, max_rows=40)
+        for r in rows:
+            log.add(*r)
+        assert log.every >= 4 * every, "the bound never thinned the log"
+        assert log.packed_rows + log.unpacked_rows <= 40 + pack
+        want = StepLog(every=log.every, max_rows=10**9)
+        for r in rows:
+            want.add(*r)
+        pd.testing.assert_frame_equal(log.frame(), want.frame())
+
+
+def test_a_run_past_the_bound_says_its_steps_table_is_sampled(monkeypatch) -> None:
+    """The run's summary and its text name the interval kept when the bound sampled the table."""
+    import llmsim
+    from llmsim.commands.run import summary_text
+    from llmsim.scenario import scenario_from_dict
+
+    monkeypatch.setattr(steplog, "PACK_ROWS", 16)
+    monkeypatch.setattr(steplog, "MAX_ROWS", 64)
+    sc = scenario_from_dict(
+        {
+            "name": "bound",
+            "model": "gpt2",
+            "hardware": "H100-SXM",
+            "workload": {
+                "kind": "poisson",
+                "rate_rps": 2,
+                "duration_s": 5,
+                "prompt_tokens": {"dist": "fixed", "value": 64},
+                "output_tokens": {"dist": "fixed", "value": 200},
+            },
+        },
+        "bound.yaml",
+        Path(__file__).parent,
+    )
+    res = llmsim.run(sc)
+    t = res.summary["steps_table"]
+    assert t["asked_every"] == 1 and t["kept_every"] >= 4 and t["rows"] == len(res.steps) <= 64 + 16
+    assert res.summary["steps_total"] > 4 * t["rows"] // 2
+    assert f"keeps one step in {t['kept_every']:,}" in summary_text(res.summary)

@@ -259,6 +259,13 @@ def summary_text(s: dict) -> str:
         tail.append(f"kernels  {jit}")
     if any(p.get("all2all_backend") == "deepep_high_throughput" for p in s.get("pools", [])):
         tail.append(f"all2all  {DEEPEP_HT_NOTE}")
+    if "steps_table" in s:  # (steplog.MAX_ROWS: a run's steps are not bounded by its requests)
+        t = s["steps_table"]
+        tail.append(
+            f"steps    the steps table keeps one step in {t['kept_every']:,} ({t['rows']:,} of "
+            f"{s['steps_total']:,}), not one in {t['asked_every']:,}: the rows held in memory are bounded "
+            "(output.steps: none keeps none)"
+        )
     tail.append(f"verdict  {sat['verdict'].upper()}: {sat['explanation']}")
     from llmsim.accuracy import interval_line
 
