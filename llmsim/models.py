@@ -979,6 +979,14 @@ CATALOG["deepseek-v3.2"] = CATALOG["deepseek-v3"].with_(
     "index_topk 2048; the multi-token-prediction module is not counted",
 )
 
+# Qwen/Qwen3-30B-A3B, the original release: the 2507 release's architecture, a 40,960-token context
+CATALOG["qwen3-30b-a3b"] = CATALOG["qwen3-30b-a3b-instruct-2507"].with_(
+    name="qwen3-30b-a3b",
+    max_position_embeddings=40960,
+    source="Qwen/Qwen3-30B-A3B config.json (configs.md section 15): the 2507 release's architecture, "
+    "max_position_embeddings 40960",
+)
+
 # HuggingFace ids of served checkpoints -> (catalog name, why the mapping holds where the names
 # differ). A fine-tune (chat, instruct, distill) has its base's architecture, which is all the cost
 # model reads. `served_model` also takes an id whose last part is a catalog name (Qwen/Qwen3-8B).
@@ -1013,7 +1021,6 @@ HF_IDS: dict[str, tuple[str, str]] = {
     "mistralai/Mixtral-8x22B-v0.1": ("mixtral-8x22b", ""),
     "EleutherAI/gpt-j-6b": ("gpt-j-6b", ""),
     "facebook/opt-13b": ("opt-13b", ""),
-    "Qwen/Qwen3-30B-A3B": ("qwen3-30b-a3b-instruct-2507", "the same architecture as the 2507 release"),
     "Qwen/Qwen2.5-72B-Instruct": ("qwen2.5-72b", ""),
     "Qwen/Qwen2.5-7B-Instruct": ("qwen2.5-7b", ""),
     "deepseek-ai/DeepSeek-R1-Distill-Llama-70B": ("llama-3.1-70b", "the distill is a Llama 3.3 70B fine-tune"),

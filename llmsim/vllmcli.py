@@ -71,6 +71,37 @@ DTYPES = {"auto": None, "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "
 KV_DTYPES = {"auto": None, "bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 
 
+# vLLM's spelling of large counts (vllm/engine/arg_utils.py: --max-model-len, --max-num-batched-tokens):
+# a decimal suffix multiplies by a power of 1,000 and takes a decimal number ("25.6k" is 25,600),
+# a binary one by a power of 1,024 and takes a whole one ("32K" is 32,768)
+_DECIMAL_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+MAX_MODEL_LEN_AUTO = -1  # --max-model-len auto (or -1): vLLM fits it to the KV cache at start-up
+
+
+def readable_int(text: str) -> int:
+    """A count as vLLM reads it: ``4096``, ``32k`` (32,000), ``25.6k``, ``32K`` (32,768)."""
+    text = text.strip()
+    number, suffix = text[:-1], text[-1:]
+    try:
+        if suffix in _DECIMAL_SUFFIX:
+            return int(float(number) * _DECIMAL_SUFFIX[suffix])
+        if suffix in _BINARY_SUFFIX:
+            return int(number) * _BINARY_SUFFIX[suffix]
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number, with k/m/g (x1000) or K/M/G (x1024, whole numbers only), got {cut(text, 30)!r}"
+        ) from None
+
+
+def readable_int_or_auto(text: str) -> int:
+    """``readable_int``, or ``auto`` / ``-1`` (MAX_MODEL_LEN_AUTO)."""
+    if text.strip() == "-1" or text.strip().lower() == "auto":
+        return MAX_MODEL_LEN_AUTO
+    return readable_int(text)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse whose mistakes are UserErrors naming the command they came from, and that takes no
     prefix of a flag for the flag (``--enable-lo`` is not ``--enable-log-requests``)."""
@@ -203,9 +234,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-redundant-experts", type=int)
     p.add_argument("--eplb-config")
     p.add_argument("--max-num-seqs", type=int)
-    p.add_argument("--max-num-batched-tokens", type=int)
+    p.add_argument("--max-num-batched-tokens", type=readable_int)
     p.add_argument("--long-prefill-token-threshold", type=int)
-    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--max-model-len", type=readable_int_or_auto)
     p.add_argument("--gpu-memory-utilization", type=float)
     p.add_argument("--num-gpu-blocks-override", type=int)
     p.add_argument("--kv-cache-dtype", choices=sorted(KV_DTYPES))
@@ -303,7 +334,7 @@ def _check_serve(ns: argparse.Namespace) -> None:
         ("-dp", ns.data_parallel_size, 1),
         ("--max-num-seqs", ns.max_num_seqs, 1),
         ("--max-num-batched-tokens", ns.max_num_batched_tokens, 1),
-        ("--max-model-len", ns.max_model_len, 1),
+        ("--max-model-len", None if ns.max_model_len == MAX_MODEL_LEN_AUTO else ns.max_model_len, 1),
         ("--long-prefill-token-threshold", ns.long_prefill_token_threshold, 0),
         ("--num-gpu-blocks-override", ns.num_gpu_blocks_override, 2),  # (one is vLLM's null block)
         ("--block-size", ns.block_size, 1),
@@ -832,7 +863,7 @@ def scenario_dict(
         ("max_num_seqs", serve.max_num_seqs),
         ("chunk_tokens", serve.max_num_batched_tokens),  # one budget: under kind vllm it is max_batch_tokens too
         ("long_prefill_token_threshold", serve.long_prefill_token_threshold),
-        ("max_model_len", serve.max_model_len),
+        ("max_model_len", None if serve.max_model_len == MAX_MODEL_LEN_AUTO else serve.max_model_len),
     ):
         if value is not None:
             policy[key] = value

@@ -54,7 +54,7 @@ def test_serve_flags_translate_as_the_docs_table_says():
         "--no-async-scheduling --trust-remote-code --host 0.0.0.0"
     )
     d = scenario_dict("H100-SXM", s, Bench())
-    assert d["model"] == "qwen3-30b-a3b-instruct-2507"
+    assert d["model"] == "qwen3-30b-a3b"
     assert d["cluster"] == {
         "tp": 2,
         "replicas": 2,
@@ -650,3 +650,35 @@ def test_the_environment_and_the_printout_s_own_consistency(tmp_path):
         '--eplb-config \'{"num_redundant_experts": 8, "window_size": 1000}\''
     )
     assert eplb.redundant_experts == 4 and eplb.ignored == ["--eplb-config window_size"]
+
+
+def test_counts_are_read_as_vllm_reads_them():
+    """--max-model-len and --max-num-batched-tokens take vLLM's human-readable counts (k = 1,000,
+    K = 1,024, decimals with the decimal suffixes only); --max-model-len also takes auto / -1."""
+    assert parse_serve("llama-3.1-8b --max-model-len 32k").max_model_len == 32_000
+    assert parse_serve("llama-3.1-8b --max-model-len 32K").max_model_len == 32_768
+    assert parse_serve("llama-3.1-8b --max-model-len 25.6k").max_model_len == 25_600
+    assert parse_serve("llama-3.1-8b --max-num-batched-tokens 8k").max_num_batched_tokens == 8_000
+    for auto in ("auto", "AUTO", "-1"):
+        serve = parse_serve(f"llama-3.1-8b --max-model-len {auto}")
+        assert serve.max_model_len == -1 and "max_model_len" not in scenario_dict("H100-SXM", serve, Bench())["policy"]
+    for bad in ("2.5K", "12x", "-2"):
+        with pytest.raises(UserError, match="--max-model-len"):
+            parse_serve(f"llama-3.1-8b --max-model-len {bad}")
+
+
+def test_a_kv_cache_short_of_one_request_stops_the_server(tmp_path, capsys):
+    """vLLM refuses to start where its KV cache cannot hold one request of max_model_len tokens
+    (check_enough_kv_cache_memory); with --max-model-len auto it fits the length to the cache."""
+    serve = "Qwen/Qwen3-8B --gpu-memory-utilization 0.75"
+    line = ["bench", "--hardware", "L4", "--bench", "--random-input-len 256 --random-output-len 16 --num-prompts 4"]
+    assert main([*line, "--serve", serve]) == 2
+    err = capsys.readouterr().err
+    assert "vllm serve would not start: one request of max_model_len 40,960 tokens needs" in err
+    fitted = int(err.split("pass --max-model-len ")[1].split()[0])
+    assert 0 < fitted < 40_960 and fitted % 16 == 0
+    out = tmp_path / "auto.yaml"
+    assert main([*line, "--serve", f"{serve} --max-model-len auto", "--scenario-out", str(out), "--quiet"]) == 0
+    assert yaml.safe_load(out.read_text())["policy"]["max_model_len"] == fitted
+    assert main([*line, "--serve", f"{serve} --max-model-len {fitted}", "--quiet"]) == 0
+    assert main([*line, "--serve", f"{serve} --max-model-len {fitted + 16}"]) == 2

@@ -112,6 +112,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if result is not None:  # every percentile the real run reports, compared
             translated["output"]["percentiles"] = sorted({*bench.metric_percentiles, *result.percentiles()})
         set_keys = frozenset(overrides)
+        auto_len = serve.max_model_len == vllmcli.MAX_MODEL_LEN_AUTO and "policy.max_model_len" not in set_keys
         data = with_overrides(translated, overrides)
         no_content = vllmcli.settle_prompts(data, set_keys)  # (on the scenario as --set left it)
         # every run's scenario is read and checked before any is simulated
@@ -120,8 +121,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             label = after_label(k, len(earlier))
             before = with_overrides(vllmcli.scenario_dict(args.hardware, serve, b), overrides)
             why = vllmcli.settle_prompts(before, set_keys)
-            runs.append(EarlierRun(b, label, translate(before, label, set_keys, typed), why))
-        sc = translate(data, "--bench", set_keys, typed)
+            runs.append(EarlierRun(b, label, translate(before, label, set_keys, typed, auto_len), why))
+        sc = translate(data, "--bench", set_keys, typed, auto_len)
+        if sc.policy.max_model_len is not None:  # (--max-model-len auto: as fitted, in the scenario written)
+            data["policy"]["max_model_len"] = sc.policy.max_model_len
         skipped = why_history_skipped(sc, no_content) if earlier else None
         # a MoE server's earlier runs compiled its fused-MoE kernels (moejit.py), whatever its prefix cache
         kernels = skipped is not None and tracks_kernels(sc)  # (they leave kernels all the same)
@@ -384,10 +387,14 @@ def _named(exc: UserError, set_keys: frozenset[str] = frozenset(), typed: str = 
     return UserError(text + (f" (from {found[0][2]})" if found else ""))
 
 
-def translate(data: dict, label: str, set_keys: frozenset[str] = frozenset(), typed: str = "") -> Scenario:
+def translate(
+    data: dict, label: str, set_keys: frozenset[str] = frozenset(), typed: str = "", auto_len: bool = False
+) -> Scenario:
     """The translated scenario of the run ``label`` names (--bench, --after #k), read and checked
     without simulating: a key it refuses is named with the flag it came from; a token budget below
-    the sequences it must hold is refused, as vLLM does."""
+    the sequences it must hold is refused, as vLLM does, and so is a KV cache that cannot hold one
+    request of max_model_len tokens (``kv_start_check``; ``auto_len``: --max-model-len auto, which
+    fits the length to the cache instead)."""
     from llmsim.build import check_workload_bounds
     from llmsim.engine import is_trtllm
     from llmsim.errors import UserError
@@ -409,9 +416,48 @@ def translate(data: dict, label: str, set_keys: frozenset[str] = frozenset(), ty
                 "unless --max-num-batched-tokens / --max-num-seqs says): vLLM refuses a token budget below its sequences"
             )
         check_workload_bounds(sc)
+        fitted = kv_start_check(sc, auto_len)
+        if fitted is not None:  # (--max-model-len auto: the length vLLM's start-up fitted to the cache)
+            data = {**data, "policy": {**data.get("policy", {}), "max_model_len": fitted}}
+            sc = scenario_from_dict(data, origin, Path.cwd())
         return sc
     except UserError as exc:
         raise _named(exc, set_keys, typed) from None
+
+
+def kv_start_check(sc: Scenario, auto_len: bool) -> int | None:
+    """vLLM's start-up check of its KV cache (vllm/v1/core/kv_cache_utils.py,
+    check_enough_kv_cache_memory, 0.19-0.32): the cache, less its null block, must hold one request
+    of max_model_len tokens, or `vllm serve` stops with "To serve at least one request with the
+    models's max seq len ...". With --max-model-len auto the length is fitted to the cache instead
+    (_auto_fit_max_model_len): returns that length where it is below the model's, else None. Not
+    checked where llmsim's cache holds a model's sliding-window layers whole (vLLM's need for them
+    is their window)."""
+    from llmsim.build import build_model, build_pools, max_model_len
+    from llmsim.errors import UserError
+
+    try:
+        model = build_model(sc)
+        window, local = model.attention_windows()
+        if window is not None or (local is not None and not model.is_dsa):
+            return None
+        pool = build_pools(sc, model)[0]
+    except UserError as exc:  # (worded as llmsim.run words a scenario's build errors: its origin first)
+        raise UserError(f"{sc._origin}: {exc}") from None
+    holds = pool.kv_blocks * sc.kv_cache.block_tokens  # (kv_blocks: the usable ones, the null block apart)
+    want = max_model_len(sc, model)
+    if auto_len:
+        return holds if holds < want else None
+    if holds >= want:
+        return None
+    gib = pool.memory["kv_bytes_per_token"] / 2**30  # (per GPU, as vLLM checks each worker)
+    raise UserError(
+        f"policy.max_model_len: vllm serve would not start: one request of max_model_len {want:,} tokens needs "
+        f"{want * gib:.2f} GiB of KV cache per GPU, and {holds * gib:.2f} GiB is left for it ({holds:,} tokens, "
+        f"{pool.kv_blocks:,} blocks of {sc.kv_cache.block_tokens}): vLLM checks this at start-up "
+        "(check_enough_kv_cache_memory) and stops; pass --max-model-len "
+        f"{holds} or less, or auto, or raise --gpu-memory-utilization"
+    )
 
 
 def simulate(sc: Scenario, cache: ServerCache | None = None, keep: bool = False) -> Results:
