@@ -580,6 +580,12 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     engine = for_stages(for_hardware(sc.engine_spec, hw, f"{key}.hardware"), p.pp)
     check_parallelism(model, p.tp, p.pp, key)
     ep = expert_parallel_degree(model, p, key, sc.cluster.redundant_experts if sc.cluster.eplb else 0)
+    if ep > 1 and sc.cluster.expert_routing_exponent == 0:
+        raise UserError(
+            "cluster.expert_routing_exponent: 0 (every token the same experts) under expert parallelism puts "
+            "every token on the GPUs that hold those experts, which llmsim does not price (it spreads the "
+            "experts a step reaches evenly over the GPUs); use it without expert parallelism"
+        )
     weight_dtype = sc.model.weight_dtype or model.weight_dtype
     all2all = p.all2all_backend or sc.cluster.all2all_backend
     act = sc.model.act_dtype

@@ -111,6 +111,12 @@ class ModelSpec:
     # (DeepSeek-V3: 8 and 4, so a token reaches at most 4 nodes when each holds whole groups); 0 = none
     expert_groups: int = 0
     expert_groups_per_token: int = 0
+    # the router adds a learned bias per expert to its scores before it picks (config.json topk_method
+    # noaux_tc: DeepSeek-V3's e_score_correction_bias). Under vLLM's dummy weights (--load-format dummy:
+    # every tensor uniform in +-1e-3, initialize_dummy_weights in vllm/model_executor/model_loader/
+    # weight_utils.py) the bias outweighs the scores, which differ by ~1e-5, so every token picks the
+    # same experts (vllmcli.DUMMY_WEIGHTS_NOTE)
+    router_bias: bool = False
     # DeepSeek Sparse Attention (DSA, DeepSeek-V3.2; config.json index_n_heads / index_head_dim /
     # index_topk): with MLA, a lightning indexer of index_n_heads x index_head_dim scores every
     # cached token of a query (FP8, its own key cache) and the attention reads only the index_topk
@@ -895,6 +901,7 @@ CATALOG: dict[str, ModelSpec] = {
             max_position_embeddings=163840,
             expert_groups=8,  # n_group: group-limited routing, a token's 8 experts in 4 of 8 groups
             expert_groups_per_token=4,  # topk_group
+            router_bias=True,  # topk_method noaux_tc
             weight_dtype="fp8",  # released as FP8 (e4m3, 128x128 block scales; embeddings and lm_head bf16)
             source="deepseek-ai/DeepSeek-V3 config.json (model_type deepseek_v3; configs.md section 9): MLA "
             "(q_lora 1536, kv_lora 512, nope 128, rope 64, v 128), 256 routed experts top-8 + 1 shared, "
@@ -1359,6 +1366,7 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
         source=f"HF config {path}",
         **_dsa_fields(cfg, path, need),
         **_expert_groups(cfg, path, experts),
+        router_bias=bool(experts) and cfg.get("topk_method") == "noaux_tc",
     )
 
 

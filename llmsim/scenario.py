@@ -207,8 +207,9 @@ class ClusterConfig(_Strict):
     expert_skew: Annotated[float, Field(ge=0, le=10)] = 0.0
     # MoE: a step's T tokens reach the experts T^exponent independent tokens would (1 = independent
     # routing). Sequences that route alike reach fewer; vLLM bench's random-token prompts do (llmsim
-    # bench sets the measured value, vllmcli.RANDOM_TOKEN_ROUTING_EXPONENT)
-    expert_routing_exponent: Annotated[float, Field(gt=0, le=1)] = 1.0
+    # bench sets the measured value, vllmcli.RANDOM_TOKEN_ROUTING_EXPONENT); 0: every token reaches
+    # the same experts, as a biased router does under dummy weights (ModelSpec.router_bias)
+    expert_routing_exponent: Annotated[float, Field(ge=0, le=1)] = 1.0
     eplb: bool = False
     redundant_experts: Annotated[int, Field(ge=0, le=4096)] = 0
     # MoE expert parallelism over data-parallel ranks: how the ranks exchange tokens (vLLM

@@ -18,19 +18,22 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from llmsim.engine import MAX_GRAPH_TOKENS
 from llmsim.errors import UserError, cut, json_text
 from llmsim.vllmresult import LATENCIES, SETTINGS, Result, settings_of
 from llmsim.workload.generators import bench_content_ids
 
+if TYPE_CHECKING:
+    from llmsim.models import ModelSpec
+
 # --- the two command lines ------------------------------------------------------------------------
 
 # `vllm serve` flags that do not change what a step costs or how requests are scheduled (the API
 # server, logging, loading, tokenizer and chat formatting): False a switch, 1 one value, "+" several
 SERVE_IGNORED: dict[str, bool | int | str] = {
-    **dict.fromkeys(("--host", "--port", "--api-key", "--download-dir", "--load-format"), 1),
+    **dict.fromkeys(("--host", "--port", "--api-key", "--download-dir"), 1),
     **dict.fromkeys(("--tokenizer", "--revision", "--tokenizer-mode", "--seed", "--chat-template"), 1),
     **dict.fromkeys(("--tool-call-parser", "--reasoning-parser", "--uvicorn-log-level", "--swap-space"), 1),
     **dict.fromkeys(("--distributed-executor-backend", "--max-logprobs", "--generation-config"), 1),
@@ -217,6 +220,7 @@ class Serve:
     dbo_decode_tokens: int | None = None
     dbo_prefill_tokens: int | None = None
     served_names: list[str] = field(default_factory=list)
+    load_format: str | None = None  # --load-format: "dummy" serves random weights (DUMMY_WEIGHTS_NOTE)
     ignored: list[str] = field(default_factory=list)
 
 
@@ -248,6 +252,7 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--compilation-config", "-cc")
     p.add_argument("--optimization-level", "-O")  # (vLLM 0.11+: O0 compiles nothing and captures no graphs)
     p.add_argument("--served-model-name", nargs="+", default=[])
+    p.add_argument("--load-format")
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--all2all-backend")
     p.add_argument("--enable-dbo", action="store_true")
@@ -424,6 +429,7 @@ def parse_serve(text: str) -> Serve:
         dbo_decode_tokens=ns.dbo_decode_token_threshold,
         dbo_prefill_tokens=ns.dbo_prefill_token_threshold,
         served_names=ns.served_model_name,
+        load_format=ns.load_format,
         ignored=ignored + unread,
     )
 
@@ -645,9 +651,7 @@ def model_entry(model: str) -> tuple[str | dict, str]:
 
 def has_experts(entry: str | dict) -> bool:
     """A model_entry's model has routed experts."""
-    from llmsim.models import CATALOG, from_hf_config
-
-    return (CATALOG[entry] if isinstance(entry, str) else from_hf_config(Path(entry["hf_config"]))).is_moe
+    return model_spec(entry).is_moe
 
 
 def checkpoint_quantization(entry: str | dict) -> tuple[str, object] | None:
@@ -837,6 +841,34 @@ def settle_prompts(data: dict, set_keys: frozenset[str] = frozenset()) -> str | 
     return why
 
 
+# `vllm serve --load-format dummy` fills every weight with random values uniform in +-1e-3
+# (initialize_dummy_weights, vllm/model_executor/model_loader/weight_utils.py). A router that adds a
+# learned bias to its scores before it picks (ModelSpec.router_bias: DeepSeek-V3's noaux_tc) then
+# picks by the bias alone, which outweighs scores that differ by ~1e-5: every token reaches the same
+# experts, and a decode step streams only those (cluster.expert_routing_exponent 0). The same collapse
+# is reported of SGLang's dummy loader (sgl-project/sglang PR #25571, "random gate weights cause severe
+# expert imbalance") and ROCm ATOM's (ROCm/ATOM PR #2010, "every token selects the same few experts").
+# A router without a bias (Qwen3-MoE, Mixtral) keeps llmsim's routing: what random weights do to it is
+# not measured
+DUMMY_WEIGHTS_NOTE = (
+    "--load-format dummy: the router's correction bias alone picks a token's experts, the same ones for "
+    "every token (vLLM's dummy weights are uniform in +-1e-3, the bias included); real weights spread them"
+)
+
+
+def dummy_routing(load_format: str | None, expert_parallel: bool, model: ModelSpec) -> bool:
+    """Every token reaches the same experts (DUMMY_WEIGHTS_NOTE): dummy weights behind a biased router,
+    where llmsim prices it (not under expert parallelism, whose load it would put on a few GPUs)."""
+    return load_format == "dummy" and model.router_bias and not expert_parallel
+
+
+def model_spec(entry: str | dict) -> ModelSpec:
+    """The ModelSpec of a model_entry."""
+    from llmsim.models import CATALOG, from_hf_config
+
+    return CATALOG[entry] if isinstance(entry, str) else from_hf_config(Path(entry["hf_config"]))
+
+
 def random_token_prompts(bench: Bench, replay: bool) -> bool:
     """The requests are vllm bench's random dataset: drawn by it, or a replayed result file's whose
     command line says so (a result file does not record its dataset: the default is not taken)."""
@@ -887,7 +919,9 @@ def scenario_dict(
     moe = has_experts(entry)  # (vLLM ignores expert parallelism on a dense model)
     if serve.expert_parallel and moe:
         cluster["expert_parallel"] = True
-    if moe and random_token_prompts(bench, trace_csv is not None):
+    if moe and dummy_routing(serve.load_format, serve.expert_parallel and serve.dp * serve.tp > 1, model_spec(entry)):
+        cluster["expert_routing_exponent"] = 0.0
+    elif moe and random_token_prompts(bench, trace_csv is not None):
         cluster["expert_routing_exponent"] = RANDOM_TOKEN_ROUTING_EXPONENT
     if serve.eplb and moe:
         cluster |= {"eplb": True, "redundant_experts": serve.redundant_experts}

@@ -165,7 +165,7 @@ def test_the_routing_exponent_prices_moe_decode_lighter_and_is_refused_on_a_dens
     dense = {**_data(**base, expert_routing_exponent=0.79), "model": "qwen3-8b"}
     with pytest.raises(UserError, match="cluster.expert_routing_exponent: qwen3-8b is a dense model"):
         llmsim.run(scenario_from_dict(dense, "test", ROOT))
-    for bad in (0, 1.5):
+    for bad in (-0.5, 1.5):  # (0 is every token the same experts: dummy weights behind a biased router)
         with pytest.raises(UserError, match="expert_routing_exponent"):
             scenario_from_dict(_data(**base, expert_routing_exponent=bad), "test", ROOT)
 

@@ -165,6 +165,7 @@ V3_CONFIG = {
     "num_experts_per_tok": 8,
     "n_group": 8,
     "topk_group": 4,
+    "topk_method": "noaux_tc",
     "first_k_dense_replace": 3,
     "moe_layer_freq": 1,
     "max_position_embeddings": 163840,

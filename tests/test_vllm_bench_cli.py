@@ -682,3 +682,39 @@ def test_a_kv_cache_short_of_one_request_stops_the_server(tmp_path, capsys):
     assert yaml.safe_load(out.read_text())["policy"]["max_model_len"] == fitted
     assert main([*line, "--serve", f"{serve} --max-model-len {fitted}", "--quiet"]) == 0
     assert main([*line, "--serve", f"{serve} --max-model-len {fitted + 16}"]) == 2
+
+
+def test_dummy_weights_behind_a_biased_router_send_every_token_to_the_same_experts(capsys):
+    """--load-format dummy fills the weights uniform in +-1e-3: a router that adds its correction bias
+    before it picks (DeepSeek-V3's noaux_tc) then picks by the bias alone, the same experts for
+    every token (expert_routing_exponent 0); a router without one keeps llmsim's routing, and under
+    expert parallelism (whose load would fall on a few GPUs) it is not priced."""
+    from llmsim.costmodel.ops import experts_touched
+    from llmsim.models import CATALOG, from_hf_config
+
+    assert CATALOG["deepseek-r1"].router_bias and CATALOG["deepseek-v3.2"].router_bias
+    assert not CATALOG["qwen3-30b-a3b"].router_bias and not CATALOG["mixtral-8x7b"].router_bias
+    derived = Path(__file__).parents[1] / "data/validation/vllm-gpu/RTXPRO6000/DeepSeek-V3.2-Exp-16L64E"
+    assert from_hf_config(derived / "model-config.derived.json").router_bias
+    assert experts_touched(256, 8, 256, 4096, exponent=0.0) == pytest.approx(8.0)
+
+    def routing(line: str) -> float:
+        return scenario_dict("H200", parse_serve(line), Bench())["cluster"].get("expert_routing_exponent", 1.0)
+
+    assert routing("deepseek-ai/DeepSeek-R1 -tp 8 --load-format dummy") == 0.0
+    assert routing("deepseek-ai/DeepSeek-R1 -tp 8") == RANDOM_TOKEN_ROUTING_EXPONENT
+    assert routing("Qwen/Qwen3-30B-A3B --load-format dummy") == RANDOM_TOKEN_ROUTING_EXPONENT
+    assert routing("deepseek-ai/DeepSeek-R1 -tp 8 -dp 2 -ep --load-format dummy") == RANDOM_TOKEN_ROUTING_EXPONENT
+    data = scenario_dict("H200", parse_serve("deepseek-ai/DeepSeek-R1 -tp 8 -dp 2 -ep"), Bench())
+    data["cluster"]["expert_routing_exponent"] = 0.0
+    from llmsim.build import build_model, build_pools
+
+    sc = scenario_from_dict(data, "dummy", Path.cwd())
+    with pytest.raises(UserError, match="under expert parallelism puts every token on the GPUs"):
+        build_pools(sc, build_model(sc))
+    serve = "deepseek-ai/DeepSeek-R1 -tp 8 --max-model-len 4096 --load-format dummy"
+    assert (
+        main(["bench", "--hardware", "H200", "--serve", serve, "--bench", "--num-prompts 4 --random-output-len 8"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "routing  cluster.expert_routing_exponent 0: --load-format dummy: the router's correction bias alone" in out

@@ -228,12 +228,16 @@ def _supports_num_blocks() -> bool:
 def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
     """The llmsim scenario of a run, from its meta.json."""
     from llmsim.engine import VLLM_019_MEMORY
+    from llmsim.vllmcli import dummy_routing, model_spec
 
     meta = run.meta()
     kw = meta["engine_kwargs"]
     kv = meta.get("kv_cache") or {}
-    dp = int(kw.get("data_parallel_size") or 1)
+    dp, tp = int(kw.get("data_parallel_size") or 1), int(kw.get("tensor_parallel_size") or 1)
     ep = bool(kw.get("enable_expert_parallel"))  # EP size = DP x TP (vLLM), cluster.expert_parallel
+    # the DeepSeek run served dummy weights (load_format dummy) behind a biased router: every token
+    # reaches the same experts (vllmcli.DUMMY_WEIGHTS_NOTE), as `llmsim bench` translates it
+    same_experts = dummy_routing(kw.get("load_format"), ep and dp * tp > 1, model_spec(run.scenario_model()))
     kv_cache: dict = {
         "block_tokens": int(kv.get("block_size", 16)),  # vLLM 0.19 default 16
         "prefix_caching": bool(kv.get("enable_prefix_caching", True)),  # vLLM 0.19 default on
@@ -251,7 +255,8 @@ def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
         "engine": {"preset": "vllm-v1", "output_delay_s": 0.0, **VLLM_019_MEMORY},
         "cluster": {
             "replicas": dp,
-            "tp": int(kw.get("tensor_parallel_size") or 1),
+            "tp": tp,
+            **({"expert_routing_exponent": 0.0} if same_experts else {}),
             "router": "vllm_dp" if dp > 1 else "round_robin",  # vLLM's own DP load balancer
             **({"expert_parallel": True} if ep else {}),
             "cuda_graphs": True,  # vLLM 0.19 default: full CUDA graphs for decode (cudagraph_mode FULL_AND_PIECEWISE)

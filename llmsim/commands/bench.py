@@ -174,9 +174,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def routing_note(exponent: float, translated: float, bench: Bench, result: Result | None) -> str:
     """How a MoE model's tokens reach its experts, and why (docs/validation.md, "vLLM 0.30 GPU runs");
     a second line indented as the notes' continuations are."""
+    from llmsim.vllmcli import DUMMY_WEIGHTS_NOTE
+
     key = f"cluster.expert_routing_exponent {exponent:.10g}"
     if exponent != translated:
         return f"{key} (--set)"
+    if exponent == 0.0:
+        return f"{key}: {DUMMY_WEIGHTS_NOTE}"
     if exponent != 1.0:
         return (
             f"{key}: vllm bench's random-token prompts route alike\n         (fitted to another MoE's "

@@ -300,6 +300,8 @@ def routing_line(exponent: float) -> str:
     """A MoE run's routing, and the measured alternative where it is the default (docs/scenario.md)."""
     from llmsim.vllmcli import RANDOM_TOKEN_ROUTING_EXPONENT
 
+    if exponent == 0.0:
+        return "every MoE token reaches the same experts (cluster.expert_routing_exponent 0: dummy weights behind a biased router)"
     if exponent != 1.0:
         return f"MoE tokens route alike: cluster.expert_routing_exponent {exponent:.10g}"
     return (
