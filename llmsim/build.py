@@ -1020,6 +1020,7 @@ def kv_blocks(
     }
     block_bytes = per_token * sc.kv_cache.block_tokens
     blocks = int(free // block_bytes) if free > 0 else 0
+    memory["kv_blocks_of_memory"] = blocks  # (what the budget holds, before a reported count replaces it)
     reported = num_blocks if num_blocks is not None else sc.kv_cache.num_blocks  # the pool's, else the scenario's
     if reported is not None:  # as the engine reported it (vLLM: num_gpu_blocks)
         blocks = reported

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -83,18 +84,27 @@ MAX_MODEL_LEN_AUTO = -1  # --max-model-len auto (or -1): vLLM fits it to the KV 
 
 
 def readable_int(text: str) -> int:
-    """A count as vLLM reads it: ``4096``, ``32k`` (32,000), ``25.6k``, ``32K`` (32,768)."""
+    """A count as vLLM reads it: ``4096``, ``32k`` (32,000), ``25.6k``, ``32K`` (32,768): digits, an
+    optional decimal part, one suffix (vLLM's ``human_readable_int``), else a plain integer."""
     text = text.strip()
-    number, suffix = text[:-1], text[-1:]
-    try:
-        if suffix in _DECIMAL_SUFFIX:
-            return int(float(number) * _DECIMAL_SUFFIX[suffix])
+    m = re.fullmatch(r"(\d+)(\.\d+)?([kmgtKMGT])", text)
+    if m and m[3] in _BINARY_SUFFIX and m[2]:
+        raise argparse.ArgumentTypeError(
+            f"decimals are not allowed with a binary suffix ({text!r}: use {m[3].lower()})"
+        )
+    if m:
+        digits, suffix = m[1] + (m[2] or ""), m[3]
         if suffix in _BINARY_SUFFIX:
-            return int(number) * _BINARY_SUFFIX[suffix]
+            return int(digits) * _BINARY_SUFFIX[suffix]
+        try:  # (in floats, as vLLM computes it: "4.1k" is 4,099 there too)
+            return int(float(digits) * _DECIMAL_SUFFIX[suffix])
+        except OverflowError:
+            raise argparse.ArgumentTypeError(f"{cut(text, 30)!r} is too large a count") from None
+    try:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected a whole number, with k/m/g (x1000) or K/M/G (x1024, whole numbers only), got {cut(text, 30)!r}"
+            f"expected a whole number, with k/m/g/t (x1000) or K/M/G/T (x1024, whole numbers only), got {cut(text, 30)!r}"
         ) from None
 
 

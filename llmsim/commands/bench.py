@@ -152,9 +152,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rate = (
         None if sc.workload.kind == "all_at_once" else bench.request_rate if trace is not None else sc.workload.rate_rps
     )
-    print(
-        notes(sc, serve, bench, result, translated["cluster"].get("expert_routing_exponent", 1.0), no_content), end=""
-    )
+    exponent = translated["cluster"].get("expert_routing_exponent", 1.0)
+    print(notes(sc, serve, bench, result, exponent, no_content, auto_len), end="")
     if earlier:
         print(history_note(runs, skipped, summary, set_keys, kernels))
     print()
@@ -397,8 +396,8 @@ def translate(
     """The translated scenario of the run ``label`` names (--bench, --after #k), read and checked
     without simulating: a key it refuses is named with the flag it came from; a token budget below
     the sequences it must hold is refused, as vLLM does, and so is a KV cache that cannot hold one
-    request of max_model_len tokens (``kv_start_check``; ``auto_len``: --max-model-len auto, which
-    fits the length to the cache instead)."""
+    request of max_model_len tokens (``kv_start``; ``auto_len``: --max-model-len auto, which fits the
+    length to the cache instead)."""
     from llmsim.build import check_workload_bounds
     from llmsim.engine import is_trtllm
     from llmsim.errors import UserError
@@ -420,23 +419,40 @@ def translate(
                 "unless --max-num-batched-tokens / --max-num-seqs says): vLLM refuses a token budget below its sequences"
             )
         check_workload_bounds(sc)
-        fitted = kv_start_check(sc, auto_len)
-        if fitted is not None:  # (--max-model-len auto: the length vLLM's start-up fitted to the cache)
-            data = {**data, "policy": {**data.get("policy", {}), "max_model_len": fitted}}
+        start = kv_start(sc, auto_len)
+        if start.refusal:
+            raise UserError(start.refusal)
+        if start.fitted is not None:  # (--max-model-len auto: the length vLLM's start-up fitted to the cache)
+            data = {**data, "policy": {**data.get("policy", {}), "max_model_len": start.fitted}}
             sc = scenario_from_dict(data, origin, Path.cwd())
         return sc
     except UserError as exc:
         raise _named(exc, set_keys, typed) from None
 
 
-def kv_start_check(sc: Scenario, auto_len: bool) -> int | None:
-    """vLLM's start-up check of its KV cache (vllm/v1/core/kv_cache_utils.py,
-    check_enough_kv_cache_memory, 0.19-0.32): the cache, less its null block, must hold one request
-    of max_model_len tokens, or `vllm serve` stops with "To serve at least one request with the
-    models's max seq len ...". With --max-model-len auto the length is fitted to the cache instead
-    (_auto_fit_max_model_len): returns that length where it is below the model's, else None. Not
-    checked where llmsim's cache holds a model's sliding-window layers whole (vLLM's need for them
-    is their window)."""
+# llmsim's KV capacity from memory is within 10 % of the capacity vLLM logged on 38 of the 43 vLLM
+# 0.30 passes (docs/validation.md, "vLLM 0.30 GPU runs"): an estimate short of one request by less
+# than this is said, not refused as vLLM refuses its own measure
+KV_ESTIMATE_BAND = 0.10
+
+
+@dataclass
+class KvStart:
+    """What vLLM's start-up check of its KV cache makes of a server (``kv_start``)."""
+
+    fitted: int | None = None  # --max-model-len auto: the length fitted, where below the model's
+    refusal: str | None = None  # the server would not start
+    note: str | None = None  # short of one request by less than llmsim's estimate can tell
+
+
+def kv_start(sc: Scenario, auto_len: bool) -> KvStart:
+    """vLLM's start-up check of its KV cache (check_enough_kv_cache_memory, vllm/v1/core/
+    kv_cache_utils.py, 0.19-0.32): the cache its memory profile leaves, less the null block, must
+    hold one request of max_model_len tokens, or `vllm serve` stops ("To serve at least one request
+    with the models's max seq len ..."); --num-gpu-blocks-override applies after it. With
+    --max-model-len auto the length is fitted to that cache instead (_auto_fit_max_model_len). The
+    cache is llmsim's estimate of vLLM's (``KV_ESTIMATE_BAND``). Not checked for a model with
+    sliding-window layers, whose need vLLM counts by layer kind (their window) and llmsim does not."""
     from llmsim.build import build_model, build_pools, max_model_len
     from llmsim.errors import UserError
 
@@ -444,23 +460,36 @@ def kv_start_check(sc: Scenario, auto_len: bool) -> int | None:
         model = build_model(sc)
         window, local = model.attention_windows()
         if window is not None or (local is not None and not model.is_dsa):
-            return None
+            return KvStart()
         pool = build_pools(sc, model)[0]
     except UserError as exc:  # (worded as llmsim.run words a scenario's build errors: its origin first)
         raise UserError(f"{sc._origin}: {exc}") from None
-    holds = pool.kv_blocks * sc.kv_cache.block_tokens  # (kv_blocks: the usable ones, the null block apart)
+    block = sc.kv_cache.block_tokens
+    holds = max(pool.memory["kv_blocks_of_memory"] - 1, 0) * block  # (the null block apart)
     want = max_model_len(sc, model)
     if auto_len:
-        return holds if holds < want else None
+        if holds <= 0:
+            return KvStart(refusal="vllm serve would not start: --max-model-len auto finds no KV cache left to fit")
+        return KvStart(fitted=holds if holds < want else None)
     if holds >= want:
-        return None
+        return KvStart()
     gib = pool.memory["kv_bytes_per_token"] / 2**30  # (per GPU, as vLLM checks each worker)
-    raise UserError(
-        f"policy.max_model_len: vllm serve would not start: one request of max_model_len {want:,} tokens needs "
-        f"{want * gib:.2f} GiB of KV cache per GPU, and {holds * gib:.2f} GiB is left for it ({holds:,} tokens, "
-        f"{pool.kv_blocks:,} blocks of {sc.kv_cache.block_tokens}): vLLM checks this at start-up "
-        "(check_enough_kv_cache_memory) and stops; pass --max-model-len "
-        f"{holds} or less, or auto, or raise --gpu-memory-utilization"
+    need = -(-want // block) * block  # (whole blocks, as vLLM counts them)
+    given = "--max-model-len" if sc.policy.max_model_len is not None else "the model's context, no --max-model-len"
+    short = (
+        f"one request of max_model_len {want:,} tokens ({given}) needs {need * gib:.2f} GiB of KV cache per GPU "
+        f"({need:,} tokens), and {holds * gib:.2f} GiB ({holds:,} tokens) is left for it"
+    )
+    if holds >= want * (1 - KV_ESTIMATE_BAND):
+        return KvStart(
+            note=f"{short} in llmsim's estimate: vLLM refuses to start when its own measure is short "
+            f"(check_enough_kv_cache_memory), and llmsim's is within {KV_ESTIMATE_BAND:.0%} of vLLM's on 38 of 43 "
+            f"real servers; --max-model-len {holds} or less starts either way"
+        )
+    return KvStart(
+        refusal=f"vllm serve would not start: {short} in llmsim's estimate of vLLM's memory: vLLM checks this at "
+        f"start-up (check_enough_kv_cache_memory) and stops; pass --max-model-len {holds} or less, or auto, or "
+        "raise --gpu-memory-utilization"
     )
 
 
@@ -509,10 +538,13 @@ def notes(
     result: Result | None,
     translated_exponent: float = 1.0,
     no_content: str | None = None,
+    auto_len: bool = False,
 ) -> str:
     """What the translation read: the GPUs, the model, the flags it ignored, where the requests came
-    from, how a MoE model's tokens route (``translated_exponent``: the translation's own value), and
-    why the drawn prompts carry no content where llmsim withholds it (``no_content``)."""
+    from, how a MoE model's tokens route (``translated_exponent``: the translation's own value), why
+    the drawn prompts carry no content where llmsim withholds it (``no_content``), the length
+    --max-model-len auto fitted (``auto_len``) and a KV cache short of one request by less than
+    llmsim's estimate can tell (``kv_start``)."""
     import math
 
     from llmsim.vllmcli import (
@@ -521,6 +553,7 @@ def notes(
         flag_of,
         has_experts,
         model_entry,
+        model_spec,
         replays_own_send_times,
     )
 
@@ -531,6 +564,16 @@ def notes(
     ignored = [*serve.ignored, *bench.ignored, *(f"{f} (a dense model)" for f in dense_ignored(serve))]
     why = "a dense model" if dense_ignored(serve) else "no expert-parallel data-parallel ranks, or no --enable-dbo"
     ignored += [f"{f} ({why})" for f in all2all_ignored(serve)]
+    dummy = serve.load_format == "dummy" and model_spec(entry).router_bias
+    if serve.load_format is not None and translated_exponent != 0.0 and not dummy:
+        ignored.append(
+            f"--load-format {serve.load_format} (the weights' values: "
+            + (
+                "random weights' routing is known only behind a router with a correction bias)"
+                if serve.load_format == "dummy"
+                else "real ones, as llmsim prices them)"
+            )
+        )
     if result is not None and result.sent is not None:
         # (a MoE model's --dataset-name still says how its tokens route: routing_note)
         replaced = [k for k in REQUEST_SETTINGS if k in bench.given and not (moe and k == "dataset_name")]
@@ -541,6 +584,21 @@ def notes(
         lines.append(f"ignored  {', '.join(ignored)} (no effect on timing)")
     if moe:
         lines.append(f"routing  {routing_note(c.expert_routing_exponent, translated_exponent, bench, result)}")
+        if dummy and translated_exponent != 0.0:  # (under expert parallelism: vllmcli.dummy_routing)
+            lines.append(
+                "         --load-format dummy sends every token to the same experts, whose GPUs then carry all "
+                "of them under expert parallelism: not priced, so the run reads fast"
+            )
+    if auto_len:
+        fitted = sc.policy.max_model_len
+        lines.append(
+            f"context  --max-model-len auto: {fitted:,} tokens, the longest request the KV cache holds, as vLLM fits it"
+            if fitted is not None
+            else "context  --max-model-len auto: the model's whole context fits in the KV cache"
+        )
+    kv = kv_start(sc, auto_len=False).note
+    if kv:
+        lines.append(f"kv       {kv}")
     if no_content and sc.kv_cache.prefix_caching:  # (past the content limit)
         lines.append(f"prompts  drawn without their content: {no_content}")
     if result is not None and result.sent is not None:

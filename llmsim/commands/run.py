@@ -263,8 +263,8 @@ def summary_text(s: dict) -> str:
         t = s["steps_table"]
         tail.append(
             f"steps    the steps table keeps one step in {t['kept_every']:,} ({t['rows']:,} of "
-            f"{s['steps_total']:,}), not one in {t['asked_every']:,}: the rows held in memory are bounded "
-            "(output.steps: none keeps none)"
+            f"{s['steps_total']:,}), not one in {t['asked_every']:,}: the rows held in memory are bounded, and the "
+            "KV-cache figures are the kept steps' (output.steps: none keeps none)"
         )
     tail.append(f"verdict  {sat['verdict'].upper()}: {sat['explanation']}")
     from llmsim.accuracy import interval_line
