@@ -1003,6 +1003,16 @@ def kv_blocks(
     free = usable - weights - peak - non_torch - graphs - reserve
     if of_free:
         free *= sc.kv_cache.memory_fraction
+    explicit = sc.kv_cache.memory_bytes
+    if explicit is not None:  # (vLLM's --kv-cache-memory-bytes: the cache's own size, no memory profile)
+        placed = weights + peak + non_torch + graphs + reserve
+        if placed + explicit > hw.memory_bytes:
+            raise UserError(
+                f"{key}: kv_cache.memory_bytes {explicit / 2**30:.2f} GiB does not fit on {hw.name}: with the "
+                f"{placed / 2**30:.2f} GiB the weights, activations and engine hold per device it needs "
+                f"{(placed + explicit) / 2**30:.2f} GiB of {hw.memory_bytes / 2**30:.2f}"
+            )
+        free = float(explicit)
     memory = {
         "device_memory_bytes": hw.memory_bytes,
         "usable_bytes": usable,

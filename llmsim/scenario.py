@@ -373,6 +373,9 @@ class KVCacheConfig(_Strict):
     num_blocks: Annotated[int, Field(gt=0, le=MAX_KV_BLOCKS)] | None = (
         None  # KV blocks per replica as the engine reported them (overrides the memory budget)
     )
+    # the cache's own size in bytes per device, as vLLM's --kv-cache-memory-bytes sets it: the memory
+    # budget (memory_fraction and what the weights and activations leave) is then not read
+    memory_bytes: Annotated[int, Field(gt=0, le=2**50)] | None = None
     preemption: Literal["recompute", "swap"] = "recompute"
     prefix_caching: bool = False
     # prefixes (lists of content ids, 0..2**63-1 as a trace's hash ids) cached on every replica at t=0

@@ -218,6 +218,7 @@ class Serve:
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None
     num_gpu_blocks_override: int | None = None
+    kv_cache_memory_bytes: int | None = None  # --kv-cache-memory-bytes: the cache's size per GPU
     kv_cache_dtype: str | None = None
     block_size: int | None = None
     prefix_caching: bool | None = None
@@ -253,6 +254,7 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=readable_int_or_auto)
     p.add_argument("--gpu-memory-utilization", type=float)
     p.add_argument("--num-gpu-blocks-override", type=int)
+    p.add_argument("--kv-cache-memory-bytes", type=readable_int)
     p.add_argument("--kv-cache-dtype", choices=sorted(KV_DTYPES))
     p.add_argument("--block-size", type=int)
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
@@ -352,6 +354,7 @@ def _check_serve(ns: argparse.Namespace) -> None:
         ("--max-model-len", None if ns.max_model_len == MAX_MODEL_LEN_AUTO else ns.max_model_len, 1),
         ("--long-prefill-token-threshold", ns.long_prefill_token_threshold, 0),
         ("--num-gpu-blocks-override", ns.num_gpu_blocks_override, 2),  # (one is vLLM's null block)
+        ("--kv-cache-memory-bytes", ns.kv_cache_memory_bytes, 1),
         ("--block-size", ns.block_size, 1),
         ("--dbo-decode-token-threshold", ns.dbo_decode_token_threshold, 0),
         ("--dbo-prefill-token-threshold", ns.dbo_prefill_token_threshold, 0),
@@ -427,6 +430,7 @@ def parse_serve(text: str) -> Serve:
         max_model_len=ns.max_model_len,
         gpu_memory_utilization=ns.gpu_memory_utilization,
         num_gpu_blocks_override=ns.num_gpu_blocks_override,
+        kv_cache_memory_bytes=ns.kv_cache_memory_bytes,
         kv_cache_dtype=KV_DTYPES[ns.kv_cache_dtype] if ns.kv_cache_dtype else None,
         block_size=ns.block_size,
         prefix_caching=ns.enable_prefix_caching,
@@ -775,6 +779,7 @@ KEY_FLAGS = {
     "policy.long_prefill_token_threshold": "--long-prefill-token-threshold",
     "kv_cache.num_blocks": "--num-gpu-blocks-override",
     "kv_cache.memory_fraction": "--gpu-memory-utilization",
+    "kv_cache.memory_bytes": "--kv-cache-memory-bytes",
     "kv_cache.block_tokens": "--block-size",
     "workload.prompt_tokens": "--random-input-len",
     "workload.output_tokens": "--random-output-len",
@@ -915,6 +920,7 @@ def scenario_dict(
         kv["num_blocks"] = blocks - 1  # block 0 is vLLM's null block
     for key, value in (
         ("memory_fraction", serve.gpu_memory_utilization),
+        ("memory_bytes", serve.kv_cache_memory_bytes),
         ("dtype", serve.kv_cache_dtype),
         ("block_tokens", serve.block_size),
         ("prefix_caching", serve.prefix_caching),

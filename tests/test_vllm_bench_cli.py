@@ -737,3 +737,18 @@ def test_dummy_weights_behind_a_biased_router_send_every_token_to_the_same_exper
     ):
         assert main(["bench", "--hardware", "H100-SXM", "--serve", serve, *short]) == 0
         assert why in capsys.readouterr().out
+
+
+def test_kv_cache_memory_bytes_sizes_the_cache_as_vllm_s_flag_does(capsys):
+    """--kv-cache-memory-bytes (vLLM's counts: 8G = 8 GiB) is the cache's size per GPU, the memory
+    profile unread; the start-up check is then exact, and a size past the device is refused."""
+    assert parse_serve("Qwen/Qwen3-8B --kv-cache-memory-bytes 8G").kv_cache_memory_bytes == 8 * 2**30
+    line = ["bench", "--hardware", "H100-SXM", "--bench", "--num-prompts 4", "--json"]
+    assert main([*line, "--serve", "Qwen/Qwen3-8B --kv-cache-memory-bytes 8G"]) == 0
+    pool = json.loads(capsys.readouterr().out)["pools"][0]
+    assert pool["memory_per_device"]["kv_bytes"] == pytest.approx(8 * 2**30, rel=1e-3)
+    assert main([*line, "--serve", "Qwen/Qwen3-8B --kv-cache-memory-bytes 5.5G"]) == 2  # (whole numbers only)
+    assert main([*line, "--serve", "Qwen/Qwen3-8B --kv-cache-memory-bytes 5G"]) == 2  # (5.62 GiB needed: no band)
+    assert "as --kv-cache-memory-bytes sizes it" in capsys.readouterr().err
+    assert main([*line, "--serve", "Qwen/Qwen3-8B --kv-cache-memory-bytes 90G"]) == 2
+    assert "kv_cache.memory_bytes 90.00 GiB does not fit on H100-SXM" in capsys.readouterr().err

@@ -476,20 +476,26 @@ def kv_start(sc: Scenario, auto_len: bool) -> KvStart:
     gib = pool.memory["kv_bytes_per_token"] / 2**30  # (per GPU, as vLLM checks each worker)
     need = -(-want // block) * block  # (whole blocks, as vLLM counts them)
     given = "--max-model-len" if sc.policy.max_model_len is not None else "the model's context, no --max-model-len"
+    band = 0.0 if sc.kv_cache.memory_bytes is not None else KV_ESTIMATE_BAND  # (a size given is no estimate)
+    where, grow = (
+        ("as --kv-cache-memory-bytes sizes it", "--kv-cache-memory-bytes")
+        if band == 0.0
+        else ("in llmsim's estimate of vLLM's memory", "--gpu-memory-utilization")
+    )
     short = (
         f"one request of max_model_len {want:,} tokens ({given}) needs {need * gib:.2f} GiB of KV cache per GPU "
         f"({need:,} tokens), and {holds * gib:.2f} GiB ({holds:,} tokens) is left for it"
     )
-    if holds >= want * (1 - KV_ESTIMATE_BAND):
+    if holds >= want * (1 - band):
         return KvStart(
             note=f"{short} in llmsim's estimate: vLLM refuses to start when its own measure is short "
             f"(check_enough_kv_cache_memory), and llmsim's is within {KV_ESTIMATE_BAND:.0%} of vLLM's on 38 of 43 "
             f"real servers; --max-model-len {holds} or less starts either way"
         )
     return KvStart(
-        refusal=f"vllm serve would not start: {short} in llmsim's estimate of vLLM's memory: vLLM checks this at "
+        refusal=f"vllm serve would not start: {short} {where}: vLLM checks this at "
         f"start-up (check_enough_kv_cache_memory) and stops; pass --max-model-len {holds} or less, or auto, or "
-        "raise --gpu-memory-utilization"
+        f"raise {grow}"
     )
 
 
