@@ -37,8 +37,11 @@ SERVE_IGNORED: dict[str, bool | int | str] = {
     **dict.fromkeys(("--host", "--port", "--api-key", "--download-dir"), 1),
     **dict.fromkeys(("--tokenizer", "--revision", "--tokenizer-mode", "--seed", "--chat-template"), 1),
     **dict.fromkeys(("--tool-call-parser", "--reasoning-parser", "--uvicorn-log-level", "--swap-space"), 1),
-    **dict.fromkeys(("--distributed-executor-backend", "--max-logprobs", "--generation-config"), 1),
+    **dict.fromkeys(("--max-logprobs", "--generation-config", "--override-generation-config"), 1),
+    **dict.fromkeys(("--prefix-caching-hash-algo", "--safetensors-load-strategy", "--model-loader-extra-config"), 1),
+    **dict.fromkeys(("--structured-outputs-config",), 1),  # (used only by requests that ask; bench's do not)
     **dict.fromkeys(("--trust-remote-code", "--disable-log-requests", "--disable-log-stats"), False),
+    **dict.fromkeys(("--enable-sleep-mode", "--enable-prompt-tokens-details", "--calculate-kv-scales"), False),
     **dict.fromkeys(("--enable-log-requests", "--enable-auto-tool-choice", "--disable-uvicorn-access-log"), False),
     **dict.fromkeys(("--disable-fastapi-docs", "--enable-chunked-prefill"), False),
 }
@@ -53,8 +56,18 @@ BENCH_IGNORED: dict[str, bool | int | str] = {
     **dict.fromkeys(("--save-result", "--save-detailed", "--append-result", "--disable-tqdm"), False),
     **dict.fromkeys(("--trust-remote-code", "--ignore-eos", "--insecure"), False),
 }
+# `vllm serve` flags that change what a client sees in ways llmsim does not model, accepted and said so
+# (docs/scenario.md, "Not modelled"): the frontend is one constant delay (engine.output_delay_s), and
+# vllm bench's requests carry no priority, so vLLM's priority policy orders them as FCFS does
+SERVE_UNMODELLED: dict[str, str] = {
+    "--stream-interval": "tokens streamed every n steps: the client sees them in bursts",
+    "--api-server-count": "the frontend is one constant delay, not its processes' load",
+    "--scheduling-policy": "vllm bench's requests carry no priority: FCFS order either way",
+}
 # flags llmsim does not read from a command line, and what to do instead
 REFUSED = {
+    "--cpu-offload-gb": "not modelled: weights kept in CPU memory cross PCIe on every forward pass",
+    "--hf-overrides": "serve a folder holding the config.json as overridden (llmsim reads the model from it)",
     "--speculative-config": "write a `speculative` section in a scenario (--scenario-out writes the rest of it)",
     "--enable-lora": "write a `lora` section in a scenario (--scenario-out writes the rest of it)",
     "--kv-transfer-config": "write policy.kind: disaggregated with cluster.prefill_pool / decode_pool in a scenario",
@@ -225,6 +238,7 @@ class Serve:
     enforce_eager: bool = False
     cuda_graph_sizes: list[int] | None = None
     async_scheduling: bool | None = None
+    executor_backend: str | None = None  # --distributed-executor-backend (ray: no async scheduling)
     moe_skip_padding: bool | None = None  # (the environment's VLLM_MOE_SKIP_PADDING)
     all2all_backend: str | None = None  # --all2all-backend (or the older VLLM_ALL2ALL_BACKEND)
     dbo: bool = False  # --enable-dbo, with its two thresholds (None: vLLM's defaults)
@@ -266,11 +280,12 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", nargs="+", default=[])
     p.add_argument("--load-format")
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--distributed-executor-backend")
     p.add_argument("--all2all-backend")
     p.add_argument("--enable-dbo", action="store_true")
     p.add_argument("--dbo-decode-token-threshold", type=int)
     p.add_argument("--dbo-prefill-token-threshold", type=int)
-    _add_ignored(p, SERVE_IGNORED)
+    _add_ignored(p, {**SERVE_IGNORED, **dict.fromkeys(SERVE_UNMODELLED, 1)})
     return p
 
 
@@ -345,6 +360,11 @@ def _redundant_experts(ns: argparse.Namespace) -> tuple[int, list[str]]:
 
 def _check_serve(ns: argparse.Namespace) -> None:
     """The bounds vLLM's own argument checks hold the numbers to."""
+    if ns.distributed_executor_backend == "ray" and ns.async_scheduling:
+        raise UserError(
+            "vllm serve: --async-scheduling with --distributed-executor-backend ray: vLLM refuses it (its ray "
+            "executor cannot schedule asynchronously; without the flag it turns async scheduling off)"
+        )
     bounds = (
         ("-tp", ns.tensor_parallel_size, 1),
         ("-pp", ns.pipeline_parallel_size, 1),
@@ -437,6 +457,7 @@ def parse_serve(text: str) -> Serve:
         enforce_eager=ns.enforce_eager or graphs_off,
         cuda_graph_sizes=sizes,
         async_scheduling=ns.async_scheduling,
+        executor_backend=ns.distributed_executor_backend,
         moe_skip_padding=None if skip is None else skip.lower() in ("1", "true"),
         all2all_backend=backend,
         dbo=ns.enable_dbo,
@@ -951,7 +972,10 @@ def scenario_dict(
     engine: dict = {"preset": "vllm-v1"}
     if serve.cuda_graph_sizes is not None:
         engine["cuda_graph_sizes"] = sorted(set(serve.cuda_graph_sizes))
-    for key, value in (("async_scheduling", serve.async_scheduling), ("moe_skip_padding", serve.moe_skip_padding)):
+    # vLLM's ray executor cannot schedule asynchronously: vLLM turns it off unless --async-scheduling
+    # asked for it, which it refuses (vllm/config/vllm.py, executor_supports_async_sched)
+    async_scheduling = False if serve.executor_backend == "ray" else serve.async_scheduling
+    for key, value in (("async_scheduling", async_scheduling), ("moe_skip_padding", serve.moe_skip_padding)):
         if value is not None:
             engine[key] = value
     out = {

@@ -752,3 +752,29 @@ def test_kv_cache_memory_bytes_sizes_the_cache_as_vllm_s_flag_does(capsys):
     assert "as --kv-cache-memory-bytes sizes it" in capsys.readouterr().err
     assert main([*line, "--serve", "Qwen/Qwen3-8B --kv-cache-memory-bytes 90G"]) == 2
     assert "kv_cache.memory_bytes 90.00 GiB does not fit on H100-SXM" in capsys.readouterr().err
+
+
+def test_serve_flags_of_no_timing_unpriced_or_refused(capsys):
+    """Loader, API and logging flags are ignored and listed; the stream interval, the API server
+    count and the scheduling policy change what a client sees in ways llmsim does not price, and are
+    said so; the ray executor turns async scheduling off (and refuses --async-scheduling), as vLLM
+    does; CPU weight offload and config overrides are refused."""
+    ray = scenario_dict("H100-SXM", parse_serve("Qwen/Qwen3-8B --distributed-executor-backend ray"), Bench())
+    assert ray["engine"]["async_scheduling"] is False
+    assert "async_scheduling" not in scenario_dict("H100-SXM", parse_serve("Qwen/Qwen3-8B"), Bench())["engine"]
+    with pytest.raises(UserError, match="vLLM refuses it"):
+        parse_serve("Qwen/Qwen3-8B --distributed-executor-backend ray --async-scheduling")
+    for flag, why in (
+        ("--cpu-offload-gb 4", "not modelled: weights kept in CPU memory"),
+        ("--hf-overrides {}", "folder"),
+    ):
+        with pytest.raises(UserError, match=why):
+            parse_serve(f"Qwen/Qwen3-8B {flag}")
+    serve = (
+        "Qwen/Qwen3-8B --max-model-len 8192 --stream-interval 4 --enable-sleep-mode --distributed-executor-backend ray"
+    )
+    assert main(["bench", "--hardware", "H100-SXM", "--serve", serve, "--bench", "--num-prompts 2"]) == 0
+    out = capsys.readouterr().out
+    assert "ignored  --enable-sleep-mode (no effect on timing)" in out
+    assert "unpriced --stream-interval (tokens streamed every n steps" in out
+    assert "engine   --distributed-executor-backend ray: no async scheduling" in out

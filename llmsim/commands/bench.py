@@ -554,6 +554,7 @@ def notes(
     import math
 
     from llmsim.vllmcli import (
+        SERVE_UNMODELLED,
         all2all_ignored,
         dense_ignored,
         flag_of,
@@ -586,8 +587,14 @@ def notes(
         ignored += [f"{flag_of(k)} (the file's requests)" for k in replaced]
         if replays_own_send_times(result, bench):
             ignored += [f"{flag_of(k)} (the file's send times)" for k in ("burstiness", "seed") if k in bench.given]
+    unpriced = [f for f in ignored if f in SERVE_UNMODELLED]
+    ignored = [f for f in ignored if f not in SERVE_UNMODELLED]
     if ignored:
         lines.append(f"ignored  {', '.join(ignored)} (no effect on timing)")
+    if unpriced:
+        lines.append(f"unpriced {', '.join(f'{f} ({SERVE_UNMODELLED[f]})' for f in unpriced)}")
+    if serve.executor_backend == "ray":
+        lines.append("engine   --distributed-executor-backend ray: no async scheduling (vLLM turns it off for ray)")
     if moe:
         lines.append(f"routing  {routing_note(c.expert_routing_exponent, translated_exponent, bench, result)}")
         if dummy and translated_exponent != 0.0:  # (under expert parallelism: vllmcli.dummy_routing)
