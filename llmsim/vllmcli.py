@@ -73,6 +73,9 @@ REFUSED = {
     "--kv-transfer-config": "write policy.kind: disaggregated with cluster.prefill_pool / decode_pool in a scenario",
     "--kv-offloading-size": "write kv_cache.offload in a scenario (--scenario-out writes the rest of it)",
     "--no-enable-chunked-prefill": "not modelled: llmsim's vllm policy always chunks prompts, as vLLM v1 does by default",
+    # (vllm bench serve's)
+    "--ramp-up-strategy": "not modelled: vllm bench's ramp-up draws each gap at a rate that grows request by request; "
+    "a scenario's workload.rate_profile steps a rate over time (docs/workloads.md)",
 }
 # a quantisation method (--quantization, or a checkpoint's quantization_config.quant_method) ->
 # (weights, compute): vLLM's FP8 is W8A8 with dynamic activation scales where the GPU has FP8
