@@ -1003,7 +1003,7 @@ def kv_blocks(
     free = usable - weights - peak - non_torch - graphs - reserve
     if of_free:
         free *= sc.kv_cache.memory_fraction
-    explicit = sc.kv_cache.memory_bytes
+    explicit, memory_given = sc.kv_cache.memory_bytes, False
     if explicit is not None:  # (vLLM's --kv-cache-memory-bytes: the cache's own size, no memory profile)
         placed = weights + peak + non_torch + graphs + reserve
         if placed + explicit > hw.memory_bytes:
@@ -1013,6 +1013,7 @@ def kv_blocks(
                 f"{(placed + explicit) / 2**30:.2f} GiB of {hw.memory_bytes / 2**30:.2f}"
             )
         free = float(explicit)
+        memory_given = True
     memory = {
         "device_memory_bytes": hw.memory_bytes,
         "usable_bytes": usable,
@@ -1035,6 +1036,13 @@ def kv_blocks(
     if reported is not None:  # as the engine reported it (vLLM: num_gpu_blocks)
         blocks = reported
         memory["kv_bytes"] = blocks * block_bytes
+    if memory_given:
+        memory["kv_bytes_given"] = explicit  # (the cache's size as given: usable_bytes was not read)
+        if blocks < 1:
+            raise UserError(
+                f"{key}: kv_cache.memory_bytes {explicit:,} holds no KV block: one block of "
+                f"{sc.kv_cache.block_tokens} tokens takes {block_bytes:,.0f} bytes per device"
+            )
     if blocks < 1:
         raise UserError(
             f"{key}: {model.name}{' with its draft ' + draft.name if draft is not None else ''} does not fit on "

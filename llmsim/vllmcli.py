@@ -42,6 +42,7 @@ SERVE_IGNORED: dict[str, bool | int | str] = {
     **dict.fromkeys(("--structured-outputs-config",), 1),  # (used only by requests that ask; bench's do not)
     **dict.fromkeys(("--trust-remote-code", "--disable-log-requests", "--disable-log-stats"), False),
     **dict.fromkeys(("--enable-sleep-mode", "--enable-prompt-tokens-details", "--calculate-kv-scales"), False),
+    **dict.fromkeys(("--no-enable-sleep-mode", "--no-enable-prompt-tokens-details", "--no-calculate-kv-scales"), False),
     **dict.fromkeys(("--enable-log-requests", "--enable-auto-tool-choice", "--disable-uvicorn-access-log"), False),
     **dict.fromkeys(("--disable-fastapi-docs", "--enable-chunked-prefill"), False),
 }
@@ -52,6 +53,7 @@ BENCH_IGNORED: dict[str, bool | int | str] = {
     **dict.fromkeys(("--tokenizer", "--tokenizer-mode", "--label", "--result-dir", "--result-filename"), 1),
     **dict.fromkeys(("--num-warmups", "--temperature", "--top-p", "--top-k", "--min-p"), 1),
     **dict.fromkeys(("--dataset-path", "--ready-check-timeout-sec", "--request-id-prefix"), 1),
+    **dict.fromkeys(("--ramp-up-start-rps", "--ramp-up-end-rps"), 1),  # (read only with --ramp-up-strategy)
     **dict.fromkeys(("--served-model-name", "--goodput", "--metadata", "--header"), "+"),
     **dict.fromkeys(("--save-result", "--save-detailed", "--append-result", "--disable-tqdm"), False),
     **dict.fromkeys(("--trust-remote-code", "--ignore-eos", "--insecure"), False),
@@ -60,14 +62,14 @@ BENCH_IGNORED: dict[str, bool | int | str] = {
 # (docs/scenario.md, "Not modelled"): the frontend is one constant delay (engine.output_delay_s), and
 # vllm bench's requests carry no priority, so vLLM's priority policy orders them as FCFS does
 SERVE_UNMODELLED: dict[str, str] = {
-    "--stream-interval": "tokens streamed every n steps: the client sees them in bursts",
+    "--stream-interval": "tokens streamed every n steps: the client sees them in bursts, so its ITL reads "
+    "about n times the step where llmsim prints one step",
     "--api-server-count": "the frontend is one constant delay, not its processes' load",
-    "--scheduling-policy": "vllm bench's requests carry no priority: FCFS order either way",
+    "--scheduling-policy": "vllm bench's requests carry no priority: admitted in arrival order as under fcfs; "
+    "short of KV blocks, priority preempts the latest to arrive where fcfs preempts the latest admitted",
 }
 # flags llmsim does not read from a command line, and what to do instead
 REFUSED = {
-    "--cpu-offload-gb": "not modelled: weights kept in CPU memory cross PCIe on every forward pass",
-    "--hf-overrides": "serve a folder holding the config.json as overridden (llmsim reads the model from it)",
     "--speculative-config": "write a `speculative` section in a scenario (--scenario-out writes the rest of it)",
     "--enable-lora": "write a `lora` section in a scenario (--scenario-out writes the rest of it)",
     "--kv-transfer-config": "write policy.kind: disaggregated with cluster.prefill_pool / decode_pool in a scenario",
@@ -241,7 +243,8 @@ class Serve:
     enforce_eager: bool = False
     cuda_graph_sizes: list[int] | None = None
     async_scheduling: bool | None = None
-    executor_backend: str | None = None  # --distributed-executor-backend (ray: no async scheduling)
+    executor_backend: str | None = None  # --distributed-executor-backend
+    ray_v1: bool = False  # ray with VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0: no async scheduling (_ray_v1)
     moe_skip_padding: bool | None = None  # (the environment's VLLM_MOE_SKIP_PADDING)
     all2all_backend: str | None = None  # --all2all-backend (or the older VLLM_ALL2ALL_BACKEND)
     dbo: bool = False  # --enable-dbo, with its two thresholds (None: vLLM's defaults)
@@ -283,7 +286,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", nargs="+", default=[])
     p.add_argument("--load-format")
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--distributed-executor-backend")
+    p.add_argument("--distributed-executor-backend", choices=("ray", "mp", "uni", "external_launcher"))
+    p.add_argument("--cpu-offload-gb", type=float)
+    p.add_argument("--hf-overrides")
     p.add_argument("--all2all-backend")
     p.add_argument("--enable-dbo", action="store_true")
     p.add_argument("--dbo-decode-token-threshold", type=int)
@@ -363,10 +368,20 @@ def _redundant_experts(ns: argparse.Namespace) -> tuple[int, list[str]]:
 
 def _check_serve(ns: argparse.Namespace) -> None:
     """The bounds vLLM's own argument checks hold the numbers to."""
-    if ns.distributed_executor_backend == "ray" and ns.async_scheduling:
+    interval = getattr(ns, "ignored_stream_interval", None)  # (SERVE_UNMODELLED: read only to be checked)
+    if interval is not None and not (interval.isdigit() and int(interval) >= 1):
+        raise UserError(f"vllm serve: --stream-interval {cut(interval, 20)}: expected a whole number, 1 or more")
+    policy = getattr(ns, "ignored_scheduling_policy", None)
+    if policy is not None and policy not in ("fcfs", "priority"):
+        raise UserError(f"vllm serve: --scheduling-policy {cut(policy, 20)}: vLLM takes fcfs or priority")
+    if ns.cpu_offload_gb:  # (0, vLLM's default, offloads nothing)
         raise UserError(
-            "vllm serve: --async-scheduling with --distributed-executor-backend ray: vLLM refuses it (its ray "
-            "executor cannot schedule asynchronously; without the flag it turns async scheduling off)"
+            "vllm serve: --cpu-offload-gb: not modelled: weights kept in CPU memory cross PCIe on every forward pass"
+        )
+    if ns.hf_overrides is not None and ns.hf_overrides.strip() not in ("{}", ""):
+        raise UserError(
+            "vllm serve: --hf-overrides: serve a folder holding the config.json as overridden (llmsim "
+            "reads the model from it)"
         )
     bounds = (
         ("-tp", ns.tensor_parallel_size, 1),
@@ -377,7 +392,7 @@ def _check_serve(ns: argparse.Namespace) -> None:
         ("--max-model-len", None if ns.max_model_len == MAX_MODEL_LEN_AUTO else ns.max_model_len, 1),
         ("--long-prefill-token-threshold", ns.long_prefill_token_threshold, 0),
         ("--num-gpu-blocks-override", ns.num_gpu_blocks_override, 2),  # (one is vLLM's null block)
-        ("--kv-cache-memory-bytes", ns.kv_cache_memory_bytes, 1),
+        ("--kv-cache-memory-bytes", ns.kv_cache_memory_bytes, 0),  # (0: not set, as vLLM reads it)
         ("--block-size", ns.block_size, 1),
         ("--dbo-decode-token-threshold", ns.dbo_decode_token_threshold, 0),
         ("--dbo-prefill-token-threshold", ns.dbo_prefill_token_threshold, 0),
@@ -404,6 +419,23 @@ def _check_serve(ns: argparse.Namespace) -> None:
         raise UserError(f"vllm serve: the model is given twice ({ns.model} and --model {ns.model_flag})")
     if not (ns.model_flag or ns.model):
         raise UserError("vllm serve: no model (vllm serve MODEL ...)")
+
+
+def _ray_v1(ns: argparse.Namespace, env: str | None) -> bool:
+    """vLLM's first ray executor, which cannot schedule asynchronously: vLLM turns async scheduling
+    off for it and refuses --async-scheduling (vllm/config/vllm.py: executor_supports_async_sched).
+    Its ray executor v2, built on the multiprocessing one, schedules asynchronously and is the
+    default in recent releases (vllm/envs.py VLLM_USE_RAY_V2_EXECUTOR_BACKEND "1"), so ray counts as
+    v1 only where the command line sets VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0."""
+    if env is not None and env not in ("0", "1"):
+        raise UserError(f"vllm serve: VLLM_USE_RAY_V2_EXECUTOR_BACKEND={cut(env, 20)}: expected 0 or 1")
+    v1 = ns.distributed_executor_backend == "ray" and env == "0"
+    if v1 and ns.async_scheduling:
+        raise UserError(
+            "vllm serve: --async-scheduling with vLLM's first ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0): "
+            "vLLM refuses it (that executor cannot schedule asynchronously; without the flag it turns it off)"
+        )
+    return v1
 
 
 def _all2all_backend(flag: str | None, env: str | None) -> str | None:
@@ -436,6 +468,7 @@ def parse_serve(text: str) -> Serve:
     if skip is not None and skip.lower() not in ("0", "1", "true", "false"):
         raise UserError(f"vllm serve: VLLM_MOE_SKIP_PADDING={cut(skip, 20)}: expected 0 or 1")
     backend = _all2all_backend(ns.all2all_backend, env.pop("VLLM_ALL2ALL_BACKEND", None))
+    ray_v1 = _ray_v1(ns, env.pop("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", None))
     unread += unread_eplb + [f"{k}=... (environment)" for k in env]
     return Serve(
         model=ns.model_flag or ns.model,
@@ -453,7 +486,7 @@ def parse_serve(text: str) -> Serve:
         max_model_len=ns.max_model_len,
         gpu_memory_utilization=ns.gpu_memory_utilization,
         num_gpu_blocks_override=ns.num_gpu_blocks_override,
-        kv_cache_memory_bytes=ns.kv_cache_memory_bytes,
+        kv_cache_memory_bytes=ns.kv_cache_memory_bytes or None,
         kv_cache_dtype=KV_DTYPES[ns.kv_cache_dtype] if ns.kv_cache_dtype else None,
         block_size=ns.block_size,
         prefix_caching=ns.enable_prefix_caching,
@@ -461,6 +494,7 @@ def parse_serve(text: str) -> Serve:
         cuda_graph_sizes=sizes,
         async_scheduling=ns.async_scheduling,
         executor_backend=ns.distributed_executor_backend,
+        ray_v1=ray_v1,
         moe_skip_padding=None if skip is None else skip.lower() in ("1", "true"),
         all2all_backend=backend,
         dbo=ns.enable_dbo,
@@ -975,9 +1009,7 @@ def scenario_dict(
     engine: dict = {"preset": "vllm-v1"}
     if serve.cuda_graph_sizes is not None:
         engine["cuda_graph_sizes"] = sorted(set(serve.cuda_graph_sizes))
-    # vLLM's ray executor cannot schedule asynchronously: vLLM turns it off unless --async-scheduling
-    # asked for it, which it refuses (vllm/config/vllm.py, executor_supports_async_sched)
-    async_scheduling = False if serve.executor_backend == "ray" else serve.async_scheduling
+    async_scheduling = False if serve.ray_v1 else serve.async_scheduling  # (_ray_v1)
     for key, value in (("async_scheduling", async_scheduling), ("moe_skip_padding", serve.moe_skip_padding)):
         if value is not None:
             engine[key] = value

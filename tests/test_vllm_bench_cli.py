@@ -752,29 +752,47 @@ def test_kv_cache_memory_bytes_sizes_the_cache_as_vllm_s_flag_does(capsys):
     assert "as --kv-cache-memory-bytes sizes it" in capsys.readouterr().err
     assert main([*line, "--serve", "Qwen/Qwen3-8B --kv-cache-memory-bytes 90G"]) == 2
     assert "kv_cache.memory_bytes 90.00 GiB does not fit on H100-SXM" in capsys.readouterr().err
+    assert main([*line, "--serve", "Qwen/Qwen3-8B --kv-cache-memory-bytes 1K"]) == 2
+    assert "kv_cache.memory_bytes 1,024 holds no KV block: one block of 16 tokens takes" in capsys.readouterr().err
 
 
 def test_serve_flags_of_no_timing_unpriced_or_refused(capsys):
     """Loader, API and logging flags are ignored and listed; the stream interval, the API server
     count and the scheduling policy change what a client sees in ways llmsim does not price, and are
-    said so; the ray executor turns async scheduling off (and refuses --async-scheduling), as vLLM
-    does; CPU weight offload and config overrides are refused."""
-    ray = scenario_dict("H100-SXM", parse_serve("Qwen/Qwen3-8B --distributed-executor-backend ray"), Bench())
-    assert ray["engine"]["async_scheduling"] is False
-    assert "async_scheduling" not in scenario_dict("H100-SXM", parse_serve("Qwen/Qwen3-8B"), Bench())["engine"]
+    said so (their values checked as vLLM checks them); vLLM's first ray executor
+    (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0) turns async scheduling off and refuses --async-scheduling,
+    its default v2 executor keeps it; CPU weight offload and config overrides are refused where their
+    value does something."""
+
+    def engine(line: str) -> dict:
+        return scenario_dict("H100-SXM", parse_serve(line), Bench())["engine"]
+
+    v1 = "VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0 vllm serve Qwen/Qwen3-8B --distributed-executor-backend ray"
+    assert engine(v1)["async_scheduling"] is False
+    assert "async_scheduling" not in engine("Qwen/Qwen3-8B --distributed-executor-backend ray")
     with pytest.raises(UserError, match="vLLM refuses it"):
-        parse_serve("Qwen/Qwen3-8B --distributed-executor-backend ray --async-scheduling")
+        parse_serve(f"{v1} --async-scheduling")
     for flag, why in (
         ("--cpu-offload-gb 4", "not modelled: weights kept in CPU memory"),
-        ("--hf-overrides {}", "folder"),
+        ('--hf-overrides {"num_hidden_layers":2}', "folder"),
+        ("--stream-interval 0", "1 or more"),
+        ("--scheduling-policy lifo", "fcfs or priority"),
+        ("--distributed-executor-backend gloo", "invalid choice"),
     ):
         with pytest.raises(UserError, match=why):
             parse_serve(f"Qwen/Qwen3-8B {flag}")
+    assert parse_serve("Qwen/Qwen3-8B --cpu-offload-gb 0 --hf-overrides {} --kv-cache-memory-bytes 0").model
     serve = (
         "Qwen/Qwen3-8B --max-model-len 8192 --stream-interval 4 --enable-sleep-mode --distributed-executor-backend ray"
     )
     assert main(["bench", "--hardware", "H100-SXM", "--serve", serve, "--bench", "--num-prompts 2"]) == 0
     out = capsys.readouterr().out
-    assert "ignored  --enable-sleep-mode (no effect on timing)" in out
+    assert "--enable-sleep-mode" in out and "--distributed-executor-backend ray (async scheduling kept" in out
     assert "unpriced --stream-interval (tokens streamed every n steps" in out
-    assert "engine   --distributed-executor-backend ray: no async scheduling" in out
+    assert (
+        main(["bench", "--hardware", "H100-SXM", "--serve", f"{v1} --max-model-len 8192", "--bench", "--num-prompts 2"])
+        == 0
+    )
+    assert "engine   vLLM's first ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0): no async scheduling" in (
+        capsys.readouterr().out
+    )

@@ -571,6 +571,11 @@ def notes(
     ignored = [*serve.ignored, *bench.ignored, *(f"{f} (a dense model)" for f in dense_ignored(serve))]
     why = "a dense model" if dense_ignored(serve) else "no expert-parallel data-parallel ranks, or no --enable-dbo"
     ignored += [f"{f} ({why})" for f in all2all_ignored(serve)]
+    if serve.executor_backend is not None and not serve.ray_v1:
+        ignored.append(
+            f"--distributed-executor-backend {serve.executor_backend} (async scheduling kept: vLLM's mp, uni and "
+            "ray v2 executors all schedule asynchronously)"
+        )
     dummy = serve.load_format == "dummy" and model_spec(entry).router_bias
     if serve.load_format is not None and translated_exponent != 0.0 and not dummy:
         ignored.append(
@@ -593,8 +598,11 @@ def notes(
         lines.append(f"ignored  {', '.join(ignored)} (no effect on timing)")
     if unpriced:
         lines.append(f"unpriced {', '.join(f'{f} ({SERVE_UNMODELLED[f]})' for f in unpriced)}")
-    if serve.executor_backend == "ray":
-        lines.append("engine   --distributed-executor-backend ray: no async scheduling (vLLM turns it off for ray)")
+    if serve.ray_v1:
+        lines.append(
+            "engine   vLLM's first ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0): no async scheduling, "
+            "as vLLM turns it off there"
+        )
     if moe:
         lines.append(f"routing  {routing_note(c.expert_routing_exponent, translated_exponent, bench, result)}")
         if dummy and translated_exponent != 0.0:  # (under expert parallelism: vllmcli.dummy_routing)
