@@ -60,7 +60,7 @@ BENCH_IGNORED: dict[str, bool | int | str] = {
 }
 # `vllm serve` flags that change what a client sees in ways llmsim does not model, accepted and said so
 # (docs/scenario.md, "Not modelled"): the frontend is one constant delay (engine.output_delay_s), and
-# vllm bench's requests carry no priority, so vLLM's priority policy orders them as FCFS does
+# vllm bench's requests carry no priority, so vLLM's priority policy admits them as FCFS does
 SERVE_UNMODELLED: dict[str, str] = {
     "--stream-interval": "tokens streamed every n steps: the client sees them in bursts, so its ITL reads "
     "about n times the step where llmsim prints one step",
