@@ -176,13 +176,32 @@ def _group_label(keys: list[str], values: object) -> str:
     return ", ".join(f"{k}={v}" for k, v in zip(keys, vals, strict=False))
 
 
+# points a timeline line keeps: a figure 12 inches wide at report resolution is ~1,100 pixels, and
+# a long run's steps table holds millions of rows per replica (steplog.MAX_ROWS)
+TIMELINE_POINTS = 4000
+
+
+def envelope(t: np.ndarray, y: np.ndarray, points: int = TIMELINE_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """``(t, y)`` cut to about ``points`` points that keep its extremes: the samples split into
+    points / 2 runs in time order, each run drawn as its lowest and highest sample, in the order they
+    came (a line through them touches every peak and trough the full line does); unchanged when short."""
+    n = len(t)
+    if n <= points:
+        return t, y
+    runs = np.array_split(np.arange(n), points // 2)
+    keep = np.sort(np.unique(np.concatenate([[r[np.argmin(y[r])], r[np.argmax(y[r])]] for r in runs])))
+    return t[keep], y[keep]
+
+
 def timelines(steps: pd.DataFrame) -> Figure:
-    """Batch size and KV-cache utilisation over time, one line per replica."""
+    """Batch size and KV-cache utilisation over time, one line per replica (``envelope``)."""
     fig, axes = plt.subplots(2, 1, figsize=(12, 4.5), sharex=True)
     for (pool, rep), g in steps.groupby(["pool", "replica"], sort=True):
         label = f"{pool}/{rep}"
-        axes[0].plot(g["start_s"], g["batch_size"], lw=0.7, label=label)
-        axes[1].plot(g["start_s"], 100.0 * g["kv_utilization"], lw=0.7, label=label)  # (of its own replica's cache)
+        t = g["start_s"].to_numpy()
+        axes[0].plot(*envelope(t, g["batch_size"].to_numpy()), lw=0.7, label=label)
+        # (of its own replica's cache)
+        axes[1].plot(*envelope(t, 100.0 * g["kv_utilization"].to_numpy()), lw=0.7, label=label)
     axes[0].set_ylabel("batch size (seqs)")
     axes[1].set_ylabel("KV cache used (%)")
     axes[1].set_xlabel("time (s)")

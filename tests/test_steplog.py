@@ -88,3 +88,22 @@ def test_a_run_past_the_bound_says_its_steps_table_is_sampled(monkeypatch) -> No
     assert t["asked_every"] == 1 and t["kept_every"] >= 4 and t["rows"] == len(res.steps) <= 64 + 16
     assert res.summary["steps_total"] > 4 * t["rows"] // 2
     assert f"keeps one step in {t['kept_every']:,}" in summary_text(res.summary)
+
+
+def test_the_report_s_timeline_draws_a_long_table_as_its_envelope() -> None:
+    """A replica's batch-size and KV lines keep at most plots.TIMELINE_POINTS points: each run of
+    samples drawn as its lowest and highest, in time order, so every peak and trough is kept; a
+    short line is drawn whole."""
+    import numpy as np
+
+    from llmsim.plots import TIMELINE_POINTS, envelope
+
+    rng = np.random.RandomState(0)
+    t = np.arange(200_000, dtype=float)
+    y = rng.randint(0, 256, size=t.size).astype(float)
+    y[123_457] = 999.0  # (one spike: a decimation that strides over it loses it)
+    tt, yy = envelope(t, y)
+    assert len(tt) <= TIMELINE_POINTS and np.all(np.diff(tt) > 0)
+    assert yy.max() == 999.0 and yy.min() == y.min()
+    short = t[:100], y[:100]
+    assert all(a is b for a, b in zip(envelope(*short), short, strict=True))
