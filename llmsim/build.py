@@ -1003,7 +1003,7 @@ def kv_blocks(
     free = usable - weights - peak - non_torch - graphs - reserve
     if of_free:
         free *= sc.kv_cache.memory_fraction
-    explicit, memory_given = sc.kv_cache.memory_bytes, False
+    explicit = sc.kv_cache.memory_bytes
     if explicit is not None:  # (vLLM's --kv-cache-memory-bytes: the cache's own size, no memory profile)
         placed = weights + peak + non_torch + graphs + reserve
         if placed + explicit > hw.memory_bytes:
@@ -1013,7 +1013,6 @@ def kv_blocks(
                 f"{(placed + explicit) / 2**30:.2f} GiB of {hw.memory_bytes / 2**30:.2f}"
             )
         free = float(explicit)
-        memory_given = True
     memory = {
         "device_memory_bytes": hw.memory_bytes,
         "usable_bytes": usable,
@@ -1036,7 +1035,7 @@ def kv_blocks(
     if reported is not None:  # as the engine reported it (vLLM: num_gpu_blocks)
         blocks = reported
         memory["kv_bytes"] = blocks * block_bytes
-    if memory_given:
+    if explicit is not None:
         memory["kv_bytes_given"] = explicit  # (the cache's size as given: usable_bytes was not read)
         if blocks < 1:
             raise UserError(

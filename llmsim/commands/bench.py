@@ -557,6 +557,7 @@ def notes(
         SERVE_UNMODELLED,
         all2all_ignored,
         dense_ignored,
+        dummy_routing,
         flag_of,
         has_experts,
         model_entry,
@@ -576,7 +577,7 @@ def notes(
             f"--distributed-executor-backend {serve.executor_backend} (async scheduling kept: vLLM's mp, uni and "
             "ray v2 executors all schedule asynchronously)"
         )
-    dummy = serve.load_format == "dummy" and model_spec(entry).router_bias
+    dummy = dummy_routing(serve.load_format, False, model_spec(entry))  # (biased router, dummy weights: at any EP)
     if serve.load_format is not None and translated_exponent != 0.0 and not dummy:
         ignored.append(
             f"--load-format {serve.load_format} (the weights' values: "
