@@ -114,6 +114,10 @@ def build_workload(sc: Scenario) -> Workload:
             )
     else:
         check_workload_bounds(sc)  # (the seed too; a sweep runs it on every point first)
+        if w.dataset is not None:
+            wl = _dataset(sc, rng, origin)
+            wl.validate(f"workload of {sc.name}")
+            return wl
         arrivals = _arrivals(sc, rng, origin)
         if w.shared_prefix is not None:
             s = w.shared_prefix
@@ -200,12 +204,50 @@ def _count_key(sc: Scenario) -> str:
     return "workload.rate_rps x workload.duration_s"
 
 
-def _arrivals(sc: Scenario, rng: np.random.Generator, origin: str) -> np.ndarray:
+def _dataset(sc: Scenario, rng: np.random.Generator, origin: str) -> Workload:
+    """The requests of a benchmark's dataset (``workload.dataset``), in the order it sends them,
+    at the workload's arrival times; each prompt's token ids hashed into the prefix cache's block
+    ids at the scenario's block size (exact, as a trace's token ids are)."""
+    from llmsim.workload import sharegpt
+    from llmsim.workload.identity import token_block_ids
+
+    w = sc.workload
+    d = w.dataset
+    assert d is not None
+    tokenizer = sc.path(d.tokenizer)  # (a path beside the scenario, else a model id as written)
+    samples = sharegpt.sample(
+        sc.path(d.path),
+        str(tokenizer) if tokenizer.exists() else d.tokenizer,
+        int(_request_count(sc)),
+        sc.seed,
+        d.output_tokens,
+        d.shuffle,
+        d.oversample,
+        f"{origin}: workload.dataset",
+    )
+    # (without oversampling a file may hold fewer: vllm bench sends those, at times drawn for them)
+    arrivals = _arrivals(sc, rng, origin, count=len(samples))
+    block = sc.kv_cache.block_tokens
+    wl = gen.synthetic(
+        arrivals,
+        np.array([len(s.prompt_ids) for s in samples], dtype=np.int64),
+        np.array([s.output_tokens for s in samples], dtype=np.int64),
+        source=f"{d.name} {Path(d.path).name} (seed {sc.seed})",
+    )
+    wl.block_hashes = [token_block_ids(s.prompt_ids, block) for s in samples]
+    wl.hash_block_tokens = block
+    if w.lora is not None:
+        wl.lora = gen.lora_adapters(rng, wl, w.lora.adapters, w.lora.share, w.lora.zipf)
+    return wl
+
+
+def _arrivals(sc: Scenario, rng: np.random.Generator, origin: str, count: int | None = None) -> np.ndarray:
     """Arrival times, drawn whole when the count fits MAX_REQUESTS (unchanged since before the
     limit), else only up to ``workload.horizon_s`` (arrivals after it are never simulated). The
-    count's bound is checked first, by ``check_workload_bounds``."""
+    count's bound is checked first, by ``check_workload_bounds``; ``count``: a smaller one to draw
+    (a dataset holding fewer requests than asked)."""
     w = sc.workload
-    n = _request_count(sc)
+    n = _request_count(sc) if count is None else count
     if _drawn_to_horizon(sc, n):
         return _arrivals_to_horizon(sc, rng, n, w.horizon_s or 0.0, origin)  # (a horizon: _drawn_to_horizon)
     n = int(n)
@@ -275,6 +317,8 @@ def _check_sizes(sc: Scenario, origin: str) -> None:
     for name, c in sorted(w.classes.items()):
         specs += [(f"workload.classes.{name}.prompt_tokens", c.prompt_tokens)]
         specs += [(f"workload.classes.{name}.output_tokens", c.output_tokens)]
+    if w.dataset is not None and w.dataset.output_tokens is not None:
+        check_tokens(w.dataset.output_tokens, "workload.dataset.output_tokens", origin)
     if w.shared_prefix is not None:
         s = w.shared_prefix
         check_tokens(s.system_prompt_len, "workload.shared_prefix.system_prompt_len", origin)

@@ -547,6 +547,19 @@ class ClassConfig(_Strict):
         return v
 
 
+class DatasetConfig(_Strict):
+    """A benchmark dataset the requests' prompts and lengths come from, drawn as the benchmark
+    draws them (``name: sharegpt``: ``vllm bench serve --dataset-name sharegpt``,
+    llmsim/workload/sharegpt.py); the workload's kind still says when they arrive."""
+
+    name: Literal["sharegpt"]
+    path: str  # the dataset file (--dataset-path)
+    tokenizer: str  # the model's tokenizer.json, its folder, or a model id in the Hugging Face cache (--tokenizer)
+    output_tokens: PosInt | None = None  # every answer's length (--sharegpt-output-len); default the dataset's
+    shuffle: bool = True  # false: --disable-shuffle
+    oversample: bool = True  # false: --no-oversample (fewer requests when the file has fewer valid ones)
+
+
 class TraceConfig(_Strict):
     path: str
     format: TraceFormat = "azure"
@@ -592,6 +605,7 @@ class WorkloadConfig(_Strict):
     conversations: ConversationConfig | None = None
     classes: dict[str, ClassConfig] = {}
     shared_prefix: SharedPrefixConfig | None = None  # replaces prompt_tokens / output_tokens
+    dataset: DatasetConfig | None = None  # replaces prompt_tokens / output_tokens: a benchmark's dataset
     # at most this many requests in flight (sent, not yet answered); the rest wait in order of
     # arrival and are sent when a slot frees, as `vllm bench serve --max-concurrency` does
     max_concurrency: PosInt | None = None
@@ -615,13 +629,27 @@ class WorkloadConfig(_Strict):
                 raise ValueError(
                     "`lora` gives synthetic requests their adapters; a generic trace names its own in a `lora` column"
                 )
-            for key in ("conversations", "system_prompts", "rate_profile"):
+            for key in ("conversations", "system_prompts", "rate_profile", "dataset"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"`{key}` reshapes synthetic requests; a trace brings its own (remove it)")
             return self
         if self.prompts == "vllm_bench":
             self._check_bench_prompts()
-        if self.shared_prefix is not None:
+        if self.dataset is not None:
+            clash = (
+                [
+                    k
+                    for k in ("prompt_tokens", "output_tokens", "shared_prefix", "system_prompts", "conversations")
+                    if getattr(self, k)
+                ]
+                + (["classes"] if self.classes else [])
+                + (["prompts: vllm_bench"] if self.prompts != "llmsim" else [])
+            )
+            if clash:
+                raise ValueError(
+                    f"`dataset` gives every request its prompt and length (the benchmark's sample); remove {clash}"
+                )
+        elif self.shared_prefix is not None:
             clash = [
                 k
                 for k in ("prompt_tokens", "output_tokens", "system_prompts", "conversations", "classes")
@@ -634,7 +662,7 @@ class WorkloadConfig(_Strict):
                 )
         elif self.prompt_tokens is None or self.output_tokens is None:
             raise ValueError(
-                f"kind {self.kind!r} needs `prompt_tokens` and `output_tokens` length specs (or a `shared_prefix` section)"
+                f"kind {self.kind!r} needs `prompt_tokens` and `output_tokens` length specs (or a `shared_prefix` or `dataset` section)"
             )
         if self.kind in ("poisson", "gamma"):
             if self.rate_rps is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import shlex
 from collections.abc import Callable
@@ -50,9 +51,9 @@ SERVE_IGNORED: dict[str, bool | int | str] = {
 # tokenizer, where results go, sampling settings of requests that run to their output length)
 BENCH_IGNORED: dict[str, bool | int | str] = {
     **dict.fromkeys(("--backend", "--base-url", "--host", "--port", "--endpoint"), 1),
-    **dict.fromkeys(("--tokenizer", "--tokenizer-mode", "--label", "--result-dir", "--result-filename"), 1),
+    **dict.fromkeys(("--tokenizer-mode", "--label", "--result-dir", "--result-filename"), 1),
     **dict.fromkeys(("--num-warmups", "--temperature", "--top-p", "--top-k", "--min-p"), 1),
-    **dict.fromkeys(("--dataset-path", "--ready-check-timeout-sec", "--request-id-prefix"), 1),
+    **dict.fromkeys(("--ready-check-timeout-sec", "--request-id-prefix"), 1),
     **dict.fromkeys(("--ramp-up-start-rps", "--ramp-up-end-rps"), 1),  # (read only with --ramp-up-strategy)
     **dict.fromkeys(("--served-model-name", "--goodput", "--metadata", "--header"), "+"),
     **dict.fromkeys(("--save-result", "--save-detailed", "--append-result", "--disable-tqdm"), False),
@@ -526,6 +527,20 @@ class Bench:
     percentile_metrics: list[str] = field(default_factory=lambda: ["ttft", "tpot", "itl"])
     given: frozenset[str] = frozenset()
     ignored: list[str] = field(default_factory=list)
+    # a dataset read from a file (--dataset-name sharegpt): where, tokenised by what, and how sampled
+    dataset: DatasetFlags | None = None
+
+
+@dataclass(frozen=True)
+class DatasetFlags:
+    """vllm bench serve's flags for a dataset file: --dataset-path, --tokenizer (default: the
+    model), --sharegpt-output-len, --disable-shuffle, --no-oversample."""
+
+    path: str | None = None
+    tokenizer: str | None = None
+    output_len: int | None = None
+    shuffle: bool = True
+    oversample: bool = True
 
 
 # each setting's type, range and what a bad one is told (the flag is --<name with dashes>)
@@ -570,8 +585,34 @@ def _bench_parser(prog: str = "vllm bench serve") -> argparse.ArgumentParser:
     p.add_argument("--input-len", type=int, dest="input_len")  # (vllm bench serve: these two win over the random ones)
     p.add_argument("--output-len", type=int, dest="output_len")
     p.add_argument("--model", dest="model")
+    p.add_argument("--dataset-path", dest="dataset_path")
+    p.add_argument("--tokenizer", dest="tokenizer")
+    p.add_argument("--sharegpt-output-len", type=int, dest="sharegpt_output_len")
+    p.add_argument("--disable-shuffle", action="store_true", dest="disable_shuffle")
+    p.add_argument("--no-oversample", action="store_true", dest="no_oversample")
     _add_ignored(p, BENCH_IGNORED)
     return p
+
+
+def dataset_flags(ns: argparse.Namespace, prog: str) -> DatasetFlags | None:
+    """The dataset-file flags a command line gave (None: none of them)."""
+    got = {k: getattr(ns, k) for k in ("dataset_path", "tokenizer", "sharegpt_output_len") if hasattr(ns, k)}
+    switches = {k: getattr(ns, k, False) for k in ("disable_shuffle", "no_oversample")}
+    if not got and not any(switches.values()):
+        return None
+    for key in ("dataset_path", "tokenizer"):
+        if key in got and not got[key]:
+            raise UserError(f"{prog}: {flag_of(key)} '': expected a path")
+    out_len = got.get("sharegpt_output_len")
+    if out_len is not None and out_len < 1:
+        raise UserError(f"{prog}: --sharegpt-output-len {out_len}: expected a whole number, 1 or more")
+    return DatasetFlags(
+        got.get("dataset_path"),
+        got.get("tokenizer"),
+        out_len,
+        not switches["disable_shuffle"],
+        not switches["no_oversample"],
+    )
 
 
 def parse_bench(text: str, what: str = "--bench") -> tuple[Bench, str | None]:
@@ -582,7 +623,7 @@ def parse_bench(text: str, what: str = "--bench") -> tuple[Bench, str | None]:
     ns, ignored = _parse(_bench_parser(prog), words)
     ignored += [f"{k}=... (environment)" for k in env]
     given = settings_of(vars(ns))
-    bench = replace(Bench(), **given, given=frozenset(given), ignored=ignored)
+    bench = replace(Bench(), **given, given=frozenset(given), ignored=ignored, dataset=dataset_flags(ns, prog))
     check_bench(bench, prog)
     return bench, getattr(ns, "model", None)
 
@@ -670,6 +711,8 @@ def check_lengths(result: Result, bench: Bench) -> None:
     recorded = result.settings.get("num_prompts")
     if "num_prompts" in bench.given and recorded is not None and bench.num_prompts != recorded:
         raise UserError(f"--bench --num-prompts {bench.num_prompts}: {result.path} is of a run of {recorded:,} prompts")
+    if bench.dataset_name == "sharegpt":
+        return  # (its lengths are the file's: drawn from --dataset-path, the totals set side by side)
     if not {"random_input_len", "random_output_len"} <= bench.given | set(result.settings):
         raise UserError(
             f"{result.path}: records no prompt and output lengths: give the run's --bench line "
@@ -881,6 +924,27 @@ def _count(value: object) -> int:
         return 0
 
 
+def _sharegpt(bench: Bench, model: str) -> dict:
+    """A ``workload.dataset`` section of vllm bench's ShareGPT sample (llmsim/workload/sharegpt.py):
+    the file as an absolute path (a scenario written elsewhere still finds it), the tokenizer
+    --tokenizer names, else the model's (vllm bench serve's default)."""
+    flags = bench.dataset or DatasetFlags()
+    if flags.path is None:
+        raise UserError("--dataset-name sharegpt: needs --dataset-path, the ShareGPT JSON file the benchmark reads")
+    if not Path(flags.path).is_file():
+        raise UserError(f"--dataset-path {cut(flags.path)}: no such file (the ShareGPT JSON file the benchmark reads)")
+    out: dict = {"name": "sharegpt", "path": os.path.abspath(flags.path), "tokenizer": flags.tokenizer or model}
+    if Path(out["tokenizer"]).exists():
+        out["tokenizer"] = os.path.abspath(out["tokenizer"])
+    if flags.output_len is not None:
+        out["output_tokens"] = flags.output_len
+    if not flags.shuffle:
+        out["shuffle"] = False
+    if not flags.oversample:
+        out["oversample"] = False
+    return out
+
+
 def settle_prompts(data: dict, set_keys: frozenset[str] = frozenset()) -> str | None:
     """Give a translated scenario's drawn prompts their content as the seed draws it
     (workload.prompts vllm_bench: a preempted request finds its own blocks again, and a later run on
@@ -890,8 +954,8 @@ def settle_prompts(data: dict, set_keys: frozenset[str] = frozenset()) -> str | 
     the prefix cache off it could match nothing, and past BENCH_CONTENT_IDS content ids the run
     would be slow and large."""
     w = data.get("workload")
-    if not isinstance(w, dict) or w.get("kind") == "trace" or "workload.prompts" in set_keys:
-        return None  # (a --set that made it no mapping: the scenario's validation says so)
+    if not isinstance(w, dict) or w.get("kind") == "trace" or "dataset" in w or "workload.prompts" in set_keys:
+        return None  # (a --set that made it no mapping: the scenario's validation says so; a dataset's own)
     why = None
     kv = data.get("kv_cache")
     if isinstance(kv, dict) and kv.get("prefix_caching") is False:
@@ -1022,30 +1086,33 @@ def scenario_dict(
         "cluster": cluster,
         "policy": policy,
         "kv_cache": kv,
-        "workload": _workload(bench, trace_csv),
+        "workload": _workload(bench, trace_csv, serve.model),
         "output": {"steps": "none", "percentiles": bench.metric_percentiles},
     }
     settle_prompts(out)
     return out
 
 
-def _workload(bench: Bench, trace_csv: str | None) -> dict:
+def _workload(bench: Bench, trace_csv: str | None, model: str) -> dict:
     if trace_csv is not None:
         workload: dict = {"kind": "trace", "trace": {"path": trace_csv, "format": "generic"}}
     else:
-        if bench.dataset_name != "random":
-            raise UserError(
-                f"--dataset-name {cut(bench.dataset_name)}: llmsim draws only the random dataset's lengths itself; "
-                "another dataset's requests come from the run's result file saved with --save-result "
-                "--save-detailed (--result), which carries their lengths"
-            )
         workload = {
             "kind": "all_at_once" if math.isinf(bench.request_rate) else "poisson",
             "num_requests": bench.num_prompts,
-            "prompt_tokens": _lengths(bench.random_input_len, bench.random_range_ratio),
-            "output_tokens": _lengths(bench.random_output_len, bench.random_range_ratio),  # ignore_eos: every one
         }
-        if bench.random_prefix_len:  # (llmsim rounds a system prompt up to whole 16-token content ids)
+        if bench.dataset_name == "sharegpt":
+            workload["dataset"] = _sharegpt(bench, model)
+        elif bench.dataset_name != "random":
+            raise UserError(
+                f"--dataset-name {cut(bench.dataset_name)}: llmsim draws the random and sharegpt datasets' requests "
+                "itself; another dataset's come from the run's result file saved with --save-result "
+                "--save-detailed (--result), which carries their lengths"
+            )
+        else:
+            workload["prompt_tokens"] = _lengths(bench.random_input_len, bench.random_range_ratio)
+            workload["output_tokens"] = _lengths(bench.random_output_len, bench.random_range_ratio)  # ignore_eos
+        if bench.random_prefix_len and bench.dataset_name == "random":  # (llmsim rounds it to whole 16-token ids)
             workload["system_prompts"] = {"count": 1, "tokens": bench.random_prefix_len}
         if not math.isinf(bench.request_rate):
             workload["rate_rps"] = bench.request_rate

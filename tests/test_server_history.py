@@ -228,7 +228,10 @@ def test_bench_json_tells_the_history(capsys):
 @pytest.mark.parametrize(
     "extra, fragment",
     [
-        (["--after", "--dataset-name sharegpt"], "--after --dataset-name sharegpt: llmsim draws only the random"),
+        (
+            ["--after", "--dataset-name sharegpt"],
+            "--after --dataset-name sharegpt: a server's history is replayed for the random",
+        ),
         (["--after", "--num-prompts 0"], "--after: --num-prompts 0"),
         (["--after", "--model Qwen/Qwen3-32B"], "--after --model: the run is of Qwen/Qwen3-32B"),
         (["--after", "--num-prompts 4", "--scenario-out", "x.yaml"], "a scenario cannot carry the server's history"),

@@ -164,7 +164,9 @@ def test_bench_defaults_and_random_lengths():
     w = scenario_dict("H100-SXM", parse_serve(SERVE), ratio)["workload"]
     assert w["prompt_tokens"] == {"dist": "uniform", "min": 500, "max": 1500}
     assert w["kind"] == "gamma" and w["cv"] == 0.5
-    with pytest.raises(UserError, match="--dataset-name sharegpt: llmsim draws only the random dataset"):
+    with pytest.raises(UserError, match="--dataset-name sonnet: llmsim draws the random and sharegpt datasets'"):
+        scenario_dict("H100-SXM", parse_serve(SERVE), bench_of("--dataset-name sonnet"))
+    with pytest.raises(UserError, match="--dataset-name sharegpt: needs --dataset-path"):
         scenario_dict("H100-SXM", parse_serve(SERVE), bench_of("--dataset-name sharegpt"))
     with pytest.raises(UserError, match="--random-range-ratio 1.0: expected a ratio from 0 to below 1"):
         bench_of("--random-range-ratio 1")
@@ -569,7 +571,7 @@ def test_the_settings_a_result_records_are_bench_s_fields():
 
     from llmsim.vllmresult import SETTINGS
 
-    assert list(SETTINGS) == [f.name for f in fields(Bench) if f.name not in ("given", "ignored")]
+    assert list(SETTINGS) == [f.name for f in fields(Bench) if f.name not in ("given", "ignored", "dataset")]
 
 
 def test_the_header_and_block_follow_set(capsys):

@@ -251,14 +251,15 @@ def earlier_run(text: str, serve: Serve, label: str) -> Bench:
 
 
 def check_random_dataset(where: str, bench: Bench) -> None:
-    """A run of a server's history (--after, or the --bench after them) draws the random dataset:
-    only its prompts' content llmsim knows, and it repeats with the seed."""
+    """A run of a server's history (--after, or the --bench after them) draws the random dataset,
+    whose prompts' content repeats with the seed (a ShareGPT sample's would too, from its file: not
+    carried from run to run yet)."""
     from llmsim.errors import UserError, cut
 
     if bench.dataset_name != "random":
         raise UserError(
-            f"{where} --dataset-name {cut(bench.dataset_name)}: llmsim draws only the random dataset's prompts, "
-            "whose content repeats with the seed; another dataset's prompts are not known to it"
+            f"{where} --dataset-name {cut(bench.dataset_name)}: a server's history is replayed for the random "
+            "dataset only, whose prompts' content repeats with the seed"
         )
 
 
@@ -593,6 +594,11 @@ def notes(
         ignored += [f"{flag_of(k)} (the file's requests)" for k in replaced]
         if replays_own_send_times(result, bench):
             ignored += [f"{flag_of(k)} (the file's send times)" for k in ("burstiness", "seed") if k in bench.given]
+    from_file = result is not None and result.sent is not None
+    if bench.dataset_name == "sharegpt" and not from_file:  # (vllm bench reads these for the random dataset only)
+        ignored += [f"{flag_of(k)} (the random dataset's)" for k in REQUEST_SETTINGS[1:] if k in bench.given]
+    elif bench.dataset is not None:
+        ignored.append(f"the dataset file's flags ({'the file' if from_file else 'the random dataset'}'s requests)")
     unpriced = [f for f in ignored if f in SERVE_UNMODELLED]
     ignored = [f for f in ignored if f not in SERVE_UNMODELLED]
     if ignored:
@@ -623,6 +629,13 @@ def notes(
         lines.append(f"kv       {kv}")
     if no_content and sc.kv_cache.prefix_caching:  # (past the content limit)
         lines.append(f"prompts  drawn without their content: {no_content}")
+    d = sc.workload.dataset
+    if d is not None:
+        lines.append(
+            f"requests vllm bench's ShareGPT sample of {d.path} (seed {sc.seed}, tokenizer {d.tokenizer}): the "
+            "prompts' tokens as a completions\n         endpoint counts them (a chat endpoint adds its template's), "
+            "each answer run to its dataset length as with\n         --ignore-eos (a real model may stop sooner)"
+        )
     if result is not None and result.sent is not None:
         if replays_own_send_times(result, bench):
             source = "their send times"

@@ -1,0 +1,299 @@
+"""``vllm bench serve --dataset-name sharegpt``: the requests it sends, drawn from the user's file
+as vLLM draws them, so a run can be simulated before it is made.
+
+vLLM (``vllm/benchmarks/datasets/sharegpt.py`` and ``utils.py``, read on main, 2026; the same
+rules since ``benchmark_serving.py``'s ``sample_sharegpt_requests``):
+- the file is a JSON array of conversations; those with at least two turns are kept, then shuffled
+  with Python's ``random`` seeded with ``--seed`` (unless ``--disable-shuffle``);
+- in that order, a conversation's first turn is the prompt and its second the expected answer,
+  both tokenised with the benchmark's tokenizer (``tokenizer(text).input_ids``: special tokens
+  added, a BOS where the tokenizer adds one); ``--sharegpt-output-len`` replaces the answer's length;
+- ``is_valid_sequence`` drops a pair whose prompt has under 4 tokens, whose answer has under 4
+  (unless the length was given), whose prompt has over 1,024, or whose two have over 2,048 together;
+- sampling stops at ``--num-prompts``; short of it, ``random.choice`` (reseeded with the seed)
+  repeats sampled requests until there are enough (unless ``--no-oversample``).
+
+The prompt's token ids are kept (hashed into the prefix cache's block ids by the caller), so a
+repeated prompt hits the cache as it does in vLLM. A ShareGPT file is hundreds of MB, so it is read
+as a stream, one conversation at a time, and read again for the conversations the sample needs:
+memory holds the sample, never the file. Tokenising needs the ``tokenizers`` package and the
+model's ``tokenizer.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmsim.errors import UserError
+from llmsim.workload.limits import MAX_REQUESTS
+
+# vllm/benchmarks/datasets/utils.py is_valid_sequence's defaults
+MIN_TOKENS, MAX_PROMPT_TOKENS, MAX_TOTAL_TOKENS = 4, 1024, 2048
+_CHUNK_CHARS = 1 << 20  # characters read from the file at a time
+_ENCODE_BATCH = 256  # texts tokenised at a time
+_CUT_CHARS = 8  # a JSON token cut within this many characters of the buffer's end may read wrong ("fals", "-1.5e")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One request of the sample: its prompt's token ids and the tokens it asks for."""
+
+    prompt_ids: np.ndarray  # int64
+    output_tokens: int
+
+
+def is_valid(prompt_tokens: int, output_tokens: int, output_given: bool) -> bool:
+    """vLLM's ``is_valid_sequence`` at its defaults."""
+    return not (
+        prompt_tokens < MIN_TOKENS
+        or (not output_given and output_tokens < MIN_TOKENS)
+        or prompt_tokens > MAX_PROMPT_TOKENS
+        or prompt_tokens + output_tokens > MAX_TOTAL_TOKENS
+    )
+
+
+# ---- the file, as a stream of conversations ------------------------------------------------------
+
+
+def iter_array(path: Path, where: str, chunk_chars: int = _CHUNK_CHARS) -> Iterator[Any]:
+    """The elements of the JSON array in ``path``, one at a time, holding at most one element (and
+    a chunk) in memory. A file that is not an array, or an element that is not JSON, is a UserError
+    naming the element."""
+    decoder = json.JSONDecoder()
+    try:
+        fh = open(path, encoding="utf-8")  # noqa: SIM115 - closed below, after the generator's last element
+    except OSError as exc:
+        raise UserError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    with fh:
+        buf, pos, eof = "", 0, False
+
+        def more(need: int) -> bool:
+            """Read at least ``need`` characters more (False at the end of the file)."""
+            nonlocal buf, pos, eof
+            if eof:
+                return False
+            try:
+                text = fh.read(max(need, chunk_chars))
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start} of a chunk)") from None
+            if not text:
+                eof = True
+                return False
+            buf = buf[pos:] + text
+            pos = 0
+            return True
+
+        def skip_space() -> str:
+            """The next character that is not white space ("" at the end of the file)."""
+            nonlocal pos
+            while True:
+                while pos < len(buf) and buf[pos] in " \t\r\n":
+                    pos += 1
+                if pos < len(buf):
+                    return buf[pos]
+                if not more(chunk_chars):
+                    return ""
+
+        if skip_space() != "[":
+            raise UserError(f"{where}: expected a JSON array of conversations (ShareGPT's format: [{{...}}, ...])")
+        pos += 1
+        index = 0
+        if skip_space() == "]":
+            return
+        while True:
+            while True:  # one element; read on while the buffer's end may cut it off
+                try:
+                    element, end = decoder.raw_decode(buf, pos)
+                except json.JSONDecodeError as exc:
+                    # where the buffer's end may cut it off (the error within a literal's, a number's or
+                    # an escape's length of the end, or a string still open), read on, doubling, so an
+                    # element of any size is decoded a few times at most; an error further inside is the
+                    # element's own, named without reading the rest of the file
+                    open_string = exc.msg.startswith("Unterminated string")
+                    if (open_string or exc.pos >= len(buf) - _CUT_CHARS) and more(len(buf) - pos):
+                        continue
+                    if open_string or exc.pos >= len(buf):
+                        raise UserError(f"{where}: the file ends inside element {index}") from None
+                    raise UserError(f"{where}: element {index}: not JSON ({exc.msg})") from None
+                # (a number cut by the buffer's end decodes as its first digits, "-1." as -1: decode again with more)
+                if end >= len(buf) - _CUT_CHARS and more(len(buf) - pos):
+                    continue
+                break
+            pos = end
+            yield element
+            index += 1
+            sep = skip_space()
+            if sep == "]":
+                return
+            if sep != ",":
+                raise UserError(f"{where}: after element {index - 1}: expected ',' or ']', got {sep or 'the end'!r}")
+            pos += 1
+            skip_space()
+
+
+def _turns(entry: Any, index: int, where: str) -> tuple[str, str] | None:
+    """A conversation's first two turns' texts, None where it has fewer than two (vLLM skips it)."""
+    if not isinstance(entry, dict):
+        raise UserError(f"{where}: element {index}: expected an object with a `conversations` list")
+    turns = entry.get("conversations")
+    if not isinstance(turns, list) or len(turns) < 2:
+        return None
+    texts = []
+    for k in (0, 1):
+        turn = turns[k]
+        value = turn.get("value") if isinstance(turn, dict) else None
+        if not isinstance(value, str):
+            raise UserError(f"{where}: element {index}: conversations[{k}]: expected an object with a `value` text")
+        texts.append(value)
+    return texts[0], texts[1]
+
+
+def _pairs(path: Path, wanted: set[int], where: str) -> dict[int, tuple[str, str]]:
+    """The first two turns of the conversations numbered ``wanted`` (among those with two turns)."""
+    out: dict[int, tuple[str, str]] = {}
+    kept = 0
+    for index, entry in enumerate(iter_array(path, where)):
+        pair = _turns(entry, index, where)
+        if pair is None:
+            continue
+        if kept in wanted:
+            out[kept] = pair
+            if len(out) == len(wanted):
+                break
+        kept += 1
+    return out
+
+
+def _count(path: Path, where: str) -> int:
+    """How many conversations have two turns or more (each element checked on the way)."""
+    return sum(_turns(entry, index, where) is not None for index, entry in enumerate(iter_array(path, where)))
+
+
+# ---- the tokenizer ---------------------------------------------------------------------------------
+
+
+def hf_cache_dirs() -> list[Path]:
+    """Where huggingface_hub keeps downloaded models: $HF_HUB_CACHE, else $HF_HOME/hub, else
+    ~/.cache/huggingface/hub (huggingface_hub's constants)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return [Path(os.environ["HF_HUB_CACHE"])]
+    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    return [home / "hub"]
+
+
+def tokenizer_file(name: str, where: str) -> Path:
+    """The ``tokenizer.json`` of ``name``: the file itself, a folder holding it, or a model id
+    downloaded to the Hugging Face cache (its ``refs/main`` snapshot, else the newest)."""
+    given = Path(name).expanduser()
+    if given.is_file():
+        return given
+    if given.is_dir():
+        if (given / "tokenizer.json").is_file():
+            return given / "tokenizer.json"
+        raise UserError(f"{where} {name}: the folder has no tokenizer.json (a fast tokenizer's file)")
+    looked = []
+    for cache in hf_cache_dirs():
+        repo = cache / ("models--" + name.replace("/", "--"))
+        looked.append(str(repo))
+        ref = repo / "refs" / "main"
+        snapshots = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else []
+        snapshots += sorted((repo / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for snap in snapshots:
+            if (snap / "tokenizer.json").is_file():
+                return snap / "tokenizer.json"
+    raise UserError(
+        f"{where} {name}: no tokenizer.json found (looked for a file, a folder and the Hugging Face cache: "
+        f"{', '.join(looked)}); give the path of the model's tokenizer.json or of its folder (vllm bench serve: --tokenizer)"
+    )
+
+
+def load_tokenizer(path: Path, where: str) -> Any:
+    """A ``tokenizers.Tokenizer`` read from ``path``."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise UserError(
+            f"{where}: tokenising the dataset needs the `tokenizers` package (pip install 'llmsim[sharegpt]', or tokenizers)"
+        ) from None
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # (the Rust side raises its own exception type)
+        raise UserError(f"{where} {path}: not a tokenizer.json that `tokenizers` reads ({exc})") from None
+
+
+def token_ids(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
+    """Each text's token ids, special tokens added as ``tokenizer(text)`` adds them, a few hundred
+    texts at a time (an encoding holds each token's text and offsets too: kept only this long)."""
+    out: list[np.ndarray] = []
+    for k in range(0, len(texts), _ENCODE_BATCH):
+        out += [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(texts[k : k + _ENCODE_BATCH])]
+    return out
+
+
+# ---- the sample ----------------------------------------------------------------------------------
+
+
+def sample(
+    path: Path,
+    tokenizer_name: str,
+    num_requests: int,
+    seed: int,
+    output_tokens: int | None = None,
+    shuffle: bool = True,
+    oversample: bool = True,
+    where: str = "workload.dataset",
+) -> list[Sample]:
+    """The requests ``vllm bench serve --dataset-name sharegpt`` sends (module docstring), memoised
+    for the life of the process on the file's size and time (a sweep samples once)."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise UserError(f"{where}.path {path}: cannot read it ({exc.strerror or exc})") from None
+    tok_path = tokenizer_file(tokenizer_name, f"{where}.tokenizer")
+    key = (str(path), stat.st_size, stat.st_mtime_ns, str(tok_path), tok_path.stat().st_mtime_ns)
+    return list(_sample(key, num_requests, seed, output_tokens, shuffle, oversample, where))
+
+
+@lru_cache(maxsize=4)
+def _sample(
+    key: tuple, num_requests: int, seed: int, output_tokens: int | None, shuffle: bool, oversample: bool, where: str
+) -> tuple[Sample, ...]:
+    path, tok_path = Path(key[0]), Path(key[3])
+    file_where = f"{where}.path {path}"
+    tokenizer = load_tokenizer(tok_path, f"{where}.tokenizer")
+    order = list(range(_count(path, file_where)))
+    if shuffle:
+        random.Random(seed).shuffle(order)  # (random.seed(seed); random.shuffle(data): the same permutation)
+    samples: list[Sample] = []
+    start, batch = 0, num_requests + num_requests // 2 + 64  # (most ShareGPT pairs pass the length check)
+    while len(samples) < num_requests and start < len(order):
+        chosen = order[start : start + batch]
+        pairs = _pairs(path, set(chosen), file_where)
+        for k in range(0, len(chosen), _ENCODE_BATCH):
+            group = chosen[k : k + _ENCODE_BATCH]
+            ids = token_ids(tokenizer, [text for i in group for text in pairs.pop(i)])
+            for prompt, answer in zip(ids[::2], ids[1::2], strict=True):
+                out = len(answer) if output_tokens is None else output_tokens
+                if is_valid(len(prompt), out, output_tokens is not None) and len(samples) < num_requests:
+                    samples.append(Sample(prompt, out))
+        start, batch = start + batch, 2 * batch
+    if not samples:
+        raise UserError(
+            f"{file_where}: no conversation passes vLLM's length check (a prompt of {MIN_TOKENS}-{MAX_PROMPT_TOKENS} "
+            f"tokens, an answer of {MIN_TOKENS} or more, {MAX_TOTAL_TOKENS} together at most)"
+        )
+    if oversample and len(samples) < num_requests:
+        if num_requests > MAX_REQUESTS:  # pragma: no cover - the workload's own bound is checked first
+            raise UserError(f"{where}: {num_requests:,} requests, over the limit of {MAX_REQUESTS:,}")
+        pick = random.Random(seed)  # (vLLM reseeds before oversampling)
+        samples += [pick.choice(samples) for _ in range(num_requests - len(samples))]
+    return tuple(samples)

@@ -1,0 +1,268 @@
+"""vllm bench serve's ShareGPT dataset (llmsim/workload/sharegpt.py): the sample vLLM draws from a
+user's file, read as a stream; `workload.dataset` in a scenario; `llmsim bench --dataset-name sharegpt`."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmsim.cli import main
+from llmsim.errors import UserError
+from llmsim.scenario import scenario_from_dict
+from llmsim.vllmcli import parse_bench, parse_serve, scenario_dict
+from llmsim.workload import sharegpt
+
+tokenizers = pytest.importorskip("tokenizers")
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = [f"w{i}" for i in range(300)]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> tuple[Path, Path]:
+    """A word-level tokenizer that adds a BOS (as Llama's does) and a ShareGPT-shaped file whose
+    conversations have 1-3 turns of 2 to 1,200 words: some too short, some too long."""
+    d = tmp_path_factory.mktemp("sharegpt")
+    vocab = {"<unk>": 0, "<s>": 1, **{w: i + 2 for i, w in enumerate(WORDS)}}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.post_processor = tokenizers.processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tok.save(str(d / "tokenizer.json"))
+    rng = random.Random(1)
+    data = []
+    for i in range(240):
+        turns = [
+            {
+                "from": ("human", "gpt")[t % 2],
+                "value": " ".join(rng.choices(WORDS, k=rng.choice([2, 5, 20, 90, 700, 1200]))),
+            }
+            for t in range(rng.choice([1, 2, 2, 3]))
+        ]
+        data.append({"id": str(i), "conversations": turns})
+    (d / "sg.json").write_text(json.dumps(data, indent=1))
+    return d / "sg.json", d / "tokenizer.json"
+
+
+def vllm_sample(path: Path, tok_path: Path, n: int, seed: int, output_len=None, shuffle=True, oversample=True):
+    """vLLM's ShareGPTDataset.load_data + sample + maybe_oversample_requests, transcribed (the whole
+    file in memory, the global `random`), with the fast tokenizer's `encode` for `tokenizer(text)`."""
+    tok = tokenizers.Tokenizer.from_file(str(tok_path))
+    data = [e for e in json.loads(path.read_text()) if "conversations" in e and len(e["conversations"]) >= 2]
+    random.seed(seed)
+    if shuffle:
+        random.shuffle(data)
+    out = []
+    for e in data:
+        if len(out) >= n:
+            break
+        prompt = tok.encode(e["conversations"][0]["value"]).ids
+        completion = tok.encode(e["conversations"][1]["value"]).ids
+        o = len(completion) if output_len is None else output_len
+        p = len(prompt)
+        if p < 4 or (output_len is None and o < 4) or p > 1024 or p + o > 2048:
+            continue
+        out.append((tuple(prompt), o))
+    if oversample and len(out) < n:
+        random.seed(seed)
+        out += [random.choice(out) for _ in range(n - len(out))]
+    return out
+
+
+@pytest.mark.parametrize(
+    "n, seed, output_len, shuffle, oversample",
+    [(10, 0, None, True, True), (60, 3, None, True, True), (300, 0, None, True, True), (300, 7, 64, True, True)]
+    + [(40, 0, None, False, True), (300, 1, None, True, False)],
+)
+def test_the_sample_is_vllms(files, n, seed, output_len, shuffle, oversample):
+    path, tok = files
+    got = sharegpt.sample(path, str(tok), n, seed, output_len, shuffle, oversample)
+    want = vllm_sample(path, tok, n, seed, output_len, shuffle, oversample)
+    assert [(tuple(s.prompt_ids.tolist()), s.output_tokens) for s in got] == want
+    assert len(got) == (n if oversample else len(want))
+    assert len(want) < 300 or oversample  # (the file holds fewer valid pairs than 300: the last cases oversample)
+
+
+def test_the_stream_reads_any_array_whatever_its_chunks(files, tmp_path):
+    path, _ = files
+    assert list(sharegpt.iter_array(path, "f", chunk_chars=7)) == json.loads(path.read_text())
+    rng = random.Random(0)
+    scalars = [True, False, None, -1.5e3, 12345678901234567890, 1.0e-5, 'a"\\é\n', ""]
+    for _ in range(100):
+        arr = [rng.choice([rng.choice(scalars), {"k": [rng.choice(scalars)]}, []]) for _ in range(rng.randrange(5))]
+        text = json.dumps(arr, indent=rng.choice([None, 1]))
+        (tmp_path / "t.json").write_text(text)
+        for chunk in (1, 2, 5):  # (a token cut anywhere: "fals", "-1.5e", "\\u00")
+            assert list(sharegpt.iter_array(tmp_path / "t.json", "t", chunk_chars=chunk)) == arr
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"conversations": []}', "expected a JSON array of conversations"),
+        ("", "expected a JSON array"),
+        ('[{"a": 1}, {"a": x}]', "element 1: not JSON (Expecting value)"),
+        ('[{"a": 1}, {"a": "open', "the file ends inside element 1"),
+        ("[1, 2,]", "element 2: not JSON"),
+        ("[1 2]", "after element 0: expected ',' or ']', got '2'"),
+        ("[1, 2", "after element 1: expected ',' or ']', got 'the end'"),
+    ],
+)
+def test_a_broken_file_is_named_at_its_element(tmp_path, text, message):
+    (tmp_path / "bad.json").write_text(text)
+    for chunk in (1, 3, 1 << 20):
+        with pytest.raises(UserError, match="bad.json") as err:
+            list(sharegpt.iter_array(tmp_path / "bad.json", str(tmp_path / "bad.json"), chunk_chars=chunk))
+        assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ([5], "element 0: expected an object with a `conversations` list"),
+        ([{"conversations": [{"value": "a b c d"}, {"value": 7}]}], "element 0: conversations[1]: expected an object"),
+        (
+            [{"conversations": [{"value": "w1"}, {"value": "w2 w3 w4 w5"}]}],
+            "no conversation passes vLLM's length check",
+        ),
+    ],
+)
+def test_bad_conversations_are_named(files, tmp_path, data, message):
+    (tmp_path / "d.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match="d.json") as err:
+        sharegpt.sample(tmp_path / "d.json", str(files[1]), 5, 0)
+    assert message in str(err.value)
+
+
+def test_the_tokenizer_is_found_as_a_file_a_folder_or_in_the_hf_cache(files, tmp_path, monkeypatch):
+    tok = files[1]
+    assert sharegpt.tokenizer_file(str(tok), "t") == tok
+    assert sharegpt.tokenizer_file(str(tok.parent), "t") == tok
+    snap = tmp_path / "hub" / "models--org--name" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "tokenizer.json").write_text(tok.read_text())
+    (tmp_path / "hub" / "models--org--name" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--name" / "refs" / "main").write_text("abc\n")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert sharegpt.tokenizer_file("org/name", "t") == snap / "tokenizer.json"
+    with pytest.raises(UserError, match="org/other: no tokenizer.json found .*models--org--other"):
+        sharegpt.tokenizer_file("org/other", "t")
+    with pytest.raises(UserError, match="the folder has no tokenizer.json"):
+        sharegpt.tokenizer_file(str(tmp_path / "hub"), "t")
+    (tmp_path / "junk.json").write_text("{}")
+    with pytest.raises(UserError, match="not a tokenizer.json that `tokenizers` reads"):
+        sharegpt.load_tokenizer(tmp_path / "junk.json", "t")
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # (not installed)
+    with pytest.raises(UserError, match="needs the `tokenizers` package"):
+        sharegpt.load_tokenizer(tok, "t")
+
+
+def scenario(files, **workload) -> dict:
+    path, tok = files
+    return {
+        "name": "sharegpt",
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "workload": {
+            "kind": "poisson",
+            "rate_rps": 8,
+            "num_requests": 300,
+            "arrivals": "vllm_bench",
+            "dataset": {"name": "sharegpt", "path": str(path), "tokenizer": str(tok)},
+            **workload,
+        },
+        "output": {"steps": "none"},
+    }
+
+
+def test_a_scenario_serves_the_sample_and_its_repeats_hit_the_cache(files):
+    import llmsim
+    from llmsim.build import build_workload
+
+    sc = scenario_from_dict(scenario(files), "t", ROOT)
+    wl = build_workload(sc)
+    want = vllm_sample(*files, 300, 0)
+    assert wl.prompt_tokens.tolist() == [len(p) for p, _ in want]
+    assert wl.output_tokens.tolist() == [o for _, o in want]
+    res = llmsim.run(sc)
+    assert (
+        res.summary["prefix_cache"]["saved_prefill_tokens"] > 0
+    )  # (the oversampled repeats: vLLM's cache hits them too)
+    again = llmsim.run(scenario_from_dict(scenario(files), "t", ROOT))
+    assert again.requests["finish_s"].tolist() == res.requests["finish_s"].tolist()
+    fewer = build_workload(
+        scenario_from_dict(
+            scenario(files, dataset={**scenario(files)["workload"]["dataset"], "oversample": False}), "t", ROOT
+        )
+    )
+    valid = len(vllm_sample(*files, 300, 0, oversample=False))
+    assert len(fewer) == valid < 300
+    assert fewer.arrival_s[-1] == pytest.approx(valid / 8)  # (vllm bench's times, drawn for the requests it has)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"prompt_tokens": {"dist": "fixed", "value": 5}}, "`dataset` gives every request its prompt"),
+        ({"prompts": "vllm_bench"}, "prompts: vllm_bench"),
+        ({"conversations": {"turns": 2}}, "conversations"),
+    ],
+)
+def test_a_dataset_takes_no_lengths_of_its_own(files, extra, message):
+    with pytest.raises(Exception, match=message):
+        scenario_from_dict(scenario(files, **extra), "t", ROOT)
+    trace = {"kind": "trace", "trace": {"path": "x.csv"}, "dataset": scenario(files)["workload"]["dataset"]}
+    with pytest.raises(Exception, match="`dataset` reshapes synthetic requests"):
+        scenario_from_dict({**scenario(files), "workload": trace}, "t", ROOT)
+
+
+def test_bench_reads_vllm_bench_serves_sharegpt_flags(files, tmp_path, monkeypatch, capsys):
+    path, tok = files
+    monkeypatch.chdir(path.parent)
+    line = (
+        f"vllm bench serve --dataset-name sharegpt --dataset-path {path.name} --num-prompts 50 --request-rate 5 "
+        "--sharegpt-output-len 32 --disable-shuffle --no-oversample --random-input-len 10"
+    )
+    bench, _ = parse_bench(line)
+    d = scenario_dict("H100-SXM", parse_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct"), bench)["workload"]
+    assert d["dataset"] == {
+        "name": "sharegpt",
+        "path": str(path),  # (absolute: a scenario written elsewhere still finds it)
+        "tokenizer": "meta-llama/Llama-3.1-8B-Instruct",  # (vllm bench's default: the model's)
+        "output_tokens": 32,
+        "shuffle": False,
+        "oversample": False,
+    }
+    assert "prompt_tokens" not in d and d["arrivals"] == "vllm_bench"
+    serve = "vllm serve meta-llama/Llama-3.1-8B-Instruct"
+    assert main(["bench", "--hardware", "H100-SXM", "--serve", serve, "--bench", f"{line} --tokenizer {tok}"]) == 0
+    out = capsys.readouterr().out
+    assert "vllm bench's ShareGPT sample of" in out and "--random-input-len (the random dataset's)" in out
+    assert "Successful requests:" in out
+    for bad, message in [
+        ("--dataset-name sharegpt", "needs --dataset-path"),
+        ("--dataset-name sharegpt --dataset-path x.json --sharegpt-output-len 0", "expected a whole number, 1 or more"),
+        (
+            f"--dataset-name sharegpt --dataset-path {path.name} --tokenizer nobody/none",
+            "nobody/none: no tokenizer.json",
+        ),
+    ]:
+        assert main(["bench", "--hardware", "H100-SXM", "--serve", serve, "--bench", bad]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_bench_compares_a_sharegpt_run_s_result_with_its_sample(files, tmp_path, capsys):
+    """A saved result without its requests (no --save-detailed): the requests are drawn from the
+    file, and the run's own figures are set beside llmsim's (no random lengths asked for)."""
+    path, tok = files
+    result = tmp_path / "result.json"
+    figures = {"duration": 12.0, "completed": 50, "request_throughput": 4.2, "mean_ttft_ms": 30.0, "mean_tpot_ms": 7.0}
+    result.write_text(json.dumps({"model_id": "meta-llama/Llama-3.1-8B-Instruct", "num_prompts": 50, **figures}))
+    bench = f"--dataset-name sharegpt --dataset-path {path} --tokenizer {tok} --request-rate 5"
+    argv = ["bench", "--hardware", "H100-SXM", "--serve", "vllm serve meta-llama/Llama-3.1-8B-Instruct"]
+    assert main([*argv, "--bench", bench, "--result", str(result)]) == 0
+    out = capsys.readouterr().out
+    assert "vllm bench's ShareGPT sample of" in out and "result.json" in out.split("===")[-1]
