@@ -101,7 +101,9 @@ class GapHistogram:
         total = self.total
         if total == 0:
             return math.nan
-        idx = int(np.searchsorted(np.cumsum(self.counts), q / 100.0 * total, side="left"))
+        # the first bin whose cumulative count reaches q % of the gaps, and at least one gap (P0: the
+        # shortest gap's bin, as np.percentile's minimum, not the empty first bin)
+        idx = int(np.searchsorted(np.cumsum(self.counts), max(q / 100.0 * total, 1), side="left"))
         return float(self.centres()[min(idx, self.BINS + 1)])
 
 

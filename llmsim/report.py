@@ -31,6 +31,7 @@ import pandas as pd
 from llmsim.errors import UserError, atomic_write_text, load_json_object, test_pause
 from llmsim.filekinds import file_kind
 from llmsim.results import (
+    CSV_RUN_IDS,
     TABLE_SUFFIX,
     lora_line,
     offload_line,
@@ -81,6 +82,12 @@ def check_one_run(p: Path, summary: dict, scenario: dict | None) -> None:
             if path.exists():
                 with readable(path):
                     ids[path.name] = table_run_id(path)
+    changed = sorted(name for name, got in ids.items() if got == "(changed)")
+    if changed:  # (a CSV whose bytes are not those recorded for it: edited, cut short, or replaced)
+        raise UserError(
+            f"{p}: {', '.join(changed)}: not the bytes llmsim wrote (edited, cut short or replaced: its SHA-256 "
+            f"differs from {CSV_RUN_IDS}'s); run `llmsim run` again to rewrite the folder"
+        )
     wrong = {name: got for name, got in ids.items() if got != expected}
     if wrong:
         listed = ", ".join(f"{name} (run {got or 'without id'})" for name, got in sorted(wrong.items()))
@@ -90,16 +97,23 @@ def check_one_run(p: Path, summary: dict, scenario: dict | None) -> None:
         )
 
 
-def check_run_tables(p: Path, sc: Scenario | None) -> None:
+def check_run_tables(p: Path, sc: Scenario | None, summary_tables: object = None) -> None:
     """UserError naming the requests or steps table a run folder lacks: every run writes both
     beside summary.json, and without them the report would drop its figures (latency CDFs,
-    timelines, roofline) without a word. Refused as a table cut short or from another run is."""
+    timelines, roofline) without a word. Refused as a table cut short or from another run is; so
+    is a chunks or scaling table the run wrote (``summary_tables``: summary.json's ``tables``)."""
     suffix = TABLE_SUFFIX[sc.output.format] if sc is not None else ".parquet"
-    for name in ("requests", "steps"):
+    written = summary_tables if isinstance(summary_tables, list) else ["requests", "steps"]
+    for name in ("requests", "steps", *(n for n in ("chunks", "scaling") if n in written)):
         if table_path(p, name) is None:
             raise UserError(
-                f"{p}: {name}{suffix} is missing, which every llmsim run writes beside summary.json (deleted "
-                "or moved?); rerun the command that wrote the folder"
+                f"{p}: {name}{suffix} is missing, which "
+                + (
+                    "every llmsim run writes"
+                    if name in ("requests", "steps")
+                    else "this run wrote (summary.json tables)"
+                )
+                + " beside summary.json (deleted or moved?); rerun the command that wrote the folder"
             )
 
 
@@ -188,12 +202,17 @@ class ResultsDir:
             sc = _scenario_of(p / "scenario.json", {k: v for k, v in raw.items() if k != "run_id"})
         check_one_run(p, summary, raw)
         if summary:
-            check_run_tables(p, sc)
+            check_run_tables(p, sc, summary.get("tables"))
         tables = {name: _floats(_csv(p / f"{name}.csv")) for name in PLAN_TABLES if (p / f"{name}.csv").exists()}
         plan = _plan_of(p, tables) if kind == "plan" else None
         names = ("requests", "steps", "chunks", "scaling")
         if summary:
             _check_row_counts(p, summary, sc)
+        if summary.get("run_id") is not None and sc is None:  # (every run since run ids writes it)
+            raise UserError(
+                f"{p}: scenario.json missing, which this run wrote (summary.json has its run id); the report's "
+                "hardware and roofline come from it: run `llmsim run` again to rewrite the folder"
+            )
         requests, steps, chunks, scaling = (_table(p, name) for name in names)  # Parquet or CSV
         if summary:
             _check_summary_figures(p / "summary.json", summary)

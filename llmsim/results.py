@@ -79,7 +79,12 @@ class Results:
             paths.append(write_table(frame, out_dir / name, table_format, run_id))
             test_pause(f"write:{name}")
         paths.insert(1, out_dir / "summary.json")
-        summary = self.summary if run_id is None else {**self.summary, "run_id": run_id}
+        # the tables written (chunks and scaling where the run has rows for them): `llmsim report`
+        # refuses a folder that lost one, where it would leave their part out without a word
+        optional = [name for name, frame in (("chunks", self.chunks), ("scaling", self.scaling)) if not frame.empty]
+        summary = {**self.summary, "tables": ["requests", "steps", *optional]}
+        if run_id is not None:
+            summary["run_id"] = run_id
         text = json.dumps(finite(summary), indent=2, sort_keys=True, allow_nan=False)  # strict JSON
         atomic_write_text(paths[1], text + "\n")
         test_pause("write:summary")

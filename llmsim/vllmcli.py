@@ -13,6 +13,7 @@ prefix of one, is an error, never dropped. vLLM's own refusals are refused.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -80,6 +81,7 @@ REFUSED = {
     "--ramp-up-strategy": "not modelled: vllm bench's ramp-up draws each gap at a rate that grows request by request; "
     "a scenario's workload.rate_profile steps a rate over time (docs/workloads.md)",
 }
+HF_OVERRIDES_REFUSAL = "serve a folder holding the config.json as overridden (llmsim reads the model from it)"
 # a quantisation method (--quantization, or a checkpoint's quantization_config.quant_method) ->
 # (weights, compute): vLLM's FP8 is W8A8 with dynamic activation scales where the GPU has FP8
 # units, else weight-only (Marlin); AWQ / GPTQ are weight-only at the checkpoint's bits (4 unless it says)
@@ -149,10 +151,12 @@ def _words(text: str, command: tuple[str, ...], what: str) -> tuple[list[str], d
     """The arguments of one command line, and the environment it sets before the command (``VAR=1
     vllm serve ...``): shell words less the command's own (``vllm serve``), with vLLM's underscore
     spellings (``--max_num_seqs``) read as dashes."""
-    try:
-        words = shlex.split(text)
+    try:  # (a line pasted from a script: the shell drops a backslash before a line break)
+        words = shlex.split(re.sub(r"\\\r?\n", "", text))
     except ValueError as exc:
         raise UserError(f"{what} {cut(text)!r}: {exc}") from None
+    if words[:1] == ["env"]:  # (`env VAR=1 vllm serve ...`)
+        words.pop(0)
     env = {}
     while words and not words[0].startswith("-") and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
         name, _, value = words.pop(0).partition("=")
@@ -170,7 +174,8 @@ def _words(text: str, command: tuple[str, ...], what: str) -> tuple[list[str], d
     for w in words:
         if w.startswith("--"):
             name, eq, value = w.partition("=")
-            w = name.replace("_", "-") + eq + value
+            flag, dot, key = name.partition(".")  # (a JSON flag's `--hf-overrides.key`: the key as written)
+            w = flag.replace("_", "-") + dot + key + eq + value
         out.append(w)
     return out, env
 
@@ -186,7 +191,9 @@ def _add_ignored(p: argparse.ArgumentParser, flags: dict[str, bool | int | str])
 
 def _parse(parser: argparse.ArgumentParser, words: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The parsed flags, and the ignored ones the line gave (as flags)."""
-    for name in (w.split("=", 1)[0] for w in words):
+    for name in (w.split("=", 1)[0].split(".", 1)[0] for w in words):  # (`--hf-overrides.key v` is --hf-overrides)
+        if name == "--hf-overrides" and parser.prog == "vllm serve" and any(w.startswith(name + ".") for w in words):
+            raise UserError(f"{parser.prog}: {name}: {HF_OVERRIDES_REFUSAL}")
         if name in REFUSED:
             raise UserError(f"{parser.prog}: {name}: {REFUSED[name]}")
     ns, unknown = parser.parse_known_args(words)
@@ -369,21 +376,26 @@ def _redundant_experts(ns: argparse.Namespace) -> tuple[int, list[str]]:
 
 def _check_serve(ns: argparse.Namespace) -> None:
     """The bounds vLLM's own argument checks hold the numbers to."""
-    interval = getattr(ns, "ignored_stream_interval", None)  # (SERVE_UNMODELLED: read only to be checked)
-    if interval is not None and not (interval.isdigit() and int(interval) >= 1):
-        raise UserError(f"vllm serve: --stream-interval {cut(interval, 20)}: expected a whole number, 1 or more")
+    for flag in ("--stream-interval", "--api-server-count"):  # (SERVE_UNMODELLED: read only to be checked)
+        value = getattr(ns, "ignored_" + flag[2:].replace("-", "_"), None)
+        if value is not None and not (value.isdigit() and int(value) >= 1):
+            raise UserError(f"vllm serve: {flag} {cut(value, 20)}: expected a whole number, 1 or more")
     policy = getattr(ns, "ignored_scheduling_policy", None)
     if policy is not None and policy not in ("fcfs", "priority"):
         raise UserError(f"vllm serve: --scheduling-policy {cut(policy, 20)}: vLLM takes fcfs or priority")
+    if ns.cpu_offload_gb is not None and not (math.isfinite(ns.cpu_offload_gb) and ns.cpu_offload_gb >= 0):
+        raise UserError(f"vllm serve: --cpu-offload-gb {ns.cpu_offload_gb:g}: expected GiB, 0 or more")
     if ns.cpu_offload_gb:  # (0, vLLM's default, offloads nothing)
         raise UserError(
             "vllm serve: --cpu-offload-gb: not modelled: weights kept in CPU memory cross PCIe on every forward pass"
         )
-    if ns.hf_overrides is not None and ns.hf_overrides.strip() not in ("{}", ""):
-        raise UserError(
-            "vllm serve: --hf-overrides: serve a folder holding the config.json as overridden (llmsim "
-            "reads the model from it)"
-        )
+    if ns.hf_overrides is not None and ns.hf_overrides.strip():
+        try:
+            overrides = json.loads(ns.hf_overrides)
+        except ValueError as exc:
+            raise UserError(f"vllm serve: --hf-overrides {cut(ns.hf_overrides, 40)!r}: not JSON ({exc})") from None
+        if overrides != {}:
+            raise UserError(f"vllm serve: --hf-overrides: {HF_OVERRIDES_REFUSAL}")
     bounds = (
         ("-tp", ns.tensor_parallel_size, 1),
         ("-pp", ns.pipeline_parallel_size, 1),
@@ -469,7 +481,10 @@ def parse_serve(text: str) -> Serve:
     if skip is not None and skip.lower() not in ("0", "1", "true", "false"):
         raise UserError(f"vllm serve: VLLM_MOE_SKIP_PADDING={cut(skip, 20)}: expected 0 or 1")
     backend = _all2all_backend(ns.all2all_backend, env.pop("VLLM_ALL2ALL_BACKEND", None))
-    ray_v1 = _ray_v1(ns, env.pop("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", None))
+    ray_env = env.pop("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", None)
+    ray_v1 = _ray_v1(ns, ray_env)
+    if ray_env is not None and ns.distributed_executor_backend != "ray":
+        unread.append("VLLM_USE_RAY_V2_EXECUTOR_BACKEND=... (environment; no ray executor)")
     unread += unread_eplb + [f"{k}=... (environment)" for k in env]
     return Serve(
         model=ns.model_flag or ns.model,

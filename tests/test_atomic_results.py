@@ -181,7 +181,7 @@ def test_report_refuses_a_changed_csv_table(scenario, tmp_path, capsys):
     steps.write_text(steps.read_text()[:-40])  # a truncated copy: not the table the run wrote
     capsys.readouterr()
     assert main(["report", str(out), "--quiet"]) == 2
-    assert "steps.csv (run (changed))" in capsys.readouterr().err
+    assert "steps.csv: not the bytes llmsim wrote (edited, cut short or replaced" in capsys.readouterr().err
 
 
 def test_report_rewrites_the_folder_as_a_whole(old):

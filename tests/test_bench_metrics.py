@@ -100,6 +100,16 @@ def test_itl_from_the_gap_histogram_is_within_its_bins() -> None:
         assert got[k] == pytest.approx(want[k], rel=0.005), k
 
 
+def test_p0_itl_is_the_shortest_gap_not_the_empty_first_bin() -> None:
+    """(P0 read 0.00 ms where every gap was ~6.5 ms: the first bin of the histogram, empty, was taken.)"""
+    gaps = np.array([0.0065, 0.0066, 0.0064])
+    h = GapHistogram()
+    for g in gaps:
+        h.add(float(g))
+    got = itl_from_histogram(h, float(gaps.mean()), (0.0, 100.0))
+    assert got["p0_itl_ms"] == pytest.approx(6.4, rel=0.005) and got["p100_itl_ms"] == pytest.approx(6.6, rel=0.005)
+
+
 def _small_run(slo: dict | None = None, **output: object) -> llmsim.Results:
     sc = {
         "name": "bench-keys",

@@ -183,3 +183,32 @@ def test_a_scenario_json_that_cannot_be_built_is_named(run_folder, tmp_path, cap
     data["model"] = "gpt-9"
     (x / "scenario.json").write_text(json.dumps(data))
     one_error(["report", str(x), "--quiet"], capsys, "scenario.json: unknown model 'gpt-9'")
+
+
+def test_a_run_folder_that_lost_a_table_it_wrote_or_its_scenario_is_refused(tmp_path, capsys):
+    """(A review, 2026-12-07: the report was rewritten without the prefill-chunk tracks, or without
+    its hardware section, and said nothing.)"""
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
+    out = tmp_path / "run"
+    argv = [
+        "run",
+        str(scenario),
+        "--out",
+        str(out),
+        "--set",
+        "output.trace=sample",
+        "--set",
+        "workload.num_requests=20",
+    ]
+    assert main([*argv, "--quiet"]) == 0
+    assert json.loads((out / "summary.json").read_text())["tables"] == ["requests", "steps", "chunks"]
+    for lost, message in (
+        ("chunks.parquet", "chunks.parquet is missing, which this run wrote"),
+        ("scenario.json", "scenario.json missing"),
+    ):
+        copy = tmp_path / lost
+        shutil.copytree(out, copy)
+        (copy / lost).unlink()
+        capsys.readouterr()
+        assert main(["report", str(copy), "--quiet"]) == 2
+        assert message in capsys.readouterr().err

@@ -776,14 +776,18 @@ def test_serve_flags_of_no_timing_unpriced_or_refused(capsys):
         parse_serve(f"{v1} --async-scheduling")
     for flag, why in (
         ("--cpu-offload-gb 4", "not modelled: weights kept in CPU memory"),
-        ('--hf-overrides {"num_hidden_layers":2}', "folder"),
+        ("--hf-overrides '{\"num_hidden_layers\": 2}'", "folder"),
+        ("--hf-overrides.num_hidden_layers 2", "folder"),
+        ("--hf-overrides '{bad'", "--hf-overrides '{bad': not JSON"),
+        ("--cpu-offload-gb nan", "--cpu-offload-gb nan: expected GiB, 0 or more"),
+        ("--api-server-count 0", "--api-server-count 0: expected a whole number, 1 or more"),
         ("--stream-interval 0", "1 or more"),
         ("--scheduling-policy lifo", "fcfs or priority"),
         ("--distributed-executor-backend gloo", "invalid choice"),
     ):
         with pytest.raises(UserError, match=why):
             parse_serve(f"Qwen/Qwen3-8B {flag}")
-    assert parse_serve("Qwen/Qwen3-8B --cpu-offload-gb 0 --hf-overrides {} --kv-cache-memory-bytes 0").model
+    assert parse_serve("Qwen/Qwen3-8B --cpu-offload-gb 0 --hf-overrides '{ }' --kv-cache-memory-bytes 0").model
     serve = (
         "Qwen/Qwen3-8B --max-model-len 8192 --stream-interval 4 --enable-sleep-mode --distributed-executor-backend ray"
     )
@@ -798,3 +802,33 @@ def test_serve_flags_of_no_timing_unpriced_or_refused(capsys):
     assert "engine   vLLM's first ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0): no async scheduling" in (
         capsys.readouterr().out
     )
+
+
+def test_the_hostile_review_s_command_lines(capsys):
+    """A review's findings (2026-12-07): each is read as vLLM or the shell reads it, or refused by name."""
+    assert parse_serve("vllm serve Qwen/Qwen3-8B \\\n  --max-model-len 4096").max_model_len == 4096  # (a pasted script)
+    v1 = "env VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0 vllm serve Qwen/Qwen3-8B --distributed-executor-backend ray"
+    assert parse_serve(v1).ray_v1
+    assert (
+        "VLLM_USE_RAY_V2_EXECUTOR_BACKEND=... (environment; no ray executor)"
+        in parse_serve("VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0 vllm serve Qwen/Qwen3-8B").ignored
+    )
+    argv = ["bench", "--hardware", "H100-SXM", "--quiet"]
+    for serve, bench, extra, message in [
+        ("vllm serve Qwen/Qwen3-8B", " ", [], "--bench ' ': an empty command line"),
+        (v1, "--num-prompts 2", ["--set", "engine.async_scheduling=true"], "first ray executor"),
+        ("vllm serve openai/gpt-oss-20b --max-model-len auto", "--num-prompts 2", [], "sliding-window layers"),
+        (
+            "vllm serve Qwen/Qwen3-8B --max-model-len auto --gpu-memory-utilization 0.25",
+            "--num-prompts 2",
+            ["--set", "policy.max_model_len=30000"],
+            "(--set policy.max_model_len) needs",
+        ),
+    ]:
+        assert main([*argv, "--serve", serve, "--bench", bench, *extra]) == 2
+        assert message in capsys.readouterr().err
+    # --set cluster.expert_parallel=true is --enable-expert-parallel: dummy weights' routing rule sees it
+    dummy = "vllm serve deepseek-ai/DeepSeek-V3 -tp 8 --load-format dummy"
+    line = ["bench", "--hardware", "H200", "--serve", dummy, "--bench", "--num-prompts 2"]
+    assert main([*line, "--set", "cluster.expert_parallel=true"]) == 0
+    assert "cluster.expert_routing_exponent 0.79" in capsys.readouterr().out

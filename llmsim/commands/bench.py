@@ -6,7 +6,7 @@ and a detailed file's requests replayed."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -86,9 +86,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if out is not None:
         check_scenario_out(out, Path(args.result) if args.result else None)
     serve = vllmcli.parse_serve(args.serve)
+    if args.bench is not None and not args.bench.strip():  # (an unset shell variable: not vllm's defaults)
+        raise UserError(
+            f"--bench {args.bench!r}: an empty command line (leave --bench out for vllm bench serve's defaults)"
+        )
     bench, bench_model = vllmcli.parse_bench(args.bench or "")
     check_same_model("--bench --model", bench_model, serve)
     overrides = parse_overrides(args.set)
+    if isinstance(overrides.get("cluster.expert_parallel"), bool):  # (as --enable-expert-parallel: the rules
+        serve = replace(serve, expert_parallel=overrides["cluster.expert_parallel"])  # that read it see it)
     typed = " ".join([args.serve, args.bench or "", *args.after])  # (the flags the user gave, to blame)
     owned = [
         k for k in overrides if k == "model" or k.startswith("model.") and k.split(".")[1] in ("name", "hf_config")
@@ -123,6 +129,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             why = vllmcli.settle_prompts(before, set_keys)
             runs.append(EarlierRun(b, label, translate(before, label, set_keys, typed, auto_len), why))
         sc = translate(data, "--bench", set_keys, typed, auto_len)
+        if serve.ray_v1 and sc.engine_spec.async_scheduling:
+            raise UserError(
+                "--set engine.async_scheduling: vLLM's first ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0) "
+                "cannot schedule asynchronously; vLLM turns it off there and refuses --async-scheduling"
+            )
         if sc.policy.max_model_len is not None:  # (--max-model-len auto: as fitted, in the scenario written)
             data["policy"]["max_model_len"] = sc.policy.max_model_len
         skipped = why_history_skipped(sc, no_content) if earlier else None
@@ -420,7 +431,7 @@ def translate(
                 "unless --max-num-batched-tokens / --max-num-seqs says): vLLM refuses a token budget below its sequences"
             )
         check_workload_bounds(sc)
-        start = kv_start(sc, auto_len)
+        start = kv_start(sc, auto_len, "policy.max_model_len" in set_keys)
         if start.refusal:
             raise UserError(start.refusal)
         if start.fitted is not None:  # (--max-model-len auto: the length vLLM's start-up fitted to the cache)
@@ -446,14 +457,15 @@ class KvStart:
     note: str | None = None  # short of one request by less than llmsim's estimate can tell
 
 
-def kv_start(sc: Scenario, auto_len: bool) -> KvStart:
+def kv_start(sc: Scenario, auto_len: bool, len_set: bool = False) -> KvStart:
     """vLLM's start-up check of its KV cache (check_enough_kv_cache_memory, vllm/v1/core/
     kv_cache_utils.py, 0.19-0.32): the cache its memory profile leaves, less the null block, must
     hold one request of max_model_len tokens, or `vllm serve` stops ("To serve at least one request
     with the models's max seq len ..."); --num-gpu-blocks-override applies after it. With
     --max-model-len auto the length is fitted to that cache instead (_auto_fit_max_model_len). The
     cache is llmsim's estimate of vLLM's (``KV_ESTIMATE_BAND``). Not checked for a model with
-    sliding-window layers, whose need vLLM counts by layer kind (their window) and llmsim does not."""
+    sliding-window layers, whose need vLLM counts by layer kind (their window) and llmsim does not.
+    ``len_set``: the length came from --set policy.max_model_len (the message names that)."""
     from llmsim.build import build_model, build_pools, max_model_len
     from llmsim.errors import UserError
 
@@ -461,6 +473,11 @@ def kv_start(sc: Scenario, auto_len: bool) -> KvStart:
         model = build_model(sc)
         window, local = model.attention_windows()
         if window is not None or (local is not None and not model.is_dsa):
+            if auto_len:  # (a fit on llmsim's count would claim a context the cache cannot hold)
+                return KvStart(
+                    refusal="--max-model-len auto: not fitted for a model with sliding-window layers (vLLM counts "
+                    "their KV need by layer kind, llmsim does not); give --max-model-len a length"
+                )
             return KvStart()
         pool = build_pools(sc, model)[0]
     except UserError as exc:  # (worded as llmsim.run words a scenario's build errors: its origin first)
@@ -476,7 +493,9 @@ def kv_start(sc: Scenario, auto_len: bool) -> KvStart:
         return KvStart()
     gib = pool.memory["kv_bytes_per_token"] / 2**30  # (per GPU, as vLLM checks each worker)
     need = -(-want // block) * block  # (whole blocks, as vLLM counts them)
-    given = "--max-model-len" if sc.policy.max_model_len is not None else "the model's context, no --max-model-len"
+    # (where the length came from: --set policy.max_model_len (``len_set``), --max-model-len, or the model)
+    flag = "--set policy.max_model_len" if len_set else "--max-model-len"
+    given = flag if sc.policy.max_model_len is not None else "the model's context, no --max-model-len"
     band = 0.0 if sc.kv_cache.memory_bytes is not None else KV_ESTIMATE_BAND  # (a size given is no estimate)
     where, grow = (
         ("as --kv-cache-memory-bytes sizes it", "--kv-cache-memory-bytes")
@@ -495,8 +514,8 @@ def kv_start(sc: Scenario, auto_len: bool) -> KvStart:
         )
     return KvStart(
         refusal=f"vllm serve would not start: {short} {where}: vLLM checks this at "
-        f"start-up (check_enough_kv_cache_memory) and stops; pass --max-model-len {holds} or less, or auto, or "
-        f"raise {grow}"
+        f"start-up (check_enough_kv_cache_memory) and stops; {'set policy.max_model_len' if len_set else 'pass --max-model-len'} "
+        f"{holds} or less{'' if len_set else ', or auto,'} or raise {grow}"
     )
 
 
