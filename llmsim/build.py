@@ -180,8 +180,9 @@ def check_workload_bounds(sc: Scenario) -> None:
 def _drawn_to_horizon(sc: Scenario, n: float) -> bool:
     """Whether a synthetic workload of ``n`` requests is drawn only up to ``workload.horizon_s``:
     past MAX_REQUESTS, where a horizon is given (not for vllm bench serve's arrivals, which it
-    draws whole before it sends)."""
-    return n > MAX_REQUESTS and sc.workload.horizon_s is not None and not sc.workload.sends_as_vllm_bench
+    draws whole before it sends, nor a dataset's requests, which it samples whole)."""
+    w = sc.workload
+    return n > MAX_REQUESTS and w.horizon_s is not None and not w.sends_as_vllm_bench and w.dataset is None
 
 
 def _request_count(sc: Scenario) -> float:

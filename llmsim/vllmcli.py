@@ -556,6 +556,8 @@ class DatasetFlags:
     output_len: int | None = None
     shuffle: bool = True
     oversample: bool = True
+    output_len_flag: str = "--sharegpt-output-len"  # or --output-len, which vLLM maps onto every dataset's
+    tokenizer_mode: str | None = None
 
 
 # each setting's type, range and what a bad one is told (the flag is --<name with dashes>)
@@ -618,15 +620,19 @@ def dataset_flags(ns: argparse.Namespace, prog: str) -> DatasetFlags | None:
     for key in ("dataset_path", "tokenizer"):
         if key in got and not got[key]:
             raise UserError(f"{prog}: {flag_of(key)} '': expected a path")
-    out_len = got.get("sharegpt_output_len")
+    out_len, out_flag = got.get("sharegpt_output_len"), "--sharegpt-output-len"
+    if getattr(ns, "output_len", None) is not None:  # (vllm bench serve: args.sharegpt_output_len = args.output_len)
+        out_len, out_flag = ns.output_len, "--output-len"
     if out_len is not None and out_len < 1:
-        raise UserError(f"{prog}: --sharegpt-output-len {out_len}: expected a whole number, 1 or more")
+        raise UserError(f"{prog}: {out_flag} {out_len}: expected a whole number, 1 or more")
     return DatasetFlags(
         got.get("dataset_path"),
         got.get("tokenizer"),
         out_len,
         not switches["disable_shuffle"],
         not switches["no_oversample"],
+        out_flag,
+        getattr(ns, "ignored_tokenizer_mode", None),
     )
 
 
@@ -946,6 +952,11 @@ def _sharegpt(bench: Bench, model: str) -> dict:
     flags = bench.dataset or DatasetFlags()
     if flags.path is None:
         raise UserError("--dataset-name sharegpt: needs --dataset-path, the ShareGPT JSON file the benchmark reads")
+    if flags.tokenizer_mode not in (None, "auto", "hf"):
+        raise UserError(
+            f"--tokenizer-mode {cut(flags.tokenizer_mode, 20)} with the sharegpt dataset: llmsim counts tokens with "
+            "the model's tokenizer.json (the fast tokenizer vLLM's auto mode loads); other modes may count otherwise"
+        )
     if not Path(flags.path).is_file():
         raise UserError(f"--dataset-path {cut(flags.path)}: no such file (the ShareGPT JSON file the benchmark reads)")
     out: dict = {"name": "sharegpt", "path": os.path.abspath(flags.path), "tokenizer": flags.tokenizer or model}
@@ -1116,6 +1127,11 @@ def _workload(bench: Bench, trace_csv: str | None, model: str) -> dict:
             "kind": "all_at_once" if math.isinf(bench.request_rate) else "poisson",
             "num_requests": bench.num_prompts,
         }
+        if bench.dataset_name == "random" and bench.dataset is not None and bench.dataset.path is not None:
+            raise UserError(
+                "--dataset-path with the random dataset: vllm bench serve refuses it (\"Cannot use 'random' dataset "
+                "with --dataset-path\"); name the file's dataset, e.g. --dataset-name sharegpt"
+            )
         if bench.dataset_name == "sharegpt":
             workload["dataset"] = _sharegpt(bench, model)
         elif bench.dataset_name != "random":

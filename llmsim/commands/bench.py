@@ -615,9 +615,13 @@ def notes(
             ignored += [f"{flag_of(k)} (the file's send times)" for k in ("burstiness", "seed") if k in bench.given]
     from_file = result is not None and result.sent is not None
     if bench.dataset_name == "sharegpt" and not from_file:  # (vllm bench reads these for the random dataset only)
-        ignored += [f"{flag_of(k)} (the random dataset's)" for k in REQUEST_SETTINGS[1:] if k in bench.given]
+        general = bench.dataset is not None and bench.dataset.output_len_flag == "--output-len"
+        random_only = [
+            k for k in REQUEST_SETTINGS[1:] if k in bench.given and not (general and k == "random_output_len")
+        ]
+        ignored += [f"{flag_of(k)} (the random dataset's)" for k in random_only]
     elif bench.dataset is not None:
-        ignored.append(f"the dataset file's flags ({'the file' if from_file else 'the random dataset'}'s requests)")
+        ignored.append("the dataset file's flags (the result file's requests)")
     unpriced = [f for f in ignored if f in SERVE_UNMODELLED]
     ignored = [f for f in ignored if f not in SERVE_UNMODELLED]
     if ignored:

@@ -39,7 +39,7 @@ from llmsim.workload.limits import MAX_REQUESTS
 # vllm/benchmarks/datasets/utils.py is_valid_sequence's defaults
 MIN_TOKENS, MAX_PROMPT_TOKENS, MAX_TOTAL_TOKENS = 4, 1024, 2048
 _CHUNK_CHARS = 1 << 20  # characters read from the file at a time
-_ENCODE_BATCH = 256  # texts tokenised at a time
+_ENCODE_BATCH = 256  # conversations tokenised at a time
 _CUT_CHARS = 8  # a JSON token cut within this many characters of the buffer's end may read wrong ("fals", "-1.5e")
 
 
@@ -74,7 +74,7 @@ def iter_array(path: Path, where: str, chunk_chars: int = _CHUNK_CHARS) -> Itera
     except OSError as exc:
         raise UserError(f"{where}: cannot read it ({exc.strerror or exc})") from None
     with fh:
-        buf, pos, eof = "", 0, False
+        buf, pos, eof, index = "", 0, False, 0  # (index: the element being read)
 
         def more(need: int) -> bool:
             """Read at least ``need`` characters more (False at the end of the file)."""
@@ -84,7 +84,9 @@ def iter_array(path: Path, where: str, chunk_chars: int = _CHUNK_CHARS) -> Itera
             try:
                 text = fh.read(max(need, chunk_chars))
             except UnicodeDecodeError as exc:
-                raise UserError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start} of a chunk)") from None
+                raise UserError(
+                    f"{where}: not UTF-8 text ({exc.reason}, at element {index} or the space after it)"
+                ) from None
             if not text:
                 eof = True
                 return False
@@ -106,13 +108,24 @@ def iter_array(path: Path, where: str, chunk_chars: int = _CHUNK_CHARS) -> Itera
         if skip_space() != "[":
             raise UserError(f"{where}: expected a JSON array of conversations (ShareGPT's format: [{{...}}, ...])")
         pos += 1
-        index = 0
+
+        def closed() -> None:
+            """The array's ']' is the file's last word (json.load refuses "Extra data" after it)."""
+            nonlocal pos
+            pos += 1
+            rest = skip_space()
+            if rest:
+                raise UserError(f"{where}: {rest!r} after the array's closing ']': expected the end of the file")
+
         if skip_space() == "]":
+            closed()
             return
         while True:
             while True:  # one element; read on while the buffer's end may cut it off
                 try:
                     element, end = decoder.raw_decode(buf, pos)
+                except RecursionError:
+                    raise UserError(f"{where}: element {index}: nested too deeply to read") from None
                 except json.JSONDecodeError as exc:
                     # where the buffer's end may cut it off (the error within a literal's, a number's or
                     # an escape's length of the end, or a string still open), read on, doubling, so an
@@ -133,6 +146,7 @@ def iter_array(path: Path, where: str, chunk_chars: int = _CHUNK_CHARS) -> Itera
             index += 1
             sep = skip_space()
             if sep == "]":
+                closed()
                 return
             if sep != ",":
                 raise UserError(f"{where}: after element {index - 1}: expected ',' or ']', got {sep or 'the end'!r}")
@@ -140,16 +154,35 @@ def iter_array(path: Path, where: str, chunk_chars: int = _CHUNK_CHARS) -> Itera
             skip_space()
 
 
-def _turns(entry: Any, index: int, where: str) -> tuple[str, str] | None:
-    """A conversation's first two turns' texts, None where it has fewer than two (vLLM skips it)."""
+def _kept(entry: Any, index: int, where: str) -> bool:
+    """Whether vLLM keeps an element for its shuffle: ``"conversations" in entry and
+    len(entry["conversations"]) >= 2``, whatever the value's type (a text or an object of two keys
+    counts, and fails only if sampled). Where that expression itself fails in vLLM (a number, or
+    a text or list holding the word), so does this, naming the element."""
+    if isinstance(entry, str | list):
+        if "conversations" in entry:  # (vLLM then indexes a text or a list by a string)
+            raise UserError(f"{where}: element {index}: expected an object with a `conversations` list")
+        return False
     if not isinstance(entry, dict):
-        raise UserError(f"{where}: element {index}: expected an object with a `conversations` list")
-    turns = entry.get("conversations")
-    if not isinstance(turns, list) or len(turns) < 2:
-        return None
+        raise UserError(f"{where}: element {index}: expected an object with a `conversations` list, got {entry!r:.40}")
+    if "conversations" not in entry:
+        return False
+    turns = entry["conversations"]
+    if not isinstance(turns, str | list | dict):
+        raise UserError(f"{where}: element {index}: conversations: expected a list of turns, got {turns!r:.40}")
+    return len(turns) >= 2
+
+
+def _turns(entry: dict, index: int, where: str) -> tuple[str, str]:
+    """A sampled conversation's first two turns' texts (what vLLM reads of it: ``[0]["value"]`` and
+    ``[1]["value"]``)."""
+    media = [k for k in ("image", "video") if entry.get(k)]
+    if media:  # (vLLM sends these as multimodal requests: process_image / process_video)
+        raise UserError(f"{where}: element {index}: {media[0]}: a multimodal request, which llmsim does not model")
+    turns = entry["conversations"]
     texts = []
     for k in (0, 1):
-        turn = turns[k]
+        turn = turns[k] if isinstance(turns, list) else None
         value = turn.get("value") if isinstance(turn, dict) else None
         if not isinstance(value, str):
             raise UserError(f"{where}: element {index}: conversations[{k}]: expected an object with a `value` text")
@@ -157,16 +190,19 @@ def _turns(entry: Any, index: int, where: str) -> tuple[str, str] | None:
     return texts[0], texts[1]
 
 
-def _pairs(path: Path, wanted: set[int], where: str) -> dict[int, tuple[str, str]]:
-    """The first two turns of the conversations numbered ``wanted`` (among those with two turns)."""
-    out: dict[int, tuple[str, str]] = {}
+def _pairs(path: Path, wanted: set[int], where: str) -> dict[int, tuple[int, str, str] | UserError]:
+    """The element number and first two turns of the kept conversations numbered ``wanted``, or why
+    they cannot be read (raised only if the sample reaches them, as vLLM fails only there)."""
+    out: dict[int, tuple[int, str, str] | UserError] = {}
     kept = 0
     for index, entry in enumerate(iter_array(path, where)):
-        pair = _turns(entry, index, where)
-        if pair is None:
+        if not _kept(entry, index, where):
             continue
         if kept in wanted:
-            out[kept] = pair
+            try:
+                out[kept] = (index, *_turns(entry, index, where))
+            except UserError as exc:
+                out[kept] = exc
             if len(out) == len(wanted):
                 break
         kept += 1
@@ -174,29 +210,32 @@ def _pairs(path: Path, wanted: set[int], where: str) -> dict[int, tuple[str, str
 
 
 def _count(path: Path, where: str) -> int:
-    """How many conversations have two turns or more (each element checked on the way)."""
-    return sum(_turns(entry, index, where) is not None for index, entry in enumerate(iter_array(path, where)))
+    """How many elements vLLM keeps (``_kept``), each checked on the way."""
+    return sum(_kept(entry, index, where) for index, entry in enumerate(iter_array(path, where)))
 
 
 # ---- the tokenizer ---------------------------------------------------------------------------------
 
 
 def hf_cache_dirs() -> list[Path]:
-    """Where huggingface_hub keeps downloaded models: $HF_HUB_CACHE, else $HF_HOME/hub, else
-    ~/.cache/huggingface/hub (huggingface_hub's constants)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return [Path(os.environ["HF_HUB_CACHE"])]
-    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-    return [home / "hub"]
+    """Where huggingface_hub keeps downloaded models (its constants.py): $HF_HUB_CACHE, else the
+    older $HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub, $HF_HOME defaulting to $XDG_CACHE_HOME/huggingface
+    and that to ~/.cache/huggingface; ``~`` expanded as it expands it."""
+    env = os.environ
+    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if hub:
+        return [Path(hub).expanduser()]
+    xdg = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return [Path(env.get("HF_HOME") or xdg / "huggingface").expanduser() / "hub"]
 
 
 def tokenizer_file(name: str, where: str) -> Path:
     """The ``tokenizer.json`` of ``name``: the file itself, a folder holding it, or a model id
     downloaded to the Hugging Face cache (its ``refs/main`` snapshot, else the newest)."""
     given = Path(name).expanduser()
-    if given.is_file():
-        return given
-    if given.is_dir():
+    if given.is_absolute() and given.is_file():  # (a relative name is a model id: a path is made absolute
+        return given  # where it was given, beside the scenario or the command's directory)
+    if given.is_absolute() and given.is_dir():
         if (given / "tokenizer.json").is_file():
             return given / "tokenizer.json"
         raise UserError(f"{where} {name}: the folder has no tokenizer.json (a fast tokenizer's file)")
@@ -206,13 +245,14 @@ def tokenizer_file(name: str, where: str) -> Path:
         looked.append(str(repo))
         ref = repo / "refs" / "main"
         snapshots = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else []
-        snapshots += sorted((repo / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime, reverse=True)
+        found = [p for p in (repo / "snapshots").glob("*") if p.exists()]  # (a broken link left out)
+        snapshots += sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
         for snap in snapshots:
             if (snap / "tokenizer.json").is_file():
                 return snap / "tokenizer.json"
     raise UserError(
-        f"{where} {name}: no tokenizer.json found (looked for a file, a folder and the Hugging Face cache: "
-        f"{', '.join(looked)}); give the path of the model's tokenizer.json or of its folder (vllm bench serve: --tokenizer)"
+        f"{where} {name}: no tokenizer.json: not a file or folder there, nor a model in the Hugging Face cache "
+        f"({', '.join(looked)}); give the path of the model's tokenizer.json or of its folder (vllm bench serve: --tokenizer)"
     )
 
 
@@ -231,12 +271,33 @@ def load_tokenizer(path: Path, where: str) -> Any:
 
 
 def token_ids(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
-    """Each text's token ids, special tokens added as ``tokenizer(text)`` adds them, a few hundred
-    texts at a time (an encoding holds each token's text and offsets too: kept only this long)."""
-    out: list[np.ndarray] = []
-    for k in range(0, len(texts), _ENCODE_BATCH):
-        out += [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(texts[k : k + _ENCODE_BATCH])]
-    return out
+    """Each text's token ids, special tokens added as ``tokenizer(text)`` adds them (an encoding
+    holds each token's text and offsets too: kept only this long)."""
+    return [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(texts)]
+
+
+def _encoded(tokenizer: Any, group: list, turns: int, where: str) -> list[list[np.ndarray] | None]:
+    """The token ids of each pair's first ``turns`` texts (None for a pair that could not be read),
+    the group at once; where the tokenizer refuses one (a lone surrogate's escape), pair by pair,
+    the refusal raised as the pair's own UserError in its place (raised if the sample reaches it)."""
+    texts = [list(pair[1 : 1 + turns]) for pair in group if not isinstance(pair, UserError)]
+    try:
+        ids = iter(token_ids(tokenizer, [t for pair in texts for t in pair]))
+        return [None if isinstance(pair, UserError) else [next(ids) for _ in range(turns)] for pair in group]
+    except Exception:  # (the Rust side's own type: which text it was is found one by one)
+        out: list[list[np.ndarray] | None] = []
+        for k, pair in enumerate(group):
+            if isinstance(pair, UserError):
+                out.append(None)
+                continue
+            try:
+                out.append(token_ids(tokenizer, list(pair[1 : 1 + turns])))
+            except Exception as exc:
+                lone = [c for text in pair[1:] for c in text if 0xD800 <= ord(c) <= 0xDFFF]
+                why = f"a lone surrogate, \\u{ord(lone[0]):04x}" if lone else str(exc).splitlines()[0][:80]
+                group[k] = UserError(f"{where}: element {pair[0]}: the tokenizer cannot read its turns ({why})")
+                out.append(None)
+        return out
 
 
 # ---- the sample ----------------------------------------------------------------------------------
@@ -258,6 +319,8 @@ def sample(
         stat = path.stat()
     except OSError as exc:
         raise UserError(f"{where}.path {path}: cannot read it ({exc.strerror or exc})") from None
+    if not path.is_file():  # (a pipe or a device: it is read twice, and /dev/zero never ends)
+        raise UserError(f"{where}.path {path}: not a regular file (the dataset's JSON file)")
     tok_path = tokenizer_file(tokenizer_name, f"{where}.tokenizer")
     key = (str(path), stat.st_size, stat.st_mtime_ns, str(tok_path), tok_path.stat().st_mtime_ns)
     return list(_sample(key, num_requests, seed, output_tokens, shuffle, oversample, where))
@@ -274,26 +337,32 @@ def _sample(
     if shuffle:
         random.Random(seed).shuffle(order)  # (random.seed(seed); random.shuffle(data): the same permutation)
     samples: list[Sample] = []
+    # (the answers' lengths only where the dataset sets them: vLLM tokenises them anyway, unused)
+    turns = 1 if output_tokens is not None else 2
     start, batch = 0, num_requests + num_requests // 2 + 64  # (most ShareGPT pairs pass the length check)
     while len(samples) < num_requests and start < len(order):
         chosen = order[start : start + batch]
         pairs = _pairs(path, set(chosen), file_where)
         for k in range(0, len(chosen), _ENCODE_BATCH):
-            group = chosen[k : k + _ENCODE_BATCH]
-            ids = token_ids(tokenizer, [text for i in group for text in pairs.pop(i)])
-            for prompt, answer in zip(ids[::2], ids[1::2], strict=True):
-                out = len(answer) if output_tokens is None else output_tokens
-                if is_valid(len(prompt), out, output_tokens is not None) and len(samples) < num_requests:
-                    samples.append(Sample(prompt, out))
+            group = [pairs.pop(i) for i in chosen[k : k + _ENCODE_BATCH]]
+            encoded = _encoded(tokenizer, group, turns, file_where)  # (a refused text: its pair becomes the error)
+            for pair, ids in zip(group, encoded, strict=True):
+                if len(samples) == num_requests:
+                    break
+                if isinstance(pair, UserError) or ids is None:  # (reached: vLLM fails here too)
+                    raise pair if isinstance(pair, UserError) else AssertionError(pair)
+                out = len(ids[1]) if output_tokens is None else output_tokens
+                if is_valid(len(ids[0]), out, output_tokens is not None):
+                    samples.append(Sample(ids[0], out))
         start, batch = start + batch, 2 * batch
     if not samples:
+        given = "" if output_tokens is None else f"; the answers' length is set to {output_tokens:,}"
         raise UserError(
             f"{file_where}: no conversation passes vLLM's length check (a prompt of {MIN_TOKENS}-{MAX_PROMPT_TOKENS} "
-            f"tokens, an answer of {MIN_TOKENS} or more, {MAX_TOTAL_TOKENS} together at most)"
+            f"tokens, an answer of {MIN_TOKENS} or more, {MAX_TOTAL_TOKENS} together at most{given})"
         )
     if oversample and len(samples) < num_requests:
-        if num_requests > MAX_REQUESTS:  # pragma: no cover - the workload's own bound is checked first
-            raise UserError(f"{where}: {num_requests:,} requests, over the limit of {MAX_REQUESTS:,}")
+        assert num_requests <= MAX_REQUESTS  # (the workload's bound, checked before sampling: build)
         pick = random.Random(seed)  # (vLLM reseeds before oversampling)
         samples += [pick.choice(samples) for _ in range(num_requests - len(samples))]
     return tuple(samples)
