@@ -1054,7 +1054,8 @@ def kv_blocks(
         if placed + explicit > hw.memory_bytes:
             raise UserError(
                 f"{key}: kv_cache.memory_bytes {explicit / 2**30:.2f} GiB does not fit on {hw.name}: with the "
-                f"{placed / 2**30:.2f} GiB the weights, activations and engine hold per device it needs "
+                f"{placed / 2**30:.2f} GiB the weights, activations and engine hold per device"
+                f"{' (kv_cache.reserve_gb and LoRA slots included)' if reserve else ''} it needs "
                 f"{(placed + explicit) / 2**30:.2f} GiB of {hw.memory_bytes / 2**30:.2f}"
             )
         free = float(explicit)
