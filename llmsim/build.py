@@ -133,7 +133,15 @@ def build_workload(sc: Scenario) -> Workload:
             o = np.maximum(per_user("output_tokens", s.output_len, "output_len"), 1)
             _check_shared_prefix_prompt(sc, len(arrivals), q, o, origin)
             wl = gen.shared_prefix(
-                rng, arrivals, s.system_prompt_len, q, o, s.enable_multi_turn_chat, sc.kv_cache.block_tokens
+                rng,
+                arrivals,
+                s.system_prompt_len,
+                q,
+                o,
+                s.enable_multi_turn_chat,
+                sc.kv_cache.block_tokens,
+                s.order,
+                sc.seed,
             )
         else:
             wl = _synthetic(sc, rng, arrivals)

@@ -530,6 +530,10 @@ class SharedPrefixConfig(_Strict):
     question_len: TokensOrSpec = 50  # tokens per question (a length spec: drawn per user)
     output_len: TokensOrSpec = 50  # output tokens, generated in full (ignore_eos)
     enable_multi_turn_chat: bool = False  # each user's turn = its whole chat so far + a new question
+    # the users' order: llmsim's (shuffled with the scenario's seed); vllm_bench: as vllm bench serve's
+    # prefix_repetition dataset shuffles its requests (Python's random seeded with --seed); fixed:
+    # group by group (its --disable-shuffle)
+    order: Literal["llmsim", "vllm_bench", "fixed"] = "llmsim"
 
 
 class ClassConfig(_Strict):

@@ -542,22 +542,39 @@ class Bench:
     percentile_metrics: list[str] = field(default_factory=lambda: ["ttft", "tpot", "itl"])
     given: frozenset[str] = frozenset()
     ignored: list[str] = field(default_factory=list)
-    # a dataset read from a file (--dataset-name sharegpt): where, tokenised by what, and how sampled
-    dataset: DatasetFlags | None = None
+    # the flags of the datasets beyond random (sharegpt's file, prefix_repetition's lengths)
+    dataset: DatasetFlags = field(default_factory=lambda: DatasetFlags())
+
+
+# vllm bench serve's prefix_repetition dataset, its flags' defaults (vllm/benchmarks/datasets/
+# prefix_repetition.py, PrefixRepetitionRandomDataset's DEFAULT_*): --prefix-repetition-<key>
+PREFIX_REPETITION = {"prefix_len": 256, "suffix_len": 256, "num_prefixes": 10, "output_len": 128}
 
 
 @dataclass(frozen=True)
 class DatasetFlags:
-    """vllm bench serve's flags for a dataset file: --dataset-path, --tokenizer (default: the
-    model), --sharegpt-output-len, --disable-shuffle, --no-oversample."""
+    """vllm bench serve's flags of the datasets beyond random: sharegpt's --dataset-path,
+    --tokenizer (default: the model), --tokenizer-mode, --sharegpt-output-len, --disable-shuffle
+    (prefix_repetition's too), --no-oversample; prefix_repetition's --prefix-repetition-* (those
+    given); and the general --output-len, which vLLM maps onto every dataset's output length."""
 
     path: str | None = None
     tokenizer: str | None = None
-    output_len: int | None = None
+    tokenizer_mode: str | None = None
+    sharegpt_output_len: int | None = None
+    output_len: int | None = None  # --output-len
     shuffle: bool = True
     oversample: bool = True
-    output_len_flag: str = "--sharegpt-output-len"  # or --output-len, which vLLM maps onto every dataset's
-    tokenizer_mode: str | None = None
+    prefix_repetition: dict[str, int] = field(default_factory=dict)
+
+    def answers(self, own: int | None) -> int | None:
+        """A dataset's output length: --output-len where given (vLLM's override), else its own flag's."""
+        return self.output_len if self.output_len is not None else own
+
+    @property
+    def file_given(self) -> bool:
+        """Whether the line names a dataset file's flags (read only where the dataset is drawn)."""
+        return self.path is not None or self.tokenizer is not None or self.sharegpt_output_len is not None
 
 
 # each setting's type, range and what a bad one is told (the flag is --<name with dashes>)
@@ -607,32 +624,32 @@ def _bench_parser(prog: str = "vllm bench serve") -> argparse.ArgumentParser:
     p.add_argument("--sharegpt-output-len", type=int, dest="sharegpt_output_len")
     p.add_argument("--disable-shuffle", action="store_true", dest="disable_shuffle")
     p.add_argument("--no-oversample", action="store_true", dest="no_oversample")
+    for key in PREFIX_REPETITION:
+        p.add_argument(f"--prefix-repetition-{key.replace('_', '-')}", type=int, dest=f"prefix_repetition_{key}")
     _add_ignored(p, BENCH_IGNORED)
     return p
 
 
-def dataset_flags(ns: argparse.Namespace, prog: str) -> DatasetFlags | None:
-    """The dataset-file flags a command line gave (None: none of them)."""
-    got = {k: getattr(ns, k) for k in ("dataset_path", "tokenizer", "sharegpt_output_len") if hasattr(ns, k)}
-    switches = {k: getattr(ns, k, False) for k in ("disable_shuffle", "no_oversample")}
-    if not got and not any(switches.values()):
-        return None
+def dataset_flags(ns: argparse.Namespace, prog: str) -> DatasetFlags:
+    """The flags of the datasets beyond random a command line gave, each checked."""
     for key in ("dataset_path", "tokenizer"):
-        if key in got and not got[key]:
+        if getattr(ns, key, None) == "":
             raise UserError(f"{prog}: {flag_of(key)} '': expected a path")
-    out_len, out_flag = got.get("sharegpt_output_len"), "--sharegpt-output-len"
-    if getattr(ns, "output_len", None) is not None:  # (vllm bench serve: args.sharegpt_output_len = args.output_len)
-        out_len, out_flag = ns.output_len, "--output-len"
-    if out_len is not None and out_len < 1:
-        raise UserError(f"{prog}: {out_flag} {out_len}: expected a whole number, 1 or more")
+    counts = {"sharegpt_output_len": getattr(ns, "sharegpt_output_len", None)}
+    counts |= {"output_len": getattr(ns, "output_len", None)}
+    counts |= {f"prefix_repetition_{k}": getattr(ns, f"prefix_repetition_{k}", None) for k in PREFIX_REPETITION}
+    for key, value in counts.items():
+        if value is not None and value < 1:
+            raise UserError(f"{prog}: {flag_of(key)} {value}: expected a whole number, 1 or more")
     return DatasetFlags(
-        got.get("dataset_path"),
-        got.get("tokenizer"),
-        out_len,
-        not switches["disable_shuffle"],
-        not switches["no_oversample"],
-        out_flag,
-        getattr(ns, "ignored_tokenizer_mode", None),
+        path=getattr(ns, "dataset_path", None),
+        tokenizer=getattr(ns, "tokenizer", None),
+        tokenizer_mode=getattr(ns, "ignored_tokenizer_mode", None),
+        sharegpt_output_len=counts["sharegpt_output_len"],
+        output_len=counts["output_len"],
+        shuffle=not getattr(ns, "disable_shuffle", False),
+        oversample=not getattr(ns, "no_oversample", False),
+        prefix_repetition={k: v for k in PREFIX_REPETITION if (v := counts[f"prefix_repetition_{k}"]) is not None},
     )
 
 
@@ -732,8 +749,8 @@ def check_lengths(result: Result, bench: Bench) -> None:
     recorded = result.settings.get("num_prompts")
     if "num_prompts" in bench.given and recorded is not None and bench.num_prompts != recorded:
         raise UserError(f"--bench --num-prompts {bench.num_prompts}: {result.path} is of a run of {recorded:,} prompts")
-    if bench.dataset_name == "sharegpt":
-        return  # (its lengths are the file's: drawn from --dataset-path, the totals set side by side)
+    if bench.dataset_name in ("sharegpt", "prefix_repetition"):
+        return  # (their lengths are their own flags' or file's: drawn as vLLM draws them, the totals side by side)
     if not {"random_input_len", "random_output_len"} <= bench.given | set(result.settings):
         raise UserError(
             f"{result.path}: records no prompt and output lengths: give the run's --bench line "
@@ -949,7 +966,7 @@ def _sharegpt(bench: Bench, model: str) -> dict:
     """A ``workload.dataset`` section of vllm bench's ShareGPT sample (llmsim/workload/sharegpt.py):
     the file as an absolute path (a scenario written elsewhere still finds it), the tokenizer
     --tokenizer names, else the model's (vllm bench serve's default)."""
-    flags = bench.dataset or DatasetFlags()
+    flags = bench.dataset
     if flags.path is None:
         raise UserError("--dataset-name sharegpt: needs --dataset-path, the ShareGPT JSON file the benchmark reads")
     if flags.tokenizer_mode not in (None, "auto", "hf"):
@@ -962,13 +979,39 @@ def _sharegpt(bench: Bench, model: str) -> dict:
     out: dict = {"name": "sharegpt", "path": os.path.abspath(flags.path), "tokenizer": flags.tokenizer or model}
     if Path(out["tokenizer"]).exists():
         out["tokenizer"] = os.path.abspath(out["tokenizer"])
-    if flags.output_len is not None:
-        out["output_tokens"] = flags.output_len
+    if flags.answers(flags.sharegpt_output_len) is not None:
+        out["output_tokens"] = flags.answers(flags.sharegpt_output_len)
     if not flags.shuffle:
         out["shuffle"] = False
     if not flags.oversample:
         out["oversample"] = False
     return out
+
+
+def _prefix_repetition(bench: Bench) -> dict:
+    """vllm bench serve's prefix_repetition dataset as a ``shared_prefix`` workload: num_prefixes
+    random prefixes of prefix_len tokens, each followed by num_prompts // num_prefixes random
+    suffixes of suffix_len tokens (so that many requests, no more: vLLM does not oversample it),
+    shuffled with Python's random seeded with --seed (``order: vllm_bench``; ``fixed`` under
+    --disable-shuffle: prefix by prefix), each answer output_len tokens."""
+    p = {**PREFIX_REPETITION, **bench.dataset.prefix_repetition}
+    per = bench.num_prompts // p["num_prefixes"]
+    if per == 0:  # (vLLM raises the same)
+        raise UserError(
+            f"--num-prompts {bench.num_prompts}: the prefix_repetition dataset needs at least "
+            f"--prefix-repetition-num-prefixes ({p['num_prefixes']}) prompts"
+        )
+    return {
+        "num_requests": per * p["num_prefixes"],
+        "shared_prefix": {
+            "num_groups": p["num_prefixes"],
+            "num_prompts_per_group": per,
+            "system_prompt_len": p["prefix_len"],
+            "question_len": p["suffix_len"],
+            "output_len": bench.dataset.answers(p["output_len"]),
+            "order": "vllm_bench" if bench.dataset.shuffle else "fixed",
+        },
+    }
 
 
 def settle_prompts(data: dict, set_keys: frozenset[str] = frozenset()) -> str | None:
@@ -980,7 +1023,8 @@ def settle_prompts(data: dict, set_keys: frozenset[str] = frozenset()) -> str | 
     the prefix cache off it could match nothing, and past BENCH_CONTENT_IDS content ids the run
     would be slow and large."""
     w = data.get("workload")
-    if not isinstance(w, dict) or w.get("kind") == "trace" or "dataset" in w or "workload.prompts" in set_keys:
+    drawn = isinstance(w, dict) and ("dataset" in w or "shared_prefix" in w)  # (their own content)
+    if not isinstance(w, dict) or w.get("kind") == "trace" or drawn or "workload.prompts" in set_keys:
         return None  # (a --set that made it no mapping: the scenario's validation says so; a dataset's own)
     why = None
     kv = data.get("kv_cache")
@@ -1127,17 +1171,19 @@ def _workload(bench: Bench, trace_csv: str | None, model: str) -> dict:
             "kind": "all_at_once" if math.isinf(bench.request_rate) else "poisson",
             "num_requests": bench.num_prompts,
         }
-        if bench.dataset_name == "random" and bench.dataset is not None and bench.dataset.path is not None:
+        if bench.dataset_name == "random" and bench.dataset.path is not None:
             raise UserError(
                 "--dataset-path with the random dataset: vllm bench serve refuses it (\"Cannot use 'random' dataset "
                 "with --dataset-path\"); name the file's dataset, e.g. --dataset-name sharegpt"
             )
         if bench.dataset_name == "sharegpt":
             workload["dataset"] = _sharegpt(bench, model)
+        elif bench.dataset_name == "prefix_repetition":
+            workload |= _prefix_repetition(bench)
         elif bench.dataset_name != "random":
             raise UserError(
-                f"--dataset-name {cut(bench.dataset_name)}: llmsim draws the random and sharegpt datasets' requests "
-                "itself; another dataset's come from the run's result file saved with --save-result "
+                f"--dataset-name {cut(bench.dataset_name)}: llmsim draws the random, sharegpt and prefix_repetition "
+                "datasets' requests itself; another dataset's come from the run's result file saved with --save-result "
                 "--save-detailed (--result), which carries their lengths"
             )
         else:

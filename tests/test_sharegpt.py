@@ -379,3 +379,32 @@ def test_a_dataset_counts_against_the_request_limit_before_it_is_read(files):
     huge = scenario(files, num_requests=10**9, horizon_s=5)
     with pytest.raises(UserError, match="workload.num_requests"):
         build_workload(scenario_from_dict(huge, "t", ROOT))
+
+
+def test_prefix_repetition_is_vllm_bench_s_order_request_for_request():
+    """vllm bench serve --dataset-name prefix_repetition: K prefixes x N // K suffixes, the requests
+    listed prefix by prefix then shuffled with Python's random seeded with --seed."""
+    from llmsim.build import build_workload
+
+    bench, _ = parse_bench(
+        "--dataset-name prefix_repetition --prefix-repetition-prefix-len 64 --prefix-repetition-suffix-len 32 "
+        "--prefix-repetition-num-prefixes 3 --num-prompts 20 --request-rate 4 --seed 5 --output-len 16"
+    )
+    data = scenario_dict("H100-SXM", parse_serve("vllm serve Qwen/Qwen3-8B"), bench)
+    assert data["workload"]["num_requests"] == 18  # (3 x 20 // 3: vLLM makes no more)
+    assert data["workload"]["shared_prefix"]["output_len"] == 16  # (--output-len wins)
+    wl = build_workload(scenario_from_dict(data, "t", ROOT))
+    groups = [g for g in range(3) for _ in range(6)]  # vLLM's list, then random.seed(5); random.shuffle
+    random.seed(5)
+    random.shuffle(groups)
+    first = {}  # each request's first content id names its prefix
+    assert [first.setdefault(ids[0], g) for ids, g in zip(wl.block_hashes, groups, strict=True)] == groups
+    assert len(first) == 3 and wl.prompt_tokens.tolist() == [96] * 18 and (wl.output_tokens == 16).all()
+    fixed, _ = parse_bench(
+        "--dataset-name prefix_repetition --prefix-repetition-num-prefixes 2 --num-prompts 4 --disable-shuffle"
+    )
+    assert (
+        scenario_dict("H100-SXM", parse_serve("Qwen/Qwen3-8B"), fixed)["workload"]["shared_prefix"]["order"] == "fixed"
+    )
+    with pytest.raises(UserError, match="--prefix-repetition-prefix-len 0: expected a whole number, 1 or more"):
+        parse_bench("--dataset-name prefix_repetition --prefix-repetition-prefix-len 0")

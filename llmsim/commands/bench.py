@@ -614,14 +614,16 @@ def notes(
         if replays_own_send_times(result, bench):
             ignored += [f"{flag_of(k)} (the file's send times)" for k in ("burstiness", "seed") if k in bench.given]
     from_file = result is not None and result.sent is not None
-    if bench.dataset_name == "sharegpt" and not from_file:  # (vllm bench reads these for the random dataset only)
-        general = bench.dataset is not None and bench.dataset.output_len_flag == "--output-len"
+    if bench.dataset_name != "random" and not from_file:  # (vllm bench reads these for the random dataset only)
+        general = bench.dataset.output_len is not None  # (--output-len: every dataset's, vLLM maps it)
         random_only = [
             k for k in REQUEST_SETTINGS[1:] if k in bench.given and not (general and k == "random_output_len")
         ]
         ignored += [f"{flag_of(k)} (the random dataset's)" for k in random_only]
-    elif bench.dataset is not None:
-        ignored.append("the dataset file's flags (the result file's requests)")
+    if from_file and (bench.dataset.file_given or bench.dataset.prefix_repetition):
+        ignored.append("the dataset's flags (the result file's requests)")
+    if bench.dataset_name != "prefix_repetition" and bench.dataset.prefix_repetition:
+        ignored.append("--prefix-repetition-* (the prefix_repetition dataset's)")
     unpriced = [f for f in ignored if f in SERVE_UNMODELLED]
     ignored = [f for f in ignored if f not in SERVE_UNMODELLED]
     if ignored:
@@ -652,12 +654,19 @@ def notes(
         lines.append(f"kv       {kv}")
     if no_content and sc.kv_cache.prefix_caching:  # (past the content limit)
         lines.append(f"prompts  drawn without their content: {no_content}")
-    d = sc.workload.dataset
+    d, sp = sc.workload.dataset, sc.workload.shared_prefix
     if d is not None:
         lines.append(
             f"requests vllm bench's ShareGPT sample of {d.path} (seed {sc.seed}, tokenizer {d.tokenizer}): the "
             "prompts' tokens as a completions\n         endpoint counts them (a chat endpoint adds its template's), "
             "each answer run to its dataset length as with\n         --ignore-eos (a real model may stop sooner)"
+        )
+    elif sp is not None and not from_file:
+        lines.append(
+            f"requests vllm bench's prefix_repetition: {sp.num_groups} prefixes of {sp.system_prompt_len:,} tokens x "
+            f"{sp.num_prompts_per_group:,} suffixes of {sp.question_len:,} ({sc.workload.num_requests:,} requests, "
+            f"{'shuffled with the seed' if sp.order == 'vllm_bench' else 'prefix by prefix'}),\n         each answer "
+            f"{sp.output_len:,} tokens as with --ignore-eos (a real model may stop sooner; the tokenizer's BOS not counted)"
         )
     if result is not None and result.sent is not None:
         if replays_own_send_times(result, bench):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Callable
 
 import numpy as np
@@ -447,14 +448,18 @@ def shared_prefix(
     output_len: np.ndarray,
     multi_turn: bool,
     block_tokens: int,
+    order_kind: str = "llmsim",
+    seed: int = 0,
 ) -> Workload:
     """inference-perf's ``shared_prefix`` data on an arrival process.
 
     ``question_len`` / ``output_len`` are (groups, users per group) arrays: user (g, u) has a
     question of ``question_len[g, u]`` tokens after group g's system prompt of
     ``system_prompt_len`` tokens, and gets ``output_len[g, u]`` tokens back (in full, as with
-    ``ignore_eos``). The users are shuffled once (seeded); request i goes to user i mod P
-    (P = groups x users). Single turn: every request of a user repeats its prompt (system prompt +
+    ``ignore_eos``). The users are shuffled once (``order_kind``: llmsim's ``rng``; ``vllm_bench``,
+    as vllm bench serve's prefix_repetition dataset shuffles its requests, listed group by group:
+    Python's ``random`` seeded with ``seed``; ``fixed``: group by group); request i goes to user
+    i mod P (P = groups x users). Single turn: every request of a user repeats its prompt (system prompt +
     question). Multi-turn: request i is round i // P of its user's chat: its prompt is the whole
     chat so far (system prompt, then each earlier question and answer) plus a new question.
 
@@ -462,7 +467,12 @@ def shared_prefix(
     common system prompt / chat history, hashed into chained ids of ``block_tokens`` tokens."""
     groups, per = question_len.shape
     users = [(g, u) for g in range(groups) for u in range(per)]
-    order = rng.permutation(len(users))
+    if order_kind == "vllm_bench":  # (random.seed(seed); random.shuffle(requests): the same permutation)
+        shuffled = list(range(len(users)))
+        random.Random(seed).shuffle(shuffled)
+        order = np.array(shuffled, dtype=np.int64)
+    else:
+        order = np.arange(len(users)) if order_kind == "fixed" else rng.permutation(len(users))
     n = len(arrival_s)
     # every prompt's length first (request i: user order[i mod P], round i // P, whose chat holds
     # the system prompt, the earlier rounds' questions and answers and the new question), to
