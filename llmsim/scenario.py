@@ -526,7 +526,7 @@ class SharedPrefixConfig(_Strict):
     num_prompts_per_group: PosInt = Field(
         10, validation_alias=AliasChoices("num_prompts_per_group", "num_users_per_system_prompt")
     )
-    system_prompt_len: PosInt = 100  # tokens of each group's shared system prompt
+    system_prompt_len: Annotated[int, Field(ge=0)] = 100  # tokens of each group's shared system prompt (0: none)
     question_len: TokensOrSpec = 50  # tokens per question (a length spec: drawn per user)
     output_len: TokensOrSpec = 50  # output tokens, generated in full (ignore_eos)
     enable_multi_turn_chat: bool = False  # each user's turn = its whole chat so far + a new question
@@ -910,6 +910,7 @@ def _section_keys() -> dict[str, list[str]]:
     out["workload.system_prompts"] = list(SystemPromptConfig.model_fields)
     out["workload.conversations"] = list(ConversationConfig.model_fields)
     out["workload.shared_prefix"] = list(SharedPrefixConfig.model_fields)
+    out["workload.dataset"] = list(DatasetConfig.model_fields)
     out["lora"] = list(LoraConfig.model_fields)
     out["workload.lora"] = list(WorkloadLoraConfig.model_fields)
     return out

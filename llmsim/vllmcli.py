@@ -48,11 +48,12 @@ SERVE_IGNORED: dict[str, bool | int | str] = {
     **dict.fromkeys(("--enable-log-requests", "--enable-auto-tool-choice", "--disable-uvicorn-access-log"), False),
     **dict.fromkeys(("--disable-fastapi-docs", "--enable-chunked-prefill"), False),
 }
-# `vllm bench serve` flags that do not change the requests it sends or when (the endpoint, the
-# tokenizer, where results go, sampling settings of requests that run to their output length)
+# `vllm bench serve` flags that do not change the requests it sends or when (the endpoint, where
+# results go, sampling settings of requests that run to their output length; the tokenizer's flags
+# are read for the sharegpt dataset, DatasetFlags)
 BENCH_IGNORED: dict[str, bool | int | str] = {
     **dict.fromkeys(("--backend", "--base-url", "--host", "--port", "--endpoint"), 1),
-    **dict.fromkeys(("--tokenizer-mode", "--label", "--result-dir", "--result-filename"), 1),
+    **dict.fromkeys(("--label", "--result-dir", "--result-filename"), 1),
     **dict.fromkeys(("--num-warmups", "--temperature", "--top-p", "--top-k", "--min-p"), 1),
     **dict.fromkeys(("--ready-check-timeout-sec", "--request-id-prefix"), 1),
     **dict.fromkeys(("--ramp-up-start-rps", "--ramp-up-end-rps"), 1),  # (read only with --ramp-up-strategy)
@@ -147,12 +148,35 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message}")
 
 
+def _joined_lines(text: str) -> str:
+    """A line pasted from a script as the shell joins it: an unescaped backslash before a line break
+    removes both, outside single quotes (inside them, and after an escaped backslash, they stay)."""
+    out, i, quote = [], 0, None
+    while i < len(text):
+        c = text[i]
+        if quote == "'":
+            quote = None if c == "'" else quote
+        elif c == "\\":
+            nxt = text[i + 1 : i + 3]
+            if nxt[:1] == "\n" or nxt == "\r\n":
+                i += 2 if nxt[:1] == "\n" else 3
+                continue
+            out.append(text[i : i + 2])  # (an escaped character, kept for shlex to read)
+            i += 2
+            continue
+        elif c in "'\"":
+            quote = None if quote == c else (quote or c)
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def _words(text: str, command: tuple[str, ...], what: str) -> tuple[list[str], dict[str, str]]:
     """The arguments of one command line, and the environment it sets before the command (``VAR=1
     vllm serve ...``): shell words less the command's own (``vllm serve``), with vLLM's underscore
     spellings (``--max_num_seqs``) read as dashes."""
-    try:  # (a line pasted from a script: the shell drops a backslash before a line break)
-        words = shlex.split(re.sub(r"\\\r?\n", "", text))
+    try:
+        words = shlex.split(_joined_lines(text))
     except ValueError as exc:
         raise UserError(f"{what} {cut(text)!r}: {exc}") from None
     if words[:1] == ["env"]:  # (`env VAR=1 vllm serve ...`)
@@ -379,7 +403,8 @@ def _check_serve(ns: argparse.Namespace) -> None:
     for flag in ("--stream-interval", "--api-server-count"):  # (SERVE_UNMODELLED: read only to be checked)
         value = getattr(ns, "ignored_" + flag[2:].replace("-", "_"), None)
         if value is not None and not (value.isdigit() and int(value) >= 1):
-            raise UserError(f"vllm serve: {flag} {cut(value, 20)}: expected a whole number, 1 or more")
+            headless = " (0 runs vLLM headless, with no API server a benchmark can reach)" if flag[2] == "a" else ""
+            raise UserError(f"vllm serve: {flag} {cut(value, 20)}: expected a whole number, 1 or more{headless}")
     policy = getattr(ns, "ignored_scheduling_policy", None)
     if policy is not None and policy not in ("fcfs", "priority"):
         raise UserError(f"vllm serve: --scheduling-policy {cut(policy, 20)}: vLLM takes fcfs or priority")
@@ -563,6 +588,7 @@ class DatasetFlags:
     tokenizer_mode: str | None = None
     sharegpt_output_len: int | None = None
     output_len: int | None = None  # --output-len
+    input_len: int | None = None  # --input-len (vLLM maps it onto the random dataset's only)
     shuffle: bool = True
     oversample: bool = True
     prefix_repetition: dict[str, int] = field(default_factory=dict)
@@ -571,10 +597,28 @@ class DatasetFlags:
         """A dataset's output length: --output-len where given (vLLM's override), else its own flag's."""
         return self.output_len if self.output_len is not None else own
 
-    @property
-    def file_given(self) -> bool:
-        """Whether the line names a dataset file's flags (read only where the dataset is drawn)."""
-        return self.path is not None or self.tokenizer is not None or self.sharegpt_output_len is not None
+    def unread(self, dataset: str | None) -> list[str]:
+        """The flags given that the run does not read, with why: ``dataset`` is the dataset drawn
+        (None: a result file's requests replayed)."""
+        sharegpt = {
+            "--dataset-path": self.path is not None,
+            "--tokenizer": self.tokenizer is not None,
+            "--tokenizer-mode": self.tokenizer_mode is not None,
+            "--sharegpt-output-len": self.sharegpt_output_len is not None,
+            "--no-oversample": not self.oversample,
+        }
+        given = {
+            "sharegpt": sharegpt,
+            "sharegpt or prefix_repetition": {"--disable-shuffle": not self.shuffle},
+            "prefix_repetition": {"--prefix-repetition-*": bool(self.prefix_repetition)},
+        }
+        why = "the result file's requests" if dataset is None else f"not read for the {dataset} dataset"
+        return [
+            f"{flag} ({why})"
+            for readers, flags in given.items()
+            for flag, typed in flags.items()
+            if typed and (dataset is None or dataset not in readers.split(" or "))
+        ]
 
 
 # each setting's type, range and what a bad one is told (the flag is --<name with dashes>)
@@ -639,14 +683,16 @@ def dataset_flags(ns: argparse.Namespace, prog: str) -> DatasetFlags:
     counts |= {"output_len": getattr(ns, "output_len", None)}
     counts |= {f"prefix_repetition_{k}": getattr(ns, f"prefix_repetition_{k}", None) for k in PREFIX_REPETITION}
     for key, value in counts.items():
-        if value is not None and value < 1:
-            raise UserError(f"{prog}: {flag_of(key)} {value}: expected a whole number, 1 or more")
+        least = 0 if key == "prefix_repetition_prefix_len" else 1  # (no prefix: vLLM's no-sharing baseline)
+        if value is not None and value < least:
+            raise UserError(f"{prog}: {flag_of(key)} {value}: expected a whole number, {least} or more")
     return DatasetFlags(
         path=getattr(ns, "dataset_path", None),
         tokenizer=getattr(ns, "tokenizer", None),
         tokenizer_mode=getattr(ns, "ignored_tokenizer_mode", None),
         sharegpt_output_len=counts["sharegpt_output_len"],
         output_len=counts["output_len"],
+        input_len=getattr(ns, "input_len", None),
         shuffle=not getattr(ns, "disable_shuffle", False),
         oversample=not getattr(ns, "no_oversample", False),
         prefix_repetition={k: v for k in PREFIX_REPETITION if (v := counts[f"prefix_repetition_{k}"]) is not None},
@@ -749,26 +795,36 @@ def check_lengths(result: Result, bench: Bench) -> None:
     recorded = result.settings.get("num_prompts")
     if "num_prompts" in bench.given and recorded is not None and bench.num_prompts != recorded:
         raise UserError(f"--bench --num-prompts {bench.num_prompts}: {result.path} is of a run of {recorded:,} prompts")
-    if bench.dataset_name in ("sharegpt", "prefix_repetition"):
-        return  # (their lengths are their own flags' or file's: drawn as vLLM draws them, the totals side by side)
+    if bench.dataset_name == "sharegpt":
+        return  # (its lengths are the file's: drawn as vLLM draws them, the totals side by side)
+    if bench.dataset_name == "prefix_repetition":  # (a printout's Namespace keeps no --prefix-repetition-*)
+        p = {**PREFIX_REPETITION, **bench.dataset.prefix_repetition}
+        _check_totals(result, p["prefix_len"] + p["suffix_len"], "--prefix-repetition-prefix-len + -suffix-len", 0)
+        _check_totals(result, bench.dataset.answers(p["output_len"]) or 0, "--prefix-repetition-output-len", 1)
+        return
     if not {"random_input_len", "random_output_len"} <= bench.given | set(result.settings):
         raise UserError(
             f"{result.path}: records no prompt and output lengths: give the run's --bench line "
             "(its --random-input-len and --random-output-len)"
         )
-    done = result.figures.get("completed")
     prefix = f" + --random-prefix-len {bench.random_prefix_len}" if bench.random_prefix_len else ""
-    for total, expected, name in (
-        ("total_input_tokens", bench.random_input_len + bench.random_prefix_len, f"--random-input-len{prefix}"),
-        ("total_output_tokens", bench.random_output_len, "--random-output-len"),
-    ):
-        if done and total in result.figures:
-            mean = result.figures[total] / done
-            if abs(mean / expected - 1) > 0.05:  # (vLLM's prompts are short by the tokenizer's special tokens)
-                raise UserError(
-                    f"{result.path}: {total} / completed = {mean:,.1f} tokens a request, where {name} gives "
-                    f"{expected:,}: give the run's own --bench line"
-                )
+    _check_totals(result, bench.random_input_len + bench.random_prefix_len, f"--random-input-len{prefix}", 0)
+    _check_totals(result, bench.random_output_len, "--random-output-len", 1)
+
+
+def _check_totals(result: Result, expected: int, name: str, which: int) -> None:
+    """The result's mean prompt (``which`` 0) or output (1) tokens a request are ``expected``, within
+    5 % (vLLM's prompts are short or long by the tokenizer's special tokens), else the lengths
+    llmsim would draw are another run's."""
+    total = ("total_input_tokens", "total_output_tokens")[which]
+    done = result.figures.get("completed")
+    if done and total in result.figures and expected > 0:
+        mean = result.figures[total] / done
+        if abs(mean / expected - 1) > 0.05:
+            raise UserError(
+                f"{result.path}: {total} / completed = {mean:,.1f} tokens a request, where {name} gives "
+                f"{expected:,}: give the run's own --bench line"
+            )
 
 
 # --- the scenario ---------------------------------------------------------------------------------
@@ -1171,10 +1227,10 @@ def _workload(bench: Bench, trace_csv: str | None, model: str) -> dict:
             "kind": "all_at_once" if math.isinf(bench.request_rate) else "poisson",
             "num_requests": bench.num_prompts,
         }
-        if bench.dataset_name == "random" and bench.dataset.path is not None:
-            raise UserError(
-                "--dataset-path with the random dataset: vllm bench serve refuses it (\"Cannot use 'random' dataset "
-                "with --dataset-path\"); name the file's dataset, e.g. --dataset-name sharegpt"
+        if bench.dataset_name in ("random", "prefix_repetition") and bench.dataset.path is not None:
+            raise UserError(  # (vllm/benchmarks/serve.py refuses a path beside its generated datasets)
+                f'--dataset-path with the {bench.dataset_name} dataset: vllm bench serve refuses it ("Cannot use '
+                f"'{bench.dataset_name}' dataset with --dataset-path\"); name the file's dataset, e.g. --dataset-name sharegpt"
             )
         if bench.dataset_name == "sharegpt":
             workload["dataset"] = _sharegpt(bench, model)
@@ -1195,7 +1251,10 @@ def _workload(bench: Bench, trace_csv: str | None, model: str) -> dict:
             workload["rate_rps"] = bench.request_rate
             if bench.burstiness != 1.0:  # vllm bench's gamma gaps of shape B: cv = 1 / sqrt(B)
                 workload |= {"kind": "gamma", "cv": bench.burstiness**-0.5}
-            workload["arrivals"] = "vllm_bench"  # the very send times the client drew with the seed
+            # the very send times the client drew with the seed; not after prefix_repetition's tokens, which
+            # vLLM draws from the same global generator first (as many as its tokenizer's re-encoding takes)
+            if bench.dataset_name != "prefix_repetition":
+                workload["arrivals"] = "vllm_bench"
     if bench.max_concurrency:
         workload["max_concurrency"] = bench.max_concurrency
     return workload

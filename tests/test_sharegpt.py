@@ -406,5 +406,46 @@ def test_prefix_repetition_is_vllm_bench_s_order_request_for_request():
     assert (
         scenario_dict("H100-SXM", parse_serve("Qwen/Qwen3-8B"), fixed)["workload"]["shared_prefix"]["order"] == "fixed"
     )
-    with pytest.raises(UserError, match="--prefix-repetition-prefix-len 0: expected a whole number, 1 or more"):
-        parse_bench("--dataset-name prefix_repetition --prefix-repetition-prefix-len 0")
+    with pytest.raises(UserError, match="--prefix-repetition-suffix-len 0: expected a whole number, 1 or more"):
+        parse_bench("--dataset-name prefix_repetition --prefix-repetition-suffix-len 0")
+
+
+def test_the_final_review_s_findings(files, tmp_path, capsys):
+    """A review of the session (2026-12-07): flags a run does not read are listed, not dropped;
+    vLLM's own refusals and bounds; a printout's prefix_repetition run of other lengths refused."""
+    path, tok = files
+    serve = ["bench", "--hardware", "H100-SXM", "--serve", "vllm serve Qwen/Qwen3-8B"]
+    assert main([*serve, "--bench", "--num-prompts 4 --tokenizer foo --disable-shuffle --sharegpt-output-len 5"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--tokenizer", "--disable-shuffle", "--sharegpt-output-len"):
+        assert f"{flag} (not read for the random dataset)" in out
+    line = f"--dataset-name sharegpt --dataset-path {path} --tokenizer {tok} --num-prompts 4 --input-len 9"
+    assert main([*serve, "--bench", line]) == 0
+    assert "--input-len (the random dataset's)" in capsys.readouterr().out
+    assert main([*serve, "--bench", f"--dataset-name prefix_repetition --dataset-path {path} --num-prompts 20"]) == 2
+    assert "Cannot use 'prefix_repetition' dataset with --dataset-path" in capsys.readouterr().err
+    spec = "workload.shared_prefix.question_len={dist: uniform, min: 10, max: 20}"
+    assert main([*serve, "--bench", "--dataset-name prefix_repetition --num-prompts 20", "--set", spec]) == 0
+    assert "suffixes of drawn" in capsys.readouterr().out
+    bench, _ = parse_bench(
+        "--dataset-name prefix_repetition --prefix-repetition-prefix-len 0 --num-prompts 20 --request-rate 2"
+    )
+    w = scenario_dict("H100-SXM", parse_serve("Qwen/Qwen3-8B"), bench)["workload"]
+    assert w["shared_prefix"]["system_prompt_len"] == 0 and "arrivals" not in w  # (vLLM's generator is drawn first)
+    printout = tmp_path / "run.txt"  # a saved console printout whose Namespace keeps no --prefix-repetition-*
+    printout.write_text(
+        "Namespace(dataset_name='prefix_repetition', num_prompts=20, request_rate=inf, model='Qwen/Qwen3-8B')\n"
+        "============ Serving Benchmark Result ============\nSuccessful requests:                     20\n"
+        "Benchmark duration (s):                  10.0\nTotal input tokens:                      61440\n"
+        "Total generated tokens:                  320\nRequest throughput (req/s):              2.00\n"
+        "==================================================\n"
+    )
+    assert main([*serve, "--result", str(printout)]) == 2
+    assert "give the run's own --bench line" in capsys.readouterr().err
+
+
+def test_an_image_conversation_that_fails_the_length_check_is_skipped_as_vllm_skips_it(files, tmp_path):
+    path, tok = files
+    short = {"image": "x.png", "conversations": [{"value": "w1"}, {"value": "w1 w2 w3 w4"}]}  # (a 2-token prompt)
+    (tmp_path / "img.json").write_text(json.dumps([short, *json.loads(path.read_text())]))
+    assert len(sharegpt.sample(tmp_path / "img.json", str(tok), 3, 0, shuffle=False)) == 3

@@ -614,16 +614,13 @@ def notes(
         if replays_own_send_times(result, bench):
             ignored += [f"{flag_of(k)} (the file's send times)" for k in ("burstiness", "seed") if k in bench.given]
     from_file = result is not None and result.sent is not None
+    flags = bench.dataset
     if bench.dataset_name != "random" and not from_file:  # (vllm bench reads these for the random dataset only)
-        general = bench.dataset.output_len is not None  # (--output-len: every dataset's, vLLM maps it)
-        random_only = [
-            k for k in REQUEST_SETTINGS[1:] if k in bench.given and not (general and k == "random_output_len")
-        ]
-        ignored += [f"{flag_of(k)} (the random dataset's)" for k in random_only]
-    if from_file and (bench.dataset.file_given or bench.dataset.prefix_repetition):
-        ignored.append("the dataset's flags (the result file's requests)")
-    if bench.dataset_name != "prefix_repetition" and bench.dataset.prefix_repetition:
-        ignored.append("--prefix-repetition-* (the prefix_repetition dataset's)")
+        for k in REQUEST_SETTINGS[1:]:
+            general = {"random_input_len": flags.input_len, "random_output_len": flags.output_len}.get(k)
+            if k in bench.given and not (k == "random_output_len" and general is not None):  # (--output-len: read)
+                ignored.append(f"{'--input-len' if general is not None else flag_of(k)} (the random dataset's)")
+    ignored += flags.unread(None if from_file else bench.dataset_name)
     unpriced = [f for f in ignored if f in SERVE_UNMODELLED]
     ignored = [f for f in ignored if f not in SERVE_UNMODELLED]
     if ignored:
@@ -661,12 +658,18 @@ def notes(
             "prompts' tokens as a completions\n         endpoint counts them (a chat endpoint adds its template's), "
             "each answer run to its dataset length as with\n         --ignore-eos (a real model may stop sooner)"
         )
-    elif sp is not None and not from_file:
+    elif sp is not None and bench.dataset_name == "prefix_repetition" and not from_file:
+
+        def tokens(v: object) -> str:  # (a --set length spec in place of a count)
+            return f"{v:,}" if isinstance(v, int) else "drawn"
+
+        shuffled = {"vllm_bench": "shuffled as vLLM shuffles them", "fixed": "prefix by prefix"}
         lines.append(
-            f"requests vllm bench's prefix_repetition: {sp.num_groups} prefixes of {sp.system_prompt_len:,} tokens x "
-            f"{sp.num_prompts_per_group:,} suffixes of {sp.question_len:,} ({sc.workload.num_requests:,} requests, "
-            f"{'shuffled with the seed' if sp.order == 'vllm_bench' else 'prefix by prefix'}),\n         each answer "
-            f"{sp.output_len:,} tokens as with --ignore-eos (a real model may stop sooner; the tokenizer's BOS not counted)"
+            f"requests vllm bench's prefix_repetition: {sp.num_groups} prefixes of {tokens(sp.system_prompt_len)} "
+            f"tokens x {sp.num_prompts_per_group:,} suffixes of {tokens(sp.question_len)} ({sc.workload.num_requests:,} "
+            f"requests, {shuffled.get(sp.order, 'in llmsim order')}), each answer\n         {tokens(sp.output_len)} "
+            "tokens as with --ignore-eos (a real model may stop sooner; the tokenizer's BOS not counted); arrivals "
+            "llmsim's\n         Poisson draw, not vLLM's (its generator draws the prompts' tokens first)"
         )
     if result is not None and result.sent is not None:
         if replays_own_send_times(result, bench):

@@ -173,12 +173,16 @@ def _kept(entry: Any, index: int, where: str) -> bool:
     return len(turns) >= 2
 
 
-def _turns(entry: dict, index: int, where: str) -> tuple[str, str]:
+def _turns(entry: dict, index: int, where: str) -> tuple[str, str, UserError | None]:
     """A sampled conversation's first two turns' texts (what vLLM reads of it: ``[0]["value"]`` and
-    ``[1]["value"]``)."""
+    ``[1]["value"]``), and for one with an ``image`` or ``video`` the refusal raised if it passes
+    the length check (vLLM sends those as multimodal requests: process_image / process_video)."""
     media = [k for k in ("image", "video") if entry.get(k)]
-    if media:  # (vLLM sends these as multimodal requests: process_image / process_video)
-        raise UserError(f"{where}: element {index}: {media[0]}: a multimodal request, which llmsim does not model")
+    multimodal = None
+    if media:
+        multimodal = UserError(
+            f"{where}: element {index}: {media[0]}: a multimodal request, which llmsim does not model"
+        )
     turns = entry["conversations"]
     texts = []
     for k in (0, 1):
@@ -187,13 +191,13 @@ def _turns(entry: dict, index: int, where: str) -> tuple[str, str]:
         if not isinstance(value, str):
             raise UserError(f"{where}: element {index}: conversations[{k}]: expected an object with a `value` text")
         texts.append(value)
-    return texts[0], texts[1]
+    return texts[0], texts[1], multimodal
 
 
-def _pairs(path: Path, wanted: set[int], where: str) -> dict[int, tuple[int, str, str] | UserError]:
+def _pairs(path: Path, wanted: set[int], where: str) -> dict[int, tuple[int, str, str, UserError | None] | UserError]:
     """The element number and first two turns of the kept conversations numbered ``wanted``, or why
     they cannot be read (raised only if the sample reaches them, as vLLM fails only there)."""
-    out: dict[int, tuple[int, str, str] | UserError] = {}
+    out: dict[int, tuple[int, str, str, UserError | None] | UserError] = {}
     kept = 0
     for index, entry in enumerate(iter_array(path, where)):
         if not _kept(entry, index, where):
@@ -293,7 +297,7 @@ def _encoded(tokenizer: Any, group: list, turns: int, where: str) -> list[list[n
             try:
                 out.append(token_ids(tokenizer, list(pair[1 : 1 + turns])))
             except Exception as exc:
-                lone = [c for text in pair[1:] for c in text if 0xD800 <= ord(c) <= 0xDFFF]
+                lone = [c for text in pair[1:3] for c in text if 0xD800 <= ord(c) <= 0xDFFF]
                 why = f"a lone surrogate, \\u{ord(lone[0]):04x}" if lone else str(exc).splitlines()[0][:80]
                 group[k] = UserError(f"{where}: element {pair[0]}: the tokenizer cannot read its turns ({why})")
                 out.append(None)
@@ -353,6 +357,8 @@ def _sample(
                     raise pair if isinstance(pair, UserError) else AssertionError(pair)
                 out = len(ids[1]) if output_tokens is None else output_tokens
                 if is_valid(len(ids[0]), out, output_tokens is not None):
+                    if pair[3] is not None:  # (an image or video beside a valid pair: multimodal in vLLM)
+                        raise pair[3]
                     samples.append(Sample(ids[0], out))
         start, batch = start + batch, 2 * batch
     if not samples:
