@@ -403,7 +403,7 @@ def _check_serve(ns: argparse.Namespace) -> None:
     for flag in ("--stream-interval", "--api-server-count"):  # (SERVE_UNMODELLED: read only to be checked)
         value = getattr(ns, "ignored_" + flag[2:].replace("-", "_"), None)
         if value is not None and not (value.isdigit() and int(value) >= 1):
-            headless = " (0 runs vLLM headless, with no API server a benchmark can reach)" if flag[2] == "a" else ""
+            headless = " (0 runs vLLM headless, with no API server a benchmark can reach)" if "api" in flag else ""
             raise UserError(f"vllm serve: {flag} {cut(value, 20)}: expected a whole number, 1 or more{headless}")
     policy = getattr(ns, "ignored_scheduling_policy", None)
     if policy is not None and policy not in ("fcfs", "priority"):

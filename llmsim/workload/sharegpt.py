@@ -3,13 +3,15 @@ as vLLM draws them, so a run can be simulated before it is made.
 
 vLLM (``vllm/benchmarks/datasets/sharegpt.py`` and ``utils.py``, read on main, 2026; the same
 rules since ``benchmark_serving.py``'s ``sample_sharegpt_requests``):
-- the file is a JSON array of conversations; those with at least two turns are kept, then shuffled
-  with Python's ``random`` seeded with ``--seed`` (unless ``--disable-shuffle``);
+- the file is a JSON array of conversations; the entries whose ``conversations`` has two items or
+  more are kept (``_kept``: whatever its type; an entry is read further only if sampled), then
+  shuffled with Python's ``random`` seeded with ``--seed`` (unless ``--disable-shuffle``);
 - in that order, a conversation's first turn is the prompt and its second the expected answer,
   both tokenised with the benchmark's tokenizer (``tokenizer(text).input_ids``: special tokens
   added, a BOS where the tokenizer adds one); ``--sharegpt-output-len`` replaces the answer's length;
 - ``is_valid_sequence`` drops a pair whose prompt has under 4 tokens, whose answer has under 4
   (unless the length was given), whose prompt has over 1,024, or whose two have over 2,048 together;
+  a pair that passes with an ``image`` or ``video`` is a multimodal request (refused here);
 - sampling stops at ``--num-prompts``; short of it, ``random.choice`` (reseeded with the seed)
   repeats sampled requests until there are enough (unless ``--no-oversample``).
 
