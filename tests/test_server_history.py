@@ -229,8 +229,8 @@ def test_bench_json_tells_the_history(capsys):
     "extra, fragment",
     [
         (
-            ["--after", "--dataset-name sharegpt"],
-            "--after --dataset-name sharegpt: a server's history is replayed for the random",
+            ["--after", "--dataset-name prefix_repetition"],
+            "--after --dataset-name prefix_repetition: a server's history is replayed for the random",
         ),
         (["--after", "--num-prompts 0"], "--after: --num-prompts 0"),
         (["--after", "--model Qwen/Qwen3-32B"], "--after --model: the run is of Qwen/Qwen3-32B"),

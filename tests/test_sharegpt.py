@@ -449,3 +449,24 @@ def test_an_image_conversation_that_fails_the_length_check_is_skipped_as_vllm_sk
     short = {"image": "x.png", "conversations": [{"value": "w1"}, {"value": "w1 w2 w3 w4"}]}  # (a 2-token prompt)
     (tmp_path / "img.json").write_text(json.dumps([short, *json.loads(path.read_text())]))
     assert len(sharegpt.sample(tmp_path / "img.json", str(tok), 3, 0, shuffle=False)) == 3
+
+
+def test_a_sharegpt_run_after_the_same_run_finds_its_prompts_cached(files, capsys):
+    """--after with ShareGPT: the same seed samples the same prompts, whose token ids the server's
+    prefix cache kept (vLLM's second pass of a benchmark on one server)."""
+    path, tok = files
+    line = f"--dataset-name sharegpt --dataset-path {path} --tokenizer {tok} --num-prompts 60 --request-rate 4"
+    argv = [
+        "bench",
+        "--hardware",
+        "H100-SXM",
+        "--serve",
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct",
+        "--bench",
+        line,
+    ]
+    assert main([*argv, "--json"]) == 0
+    cold = json.loads(capsys.readouterr().out)["prefix_cache"]["hit_rate"]
+    assert main([*argv, "--after", line, "--json"]) == 0
+    warm = json.loads(capsys.readouterr().out)
+    assert warm["prefix_cache"]["hit_rate"] > cold + 0.5 and warm["history"]["not_simulated"] is None

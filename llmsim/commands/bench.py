@@ -246,7 +246,7 @@ def after_label(k: int, n: int) -> str:
 
 
 def earlier_run(text: str, serve: Serve, label: str) -> Bench:
-    """An --after run: a `vllm bench serve` command line of the random dataset, of the model served."""
+    """An --after run: a `vllm bench serve` command line of the random or sharegpt dataset, of the model served."""
     from llmsim.errors import UserError
     from llmsim.vllmcli import parse_bench
 
@@ -262,15 +262,16 @@ def earlier_run(text: str, serve: Serve, label: str) -> Bench:
 
 
 def check_random_dataset(where: str, bench: Bench) -> None:
-    """A run of a server's history (--after, or the --bench after them) draws the random dataset,
-    whose prompts' content repeats with the seed (a ShareGPT sample's would too, from its file: not
-    carried from run to run yet)."""
+    """A run of a server's history (--after, or the --bench after them) draws prompts whose content
+    llmsim knows as vLLM's: the random dataset's (it repeats with the seed) or a ShareGPT sample's
+    (its token ids). prefix_repetition's prefixes are named, not drawn: a run of another seed would
+    match them where vLLM's differ."""
     from llmsim.errors import UserError, cut
 
-    if bench.dataset_name != "random":
+    if bench.dataset_name not in ("random", "sharegpt"):
         raise UserError(
             f"{where} --dataset-name {cut(bench.dataset_name)}: a server's history is replayed for the random "
-            "dataset only, whose prompts' content repeats with the seed"
+            "and sharegpt datasets only, whose prompts' content llmsim draws as vLLM does"
         )
 
 
@@ -290,7 +291,7 @@ def why_history_skipped(sc: Scenario, no_content: str | None) -> str | None:
     """Why earlier runs would leave this run nothing to find (and are not simulated), or None."""
     if not sc.kv_cache.prefix_caching:
         return "the prefix cache is off"
-    if sc.workload.prompts != "vllm_bench":
+    if sc.workload.prompts != "vllm_bench" and sc.workload.dataset is None:  # (a dataset's carry their token ids)
         return f"this run's prompts carry no content ({no_content or 'workload.prompts llmsim'})"
     return None
 
@@ -357,8 +358,8 @@ def history_summary(runs: list[EarlierRun], skipped: str | None) -> dict:
 
 
 def check_history(bench: Bench, result: Result | None, out: Path | None) -> None:
-    """--after needs prompts whose content llmsim draws (the random dataset's) and a result that
-    says nothing of them; a scenario file cannot carry a server's history."""
+    """--after needs prompts whose content llmsim draws (the random or sharegpt dataset's) and a
+    result that says nothing of them; a scenario file cannot carry a server's history."""
     from llmsim.errors import UserError
 
     if result is not None and result.sent is not None:
