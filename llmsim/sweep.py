@@ -327,10 +327,10 @@ def shown_value(value: object) -> str:
 
 
 def set_item(option: str, key: str, value: object) -> str:
-    """``--set key=value`` as an error names it: the value cut to a line, and an empty one (``key=``,
-    which YAML reads as null) said as such rather than echoed as a ``null`` the user never typed."""
+    """``--set key=value`` as an error names it: the value cut to a line, and a null one (``key=``,
+    ``key=null`` or ``key=~``, which YAML all reads alike) said as read, not echoed as one spelling."""
     if value is None:
-        return f"{option} {key}= (empty: read as null)"
+        return f"{option} {key} (its value read as null)"
     return f"{option} {key}={cut(shown_value(value))}"
 
 

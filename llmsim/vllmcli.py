@@ -82,6 +82,8 @@ REFUSED = {
     "--ramp-up-strategy": "not modelled: vllm bench's ramp-up draws each gap at a rate that grows request by request; "
     "a scenario's workload.rate_profile steps a rate over time (docs/workloads.md)",
 }
+# a refused flag's own choices, which vLLM checks first (vllm/benchmarks/serve.py --ramp-up-strategy)
+REFUSED_CHOICES = {"--ramp-up-strategy": ("linear", "exponential")}
 HF_OVERRIDES_REFUSAL = "serve a folder holding the config.json as overridden (llmsim reads the model from it)"
 # a quantisation method (--quantization, or a checkpoint's quantization_config.quant_method) ->
 # (weights, compute): vLLM's FP8 is W8A8 with dynamic activation scales where the GPU has FP8
@@ -215,9 +217,15 @@ def _add_ignored(p: argparse.ArgumentParser, flags: dict[str, bool | int | str])
 
 def _parse(parser: argparse.ArgumentParser, words: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The parsed flags, and the ignored ones the line gave (as flags)."""
-    for name in (w.split("=", 1)[0].split(".", 1)[0] for w in words):  # (`--hf-overrides.key v` is --hf-overrides)
+    for k, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        name = name.split(".", 1)[0]  # (`--hf-overrides.key v` is --hf-overrides)
         if name == "--hf-overrides" and parser.prog == "vllm serve" and any(w.startswith(name + ".") for w in words):
             raise UserError(f"{parser.prog}: {name}: {HF_OVERRIDES_REFUSAL}")
+        choices = REFUSED_CHOICES.get(name)
+        value = value if eq else (words[k + 1] if k + 1 < len(words) else "")
+        if choices and value not in choices:  # (a bad value is vLLM's own error first)
+            raise UserError(f"{parser.prog}: {name} {cut(value, 20)!r}: vLLM takes {' or '.join(choices)}")
         if name in REFUSED:
             raise UserError(f"{parser.prog}: {name}: {REFUSED[name]}")
     ns, unknown = parser.parse_known_args(words)

@@ -834,3 +834,10 @@ def test_the_hostile_review_s_command_lines(capsys):
     line = ["bench", "--hardware", "H200", "--serve", dummy, "--bench", "--num-prompts 2"]
     assert main([*line, "--set", "cluster.expert_parallel=true"]) == 0
     assert "cluster.expert_routing_exponent 0.79" in capsys.readouterr().out
+
+
+def test_a_refused_flag_s_bad_value_is_vllm_s_own_error_first():
+    with pytest.raises(UserError, match="--ramp-up-strategy 'foo': vLLM takes linear or exponential"):
+        parse_bench("--ramp-up-strategy foo")
+    with pytest.raises(UserError, match="--ramp-up-strategy: not modelled"):
+        parse_bench("--ramp-up-strategy=linear --ramp-up-start-rps 1 --ramp-up-end-rps 4")
