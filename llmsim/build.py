@@ -217,14 +217,14 @@ def _dataset(sc: Scenario, rng: np.random.Generator, origin: str) -> Workload:
     """The requests of a benchmark's dataset (``workload.dataset``), in the order it sends them,
     at the workload's arrival times; each prompt's token ids hashed into the prefix cache's block
     ids at the scenario's block size (exact, as a trace's token ids are)."""
-    from llmsim.workload import sharegpt
+    from llmsim.workload import custom, sharegpt
     from llmsim.workload.identity import token_block_ids
 
     w = sc.workload
     d = w.dataset
     assert d is not None
     tokenizer = sc.path(d.tokenizer)  # (a path beside the scenario, else a model id as written)
-    samples = sharegpt.sample(
+    args = (
         sc.path(d.path),
         str(tokenizer) if tokenizer.exists() else d.tokenizer,
         int(_request_count(sc)),
@@ -232,8 +232,12 @@ def _dataset(sc: Scenario, rng: np.random.Generator, origin: str) -> Workload:
         d.output_tokens,
         d.shuffle,
         d.oversample,
-        f"{origin}: workload.dataset",
     )
+    where = f"{origin}: workload.dataset"
+    if d.name == "custom":
+        samples = custom.sample(*args, chat_template=d.chat_template, where=where)
+    else:
+        samples = sharegpt.sample(*args, where=where)
     # (without oversampling a file may hold fewer: vllm bench sends those, at times drawn for them)
     arrivals = _arrivals(sc, rng, origin, count=len(samples))
     block = sc.kv_cache.block_tokens

@@ -553,15 +553,25 @@ class ClassConfig(_Strict):
 
 class DatasetConfig(_Strict):
     """A benchmark dataset the requests' prompts and lengths come from, drawn as the benchmark
-    draws them (``name: sharegpt``: ``vllm bench serve --dataset-name sharegpt``,
-    llmsim/workload/sharegpt.py); the workload's kind still says when they arrive."""
+    draws them (``vllm bench serve --dataset-name sharegpt``, llmsim/workload/sharegpt.py; ``custom``,
+    llmsim/workload/custom.py); the workload's kind still says when they arrive."""
 
-    name: Literal["sharegpt"]
+    name: Literal["sharegpt", "custom"]
     path: str  # the dataset file (--dataset-path)
     tokenizer: str  # the model's tokenizer.json, its folder, or a model id in the Hugging Face cache (--tokenizer)
-    output_tokens: PosInt | None = None  # every answer's length (--sharegpt-output-len); default the dataset's
+    # every answer's length (--sharegpt-output-len / --custom-output-len); default sharegpt's own, custom's 256
+    output_tokens: PosInt | None = None
     shuffle: bool = True  # false: --disable-shuffle
     oversample: bool = True  # false: --no-oversample (fewer requests when the file has fewer valid ones)
+    chat_template: bool = True  # custom: prompts as the chat template renders them; false: --skip-chat-template
+
+    @model_validator(mode="after")
+    def _template_is_custom_s(self) -> DatasetConfig:
+        if self.name != "custom" and not self.chat_template:
+            raise ValueError(
+                f"chat_template: the {self.name} dataset sends its prompts as they are; only custom reads it"
+            )
+        return self
 
 
 class TraceConfig(_Strict):

@@ -595,6 +595,8 @@ class DatasetFlags:
     tokenizer: str | None = None
     tokenizer_mode: str | None = None
     sharegpt_output_len: int | None = None
+    custom_output_len: int | None = None
+    skip_chat_template: bool = False  # (--skip-chat-template, or the older --custom-skip-chat-template)
     output_len: int | None = None  # --output-len
     input_len: int | None = None  # --input-len (vLLM maps it onto the random dataset's only)
     shuffle: bool = True
@@ -608,16 +610,20 @@ class DatasetFlags:
     def unread(self, dataset: str | None) -> list[str]:
         """The flags given that the run does not read, with why: ``dataset`` is the dataset drawn
         (None: a result file's requests replayed)."""
-        sharegpt = {
+        files = {
             "--dataset-path": self.path is not None,
             "--tokenizer": self.tokenizer is not None,
             "--tokenizer-mode": self.tokenizer_mode is not None,
-            "--sharegpt-output-len": self.sharegpt_output_len is not None,
             "--no-oversample": not self.oversample,
         }
         given = {
-            "sharegpt": sharegpt,
-            "sharegpt or prefix_repetition": {"--disable-shuffle": not self.shuffle},
+            "sharegpt or custom": files,
+            "sharegpt": {"--sharegpt-output-len": self.sharegpt_output_len is not None},
+            "custom": {
+                "--custom-output-len": self.custom_output_len is not None,
+                "--skip-chat-template": self.skip_chat_template,
+            },
+            "sharegpt or custom or prefix_repetition": {"--disable-shuffle": not self.shuffle},
             "prefix_repetition": {"--prefix-repetition-*": bool(self.prefix_repetition)},
         }
         why = "the result file's requests" if dataset is None else f"not read for the {dataset} dataset"
@@ -674,6 +680,10 @@ def _bench_parser(prog: str = "vllm bench serve") -> argparse.ArgumentParser:
     p.add_argument("--dataset-path", dest="dataset_path")
     p.add_argument("--tokenizer", dest="tokenizer")
     p.add_argument("--sharegpt-output-len", type=int, dest="sharegpt_output_len")
+    p.add_argument("--custom-output-len", type=int, dest="custom_output_len")
+    p.add_argument(
+        "--skip-chat-template", "--custom-skip-chat-template", action="store_true", dest="skip_chat_template"
+    )
     p.add_argument("--disable-shuffle", action="store_true", dest="disable_shuffle")
     p.add_argument("--no-oversample", action="store_true", dest="no_oversample")
     for key in PREFIX_REPETITION:
@@ -687,7 +697,10 @@ def dataset_flags(ns: argparse.Namespace, prog: str) -> DatasetFlags:
     for key in ("dataset_path", "tokenizer"):
         if getattr(ns, key, None) == "":
             raise UserError(f"{prog}: {flag_of(key)} '': expected a path")
-    counts = {"sharegpt_output_len": getattr(ns, "sharegpt_output_len", None)}
+    custom_len = getattr(ns, "custom_output_len", None)
+    if custom_len == -1:  # (newer vLLM: each row's own output length, where the file gives one)
+        raise UserError(f"{prog}: --custom-output-len -1: each row's own output length is not read by llmsim; give one")
+    counts = {"sharegpt_output_len": getattr(ns, "sharegpt_output_len", None), "custom_output_len": custom_len}
     counts |= {"output_len": getattr(ns, "output_len", None)}
     counts |= {f"prefix_repetition_{k}": getattr(ns, f"prefix_repetition_{k}", None) for k in PREFIX_REPETITION}
     for key, value in counts.items():
@@ -699,6 +712,8 @@ def dataset_flags(ns: argparse.Namespace, prog: str) -> DatasetFlags:
         tokenizer=getattr(ns, "tokenizer", None),
         tokenizer_mode=getattr(ns, "ignored_tokenizer_mode", None),
         sharegpt_output_len=counts["sharegpt_output_len"],
+        custom_output_len=counts["custom_output_len"],
+        skip_chat_template=getattr(ns, "skip_chat_template", False),
         output_len=counts["output_len"],
         input_len=getattr(ns, "input_len", None),
         shuffle=not getattr(ns, "disable_shuffle", False),
@@ -803,8 +818,8 @@ def check_lengths(result: Result, bench: Bench) -> None:
     recorded = result.settings.get("num_prompts")
     if "num_prompts" in bench.given and recorded is not None and bench.num_prompts != recorded:
         raise UserError(f"--bench --num-prompts {bench.num_prompts}: {result.path} is of a run of {recorded:,} prompts")
-    if bench.dataset_name == "sharegpt":
-        return  # (its lengths are the file's: drawn as vLLM draws them, the totals side by side)
+    if bench.dataset_name in ("sharegpt", "custom"):
+        return  # (their prompts are the file's: drawn as vLLM draws them, the totals side by side)
     if bench.dataset_name == "prefix_repetition":  # (a printout's Namespace keeps no --prefix-repetition-*)
         p = {**PREFIX_REPETITION, **bench.dataset.prefix_repetition}
         _check_totals(result, p["prefix_len"] + p["suffix_len"], "--prefix-repetition-prefix-len + -suffix-len", 0)
@@ -1026,29 +1041,37 @@ def _count(value: object) -> int:
         return 0
 
 
-def _sharegpt(bench: Bench, model: str) -> dict:
-    """A ``workload.dataset`` section of vllm bench's ShareGPT sample (llmsim/workload/sharegpt.py):
-    the file as an absolute path (a scenario written elsewhere still finds it), the tokenizer
-    --tokenizer names, else the model's (vllm bench serve's default)."""
-    flags = bench.dataset
+def _file_dataset(bench: Bench, model: str) -> dict:
+    """A ``workload.dataset`` section of vllm bench's sharegpt or custom sample (llmsim/workload/
+    sharegpt.py, custom.py): the file as an absolute path (a scenario written elsewhere still finds
+    it), the tokenizer --tokenizer names, else the model's (vllm bench serve's default)."""
+    flags, name = bench.dataset, bench.dataset_name
+    kind = "ShareGPT JSON file" if name == "sharegpt" else "JSONL file of prompts"
     if flags.path is None:
-        raise UserError("--dataset-name sharegpt: needs --dataset-path, the ShareGPT JSON file the benchmark reads")
+        raise UserError(f"--dataset-name {name}: needs --dataset-path, the {kind} the benchmark reads")
+    if not Path(flags.path).is_file():
+        raise UserError(f"--dataset-path {cut(flags.path)}: no such file (the {kind} the benchmark reads)")
+    if name == "custom" and not flags.path.endswith(".jsonl"):  # (vLLM: "Only JSONL format is supported")
+        raise UserError(
+            f"--dataset-path {cut(flags.path)}: vllm bench serve reads a custom dataset from a .jsonl file only"
+        )
     if flags.tokenizer_mode not in (None, "auto", "hf"):
         raise UserError(
-            f"--tokenizer-mode {cut(flags.tokenizer_mode, 20)} with the sharegpt dataset: llmsim counts tokens with "
+            f"--tokenizer-mode {cut(flags.tokenizer_mode, 20)} with the {name} dataset: llmsim counts tokens with "
             "the model's tokenizer.json (the fast tokenizer vLLM's auto mode loads); other modes may count otherwise"
         )
-    if not Path(flags.path).is_file():
-        raise UserError(f"--dataset-path {cut(flags.path)}: no such file (the ShareGPT JSON file the benchmark reads)")
-    out: dict = {"name": "sharegpt", "path": os.path.abspath(flags.path), "tokenizer": flags.tokenizer or model}
+    out: dict = {"name": name, "path": os.path.abspath(flags.path), "tokenizer": flags.tokenizer or model}
     if Path(out["tokenizer"]).exists():
         out["tokenizer"] = os.path.abspath(out["tokenizer"])
-    if flags.answers(flags.sharegpt_output_len) is not None:
-        out["output_tokens"] = flags.answers(flags.sharegpt_output_len)
+    answers = flags.answers(flags.sharegpt_output_len if name == "sharegpt" else flags.custom_output_len)
+    if answers is not None:
+        out["output_tokens"] = answers
     if not flags.shuffle:
         out["shuffle"] = False
     if not flags.oversample:
         out["oversample"] = False
+    if name == "custom" and flags.skip_chat_template:
+        out["chat_template"] = False
     return out
 
 
@@ -1240,15 +1263,15 @@ def _workload(bench: Bench, trace_csv: str | None, model: str) -> dict:
                 f'--dataset-path with the {bench.dataset_name} dataset: vllm bench serve refuses it ("Cannot use '
                 f"'{bench.dataset_name}' dataset with --dataset-path\"); name the file's dataset, e.g. --dataset-name sharegpt"
             )
-        if bench.dataset_name == "sharegpt":
-            workload["dataset"] = _sharegpt(bench, model)
+        if bench.dataset_name in ("sharegpt", "custom"):
+            workload["dataset"] = _file_dataset(bench, model)
         elif bench.dataset_name == "prefix_repetition":
             workload |= _prefix_repetition(bench)
         elif bench.dataset_name != "random":
             raise UserError(
-                f"--dataset-name {cut(bench.dataset_name)}: llmsim draws the random, sharegpt and prefix_repetition "
-                "datasets' requests itself; another dataset's come from the run's result file saved with --save-result "
-                "--save-detailed (--result), which carries their lengths"
+                f"--dataset-name {cut(bench.dataset_name)}: llmsim draws the random, sharegpt, custom and "
+                "prefix_repetition datasets' requests itself; another dataset's come from the run's result file saved "
+                "with --save-result --save-detailed (--result), which carries their lengths"
             )
         else:
             workload["prompt_tokens"] = _lengths(bench.random_input_len, bench.random_range_ratio)

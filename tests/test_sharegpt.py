@@ -14,7 +14,7 @@ from llmsim.cli import main
 from llmsim.errors import UserError
 from llmsim.scenario import scenario_from_dict
 from llmsim.vllmcli import parse_bench, parse_serve, scenario_dict
-from llmsim.workload import sharegpt
+from llmsim.workload import sharegpt, tokenizer
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -141,27 +141,27 @@ def test_bad_conversations_are_named(files, tmp_path, data, message):
 
 def test_the_tokenizer_is_found_as_a_file_a_folder_or_in_the_hf_cache(files, tmp_path, monkeypatch):
     tok = files[1]
-    assert sharegpt.tokenizer_file(str(tok), "t") == tok
-    assert sharegpt.tokenizer_file(str(tok.parent), "t") == tok
+    assert tokenizer.tokenizer_file(str(tok), "t") == tok
+    assert tokenizer.tokenizer_file(str(tok.parent), "t") == tok
     snap = tmp_path / "hub" / "models--org--name" / "snapshots" / "abc"
     snap.mkdir(parents=True)
     (snap / "tokenizer.json").write_text(tok.read_text())
     (tmp_path / "hub" / "models--org--name" / "refs").mkdir()
     (tmp_path / "hub" / "models--org--name" / "refs" / "main").write_text("abc\n")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    assert sharegpt.tokenizer_file("org/name", "t") == snap / "tokenizer.json"
+    assert tokenizer.tokenizer_file("org/name", "t") == snap / "tokenizer.json"
     with pytest.raises(
         UserError, match="org/other: no tokenizer.json: not a file or folder there, nor a model .*models--org--other"
     ):
-        sharegpt.tokenizer_file("org/other", "t")
+        tokenizer.tokenizer_file("org/other", "t")
     with pytest.raises(UserError, match="the folder has no tokenizer.json"):
-        sharegpt.tokenizer_file(str(tmp_path / "hub"), "t")
+        tokenizer.tokenizer_file(str(tmp_path / "hub"), "t")
     (tmp_path / "junk.json").write_text("{}")
     with pytest.raises(UserError, match="not a tokenizer.json that `tokenizers` reads"):
-        sharegpt.load_tokenizer(tmp_path / "junk.json", "t")
+        tokenizer.load_tokenizer(tmp_path / "junk.json", "t")
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # (not installed)
     with pytest.raises(UserError, match="needs the `tokenizers` package"):
-        sharegpt.load_tokenizer(tok, "t")
+        tokenizer.load_tokenizer(tok, "t")
 
 
 def scenario(files, **workload) -> dict:
@@ -328,14 +328,14 @@ def test_the_second_review_s_files(files, tmp_path, monkeypatch):
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert sharegpt.tokenizer_file("o/m", "t") == snap / "good" / "tokenizer.json"
+    assert tokenizer.tokenizer_file("o/m", "t") == snap / "good" / "tokenizer.json"
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("HUGGINGFACE_HUB_CACHE", "~/xdg/huggingface/hub")
-    assert sharegpt.tokenizer_file("o/m", "t") == snap / "good" / "tokenizer.json"
+    assert tokenizer.tokenizer_file("o/m", "t") == snap / "good" / "tokenizer.json"
     # a relative name is a model id, never a file of the directory the command runs in
     monkeypatch.chdir(tok.parent)
     with pytest.raises(UserError, match="tokenizer.json: no tokenizer.json: not a file or folder there"):
-        sharegpt.tokenizer_file("tokenizer.json", "t")
+        tokenizer.tokenizer_file("tokenizer.json", "t")
 
 
 def vllm_sample_of(data: list, tok_path: Path, n: int) -> list:
@@ -470,3 +470,81 @@ def test_a_sharegpt_run_after_the_same_run_finds_its_prompts_cached(files, capsy
     assert main([*argv, "--after", line, "--json"]) == 0
     warm = json.loads(capsys.readouterr().out)
     assert warm["prefix_cache"]["hit_rate"] > cold + 0.5 and warm["history"]["not_simulated"] is None
+
+
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}[assistant]{% endif %}"
+)
+
+
+def test_vllm_bench_s_custom_dataset_with_and_without_the_chat_template(files, tmp_path, capsys):
+    """--dataset-name custom: JSONL prompts shuffled with the seed, the first --num-prompts taken
+    (no length check), each rendered by the model's chat template unless --skip-chat-template."""
+    from llmsim.workload import custom
+
+    _, tok = files
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(tok.read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE, "bos_token": "<s>"}))
+    rng = random.Random(3)
+    rows = [{"prompt": " ".join(rng.choices(WORDS, k=rng.randrange(1, 40)))} for _ in range(30)]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    t = tokenizers.Tokenizer.from_file(str(tok))
+    order = list(range(30))
+    random.seed(7)
+    random.shuffle(order)  # (vLLM's random.seed(seed); random.shuffle(data))
+    plain = custom.sample(data, str(folder), 10, 7, chat_template=False)
+    assert [s.prompt_ids.tolist() for s in plain] == [t.encode(rows[i]["prompt"]).ids for i in order[:10]]
+    assert {s.output_tokens for s in plain} == {256}  # (--custom-output-len's default)
+    templated = custom.sample(data, str(folder), 40, 7, output_tokens=64)  # (past the file: oversampled)
+    first = f"<s>[user] {rows[order[0]]['prompt']}\n[assistant]"
+    assert templated[0].prompt_ids.tolist() == t.encode(first).ids and len(templated) == 40
+    (folder / "tokenizer_config.json").write_text("{}")
+    with pytest.raises(UserError, match="has no chat template .*--skip-chat-template"):
+        custom.sample(data, str(folder), 5, 8)
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "w1"}\n{"text": "w2"}\n')
+    with pytest.raises(UserError, match="bad.jsonl: line 2: expected an object with a `prompt` text"):
+        custom.sample(tmp_path / "bad.jsonl", str(folder), 5, 0, chat_template=False)
+    serve = ["bench", "--hardware", "H100-SXM", "--serve", "vllm serve meta-llama/Llama-3.1-8B-Instruct"]
+    line = f"--dataset-name custom --dataset-path {data} --tokenizer {folder} --num-prompts 12 --skip-chat-template"
+    bench, _ = parse_bench(f"{line} --custom-output-len 32")
+    d = scenario_dict("H100-SXM", parse_serve("meta-llama/Llama-3.1-8B-Instruct"), bench)["workload"]["dataset"]
+    assert d["name"] == "custom" and d["chat_template"] is False and d["output_tokens"] == 32
+    assert main([*serve, "--bench", line]) == 0
+    out = capsys.readouterr().out
+    assert "custom sample of" in out and "as written (--skip-chat-template)" in out
+    assert "Total generated tokens:                  3072" in out  # (12 x 256)
+    assert main([*serve, "--bench", f"--dataset-name custom --dataset-path {tok} --num-prompts 2"]) == 2
+    assert "from a .jsonl file only" in capsys.readouterr().err
+    with pytest.raises(UserError, match="--custom-output-len -1"):
+        parse_bench("--dataset-name custom --custom-output-len -1")
+
+
+def test_the_custom_review_s_templates_and_lines(files, tmp_path):
+    """(A review, 2026-12-07.) strftime_now, tools / documents none, {% generation %},
+    special_tokens_map.json; a raw tab inside a prompt and a lone surrogate read as pandas reads them."""
+    from llmsim.workload import custom
+
+    _, tok = files
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(tok.read_text())
+    (folder / "special_tokens_map.json").write_text(json.dumps({"bos_token": {"content": "<s>"}}))
+    for template, want in [
+        ("{{ strftime_now('%d %b %Y') }} {{ messages[0].content }}", "01 Jan 2026 w1 w2"),
+        ("{% if tools is not none %}T {% endif %}{{ messages[0].content }}", "w1 w2"),
+        ("{% for m in messages %}{{ m.content }}{% generation %} w3{% endgeneration %}{% endfor %}", "w1 w2 w3"),
+        ("{{ bos_token }} {{ messages[0].content }}", "<s> w1 w2"),
+    ]:
+        (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+        assert custom.template_renderer(folder / "tokenizer.json", "t")("w1 w2") == want
+    (folder / "tokenizer_config.json").write_text("[]")
+    with pytest.raises(UserError, match="tokenizer_config.json: expected a JSON object"):
+        custom.template_renderer(folder / "tokenizer.json", "t")
+    (tmp_path / "odd.jsonl").write_text('{"prompt": "w1\tw2"}\n{"prompt": "w3 \\ud800 w4"}\n')
+    got = custom.sample(tmp_path / "odd.jsonl", str(folder), 2, 0, chat_template=False, shuffle=False)
+    t = tokenizers.Tokenizer.from_file(str(tok))
+    assert [s.prompt_ids.tolist() for s in got] == [t.encode("w1\tw2").ids, t.encode("w3  w4").ids]

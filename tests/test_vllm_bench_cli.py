@@ -165,7 +165,8 @@ def test_bench_defaults_and_random_lengths():
     assert w["prompt_tokens"] == {"dist": "uniform", "min": 500, "max": 1500}
     assert w["kind"] == "gamma" and w["cv"] == 0.5
     with pytest.raises(
-        UserError, match="--dataset-name sonnet: llmsim draws the random, sharegpt and prefix_repetition datasets'"
+        UserError,
+        match="--dataset-name sonnet: llmsim draws the random, sharegpt, custom and prefix_repetition datasets'",
     ):
         scenario_dict("H100-SXM", parse_serve(SERVE), bench_of("--dataset-name sonnet"))
     with pytest.raises(UserError, match="--dataset-name sharegpt: needs --dataset-path"):

@@ -263,15 +263,15 @@ def earlier_run(text: str, serve: Serve, label: str) -> Bench:
 
 def check_random_dataset(where: str, bench: Bench) -> None:
     """A run of a server's history (--after, or the --bench after them) draws prompts whose content
-    llmsim knows as vLLM's: the random dataset's (it repeats with the seed) or a ShareGPT sample's
-    (its token ids). prefix_repetition's prefixes are named, not drawn: a run of another seed would
+    llmsim knows as vLLM's: the random dataset's (it repeats with the seed) or a ShareGPT or custom
+    sample's (its token ids). prefix_repetition's prefixes are named, not drawn: a run of another seed would
     match them where vLLM's differ."""
     from llmsim.errors import UserError, cut
 
-    if bench.dataset_name not in ("random", "sharegpt"):
+    if bench.dataset_name not in ("random", "sharegpt", "custom"):
         raise UserError(
-            f"{where} --dataset-name {cut(bench.dataset_name)}: a server's history is replayed for the random "
-            "and sharegpt datasets only, whose prompts' content llmsim draws as vLLM does"
+            f"{where} --dataset-name {cut(bench.dataset_name)}: a server's history is replayed for the random, "
+            "sharegpt and custom datasets only, whose prompts' content llmsim draws as vLLM does"
         )
 
 
@@ -653,11 +653,20 @@ def notes(
     if no_content and sc.kv_cache.prefix_caching:  # (past the content limit)
         lines.append(f"prompts  drawn without their content: {no_content}")
     d, sp = sc.workload.dataset, sc.workload.shared_prefix
-    if d is not None:
+    if d is not None and d.name == "sharegpt":
         lines.append(
             f"requests vllm bench's ShareGPT sample of {d.path} (seed {sc.seed}, tokenizer {d.tokenizer}): the "
             "prompts' tokens as a completions\n         endpoint counts them (a chat endpoint adds its template's), "
             "each answer run to its dataset length as with\n         --ignore-eos (a real model may stop sooner)"
+        )
+    elif d is not None:
+        from llmsim.workload.custom import DEFAULT_OUTPUT_TOKENS
+
+        prompts = "as the chat template renders them" if d.chat_template else "as written (--skip-chat-template)"
+        lines.append(
+            f"requests vllm bench's custom sample of {d.path} (seed {sc.seed}, tokenizer {d.tokenizer}): prompts "
+            f"{prompts} (a chat endpoint\n         would apply its template again), each answer "
+            f"{d.output_tokens or DEFAULT_OUTPUT_TOKENS:,} tokens as with --ignore-eos (a real model may stop sooner)"
         )
     elif sp is not None and bench.dataset_name == "prefix_repetition" and not from_file:
 

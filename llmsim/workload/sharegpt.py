@@ -25,10 +25,8 @@ model's ``tokenizer.json``.
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -36,21 +34,13 @@ from typing import Any
 import numpy as np
 
 from llmsim.errors import UserError
-from llmsim.workload.limits import MAX_REQUESTS
+from llmsim.workload.tokenizer import Sample, dataset_key, load_tokenizer, oversampled, token_ids
 
 # vllm/benchmarks/datasets/utils.py is_valid_sequence's defaults
 MIN_TOKENS, MAX_PROMPT_TOKENS, MAX_TOTAL_TOKENS = 4, 1024, 2048
 _CHUNK_CHARS = 1 << 20  # characters read from the file at a time
 _ENCODE_BATCH = 256  # conversations tokenised at a time
 _CUT_CHARS = 8  # a JSON token cut within this many characters of the buffer's end may read wrong ("fals", "-1.5e")
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One request of the sample: its prompt's token ids and the tokens it asks for."""
-
-    prompt_ids: np.ndarray  # int64
-    output_tokens: int
 
 
 def is_valid(prompt_tokens: int, output_tokens: int, output_given: bool) -> bool:
@@ -220,68 +210,6 @@ def _count(path: Path, where: str) -> int:
     return sum(_kept(entry, index, where) for index, entry in enumerate(iter_array(path, where)))
 
 
-# ---- the tokenizer ---------------------------------------------------------------------------------
-
-
-def hf_cache_dirs() -> list[Path]:
-    """Where huggingface_hub keeps downloaded models (its constants.py): $HF_HUB_CACHE, else the
-    older $HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub, $HF_HOME defaulting to $XDG_CACHE_HOME/huggingface
-    and that to ~/.cache/huggingface; ``~`` expanded as it expands it."""
-    env = os.environ
-    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
-    if hub:
-        return [Path(hub).expanduser()]
-    xdg = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
-    return [Path(env.get("HF_HOME") or xdg / "huggingface").expanduser() / "hub"]
-
-
-def tokenizer_file(name: str, where: str) -> Path:
-    """The ``tokenizer.json`` of ``name``: the file itself, a folder holding it, or a model id
-    downloaded to the Hugging Face cache (its ``refs/main`` snapshot, else the newest)."""
-    given = Path(name).expanduser()
-    if given.is_absolute() and given.is_file():  # (a relative name is a model id: a path is made absolute
-        return given  # where it was given, beside the scenario or the command's directory)
-    if given.is_absolute() and given.is_dir():
-        if (given / "tokenizer.json").is_file():
-            return given / "tokenizer.json"
-        raise UserError(f"{where} {name}: the folder has no tokenizer.json (a fast tokenizer's file)")
-    looked = []
-    for cache in hf_cache_dirs():
-        repo = cache / ("models--" + name.replace("/", "--"))
-        looked.append(str(repo))
-        ref = repo / "refs" / "main"
-        snapshots = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else []
-        found = [p for p in (repo / "snapshots").glob("*") if p.exists()]  # (a broken link left out)
-        snapshots += sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
-        for snap in snapshots:
-            if (snap / "tokenizer.json").is_file():
-                return snap / "tokenizer.json"
-    raise UserError(
-        f"{where} {name}: no tokenizer.json: not a file or folder there, nor a model in the Hugging Face cache "
-        f"({', '.join(looked)}); give the path of the model's tokenizer.json or of its folder (vllm bench serve: --tokenizer)"
-    )
-
-
-def load_tokenizer(path: Path, where: str) -> Any:
-    """A ``tokenizers.Tokenizer`` read from ``path``."""
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise UserError(
-            f"{where}: tokenising the dataset needs the `tokenizers` package (pip install 'llmsim[sharegpt]', or tokenizers)"
-        ) from None
-    try:
-        return Tokenizer.from_file(str(path))
-    except Exception as exc:  # (the Rust side raises its own exception type)
-        raise UserError(f"{where} {path}: not a tokenizer.json that `tokenizers` reads ({exc})") from None
-
-
-def token_ids(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
-    """Each text's token ids, special tokens added as ``tokenizer(text)`` adds them (an encoding
-    holds each token's text and offsets too: kept only this long)."""
-    return [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(texts)]
-
-
 def _encoded(tokenizer: Any, group: list, turns: int, where: str) -> list[list[np.ndarray] | None]:
     """The token ids of each pair's first ``turns`` texts (None for a pair that could not be read),
     the group at once; where the tokenizer refuses one (a lone surrogate's escape), pair by pair,
@@ -321,14 +249,7 @@ def sample(
 ) -> list[Sample]:
     """The requests ``vllm bench serve --dataset-name sharegpt`` sends (module docstring), memoised
     for the life of the process on the file's size and time (a sweep samples once)."""
-    try:
-        stat = path.stat()
-    except OSError as exc:
-        raise UserError(f"{where}.path {path}: cannot read it ({exc.strerror or exc})") from None
-    if not path.is_file():  # (a pipe or a device: it is read twice, and /dev/zero never ends)
-        raise UserError(f"{where}.path {path}: not a regular file (the dataset's JSON file)")
-    tok_path = tokenizer_file(tokenizer_name, f"{where}.tokenizer")
-    key = (str(path), stat.st_size, stat.st_mtime_ns, str(tok_path), tok_path.stat().st_mtime_ns)
+    key = dataset_key(path, tokenizer_name, where)
     return list(_sample(key, num_requests, seed, output_tokens, shuffle, oversample, where))
 
 
@@ -369,8 +290,4 @@ def _sample(
             f"{file_where}: no conversation passes vLLM's length check (a prompt of {MIN_TOKENS}-{MAX_PROMPT_TOKENS} "
             f"tokens, an answer of {MIN_TOKENS} or more, {MAX_TOTAL_TOKENS} together at most{given})"
         )
-    if oversample and len(samples) < num_requests:
-        assert num_requests <= MAX_REQUESTS  # (the workload's bound, checked before sampling: build)
-        pick = random.Random(seed)  # (vLLM reseeds before oversampling)
-        samples += [pick.choice(samples) for _ in range(num_requests - len(samples))]
-    return tuple(samples)
+    return tuple(oversampled(samples, num_requests, seed) if oversample else samples)

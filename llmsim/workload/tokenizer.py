@@ -1,0 +1,107 @@
+"""A benchmark dataset's tokens as vLLM's benchmark counts them: the model's ``tokenizer.json``
+found as huggingface_hub finds it, read with the ``tokenizers`` package (the fast tokenizer
+``AutoTokenizer`` loads), and what the dataset samplers share (``Sample``, oversampling, the
+memo key of a dataset file and its tokenizer)."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmsim.errors import UserError
+from llmsim.workload.limits import MAX_REQUESTS
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One request of a sample: its prompt's token ids and the tokens it asks for."""
+
+    prompt_ids: np.ndarray  # int64
+    output_tokens: int
+
+
+def oversampled(samples: list[Sample], num_requests: int, seed: int) -> list[Sample]:
+    """``samples`` repeated up to ``num_requests`` as vLLM's ``maybe_oversample_requests`` does:
+    ``random.choice`` of the sample, the generator reseeded with the seed first."""
+    if len(samples) >= num_requests:
+        return samples
+    assert num_requests <= MAX_REQUESTS  # (the workload's bound, checked before sampling: build)
+    pick = random.Random(seed)
+    return samples + [pick.choice(samples) for _ in range(num_requests - len(samples))]
+
+
+def dataset_key(path: Path, tokenizer_name: str, where: str) -> tuple:
+    """A dataset file and its tokenizer, checked, as the key a sample is memoised on for the life of
+    the process (their sizes and times: a sweep samples once, an edited file again)."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise UserError(f"{where}.path {path}: cannot read it ({exc.strerror or exc})") from None
+    if not path.is_file():  # (a pipe or a device: it is read twice, and /dev/zero never ends)
+        raise UserError(f"{where}.path {path}: not a regular file (the dataset's file)")
+    tok_path = tokenizer_file(tokenizer_name, f"{where}.tokenizer")
+    return (str(path), stat.st_size, stat.st_mtime_ns, str(tok_path), tok_path.stat().st_mtime_ns)
+
+
+def hf_cache_dirs() -> list[Path]:
+    """Where huggingface_hub keeps downloaded models (its constants.py): $HF_HUB_CACHE, else the
+    older $HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub, $HF_HOME defaulting to $XDG_CACHE_HOME/huggingface
+    and that to ~/.cache/huggingface; ``~`` expanded as it expands it."""
+    env = os.environ
+    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if hub:
+        return [Path(hub).expanduser()]
+    xdg = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return [Path(env.get("HF_HOME") or xdg / "huggingface").expanduser() / "hub"]
+
+
+def tokenizer_file(name: str, where: str) -> Path:
+    """The ``tokenizer.json`` of ``name``: the file itself, a folder holding it, or a model id
+    downloaded to the Hugging Face cache (its ``refs/main`` snapshot, else the newest)."""
+    given = Path(name).expanduser()
+    if given.is_absolute() and given.is_file():  # (a relative name is a model id: a path is made absolute
+        return given  # where it was given, beside the scenario or the command's directory)
+    if given.is_absolute() and given.is_dir():
+        if (given / "tokenizer.json").is_file():
+            return given / "tokenizer.json"
+        raise UserError(f"{where} {name}: the folder has no tokenizer.json (a fast tokenizer's file)")
+    looked = []
+    for cache in hf_cache_dirs():
+        repo = cache / ("models--" + name.replace("/", "--"))
+        looked.append(str(repo))
+        ref = repo / "refs" / "main"
+        snapshots = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else []
+        found = [p for p in (repo / "snapshots").glob("*") if p.exists()]  # (a broken link left out)
+        snapshots += sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+        for snap in snapshots:
+            if (snap / "tokenizer.json").is_file():
+                return snap / "tokenizer.json"
+    raise UserError(
+        f"{where} {name}: no tokenizer.json: not a file or folder there, nor a model in the Hugging Face cache "
+        f"({', '.join(looked)}); give the path of the model's tokenizer.json or of its folder (vllm bench serve: --tokenizer)"
+    )
+
+
+def load_tokenizer(path: Path, where: str) -> Any:
+    """A ``tokenizers.Tokenizer`` read from ``path``."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise UserError(
+            f"{where}: tokenising the dataset needs the `tokenizers` package (pip install 'llmsim[sharegpt]', or tokenizers)"
+        ) from None
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # (the Rust side raises its own exception type)
+        raise UserError(f"{where} {path}: not a tokenizer.json that `tokenizers` reads ({exc})") from None
+
+
+def token_ids(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
+    """Each text's token ids, special tokens added as ``tokenizer(text)`` adds them (an encoding
+    holds each token's text and offsets too: kept only this long)."""
+    return [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(texts)]
