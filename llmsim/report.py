@@ -32,6 +32,7 @@ from llmsim.errors import UserError, atomic_write_text, load_json_object, test_p
 from llmsim.filekinds import file_kind
 from llmsim.results import (
     CSV_RUN_IDS,
+    OPTIONAL_TABLES,
     TABLE_SUFFIX,
     lora_line,
     offload_line,
@@ -104,7 +105,7 @@ def check_run_tables(p: Path, sc: Scenario | None, summary_tables: object = None
     is a chunks or scaling table the run wrote (``summary_tables``: summary.json's ``tables``)."""
     suffix = TABLE_SUFFIX[sc.output.format] if sc is not None else ".parquet"
     written = summary_tables if isinstance(summary_tables, list) else ["requests", "steps"]
-    for name in ("requests", "steps", *(n for n in ("chunks", "scaling") if n in written)):
+    for name in ("requests", "steps", *(n for n in OPTIONAL_TABLES if n in written)):
         if table_path(p, name) is None:
             raise UserError(
                 f"{p}: {name}{suffix} is missing, which "

@@ -79,16 +79,17 @@ class Results:
             paths.append(write_table(frame, out_dir / name, table_format, run_id))
             test_pause(f"write:{name}")
         paths.insert(1, out_dir / "summary.json")
-        # the tables written (chunks and scaling where the run has rows for them): `llmsim report`
+        # the tables written (an optional one where the run has rows for it): `llmsim report`
         # refuses a folder that lost one, where it would leave their part out without a word
-        optional = [name for name, frame in (("chunks", self.chunks), ("scaling", self.scaling)) if not frame.empty]
-        summary = {**self.summary, "tables": ["requests", "steps", *optional]}
+        optional = {name: getattr(self, name) for name in OPTIONAL_TABLES}  # (a frame each: chunks, scaling)
+        written = [name for name, frame in optional.items() if not frame.empty]
+        summary = {**self.summary, "tables": ["requests", "steps", *written]}
         if run_id is not None:
             summary["run_id"] = run_id
         text = json.dumps(finite(summary), indent=2, sort_keys=True, allow_nan=False)  # strict JSON
         atomic_write_text(paths[1], text + "\n")
         test_pause("write:summary")
-        for name, frame in (("chunks", self.chunks), ("scaling", self.scaling)):
+        for name, frame in optional.items():
             if frame.empty:  # (a table of an earlier run would describe other requests)
                 for suffix in TABLE_SUFFIX.values():
                     (out_dir / name).with_suffix(suffix).unlink(missing_ok=True)
@@ -98,6 +99,7 @@ class Results:
 
 
 TABLE_SUFFIX = {"parquet": ".parquet", "csv": ".csv"}
+OPTIONAL_TABLES = ("chunks", "scaling")  # written only where a run has rows for them (summary.json tables)
 RUN_ID_KEY = b"llmsim.run_id"  # Parquet schema metadata key
 CSV_RUN_IDS = "csv_run_ids.json"  # CSV has no metadata: {file: {"run_id", "sha256"}} next to them
 

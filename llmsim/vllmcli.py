@@ -616,22 +616,22 @@ class DatasetFlags:
             "--tokenizer-mode": self.tokenizer_mode is not None,
             "--no-oversample": not self.oversample,
         }
-        given = {
-            "sharegpt or custom": files,
-            "sharegpt": {"--sharegpt-output-len": self.sharegpt_output_len is not None},
-            "custom": {
+        given = {  # (the datasets that read them: flags typed)
+            ("sharegpt", "custom"): files,
+            ("sharegpt",): {"--sharegpt-output-len": self.sharegpt_output_len is not None},
+            ("custom",): {
                 "--custom-output-len": self.custom_output_len is not None,
                 "--skip-chat-template": self.skip_chat_template,
             },
-            "sharegpt or custom or prefix_repetition": {"--disable-shuffle": not self.shuffle},
-            "prefix_repetition": {"--prefix-repetition-*": bool(self.prefix_repetition)},
+            ("sharegpt", "custom", "prefix_repetition"): {"--disable-shuffle": not self.shuffle},
+            ("prefix_repetition",): {"--prefix-repetition-*": bool(self.prefix_repetition)},
         }
         why = "the result file's requests" if dataset is None else f"not read for the {dataset} dataset"
         return [
             f"{flag} ({why})"
             for readers, flags in given.items()
             for flag, typed in flags.items()
-            if typed and (dataset is None or dataset not in readers.split(" or "))
+            if typed and dataset not in readers
         ]
 
 

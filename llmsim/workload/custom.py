@@ -25,7 +25,6 @@ read as a stream, one line at a time, twice (its rows, then those sampled).
 from __future__ import annotations
 
 import json
-import random
 import re
 from collections.abc import Iterator
 from datetime import datetime
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from llmsim.errors import UserError
-from llmsim.workload.tokenizer import Sample, dataset_key, load_tokenizer, oversampled, token_ids
+from llmsim.workload.tokenizer import Sample, bench_order, dataset_key, load_tokenizer, oversampled, token_ids
 
 DEFAULT_OUTPUT_TOKENS = 256  # vllm bench serve --custom-output-len's default
 _ENCODE_BATCH = 256  # prompts tokenised at a time
@@ -114,11 +113,9 @@ def _sample(
     file_where = f"{where}.path {path}"
     tokenizer = load_tokenizer(tok_path, f"{where}.tokenizer")
     render = template_renderer(tok_path, f"{where}.tokenizer") if chat_template else None
-    order = list(range(sum(1 for _ in _rows(path, file_where))))
+    order = bench_order(sum(1 for _ in _rows(path, file_where)), seed, shuffle)
     if not order:
         raise UserError(f'{file_where}: no prompt in it (a JSONL file of {{"prompt": ...}} lines)')
-    if shuffle:
-        random.Random(seed).shuffle(order)  # (random.seed(seed); random.shuffle(data): the same permutation)
     chosen = order[:num_requests]
     prompts = _prompts(path, set(chosen), file_where)
     texts = [render(prompts[i]) if render else prompts[i] for i in chosen]

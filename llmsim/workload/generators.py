@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections.abc import Callable
 
 import numpy as np
@@ -12,6 +11,7 @@ from llmsim.errors import UserError
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import segment_block_ids, segment_key
 from llmsim.workload.limits import MAX_PREFIX_BLOCKS, MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, check_prefix_blocks
+from llmsim.workload.tokenizer import bench_order
 
 
 def poisson_arrivals(rng: np.random.Generator, rate_rps: float, n: int) -> np.ndarray:
@@ -467,10 +467,8 @@ def shared_prefix(
     common system prompt / chat history, hashed into chained ids of ``block_tokens`` tokens."""
     groups, per = question_len.shape
     users = [(g, u) for g in range(groups) for u in range(per)]
-    if order_kind == "vllm_bench":  # (random.seed(seed); random.shuffle(requests): the same permutation)
-        shuffled = list(range(len(users)))
-        random.Random(seed).shuffle(shuffled)
-        order = np.array(shuffled, dtype=np.int64)
+    if order_kind == "vllm_bench":  # (its prefix_repetition dataset's order: listed group by group)
+        order = np.array(bench_order(len(users), seed), dtype=np.int64)
     else:
         order = np.arange(len(users)) if order_kind == "fixed" else rng.permutation(len(users))
     n = len(arrival_s)

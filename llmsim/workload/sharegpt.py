@@ -25,7 +25,6 @@ model's ``tokenizer.json``.
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from llmsim.errors import UserError
-from llmsim.workload.tokenizer import Sample, dataset_key, load_tokenizer, oversampled, token_ids
+from llmsim.workload.tokenizer import Sample, bench_order, dataset_key, load_tokenizer, oversampled, token_ids
 
 # vllm/benchmarks/datasets/utils.py is_valid_sequence's defaults
 MIN_TOKENS, MAX_PROMPT_TOKENS, MAX_TOTAL_TOKENS = 4, 1024, 2048
@@ -260,9 +259,7 @@ def _sample(
     path, tok_path = Path(key[0]), Path(key[3])
     file_where = f"{where}.path {path}"
     tokenizer = load_tokenizer(tok_path, f"{where}.tokenizer")
-    order = list(range(_count(path, file_where)))
-    if shuffle:
-        random.Random(seed).shuffle(order)  # (random.seed(seed); random.shuffle(data): the same permutation)
+    order = bench_order(_count(path, file_where), seed, shuffle)
     samples: list[Sample] = []
     # (the answers' lengths only where the dataset sets them: vLLM tokenises them anyway, unused)
     turns = 1 if output_tokens is not None else 2

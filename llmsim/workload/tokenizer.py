@@ -25,6 +25,16 @@ class Sample:
     output_tokens: int
 
 
+def bench_order(n: int, seed: int, shuffle: bool = True) -> list[int]:
+    """The order vllm bench serve's datasets send their ``n`` listed requests in: ``random.seed(seed)``
+    then ``random.shuffle`` of the list (the permutation depends on the length only, so shuffling the
+    positions gives it), or as listed (``--disable-shuffle``)."""
+    order = list(range(n))
+    if shuffle:
+        random.Random(seed).shuffle(order)
+    return order
+
+
 def oversampled(samples: list[Sample], num_requests: int, seed: int) -> list[Sample]:
     """``samples`` repeated up to ``num_requests`` as vLLM's ``maybe_oversample_requests`` does:
     ``random.choice`` of the sample, the generator reseeded with the seed first."""
