@@ -431,14 +431,16 @@ class BlockManager:
             self.free(req)
             req.kv_tokens = req.prefilled = 0
 
-    def commit(self, req: Request) -> None:
-        """Register the request's prompt blocks whose KV is now computed, for later requests."""
+    def commit(self, req: Request, ahead_tokens: int = 0) -> None:
+        """Register the request's prompt blocks whose KV is now computed, for later requests; with
+        ``ahead_tokens``, also those the step being planned computes (vLLM caches a block when it
+        allocates it, so a request admitted later in the same step shares it)."""
         chain = req.prefix_chain
         if not self.prefix_caching or not chain or req.block_ids is None:
             return
         # the chain covers the prompt's full blocks, and where a later prompt repeats the answer
         # (workload output_hashes) the answer's too: its blocks are registered at the finish
-        full = min(req.kv_tokens // self.block_tokens, len(chain), len(req.block_ids))
+        full = min((req.kv_tokens + ahead_tokens) // self.block_tokens, len(chain), len(req.block_ids))
         for i in range(self._registered.get(req.id, 0), full):
             h = chain[i]
             bid = req.block_ids[i]
@@ -448,6 +450,25 @@ class BlockManager:
                 if self.tiers:
                     self._leave_tiers(h)
         self._registered[req.id] = max(full, self._registered.get(req.id, 0))
+
+    def cache_computed(self, req: Request) -> None:
+        """Register every full block ``req`` has computed, its answer's too, before a recompute
+        preemption frees them: vLLM caches each block of a request as it fills (generated tokens
+        included, ``KVCacheManager.allocate_slots``), so the request finds them again when it is
+        admitted anew, unless they were evicted meanwhile. Blocks past its chain (the answer, or a
+        prompt without content ids) get ids of its own, which no other request's chain holds."""
+        if not self.prefix_caching or req.block_ids is None:
+            return
+        chain = req.prefix_chain or []
+        full = min(req.kv_tokens // self.block_tokens, len(req.block_ids))
+        if len(chain) < full:
+            parent = chain[-1] if chain else hash((-3, req.id))
+            extra = []
+            for i in range(len(chain), full):  # (ints only: a str's hash is salted per process)
+                parent = hash((parent, -2, req.id, i))
+                extra.append(parent)
+            req.prefix_chain = chain + extra
+        self.commit(req)
 
     def free_queue_state(self) -> list[int]:
         """The free block queue as it stands, oldest first: each block's chain hash, or UNCACHED

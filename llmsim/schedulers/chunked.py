@@ -63,6 +63,9 @@ class ChunkedScheduler(Scheduler):
     def _started(self, r: Request) -> None:
         """``r`` has just started (a policy that sets blocks aside for it counts them here)."""
 
+    def _chunk_planned(self, r: Request, chunk: int) -> None:
+        """``r`` computes ``chunk`` prompt tokens in the step being planned (its blocks are held)."""
+
     def _passes_over(self, r: Request, budget: int) -> bool:
         """The head of the queue gets no tokens this step: may the next waiting request still
         start (True), or does the step end here (False, this policy's rule)?"""
@@ -113,6 +116,7 @@ class ChunkedScheduler(Scheduler):
                     break
                 self.kv.allocate(r, c)
                 plan.prefill.append((r, c))
+                self._chunk_planned(r, c)
                 budget -= c
         # 2. start new prompts (multi-LoRA: one whose adapter would exceed max_loras is passed over;
         # those passed over go back to the head of the queue, in order, as vLLM v1 puts them back)
@@ -135,6 +139,7 @@ class ChunkedScheduler(Scheduler):
             if loras is not None and r.lora_id >= 0:
                 loras.add(r.lora_id)
             plan.prefill.append((r, c))
+            self._chunk_planned(r, c)
             budget -= c
         if skipped:
             waiting.extendleft(reversed(skipped))

@@ -8,17 +8,21 @@ Differences from llmsim's ``chunked`` policy, each from the code:
 
 * admission reserves the whole prompt (``scheduler_reserve_full_isl``, on by default): a waiting
   request starts only if the blocks for all of its uncached prompt are free, not just its chunk;
-* ``long_prefill_token_threshold`` (0 = off) caps the tokens one prompt takes per step;
+* ``long_prefill_token_threshold`` (0 = off) caps the tokens one prompt takes per step, unless it
+  is the only request;
 * no admission watermark (the engine preset sets ``kv_cache.watermark: 0``);
 * prefix hits are whole cached blocks and leave the prompt's last token to compute (``kvcache``);
 * a running request short of a block preempts the newest running request by recompute, as
   ``base._schedule_decodes`` does, and then no waiting request starts in that step
   (``if not preempted_reqs``, scheduler.py:900 in 0.32).
 
-Blocks of generated tokens are cached for later hits, as vLLM caches them, where the workload
-names what a later prompt repeats (``Workload.output_hashes``), at the request's finish
-(``base.complete``). Not modelled: a block computed in a step can be hit by a request admitted in
-the same step in vLLM (blocks are cached at schedule time); here hits see blocks of completed steps.
+A prompt's full blocks are cached when the step that computes them is planned, as vLLM caches a
+block when it allocates it: a request admitted later in the same step shares them. Blocks of
+generated tokens are cached for later hits where the workload names what a later prompt repeats
+(``Workload.output_hashes``), at the request's finish (``base.complete``); and a request preempted
+by recompute keeps every block it computed cached (vLLM caches a request's blocks as they fill,
+its answer's too), so its recompute skips those not evicted before it is admitted again.
+``benchmarks/vllm_scheduler_check.py`` compares these decisions with vLLM's own scheduler.
 """
 
 from __future__ import annotations
@@ -41,7 +45,11 @@ class VllmScheduler(ChunkedScheduler):
         """Prompt tokens ``r`` may take this step (vLLM: ``num_new_tokens`` after the threshold)."""
         c = min(r.prompt_remaining, budget)
         limit = self.cfg.long_prefill_token_threshold
-        return min(c, limit) if limit > 0 else c
+        # none to starve: vLLM lifts the cap where this is its only request, running or waiting
+        # (scheduler.py, ``num_eligible_reqs > 1``, vLLM 0.32.0; the queues only move requests
+        # between them while a step is planned, so their sum is the step's count)
+        alone = self.num_running() + len(self.waiting) <= 1
+        return min(c, limit) if limit > 0 and not alone else c
 
     def admission_tokens(self, req: Request, chunk: int) -> int:
         # scheduler_reserve_full_isl: the whole uncached prompt must fit, not only this chunk
@@ -49,6 +57,19 @@ class VllmScheduler(ChunkedScheduler):
 
     def may_admit(self, plan: BatchPlan) -> bool:
         return not plan.preempted
+
+    def _preempt(self, victim: Request, plan: BatchPlan) -> None:
+        # its computed blocks stay cached after it is freed (vLLM caches them as they fill): the
+        # recompute finds what was not evicted before it is admitted again
+        if self.cfg.preemption != "swap":
+            self.kv.cache_computed(victim)
+        Scheduler._preempt(self, victim, plan)
+
+    def _chunk_planned(self, r: Request, chunk: int) -> None:
+        # vLLM caches a full block when it allocates it (kv_cache_manager.py, allocate_slots ->
+        # cache_blocks, vLLM 0.32.0): a request admitted later in this step hits it at once
+        if self.kv.prefix_caching:
+            self.kv.commit(r, chunk)
 
     def final_step_reserve(self) -> int:
         # the base policy's, not chunked's: the whole recomputed prompt must fit, and never in a
