@@ -21,6 +21,7 @@ from llmsim.build import (
     build_pools,
     build_workload,
     check_prewarm,
+    check_slo_classes,
     longest_hashed,
     prewarm_prefixes,
 )
@@ -153,6 +154,7 @@ def _run(
         pools = build_pools(sc, model)
         workload = build_workload(sc)
         check_prewarm(sc, pools, sc.kv_cache.prewarm_block_tokens or workload.tokens_per_id(sc.kv_cache.block_tokens))
+        check_slo_classes(sc, workload)
     except UserError as exc:  # building knows the key path; name the scenario file too
         msg = str(exc)
         raise UserError(msg if msg.startswith(sc._origin) else f"{sc._origin}: {msg}") from None

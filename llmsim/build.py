@@ -422,6 +422,24 @@ def prewarm_prefixes(sc: Scenario) -> tuple[list[list[int]], int]:
     return prefixes, sc.kv_cache.prewarm_block_tokens or 0
 
 
+def check_slo_classes(sc: Scenario, w: Workload) -> None:
+    """Every class ``slo.classes`` names is some request's (a misspelt one would leave its
+    requests judged by the run's own SLO, silently)."""
+    if not sc.slo.classes:
+        return
+    have = sorted(set(w.klass.tolist())) if w.klass is not None else []
+    unknown = [c for c in sc.slo.classes if c not in have]
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], have, 1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        listed = (
+            ", ".join(f"'{c}'" for c in have[:20]) or "none (workload.classes, or a trace's class column, names them)"
+        )
+        raise UserError(f"slo.classes: no request is of class '{unknown[0]}'{hint}; the workload's classes: {listed}")
+
+
 def check_prewarm(sc: Scenario, pools: list[PoolSpec], id_tokens: int) -> None:
     """``kv_cache.prewarm`` within reason, before any replica chains it: every replica serving at
     the start holds its own hashes of every prefix (one per KV block; replicas an autoscaler adds
@@ -429,10 +447,16 @@ def check_prewarm(sc: Scenario, pools: list[PoolSpec], id_tokens: int) -> None:
     of four replicas)."""
     block = sc.kv_cache.block_tokens
     blocks = sum(len(ids) * id_tokens // block for ids in sc.kv_cache.prewarm)
+    key = "kv_cache.prewarm"
+    s = sc.workload.system_prompts
+    if s is not None and s.prewarm:  # (prewarm_prefixes: every system prompt, whole ids)
+        count = 1 if sc.workload.prompts == "vllm_bench" else s.count
+        blocks += count * (gen.whole_ids(s.tokens) * gen.SYNTH_HASH_TOKENS // block)
+        key = "workload.system_prompts.prewarm" if not sc.kv_cache.prewarm else f"{key} + workload.system_prompts"
     replicas = sum(p.replicas for p in pools)
     if blocks * replicas > MAX_PREFIX_BLOCKS:
         raise UserError(
-            f"kv_cache.prewarm: {blocks:,} KV blocks of {block} tokens on each of {replicas:,} replicas, "
+            f"{key}: {blocks:,} KV blocks of {block} tokens on each of {replicas:,} replicas, "
             f"{blocks * replicas:,} hashes, over the limit of {MAX_PREFIX_BLOCKS:,} per run; prewarm fewer or "
             "shorter prefixes"
         )
@@ -721,6 +745,13 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
                 weight_group_size=model.weight_group_size,
                 weight_scale_bits=model.weight_scale_bits,
             )
+            if draft.vocab_size != model.vocab_size:  # (its proposals are token ids of the target's vocabulary)
+                raise UserError(
+                    f"speculative.draft_model: {draft.name}'s vocabulary ({draft.vocab_size:,} tokens) is not "
+                    f"{model.name}'s ({model.vocab_size:,}); vLLM refuses such a pair (\"Target and draft model "
+                    'should have the same vocabulary size", vllm/config/speculative.py); use a draft of the '
+                    "target's family"
+                )
     step_tokens = step_budget(sc, p, name)
     blocks, memory = kv_blocks(
         sc,
@@ -859,6 +890,9 @@ def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
             f"{key}.tp: tensor parallelism {tp} and the {model.num_kv_heads} KV heads of "
             f"{model.name} do not divide one another"
         )
+    width = model.dense_intermediate_size if model.is_moe else model.intermediate_size
+    if width and width % tp:  # (vLLM's column- and row-parallel MLP layers split it evenly: divide())
+        raise UserError(f"{key}.tp: tensor parallelism {tp} does not divide the {width:,}-wide MLP of {model.name}")
     if pp > model.num_layers:
         raise UserError(
             f"{key}.pp: {pp} pipeline stages for the {model.num_layers} layers of {model.name}: a stage needs one"

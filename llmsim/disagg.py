@@ -48,6 +48,9 @@ class KVTransfer:
         self.waits_s = 0.0
         self._link_free_s: dict[int, float] = {}  # prefill replica -> when its outbound link is next free
         self._incoming: dict[int, int] = {}  # decode replica -> transfers in flight to it
+        # prompts done whose KV has not landed: waiting for room on the decode side or for the
+        # link, or on the wire; a queue like the replicas' own (the saturation verdict counts it)
+        self.waiting = 0
         self.timer = Timer(env)  # (the transfers' arrivals)
 
     def connect(self, decode: list[Replica]) -> None:
@@ -60,6 +63,7 @@ class KVTransfer:
         without, a process waits for blocks first."""
         dst = route(self.decode, self.opts.decode_router, self.count, req)
         self.count += 1
+        self.waiting += 1
         blocks = blocks_for(req.kv_tokens + 1, dst.kv.block_tokens)
         dst.sync()
         if self._has_room(dst, blocks):
@@ -126,6 +130,7 @@ class KVTransfer:
         req.transfer_s = now - sent.t0
         src.release_transferred(req)
         self._incoming[dst.index] -= 1
+        self.waiting -= 1
         dst.accept_prefilled(req, sent.blocks)
 
 

@@ -318,11 +318,11 @@ def load_json_object(path: Path, hint: str = "", unique_keys: bool = True) -> di
     return data
 
 
-class _KeyTwice(Exception):
+class KeyTwice(Exception):
     pass
 
 
-def _no_twice(pairs: list[tuple[str, object]]) -> dict:
+def no_twice(pairs: list[tuple[str, object]]) -> dict:
     """A JSON object whose keys are all different: json keeps the last of two silently, as YAML
     would (which the scenario's loader refuses too)."""
     out = dict(pairs)
@@ -330,7 +330,7 @@ def _no_twice(pairs: list[tuple[str, object]]) -> dict:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _KeyTwice(cut(key, 60))
+                raise KeyTwice(cut(key, 60))
             seen.add(key)
     return out
 
@@ -339,9 +339,9 @@ def json_text(raw: bytes | str, origin: str, unique_keys: bool = True) -> object
     """JSON data, a mistake named by ``origin``: malformed, not UTF-8 text, or nested past what the
     parser can follow."""
     try:  # (bytes: json would guess UTF-16)
-        hook = _no_twice if unique_keys else None
+        hook = no_twice if unique_keys else None
         return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw, object_pairs_hook=hook)
-    except _KeyTwice as exc:
+    except KeyTwice as exc:
         raise UserError(f"{origin}: key {exc.args[0]!r} appears twice in one object; which is meant?") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{origin}: not valid JSON (line {exc.lineno}): {exc.msg}") from None

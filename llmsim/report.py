@@ -1039,6 +1039,8 @@ def sweep_figures(r: ResultsDir, keys: list[str]) -> list[Figure]:
     from llmsim import plots
 
     slo = r.sweep_meta.get("slo") or {}
+    if "error" in r.sweep and r.sweep["error"].notna().all():  # (no point ran: nothing to plot)
+        return []
     out = []
     for key in keys:
         if r.sweep[key].nunique() < 2:

@@ -474,6 +474,7 @@ def saturation_verdict(
         "in_system_growth_se": in_system_se,
         "in_system_not_judged": in_system_not_judged,
     }
+    peak, peak_s = 0, 0.0  # the longest the queue got while requests arrived, and when
     if not queue.empty and last_arrival_s > 0:
         win = queue[queue["time_s"] <= last_arrival_s]
         if len(win) >= 3:
@@ -483,12 +484,14 @@ def saturation_verdict(
             out["queue_growth_rps"] = slope
             out["growth_share"] = slope / rate if rate > 0 else 0.0
             out["final_queue"] = int(q[-1])
+            i = int(np.argmax(q))
+            peak, peak_s = int(q[i]), float(t[i])
     elif not queue.empty and n_requests > 1:  # all at t = 0: the queue the last arrival met
         at_once = queue[queue["time_s"] <= 0.0]
         out["final_queue"] = int(at_once["waiting"].iloc[-1]) if len(at_once) else 0
     share = out["growth_share"]
     burst = n_requests > 1 and last_arrival_s <= 0
-    unsettled = few = False
+    unsettled = few = transient = False
     short = in_system_not_judged.startswith("short:") and not burst
     if n_requests and finished == 0:
         verdict = "unserved"
@@ -500,6 +503,8 @@ def saturation_verdict(
         verdict, unsettled = "backlogged", True
     elif share > 0.01 or backlog + shed > 0 or (burst and burst_waited):
         verdict = "backlogged"
+    elif peak >= max(TRANSIENT_QUEUE, TRANSIENT_SHARE * n_requests):
+        verdict, transient = "backlogged", True  # (a burst the system drained: not a steady state)
     else:
         verdict = "stable"
     out["verdict"] = verdict
@@ -524,6 +529,11 @@ def saturation_verdict(
     elif unsettled and short:
         explanations["backlogged"] = (
             f"{in_system_not_judged.removeprefix('short: ')}; latencies are a warm-up's, not a steady state's"
+        )
+    elif transient:
+        explanations["backlogged"] = (
+            f"the queue grew to {peak:,} requests ({peak / n_requests:.0%} of them) at {peak_s:.4g} s while "
+            "requests arrived, then drained: latencies include that backlog, not a steady state"
         )
     elif unsettled:
         explanations["backlogged"] = (
@@ -621,6 +631,10 @@ IN_SYSTEM_GROWING = 0.2
 # arrivals at 8 req/s, two of them briefly waiting for the next step, have a slope of 8.5 % of the
 # offered rate (the quickstart with num_requests 5)
 FEW_ARRIVALS = 20
+# a queue that held this many requests at once, and this share of the run's, while they arrived is
+# a backlog the run went through even where its slope over the whole run is flat (a burst drained)
+TRANSIENT_QUEUE = 20
+TRANSIENT_SHARE = 0.05
 
 
 def _piled_up(backlog: int, shed: int, n_requests: int, share: float, short: bool) -> bool:

@@ -271,7 +271,7 @@ def simulate(
                 return r
         (stale.pick(r) if stale is not None else route(front, router, i, r)).submit(r)
         q_time.append(t)
-        waiting = 0
+        waiting = 0 if transfer is None else transfer.waiting  # (a prompt done, its KV not yet moved)
         for rep in replicas:
             waiting += rep.num_waiting
         q_wait.append(waiting)

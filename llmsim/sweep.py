@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from llmsim.scenario import Scenario
 
 # Summary metrics copied into every sweep row: (column, path into summary.json). Latencies are
-# vLLM-bench keys in ms (llmsim/metrics.py): mean, median, p90 and p99, present where the
-# scenario's output.percentiles include 90 and 99 (the default).
+# vLLM-bench keys in ms (llmsim/metrics.py): mean, median, p90 and p99 (every point computes
+# those two beside its scenario's output.percentiles: point_scenario).
 _LATENCY_COLUMNS = [f"{stat}_{m}_ms" for _, m in LATENCY_ROWS for stat in ("mean", "median", "p90", "p99")]
 METRICS: list[tuple[str, tuple[str, ...]]] = [
     ("requests", ("requests", "total")),
@@ -229,7 +229,13 @@ def point_scenario(data: dict, base_dir: str, origin: str, overrides: dict[str, 
     """The validated scenario of one grid point (no simulation): ``data`` with ``overrides`` applied."""
     from llmsim.scenario import scenario_from_dict, with_overrides
 
-    return scenario_from_dict(with_overrides(data, overrides), origin, Path(base_dir))
+    sc = scenario_from_dict(with_overrides(data, overrides), origin, Path(base_dir))
+    # the sweep's and the plan's tables show and rank on p90 and p99 (METRICS): computed beside
+    # whatever output.percentiles asks, else their columns would be empty
+    asked = sc.output.percentiles
+    if not {90.0, 99.0} <= set(asked):
+        sc.output.percentiles = sorted({*asked, 90.0, 99.0})
+    return sc
 
 
 def check_points(data: dict, base_dir: str, origin: str, points: list[dict[str, object]]) -> None:

@@ -103,6 +103,11 @@ def _set(col: str, value: object, row: int = 5):  # noqa: ANN202 - a steps edit
             lambda s: s.assign(**{c: s[c] * 1000 for c in s.columns if c.endswith("_s")}),
             "s, outside the run's requests",
         ),
+        (  # (its phases would be negative: the step was dropped from the fit without a word)
+            lambda s: s.assign(update_start_s=s["step_start_s"] - 1e-6),
+            "row 2, column 'update_start_s'",
+        ),
+        (lambda s: pd.concat([s, s.iloc[[3]]], ignore_index=True), "column 'step': step 3 again"),
     ],
 )
 def test_a_malformed_step_is_named_by_its_row(tmp_path, capsys, edit, fragment) -> None:

@@ -360,13 +360,13 @@ def test_draft_kv_cache_per_device_splits_heads_like_the_target():
     sc = load_scenario(
         Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml",
         {
-            "model": "llama-3.1-70b",
+            "model": "qwen2.5-72b",
             "cluster.replicas": 1,
             "cluster.tp": 8,
             "speculative": {"draft_model": "qwen2.5-7b", "k": 3},
         },
     )
-    target, draft = CATALOG["llama-3.1-70b"], CATALOG["qwen2.5-7b"]  # the draft's 4 KV heads < tp 8
+    target, draft = CATALOG["qwen2.5-72b"], CATALOG["qwen2.5-7b"]  # the draft's 4 KV heads < tp 8
     pool = build_pools(sc, build_model(sc))[0]
     expected = target.kv_bytes_per_token_per_device("bf16", 8, 1) + draft.kv_bytes_per_token_per_device("bf16", 8, 1)
     assert pool.memory["kv_bytes_per_token"] == expected

@@ -47,11 +47,11 @@ def test_verify_step_is_priced_as_k_plus_one_tokens() -> None:
     assert shape.prefill_tokens == 4 and shape.decode_seqs == 0
 
 
-def scenario(spec: dict) -> llmsim.Scenario:
+def scenario(spec: dict, model: str = "llama-3.1-70b") -> llmsim.Scenario:
     return scenario_from_dict(
         {
             "name": "spec",
-            "model": "llama-3.1-70b",
+            "model": model,
             "hardware": "H100-SXM",
             "cluster": {"tp": 4},
             "policy": {"kind": "chunked"},
@@ -141,7 +141,8 @@ def test_a_draft_model_is_priced_with_its_own_attention_windows() -> None:
     from llmsim.schedulers.plan import BatchPlan
     from llmsim.stepcost import StepCost
 
-    sc = scenario({"draft_model": "mistral-7b", "k": 3})
+    # (a target of the draft's vocabulary size, 32,000, as vLLM requires)
+    sc = scenario({"draft_model": "mistral-7b", "k": 3}, model="llama-2-70b")
     pool = build_pools(sc, build_model(sc))[0]
     price = StepCost(pool, 0)
     plan = BatchPlan()

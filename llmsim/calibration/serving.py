@@ -218,6 +218,20 @@ def _check_steps(steps: pd.DataFrame, path: Path, requests: pd.DataFrame) -> Non
                     f"{where(int(bad[0]), col)}: {v[bad[0]]:g} s, outside the run's requests ({first + STAMP_SLACK_S:g} to "
                     f"{last - STAMP_SLACK_S:g} s, requests.csv, on the same clock): a stamp in another unit?"
                 )
+    t = steps[list(stamps)].to_numpy()
+    back = np.flatnonzero((t[:, 1:] <= t[:, :-1]).any(axis=1))
+    if len(back):  # (a step's phases are the differences of its stamps: each must be positive)
+        row = int(back[0])
+        col = stamps[1 + int(np.flatnonzero(t[row, 1:] <= t[row, :-1])[0])]
+        raise UserError(
+            f"{where(row, col)}: {t[row, stamps.index(col)]:g} s, not after the step's stamp before it; each "
+            f"step's stamps come in order: {', '.join(stamps)}"
+        )
+    if "step" in steps:
+        twice = steps["step"].duplicated()
+        if twice.any():
+            row = int(np.flatnonzero(twice.to_numpy())[0])
+            raise UserError(f"{where(row, 'step')}: step {steps['step'].iloc[row]} again: one row a step")
     for row, (batch, seqs, tokens) in enumerate(
         zip(steps["batch"], steps["num_scheduled_reqs"], steps["num_scheduled_tokens"], strict=True)
     ):

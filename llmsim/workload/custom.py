@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from llmsim.errors import UserError
+from llmsim.workload.limits import MAX_TOKENS_PER_REQUEST
 from llmsim.workload.tokenizer import Sample, bench_order, dataset_key, load_tokenizer, oversampled, token_ids
 
 DEFAULT_OUTPUT_TOKENS = 256  # vllm bench serve --custom-output-len's default
-_ENCODE_BATCH = 256  # prompts tokenised at a time
 TEMPLATE_DATE = datetime(2026, 1, 1)  # what a chat template's strftime_now formats (module docstring)
 _DECODER = json.JSONDecoder(strict=False)  # (control characters inside a text, as pandas reads them)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -87,12 +87,12 @@ def _rows(path: Path, where: str) -> Iterator[tuple[int, str]]:
             raise UserError(f"{where}: not UTF-8 text ({exc.reason})") from None
 
 
-def _prompts(path: Path, wanted: set[int], where: str) -> dict[int, str]:
-    """The prompts of the rows numbered ``wanted`` (from 0, in the file's order)."""
-    out: dict[int, str] = {}
-    for row, (_, prompt) in enumerate(_rows(path, where)):
+def _prompts(path: Path, wanted: set[int], where: str) -> dict[int, tuple[int, str]]:
+    """The line numbers and prompts of the rows numbered ``wanted`` (from 0, in the file's order)."""
+    out: dict[int, tuple[int, str]] = {}
+    for row, (number, prompt) in enumerate(_rows(path, where)):
         if row in wanted:
-            out[row] = prompt
+            out[row] = number, prompt
             if len(out) == len(wanted):
                 break
     return out
@@ -118,8 +118,14 @@ def _sample(
         raise UserError(f'{file_where}: no prompt in it (a JSONL file of {{"prompt": ...}} lines)')
     chosen = order[:num_requests]
     prompts = _prompts(path, set(chosen), file_where)
-    texts = [render(prompts[i]) if render else prompts[i] for i in chosen]
-    ids = [a for k in range(0, len(texts), _ENCODE_BATCH) for a in token_ids(tokenizer, texts[k : k + _ENCODE_BATCH])]
+    texts = [render(prompts[i][1]) if render else prompts[i][1] for i in chosen]
+    ids = token_ids(tokenizer, texts)
+    for i, prompt in zip(chosen, ids, strict=True):  # (refused here, before its blocks are hashed)
+        if len(prompt) > MAX_TOKENS_PER_REQUEST:
+            raise UserError(
+                f"{file_where}: line {prompts[i][0]}: its prompt is {len(prompt):,} tokens, over the limit of "
+                f"{MAX_TOKENS_PER_REQUEST:,} tokens per request"
+            )
     samples = [Sample(prompt, output_tokens) for prompt in ids]
     return tuple(oversampled(samples, num_requests, seed) if oversample else samples)
 

@@ -143,7 +143,12 @@ def system_prompt_ids(count: int, tokens: int) -> list[list[int]]:
     """Content ids of ``count`` distinct system prompts of ``tokens`` tokens each."""
     per = whole_ids(tokens)
     _check_ids(count * per, "workload.system_prompts", "count x tokens")
-    return [[_SYSTEM_BASE + p * per + j for j in range(per)] for p in range(count)]
+    return [_system_prompt(p, per) for p in range(count)]
+
+
+def _system_prompt(p: int, per: int) -> list[int]:
+    """The content ids of system prompt ``p`` (of ``per`` ids)."""
+    return [_SYSTEM_BASE + p * per + j for j in range(per)]
 
 
 def _unique_ids(w: Workload) -> list[list[int]]:
@@ -172,12 +177,13 @@ def with_system_prompts(
     with exponent ``zipf``; 0 = uniform). Prompts grow by ``tokens`` (rounded to whole ids)."""
     n = len(w)
     per = whole_ids(tokens)  # every prefixed request repeats its prompt's ids
-    _check_ids((count + n) * per, "workload.system_prompts", "(count + requests) x tokens")
-    prompts = system_prompt_ids(count, tokens)
-    sys_tokens = len(prompts[0]) * SYNTH_HASH_TOKENS
+    _check_ids(n * per, "workload.system_prompts", "requests x tokens")
+    sys_tokens = per * SYNTH_HASH_TOKENS
     pick = rng.choice(count, size=n, p=zipf_weights(count, zipf))
     has = rng.random(n) < share
     ids = _unique_ids(w)
+    # only the prompts some request picked are made (count may far exceed the requests)
+    prompts = {int(p): _system_prompt(int(p), per) for p in np.unique(pick[has])}
     hashes = [prompts[pick[i]] + ids[i] if has[i] else ids[i] for i in range(n)]
     return Workload(
         w.arrival_s,

@@ -111,7 +111,51 @@ def load_tokenizer(path: Path, where: str) -> Any:
         raise UserError(f"{where} {path}: not a tokenizer.json that `tokenizers` reads ({exc})") from None
 
 
+# characters tokenised at once: an encoding holds each token's text and offsets (~200 bytes a token),
+# so texts go to the tokenizer in batches of about this much, and a longer one in pieces
+PIECE_CHARS = 1 << 20
+
+
 def token_ids(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
-    """Each text's token ids, special tokens added as ``tokenizer(text)`` adds them (an encoding
-    holds each token's text and offsets too: kept only this long)."""
-    return [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(texts)]
+    """Each text's token ids, special tokens added as ``tokenizer(text)`` adds them; memory stays
+    bounded by ``PIECE_CHARS`` whatever the texts' lengths (``_long_ids``)."""
+    out: list[np.ndarray] = []
+    batch: list[str] = []
+    size = 0
+    for text in [*texts, None]:
+        if batch and (text is None or size + len(text) > PIECE_CHARS):
+            out += [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(batch)]
+            batch, size = [], 0
+        if text is None:
+            break
+        if len(text) > PIECE_CHARS:
+            out.append(_long_ids(tokenizer, text))
+        else:
+            batch.append(text)
+            size += len(text)
+    return out
+
+
+def _long_ids(tokenizer: Any, text: str) -> np.ndarray:
+    """The ids of a text longer than ``PIECE_CHARS``, tokenised a piece at a time, each cut before
+    a space (where the usual pre-tokenizers start a word's token, so the pieces' ids are the whole
+    text's but for unusual runs of whitespace), then the special tokens added around them."""
+    pieces = []
+    start = 0
+    while start < len(text):
+        end = min(start + PIECE_CHARS, len(text))
+        if end < len(text):
+            cut = text.rfind(" ", start + 1, end)
+            end = cut if cut > start else end
+        pieces.append(np.asarray(tokenizer.encode(text[start:end], add_special_tokens=False).ids, dtype=np.int64))
+        start = end
+    head, tail = _special_ends(tokenizer)
+    return np.concatenate([head, *pieces, tail])
+
+
+def _special_ends(tokenizer: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The ids the tokenizer's post-processor puts before and after a text (a BOS, an EOS)."""
+    plain = tokenizer.encode("a", add_special_tokens=False).ids
+    full = tokenizer.encode("a", add_special_tokens=True).ids
+    at = next((i for i in range(len(full) - len(plain) + 1) if full[i : i + len(plain)] == plain), 0)
+    return np.asarray(full[:at], dtype=np.int64), np.asarray(full[at + len(plain) :], dtype=np.int64)

@@ -24,9 +24,11 @@ from llmsim.errors import (
     NUMBER_TOO_LONG,
     UTF16_BOMS,
     UTF16_TEXT,
+    KeyTwice,
     UserError,
     check_input_file,
     cut,
+    no_twice,
 )
 from llmsim.workload.base import Workload
 from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
@@ -93,7 +95,9 @@ def _json_row(line: str, where: str) -> object:
     """One JSONL line's value, or a UserError naming the line (bad JSON, or nested past the
     parser's recursion limit: a line of 50,000 brackets)."""
     try:
-        return json.loads(line)
+        return json.loads(line, object_pairs_hook=no_twice)
+    except KeyTwice as exc:  # (json keeps the last of two silently)
+        raise UserError(f"{where}: key {exc.args[0]!r} appears twice in one object; which is meant?") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
     except RecursionError:

@@ -1,0 +1,107 @@
+"""A third round of trying to break llmsim as a user would (2026-12-07): a verdict that said STABLE
+through an overload, tables left empty, memory a single input could blow up. Each now behaves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from test_sweep import SCENARIO as TINY
+from test_sweep_errors import sweep
+
+import llmsim
+from llmsim.cli import main
+from llmsim.sweep import point_scenario
+from llmsim.workload import tokenizer as tok_mod
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_saturated_kv_link_is_an_overload() -> None:
+    """Prompts waiting for their KV to move to the decode pool are a queue too: a link that cannot
+    keep up reads overloaded, where the replicas' queues alone stayed flat (it read STABLE)."""
+    over = {
+        "workload.rate_rps": 12,
+        "workload.num_requests": 300,
+        "cluster.kv_link": {"kind": "custom", "bandwidth_gbps": 0.05},
+    }
+    res = llmsim.run(ROOT / "scenarios" / "colocated_vs_disaggregated.yaml", over)
+    assert res.summary["saturation"]["verdict"] == "overloaded"
+    ok = llmsim.run(ROOT / "scenarios" / "colocated_vs_disaggregated.yaml")
+    assert ok.summary["saturation"]["verdict"] == "stable"
+
+
+def test_a_burst_the_system_drained_is_not_a_steady_state() -> None:
+    """A rate profile's burst piles a queue up and drains it: the slope over the whole run is flat,
+    but the latencies are not a steady state's."""
+    sc = {
+        "name": "burst",
+        "seed": 1,
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "policy": {"kind": "vllm", "max_num_seqs": 32},
+        "workload": {
+            "kind": "poisson",
+            "rate_rps": 4,
+            "duration_s": 300,
+            "rate_profile": [[0, 1], [40, 10], [60, 1]],
+            "prompt_tokens": {"dist": "fixed", "value": 1024},
+            "output_tokens": {"dist": "fixed", "value": 128},
+        },
+    }
+    sat = llmsim.run(sc).summary["saturation"]
+    assert sat["verdict"] == "backlogged" and "then drained" in sat["explanation"], sat
+    sc["workload"]["rate_profile"] = [[0, 1], [40, 1.2], [60, 1]]  # (a bump it absorbs)
+    assert llmsim.run(sc).summary["saturation"]["verdict"] == "stable"
+
+
+def test_a_sweep_where_every_point_failed_still_gets_a_report(tmp_path, capsys) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(TINY)
+    out = tmp_path / "sw"
+    code = sweep(scenario, out, "--set", "policy.kind=vllm,chunked", "--fix", "model=llama-3.1-405b", "--workers", "1")
+    assert code == 1 and not (out / "report.md").exists()  # (the sweep itself writes none: nothing ran)
+    assert main(["report", str(out)]) == 0  # (a text axis made it fail on the empty plot)
+    assert "2 could not run" in (out / "report.md").read_text()
+
+
+def test_sweep_and_plan_points_compute_the_percentiles_their_tables_show(tmp_path) -> None:
+    data = {"name": "p", "model": "llama-3.1-8b", "hardware": "H100-SXM", "output": {"percentiles": [95.0]}}
+    fixed = {"dist": "fixed", "value": 8}
+    data["workload"] = {"kind": "all_at_once", "num_requests": 1, "prompt_tokens": fixed, "output_tokens": fixed}
+    sc = point_scenario(data, str(tmp_path), "p.yaml", {})
+    assert sc.output.percentiles == [90.0, 95.0, 99.0]
+
+
+def test_a_long_text_is_tokenised_in_pieces_to_the_same_ids(monkeypatch) -> None:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(ROOT / "tests" / "data" / "vllm_bench_stream" / "tokenizer_bos.json"))
+    rng = np.random.default_rng(0)
+    words = np.array(["the", "of", "and", "to", "  in", "is\n", "you", "你好", "🚀", "that"])
+    text = " ".join(rng.choice(words, 20_000))
+    whole = tok_mod.token_ids(tokenizer, [text, "short"])
+    monkeypatch.setattr(tok_mod, "PIECE_CHARS", 4096)  # (26 pieces, and the short text in a batch of its own)
+    pieces = tok_mod.token_ids(tokenizer, [text, "short"])
+    assert whole[0][0] == pieces[0][0] == tokenizer.token_to_id("<|begin_of_text|>")
+    assert all(np.array_equal(a, b) for a, b in zip(whole, pieces, strict=True))
+
+
+def test_many_system_prompts_cost_only_the_ones_requests_pick() -> None:
+    """10,000,000 system prompts for 20 requests: only the picked ones are made (it was 3.2 GB)."""
+    sc = {
+        "name": "sp",
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "workload": {
+            "kind": "poisson",
+            "rate_rps": 4,
+            "num_requests": 20,
+            "prompt_tokens": {"dist": "fixed", "value": 100},
+            "output_tokens": {"dist": "fixed", "value": 10},
+            "system_prompts": {"count": 10_000_000, "tokens": 64},
+        },
+    }
+    req = llmsim.run(sc).requests
+    assert isinstance(req, pd.DataFrame) and (req["prompt_tokens"] == 164).sum() >= 1
