@@ -19,14 +19,13 @@ The record keeps a SHA-256 of each rendering (or the error transformers raised),
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import json
-import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from recorded import run_in
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "tests" / "data" / "chat_templates"
@@ -142,11 +141,7 @@ def record(python: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="llmsim-templates-") as tmp:
         folders = {name: str(_folder(Path(tmp), name, t, k)) for name, t, k in cases()}
         when = [TEMPLATE_DATE.year, TEMPLATE_DATE.month, TEMPLATE_DATE.day]
-        args = [python, "-c", _TRANSFORMERS_SIDE, json.dumps(folders), json.dumps(PROMPTS), json.dumps(when)]
-        done = subprocess.run(args, capture_output=True, text=True, check=True)
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    machine = f"{platform.machine()}, Python {platform.python_version()}"
-    return {"recorded": dt.date.today().isoformat(), "machine": machine, **out}
+        return run_in(python, _TRANSFORMERS_SIDE, json.dumps(folders), json.dumps(PROMPTS), json.dumps(when))
 
 
 def main(argv: list[str] | None = None) -> int:

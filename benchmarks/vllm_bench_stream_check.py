@@ -25,15 +25,14 @@ compared.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import json
-import platform
 import random
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from recorded import run_in
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "vllm_bench_stream"
@@ -207,10 +206,9 @@ def record(python: str) -> dict:
         folder = Path(tmp)
         make_inputs(folder)
         cases = {c: [_argv(c, folder), str(folder / CASES[c][1])] for c in CASES}
-        done = subprocess.run([python, "-c", _VLLM_SIDE, json.dumps(cases)], capture_output=True, text=True, check=True)
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+        out = run_in(python, _VLLM_SIDE, json.dumps(cases))
     streams = {}
-    for case, rows in out["streams"].items():
+    for case, rows in out.pop("streams").items():
         blocks = [token_block_ids(np.asarray(r["ids"], dtype=np.int64), 16) for r in rows]
         streams[case] = {
             "send_s": [r["send_s"] for r in rows],
@@ -218,8 +216,7 @@ def record(python: str) -> dict:
             "output_tokens": [r["output_tokens"] for r in rows],
             "prompt_block_ids_sha256": _ids_digest(blocks),
         }
-    machine = f"{platform.machine()}, Python {platform.python_version()}"
-    return {"recorded": dt.date.today().isoformat(), "machine": machine, "vllm": out["vllm"], "streams": streams}
+    return {**out, "streams": streams}
 
 
 def llmsim_streams(folder: Path) -> dict[str, dict]:

@@ -20,15 +20,14 @@ compared: which requests it schedules, with how many tokens, and which it preemp
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import gzip
 import json
-import platform
 import random
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from recorded import run_in
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = ROOT / "tests" / "data" / "vllm_scheduler" / "expected.json.gz"
@@ -206,11 +205,7 @@ def record(python: str) -> dict:
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="llmsim-sched-") as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(config), encoding="utf-8")
-        args = [python, "-c", _VLLM_SIDE, tmp]
-        done = subprocess.run(args, input=json.dumps(cases()), capture_output=True, text=True, check=True)
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    machine = f"{platform.machine()}, Python {platform.python_version()}"
-    return {"recorded": dt.date.today().isoformat(), "machine": machine, **out}
+        return run_in(python, _VLLM_SIDE, tmp, stdin=json.dumps(cases()))
 
 
 def main(argv: list[str] | None = None) -> int:
