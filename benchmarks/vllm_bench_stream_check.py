@@ -75,6 +75,16 @@ CASES = {  # name -> (vllm bench serve command line, model folder)
         "--dataset-name random --random-input-len 100 --random-output-len 8 --num-prompts 30 --request-rate 8 --burstiness 3 --max-concurrency 4 --seed 4",
         "m1",
     ),
+    "random-ramp-up-linear": (
+        "--dataset-name random --random-input-len 100 --random-output-len 8 --num-prompts 60 "
+        "--ramp-up-strategy linear --ramp-up-start-rps 1 --ramp-up-end-rps 20 --seed 2",
+        "m0",
+    ),
+    "random-ramp-up-exponential-gamma": (
+        "--dataset-name random --random-input-len 100 --random-output-len 8 --num-prompts 50 "
+        "--ramp-up-strategy exponential --ramp-up-start-rps 2 --ramp-up-end-rps 16 --burstiness 2 --seed 7",
+        "m1",
+    ),
     "sharegpt": (f"--dataset-name sharegpt --dataset-path {SG} --num-prompts 120 --request-rate 3 --seed 11", "m0"),
     "sharegpt-bos-output-len": (
         f"--dataset-name sharegpt --dataset-path {SG} --num-prompts 90 --sharegpt-output-len 64 --request-rate 3 --burstiness 2 --seed 2",

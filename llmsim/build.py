@@ -165,7 +165,8 @@ def check_workload_bounds(sc: Scenario) -> None:
     if _drawn_to_horizon(sc, n):
         return  # drawn only up to the horizon, whose own count _arrivals_to_horizon checks
     check_requests(n, _count_key(sc), sc._origin)
-    rate = w.rate_rps
+    rate = w.rate_rps if w.ramp_up is None else w.ramp_up.start_rps  # (a ramp: its slowest, a bound)
+    key = "workload.rate_rps" if w.ramp_up is None else "workload.ramp_up.start_rps"
     if (
         w.kind in ("poisson", "gamma")
         and w.num_requests
@@ -174,7 +175,7 @@ def check_workload_bounds(sc: Scenario) -> None:
         and n / rate > MAX_ARRIVAL_S
     ):
         raise UserError(  # (the draw's own check, before drawing: its span is about n / rate)
-            f"{sc._origin}: workload.num_requests / workload.rate_rps: {n:,.0f} requests at {rate:g} req/s arrive "
+            f"{sc._origin}: workload.num_requests / {key}: {n:,.0f} requests at {rate:g} req/s arrive "
             f"over ~{n / rate:.3g} s, past {MAX_ARRIVAL_S:.0e} s (~32 years); raise the rate or send fewer"
         )
     spec = w.prompt_tokens
@@ -268,9 +269,13 @@ def _arrivals(sc: Scenario, rng: np.random.Generator, origin: str, count: int | 
     # so that it falls at the duration's end: the last stretch of traffic is where it should be
     # even where the profile's scale is small (its random end would be stretched by 1 / scale)
     extra = int(w.rate_profile is not None and not w.num_requests)
+    ramp = w.ramp_up
+    rates = None if ramp is None else gen.ramp_rates(ramp.strategy, ramp.start_rps, ramp.end_rps, n)
     if w.sends_as_vllm_bench:  # (its own generator: see vllm_bench_arrivals)
         burstiness = 1.0 if w.kind == "poisson" else 1.0 / (w.cv * w.cv)
-        return gen.vllm_bench_arrivals(sc.seed, w.rate_rps, burstiness, n)  # type: ignore[arg-type]
+        return gen.vllm_bench_arrivals(sc.seed, w.rate_rps or 0.0, burstiness, n, rates)
+    if rates is not None:
+        return gen.ramp_arrivals(rng, rates, w.cv if w.kind == "gamma" else 1.0)
     if w.kind == "poisson":
         t = gen.poisson_arrivals(rng, w.rate_rps, n + extra)  # type: ignore[arg-type]
     elif w.kind == "gamma":

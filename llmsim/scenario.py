@@ -472,6 +472,22 @@ class LengthSpec(_Strict):
         return self
 
 
+class RampUpConfig(_Strict):
+    """``vllm bench serve --ramp-up-strategy S --ramp-up-start-rps A --ramp-up-end-rps B``: request i
+    of n arrives after a gap drawn at its own rate, from A to B across the requests (linear: A +
+    (B - A) i / (n - 1); exponential: A (B / A)^(i / (n - 1))), the gaps not rescaled."""
+
+    strategy: Literal["linear", "exponential"]
+    start_rps: PosFloat  # (vLLM's first request at rate 0 fails its own assertion)
+    end_rps: PosFloat
+
+    @model_validator(mode="after")
+    def _rising(self) -> RampUpConfig:
+        if self.start_rps > self.end_rps:  # (vllm bench serve refuses it too)
+            raise ValueError(f"start_rps ({self.start_rps:g}) above end_rps ({self.end_rps:g}): a ramp rises")
+        return self
+
+
 class SystemPromptConfig(_Strict):
     """Synthetic shared system prompts: a request starts with one of ``count`` prompts."""
 
@@ -588,6 +604,8 @@ class TraceConfig(_Strict):
 class WorkloadConfig(_Strict):
     kind: Literal["poisson", "gamma", "all_at_once", "trace"]
     rate_rps: PosFloat | None = None  # poisson / gamma
+    # poisson / gamma in place of rate_rps: each request's rate ramps from start to end (RampUpConfig)
+    ramp_up: RampUpConfig | None = None
     # poisson / gamma: the rate over time, [[from_s, scale], ...]: rate_rps x scale from from_s on
     # (the first from 0 s; the last holds to the end); arrivals drawn at rate_rps, time-warped
     # (a scale of 0 is a stretch without traffic; the last one must be above 0)
@@ -678,9 +696,11 @@ class WorkloadConfig(_Strict):
             raise ValueError(
                 f"kind {self.kind!r} needs `prompt_tokens` and `output_tokens` length specs (or a `shared_prefix` or `dataset` section)"
             )
+        if self.ramp_up is not None:
+            self._check_ramp_up()
+        elif self.kind in ("poisson", "gamma") and self.rate_rps is None:
+            raise ValueError(f"kind {self.kind!r} needs `rate_rps` (or a `ramp_up`)")
         if self.kind in ("poisson", "gamma"):
-            if self.rate_rps is None:
-                raise ValueError(f"kind {self.kind!r} needs `rate_rps`")
             if self.arrivals == "vllm_bench" and (self.num_requests is None or self.rate_profile is not None):
                 raise ValueError(
                     "arrivals: vllm_bench sends `num_requests` (vllm bench serve's --num-prompts) at one "
@@ -712,6 +732,16 @@ class WorkloadConfig(_Strict):
             raise ValueError("kind 'all_at_once' needs `num_requests`")
         return self
 
+    def _check_ramp_up(self) -> None:
+        """A ramp sets every request's rate: it replaces rate_rps, over num_requests requests."""
+        clash = [k for k in ("rate_rps", "rate_profile", "duration_s") if getattr(self, k) is not None]
+        if self.kind not in ("poisson", "gamma"):
+            raise ValueError(f"ramp_up: ramps the rate of poisson / gamma arrivals; kind {self.kind!r} has none")
+        if clash:
+            raise ValueError(f"ramp_up: sets each request's rate itself, over num_requests requests; remove {clash}")
+        if self.num_requests is None:
+            raise ValueError("ramp_up: needs `num_requests` (its rates run from the first request to the last)")
+
     def _check_bench_prompts(self) -> None:
         """vllm bench's random dataset: one prompt a request, all after one shared prefix at most."""
         clash = [k for k in ("shared_prefix", "conversations", "classes") if getattr(self, k)]
@@ -737,6 +767,7 @@ class WorkloadConfig(_Strict):
             return
         hints = {
             "rate_rps": "a trace keeps its own arrivals; `trace.speedup` scales its rate",
+            "ramp_up": "a trace keeps its own arrivals; `trace.speedup` scales its rate",
             "num_requests": "a trace brings its own requests; `trace.max_requests` caps them",
             "duration_s": "a trace brings its own requests; `trace.duration_s` cuts it",
             "prompt_tokens": "a trace brings its own lengths",

@@ -56,7 +56,6 @@ BENCH_IGNORED: dict[str, bool | int | str] = {
     **dict.fromkeys(("--label", "--result-dir", "--result-filename"), 1),
     **dict.fromkeys(("--num-warmups", "--temperature", "--top-p", "--top-k", "--min-p"), 1),
     **dict.fromkeys(("--ready-check-timeout-sec", "--request-id-prefix"), 1),
-    **dict.fromkeys(("--ramp-up-start-rps", "--ramp-up-end-rps"), 1),  # (read only with --ramp-up-strategy)
     **dict.fromkeys(("--served-model-name", "--goodput", "--metadata", "--header"), "+"),
     **dict.fromkeys(("--save-result", "--save-detailed", "--append-result", "--disable-tqdm"), False),
     **dict.fromkeys(("--trust-remote-code", "--ignore-eos", "--insecure"), False),
@@ -78,12 +77,7 @@ REFUSED = {
     "--kv-transfer-config": "write policy.kind: disaggregated with cluster.prefill_pool / decode_pool in a scenario",
     "--kv-offloading-size": "write kv_cache.offload in a scenario (--scenario-out writes the rest of it)",
     "--no-enable-chunked-prefill": "not modelled: llmsim's vllm policy always chunks prompts, as vLLM v1 does by default",
-    # (vllm bench serve's)
-    "--ramp-up-strategy": "not modelled: vllm bench's ramp-up draws each gap at a rate that grows request by request; "
-    "a scenario's workload.rate_profile steps a rate over time (docs/workloads.md)",
 }
-# a refused flag's own choices, which vLLM checks first (vllm/benchmarks/serve.py --ramp-up-strategy)
-REFUSED_CHOICES = {"--ramp-up-strategy": ("linear", "exponential")}
 HF_OVERRIDES_REFUSAL = "serve a folder holding the config.json as overridden (llmsim reads the model from it)"
 # a quantisation method (--quantization, or a checkpoint's quantization_config.quant_method) ->
 # (weights, compute): vLLM's FP8 is W8A8 with dynamic activation scales where the GPU has FP8
@@ -217,15 +211,10 @@ def _add_ignored(p: argparse.ArgumentParser, flags: dict[str, bool | int | str])
 
 def _parse(parser: argparse.ArgumentParser, words: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The parsed flags, and the ignored ones the line gave (as flags)."""
-    for k, word in enumerate(words):
-        name, eq, value = word.partition("=")
-        name = name.split(".", 1)[0]  # (`--hf-overrides.key v` is --hf-overrides)
+    for word in words:
+        name = word.partition("=")[0].split(".", 1)[0]  # (`--hf-overrides.key v` is --hf-overrides)
         if name == "--hf-overrides" and parser.prog == "vllm serve" and any(w.startswith(name + ".") for w in words):
             raise UserError(f"{parser.prog}: {name}: {HF_OVERRIDES_REFUSAL}")
-        choices = REFUSED_CHOICES.get(name)
-        value = value if eq else (words[k + 1] if k + 1 < len(words) else "")
-        if choices and value not in choices:  # (a bad value is vLLM's own error first)
-            raise UserError(f"{parser.prog}: {name} {cut(value, 20)!r}: vLLM takes {' or '.join(choices)}")
         if name in REFUSED:
             raise UserError(f"{parser.prog}: {name}: {REFUSED[name]}")
     ns, unknown = parser.parse_known_args(words)
@@ -577,6 +566,8 @@ class Bench:
     ignored: list[str] = field(default_factory=list)
     # the flags of the datasets beyond random (sharegpt's file, prefix_repetition's lengths)
     dataset: DatasetFlags = field(default_factory=lambda: DatasetFlags())
+    # --ramp-up-strategy, --ramp-up-start-rps, --ramp-up-end-rps (ramp_up_flags): each request's rate
+    ramp_up: tuple[str, int, int] | None = None
 
 
 # vllm bench serve's prefix_repetition dataset, its flags' defaults (vllm/benchmarks/datasets/
@@ -688,8 +679,40 @@ def _bench_parser(prog: str = "vllm bench serve") -> argparse.ArgumentParser:
     p.add_argument("--no-oversample", action="store_true", dest="no_oversample")
     for key in PREFIX_REPETITION:
         p.add_argument(f"--prefix-repetition-{key.replace('_', '-')}", type=int, dest=f"prefix_repetition_{key}")
+    p.add_argument("--ramp-up-strategy", choices=("linear", "exponential"), dest="ramp_up_strategy")
+    p.add_argument("--ramp-up-start-rps", type=int, dest="ramp_up_start_rps")  # (vLLM's are whole numbers)
+    p.add_argument("--ramp-up-end-rps", type=int, dest="ramp_up_end_rps")
     _add_ignored(p, BENCH_IGNORED)
     return p
+
+
+def ramp_up_flags(ns: argparse.Namespace, bench: Bench, prog: str) -> tuple[str, int, int] | None:
+    """vllm bench serve's ramp-up, checked as its main_async checks it (vllm/benchmarks/serve.py);
+    None without --ramp-up-strategy (the rates alone are not read, as in vLLM)."""
+    strategy = getattr(ns, "ramp_up_strategy", None)
+    if strategy is None:
+        return None
+    return check_ramp_up(
+        (strategy, getattr(ns, "ramp_up_start_rps", None), getattr(ns, "ramp_up_end_rps", None)), bench, prog
+    )
+
+
+def check_ramp_up(ramp: tuple, bench: Bench, prog: str) -> tuple[str, int, int]:
+    """A ramp-up (strategy, start, end) as vLLM's main_async accepts one."""
+    strategy, start, end = ramp
+    if strategy not in ("linear", "exponential"):
+        raise UserError(f"{prog}: --ramp-up-strategy {cut(repr(strategy), 30)}: vLLM takes linear or exponential")
+    if not math.isinf(bench.request_rate):
+        raise UserError(f"{prog}: --ramp-up-strategy with --request-rate: vLLM refuses both (the ramp sets the rate)")
+    if start is None or end is None:
+        raise UserError(f"{prog}: --ramp-up-strategy needs both --ramp-up-start-rps and --ramp-up-end-rps")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)):
+        raise UserError(f"{prog}: --ramp-up-start-rps / --ramp-up-end-rps: expected whole requests per second")
+    if start > end:
+        raise UserError(f"{prog}: --ramp-up-start-rps {start} above --ramp-up-end-rps {end}: vLLM refuses it")
+    if start <= 0:  # (vLLM refuses 0 for exponential; linear fails its assertion on the first request)
+        raise UserError(f"{prog}: --ramp-up-start-rps {start}: expected 1 or more (vLLM fails on a first rate of 0)")
+    return strategy, start, end
 
 
 def dataset_flags(ns: argparse.Namespace, prog: str) -> DatasetFlags:
@@ -732,6 +755,11 @@ def parse_bench(text: str, what: str = "--bench") -> tuple[Bench, str | None]:
     given = settings_of(vars(ns))
     bench = replace(Bench(), **given, given=frozenset(given), ignored=ignored, dataset=dataset_flags(ns, prog))
     check_bench(bench, prog)
+    bench = replace(bench, ramp_up=ramp_up_flags(ns, bench, prog))
+    if bench.ramp_up is None:  # (read only with the strategy, as vLLM reads them)
+        bench.ignored += [
+            f for f in ("--ramp-up-start-rps", "--ramp-up-end-rps") if hasattr(ns, f[2:].replace("-", "_"))
+        ]
     return bench, getattr(ns, "model", None)
 
 
@@ -740,6 +768,8 @@ def with_settings(bench: Bench, settings: dict[str, Any], where: str) -> Bench:
     name them; each checked as the command line's are."""
     out = replace(bench, **{k: v for k, v in settings.items() if k not in bench.given})
     check_bench(out, where)
+    if out.ramp_up is not None and "ramp_up" not in bench.given:
+        out = replace(out, ramp_up=check_ramp_up(out.ramp_up, out, where))
     return out
 
 
@@ -1254,10 +1284,8 @@ def _workload(bench: Bench, trace_csv: str | None, model: str) -> dict:
     if trace_csv is not None:
         workload: dict = {"kind": "trace", "trace": {"path": trace_csv, "format": "generic"}}
     else:
-        workload = {
-            "kind": "all_at_once" if math.isinf(bench.request_rate) else "poisson",
-            "num_requests": bench.num_prompts,
-        }
+        paced = not math.isinf(bench.request_rate) or bench.ramp_up is not None
+        workload = {"kind": "poisson" if paced else "all_at_once", "num_requests": bench.num_prompts}
         if bench.dataset_name in ("random", "prefix_repetition") and bench.dataset.path is not None:
             raise UserError(  # (vllm/benchmarks/serve.py refuses a path beside its generated datasets)
                 f'--dataset-path with the {bench.dataset_name} dataset: vllm bench serve refuses it ("Cannot use '
@@ -1278,8 +1306,12 @@ def _workload(bench: Bench, trace_csv: str | None, model: str) -> dict:
             workload["output_tokens"] = _lengths(bench.random_output_len, bench.random_range_ratio)  # ignore_eos
         if bench.random_prefix_len and bench.dataset_name == "random":  # (llmsim rounds it to whole 16-token ids)
             workload["system_prompts"] = {"count": 1, "tokens": bench.random_prefix_len}
-        if not math.isinf(bench.request_rate):
-            workload["rate_rps"] = bench.request_rate
+        if paced:
+            if bench.ramp_up is not None:
+                strategy, start, end = bench.ramp_up
+                workload["ramp_up"] = {"strategy": strategy, "start_rps": start, "end_rps": end}
+            else:
+                workload["rate_rps"] = bench.request_rate
             if bench.burstiness != 1.0:  # vllm bench's gamma gaps of shape B: cv = 1 / sqrt(B)
                 workload |= {"kind": "gamma", "cv": bench.burstiness**-0.5}
             # the very send times the client drew with the seed; not after prefix_repetition's tokens, which

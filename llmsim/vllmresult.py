@@ -374,6 +374,8 @@ def settings_of(values: dict[str, object]) -> dict[str, Any]:
             out["metric_percentiles"] = list(dict.fromkeys(float(p) for p in out["metric_percentiles"].split(",")))
     if isinstance(out.get("percentile_metrics"), str):
         out["percentile_metrics"] = list(dict.fromkeys(m.strip() for m in out["percentile_metrics"].split(",")))
+    if values.get("ramp_up_strategy") is not None:  # (three Namespace names, one setting: vllmcli.ramp_up_flags)
+        out["ramp_up"] = tuple(values.get(f"ramp_up_{k}") for k in ("strategy", "start_rps", "end_rps"))
     return out
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from script_module import load_script
@@ -574,7 +576,8 @@ def test_the_settings_a_result_records_are_bench_s_fields():
 
     from llmsim.vllmresult import SETTINGS
 
-    assert list(SETTINGS) == [f.name for f in fields(Bench) if f.name not in ("given", "ignored", "dataset")]
+    # (ramp_up: three Namespace names read as one, settings_of)
+    assert list(SETTINGS) == [f.name for f in fields(Bench) if f.name not in ("given", "ignored", "dataset", "ramp_up")]
 
 
 def test_the_header_and_block_follow_set(capsys):
@@ -837,8 +840,49 @@ def test_the_hostile_review_s_command_lines(capsys):
     assert "cluster.expert_routing_exponent 0.79" in capsys.readouterr().out
 
 
-def test_a_refused_flag_s_bad_value_is_vllm_s_own_error_first():
-    with pytest.raises(UserError, match="--ramp-up-strategy 'foo': vLLM takes linear or exponential"):
-        parse_bench("--ramp-up-strategy foo")
-    with pytest.raises(UserError, match="--ramp-up-strategy: not modelled"):
-        parse_bench("--ramp-up-strategy=linear --ramp-up-start-rps 1 --ramp-up-end-rps 4")
+def test_vllm_bench_s_ramp_up_is_read_and_checked_as_vllm_checks_it():
+    bench, _ = parse_bench("--ramp-up-strategy=linear --ramp-up-start-rps 1 --ramp-up-end-rps 4 --num-prompts 30")
+    assert bench.ramp_up == ("linear", 1, 4)
+    w = scenario_dict("H100-SXM", parse_serve("vllm serve Qwen/Qwen3-8B"), bench)["workload"]
+    assert w["kind"] == "poisson" and "rate_rps" not in w and w["arrivals"] == "vllm_bench"
+    assert w["ramp_up"] == {"strategy": "linear", "start_rps": 1, "end_rps": 4}
+    for line, message in [
+        ("--ramp-up-strategy foo", "invalid choice: 'foo'"),
+        ("--ramp-up-strategy linear --ramp-up-start-rps 1", "needs both --ramp-up-start-rps and --ramp-up-end-rps"),
+        ("--ramp-up-strategy linear --ramp-up-start-rps 1 --ramp-up-end-rps 4 --request-rate 2", "vLLM refuses both"),
+        ("--ramp-up-strategy linear --ramp-up-start-rps 5 --ramp-up-end-rps 4", "above --ramp-up-end-rps 4"),
+        ("--ramp-up-strategy exponential --ramp-up-start-rps 0 --ramp-up-end-rps 4", "expected 1 or more"),
+    ]:
+        with pytest.raises(UserError, match=re.escape(message)):
+            parse_bench(line)
+    # without the strategy vLLM reads neither rate: listed as ignored, the rate left as it was
+    bench, _ = parse_bench("--ramp-up-start-rps 1 --ramp-up-end-rps 4")
+    assert bench.ramp_up is None and bench.ignored == ["--ramp-up-start-rps", "--ramp-up-end-rps"]
+
+
+def test_a_ramp_up_scenario_is_checked_and_drawn() -> None:
+    import llmsim
+    from llmsim.scenario import scenario_from_dict
+
+    fixed = {"dist": "fixed", "value": 64}
+    base = {"name": "r", "model": "llama-3.1-8b", "hardware": "H100-SXM"}
+    ramp = {"strategy": "exponential", "start_rps": 2, "end_rps": 16}
+    w = {
+        "kind": "gamma",
+        "cv": 0.5,
+        "num_requests": 40,
+        "ramp_up": ramp,
+        "prompt_tokens": fixed,
+        "output_tokens": fixed,
+    }
+    for change, message in [
+        ({"rate_rps": 4}, "ramp_up: sets each request's rate itself"),
+        ({"kind": "all_at_once"}, "kind 'all_at_once' has none"),
+        ({"num_requests": None, "duration_s": 10}, "ramp_up: sets each request's rate itself"),
+        ({"ramp_up": {**ramp, "start_rps": 20}}, "start_rps (20) above end_rps (16)"),
+    ]:
+        with pytest.raises(UserError, match=re.escape(message)):
+            scenario_from_dict({**base, "workload": {**w, **change}}, "r.yaml", ROOT)
+    t = llmsim.run({**base, "workload": w}).requests["arrival_s"].to_numpy()
+    assert t[0] == 0.0 and len(t) == 40  # (llmsim's own draw: the first at 0 s, the gaps shrinking)
+    assert np.diff(t)[:20].mean() > 1.5 * np.diff(t)[20:].mean()

@@ -29,13 +29,35 @@ def gamma_arrivals(rng: np.random.Generator, rate_rps: float, cv: float, n: int)
     return np.cumsum(gaps)
 
 
-def vllm_bench_arrivals(seed: int, rate_rps: float, burstiness: float, n: int) -> np.ndarray:
+def ramp_rates(strategy: str, start_rps: float, end_rps: float, n: int) -> np.ndarray:
+    """Each of ``n`` requests' rate under vllm bench serve's ramp-up (vllm/benchmarks/serve.py,
+    ``_get_current_request_rate``): from start to end by the request's index over n - 1."""
+    progress = np.arange(n, dtype=float) / max(n - 1, 1)
+    if strategy == "linear":
+        return start_rps + (end_rps - start_rps) * progress
+    return start_rps * (end_rps / start_rps) ** progress
+
+
+def ramp_arrivals(rng: np.random.Generator, rates: np.ndarray, cv: float) -> np.ndarray:
+    """llmsim's draw of ramped arrivals: Gamma gaps (CV ``cv``) each at its request's rate, the
+    first request at 0 s as llmsim's own arrivals are."""
+    shape = 1.0 / (cv * cv)
+    gaps = rng.gamma(shape, 1.0 / (rates * shape))
+    gaps[0] = 0.0
+    return np.cumsum(gaps)
+
+
+def vllm_bench_arrivals(
+    seed: int, rate_rps: float, burstiness: float, n: int, rates: np.ndarray | None = None
+) -> np.ndarray:
     """The send times of ``vllm bench serve --request-rate rate --burstiness b --seed seed``, from the
     benchmark's start: n gaps from numpy's global generator seeded with the seed (its random dataset
     draws from a generator of its own), Gamma(shape b, scale 1/(rate b)), cumulated and scaled so
     that the last is at n / rate (vllm/benchmarks/serve.py, ``get_request``: "close the gap for
     stabilizing the throughput data"); the first request waits its own gap."""
     state = np.random.RandomState(seed)  # (np.random.seed(seed) then np.random.gamma, one at a time)
+    if rates is not None:  # ramp-up: each gap at its request's rate (ramp_rates), and not rescaled
+        return np.cumsum(state.gamma(burstiness, 1.0 / (rates * burstiness)))
     t = np.cumsum(state.gamma(burstiness, 1.0 / (rate_rps * burstiness), size=n))
     return t * (n / rate_rps / t[-1]) if t[-1] > 0 else t
 
