@@ -457,8 +457,8 @@ class BlockManager:
         included, ``KVCacheManager.allocate_slots``), so the request finds them again when it is
         admitted anew, unless they were evicted meanwhile. Blocks past its chain (the answer, or a
         prompt without content ids) get ids of its own, which no other request's chain holds."""
-        if not self.prefix_caching or req.block_ids is None:
-            return
+        if not self.prefix_caching or req.block_ids is None or req.n_seqs > 1:
+            return  # (parallel samples: past the shared prompt the table holds each sequence's blocks in turn)
         chain = req.prefix_chain or []
         full = min(req.kv_tokens // self.block_tokens, len(req.block_ids))
         if len(chain) < full:

@@ -437,6 +437,7 @@ def saturation_verdict(
     in_system_se: float | None = None,
     in_system_not_judged: str = "",
     rejected: int = 0,
+    longest_wait: tuple[float, float, float] | None = None,
 ) -> dict:
     """Stable / backlogged / overloaded, from how the waiting queue grows while requests arrive.
 
@@ -461,6 +462,10 @@ def saturation_verdict(
     settled, whether it is overloaded or only warming up (near capacity such a batch takes many
     latencies to settle, so a short run cannot tell the two apart); so is one whose arrivals were
     too short to warm up ("short: ...").
+    ``longest_wait`` (``_longest_wait``): the longest any request waited in the queue, when it
+    arrived, and the early requests' latency; a run that would read stable but where some request
+    waited past TRANSIENT_WAITS of those latencies went through a backlog and drained it (a burst):
+    backlogged. (Not the queue's length: a steady bursty run's queue is long for an instant.)
     """
     backlog = max(unfinished - in_flight, 0)
     out = {
@@ -474,7 +479,6 @@ def saturation_verdict(
         "in_system_growth_se": in_system_se,
         "in_system_not_judged": in_system_not_judged,
     }
-    peak, peak_s = 0, 0.0  # the longest the queue got while requests arrived, and when
     if not queue.empty and last_arrival_s > 0:
         win = queue[queue["time_s"] <= last_arrival_s]
         if len(win) >= 3:
@@ -484,8 +488,6 @@ def saturation_verdict(
             out["queue_growth_rps"] = slope
             out["growth_share"] = slope / rate if rate > 0 else 0.0
             out["final_queue"] = int(q[-1])
-            i = int(np.argmax(q))
-            peak, peak_s = int(q[i]), float(t[i])
     elif not queue.empty and n_requests > 1:  # all at t = 0: the queue the last arrival met
         at_once = queue[queue["time_s"] <= 0.0]
         out["final_queue"] = int(at_once["waiting"].iloc[-1]) if len(at_once) else 0
@@ -503,7 +505,7 @@ def saturation_verdict(
         verdict, unsettled = "backlogged", True
     elif share > 0.01 or backlog + shed > 0 or (burst and burst_waited):
         verdict = "backlogged"
-    elif peak >= max(TRANSIENT_QUEUE, TRANSIENT_SHARE * n_requests):
+    elif longest_wait is not None and longest_wait[0] > max(TRANSIENT_WAITS * longest_wait[2], TRANSIENT_WAIT_S):
         verdict, transient = "backlogged", True  # (a burst the system drained: not a steady state)
     else:
         verdict = "stable"
@@ -531,9 +533,11 @@ def saturation_verdict(
             f"{in_system_not_judged.removeprefix('short: ')}; latencies are a warm-up's, not a steady state's"
         )
     elif transient:
+        wait, at, w0 = longest_wait  # type: ignore[misc]
         explanations["backlogged"] = (
-            f"the queue grew to {peak:,} requests ({peak / n_requests:.0%} of them) at {peak_s:.4g} s while "
-            "requests arrived, then drained: latencies include that backlog, not a steady state"
+            f"a request that arrived at {at:.4g} s waited {wait:.3g} s in the queue, {wait / w0:.0f}x the early "
+            f"requests' latency ({w0:.3g} s), and the queue then drained: latencies include that backlog, not a "
+            "steady state"
         )
     elif unsettled:
         explanations["backlogged"] = (
@@ -631,10 +635,11 @@ IN_SYSTEM_GROWING = 0.2
 # arrivals at 8 req/s, two of them briefly waiting for the next step, have a slope of 8.5 % of the
 # offered rate (the quickstart with num_requests 5)
 FEW_ARRIVALS = 20
-# a queue that held this many requests at once, and this share of the run's, while they arrived is
-# a backlog the run went through even where its slope over the whole run is flat (a burst drained)
-TRANSIENT_QUEUE = 20
-TRANSIENT_SHARE = 0.05
+# a request that waited in the queue this many times the early requests' latency, and at least
+# this long, shows a backlog the run went through even where the queue's slope over the whole run is
+# flat (a burst it drained); a steady run, bursty or near capacity, drains its queue within a latency
+TRANSIENT_WAITS = 5.0
+TRANSIENT_WAIT_S = 1.0
 
 
 def _piled_up(backlog: int, shed: int, n_requests: int, share: float, short: bool) -> bool:
@@ -743,4 +748,22 @@ def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horiz
         in_system_se=growth_se,
         in_system_not_judged=not_judged,
         rejected=max(int(((req["status"] == "rejected").to_numpy(dtype=bool) & offered).sum()) - shed, 0),
+        longest_wait=_longest_wait(req[offered], fin),
     )
+
+
+def _longest_wait(req: pd.DataFrame, fin: pd.DataFrame) -> tuple[float, float, float] | None:
+    """The longest a request waited in the queue (first scheduled less arrival), when it arrived,
+    and the median latency of the finished requests of the first tenth of the arrivals (at least 5;
+    else of all): None where nobody was scheduled or nobody finished."""
+    arrival = req["arrival_s"].to_numpy(dtype=float)
+    wait = req["queued_s"].to_numpy(dtype=float) - arrival
+    if not len(fin) or not np.isfinite(wait).any():
+        return None
+    i = int(np.nanargmax(wait))
+    fin_arrival = fin["arrival_s"].to_numpy(dtype=float)
+    e2e = fin["e2e_s"].to_numpy(dtype=float)
+    t0, span = float(arrival.min()), float(arrival.max() - arrival.min())
+    early = e2e[fin_arrival <= t0 + 0.1 * span]
+    w0 = float(np.median(early if len(early) >= 5 else e2e))
+    return float(wait[i]), float(arrival[i]), w0

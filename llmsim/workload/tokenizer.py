@@ -138,15 +138,21 @@ def token_ids(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
 
 def _long_ids(tokenizer: Any, text: str) -> np.ndarray:
     """The ids of a text longer than ``PIECE_CHARS``, tokenised a piece at a time, each cut before
-    a space (where the usual pre-tokenizers start a word's token, so the pieces' ids are the whole
-    text's but for unusual runs of whitespace), then the special tokens added around them."""
+    a space (where a byte-level pre-tokenizer starts a word's token, so the pieces' ids are the whole
+    text's), then the special tokens added around them. Whole where cutting would change the ids:
+    a tokenizer with a normalizer (SentencePiece's prepends a "▁" to every piece it is given), or a
+    stretch of more than a piece without a space (CJK, base64: a cut would split a word)."""
+    if tokenizer.normalizer is not None:
+        return np.asarray(tokenizer.encode(text).ids, dtype=np.int64)
     pieces = []
     start = 0
     while start < len(text):
         end = min(start + PIECE_CHARS, len(text))
         if end < len(text):
             cut = text.rfind(" ", start + 1, end)
-            end = cut if cut > start else end
+            if cut <= start:  # (no space in the piece: on to the next one, or the rest whole)
+                cut = text.find(" ", end)
+            end = cut if cut > start else len(text)
         pieces.append(np.asarray(tokenizer.encode(text[start:end], add_special_tokens=False).ids, dtype=np.int64))
         start = end
     head, tail = _special_ends(tokenizer)
