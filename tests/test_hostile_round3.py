@@ -105,3 +105,24 @@ def test_many_system_prompts_cost_only_the_ones_requests_pick() -> None:
     }
     req = llmsim.run(sc).requests
     assert isinstance(req, pd.DataFrame) and (req["prompt_tokens"] == 164).sum() >= 1
+
+
+def test_a_preempted_request_with_parallel_samples_keeps_no_answer_blocks() -> None:
+    """Past the shared prompt a request of n samples holds each sequence's blocks in turn, so a
+    recompute preemption registers none of its answers' blocks (they were filed under the wrong
+    chain positions, and the resumed request skipped tokens no cached block held); a single
+    sequence keeps them, under ids of its own."""
+    from llmsim.kvcache import BlockManager, chain_hashes
+    from llmsim.request import Request
+
+    for n_seqs, kept in ((4, 3), (1, 5)):
+        kv = BlockManager(100, 16, watermark=0.0, prefix_caching=True)
+        req = Request(7, 0.0, 48, 64, block_hashes=list(range(3)))
+        req.n_seqs = n_seqs
+        req.prefix_chain = chain_hashes(req.block_hashes, 16, 16, 48)  # (3 prompt blocks)
+        kv.allocate(req, 48 + 32)
+        req.kv_tokens = 48 + 32  # (the prompt and two blocks of answer computed)
+        kv.commit(req)  # (the prompt's blocks, as its prefill registered them)
+        kv.cache_computed(req)
+        kv.free(req)
+        assert len(req.prefix_chain) == kept and kv.cached_blocks == kept
