@@ -163,6 +163,8 @@ def _result_file(path: Path) -> Result:
         "burstiness": _number(path, "burstiness", data.get("burstiness")),
         "max_concurrency": _number(path, "max_concurrency", data.get("max_concurrency"), whole=True),
     }
+    if data.get("ramp_up_strategy") is not None:  # (vllm bench serve writes the three with a ramp-up)
+        settings["ramp_up"] = tuple(data.get(f"ramp_up_{k}") for k in ("strategy", "start_rps", "end_rps"))
     model_id = data.get("model_id")
     if model_id is not None and not isinstance(model_id, str):
         raise UserError(f"{path}: model_id: expected the served model's name, got {cut(repr(model_id), 40)}")

@@ -886,3 +886,17 @@ def test_a_ramp_up_scenario_is_checked_and_drawn() -> None:
     t = llmsim.run({**base, "workload": w}).requests["arrival_s"].to_numpy()
     assert t[0] == 0.0 and len(t) == 40  # (llmsim's own draw: the first at 0 s, the gaps shrinking)
     assert np.diff(t)[:20].mean() > 1.5 * np.diff(t)[20:].mean()
+
+
+def test_a_result_file_s_ramp_up_is_read(tmp_path) -> None:
+    """vllm bench serve --save-result writes the ramp's three settings beside request_rate 'inf'."""
+    data = {"num_prompts": 30, "request_rate": "inf", "burstiness": 1.0, "completed": 30, "duration": 20.0}
+    path = tmp_path / "r.json"
+    path.write_text(
+        json.dumps(data | {"ramp_up_strategy": "exponential", "ramp_up_start_rps": 2, "ramp_up_end_rps": 8})
+    )
+    bench = with_settings(bench_of("--random-input-len 64 --random-output-len 8"), load_result(path).settings, "r")
+    assert bench.ramp_up == ("exponential", 2, 8)
+    path.write_text(json.dumps(data | {"ramp_up_strategy": "linear", "ramp_up_start_rps": 9, "ramp_up_end_rps": 8}))
+    with pytest.raises(UserError, match="--ramp-up-start-rps 9 above --ramp-up-end-rps 8"):
+        with_settings(bench_of("--num-prompts 30"), load_result(path).settings, "r")
