@@ -1199,6 +1199,11 @@ def _check_names(sc: Scenario, origin: str) -> None:
             f"{origin}: cluster.{pools[0]}: pools are for policy.kind disaggregated, and the policy is "
             f"{sc.policy.kind!r}; remove the pools (cluster.replicas sizes a colocated cluster) or set the policy"
         )
+    if sc.cluster.router == "lora_affinity" and sc.lora is None:
+        raise UserError(
+            f"{origin}: cluster.router: lora_affinity routes by the requests' LoRA adapters, and the scenario has no "
+            "`lora` section; add one, or pick another router"
+        )
     if sc.policy.kind == "disaggregated":
         _check_pools_size_disaggregated(sc.cluster, origin)
     if sc.policy.kind == "disaggregated" and sc.cluster.autoscaling is not None:
