@@ -432,7 +432,10 @@ def check_slo_classes(sc: Scenario, w: Workload) -> None:
     requests judged by the run's own SLO, silently)."""
     if not sc.slo.classes:
         return
-    have = sorted(set(w.klass.tolist())) if w.klass is not None else []
+    if sc.workload.classes:  # (a synthetic mix: its classes as declared, drawn or not)
+        have = sorted(sc.workload.classes)
+    else:  # (a trace's class column; a blank cell is no class)
+        have = sorted({c for c in w.klass.tolist() if isinstance(c, str) and c}) if w.klass is not None else []
     unknown = [c for c in sc.slo.classes if c not in have]
     if unknown:
         import difflib

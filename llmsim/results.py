@@ -463,8 +463,8 @@ def saturation_verdict(
     latencies to settle, so a short run cannot tell the two apart); so is one whose arrivals were
     too short to warm up ("short: ...").
     ``longest_wait`` (``_longest_wait``): the longest any request waited in the queue, when it
-    arrived, and the early requests' latency; a run that would read stable but where some request
-    waited past TRANSIENT_WAITS of those latencies went through a backlog and drained it (a burst):
+    arrived, and the median latency; a run that would read stable but where some request waited
+    past TRANSIENT_WAITS of that latency went through a backlog and drained it (a burst):
     backlogged. (Not the queue's length: a steady bursty run's queue is long for an instant.)
     """
     backlog = max(unfinished - in_flight, 0)
@@ -535,8 +535,8 @@ def saturation_verdict(
     elif transient:
         wait, at, w0 = longest_wait  # type: ignore[misc]
         explanations["backlogged"] = (
-            f"a request that arrived at {at:.4g} s waited {wait:.3g} s in the queue, {wait / w0:.0f}x the early "
-            f"requests' latency ({w0:.3g} s), and the queue then drained: latencies include that backlog, not a "
+            f"a request that arrived at {at:.4g} s waited {wait:.3g} s in the queue, {wait / w0:.0f}x the median "
+            f"request's latency ({w0:.3g} s), and the queue then drained: latencies include that backlog, not a "
             "steady state"
         )
     elif unsettled:
@@ -635,7 +635,7 @@ IN_SYSTEM_GROWING = 0.2
 # arrivals at 8 req/s, two of them briefly waiting for the next step, have a slope of 8.5 % of the
 # offered rate (the quickstart with num_requests 5)
 FEW_ARRIVALS = 20
-# a request that waited in the queue this many times the early requests' latency, and at least
+# a request that waited in the queue this many times the median request's latency, and at least
 # this long, shows a backlog the run went through even where the queue's slope over the whole run is
 # flat (a burst it drained); a steady run, bursty or near capacity, drains its queue within a latency
 TRANSIENT_WAITS = 5.0
@@ -754,16 +754,11 @@ def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horiz
 
 def _longest_wait(req: pd.DataFrame, fin: pd.DataFrame) -> tuple[float, float, float] | None:
     """The longest a request waited in the queue (first scheduled less arrival), when it arrived,
-    and the median latency of the finished requests of the first tenth of the arrivals (at least 5;
-    else of all): None where nobody was scheduled or nobody finished."""
+    and the finished requests' median latency (of the whole run: a burst at its start would make
+    the early requests' the burst's): None where nobody was scheduled or nobody finished."""
     arrival = req["arrival_s"].to_numpy(dtype=float)
     wait = req["queued_s"].to_numpy(dtype=float) - arrival
     if not len(fin) or not np.isfinite(wait).any():
         return None
     i = int(np.nanargmax(wait))
-    fin_arrival = fin["arrival_s"].to_numpy(dtype=float)
-    e2e = fin["e2e_s"].to_numpy(dtype=float)
-    t0, span = float(arrival.min()), float(arrival.max() - arrival.min())
-    early = e2e[fin_arrival <= t0 + 0.1 * span]
-    w0 = float(np.median(early if len(early) >= 5 else e2e))
-    return float(wait[i]), float(arrival[i]), w0
+    return float(wait[i]), float(arrival[i]), float(np.median(fin["e2e_s"].to_numpy(dtype=float)))

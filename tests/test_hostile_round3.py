@@ -126,3 +126,38 @@ def test_a_preempted_request_with_parallel_samples_keeps_no_answer_blocks() -> N
         kv.cache_computed(req)
         kv.free(req)
         assert len(req.prefix_chain) == kept and kv.cached_blocks == kept
+
+
+def test_slo_classes_are_judged_against_the_declared_or_traced_classes(tmp_path) -> None:
+    """A declared class that no request happened to draw is still a class; a trace's blank class
+    cell is no class (it failed on sorting a NaN beside the names)."""
+    fixed = {"dist": "fixed", "value": 32}
+    sc = {"name": "c", "seed": 0, "model": "llama-3.1-8b", "hardware": "H100-SXM", "slo": {"classes": {}}}
+    sc["workload"] = {"kind": "poisson", "rate_rps": 2, "num_requests": 10, "prompt_tokens": fixed,
+                      "output_tokens": fixed, "classes": {"chat": {"share": 0.999}, "batch": {"share": 0.001}}}  # fmt: skip
+    sc["slo"]["classes"] = {"batch": {"ttft_s": 30}}
+    assert (llmsim.run(sc).requests["class"] == "chat").all()
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,class\n0,100,10,chat\n0.5,100,10,\n1,100,10,chat\n")
+    sc["workload"] = {"kind": "trace", "trace": {"path": str(trace), "format": "generic"}}
+    sc["slo"]["classes"] = {"chat": {"ttft_s": 30}}
+    assert len(llmsim.run(sc).requests) == 3
+
+
+def test_a_long_text_cut_inside_a_run_of_spaces_keeps_its_ids(monkeypatch) -> None:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(ROOT / "tests" / "data" / "vllm_bench_stream" / "tokenizer.json"))
+    text = "".join(f"def f{i}():\n        return {i}    # x\n" for i in range(3000))
+    whole = tok_mod.token_ids(tokenizer, [text])[0]
+    for piece in (997, 1024, 4093):  # (cuts landing at several places in the indentation)
+        monkeypatch.setattr(tok_mod, "PIECE_CHARS", piece)
+        assert np.array_equal(tok_mod.token_ids(tokenizer, [text])[0], whole), piece
+
+
+def test_a_burst_at_the_start_is_not_a_steady_state() -> None:
+    fixed = {"dist": "fixed", "value": 1024}
+    sc = {"name": "b", "seed": 1, "model": "llama-3.1-8b", "hardware": "H100-SXM", "policy": {"max_num_seqs": 32}}
+    sc["workload"] = {"kind": "poisson", "rate_rps": 4, "duration_s": 300, "rate_profile": [[0, 10], [20, 1]],
+                      "prompt_tokens": fixed, "output_tokens": {"dist": "fixed", "value": 128}}  # fmt: skip
+    assert llmsim.run(sc).summary["saturation"]["verdict"] == "backlogged"

@@ -107,7 +107,9 @@ def _set(col: str, value: object, row: int = 5):  # noqa: ANN202 - a steps edit
             lambda s: s.assign(update_start_s=s["step_start_s"] - 1e-6),
             "row 2, column 'update_start_s'",
         ),
-        (lambda s: pd.concat([s, s.iloc[[3]]], ignore_index=True), "column 'step': step 3 again"),
+        (_set("step", 3), "row 7, column 'step': step 3 again"),
+        (lambda s: pd.concat([s, s.iloc[[3]]], ignore_index=True), "column 'step_start_s'"),  # (it overlaps)
+        (_set("step", float("nan")), "row 7, column 'step': a blank step id"),
     ],
 )
 def test_a_malformed_step_is_named_by_its_row(tmp_path, capsys, edit, fragment) -> None:

@@ -227,7 +227,17 @@ def _check_steps(steps: pd.DataFrame, path: Path, requests: pd.DataFrame) -> Non
             f"{where(row, col)}: {t[row, stamps.index(col)]:g} s, not after the step's stamp before it; each "
             f"step's stamps come in order: {', '.join(stamps)}"
         )
+    early = np.flatnonzero(t[1:, 0] < t[:-1, -1])  # (a step starts after the one before it ends)
+    if len(early):
+        row = int(early[0]) + 1
+        raise UserError(
+            f"{where(row, 'step_start_s')}: {t[row, 0]:g} s, before the step above it ended ({t[row - 1, -1]:g} s, "
+            "step_end_s): one engine runs one step at a time"
+        )
     if "step" in steps:
+        blank = steps["step"].isna()
+        if blank.any():
+            raise UserError(f"{where(int(np.flatnonzero(blank.to_numpy())[0]), 'step')}: a blank step id")
         twice = steps["step"].duplicated()
         if twice.any():
             row = int(np.flatnonzero(twice.to_numpy())[0])

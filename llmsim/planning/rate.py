@@ -17,6 +17,11 @@ def rate_knob(base: Base) -> tuple[str, float]:
 
     sc = base.scenario()
     w = sc.workload
+    if w.kind in ("poisson", "gamma") and w.ramp_up is not None:
+        raise UserError(
+            f"{base.origin}: workload.ramp_up: the plan searches one arrival rate (workload.rate_rps), and a ramp "
+            "sets each request's own; give rate_rps in its place"
+        )
     if w.kind in ("poisson", "gamma"):
         return "workload.rate_rps", 1.0
     if w.kind == "trace":

@@ -138,10 +138,11 @@ def token_ids(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
 
 def _long_ids(tokenizer: Any, text: str) -> np.ndarray:
     """The ids of a text longer than ``PIECE_CHARS``, tokenised a piece at a time, each cut before
-    a space (where a byte-level pre-tokenizer starts a word's token, so the pieces' ids are the whole
-    text's), then the special tokens added around them. Whole where cutting would change the ids:
-    a tokenizer with a normalizer (SentencePiece's prepends a "▁" to every piece it is given), or a
-    stretch of more than a piece without a space (CJK, base64: a cut would split a word)."""
+    a space that starts a word (where a byte-level pre-tokenizer starts a word's token, so the
+    pieces' ids are the whole text's), then the special tokens added around them. Whole where
+    cutting would change the ids: a tokenizer with a normalizer (SentencePiece's prepends a "▁" to
+    every piece it is given). A piece without such a space (CJK, base64) is cut where it ends: its
+    ids may differ from the whole text's by a token or so at the cut, and memory stays bounded."""
     if tokenizer.normalizer is not None:
         return np.asarray(tokenizer.encode(text).ids, dtype=np.int64)
     pieces = []
@@ -150,9 +151,9 @@ def _long_ids(tokenizer: Any, text: str) -> np.ndarray:
         end = min(start + PIECE_CHARS, len(text))
         if end < len(text):
             cut = text.rfind(" ", start + 1, end)
-            if cut <= start:  # (no space in the piece: on to the next one, or the rest whole)
-                cut = text.find(" ", end)
-            end = cut if cut > start else len(text)
+            while cut > start and text[cut + 1].isspace():  # (not inside a run of spaces)
+                cut = text.rfind(" ", start + 1, cut)
+            end = cut if cut > start else end
         pieces.append(np.asarray(tokenizer.encode(text[start:end], add_special_tokens=False).ids, dtype=np.int64))
         start = end
     head, tail = _special_ends(tokenizer)
