@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from llmsim.engine import MAX_GRAPH_TOKENS
 from llmsim.errors import UserError, cut, json_text
-from llmsim.vllmresult import LATENCIES, SETTINGS, Result, settings_of
+from llmsim.vllmresult import LATENCIES, SETTINGS, Result, ramp_up_of, settings_of
 from llmsim.workload.generators import bench_content_ids
 
 if TYPE_CHECKING:
@@ -689,12 +689,9 @@ def _bench_parser(prog: str = "vllm bench serve") -> argparse.ArgumentParser:
 def ramp_up_flags(ns: argparse.Namespace, bench: Bench, prog: str) -> tuple[str, int, int] | None:
     """vllm bench serve's ramp-up, checked as its main_async checks it (vllm/benchmarks/serve.py);
     None without --ramp-up-strategy (the rates alone are not read, as in vLLM)."""
-    strategy = getattr(ns, "ramp_up_strategy", None)
-    if strategy is None:
+    if getattr(ns, "ramp_up_strategy", None) is None:
         return None
-    return check_ramp_up(
-        (strategy, getattr(ns, "ramp_up_start_rps", None), getattr(ns, "ramp_up_end_rps", None)), bench, prog
-    )
+    return check_ramp_up(ramp_up_of(vars(ns)), bench, prog)
 
 
 def check_ramp_up(ramp: tuple, bench: Bench, prog: str) -> tuple[str, int, int]:

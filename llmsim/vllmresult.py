@@ -164,7 +164,7 @@ def _result_file(path: Path) -> Result:
         "max_concurrency": _number(path, "max_concurrency", data.get("max_concurrency"), whole=True),
     }
     if data.get("ramp_up_strategy") is not None:  # (vllm bench serve writes the three with a ramp-up)
-        settings["ramp_up"] = tuple(data.get(f"ramp_up_{k}") for k in ("strategy", "start_rps", "end_rps"))
+        settings["ramp_up"] = ramp_up_of(data)
     model_id = data.get("model_id")
     if model_id is not None and not isinstance(model_id, str):
         raise UserError(f"{path}: model_id: expected the served model's name, got {cut(repr(model_id), 40)}")
@@ -377,8 +377,14 @@ def settings_of(values: dict[str, object]) -> dict[str, Any]:
     if isinstance(out.get("percentile_metrics"), str):
         out["percentile_metrics"] = list(dict.fromkeys(m.strip() for m in out["percentile_metrics"].split(",")))
     if values.get("ramp_up_strategy") is not None:  # (three Namespace names, one setting: vllmcli.ramp_up_flags)
-        out["ramp_up"] = tuple(values.get(f"ramp_up_{k}") for k in ("strategy", "start_rps", "end_rps"))
+        out["ramp_up"] = ramp_up_of(values)
     return out
+
+
+def ramp_up_of(values: dict[str, Any]) -> tuple:
+    """vllm bench serve's ramp-up as one setting, (strategy, start, end), from its three names in a
+    Namespace, a result file or a command line's flags (unchecked: vllmcli.check_ramp_up)."""
+    return tuple(values.get(f"ramp_up_{k}") for k in ("strategy", "start_rps", "end_rps"))
 
 
 # --- printing -------------------------------------------------------------------------------------
