@@ -137,16 +137,21 @@ def cases() -> dict[str, dict]:
     }
 
 
-def llmsim_steps(case: dict) -> list[list]:
-    """llmsim's decisions for ``case``, one [[[request, tokens], ...], [preempted, ...]] a step."""
+def llmsim_steps(case: dict, policy: str = "vllm", columnar: bool = False) -> list[list]:
+    """llmsim's decisions for ``case``, one [[[request, tokens], ...], [preempted, ...]] a step;
+    with ``columnar``, the decoding requests held as the simulator holds them without prefix
+    caching (``decodeset.DecodeSet``)."""
     import numpy as np
 
+    from llmsim.decodeset import DecodeSet
     from llmsim.kvcache import BlockManager, chain_hashes
     from llmsim.request import Request
     from llmsim.schedulers import SchedulerConfig, make_scheduler
     from llmsim.workload.identity import token_block_ids
 
-    kv = BlockManager(case["num_blocks"] - 1, BLOCK_TOKENS, watermark=0.0, prefix_caching=case["prefix_caching"])
+    # (columnar decoders hold blocks by count, as the simulator's replicas without prefix caching do)
+    caching = case["prefix_caching"]
+    kv = BlockManager(case["num_blocks"] - 1, BLOCK_TOKENS, 0.0, caching, track_ids=not columnar, partial_first=True)
     cfg = SchedulerConfig(
         max_num_seqs=case["max_num_seqs"],
         max_batch_tokens=case["budget"],
@@ -154,7 +159,8 @@ def llmsim_steps(case: dict) -> list[list]:
         long_prefill_token_threshold=case["threshold"],
         max_model_len=case["max_model_len"],
     )
-    sched = make_scheduler("vllm", cfg, kv)
+    columns = DecodeSet(kv, None) if columnar else None
+    sched = make_scheduler(policy, cfg, kv, columns=columns)
     pending = sorted(case["requests"], key=lambda r: (r["step"], r["id"]))
     steps: list[list] = []
     while pending or sched.has_work():
@@ -165,7 +171,8 @@ def llmsim_steps(case: dict) -> list[list]:
             req.prefix_chain = chain_hashes(req.block_hashes, BLOCK_TOKENS, BLOCK_TOKENS, len(ids))
             sched.add(req)
         plan = sched.schedule()
-        planned = sorted([[r.id, c] for r, c in plan.prefill] + [[r.id, 1] for r in plan.decode])
+        decoding = [r.id for r in plan.decode] + (columns.member_ids() if plan.decode_set is not None else [])
+        planned = sorted([[r.id, c] for r, c in plan.prefill] + [[i, 1] for i in decoding])
         steps.append([planned, sorted(r.id for r in plan.preempted)])
         sched.complete(plan, float(len(steps)))
     return steps

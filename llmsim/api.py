@@ -462,6 +462,7 @@ def sim_options(
     caching = sc.kv_cache.prefix_caching and (identity or bool(prefixes))
     return SimOptions(
         prefix_caching=caching,
+        reuse_partial_first=sc.kv_cache.reuse_partial_first,
         prewarm=prefixes,
         prewarm_block_tokens=prefix_block_tokens,
         kv_link=link,

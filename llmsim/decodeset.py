@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from llmsim.kvcache import BlockManager
-from llmsim.request import FINISHED, Request
+from llmsim.request import FINISHED, Request, admit_order
 
 if TYPE_CHECKING:
     from llmsim.gaps import GapHistogram
@@ -109,9 +109,13 @@ class DecodeSet:
         r.blocks = -(-r.kv_tokens // self.bt)
         r.tick0 = tick
 
+    def member_ids(self) -> list[int]:
+        """The members' request ids (each decodes in every tick)."""
+        return [r.id for r in self._members.values()]
+
     def flush(self) -> list[Request]:
         """Every member with current counters, in admission order; the set is left empty."""
-        members = sorted(self._members.values(), key=_admit_seq)
+        members = sorted(self._members.values(), key=admit_order)
         for r in members:
             self.materialize(r)
         self._members.clear()
@@ -254,10 +258,6 @@ def largest_gap(ends: list[float], lo: int, hi: int) -> float:
             largest = e - prev
         prev = e
     return largest
-
-
-def _admit_seq(r: Request) -> int:
-    return r.admit_seq
 
 
 def blocks_for_ticks(residue: list[int], first: int, count: int) -> np.ndarray:

@@ -253,7 +253,8 @@ def vllm_defaults(hw: HardwareProfile) -> tuple[dict[str, object], dict[str, obj
     ``max_num_batched_tokens`` / ``max_num_seqs``: vllm/engine/arg_utils.py (0.32.0, the same
     table in 0.19): >= 160 GiB devices 16384 / 1024; >= 70 GiB except A100 8192 / 1024; other GPUs
     2048 / 256; CPU 2048 / 128; TPU v6e 1024, v5e 512, v5p 256 tokens. Block size 16 on GPUs and
-    TPUs, 128 on CPU (vllm/platforms/cpu.py); prefix caching on; no watermark in v1."""
+    TPUs, 128 on CPU (vllm/platforms/cpu.py); prefix caching on; no watermark in v1; a freed partial
+    block reused first (vllm/v1/core/block_pool.py ``free_blocks``, 0.32.0; not in 0.19)."""
     gib = hw.memory_bytes / 2**30
     if hw.family == "cpu":
         tokens, seqs, block = 2048, 128, 128
@@ -267,7 +268,7 @@ def vllm_defaults(hw: HardwareProfile) -> tuple[dict[str, object], dict[str, obj
     else:
         tokens, seqs, block = 2048, 256, 16
     policy = {"kind": "vllm", "max_num_seqs": seqs, "chunk_tokens": tokens, "max_batch_tokens": tokens}
-    return policy, {"block_tokens": block, "watermark": 0.0, "prefix_caching": True}
+    return policy, {"block_tokens": block, "watermark": 0.0, "prefix_caching": True, "reuse_partial_first": True}
 
 
 # TensorRT-LLM's LLM API defaults (the PyTorch backend of trtllm-serve and trtllm-bench, 1.x;

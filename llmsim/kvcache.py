@@ -83,6 +83,7 @@ class BlockManager:
         watermark: float = 0.01,
         prefix_caching: bool = False,
         track_ids: bool = True,
+        partial_first: bool = False,
     ) -> None:
         if num_blocks < 1:
             raise ValueError("num_blocks must be >= 1")
@@ -110,6 +111,10 @@ class BlockManager:
         # that hold nothing a later prompt repeats (its partial last one; its answer's, unless the
         # workload says a later prompt repeats it) so wait their turn with the cached ones.
         self._free_queue: OrderedDict[int, None] = OrderedDict()
+        # ... except, with ``partial_first``, a freed block that holds no full block of KV (a
+        # request's partly filled last one): it goes to the head, taken before any cached one (vLLM
+        # from PR #42656, mid-2026: BlockPool.free_blocks prepends the blocks without a hash, 0.32.0)
+        self.partial_first = partial_first and prefix_caching
         self._restored_evictable = 0  # queued blocks of a restored state a prewarm may still evict (the oldest)
         self._registered: dict[int, int] = {}  # request id -> prompt blocks registered so far
         # prefix-cache statistics
@@ -129,6 +134,10 @@ class BlockManager:
         # is admitted (allocate), forgotten if not (unmatch)
         self._pending: dict[int, list[tuple[int, int]]] = {}
         self._queried = -1  # the request whose prompt match_prefix last counted as queried
+        # request id -> the matched blocks still in the free queue: they leave it when the request
+        # is admitted (allocate), and stay where they were if it is not (unmatch), as vLLM touches
+        # a prefix hit's blocks only in allocate_slots (vllm/v1/core/kv_cache_manager.py, 0.32.0)
+        self._untouched: dict[int, list[int]] = {}
 
     # ---- queries -----------------------------------------------------------------------
     @property
@@ -299,6 +308,9 @@ class BlockManager:
     def grow(self, req: Request, ahead_tokens: int, new_slots: int) -> None:
         """Hold blocks for ``req.kv_tokens + ahead_tokens`` tokens, of which ``new_slots`` token
         slots are reserved by this call (a decode run reserves slots ahead of its tokens)."""
+        if self._untouched and req.id in self._untouched:  # admitted: its hits leave the free queue
+            for bid in self._untouched.pop(req.id):
+                del self._free_queue[bid]
         if self._pending and req.id in self._pending:  # admitted: its tier hits are read now
             self._load_pending(req)
         if req.n_seqs == 1:  # hot path (every decode step): inline blocks_needed
@@ -355,12 +367,23 @@ class BlockManager:
         if req.block_ids is None:  # held by count only (no block ids handed out)
             self.used -= req.blocks
         # tail first: the queue gives up a prompt's last blocks before its shared head (vLLM v1)
-        for bid in reversed(req.block_ids or ()):
+        ids = req.block_ids or ()
+        # blocks from here on hold no full block of KV (with n sequences, every block is taken for full)
+        partial = req.kv_tokens // self.block_tokens if self.partial_first and req.n_seqs == 1 else len(ids)
+        first: list[int] = []
+        for i in range(len(ids) - 1, -1, -1):
+            bid = ids[i]
             self._ref[bid] -= 1
             if self._ref[bid] == 0:
                 del self._ref[bid]
                 self.used -= 1
-                self._free_queue[bid] = None  # most recently freed last (a cached one stays cached)
+                if i >= partial:
+                    first.append(bid)
+                else:
+                    self._free_queue[bid] = None  # most recently freed last (a cached one stays cached)
+        for bid in reversed(first):  # (the tail's last block at the very head, as vLLM's prepend_n)
+            self._free_queue[bid] = None
+            self._free_queue.move_to_end(bid, last=False)
         if self.used < 0:
             raise InvariantError(f"KV cache block count went negative freeing request {req.id}")
         self.tokens_held -= req.kv_tokens
@@ -387,10 +410,11 @@ class BlockManager:
             if bid is None:
                 break
             ids.append(bid)
+        queued = [bid for bid in ids if bid not in self._ref]
+        if queued:
+            self._untouched[req.id] = queued
+            self.used += len(queued)
         for bid in ids:
-            if bid not in self._ref:
-                del self._free_queue[bid]
-                self.used += 1
             self._ref[bid] = self._ref.get(bid, 0) + 1
         matched = len(ids)
         if self.tiers and matched < limit:
@@ -428,6 +452,11 @@ class BlockManager:
             self._queried = -1
         if req.kv_tokens:  # (free forgets its tier hits: nothing was read)
             self._count(req, 0, -req.kv_tokens)
+            queued = set(self._untouched.pop(req.id, ()))
+            for bid in queued:  # never left the free queue: they keep their place in it
+                del self._ref[bid]
+            self.used -= len(queued)
+            req.block_ids = [bid for bid in req.block_ids or () if bid not in queued]
             self.free(req)
             req.kv_tokens = req.prefilled = 0
 

@@ -47,6 +47,7 @@ class SimOptions:
     """Everything beyond the basic loop; defaults reproduce plain colocated serving."""
 
     prefix_caching: bool = False
+    reuse_partial_first: bool = False  # kv_cache.reuse_partial_first (kvcache.BlockManager.partial_first)
     prewarm: list[list[int]] = field(default_factory=list)  # hash-id prefixes cached at t=0
     prewarm_block_tokens: int = 0  # tokens per id in ``prewarm`` (0: the workload's)
     # a server's history: each replica's free block queue at t=0 (chain hashes, oldest first), as an

@@ -76,7 +76,9 @@ class Replica:
         grouped = group_wake is not None
         runs, chunk_runs, columnar = (False, False, False) if grouped else shortcuts(policy, pool, opts)
         # block ids only where prefix caching shares blocks: without it no result reads them
-        self.kv = BlockManager(pool.kv_blocks, block_tokens, watermark, opts.prefix_caching, track_ids=False)
+        self.kv = BlockManager(
+            pool.kv_blocks, block_tokens, watermark, opts.prefix_caching, False, opts.reuse_partial_first
+        )
         gaps = GapHistogram()
         columns = DecodeSet(self.kv, gaps) if columnar else None
         self.sched = make_scheduler(policy, pool.sched, self.kv, gaps, self.cost.step_time, columns)

@@ -142,5 +142,10 @@ class Request:
         )
 
 
+def admit_order(r: Request) -> int:
+    """Sort key: the order requests were (re)admitted into the running set (the newest is preempted first)."""
+    return r.admit_seq
+
+
 def blocks_for(tokens: int, block_tokens: int) -> int:
     return -(-tokens // block_tokens)

@@ -378,6 +378,10 @@ class KVCacheConfig(_Strict):
     memory_bytes: Annotated[int, Field(gt=0, le=2**50)] | None = None
     preemption: Literal["recompute", "swap"] = "recompute"
     prefix_caching: bool = False
+    # with prefix caching, a freed block holding no full block of KV (a request's partly filled last
+    # one) is reused before the cached ones: vLLM from PR #42656 (mid-2026, in 0.28-0.32); off, every
+    # freed block waits its turn least recently freed first (vLLM 0.19)
+    reuse_partial_first: bool = False
     # prefixes (lists of content ids, 0..2**63-1 as a trace's hash ids) cached on every replica at t=0
     prewarm: list[list[Annotated[int, Field(ge=0, lt=2**63)]]] = []
     prewarm_block_tokens: BlockTokens | None = None  # tokens per id in `prewarm` (default: the workload's)

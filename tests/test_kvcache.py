@@ -80,6 +80,48 @@ def test_lru_evicts_the_least_recently_freed_cached_block() -> None:
     assert kv.cached_prefix_blocks(new.prefix_chain) == 1 and kv.cached_prefix_blocks(old.prefix_chain) == 0
 
 
+@pytest.mark.parametrize("partial_first", [False, True])
+def test_a_freed_partial_block_is_reused_first_where_the_engine_does(partial_first: bool) -> None:
+    """vLLM 0.32 puts a freed block without a hash (the partly filled last one) at the head of its
+    free queue, to be reused before any cached block; vLLM 0.19 queued it behind them."""
+    kv = BlockManager(4, 16, prefix_caching=True, partial_first=partial_first)
+    a = req(0, prompt=32, chain=chain_hashes([1, 2], 16, 16, 32))  # 2 full blocks
+    b = req(1, prompt=20, chain=chain_hashes([3], 16, 16, 20))  # 1 full block and 4 tokens
+    for r in (a, b):
+        kv.allocate(r, r.prompt_tokens)
+        r.kv_tokens = r.prompt_tokens
+        kv.commit(r)
+    partial = b.block_ids[1]
+    kv.free(a)
+    kv.free(b)  # freed last: its partial block is the most recently freed
+    c = req(2, prompt=16)
+    kv.allocate(c, 16)  # one block: b's partial one, or the least recently freed (a's tail, cached)
+    assert (c.block_ids == [partial]) == partial_first
+    assert kv.cached_prefix_blocks(a.prefix_chain) == (2 if partial_first else 1)
+    assert kv.evictions == (0 if partial_first else 1)
+
+
+def test_a_request_turned_away_leaves_its_prefix_hits_where_they_were() -> None:
+    """vLLM takes a prefix hit's blocks out of the free queue only when it allocates for the request
+    (``allocate_slots`` touches them): one that does not fit changes nothing, and the cache keeps
+    evicting least recently freed first."""
+    kv = BlockManager(4, 16, prefix_caching=True)
+    old = req(0, prompt=33, chain=chain_hashes([1, 2], 16, 16, 33))
+    new = req(1, prompt=33, chain=chain_hashes([3, 4], 16, 16, 33))
+    for r in (old, new):
+        kv.allocate(r, 32)
+        r.kv_tokens = 32
+        kv.commit(r)
+        kv.free(r)
+    before = kv.free_queue_state()
+    again = req(2, prompt=33, chain=old.prefix_chain)
+    assert kv.match_prefix(again) == 32 and kv.free_blocks == 2
+    kv.unmatch(again)  # (say its last token's block did not fit beside a running request)
+    assert kv.free_queue_state() == before and kv.used == 0
+    kv.allocate(req(3), 16)  # the least recently freed: old's tail block
+    assert kv.cached_prefix_blocks(old.prefix_chain) == 1 and kv.cached_prefix_blocks(new.prefix_chain) == 2
+
+
 def test_prewarm_caches_a_prefix_without_holding_it() -> None:
     kv = BlockManager(8, 16, prefix_caching=True)
     chain = chain_hashes([5, 6, 7], 16, 16, 48)

@@ -243,6 +243,9 @@ def scenario_dict(run: Run, trace: Path, policy: str = "vllm") -> dict:
         "prefix_caching": bool(kv.get("enable_prefix_caching", True)),  # vLLM 0.19 default on
         "memory_fraction": float(kv.get("gpu_memory_utilization", 0.9)),  # vLLM default 0.9
         "watermark": 0.0,  # vLLM v1's KV manager keeps no watermark
+        # a freed partial block reused first: vLLM's PR #42656 (opened 2026-05-14), after the 0.19
+        # runs (2026-04-25), before the 0.28 one (2026-09-03)
+        "reuse_partial_first": not str(meta.get("vllm_version", "")).startswith("0.19."),
     }
     return {
         "name": "vllm-gpu-" + run.key.replace("/", "-").lower(),

@@ -26,7 +26,7 @@ from mypy_extensions import mypyc_attr
 
 from llmsim.costmodel.ops import BatchShape
 from llmsim.kvcache import BlockManager
-from llmsim.request import FINISHED, RUNNING, WAITING, Request
+from llmsim.request import FINISHED, RUNNING, WAITING, Request, admit_order
 from llmsim.schedulers.plan import BatchPlan, DecodeColumns
 from llmsim.schedulers.queue import enqueue
 
@@ -161,7 +161,7 @@ class Scheduler:
         ids = {id(r) for r in members}
         self._flight[:] = [r for r in self._flight if id(r) not in ids]
         self.running.extend(r for r in members if r.status == RUNNING)
-        self.running.sort(key=_admit_seq)
+        self.running.sort(key=admit_order)
 
     def _newer_in_flight(self, req: Request) -> bool:
         """Pipelining: is a request admitted after ``req`` in a micro-batch in flight? Then it,
@@ -228,7 +228,7 @@ class Scheduler:
                     plan.decode_set, plan.set_n, plan.set_ctx = cols, cols.n, cols.ctx
                 return
             # short of blocks: victims are chosen among all running requests, newest first
-            running[:] = sorted([*running, *cols.flush()], key=_admit_seq)
+            running[:] = sorted([*running, *cols.flush()], key=admit_order)
         decoding = [r for r in running if r.prefilled >= r.prefill_target]
         # Fast path: the cache has room for every decode's next token(s), so nobody is preempted.
         bt = kv.block_tokens
@@ -430,7 +430,3 @@ class Scheduler:
                 self.kv.commit(r)
             self.kv.free(r)
             finished.append(r)
-
-
-def _admit_seq(r: Request) -> int:
-    return r.admit_seq

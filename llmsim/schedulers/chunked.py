@@ -96,30 +96,46 @@ class ChunkedScheduler(Scheduler):
 
     def _plan(self, swap_in: bool) -> BatchPlan:
         plan = BatchPlan()
-        waiting, running = self.waiting, self.running
         if swap_in:
             self._swap_in(plan)
         self._schedule_decodes(plan)
-        if not waiting and not any(r.in_prefill for r in running):
+        if not self.waiting and not any(r.in_prefill for r in self.running):
             return plan
         lookahead = plan.spec_k + 1 if plan.spec_k else 1
         budget = self.budget(plan) - plan.num_decode * lookahead
-        # 1. continue prompts already being prefilled
-        for r in running:
+        budget = self._continue_prompts(plan, budget)
+        self._start_prompts(plan, budget)
+        return plan
+
+    def _room_for(self, r: Request, blocks: int, plan: BatchPlan) -> bool:
+        """May ``r``, a prompt in progress short of ``blocks`` free blocks, go on this step? This
+        policy's rule: no, and no later prompt in progress either (a policy that preempts for
+        it frees them here)."""
+        return False
+
+    def _continue_prompts(self, plan: BatchPlan, budget: int) -> int:
+        """Give the prompts already being prefilled their chunks, in order. Returns the budget left."""
+        for r in self.running:
             if budget <= 0:
                 break
             if r.in_prefill:
                 c = self.prefill_cap(r, budget)
                 if c <= 0:  # (where a policy's chunks come in whole blocks, trtllm: the next may fit whole)
                     continue
-                if not self.kv.can_allocate(self.kv.blocks_needed(r, c)):
+                need = self.kv.blocks_needed(r, c)
+                if not self.kv.can_allocate(need) and not self._room_for(r, need, plan):
                     break
                 self.kv.allocate(r, c)
                 plan.prefill.append((r, c))
                 self._chunk_planned(r, c)
                 budget -= c
-        # 2. start new prompts (multi-LoRA: one whose adapter would exceed max_loras is passed over;
-        # those passed over go back to the head of the queue, in order, as vLLM v1 puts them back)
+        return budget
+
+    def _start_prompts(self, plan: BatchPlan, budget: int) -> None:
+        """Start waiting requests in queue order with what the budget leaves (multi-LoRA: one whose
+        adapter would exceed max_loras is passed over; those passed over go back to the head of
+        the queue, in order, as vLLM v1 puts them back)."""
+        waiting, running = self.waiting, self.running
         loras = self.active_loras()
         skipped: list[Request] = []
         while budget > 0 and waiting and self.num_running() < self.cfg.max_num_seqs and self.may_admit(plan):
@@ -143,4 +159,3 @@ class ChunkedScheduler(Scheduler):
             budget -= c
         if skipped:
             waiting.extendleft(reversed(skipped))
-        return plan

@@ -12,9 +12,16 @@ Differences from llmsim's ``chunked`` policy, each from the code:
   is the only request;
 * no admission watermark (the engine preset sets ``kv_cache.watermark: 0``);
 * prefix hits are whole cached blocks and leave the prompt's last token to compute (``kvcache``);
-* a running request short of a block preempts the newest running request by recompute, as
-  ``base._schedule_decodes`` does, and then no waiting request starts in that step
+* a running request short of a block, decoding or mid-prompt, preempts the newest running request
+  by recompute (itself last), and then no waiting request starts in that step
   (``if not preempted_reqs``, scheduler.py:900 in 0.32).
+
+vLLM walks the running requests in one loop, in admission order, each taking its tokens from the
+budget in turn. llmsim plans decodes first and prompts in progress after (``ChunkedScheduler``),
+which decides the same wherever no prompt in progress is older than a decoding request: only a
+request admitted behind a prompt capped by ``long_prefill_token_threshold`` can overtake it. There
+the step is planned with vLLM's loop itself (``_plan_in_order``), and a decode the budget does not
+reach waits for the next step as it does in vLLM.
 
 A prompt's full blocks are cached when the step that computes them is planned, as vLLM caches a
 block when it allocates it: a request admitted later in the same step shares them. Blocks of
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr
 
-from llmsim.request import Request
+from llmsim.request import RUNNING, Request, admit_order
 from llmsim.schedulers.base import Scheduler
 from llmsim.schedulers.chunked import ChunkedScheduler
 from llmsim.schedulers.plan import BatchPlan
@@ -40,6 +47,78 @@ from llmsim.schedulers.plan import BatchPlan
 @mypyc_attr(allow_interpreted_subclasses=True)
 class VllmScheduler(ChunkedScheduler):
     name = "vllm"
+    # the newest admission of a request whose prompt is done: a prompt in progress admitted
+    # before it was overtaken (an upper bound: that request may have finished since)
+    _overtaker: int = -1
+
+    def _plan(self, swap_in: bool) -> BatchPlan:
+        # (only a prompt capped by the threshold can be overtaken: the scan is skipped without one)
+        limit = self.cfg.long_prefill_token_threshold
+        overtaken = limit > 0 and any(r.in_prefill and r.admit_seq < self._overtaker for r in self.running)
+        # (pipelined micro-batches and swap, which vLLM v1 has neither of, keep chunked's plan)
+        if not overtaken or self._held or self.cfg.preemption == "swap":
+            return super()._plan(swap_in)
+        return self._plan_in_order()
+
+    def _plan_in_order(self) -> BatchPlan:
+        """vLLM's loop over the running requests in admission order (scheduler.py ``schedule``,
+        "First, schedule the RUNNING requests", vLLM 0.32.0): each takes its tokens in turn, a
+        decode one (its k proposals too), a prompt in progress its capped chunk; one short of
+        blocks preempts the newest until it fits or is the newest itself; the loop ends where
+        the budget does. Then waiting requests start with what is left."""
+        plan = BatchPlan()
+        running, kv = self.running, self.kv
+        if self.columns is not None:
+            running[:] = sorted([*running, *self.columns.flush()], key=admit_order)
+        ahead = self._lookahead()
+        budget = self.budget(plan)
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            c = self.prefill_cap(r, budget) if r.in_prefill else ahead
+            if c > budget:  # (a decode's proposals past the budget: vLLM drafts none then)
+                break
+            need = kv.blocks_needed(r, c)
+            while not kv.can_allocate(need):
+                victim = running.pop()
+                self._preempt(victim, plan)
+                if victim is r:
+                    break
+            if r.status != RUNNING:
+                break
+            kv.allocate(r, c)
+            if r.in_prefill:
+                plan.prefill.append((r, c))
+                self._chunk_planned(r, c)
+            else:
+                plan.decode.append(r)
+            budget -= c
+            i += 1
+        if plan.decode and self.cfg.speculative:
+            plan.spec_k = self.cfg.speculative.k
+        self._start_prompts(plan, budget)
+        return plan
+
+    def _room_for(self, r: Request, blocks: int, plan: BatchPlan) -> bool:
+        # vLLM preempts for a prompt in progress as for a decode: the newest running request
+        # first, ``r`` itself last (planned in admission order, so the newest is a prompt in
+        # progress no older than ``r``, or ``r``)
+        running = self.running
+        while not self.kv.can_allocate(blocks):
+            if self._newer_in_flight(running[-1]):
+                return False
+            victim = running.pop()
+            self._preempt(victim, plan)
+            if victim is r:
+                return False
+        return True
+
+    def complete(self, plan: BatchPlan, now: float) -> list[Request]:
+        finished = super().complete(plan, now)
+        for r, _ in plan.prefill:
+            if not r.in_prefill and r.admit_seq > self._overtaker:
+                self._overtaker = r.admit_seq
+        return finished
 
     def prefill_cap(self, r: Request, budget: int) -> int:
         """Prompt tokens ``r`` may take this step (vLLM: ``num_new_tokens`` after the threshold)."""
