@@ -134,7 +134,30 @@ def cases() -> dict[str, dict]:
         "many-small": case(small, 4, 128, 100, max_len=512),
         "many-small-tight": case(small, 64, 2048, 25, max_len=512),
         "identical-prompts": case(same, 8, 256, 80, max_len=512),
+        # random ones, the four of 100 that found blocks computed twice at once (with a threshold)
+        **{f"random-{seed}": random_case(seed) for seed in (1002, 1013, 1015, 1029)},
     }
+
+
+def random_case(seed: int) -> dict:
+    """A random workload: 10-60 requests over 80 steps, 40 % of them behind one of three system
+    prompts, a budget, sequence cap, threshold and KV cache drawn (the cache from just enough for
+    the longest request to 120 blocks more), prefix caching on four times in five."""
+    rng = random.Random(seed)
+    systems = [[rng.randrange(100, 900) for _ in range(rng.choice([16, 32, 48, 100]))] for _ in range(3)]
+    requests = []
+    for i in range(rng.randint(10, 60)):
+        head = rng.choice(systems) if rng.random() < 0.4 else []
+        step = rng.randint(0, 80)
+        ids = head + [rng.randrange(100, 900) for _ in range(rng.randint(1, 500))]
+        requests.append({"id": i, "step": step, "ids": ids, "output": rng.randint(1, 150)})
+    budget = rng.choice([32, 64, 128, 256, 512, 2048])
+    seqs = min(rng.choice([2, 4, 8, 16, 64]), budget)
+    longest = max(-(-(len(r["ids"]) + r["output"]) // BLOCK_TOKENS) for r in requests)
+    blocks = rng.randint(longest + 2, longest + 120)
+    threshold = rng.choice([0, 0, 16, 32, 100])
+    return {"max_num_seqs": seqs, "budget": budget, "max_model_len": 2048, "num_blocks": blocks,
+            "threshold": threshold, "prefix_caching": rng.random() < 0.8, "requests": requests}  # fmt: skip
 
 
 def llmsim_steps(case: dict, policy: str = "vllm", columnar: bool = False) -> list[list]:

@@ -104,7 +104,10 @@ class BlockManager:
         self._fresh = 0
         self._ref: dict[int, int] = {}
         self._hash_of: dict[int, int] = {}  # block id -> chain hash (registered blocks)
-        self._block_of: dict[int, int] = {}  # chain hash -> block id
+        self._block_of: dict[int, int] = {}  # chain hash -> the block a lookup finds
+        # chain hash -> later blocks that computed the same content (vLLM keeps every one cached and
+        # a lookup finds the earliest still there: BlockHashToBlockMap, vllm/v1/core/block_pool.py)
+        self._dups: dict[int, list[int]] = {}
         # vLLM v1's free block queue past its never-used blocks (vllm/v1/core/block_pool.py,
         # FreeKVCacheBlockQueue): every freed block, cached or not, least recently freed first; a block
         # taken from its head that is cached loses its hash then (an eviction). A request's blocks
@@ -115,6 +118,7 @@ class BlockManager:
         # request's partly filled last one): it goes to the head, taken before any cached one (vLLM
         # from PR #42656, mid-2026: BlockPool.free_blocks prepends the blocks without a hash, 0.32.0)
         self.partial_first = partial_first and prefix_caching
+        self._front = 0  # blocks at the head of the queue put there by partial_first
         self._restored_evictable = 0  # queued blocks of a restored state a prewarm may still evict (the oldest)
         self._registered: dict[int, int] = {}  # request id -> prompt blocks registered so far
         # prefix-cache statistics
@@ -218,20 +222,42 @@ class BlockManager:
         return None
 
     def _take(self) -> int:
-        bid = self._pop_free_id()
-        if bid is not None:
-            return bid
-        if not self._free_queue:
-            raise InvariantError("KV cache has no free or evictable block")
+        if self._front:  # a partial block freed to the head: before the never-used ones too, as in vLLM's queue
+            self._front -= 1
+        else:
+            bid = self._pop_free_id()
+            if bid is not None:
+                return bid
+            if not self._free_queue:
+                raise InvariantError("KV cache has no free or evictable block")
         bid, _ = self._free_queue.popitem(last=False)  # the least recently freed block
         h = self._hash_of.pop(bid, None)
         if h is None:
             return bid
-        del self._block_of[h]  # (it was cached: evicted)
-        self.evictions += 1
+        self.evictions += 1  # (it was cached: evicted)
+        dups = self._dups.get(h)
+        if dups is not None:  # another block holds the same content: the hash stays cached
+            if self._block_of[h] == bid:
+                self._block_of[h] = dups.pop(0)
+            else:
+                dups.remove(bid)
+            if not dups:
+                del self._dups[h]
+            return bid
+        del self._block_of[h]
         if self.tiers:
             self._write_back(h, 0)
         return bid
+
+    def _register(self, h: int, bid: int) -> None:
+        """Block ``bid`` (holding no hash yet) now holds the content ``h``."""
+        self._hash_of[bid] = h
+        if h in self._block_of:
+            self._dups.setdefault(h, []).append(bid)
+            return
+        self._block_of[h] = bid
+        if self.tiers:
+            self._leave_tiers(h)
 
     def _write_back(self, h: int, level: int) -> None:
         """Block ``h`` goes to tier ``level``; a full tier passes its oldest block further down."""
@@ -277,8 +303,7 @@ class BlockManager:
         for h, _ in found:
             bid = self._take()
             self._ref[bid] = 1
-            self._block_of[h] = bid
-            self._hash_of[bid] = h
+            self._register(h, bid)
             ids.append(bid)
         req.block_ids = ids
         req.blocks += len(found)
@@ -377,13 +402,14 @@ class BlockManager:
             if self._ref[bid] == 0:
                 del self._ref[bid]
                 self.used -= 1
-                if i >= partial:
+                if i >= partial and bid not in self._hash_of:
                     first.append(bid)
                 else:
                     self._free_queue[bid] = None  # most recently freed last (a cached one stays cached)
         for bid in reversed(first):  # (the tail's last block at the very head, as vLLM's prepend_n)
             self._free_queue[bid] = None
             self._free_queue.move_to_end(bid, last=False)
+        self._front += len(first)
         if self.used < 0:
             raise InvariantError(f"KV cache block count went negative freeing request {req.id}")
         self.tokens_held -= req.kv_tokens
@@ -473,11 +499,8 @@ class BlockManager:
         for i in range(self._registered.get(req.id, 0), full):
             h = chain[i]
             bid = req.block_ids[i]
-            if h not in self._block_of and bid not in self._hash_of:
-                self._block_of[h] = bid
-                self._hash_of[bid] = h
-                if self.tiers:
-                    self._leave_tiers(h)
+            if bid not in self._hash_of:  # (else a block it shares: cached already)
+                self._register(h, bid)
         self._registered[req.id] = max(full, self._registered.get(req.id, 0))
 
     def cache_computed(self, req: Request) -> None:
@@ -540,8 +563,5 @@ class BlockManager:
         never-used one, else the queue's head (evicted)."""
         bid = self._take()
         self._free_queue[bid] = None
-        if h != UNCACHED and h not in self._block_of:
-            self._block_of[h] = bid
-            self._hash_of[bid] = h
-            if self.tiers:
-                self._leave_tiers(h)
+        if h != UNCACHED:
+            self._register(h, bid)

@@ -122,6 +122,30 @@ def test_a_request_turned_away_leaves_its_prefix_hits_where_they_were() -> None:
     assert kv.cached_prefix_blocks(old.prefix_chain) == 1 and kv.cached_prefix_blocks(new.prefix_chain) == 2
 
 
+def test_content_computed_twice_stays_cached_while_either_block_holds_it() -> None:
+    """Two requests that compute the same block at once (neither found it cached) both keep it
+    cached, as vLLM's block map holds every block of a hash; a lookup finds the earlier one, and
+    the content is gone only when both blocks are evicted."""
+    kv = BlockManager(2, 16, prefix_caching=True)
+    chain = chain_hashes([7], 16, 16, 17)
+    a, b = req(0, prompt=17, chain=chain), req(1, prompt=17, chain=chain)
+    for r in (a, b):  # both planned before either is committed
+        kv.allocate(r, 16)
+        r.kv_tokens = 16
+    held = [a.block_ids[0], b.block_ids[0]]
+    for r in (a, b):
+        kv.commit(r)
+        kv.free(r)
+    assert kv.cached_blocks == 2
+    kv.allocate(req(2), 16)  # the least recently freed block: a's
+    assert kv.evictions == 1 and kv.cached_prefix_blocks(chain) == 1
+    c = req(3, prompt=17, chain=chain)
+    assert kv.match_prefix(c) == 16 and c.block_ids == [held[1]]  # found in b's block
+    kv.unmatch(c)
+    kv.allocate(req(4), 16)  # b's, the last
+    assert kv.evictions == 2 and kv.cached_prefix_blocks(chain) == 0
+
+
 def test_prewarm_caches_a_prefix_without_holding_it() -> None:
     kv = BlockManager(8, 16, prefix_caching=True)
     chain = chain_hashes([5, 6, 7], 16, 16, 48)
