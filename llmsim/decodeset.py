@@ -64,6 +64,7 @@ class DecodeSet:
         self._trim_ticks = self._trim_at = trim_ticks
         self._residue = [0] * self.bt  # members by (kv_at_join - tick_at_join) % bt
         self._members: dict[int, Request] = {}
+        self._newest = -1  # the members' latest admit_seq (-2: a member left, not known until asked)
         self._finish: list[tuple[int, int, Request]] = []  # (tick count when it is done, admit_seq, request)
         self._fresh: list[Request] = []  # members whose first tick is the next one
 
@@ -73,6 +74,8 @@ class DecodeSet:
         self._close()
         r.tick0 = self.tick
         self._members[r.admit_seq] = r
+        if self._newest != -2 and r.admit_seq > self._newest:
+            self._newest = r.admit_seq
         self.n += 1
         self.ctx += r.kv_tokens
         self._residue[(r.kv_tokens - self.tick) % self.bt] += 1
@@ -81,6 +84,8 @@ class DecodeSet:
 
     def _remove(self, r: Request) -> None:
         del self._members[r.admit_seq]
+        if r.admit_seq == self._newest:
+            self._newest = -2
         self.n -= 1
         self.ctx -= r.kv_tokens
         self._residue[(r.kv_tokens - r.tick0) % self.bt] -= 1
@@ -109,6 +114,12 @@ class DecodeSet:
         r.blocks = -(-r.kv_tokens // self.bt)
         r.tick0 = tick
 
+    def newest(self) -> int:
+        """The latest admission (``Request.admit_seq``) among the members; -1 with none."""
+        if self._newest == -2:
+            self._newest = max(self._members) if self._members else -1
+        return self._newest
+
     def member_ids(self) -> list[int]:
         """The members' request ids (each decodes in every tick)."""
         return [r.id for r in self._members.values()]
@@ -119,6 +130,7 @@ class DecodeSet:
         for r in members:
             self.materialize(r)
         self._members.clear()
+        self._newest = -1
         self._finish.clear()
         self._fresh.clear()
         self._residue = [0] * self.bt

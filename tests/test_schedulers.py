@@ -395,3 +395,51 @@ def test_capacity_scheduler_policy_belongs_to_the_trtllm_policy() -> None:
         PolicyConfig(kind="vllm", capacity_scheduler_policy="max_utilization")
     with pytest.raises(ValueError, match="static_batch with enable_chunked_context is not modelled"):
         PolicyConfig(kind="trtllm", capacity_scheduler_policy="static_batch", enable_chunked_context=True)
+
+
+# ---- vllm: vLLM's one loop over the running requests, where a capped prompt was overtaken ------
+
+
+@pytest.mark.parametrize("preemption", ["swap", "recompute"])
+def test_a_prompt_in_progress_never_preempts_a_decode_the_step_has_planned(preemption: str) -> None:
+    """Under swap (chunked's plan, decodes first) a request admitted behind a prompt capped by the
+    threshold decodes while that prompt is still in progress: the prompt, short of blocks, must not
+    swap out the decode already planned in the step (the step then decoded a waiting request)."""
+    kv = BlockManager(11, 16, 0.0, False)
+    cfg = SchedulerConfig(
+        max_num_seqs=8, max_batch_tokens=64, chunk_tokens=64, long_prefill_token_threshold=16, preemption=preemption
+    )
+    sched = make_scheduler("vllm", cfg, kv)
+    prompt, short = Request(0, 0.0, 160, 3), Request(1, 0.0, 16, 40)
+    sched.add(prompt)
+    sched.add(short)
+    for step in range(400):
+        plan = sched.schedule()
+        assert all(r.status == "running" for r in plan.decode), step
+        sched.complete(plan, float(step))
+        if not sched.has_work():
+            break
+    assert prompt.generated == 3 and short.generated == 40 and kv.used == 0 and kv.tokens_held == 0
+
+
+def test_speculative_decodes_are_not_starved_by_a_capped_prompt() -> None:
+    """With speculative decoding the step keeps decodes first (vLLM would cut a late decode's
+    proposals to the budget, which a plan's one spec_k cannot say): a decode whose k+1 tokens did
+    not fit beside an older capped prompt waited the whole prompt out."""
+    from llmsim.schedulers import SpecConfig
+
+    kv = BlockManager(1000, 16, 0.0, False)
+    spec = SpecConfig(k=4, acceptance=[0.7] * 4)
+    cfg = SchedulerConfig(
+        max_num_seqs=8, max_batch_tokens=64, chunk_tokens=64, long_prefill_token_threshold=62, speculative=spec
+    )
+    sched = make_scheduler("vllm", cfg, kv)
+    prompt, short = Request(0, 0.0, 3000, 2), Request(1, 0.0, 2, 50)
+    sched.add(prompt)
+    sched.add(short)
+    stalled = 0
+    for step in range(60):
+        plan = sched.schedule()
+        stalled += not short.in_prefill and short.status == "running" and short not in plan.decode
+        sched.complete(plan, float(step))
+    assert stalled == 0 and short.generated == 50

@@ -18,10 +18,12 @@ Differences from llmsim's ``chunked`` policy, each from the code:
 
 vLLM walks the running requests in one loop, in admission order, each taking its tokens from the
 budget in turn. llmsim plans decodes first and prompts in progress after (``ChunkedScheduler``),
-which decides the same wherever no prompt in progress is older than a decoding request: only a
-request admitted behind a prompt capped by ``long_prefill_token_threshold`` can overtake it. There
-the step is planned with vLLM's loop itself (``_plan_in_order``), and a decode the budget does not
-reach waits for the next step as it does in vLLM.
+which decides the same wherever no prompt in progress is older than a decoding request (only a
+request admitted behind a prompt capped by ``long_prefill_token_threshold`` can overtake it), or
+where every running request gets all it asks. Elsewhere the step is planned with vLLM's loop itself
+(``_plan_in_order``), and a decode the budget does not reach waits for the next step as it does in
+vLLM; except with speculative decoding (vLLM then cuts a late decode's proposals to the budget left,
+which a plan's one ``spec_k`` cannot say), swap or pipelined micro-batches, which keep decodes first.
 
 A prompt's full blocks are cached when the step that computes them is planned, as vLLM caches a
 block when it allocates it: a request admitted later in the same step shares them. Blocks of
@@ -47,37 +49,61 @@ from llmsim.schedulers.plan import BatchPlan
 @mypyc_attr(allow_interpreted_subclasses=True)
 class VllmScheduler(ChunkedScheduler):
     name = "vllm"
-    # the newest admission of a request whose prompt is done: a prompt in progress admitted
-    # before it was overtaken (an upper bound: that request may have finished since)
-    _overtaker: int = -1
 
     def _plan(self, swap_in: bool) -> BatchPlan:
-        # (only a prompt capped by the threshold can be overtaken: the scan is skipped without one)
-        limit = self.cfg.long_prefill_token_threshold
-        overtaken = limit > 0 and any(r.in_prefill and r.admit_seq < self._overtaker for r in self.running)
-        # (pipelined micro-batches and swap, which vLLM v1 has neither of, keep chunked's plan)
-        if not overtaken or self._held or self.cfg.preemption == "swap":
+        cfg = self.cfg
+        # Pipelined micro-batches, swap, speculative decoding and a dynamic budget keep chunked's
+        # plan: vLLM v1 has no swap, and it cuts a late decode's proposals to the budget left,
+        # which a plan's one spec_k cannot say
+        if (
+            cfg.long_prefill_token_threshold <= 0  # (no prompt is overtaken without one)
+            or self._held
+            or cfg.preemption == "swap"
+            or cfg.speculative is not None
+            or cfg.chunk_budget == "dynamic"
+            or self._decodes_first_agrees()
+        ):
             return super()._plan(swap_in)
         return self._plan_in_order()
+
+    def _decodes_first_agrees(self) -> bool:
+        """Would decodes first plan this step as vLLM's one loop does? Yes where no prompt in
+        progress is older than a decoding request, or where those that are and every decode get
+        all they ask within the budget and every running request's blocks are free: then both
+        give them all of it, and the newer prompts the same rest in the same order."""
+        cols, kv, budget = self.columns, self.kv, self.cfg.chunk_tokens
+        newest, decodes = (cols.newest(), cols.n) if cols is not None else (-1, 0)
+        blocks = cols.blocks_next() if cols is not None else 0
+        for r in self.running:
+            if not r.in_prefill:
+                newest = max(newest, r.admit_seq)
+                decodes += 1
+                blocks += kv.blocks_needed(r, 1)
+        tokens, overtaken = decodes, False
+        for r in self.running:
+            if r.in_prefill:
+                c = self.prefill_cap(r, budget)
+                blocks += kv.blocks_needed(r, c)
+                if r.admit_seq < newest:
+                    overtaken = True
+                    tokens += c
+        return not overtaken or (tokens <= budget and kv.can_allocate(blocks))
 
     def _plan_in_order(self) -> BatchPlan:
         """vLLM's loop over the running requests in admission order (scheduler.py ``schedule``,
         "First, schedule the RUNNING requests", vLLM 0.32.0): each takes its tokens in turn, a
-        decode one (its k proposals too), a prompt in progress its capped chunk; one short of
+        decode one, a prompt in progress its capped chunk; one short of
         blocks preempts the newest until it fits or is the newest itself; the loop ends where
         the budget does. Then waiting requests start with what is left."""
         plan = BatchPlan()
         running, kv = self.running, self.kv
         if self.columns is not None:
             running[:] = sorted([*running, *self.columns.flush()], key=admit_order)
-        ahead = self._lookahead()
-        budget = self.budget(plan)
+        budget = self.cfg.chunk_tokens
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            c = self.prefill_cap(r, budget) if r.in_prefill else ahead
-            if c > budget:  # (a decode's proposals past the budget: vLLM drafts none then)
-                break
+            c = self.prefill_cap(r, budget) if r.in_prefill else 1
             need = kv.blocks_needed(r, c)
             while not kv.can_allocate(need):
                 victim = running.pop()
@@ -94,31 +120,25 @@ class VllmScheduler(ChunkedScheduler):
                 plan.decode.append(r)
             budget -= c
             i += 1
-        if plan.decode and self.cfg.speculative:
-            plan.spec_k = self.cfg.speculative.k
         self._start_prompts(plan, budget)
         return plan
 
     def _room_for(self, r: Request, blocks: int, plan: BatchPlan) -> bool:
         # vLLM preempts for a prompt in progress as for a decode: the newest running request
-        # first, ``r`` itself last (planned in admission order, so the newest is a prompt in
-        # progress no older than ``r``, or ``r``)
+        # first, ``r`` itself last. Planned in admission order, the newest is a prompt in progress
+        # no older than ``r``, or ``r``; where chunked's plan is kept (_plan) a decode planned
+        # already can be newer: nobody is preempted then, as chunked would not
+        if self.cfg.preemption == "swap" or self._held:
+            return False
         running = self.running
         while not self.kv.can_allocate(blocks):
-            if self._newer_in_flight(running[-1]):
+            if running[-1] is not r and not running[-1].in_prefill:
                 return False
             victim = running.pop()
             self._preempt(victim, plan)
             if victim is r:
                 return False
         return True
-
-    def complete(self, plan: BatchPlan, now: float) -> list[Request]:
-        finished = super().complete(plan, now)
-        for r, _ in plan.prefill:
-            if not r.in_prefill and r.admit_seq > self._overtaker:
-                self._overtaker = r.admit_seq
-        return finished
 
     def prefill_cap(self, r: Request, budget: int) -> int:
         """Prompt tokens ``r`` may take this step (vLLM: ``num_new_tokens`` after the threshold)."""
