@@ -5,7 +5,7 @@ manager and prefix caching), not a transcription: it is built from a ``VllmConfi
 16-token blocks, the case's ``num_blocks``, ``max_num_seqs``, ``max_num_batched_tokens``,
 ``long_prefill_token_threshold``, prefix caching on or off) and driven as the engine drives it,
 ``schedule()`` then ``update_from_output()`` with a model runner output in which every request
-whose prompt is done samples one token (``ignore_eos``, ``max_tokens`` the answer length). Requests
+whose prompt is done samples one token, its own (``ignore_eos``, ``max_tokens`` the answer length). Requests
 arrive at given step indices, with token ids (shared system prompts among them). llmsim's side is
 ``make_scheduler("vllm", ...)`` over a ``BlockManager`` of ``num_blocks - 1`` blocks (vLLM's null
 block), the prompts' chained block hashes from the same ids, driven the same way. Each step is
@@ -74,7 +74,10 @@ def run(model, case):
                                   pooling_params=None, block_hasher=hasher))
         out = s.schedule()
         ids = list(out.num_scheduled_tokens)
-        done = [[7] if s.requests[i].num_computed_tokens >= s.requests[i].num_tokens else [] for i in ids]
+        # each request samples a token of its own: answers differ, as sampled ones do (one token for
+        # all made identical prompts' answers identical, blocks vLLM then shares and llmsim cannot know)
+        done = [[100 + int(i) % 800] if s.requests[i].num_computed_tokens >= s.requests[i].num_tokens else []
+                for i in ids]
         s.update_from_output(out, ModelRunnerOutput(req_ids=ids, req_id_to_index={i: k for k, i in enumerate(ids)},
                                                     sampled_token_ids=done))
         steps.append([sorted([int(i), n] for i, n in out.num_scheduled_tokens.items()),

@@ -547,7 +547,7 @@ def check_pools_parallelism(sc: Scenario, model: ModelSpec) -> None:
     """Each pool's tp and pp against the model (``check_parallelism``), without building a pool:
     what a sweep checks at every point before its first simulation."""
     for name, p in pool_configs(sc):
-        check_parallelism(model, p.tp, p.pp, pool_key(name))
+        check_parallelism(model, p.tp, p.pp, pool_key(name), p.expert_parallel)
 
 
 def build_pools(sc: Scenario, model: ModelSpec) -> list[PoolSpec]:
@@ -667,7 +667,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     hw = cpu_subset(hw, sc.cluster.sockets, sc.cluster.cores)  # the whole device unless they are set
     key = pool_key(name)
     engine = for_stages(for_hardware(sc.engine_spec, hw, f"{key}.hardware"), p.pp)
-    check_parallelism(model, p.tp, p.pp, key)
+    check_parallelism(model, p.tp, p.pp, key, p.expert_parallel)
     ep = expert_parallel_degree(model, p, key, sc.cluster.redundant_experts if sc.cluster.eplb else 0)
     if ep > 1 and sc.cluster.expert_routing_exponent == 0:
         raise UserError(
@@ -888,7 +888,7 @@ def graph_sizes(engine: EngineSpec, max_num_seqs: int, max_batched_tokens: int, 
     return tuple(s for s in sizes if s <= cap) or sizes[:1]
 
 
-def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
+def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str, expert_parallel: bool = False) -> None:
     if model.num_heads % tp:
         raise UserError(
             f"{key}.tp: tensor parallelism {tp} does not divide the {model.num_heads} attention heads of {model.name}"
@@ -901,6 +901,13 @@ def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str) -> None:
     width = model.dense_intermediate_size if model.is_moe else model.intermediate_size
     if width and width % tp:  # (vLLM's column- and row-parallel MLP layers split it evenly: divide())
         raise UserError(f"{key}.tp: tensor parallelism {tp} does not divide the {width:,}-wide MLP of {model.name}")
+    if model.is_moe and not expert_parallel and model.intermediate_size % tp:
+        # (without expert parallelism every expert is split over the TP ranks, and vLLM's
+        # FusedMoEConfig asserts it splits evenly: vllm/model_executor/layers/fused_moe/config.py, 0.32.0)
+        raise UserError(
+            f"{key}.tp: tensor parallelism {tp} does not divide the {model.intermediate_size:,}-wide experts of "
+            f"{model.name}; expert_parallel places whole experts on the GPUs instead"
+        )
     if pp > model.num_layers:
         raise UserError(
             f"{key}.pp: {pp} pipeline stages for the {model.num_layers} layers of {model.name}: a stage needs one"

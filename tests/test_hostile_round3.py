@@ -188,3 +188,21 @@ def test_a_light_bursty_or_short_run_is_not_called_backlogged_by_chance() -> Non
         assert sat["growth_share"] > 0.01 and sat["verdict"] == "stable", sat
     over = _verdict(0, {"kind": "poisson", "rate_rps": 40, "num_requests": 1000})
     assert over["verdict"] == "overloaded" and over["growth_share"] > 3 * over["growth_share_se"], over
+
+
+def test_tp_must_divide_the_experts_unless_they_are_placed_whole() -> None:
+    """Without expert parallelism each expert is split over the TP ranks; vLLM asserts the split is
+    even (FusedMoEConfig), so llmsim refuses an uneven one as it does a dense MLP's."""
+    from dataclasses import replace
+
+    import pytest
+
+    from llmsim.build import check_parallelism
+    from llmsim.errors import UserError
+    from llmsim.models import CATALOG
+
+    model = replace(CATALOG["qwen3-30b-a3b-instruct-2507"], intermediate_size=770)  # 770 = 2 x 5 x 7 x 11
+    check_parallelism(model, 2, 1, "cluster")
+    with pytest.raises(UserError, match="does not divide the 770-wide experts"):
+        check_parallelism(model, 4, 1, "cluster")
+    check_parallelism(model, 4, 1, "cluster", expert_parallel=True)

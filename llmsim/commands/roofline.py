@@ -117,7 +117,7 @@ def check_step(args: argparse.Namespace, model: ModelSpec, hw: HardwareProfile) 
     if args.dual_batch_overlap and not deepep:
         raise UserError("--dual-batch-overlap: vLLM runs it with DeepEP only; give --all2all-backend deepep_...")
     try:
-        check_parallelism(model, args.tp, 1, "cluster")
+        check_parallelism(model, args.tp, 1, "cluster", args.ep > 1)
     except UserError as exc:  # the same rule, worded for the flag: "cluster.tp: tensor ..." -> "--tp 3: tensor ..."
         raise UserError(f"--tp {args.tp}: {str(exc).split(': ', 1)[1]}") from None
     from typing import get_args

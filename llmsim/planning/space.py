@@ -251,7 +251,7 @@ def _check_parallelism(base: Base, sc: Scenario, c: Candidate) -> None:
 
     try:
         model = build_model(sc)
-        check_parallelism(model, c.tp, 1, "plan")  # plan.tp
+        check_parallelism(model, c.tp, 1, "plan", c.expert_parallel)  # plan.tp
         check_parallelism(model, 1, c.pp, "cluster")  # the scenario's cluster.pp
     except UserError as exc:
         raise UserError(f"{base.origin}: plan: candidate {c.label}: {exc}") from None
