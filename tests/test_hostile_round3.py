@@ -206,3 +206,16 @@ def test_tp_must_divide_the_experts_unless_they_are_placed_whole() -> None:
     with pytest.raises(UserError, match="does not divide the 770-wide experts"):
         check_parallelism(model, 4, 1, "cluster")
     check_parallelism(model, 4, 1, "cluster", expert_parallel=True)
+
+
+def test_a_csv_trace_s_class_names_are_read_as_written(tmp_path) -> None:
+    """A class column of numbers was read as numbers: "01" became "1", and a blank cell beside
+    them made every name a float ("2.0") and the blank one "nan"."""
+    from llmsim.workload.traces import load_trace
+
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "arrival_s,prompt_tokens,output_tokens,class\n0,100,10,01\n0.5,100,10,\n1,100,10,2\n1.5,100,10,NA\n"
+    )
+    w = load_trace(trace, "generic")
+    assert w.klass.tolist() == ["01", "", "2", "NA"]

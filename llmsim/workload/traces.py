@@ -442,7 +442,9 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
     if "class" in df.columns:
         if lines is not None:  # JSONL: a list, object or true/false is no class name
             _labels(df, "class", path, lines)
-        klass = df["class"].astype(str).to_numpy(dtype=object)
+            klass = df["class"].astype(str).to_numpy(dtype=object)
+        else:  # CSV: names as written ("01" is not "1", "NA" a name); a blank cell is no class
+            klass = np.array([v.strip() and v for v in _text_column(path, "class")], dtype=object)
     prompt = _ints(df, "prompt_tokens", path, lines)
     empty = np.flatnonzero(prompt < 1)
     if len(empty):  # (named by its row here: the workload's own check counts requests from 0)
@@ -461,12 +463,18 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
     )
 
 
+def _text_column(path: Path, name: str) -> list[str]:
+    """A CSV column read again as the text its cells hold: pandas would read "007" as 7 and "NA"
+    as missing."""
+    return pd.read_csv(path, usecols=[name], dtype=str, keep_default_na=False, compression=None)[name].tolist()
+
+
 def _adapters(df: pd.DataFrame, path: Path, lines: np.ndarray | None) -> np.ndarray:
     """The ``lora`` column as adapter numbers (-1: the base model), in order of first appearance.
     Names are text as written: a CSV is read again for this column without pandas' NA strings
     (an adapter may be called "NA") or numbers ("007" is not "7"); a JSONL value must be a name."""
     if lines is None:  # CSV
-        names = pd.read_csv(path, usecols=["lora"], dtype=str, keep_default_na=False, compression=None)["lora"].tolist()
+        names = _text_column(path, "lora")
     else:
         names = df["lora"].tolist()
     ids: dict[str, int] = {}
