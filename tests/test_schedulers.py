@@ -400,26 +400,34 @@ def test_capacity_scheduler_policy_belongs_to_the_trtllm_policy() -> None:
 # ---- vllm: vLLM's one loop over the running requests, where a capped prompt was overtaken ------
 
 
+def _capped_prompt_beside(
+    short_prompt: int, short_output: int, blocks: int, prompt: int, output: int, **cfg: object
+) -> tuple:
+    """A vllm scheduler with a 64-token budget, a long prompt capped by the threshold and a short
+    request admitted behind it (which finishes its prompt first): (scheduler, kv, long, short)."""
+    kv = BlockManager(blocks, 16, 0.0, False)
+    sched = make_scheduler("vllm", SchedulerConfig(max_num_seqs=8, max_batch_tokens=64, chunk_tokens=64, **cfg), kv)
+    long, short = Request(0, 0.0, prompt, output), Request(1, 0.0, short_prompt, short_output)
+    sched.add(long)
+    sched.add(short)
+    return sched, kv, long, short
+
+
 @pytest.mark.parametrize("preemption", ["swap", "recompute"])
 def test_a_prompt_in_progress_never_preempts_a_decode_the_step_has_planned(preemption: str) -> None:
     """Under swap (chunked's plan, decodes first) a request admitted behind a prompt capped by the
     threshold decodes while that prompt is still in progress: the prompt, short of blocks, must not
     swap out the decode already planned in the step (the step then decoded a waiting request)."""
-    kv = BlockManager(11, 16, 0.0, False)
-    cfg = SchedulerConfig(
-        max_num_seqs=8, max_batch_tokens=64, chunk_tokens=64, long_prefill_token_threshold=16, preemption=preemption
+    sched, kv, long, short = _capped_prompt_beside(
+        16, 40, 11, 160, 3, long_prefill_token_threshold=16, preemption=preemption
     )
-    sched = make_scheduler("vllm", cfg, kv)
-    prompt, short = Request(0, 0.0, 160, 3), Request(1, 0.0, 16, 40)
-    sched.add(prompt)
-    sched.add(short)
     for step in range(400):
         plan = sched.schedule()
         assert all(r.status == "running" for r in plan.decode), step
         sched.complete(plan, float(step))
         if not sched.has_work():
             break
-    assert prompt.generated == 3 and short.generated == 40 and kv.used == 0 and kv.tokens_held == 0
+    assert long.generated == 3 and short.generated == 40 and kv.used == 0 and kv.tokens_held == 0
 
 
 def test_speculative_decodes_are_not_starved_by_a_capped_prompt() -> None:
@@ -428,15 +436,8 @@ def test_speculative_decodes_are_not_starved_by_a_capped_prompt() -> None:
     not fit beside an older capped prompt waited the whole prompt out."""
     from llmsim.schedulers import SpecConfig
 
-    kv = BlockManager(1000, 16, 0.0, False)
     spec = SpecConfig(k=4, acceptance=[0.7] * 4)
-    cfg = SchedulerConfig(
-        max_num_seqs=8, max_batch_tokens=64, chunk_tokens=64, long_prefill_token_threshold=62, speculative=spec
-    )
-    sched = make_scheduler("vllm", cfg, kv)
-    prompt, short = Request(0, 0.0, 3000, 2), Request(1, 0.0, 2, 50)
-    sched.add(prompt)
-    sched.add(short)
+    sched, _, _, short = _capped_prompt_beside(2, 50, 1000, 3000, 2, long_prefill_token_threshold=62, speculative=spec)
     stalled = 0
     for step in range(60):
         plan = sched.schedule()

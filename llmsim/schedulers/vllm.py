@@ -92,9 +92,9 @@ class VllmScheduler(ChunkedScheduler):
     def _plan_in_order(self) -> BatchPlan:
         """vLLM's loop over the running requests in admission order (scheduler.py ``schedule``,
         "First, schedule the RUNNING requests", vLLM 0.32.0): each takes its tokens in turn, a
-        decode one, a prompt in progress its capped chunk; one short of
-        blocks preempts the newest until it fits or is the newest itself; the loop ends where
-        the budget does. Then waiting requests start with what is left."""
+        decode one, a prompt in progress its capped chunk; one short of blocks preempts the newest
+        until it fits or is the newest itself; the loop ends where the budget does. Then waiting
+        requests start with what is left."""
         plan = BatchPlan()
         running, kv = self.running, self.kv
         if self.columns is not None:
