@@ -219,3 +219,8 @@ def test_a_csv_trace_s_class_names_are_read_as_written(tmp_path) -> None:
     )
     w = load_trace(trace, "generic")
     assert w.klass.tolist() == ["01", "", "2", "NA"]
+    jsonl = tmp_path / "t.jsonl"  # (a JSONL null is no class either, where it read "None")
+    rows = ['{"arrival_s": 0, "prompt_tokens": 9, "output_tokens": 1, "class": "chat"}',
+            '{"arrival_s": 1, "prompt_tokens": 9, "output_tokens": 1, "class": null}']  # fmt: skip
+    jsonl.write_text("\n".join(rows) + "\n")
+    assert load_trace(jsonl, "generic").klass.tolist() == ["chat", ""]

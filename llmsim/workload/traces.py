@@ -440,11 +440,11 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
     _check_sorted(t, path, lines)
     klass = None
     if "class" in df.columns:
-        if lines is not None:  # JSONL: a list, object or true/false is no class name
-            _labels(df, "class", path, lines)
-            klass = df["class"].astype(str).to_numpy(dtype=object)
+        if lines is not None:  # JSONL: a list, object or true/false is no class name; null is none
+            names = [v or "" for v in _labels(df, "class", path, lines)]
         else:  # CSV: names as written ("01" is not "1", "NA" a name); a blank cell is no class
-            klass = np.array([v.strip() and v for v in _text_column(path, "class")], dtype=object)
+            names = [v.strip() and v for v in _text_column(path, "class")]
+        klass = np.array(names, dtype=object)
     prompt = _ints(df, "prompt_tokens", path, lines)
     empty = np.flatnonzero(prompt < 1)
     if len(empty):  # (named by its row here: the workload's own check counts requests from 0)
