@@ -50,6 +50,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 def scheduler(model, case):
     sched = SchedulerConfig(max_num_seqs=case["max_num_seqs"], max_num_batched_tokens=case["budget"],
                             max_model_len=case["max_model_len"], long_prefill_token_threshold=case["threshold"],
+                            long_prefill_token_threshold_adaptive=case.get("adaptive", False),
                             enable_chunked_prefill=True, async_scheduling=False, is_encoder_decoder=False)
     config = VllmConfig(scheduler_config=sched,
                         model_config=ModelConfig(model=model, dtype="float32", seed=0, skip_tokenizer_init=True,
@@ -101,7 +102,7 @@ def cases() -> dict[str, dict]:
     def case(requests: list[dict], seqs: int, budget: int, blocks: int, max_len: int = 2048, **kw: object) -> dict:
         return {"max_num_seqs": seqs, "budget": budget, "max_model_len": max_len, "num_blocks": blocks,
                 "threshold": kw.get("threshold", 0), "prefix_caching": kw.get("prefix_caching", True),
-                "requests": requests}  # fmt: skip
+                **({"adaptive": True} if kw.get("adaptive") else {}), "requests": requests}  # fmt: skip
 
     burst = [
         {"id": i, "step": 0, "ids": prompt(rng.randint(40, 700)), "output": rng.randint(10, 60)} for i in range(12)
@@ -137,6 +138,9 @@ def cases() -> dict[str, dict]:
         "many-small": case(small, 4, 128, 100, max_len=512),
         "many-small-tight": case(small, 64, 2048, 25, max_len=512),
         "identical-prompts": case(same, 8, 256, 80, max_len=512),
+        # vLLM 0.32's --long-prefill-token-threshold-adaptive: the cap floored at budget / requests
+        "staggered-adaptive": case(spread, 10, 256, 400, threshold=16, adaptive=True),
+        "preempt-adaptive": case(long_answers, 32, 128, 45, max_len=1024, threshold=8, adaptive=True),
         # random ones, the four of 100 that found blocks computed twice at once (with a threshold)
         **{f"random-{seed}": random_case(seed) for seed in (1002, 1013, 1015, 1029)},
     }
@@ -183,6 +187,7 @@ def llmsim_steps(case: dict, policy: str = "vllm", columnar: bool = False) -> li
         max_batch_tokens=case["budget"],
         chunk_tokens=case["budget"],
         long_prefill_token_threshold=case["threshold"],
+        long_prefill_adaptive=case.get("adaptive", False),
         max_model_len=case["max_model_len"],
     )
     columns = DecodeSet(kv, None) if columnar else None

@@ -722,6 +722,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         max_bypass=sc.policy.max_bypass,
         reserve_full_prompt=sc.policy.reserve_full_prompt,
         long_prefill_token_threshold=sc.policy.long_prefill_token_threshold,
+        long_prefill_adaptive=sc.policy.long_prefill_token_threshold_adaptive,
         context_chunking=sc.policy.enable_chunked_context,
         capacity_policy=sc.policy.capacity_scheduler_policy,
         max_model_len=max_model_len(sc, model),

@@ -302,6 +302,9 @@ class PolicyConfig(_Strict):
     # tokens per step (long_prefill_token_threshold, 0 = off)
     reserve_full_prompt: bool = True
     long_prefill_token_threshold: Annotated[int, Field(ge=0)] = 0
+    # ... floored at the budget's fair share, budget / requests running or waiting (vLLM 0.32's
+    # --long-prefill-token-threshold-adaptive, vllm/v1/core/sched/scheduler.py)
+    long_prefill_token_threshold_adaptive: bool = False
     # context limit per request (prompt + output), vLLM's --max-model-len; default: the model's context
     max_model_len: Annotated[int, Field(gt=0, le=MAX_STEP_TOKENS)] | None = None
     # a max_model_len past the model's context, as vLLM allows it with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1

@@ -262,6 +262,7 @@ class Serve:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     long_prefill_token_threshold: int | None = None
+    long_prefill_token_threshold_adaptive: bool | None = None
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None
     num_gpu_blocks_override: int | None = None
@@ -300,6 +301,7 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-num-batched-tokens", type=readable_int)
     p.add_argument("--long-prefill-token-threshold", type=int)
+    p.add_argument("--long-prefill-token-threshold-adaptive", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--max-model-len", type=readable_int_or_auto)
     p.add_argument("--gpu-memory-utilization", type=float)
     p.add_argument("--num-gpu-blocks-override", type=int)
@@ -521,6 +523,7 @@ def parse_serve(text: str) -> Serve:
         max_num_seqs=ns.max_num_seqs,
         max_num_batched_tokens=ns.max_num_batched_tokens,
         long_prefill_token_threshold=ns.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=ns.long_prefill_token_threshold_adaptive,
         max_model_len=ns.max_model_len,
         gpu_memory_utilization=ns.gpu_memory_utilization,
         num_gpu_blocks_override=ns.num_gpu_blocks_override,
@@ -1022,6 +1025,7 @@ KEY_FLAGS = {
     "policy.chunk_tokens": "--max-num-batched-tokens",
     "policy.max_model_len": "--max-model-len",
     "policy.long_prefill_token_threshold": "--long-prefill-token-threshold",
+    "policy.long_prefill_token_threshold_adaptive": "--long-prefill-token-threshold-adaptive",
     "kv_cache.num_blocks": "--num-gpu-blocks-override",
     "kv_cache.memory_fraction": "--gpu-memory-utilization",
     "kv_cache.memory_bytes": "--kv-cache-memory-bytes",
@@ -1216,6 +1220,7 @@ def scenario_dict(
         ("max_num_seqs", serve.max_num_seqs),
         ("chunk_tokens", serve.max_num_batched_tokens),  # one budget: under kind vllm it is max_batch_tokens too
         ("long_prefill_token_threshold", serve.long_prefill_token_threshold),
+        ("long_prefill_token_threshold_adaptive", serve.long_prefill_token_threshold_adaptive),
         ("max_model_len", None if serve.max_model_len == MAX_MODEL_LEN_AUTO else serve.max_model_len),
     ):
         if value is not None:

@@ -51,7 +51,8 @@ def test_serve_flags_translate_as_the_docs_table_says():
     s = parse_serve(
         "vllm serve Qwen/Qwen3-30B-A3B -tp 2 --data-parallel-size 2 --enable-expert-parallel --enable-eplb "
         "--eplb-config '{\"num_redundant_experts\": 32}' --max_num_seqs 128 --max-num-batched-tokens=4096 "
-        "--long-prefill-token-threshold 512 --max-model-len 8192 --gpu-memory-utilization 0.85 "
+        "--long-prefill-token-threshold 512 --long-prefill-token-threshold-adaptive --max-model-len 8192 "
+        "--gpu-memory-utilization 0.85 "
         "--kv-cache-dtype fp8 --block-size 32 --no-enable-prefix-caching --max-cudagraph-capture-size 64 "
         "--no-async-scheduling --trust-remote-code --host 0.0.0.0"
     )
@@ -71,6 +72,7 @@ def test_serve_flags_translate_as_the_docs_table_says():
         "max_num_seqs": 128,
         "chunk_tokens": 4096,
         "long_prefill_token_threshold": 512,
+        "long_prefill_token_threshold_adaptive": True,
         "max_model_len": 8192,
     }
     assert d["kv_cache"] == {"memory_fraction": 0.85, "dtype": "fp8", "block_tokens": 32, "prefix_caching": False}

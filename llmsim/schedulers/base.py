@@ -65,6 +65,7 @@ class SchedulerConfig:
     # vLLM's scheduler (schedulers/vllm.py): admit only when the whole prompt fits; cap a prompt's tokens per step
     reserve_full_prompt: bool = True
     long_prefill_token_threshold: int = 0
+    long_prefill_adaptive: bool = False  # ... floored at chunk_tokens / requests running or waiting
     # TensorRT-LLM's scheduler (schedulers/trtllm.py): split prompts over steps (enable_chunked_context)
     context_chunking: bool = False
     # ... and its capacity policy (policy.capacity_scheduler_policy): "guaranteed_no_evict" sets a

@@ -147,8 +147,12 @@ class VllmScheduler(ChunkedScheduler):
         # none to starve: vLLM lifts the cap where this is its only request, running or waiting
         # (scheduler.py, ``num_eligible_reqs > 1``, vLLM 0.32.0; the queues only move requests
         # between them while a step is planned, so their sum is the step's count)
-        alone = self.num_running() + len(self.waiting) <= 1
-        return min(c, limit) if limit > 0 and not alone else c
+        eligible = self.num_running() + len(self.waiting)
+        if limit <= 0 or eligible <= 1:
+            return c
+        if self.cfg.long_prefill_adaptive:  # floored at a fair share of the budget (vLLM 0.32)
+            limit = max(limit, self.cfg.chunk_tokens // eligible)
+        return min(c, limit)
 
     def admission_tokens(self, req: Request, chunk: int) -> int:
         # scheduler_reserve_full_isl: the whole uncached prompt must fit, not only this chunk
