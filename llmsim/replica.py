@@ -77,7 +77,12 @@ class Replica:
         runs, chunk_runs, columnar = (False, False, False) if grouped else shortcuts(policy, pool, opts)
         # block ids only where prefix caching shares blocks: without it no result reads them
         self.kv = BlockManager(
-            pool.kv_blocks, block_tokens, watermark, opts.prefix_caching, False, opts.reuse_partial_first
+            pool.kv_blocks,
+            block_tokens,
+            watermark,
+            opts.prefix_caching,
+            track_ids=False,
+            partial_first=opts.reuse_partial_first,
         )
         gaps = GapHistogram()
         columns = DecodeSet(self.kv, gaps) if columnar else None

@@ -47,9 +47,10 @@ def test_the_simulator_s_columnar_decoders_decide_the_same() -> None:
         assert check.llmsim_steps(plain, columnar=True) == check.llmsim_steps(plain), name
 
 
-def test_decodes_first_decides_as_vllm_s_one_loop_unless_a_prompt_was_overtaken() -> None:
-    """``VllmScheduler`` plans decodes before prompts in progress except where a prompt in progress
-    is older than a decoding request: planning every step in vLLM's own order decides the same."""
+def test_planning_every_step_in_vllm_s_order_decides_the_same() -> None:
+    """``VllmScheduler`` plans decodes before prompts in progress except where the two orders would
+    differ (``_decodes_first_agrees``: a prompt in progress overtaken, and the budget or the blocks
+    short): planning every step in vLLM's own order decides the same."""
     from llmsim.schedulers import SCHEDULERS, VllmScheduler
 
     class InOrder(VllmScheduler):
