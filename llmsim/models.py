@@ -84,6 +84,12 @@ class ModelSpec:
     # the decoder weights' quantisation groups (weight_param_bytes): None = the dtype's default format
     weight_group_size: int | None = None
     weight_scale_bits: float | None = None
+    # a checkpoint's own quantisation (its config.json quantization_config, quantconfig.py): the
+    # compute dtype of its GEMMs ("" weight-only: 16-bit) and the KV cache dtype vLLM's
+    # --kv-cache-dtype auto takes from it ("" the model's); a scenario that does not set
+    # model.act_dtype / kv_cache.dtype runs with them (scenario.apply_checkpoint)
+    checkpoint_act_dtype: str = ""
+    checkpoint_kv_dtype: str = ""
     source: str = ""
     # DeepSeek MoE (DeepSeek-V2/V3 config.json): ``n_shared_experts`` experts of intermediate_size
     # every token passes through besides its routed ones, and the first ``first_k_dense_replace``
@@ -903,6 +909,9 @@ CATALOG: dict[str, ModelSpec] = {
             expert_groups_per_token=4,  # topk_group
             router_bias=True,  # topk_method noaux_tc
             weight_dtype="fp8",  # released as FP8 (e4m3, 128x128 block scales; embeddings and lm_head bf16)
+            # its quantization_config (quant_method fp8, activation_scheme dynamic): vLLM quantises the
+            # activations per token group and runs the GEMMs in FP8 (W8A8, quantconfig.py)
+            checkpoint_act_dtype="fp8",
             source="deepseek-ai/DeepSeek-V3 config.json (model_type deepseek_v3; configs.md section 9): MLA "
             "(q_lora 1536, kv_lora 512, nope 128, rope 64, v 128), 256 routed experts top-8 + 1 shared, "
             "first 3 layers dense (18432); the multi-token-prediction module (num_nextn_predict_layers 1) "
@@ -1164,7 +1173,7 @@ def _from_hf(cfg: dict, path: Path, name: str) -> ModelSpec:
     _check_shapes(cfg, path, hidden, heads, kv_heads, experts)
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     dtype = _hf_dtype(cfg, path, "float32" if is_gpt2 else "bfloat16")
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         hidden_size=hidden,
         intermediate_size=int(inter),
@@ -1190,6 +1199,24 @@ def _from_hf(cfg: dict, path: Path, name: str) -> ModelSpec:
         max_position_embeddings=hf_context_len(cfg),
         weight_dtype=dtype,
         source=f"HF config {path}",
+    )
+    return with_checkpoint_quant(spec, cfg, path)
+
+
+def with_checkpoint_quant(spec: ModelSpec, cfg: dict, path: Path) -> ModelSpec:
+    """``spec`` with its config's ``quantization_config`` applied (quantconfig.read_quant): the
+    decoder weights' dtype and groups, and the compute and KV cache dtypes the checkpoint asks for."""
+    from llmsim.quantconfig import read_quant
+
+    q = read_quant(cfg, str(path))
+    if q is None:
+        return spec
+    return spec.with_(
+        weight_dtype=q.weight_dtype,
+        weight_group_size=q.group_size,
+        weight_scale_bits=q.scale_bits,
+        checkpoint_act_dtype=q.act_dtype,
+        checkpoint_kv_dtype=q.kv_dtype,
     )
 
 
@@ -1338,10 +1365,7 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
         raise UserError(f"{path}: first_k_dense_replace: {dense_layers} exceeds num_hidden_layers {layers}")
     inter = need("intermediate_size")
     dtype = _hf_dtype(cfg, path, "bfloat16")
-    quant = cfg.get("quantization_config")
-    if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
-        dtype = "fp8"  # DeepSeek-V3 as released: FP8 e4m3 block-quantised weights
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         hidden_size=need("hidden_size"),
         intermediate_size=need("moe_intermediate_size") if experts else inter,
@@ -1368,6 +1392,7 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
         **_expert_groups(cfg, path, experts),
         router_bias=bool(experts) and cfg.get("topk_method") == "noaux_tc",
     )
+    return with_checkpoint_quant(spec, cfg, path)  # (DeepSeek-V3 as released: FP8 e4m3 in 128 x 128 blocks)
 
 
 def _expert_groups(cfg: dict, path: Path, experts: int) -> dict[str, int]:

@@ -981,6 +981,7 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
         raise UserError(pydantic_message(exc, origin, _section_keys(), MOVED_KEYS)) from None
     _check_names(sc, origin)
     sc = apply_engine(sc, origin)
+    sc = apply_checkpoint(sc)
     if sc.kv_cache.offload and not sc.kv_cache.prefix_caching:  # (the engine may turn the cache on)
         raise UserError(f"{origin}: kv_cache.offload: the tiers serve prefix-cache hits; set prefix_caching: true")
     _check_lora(sc, origin)
@@ -1021,6 +1022,43 @@ def _check_lora(sc: Scenario, origin: str) -> None:
     )
     if where:
         raise UserError(f"{origin}: lora: multi-LoRA under {where} is not modelled")
+
+
+def apply_checkpoint(sc: Scenario) -> Scenario:
+    """The compute and KV cache dtypes a quantised checkpoint asks for (``model.hf_config``'s
+    quantization_config, quantconfig.py; a catalog model's as released), where the file leaves model.act_dtype / kv_cache.dtype unset and keeps the
+    checkpoint's weights: vLLM runs a checkpoint's quantization_config without a flag. W8A8 / W4A4
+    compute only where every device of the scenario has those matrix units; elsewhere vLLM runs the
+    weights dequantised in 16-bit GEMMs (Marlin), and so does llmsim. The keys filled join
+    ``sc._engine_filled`` (a plan's other hardware resolves them again). A model that does not read
+    is left to ``build_model``, which names what is wrong."""
+    from llmsim.hardware import load_profile
+    from llmsim.models import from_hf_config, get_model
+
+    try:
+        m = from_hf_config(sc.hf_config_path(), sc.model.name) if sc.model.hf_config else get_model(sc.model.name or "")
+    except UserError:
+        return sc
+    if sc.model.weight_dtype not in (None, m.weight_dtype):
+        return sc
+    model, kv, filled = {}, {}, dict(sc._engine_filled)
+    act = m.checkpoint_act_dtype
+    if act and "act_dtype" not in sc.model.model_fields_set:
+        c = sc.cluster
+        names = [p.hardware or sc.hardware for p in (c.prefill_pool, c.decode_pool) if p is not None] or [sc.hardware]
+        if all(load_profile(h, Path(sc.base_dir)).computes_in(act) for h in names):
+            model["act_dtype"] = act
+            filled["model"] = ["act_dtype"]
+    if m.checkpoint_kv_dtype and "dtype" not in sc.kv_cache.model_fields_set:
+        kv["dtype"] = m.checkpoint_kv_dtype
+        filled["kv_cache"] = sorted({*filled.get("kv_cache", []), "dtype"})
+    if not model and not kv:
+        return sc
+    out = sc.model_copy(
+        update={"model": sc.model.model_copy(update=model), "kv_cache": sc.kv_cache.model_copy(update=kv)}
+    )
+    out._engine_filled = filled
+    return out
 
 
 def pools_name_hardware(sc: Scenario) -> bool:

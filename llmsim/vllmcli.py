@@ -30,6 +30,7 @@ from llmsim.workload.generators import bench_content_ids
 
 if TYPE_CHECKING:
     from llmsim.models import ModelSpec
+    from llmsim.quantconfig import CheckpointQuant
 
 # --- the two command lines ------------------------------------------------------------------------
 
@@ -89,6 +90,9 @@ QUANTIZATION: dict[str, tuple[str, str | None]] = {
     "fp8": ("fp8", "fp8"),
     **dict.fromkeys(("awq", "awq_marlin", "gptq", "gptq_marlin"), ("int4", None)),
 }
+# the --quantization values that only name a checkpoint's own format (its quantization_config says
+# the precision, quantconfig.py): accepted with such a checkpoint
+CHECKPOINT_QUANTIZATION = ("compressed-tensors", "modelopt", "modelopt_fp4")
 DTYPES = {"auto": None, "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}
 KV_DTYPES = {"auto": None, "bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 
@@ -447,9 +451,10 @@ def _check_serve(ns: argparse.Namespace) -> None:
         raise UserError(
             f"vllm serve: --gpu-memory-utilization {util}: expected a share of the GPU's memory, above 0 and at most 1"
         )
-    if ns.quantization is not None and ns.quantization not in QUANTIZATION:
+    if ns.quantization is not None and ns.quantization not in (*QUANTIZATION, *CHECKPOINT_QUANTIZATION):
+        known = sorted((*QUANTIZATION, *CHECKPOINT_QUANTIZATION))
         raise UserError(
-            f"vllm serve: --quantization {cut(ns.quantization)!r}: llmsim reads {', '.join(sorted(QUANTIZATION))}; for "
+            f"vllm serve: --quantization {cut(ns.quantization)!r}: llmsim reads {', '.join(known)}; for "
             "another checkpoint format set model.weight_dtype / act_dtype in a scenario"
         )
     if ns.model_flag and ns.model and ns.model_flag != ns.model:
@@ -916,61 +921,59 @@ def has_experts(entry: str | dict) -> bool:
     return model_spec(entry).is_moe
 
 
-def checkpoint_quantization(entry: str | dict) -> tuple[str, object] | None:
-    """The quant_method (and bits) of a served config.json's quantization_config, which vLLM applies
-    without a --quantization flag (None: unquantised, or a catalog model)."""
+def checkpoint_quantization(entry: str | dict) -> CheckpointQuant | None:
+    """The precision a served config.json's quantization_config gives (quantconfig.py), which vLLM
+    applies without a --quantization flag (None: unquantised, or a catalog model)."""
     if not isinstance(entry, dict):
         return None
     from llmsim.errors import load_json_object
+    from llmsim.quantconfig import read_quant
 
     # (a key given twice: the last, as transformers and vLLM read a config)
     cfg = load_json_object(Path(entry["hf_config"]), "vllm serve", unique_keys=False)
-    if "quantization_config" not in cfg:
-        return None
-    q = cfg["quantization_config"]
-    method = q.get("quant_method") if isinstance(q, dict) else None
-    if method not in QUANTIZATION:
-        raise UserError(
-            f"vllm serve: {entry['hf_config']}: quantization_config quant_method {cut(repr(method), 40)}: llmsim "
-            f"reads {', '.join(sorted(QUANTIZATION))}; for another format set model.weight_dtype / act_dtype in a scenario"
-        )
-    return str(method), q.get("bits")
+    return read_quant(cfg, f"vllm serve: {entry['hf_config']}")
+
+
+def _family(method: str) -> str:
+    """A quantisation method's checkpoint format (vLLM upgrades awq to awq_marlin, gptq to
+    gptq_marlin, and its ModelOpt configs claim each other's checkpoints)."""
+    return method.removesuffix("_marlin").removesuffix("_fp4")
 
 
 def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
     """model.weight_dtype / act_dtype for --dtype and --quantization or the checkpoint's own
-    quantization_config (vLLM refuses the two disagreeing)."""
+    quantization_config (vLLM refuses the two disagreeing). Quantised compute (W8A8, W4A4) only on
+    a GPU with those matrix units: elsewhere vLLM runs the weights through its weight-only kernels
+    (Marlin), and the activations stay 16-bit."""
     from llmsim.hardware import load_profile
 
     own = checkpoint_quantization(entry)
-    family = lambda m: m.removesuffix("_marlin")  # noqa: E731  (awq and awq_marlin read the same checkpoint)
-    if serve.quantization and own and family(serve.quantization) != family(own[0]):
-        raise UserError(f"vllm serve: --quantization {serve.quantization}, but the checkpoint is {own[0]}-quantised")
+    flag = serve.quantization
+    if flag and own and _family(flag) != _family(own.method):
+        raise UserError(f"vllm serve: --quantization {flag}, but the checkpoint is {own.method}-quantised")
     checkpoint = isinstance(entry, dict) or "/" in serve.model  # (a config read, or a hub id of the catalog's)
-    if serve.quantization and not own and serve.quantization != "fp8" and checkpoint:
-        # AWQ and GPTQ read weights quantised ahead of time, with the scales their config names
-        # (vLLM: "Cannot find the config file for awq"); fp8 alone quantises a 16-bit checkpoint online.
-        # (A catalog name, no checkpoint, asks what an AWQ/GPTQ checkpoint of it would do: priced.)
+    if flag and not own and (flag not in QUANTIZATION or (flag != "fp8" and checkpoint)):
+        # AWQ, GPTQ, compressed-tensors and ModelOpt read weights quantised ahead of time, with the
+        # scales their config names (vLLM: "Cannot find the config file for awq"); fp8 alone
+        # quantises a 16-bit checkpoint online. (A catalog name, no checkpoint, asks what an
+        # AWQ/GPTQ checkpoint of it would do: priced.)
         raise UserError(
-            f"vllm serve: --quantization {serve.quantization} reads a checkpoint quantised with it (a "
-            f"quantization_config in its config.json), and {serve.model} has none; name an AWQ/GPTQ "
+            f"vllm serve: --quantization {flag} reads a checkpoint quantised with it (a "
+            f"quantization_config in its config.json), and {serve.model} has none; name such a "
             "checkpoint, or quantise this one online with --quantization fp8"
         )
     out: dict = {"weight_dtype": serve.dtype, "act_dtype": serve.dtype} if serve.dtype else {}
-    method, bits = own if own else (serve.quantization, None)
-    if method:
-        weight, act = QUANTIZATION[method]
-        if weight == "int4" and bits is not None:
-            allowed = (4,) if method.startswith("awq") else (4, 8)  # (vLLM's AWQ takes 4-bit weights only)
-            if bits not in allowed:
-                bits_read = "4-bit" if len(allowed) == 1 else "4- or 8-bit"
-                raise UserError(f"vllm serve: {method} with bits {cut(repr(bits), 20)}: vLLM reads {bits_read} weights")
-            weight = f"int{bits}"
-        if act == "fp8" and not load_profile(hardware).supports("fp8"):
-            act = None  # vLLM serves FP8 weights through Marlin, weight-only, on GPUs without FP8 units
-        out["weight_dtype"] = weight
-        if act is not None:
-            out["act_dtype"] = act
+    if own:
+        weight, act = own.weight_dtype, own.act_dtype or None
+    elif flag:
+        weight, act = QUANTIZATION[flag]
+    else:
+        return out
+    if act is not None and not load_profile(hardware).computes_in(act):
+        act = None  # (FP8 on an A100, NVFP4 on an H100: vLLM's Marlin kernels, weight-only)
+    out["weight_dtype"] = weight
+    if act is not None:
+        out["act_dtype"] = act
     return out
 
 

@@ -111,7 +111,10 @@ def test_precision_flags():
         ("vllm serve llama-3.1-8b --speculative-config '{}'", "write a `speculative` section in a scenario"),
         ("vllm serve llama-3.1-8b --no-enable-chunked-prefill", "always chunks"),
         ("vllm serve llama-3.1-8b --frobnicate 3", "--frobnicate 3: not a flag llmsim reads"),
-        ("vllm serve llama-3.1-8b --quantization bitsandbytes", "llmsim reads awq, awq_marlin, fp8"),
+        (
+            "vllm serve llama-3.1-8b --quantization bitsandbytes",
+            "llmsim reads awq, awq_marlin, compressed-tensors, fp8",
+        ),
         ("vllm serve llama-3.1-8b -tp 0", "-tp 0: expected 1 or more"),
         ("vllm serve llama-3.1-8b -pp 0", "-pp 0: expected 1 or more"),
         ("vllm serve llama-3.1-8b --gpu-memory-utilization 0", "above 0 and at most 1"),
@@ -231,7 +234,7 @@ def test_a_checkpoint_s_quantization_config_is_read_as_vllm_reads_it(tmp_path):
     (tmp_path / "bnb" / "config.json").write_text(
         json.dumps({**cfg, "quantization_config": {"quant_method": "bitsandbytes"}})
     )
-    with pytest.raises(UserError, match="quantization_config quant_method 'bitsandbytes': llmsim reads"):
+    with pytest.raises(UserError, match="quantization_config.quant_method 'bitsandbytes': llmsim reads"):
         scenario_dict("H100-SXM", parse_serve(f"vllm serve {tmp_path / 'bnb'}"), Bench())
 
 
