@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -458,7 +458,7 @@ def saturation_verdict(
     in_system_se: float | None = None,
     in_system_not_judged: str = "",
     rejected: int = 0,
-    longest_wait: tuple[float, float, float] | None = None,
+    waits: Waits | None = None,
 ) -> dict:
     """Stable / backlogged / overloaded, from how the waiting queue grows while requests arrive.
 
@@ -484,10 +484,12 @@ def saturation_verdict(
     settled, whether it is overloaded or only warming up (near capacity such a batch takes many
     latencies to settle, so a short run cannot tell the two apart); so is one whose arrivals were
     too short to warm up ("short: ...").
-    ``longest_wait`` (``_longest_wait``): the longest any request waited in the queue, when it
-    arrived, and the median latency; a run that would read stable but where some request waited
-    past TRANSIENT_WAITS of that latency went through a backlog and drained it (a burst):
-    backlogged. (Not the queue's length: a steady bursty run's queue is long for an instant.)
+    ``waits`` (``_waits``): how long requests waited in the queue. A run that would read stable
+    but where some request waited past TRANSIENT_WAITS of the median latency went through a backlog
+    and drained it (a burst): backlogged; so is one where the requests arriving at some time waited
+    a median past TRANSIENT_WAITS of the quietest time's median wait plus the time in service (and
+    past TRANSIENT_WAIT_S): a backlog that held for a stretch of the run and drained (a peak of load
+    past capacity), where every latency is mostly a wait and no one stands out against the median. (Not the queue's length: a steady bursty run's queue is long for an instant.)
     """
     backlog = max(unfinished - in_flight, 0)
     out = {
@@ -522,7 +524,7 @@ def saturation_verdict(
     se_share = out["growth_share_se"]
     grows = se_share is None or share > 3 * se_share
     burst = n_requests > 1 and last_arrival_s <= 0
-    unsettled = few = transient = False
+    unsettled = few = transient = held = False
     short = in_system_not_judged.startswith("short:") and not burst
     if n_requests and finished == 0:
         verdict = "unserved"
@@ -534,8 +536,12 @@ def saturation_verdict(
         verdict, unsettled = "backlogged", True
     elif (share > 0.01 and grows) or backlog + shed > 0 or (burst and burst_waited):
         verdict = "backlogged"
-    elif longest_wait is not None and longest_wait[0] > max(TRANSIENT_WAITS * longest_wait[2], TRANSIENT_WAIT_S):
+    elif waits is not None and waits.longest_s > max(TRANSIENT_WAITS * waits.latency_s, TRANSIENT_WAIT_S):
         verdict, transient = "backlogged", True  # (a burst the system drained: not a steady state)
+    elif waits is not None and waits.peak_s > max(
+        TRANSIENT_WAITS * (waits.quiet_s + waits.in_service_s), TRANSIENT_WAIT_S
+    ):
+        verdict, held = "backlogged", True  # (a peak past capacity the system drained)
     else:
         verdict = "stable"
     out["verdict"] = verdict
@@ -562,11 +568,18 @@ def saturation_verdict(
             f"{in_system_not_judged.removeprefix('short: ')}; latencies are a warm-up's, not a steady state's"
         )
     elif transient:
-        wait, at, w0 = longest_wait  # type: ignore[misc]
+        wait, at, w0 = waits.longest_s, waits.longest_arrival_s, waits.latency_s  # type: ignore[union-attr]
         explanations["backlogged"] = (
             f"a request that arrived at {at:.4g} s waited {wait:.3g} s in the queue, {wait / w0:.0f}x the median "
             f"request's latency ({w0:.3g} s), and the queue then drained: latencies include that backlog, not a "
             "steady state"
+        )
+    elif held:
+        w = waits  # type: ignore[union-attr]
+        explanations["backlogged"] = (
+            f"requests that arrived around {w.peak_at_s:.4g} s waited a median {w.peak_s:.3g} s in the queue "  # type: ignore[union-attr]
+            f"(the quietest time {w.quiet_s:.3g} s; {w.in_service_s:.3g} s in service), and the queue drained: "  # type: ignore[union-attr]
+            "the load passed capacity for a while; latencies describe that backlog, not a steady state"
         )
     elif unsettled:
         explanations["backlogged"] = (
@@ -777,17 +790,49 @@ def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horiz
         in_system_se=growth_se,
         in_system_not_judged=not_judged,
         rejected=max(int(((req["status"] == "rejected").to_numpy(dtype=bool) & offered).sum()) - shed, 0),
-        longest_wait=_longest_wait(req[offered], fin),
+        waits=_waits(req[offered], fin),
     )
 
 
-def _longest_wait(req: pd.DataFrame, fin: pd.DataFrame) -> tuple[float, float, float] | None:
-    """The longest a request waited in the queue (first scheduled less arrival), when it arrived,
-    and the finished requests' median latency (of the whole run: a burst at its start would make
-    the early requests' the burst's): None where nobody was scheduled or nobody finished."""
+class Waits(NamedTuple):
+    """How long requests waited in the queue (first scheduled less arrival), for the verdict."""
+
+    longest_s: float  # the longest wait
+    longest_arrival_s: float  # when that request arrived
+    # the finished requests' median latency (of the whole run: a burst at its start would make the
+    # early requests' the burst's)
+    latency_s: float
+    in_service_s: float  # the finished requests' median time from first scheduled to finished
+    # the requests cut by arrival into WAIT_BATCHES runs: the highest and the lowest of their median
+    # waits, and the middle of the arrivals of the run with the highest
+    peak_s: float
+    quiet_s: float
+    peak_at_s: float
+
+
+WAIT_BATCHES = 10
+
+
+def _waits(req: pd.DataFrame, fin: pd.DataFrame) -> Waits | None:
+    """The run's ``Waits``: None where nobody was scheduled or nobody finished."""
     arrival = req["arrival_s"].to_numpy(dtype=float)
     wait = req["queued_s"].to_numpy(dtype=float) - arrival
-    if not len(fin) or not np.isfinite(wait).any():
+    seen = np.isfinite(wait)
+    if not len(fin) or not seen.any():
         return None
     i = int(np.nanargmax(wait))
-    return float(wait[i]), float(arrival[i]), float(np.median(fin["e2e_s"].to_numpy(dtype=float)))
+    order = np.argsort(arrival[seen], kind="stable")
+    runs = [r for r in np.array_split(order, min(WAIT_BATCHES, int(seen.sum()))) if len(r)]
+    medians = np.array([np.median(wait[seen][r]) for r in runs])
+    peak = int(np.argmax(medians))
+    fin_wait = (fin["queued_s"] - fin["arrival_s"]).to_numpy(dtype=float)
+    e2e = fin["e2e_s"].to_numpy(dtype=float)
+    return Waits(
+        float(wait[i]),
+        float(arrival[i]),
+        float(np.median(e2e)),
+        float(np.median(e2e - fin_wait)),
+        float(medians[peak]),
+        float(medians.min()),
+        float(np.median(arrival[seen][runs[peak]])),
+    )

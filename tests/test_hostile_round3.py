@@ -56,6 +56,18 @@ def test_a_burst_the_system_drained_is_not_a_steady_state() -> None:
     assert llmsim.run(sc).summary["saturation"]["verdict"] == "stable"
 
 
+def test_a_long_peak_the_system_drained_is_not_a_steady_state() -> None:
+    """A peak past capacity that holds the queue for much of the run: every latency is mostly a
+    wait, so no single wait stands out against the median latency, and the queue's slope over the
+    run (up, then down) is not three standard errors clear of zero. It read STABLE at TTFT p90
+    163 s (scenarios/autoscaling.yaml with one replica): the median wait of the requests that
+    arrived in the peak against the quietest time's now says so."""
+    res = llmsim.run(ROOT / "scenarios" / "autoscaling.yaml", {"cluster.autoscaling": None})
+    sat = res.summary["saturation"]
+    assert sat["verdict"] == "backlogged" and "waited a median" in sat["explanation"], sat
+    assert "the queue drained" in sat["explanation"]
+
+
 def test_a_sweep_where_every_point_failed_still_gets_a_report(tmp_path, capsys) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(TINY)
