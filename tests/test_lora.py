@@ -297,7 +297,7 @@ def test_trace_adapter_names_are_text(tmp_path: Path) -> None:
     assert load_generic(tmp_path / "t.jsonl").lora.tolist() == [0, -1]
     rows[1]["lora"] = ["a"]
     (tmp_path / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    with pytest.raises(UserError, match=r"line 2: lora must be an adapter's name, got \['a'\]"):
+    with pytest.raises(UserError, match=r"line 2: lora must be a name or a number, got \['a'\]"):
         load_generic(tmp_path / "t.jsonl")
 
 

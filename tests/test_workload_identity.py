@@ -107,6 +107,36 @@ def test_the_generic_format_names_prompts_and_prefix_groups(tmp_path: Path) -> N
     assert load_trace(plain, "generic").block_hashes is None  # no identity columns, no identity
 
 
+def test_names_are_text_in_both_formats(tmp_path: Path) -> None:
+    """An id or label is the text written: ids past 2**53 beside an empty cell (pandas reads such a
+    column as floats, and the two ids round to one), "007" against "7", stay apart; an integer a
+    float column wrote ("7.0") is that integer; CSV and JSONL read a class alike."""
+    big, bigger = 9007199254740992, 9007199254740993
+    csv = tmp_path / "big.csv"
+    csv.write_text(f"arrival_s,prompt_tokens,output_tokens,prompt_id\n0,64,1,{bigger}\n1,64,1,{big}\n2,64,1,\n")
+    jsonl = tmp_path / "big.jsonl"
+    rows = [{"prompt_id": bigger}, {"prompt_id": big}, {"prompt_id": None}]
+    jsonl.write_text(
+        "".join(
+            json.dumps({"arrival_s": i, "prompt_tokens": 64, "output_tokens": 1, **r}) + "\n"
+            for i, r in enumerate(rows)
+        )
+    )
+    for path in (csv, jsonl):
+        h = load_trace(path, "generic", 16).block_hashes
+        assert h[0][0] != h[1][0], path
+    ids = tmp_path / "ids.csv"
+    ids.write_text(
+        "arrival_s,prompt_tokens,output_tokens,prompt_id,class\n0,64,1,007, chat\n1,64,1,7,chat\n2,64,1,7.0,\n"
+    )
+    w = load_trace(ids, "generic", 16)
+    assert w.block_hashes[0][0] != w.block_hashes[1][0] and w.block_hashes[1] == w.block_hashes[2]
+    assert w.klass.tolist() == ["chat", "chat", ""]
+    as_json = tmp_path / "ids.jsonl"
+    as_json.write_text(json.dumps({"arrival_s": 0, "prompt_tokens": 64, "output_tokens": 1, "class": " chat"}) + "\n")
+    assert load_trace(as_json, "generic", 16).klass.tolist() == ["chat"]
+
+
 @pytest.mark.parametrize("hash_at", [16, 32])
 def test_block_size_16_vs_32(tmp_path: Path, hash_at: int) -> None:
     toks = [np.array(SYSTEM + [7] * 30), np.array(SYSTEM + [9] * 30)]

@@ -397,10 +397,15 @@ def _read_jsonl(path: Path, required: tuple[str, ...]) -> tuple[pd.DataFrame, np
         lines.append(line_no)
     if not records:
         raise UserError(f"{path}: the trace has no rows")
-    return pd.DataFrame.from_records(records), np.asarray(lines)
+    df = pd.DataFrame.from_records(records)
+    for col in LABEL_COLUMNS:  # the values as JSON gave them: pandas turns ints beside a null into floats
+        if col in df.columns:
+            df[col] = pd.Series([r.get(col) for r in records], index=df.index, dtype=object)
+    return df, np.asarray(lines)
 
 
 GENERIC_OPTIONAL = ("class", "prompt_id", "prefix_group", "prefix_tokens", "lora")
+LABEL_COLUMNS = ("class", "prompt_id", "prefix_group", "lora")  # names, read by ``_labels``
 
 
 def _check_near_misses(df: pd.DataFrame, path: Path) -> None:
@@ -439,12 +444,8 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
     _check_times(t, path, lines, "arrival_s")
     _check_sorted(t, path, lines)
     klass = None
-    if "class" in df.columns:
-        if lines is not None:  # JSONL: a list, object or true/false is no class name; null is none
-            names = [v or "" for v in _labels(df, "class", path, lines)]
-        else:  # CSV: names as written ("01" is not "1", "NA" a name); a blank cell is no class
-            names = [v.strip() and v for v in _text_column(path, "class")]
-        klass = np.array(names, dtype=object)
+    if "class" in df.columns:  # (a blank cell or null: no class)
+        klass = np.array([v or "" for v in _labels(df, "class", path, lines)], dtype=object)
     prompt = _ints(df, "prompt_tokens", path, lines)
     empty = np.flatnonzero(prompt < 1)
     if len(empty):  # (named by its row here: the workload's own check counts requests from 0)
@@ -464,50 +465,43 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
 
 
 def _text_column(path: Path, name: str) -> list[str]:
-    """A CSV column read again as the text its cells hold: pandas would read "007" as 7 and "NA"
-    as missing."""
+    """A CSV column read again as the text its cells hold: pandas would read "007" as 7, "NA" as
+    missing, and an id past 2**53 beside an empty cell as a float that other ids round to."""
     return pd.read_csv(path, usecols=[name], dtype=str, keep_default_na=False, compression=None)[name].tolist()
 
 
 def _adapters(df: pd.DataFrame, path: Path, lines: np.ndarray | None) -> np.ndarray:
-    """The ``lora`` column as adapter numbers (-1: the base model), in order of first appearance.
-    Names are text as written: a CSV is read again for this column without pandas' NA strings
-    (an adapter may be called "NA") or numbers ("007" is not "7"); a JSONL value must be a name."""
-    if lines is None:  # CSV
-        names = _text_column(path, "lora")
-    else:
-        names = df["lora"].tolist()
+    """The ``lora`` column as adapter numbers (-1: the base model), in order of first appearance
+    (names read by ``_labels``)."""
     ids: dict[str, int] = {}
-    out = np.empty(len(names), dtype=np.int64)
-    for i, v in enumerate(names):
-        if v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip()):
-            out[i] = -1
-            continue
-        v = _plain(v)
-        if isinstance(v, float) and v.is_integer():  # (a JSONL column with gaps turns ints to floats)
-            v = int(v)
-        if isinstance(v, bool) or not isinstance(v, str | int):
-            raise UserError(f"{_where(path, i, lines)}: lora must be an adapter's name, got {v!r}")
-        out[i] = ids.setdefault(str(v).strip(), len(ids))
-    return out
+    names = _labels(df, "lora", path, lines)
+    return np.array([-1 if v is None else ids.setdefault(v, len(ids)) for v in names], dtype=np.int64)
+
+
+_FLOAT_WRITTEN_INT = re.compile(r"-?\d+\.0+")  # "7.0": an integer id as a float column writes it
 
 
 def _labels(df: pd.DataFrame, col: str, path: Path | None = None, lines: np.ndarray | None = None) -> list[str | None]:
-    """A label column as text, empty cells as None (a float-looking id ``7.0`` reads as ``7``); a
-    JSONL list, object or true/false is refused, naming the row (its text would be a made-up name)."""
+    """A name column (``LABEL_COLUMNS``) as text, one rule for CSV and JSONL: a CSV cell as written
+    ("007" is not "7", "NA" is a name, an id of any length exact), a JSONL string as written and a
+    JSONL number as its digits; surrounding spaces dropped; an integer written as a float ("7.0",
+    JSON 7.0: a column with gaps, as pandas writes it) as the integer; a blank cell or null as None.
+    A JSONL list, object or true/false is refused, naming the row (its text would be a made-up name)."""
+    values = _text_column(path, col) if lines is None and path is not None else df[col].tolist()
     out: list[str | None] = []
-    for i, v in enumerate(df[col].tolist()):
-        if v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip()):
+    for i, v in enumerate(values):
+        if v is None or (isinstance(v, float) and np.isnan(v)):
             out.append(None)
-        elif lines is not None and (
-            isinstance(v, bool) or not isinstance(v, str | int | float | np.integer | np.floating)
-        ):  # (JSONL's own values; a CSV's true/false is pandas' reading of a name)
+            continue
+        if isinstance(v, bool) or not isinstance(v, str | int | float | np.integer | np.floating):
             where = _where(path, i, lines) if path is not None else f"row {i}"
-            raise UserError(f"{where}: {col} must be a name or a number, got {v!r}")
-        elif isinstance(v, float) and v.is_integer():
-            out.append(str(int(v)))
-        else:
-            out.append(str(v).strip())
+            raise UserError(f"{where}: {col} must be a name or a number, got {_plain(v)!r}")
+        if isinstance(v, float | np.floating) and float(v).is_integer():
+            v = int(v)
+        text = str(v).strip()
+        if _FLOAT_WRITTEN_INT.fullmatch(text):
+            text = text.split(".")[0]
+        out.append(text or None)
     return out
 
 
