@@ -171,6 +171,9 @@ def _joined_lines(text: str) -> str:
     return "".join(out)
 
 
+API_SERVER = "vllm.entrypoints.openai.api_server"  # `python -m` it: vllm serve before the CLI
+
+
 def _words(text: str, command: tuple[str, ...], what: str) -> tuple[list[str], dict[str, str]]:
     """The arguments of one command line, and the environment it sets before the command (``VAR=1
     vllm serve ...``): shell words less the command's own (``vllm serve``), with vLLM's underscore
@@ -179,12 +182,18 @@ def _words(text: str, command: tuple[str, ...], what: str) -> tuple[list[str], d
         words = shlex.split(_joined_lines(text))
     except ValueError as exc:
         raise UserError(f"{what} {cut(text)!r}: {exc}") from None
-    if words[:1] == ["env"]:  # (`env VAR=1 vllm serve ...`)
+    while words[:1] in (["env"], ["nohup"], ["exec"]):  # (`env VAR=1 vllm serve ...`, `nohup vllm serve ...`)
         words.pop(0)
     env = {}
     while words and not words[0].startswith("-") and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
         name, _, value = words.pop(0).partition("=")
         env[name] = value
+    if command == ("vllm", "serve") and len(words) >= 3 and words[1:3] == ["-m", API_SERVER]:
+        words = ["vllm", "serve", *words[3:]]  # (the OpenAI server's module takes vllm serve's flags, --model)
+    if words[:1] in (["docker"], ["podman"]):
+        raise UserError(
+            f"{what} {cut(text)!r}: a container's command line; give {' '.join(command)}'s own (the words after the image)"
+        )
     for start in range(len(command)):  # the whole command, or its last words (`serve MODEL`, `bench serve`)
         if words[: len(command) - start] == list(command[start:]):
             words = words[len(command) - start :]
@@ -280,6 +289,7 @@ class Serve:
     executor_backend: str | None = None  # --distributed-executor-backend
     ray_v1: bool = False  # ray with VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0: no async scheduling (_ray_v1)
     moe_skip_padding: bool | None = None  # (the environment's VLLM_MOE_SKIP_PADDING)
+    allow_long_max_model_len: bool = False  # (the environment's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)
     all2all_backend: str | None = None  # --all2all-backend (or the older VLLM_ALL2ALL_BACKEND)
     dbo: bool = False  # --enable-dbo, with its two thresholds (None: vLLM's defaults)
     dbo_decode_tokens: int | None = None
@@ -509,6 +519,9 @@ def parse_serve(text: str) -> Serve:
     skip = env.pop("VLLM_MOE_SKIP_PADDING", None)
     if skip is not None and skip.lower() not in ("0", "1", "true", "false"):
         raise UserError(f"vllm serve: VLLM_MOE_SKIP_PADDING={cut(skip, 20)}: expected 0 or 1")
+    long_len = env.pop("VLLM_ALLOW_LONG_MAX_MODEL_LEN", None)
+    if long_len is not None and long_len.lower() not in ("0", "1", "true", "false"):
+        raise UserError(f"vllm serve: VLLM_ALLOW_LONG_MAX_MODEL_LEN={cut(long_len, 20)}: expected 0 or 1")
     backend = _all2all_backend(ns.all2all_backend, env.pop("VLLM_ALL2ALL_BACKEND", None))
     ray_env = env.pop("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", None)
     ray_v1 = _ray_v1(ns, ray_env)
@@ -542,6 +555,7 @@ def parse_serve(text: str) -> Serve:
         executor_backend=ns.distributed_executor_backend,
         ray_v1=ray_v1,
         moe_skip_padding=None if skip is None else skip.lower() in ("1", "true"),
+        allow_long_max_model_len=long_len is not None and long_len.lower() in ("1", "true"),
         all2all_backend=backend,
         dbo=ns.enable_dbo,
         dbo_decode_tokens=ns.dbo_decode_token_threshold,
@@ -1224,6 +1238,7 @@ def scenario_dict(
         ("chunk_tokens", serve.max_num_batched_tokens),  # one budget: under kind vllm it is max_batch_tokens too
         ("long_prefill_token_threshold", serve.long_prefill_token_threshold),
         ("long_prefill_token_threshold_adaptive", serve.long_prefill_token_threshold_adaptive),
+        ("allow_long_max_model_len", serve.allow_long_max_model_len or None),
         ("max_model_len", None if serve.max_model_len == MAX_MODEL_LEN_AUTO else serve.max_model_len),
     ):
         if value is not None:

@@ -104,6 +104,10 @@ def _consistent(res: Result) -> Result:
     took, and (a detailed file) the requests it lists. One that does not is another run's figures
     beside these requests, or an edited file: refused, naming the keys."""
     f, path = res.figures, res.path
+    for key in f:
+        m = LATENCY_KEY.fullmatch(key)
+        if m and m.group(2) and not _percentile(m.group(2)):
+            raise UserError(f"{path}: {key}: p{m.group(2)} is not a percentile (vllm bench serve reports 0 to 100)")
     done = f.get("completed")
     tokens = f.get("total_input_tokens") or f.get("total_output_tokens")
     if done == 0 and tokens:
@@ -126,12 +130,29 @@ def _consistent(res: Result) -> Result:
 # --- the result file ------------------------------------------------------------------------------
 
 
+def _percentile(text: str) -> bool:
+    try:
+        return 0 <= float(text) <= 100
+    except ValueError:  # ("9.9.9")
+        return False
+
+
+def _finite(v: object) -> bool:
+    """A JSON number that is a finite float (an integer of 400 digits is not: it overflows one)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
 def _number(path: Path, key: str, value: object, whole: bool = False) -> float | None:
     if value is None:
         return None
     if key == "request_rate" and value == "inf":
         return math.inf
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+    if not _finite(value) or value < 0:  # type: ignore[operator]
         raise UserError(f"{path}: {key}: expected a finite number >= 0, got {cut(repr(value), 40)}")
     if whole and value != int(value):
         raise UserError(f"{path}: {key}: expected a whole number, got {cut(repr(value), 40)}")
@@ -142,7 +163,7 @@ def _column(path: Path, key: str, value: object, n: int | None, whole: bool, hig
     if not isinstance(value, list) or (n is not None and len(value) != n):
         raise UserError(f"{path}: {key}: expected a list of {n if n is not None else 'per-request'} numbers")
     for i, v in enumerate(value):
-        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= high
+        ok = _finite(v) and 0 <= v <= high
         if not ok or (whole and v != int(v)):
             kind = "whole number" if whole else "number"
             raise UserError(f"{path}: {key}[{i}]: expected a {kind} from 0 to {high:,}, got {cut(repr(v), 40)}")
@@ -175,8 +196,17 @@ def _result_file(path: Path) -> Result:
         figures={k: v for k, v in figures.items() if v is not None},
     )
     done, asked = res.figures.get("completed"), res.settings.get("num_prompts")
+    failed = _number(path, "failed", data.get("failed"), whole=True)
     if done is not None and asked is not None and done > asked:
         raise UserError(f"{path}: completed {done:g} requests of num_prompts {asked:g}: more than were sent")
+    if done is not None and failed is not None:  # (vllm bench serve sends every prompt: each succeeds or fails)
+        if asked is None:
+            res.settings["num_prompts"] = int(done + failed)
+        elif done + failed != asked:
+            raise UserError(
+                f"{path}: completed {done:,.0f} and failed {failed:,.0f} requests, where num_prompts says "
+                f"{asked:,.0f} were sent: not one run's figures"
+            )
     if "input_lens" in data or "output_lens" in data:
         res.sent = _sent(path, data)
     if not res.figures and res.sent is None:
@@ -201,6 +231,14 @@ def _sent(path: Path, data: dict) -> Sent:
     if not isinstance(errors, list) or len(errors) != n or not all(e is None or isinstance(e, str) for e in errors):
         raise UserError(f"{path}: errors: expected a list of {n} error texts (empty where a request succeeded)")
     succeeded = [i for i in range(n) if not errors[i]]
+    for key, lens in (("input_lens", ins), ("output_lens", outs)):
+        total_key = f"total_{key.removesuffix('_lens')}_tokens"
+        total, summed = data.get(total_key), sum(lens[i] for i in succeeded)
+        if _finite(total) and summed != total:  # (vLLM's totals sum the succeeded requests' lengths)
+            raise UserError(
+                f"{path}: {key}: the succeeded requests' lengths sum to {summed:,}, where {total_key} says "
+                f"{total:,.0f}: not one run's figures"
+            )
     index = [i for i in succeeded if ins[i] > 0 and outs[i] > 0]
     if not index:
         raise UserError(f"{path}: input_lens: no request completed")

@@ -161,10 +161,30 @@ def _result(tmp_path: Path, **changes) -> Path:
     return path
 
 
+def test_a_result_file_without_num_prompts_sent_what_it_completed_and_failed(tmp_path) -> None:
+    """vllm bench serve sends every prompt, each succeeding or failing: a file without num_prompts
+    sent their sum (it was compared with a 1,000-prompt default run)."""
+    from llmsim.vllmresult import load_result
+
+    path = _result(tmp_path, failed=1, completed=3)
+    data = {
+        k: v for k, v in json.loads(path.read_text()).items() if k not in ("num_prompts", "input_lens", "output_lens")
+    }
+    path.write_text(json.dumps(data))
+    assert load_result(path).settings["num_prompts"] == 4
+
+
 @pytest.mark.parametrize(
     ("changes", "fragment"),
     [
-        ({"input_lens": [250] * 2, "output_lens": [25] * 2}, "input_lens: 2 requests, where num_prompts says 4"),
+        (
+            {"input_lens": [250] * 2, "output_lens": [25] * 2, "total_input_tokens": 500, "total_output_tokens": 50},
+            "input_lens: 2 requests, where num_prompts says 4",
+        ),
+        ({"input_lens": [10] * 4}, "input_lens: the succeeded requests' lengths sum to 40, where total_input_tokens"),
+        ({"failed": 1}, "completed 4 and failed 1 requests, where num_prompts says 4 were sent"),
+        ({"p101_ttft_ms": 1.0}, "p101_ttft_ms: p101 is not a percentile"),
+        ({"total_output_tokens": 10**400}, "total_output_tokens: expected a finite number >= 0"),
         ({"completed": 3}, "errors: 4 requests succeeded, where completed says 3"),
         ({"completed": 0, "input_lens": None, "output_lens": None}, "completed 0 requests, yet counts their tokens"),
         ({"duration": 0}, "duration: 0 s for 4 completed requests"),

@@ -665,6 +665,27 @@ def test_the_environment_and_the_printout_s_own_consistency(tmp_path):
     assert eplb.redundant_experts == 4 and eplb.ignored == ["--eplb-config window_size"]
 
 
+def test_launch_wrappers_around_vllm_serve():
+    """nohup / exec before the command, and the OpenAI server's module (`python -m ...api_server`,
+    vllm serve's flags with --model), read as vllm serve; a container's line is refused by name."""
+    for line in (
+        "nohup vllm serve llama-3.1-8b -tp 2",
+        "VLLM_USE_V1=1 python3 -m vllm.entrypoints.openai.api_server --model llama-3.1-8b --tensor-parallel-size 2",
+    ):
+        serve = parse_serve(line)
+        assert (serve.model, serve.tp) == ("llama-3.1-8b", 2), line
+    with pytest.raises(UserError, match="a container's command line; give vllm serve's own"):
+        parse_serve("docker run --gpus all vllm/vllm-openai --model llama-3.1-8b")
+
+
+def test_the_environment_s_long_context_switch_is_read():
+    serve = parse_serve("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve llama-3.1-8b --max-model-len 200000")
+    assert scenario_dict("H100-SXM", serve, Bench())["policy"]["allow_long_max_model_len"] is True
+    assert "allow_long_max_model_len" not in scenario_dict("H100-SXM", parse_serve("llama-3.1-8b"), Bench())["policy"]
+    with pytest.raises(UserError, match="VLLM_ALLOW_LONG_MAX_MODEL_LEN=yes: expected 0 or 1"):
+        parse_serve("VLLM_ALLOW_LONG_MAX_MODEL_LEN=yes vllm serve llama-3.1-8b")
+
+
 def test_counts_are_read_as_vllm_reads_them():
     """--max-model-len and --max-num-batched-tokens take vLLM's human-readable counts (k = 1,000,
     K = 1,024, decimals with the decimal suffixes only); --max-model-len also takes auto / -1."""

@@ -378,9 +378,9 @@ def check_history(bench: Bench, result: Result | None, out: Path | None) -> None
 
 def _named(exc: UserError, set_keys: frozenset[str] = frozenset(), typed: str = "") -> UserError:
     """The error, with where the first scenario key it names came from ("cluster.tp: ...",
-    "policy.x 100 ..."): the --set item that set it or a section above it, else the flag (of the
-    keys it names, first one whose flag the command lines ``typed`` give: a default is not the
-    user's doing)."""
+    "policy.x 100 ..."): the --set item that set it or a section above it, else the flag the
+    command lines ``typed`` give for the first key it names; none where no flag given set one (a
+    default, or a --result file's own setting, is not the user's doing)."""
     import re
 
     from llmsim.errors import UserError
@@ -400,7 +400,8 @@ def _named(exc: UserError, set_keys: frozenset[str] = frozenset(), typed: str = 
         for k, f in KEY_FLAGS.items()
         if (i := at(k)) is not None
     )
-    return UserError(text + (f" (from {found[0][2]})" if found else ""))
+    typed_first = found[0] if found and not found[0][0] else None  # (a flag not given set nothing: a default did)
+    return UserError(text + (f" (from {typed_first[2]})" if typed_first else ""))
 
 
 def translate(
@@ -585,6 +586,7 @@ def notes(
         model_spec,
         replays_own_send_times,
     )
+    from llmsim.workload.generators import SYNTH_HASH_TOKENS
 
     c = sc.cluster
     entry, shown = model_entry(serve.model)
@@ -652,6 +654,13 @@ def notes(
         lines.append(f"kv       {kv}")
     if no_content and sc.kv_cache.prefix_caching:  # (past the content limit)
         lines.append(f"prompts  drawn without their content: {no_content}")
+    prefix = bench.random_prefix_len if bench.dataset_name == "random" and not from_file else 0
+    if prefix % SYNTH_HASH_TOKENS:
+        whole = -(-prefix // SYNTH_HASH_TOKENS) * SYNTH_HASH_TOKENS
+        lines.append(
+            f"prompts  --random-prefix-len {prefix:,} simulated as {whole:,} tokens (whole {SYNTH_HASH_TOKENS}-token "
+            f"content ids): each prompt {whole - prefix} tokens longer than vLLM's, Total input tokens too"
+        )
     d, sp = sc.workload.dataset, sc.workload.shared_prefix
     if d is not None and d.name == "sharegpt":
         lines.append(
