@@ -1044,15 +1044,34 @@ HF_IDS: dict[str, tuple[str, str]] = {
 }
 
 
+_HF_NAMES = {k.rsplit("/", 1)[-1].lower(): v for k, v in HF_IDS.items()}
+# the suffixes a fine-tune of a catalog model is published under (its architecture is the base's)
+TUNE_SUFFIXES = ("-it", "-instruct", "-chat", "-chat-hf", "-hf")
+
+
 def served_model(hf_id: str) -> tuple[str | None, str]:
     """The catalog entry a served checkpoint's HuggingFace id names, and why where the names differ:
     ``HF_IDS``, else the id's last part when that is a catalog name (``Qwen/Qwen3-8B`` ->
-    ``qwen3-8b``); (None, reason) for a model llmsim's catalog does not have."""
+    ``qwen3-8b``), else the same without a quantisation suffix (``Qwen/Qwen3-8B-FP8``: quantconfig
+    reads the format from it) or a fine-tune's (``google/gemma-2-9b-it``); (None, reason) for a
+    model llmsim's catalog does not have."""
+    from llmsim.quantconfig import split_quant_suffix
+
     if hf_id in HF_IDS:
         return HF_IDS[hf_id]
-    last = hf_id.rstrip("/").rsplit("/", 1)[-1].lower()
-    if last in CATALOG:
-        return last, ""
+    org, _, last = hf_id.rstrip("/").rpartition("/")
+    if last.lower() in CATALOG:
+        return last.lower(), ""
+    if last.lower() in _HF_NAMES:  # (the same model under another organisation: a re-upload, a quantiser's)
+        return _HF_NAMES[last.lower()]
+    base, quant = split_quant_suffix(last)
+    if quant is not None:
+        name, why = served_model(base)
+        if name is not None:
+            return name, "; ".join(w for w in (why, f"the {quant.method} checkpoint of {base}") if w)
+    for suffix in TUNE_SUFFIXES:
+        if last.lower().endswith(suffix) and last.lower().removesuffix(suffix) in CATALOG:
+            return last.lower().removesuffix(suffix), "the fine-tune has the base model's architecture"
     return None, f"model not in llmsim's catalog: {hf_id}"
 
 
@@ -1208,7 +1227,7 @@ def with_checkpoint_quant(spec: ModelSpec, cfg: dict, path: Path) -> ModelSpec:
     decoder weights' dtype and groups, and the compute and KV cache dtypes the checkpoint asks for."""
     from llmsim.quantconfig import read_quant
 
-    q = read_quant(cfg, str(path))
+    q = read_quant(cfg, str(path), Path(path).parent)
     if q is None:
         return spec
     return spec.with_(

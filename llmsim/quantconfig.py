@@ -14,10 +14,15 @@ One reader for both ways a checkpoint reaches llmsim: a scenario's ``model.hf_co
   NVFP4; ``CompressedTensorsConfig._get_scheme_from_parts``): the ``weights`` and
   ``input_activations`` of its config groups, which must all agree here (a mixed-precision
   checkpoint is refused: set model.weight_dtype / act_dtype for the layers that dominate).
-- ``modelopt`` / ``modelopt_fp4`` (NVIDIA TensorRT Model Optimizer; ``ModelOptFp8Config``,
-  ``ModelOptNvFp4Config``): ``quant_algo`` FP8 (per tensor, per channel and token, or in blocks),
-  NVFP4 (W4A4), W4A16_NVFP4 or MXFP8; its ``kv_cache_quant_algo`` FP8 is the KV cache dtype vLLM's
-  ``--kv-cache-dtype auto`` takes (``vllm/utils/torch_utils.py resolve_kv_cache_dtype_string``).
+- ``modelopt`` / ``modelopt_fp4`` / ``modelopt_mxfp8`` / ``mxfp8`` (NVIDIA TensorRT Model Optimizer;
+  ``ModelOptFp8Config``, ``ModelOptNvFp4Config``, ``ModelOptMxFp8Config``): ``quant_algo`` FP8 (per
+  tensor, per channel and token, or in blocks), NVFP4 (W4A4; W4A16 where its groups quantise no
+  activations), W4A16_NVFP4 or MXFP8; its static FP8 ``kv_cache_quant_algo`` / ``kv_cache_scheme``
+  is the KV cache dtype vLLM's ``--kv-cache-dtype auto`` takes (``vllm/utils/torch_utils.py
+  resolve_kv_cache_dtype_string``), as is a compressed-tensors checkpoint's ``kv_cache_scheme``.
+
+W4A8 with FP8 activations (compressed-tensors) is a Hopper-only kernel in vLLM (exactly SM 9.0);
+llmsim prices it wherever the device computes in FP8.
 
 Anything else (bitsandbytes, GGUF, ...) is refused, naming the field: priced as 16-bit weights it
 would be a different model.
@@ -26,6 +31,7 @@ would be a different model.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from llmsim.errors import UserError, cut
 
@@ -50,19 +56,36 @@ class CheckpointQuant:
         return f"{self.method}: {self.weight_dtype} weights, {act}{kv}"
 
 
-METHODS = ("awq", "awq_marlin", "compressed-tensors", "fp8", "gptq", "gptq_marlin", "modelopt", "modelopt_fp4")
+METHODS = (
+    *("awq", "awq_marlin", "compressed-tensors", "fp8", "gptq", "gptq_marlin"),
+    *("modelopt", "modelopt_fp4", "modelopt_mxfp8", "mxfp8"),
+)
+LEGACY_MODELOPT_FILE = "hf_quant_config.json"  # ModelOpt <= 0.29 wrote its config beside config.json
 
 
-def read_quant(cfg: dict, where: str) -> CheckpointQuant | None:
-    """The precision a config.json's ``quantization_config`` gives (None: none there). ``where``
-    names the file in errors."""
-    if "quantization_config" not in cfg or cfg["quantization_config"] is None:
+def read_quant(cfg: dict, where: str, folder: Path | None = None) -> CheckpointQuant | None:
+    """The precision a config.json gives (None: none), found where vLLM looks
+    (vllm/transformers_utils/config.py, model_arch_config_convertor.py): its ``quantization_config``,
+    else an older compressed-tensors checkpoint's ``compression_config``, else a ModelOpt <= 0.29
+    checkpoint's ``hf_quant_config.json`` in ``folder``; its method lower-cased, ``compressed_tensors``
+    read as ``compressed-tensors``, a ModelOpt producer's as ``modelopt``. ``where`` names the file."""
+    name = "quantization_config" if cfg.get("quantization_config") is not None else "compression_config"
+    q = cfg.get(name)
+    key = f"{where}: {name}"
+    if q is None and folder is not None and (folder / LEGACY_MODELOPT_FILE).is_file():
+        from llmsim.errors import load_json_object
+
+        q, key = load_json_object(folder / LEGACY_MODELOPT_FILE, "model.hf_config"), str(folder / LEGACY_MODELOPT_FILE)
+    if q is None:
         return None
-    q = cfg["quantization_config"]
-    key = f"{where}: quantization_config"
     if not isinstance(q, dict):
         raise UserError(f"{key}: expected a mapping (quant_method and its settings), got {type(q).__name__}")
     method = q.get("quant_method")
+    producer = q.get("producer")
+    if method is None and isinstance(producer, dict) and producer.get("name") == "modelopt":
+        method = "modelopt"
+    if isinstance(method, str):
+        method = method.lower().replace("compressed_tensors", "compressed-tensors")
     if method not in METHODS:
         raise UserError(
             f"{key}.quant_method {cut(repr(method), 40)}: llmsim reads {', '.join(METHODS)}; for another format "
@@ -95,16 +118,22 @@ def _group(q: dict, key: str) -> int | None:
 
 
 def _awq_gptq(q: dict, method: str, key: str) -> CheckpointQuant:
-    bits = _int(q, "bits", key, 4)
-    allowed = (4,) if method.startswith("awq") else (4, 8)  # (vLLM's AWQ kernels take 4-bit weights only)
+    awq = method.startswith("awq")
+    # (AutoAWQConfig.from_config reads w_bit or bits, q_group_size or group_size)
+    bits = _int(q, "w_bit", key) if awq and "w_bit" in q else _int(q, "bits", key, 4)
+    allowed = (4,) if awq else (4, 8)  # (vLLM's AWQ kernels take 4-bit weights only)
     if bits not in allowed:
         read = "4-bit" if len(allowed) == 1 else "4- or 8-bit"
         raise UserError(f"{key}: {method} with bits {bits}: vLLM reads {read} weights")
-    # AutoAWQ and AutoGPTQ store an fp16 scale and a zero point (packed 4-bit) per group: the
-    # int4 default's 20 bits; a symmetric checkpoint (GPTQ sym true, AWQ zero_point false) has no zero point
-    symmetric = q.get("sym") is True if method.startswith("gptq") else q.get("zero_point") is False
-    scale = 16.0 if symmetric else None
-    return CheckpointQuant(method, f"int{bits}", "", _group(q, key), scale)
+    if not awq and q.get("sym") is not True:  # (AutoGPTQConfig.TYPE_MAP: (4, True) and (8, True) only)
+        raise UserError(
+            f"{key}.sym: {cut(repr(q.get('sym')), 20)}: vLLM 0.32 serves symmetric GPTQ weights only (sym true)"
+        )
+    # AutoAWQ stores an fp16 scale and a zero point (packed 4-bit) per group: the int4 default's 20
+    # bits; AWQ with zero_point false, and GPTQ (symmetric), have the scale alone
+    scale = 16.0 if not awq or q.get("zero_point") is False else None
+    group = _group({"group_size": q["q_group_size"]}, key) if awq and "q_group_size" in q else _group(q, key)
+    return CheckpointQuant(method, f"int{bits}", "", group, scale)
 
 
 # compressed-tensors' quantisation args -> llmsim's dtype: (type, num_bits) -> dtype
@@ -154,7 +183,10 @@ def _compressed_tensors(q: dict, key: str) -> CheckpointQuant:
         raise UserError(
             f"{key}: 4-bit integer activations (W4A4 INT) are not modelled; llmsim computes in fp8, int8, fp4"
         )
-    return CheckpointQuant("compressed-tensors", weight, act, size, scale)
+    # an llm-compressor FP8 KV scheme: vLLM's Attention takes an fp8 cache under --kv-cache-dtype auto
+    # whenever the config has one (vllm/model_executor/layers/attention/attention.py)
+    kv = "fp8" if isinstance(q.get("kv_cache_scheme"), dict) else ""
+    return CheckpointQuant("compressed-tensors", weight, act, size, scale, kv)
 
 
 # ModelOpt's quant_algo -> (weights, compute, weights per scale, scale bits)
@@ -170,13 +202,21 @@ _MODELOPT = {
 
 def _modelopt(q: dict, method: str, key: str) -> CheckpointQuant:
     inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else q
-    algo = inner.get("quant_algo")
+    algo = inner.get("quant_algo") or ("MXFP8" if "mxfp8" in method else None)  # (MiniMax's quant_method mxfp8)
     if not isinstance(algo, str) or algo.upper() not in _MODELOPT:
         raise UserError(
             f"{key}.quant_algo {cut(repr(algo), 40)}: llmsim reads {', '.join(_MODELOPT)} (a MIXED_PRECISION "
             "checkpoint: set model.weight_dtype / act_dtype in a scenario)"
         )
     weight, act, size, scale = _MODELOPT[algo.upper()]
+    groups = q.get("config_groups")
+    # weight-only groups make an NVFP4 checkpoint W4A16 (ModelOptNvFp4Config._from_config)
+    weight_only = isinstance(groups, dict) and bool(groups)
+    weight_only = weight_only and all(
+        isinstance(g, dict) and g.get("input_activations") is None for g in groups.values()
+    )
+    if algo.upper() == "NVFP4" and weight_only:
+        act = ""
     return CheckpointQuant(method, weight, act, size, scale, _modelopt_kv(inner, q, key))
 
 
@@ -187,14 +227,42 @@ def _modelopt_kv(inner: dict, q: dict, key: str) -> str:
     kv = kv or q.get("kv_cache_quant_algo")
     if kv is None:
         return ""
-    if isinstance(kv, dict):
-        if kv.get("type") == "float" and kv.get("num_bits") == 8:
+    if isinstance(kv, dict):  # (vLLM: static FP8 only; anything else falls back to auto, with a warning)
+        if kv.get("dynamic") is False and kv.get("type") == "float" and kv.get("num_bits") == 8:
             return "fp8"
         if kv.get("type") == "float" and kv.get("num_bits") == 4:
             raise UserError(f"{key}: kv_cache_scheme: an NVFP4 KV cache is not modelled (llmsim's: bf16, fp16, fp8)")
-        return ""  # (vLLM falls back to auto, with a warning)
-    if isinstance(kv, str) and kv.lower() in ("fp8", "fp8_e4m3"):
+        return ""
+    if isinstance(kv, str) and kv.lower() == "fp8":  # (MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP's keys)
         return "fp8"
     if isinstance(kv, str) and "fp4" in kv.lower():
         raise UserError(f"{key}: kv_cache_quant_algo {cut(repr(kv), 20)}: an NVFP4 KV cache is not modelled")
     return ""
+
+
+# A hub id's name, where llmsim has no config.json to read: the suffixes quantised checkpoints are
+# published under (RedHatAI / neuralmagic: -FP8, -FP8-dynamic, -quantized.w8a8, -quantized.w4a16;
+# NVIDIA ModelOpt: -FP8, -FP4, -NVFP4; Qwen: -FP8, -AWQ, -GPTQ-Int4 / -Int8; hugging-quants:
+# -AWQ-INT4), read as the format their configs carry. A guess by name: serving the folder reads the
+# config itself.
+NAME_SUFFIXES: dict[str, CheckpointQuant] = {
+    **dict.fromkeys(("fp8", "fp8-dynamic", "fp8-static", "fp8-block"), CheckpointQuant("fp8", "fp8", "fp8")),
+    **dict.fromkeys(("fp4", "nvfp4"), CheckpointQuant("nvfp4", "fp4", "fp4")),
+    **dict.fromkeys(("awq", "awq-int4", "int4-awq"), CheckpointQuant("awq", "int4")),
+    **dict.fromkeys(("gptq-int4", "gptq-4bit", "int4-gptq"), CheckpointQuant("gptq", "int4")),
+    **dict.fromkeys(("gptq-int8", "gptq-8bit", "int8-gptq"), CheckpointQuant("gptq", "int8")),
+    **dict.fromkeys(("w8a8", "quantized.w8a8"), CheckpointQuant("w8a8", "int8", "int8")),
+    **dict.fromkeys(("w4a16", "quantized.w4a16"), CheckpointQuant("w4a16", "int4", "", 128, 16.0)),
+    **dict.fromkeys(("w8a16", "quantized.w8a16"), CheckpointQuant("w8a16", "int8", "", 0)),
+}
+
+
+def split_quant_suffix(name: str) -> tuple[str, CheckpointQuant | None]:
+    """A hub model name without its quantisation suffix, and the format the suffix names (None:
+    no suffix llmsim reads): ``Qwen3-8B-FP8`` -> (``Qwen3-8B``, FP8 W8A8)."""
+    low = name.lower()
+    for suffix in sorted(NAME_SUFFIXES, key=len, reverse=True):
+        for sep in ("-", "_", "."):
+            if low.endswith(sep + suffix):
+                return name[: len(name) - len(suffix) - 1], NAME_SUFFIXES[suffix]
+    return name, None

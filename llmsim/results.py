@@ -795,16 +795,18 @@ def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horiz
 
 
 class Waits(NamedTuple):
-    """How long requests waited in the queue (first scheduled less arrival), for the verdict."""
+    """How long requests waited, for the verdict: a wait runs from arrival to the end of the
+    request's first step (``queued_s``), so it holds that step too."""
 
     longest_s: float  # the longest wait
     longest_arrival_s: float  # when that request arrived
     # the finished requests' median latency (of the whole run: a burst at its start would make the
     # early requests' the burst's)
     latency_s: float
-    in_service_s: float  # the finished requests' median time from first scheduled to finished
-    # the requests cut by arrival into WAIT_BATCHES runs: the highest and the lowest of their median
-    # waits, and the middle of the arrivals of the run with the highest
+    in_service_s: float  # the finished requests' median time from their first step's end to finished
+    # the requests cut by arrival into WAIT_BATCHES runs: the highest of their median waits, the
+    # lowest but the first run's (the first arrivals meet an empty server: not a steady state's
+    # quiet), and the middle of the arrivals of the run with the highest
     peak_s: float
     quiet_s: float
     peak_at_s: float
@@ -833,6 +835,6 @@ def _waits(req: pd.DataFrame, fin: pd.DataFrame) -> Waits | None:
         float(np.median(e2e)),
         float(np.median(e2e - fin_wait)),
         float(medians[peak]),
-        float(medians.min()),
+        float(medians[1:].min() if len(medians) > 1 else medians[0]),
         float(np.median(arrival[seen][runs[peak]])),
     )

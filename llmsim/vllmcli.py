@@ -172,6 +172,7 @@ def _joined_lines(text: str) -> str:
 
 
 API_SERVER = "vllm.entrypoints.openai.api_server"  # `python -m` it: vllm serve before the CLI
+SHELL_WORDS = ("&", "&&", "|", "||", ";")  # where a shell line's command ends
 
 
 def _words(text: str, command: tuple[str, ...], what: str) -> tuple[list[str], dict[str, str]]:
@@ -182,12 +183,17 @@ def _words(text: str, command: tuple[str, ...], what: str) -> tuple[list[str], d
         words = shlex.split(_joined_lines(text))
     except ValueError as exc:
         raise UserError(f"{what} {cut(text)!r}: {exc}") from None
-    while words[:1] in (["env"], ["nohup"], ["exec"]):  # (`env VAR=1 vllm serve ...`, `nohup vllm serve ...`)
-        words.pop(0)
+    shell = next((i for i, w in enumerate(words) if w in SHELL_WORDS or re.match(r"\d?>>?|&>|<", w)), None)
+    words = words[:shell]  # (`... > serve.log 2>&1 &`: the shell's redirections and job control)
     env = {}
-    while words and not words[0].startswith("-") and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
-        name, _, value = words.pop(0).partition("=")
-        env[name] = value
+    while words:
+        if words[0] in ("env", "nohup", "exec"):  # (`env VAR=1 vllm serve ...`, `VAR=1 nohup vllm serve ...`)
+            words.pop(0)
+        elif not words[0].startswith("-") and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
+            name, _, value = words.pop(0).partition("=")
+            env[name] = value
+        else:
+            break
     if command == ("vllm", "serve") and len(words) >= 3 and words[1:3] == ["-m", API_SERVER]:
         words = ["vllm", "serve", *words[3:]]  # (the OpenAI server's module takes vllm serve's flags, --model)
     if words[:1] in (["docker"], ["podman"]):
@@ -945,7 +951,7 @@ def checkpoint_quantization(entry: str | dict) -> CheckpointQuant | None:
 
     # (a key given twice: the last, as transformers and vLLM read a config)
     cfg = load_json_object(Path(entry["hf_config"]), "vllm serve", unique_keys=False)
-    return read_quant(cfg, f"vllm serve: {entry['hf_config']}")
+    return read_quant(cfg, f"vllm serve: {entry['hf_config']}", Path(entry["hf_config"]).parent)
 
 
 def _family(method: str) -> str:
@@ -960,13 +966,20 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
     a GPU with those matrix units: elsewhere vLLM runs the weights through its weight-only kernels
     (Marlin), and the activations stay 16-bit."""
     from llmsim.hardware import load_profile
+    from llmsim.quantconfig import split_quant_suffix
 
     own = checkpoint_quantization(entry)
     flag = serve.quantization
+    # a hub id's name says its format where no config.json was read: a guess, so a flag with a
+    # format of its own (fp8, awq, gptq) wins over it, and none is refused for disagreeing with it
+    named = split_quant_suffix(serve.model.rstrip("/").rsplit("/", 1)[-1])[1] if isinstance(entry, str) else None
+    quantised = named is not None
+    if flag in QUANTIZATION:
+        named = None
     if flag and own and _family(flag) != _family(own.method):
         raise UserError(f"vllm serve: --quantization {flag}, but the checkpoint is {own.method}-quantised")
     checkpoint = isinstance(entry, dict) or "/" in serve.model  # (a config read, or a hub id of the catalog's)
-    if flag and not own and (flag not in QUANTIZATION or (flag != "fp8" and checkpoint)):
+    if flag and not own and not quantised and (flag not in QUANTIZATION or (flag != "fp8" and checkpoint)):
         # AWQ, GPTQ, compressed-tensors and ModelOpt read weights quantised ahead of time, with the
         # scales their config names (vLLM: "Cannot find the config file for awq"); fp8 alone
         # quantises a 16-bit checkpoint online. (A catalog name, no checkpoint, asks what an
@@ -976,7 +989,11 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
             f"quantization_config in its config.json), and {serve.model} has none; name such a "
             "checkpoint, or quantise this one online with --quantization fp8"
         )
+    if own is not None:  # the checkpoint's config: build_model reads its weights, and
+        # scenario.apply_checkpoint its compute and KV dtypes for each device a plan or sweep tries
+        return {"act_dtype": serve.dtype} if serve.dtype and not own.act_dtype else {}
     out: dict = {"weight_dtype": serve.dtype, "act_dtype": serve.dtype} if serve.dtype else {}
+    own = named
     if own:
         weight, act = own.weight_dtype, own.act_dtype or None
     elif flag:

@@ -61,7 +61,11 @@ NVFP4 = _ct(
         (W4A16, CheckpointQuant("compressed-tensors", "int4", "", 128, 16.0)),
         (NVFP4, CheckpointQuant("compressed-tensors", "fp4", "fp4", 16, None)),
         (
-            {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_scheme": {"type": "float", "num_bits": 8}},
+            {
+                "quant_method": "modelopt",
+                "quant_algo": "FP8",
+                "kv_cache_scheme": {"type": "float", "num_bits": 8, "dynamic": False},
+            },
             CheckpointQuant("modelopt", "fp8", "fp8", None, None, "fp8"),
         ),
         (
@@ -69,6 +73,20 @@ NVFP4 = _ct(
             CheckpointQuant("modelopt", "fp4", "fp4", None, None, "fp8"),
         ),
         ({"quant_method": "modelopt_fp4", "quant_algo": "W4A16_NVFP4"}, CheckpointQuant("modelopt_fp4", "fp4", "")),
+        (  # NVFP4 whose groups quantise no activations: W4A16 (ModelOptNvFp4Config._from_config)
+            {"quant_method": "modelopt", "quant_algo": "NVFP4", "config_groups": {"g": {"input_activations": None}}},
+            CheckpointQuant("modelopt", "fp4", ""),
+        ),
+        ({"quant_method": "mxfp8"}, CheckpointQuant("mxfp8", "fp8", "fp8", 32, 8.0)),  # (MiniMax's spelling)
+        ({"quant_method": "compressed_tensors", **W8A8_INT8}, CheckpointQuant("compressed-tensors", "int8", "int8", 0)),
+        (
+            {**FP8_DYNAMIC, "kv_cache_scheme": {"num_bits": 8, "type": "float"}},
+            CheckpointQuant("compressed-tensors", "fp8", "fp8", 0, None, "fp8"),
+        ),
+        (  # AutoAWQ's own key names
+            {"quant_method": "awq", "w_bit": 4, "q_group_size": 64, "zero_point": True},
+            CheckpointQuant("awq", "int4", "", 64, None),
+        ),
     ],
 )
 def test_each_format_reads_as_vllm_runs_it(quant, expected):
@@ -81,6 +99,7 @@ def test_each_format_reads_as_vllm_runs_it(quant, expected):
         ({"quant_method": "bitsandbytes"}, "quant_method 'bitsandbytes': llmsim reads awq"),
         ({"quant_method": "awq", "bits": 8}, "awq with bits 8: vLLM reads 4-bit weights"),
         ({"quant_method": "gptq", "bits": "4"}, "quantization_config.bits: expected an integer"),
+        ({"quant_method": "gptq", "bits": 4, "sym": False}, "sym: False: vLLM 0.32 serves symmetric GPTQ weights only"),
         ({"quant_method": "compressed-tensors", "config_groups": {}}, "config_groups: expected a mapping of one"),
         (
             {
@@ -161,15 +180,60 @@ def test_a_scenario_computes_as_the_checkpoint_asks_where_the_gpu_can(tmp_path):
     assert own.kv_cache.dtype == "bf16"
 
 
+def _served(hardware: str, line: str) -> object:
+    """The scenario `llmsim bench` runs for a `vllm serve` line, as loaded (its checkpoint read)."""
+    return scenario_from_dict({**scenario_dict(hardware, parse_serve(line), Bench()), "name": "q"}, "q", ROOT)
+
+
 def test_vllm_serve_of_a_checkpoint_reads_its_format(tmp_path):
+    """The translated scenario leaves a checkpoint's precision to its config (the model, then
+    apply_checkpoint per device), so --scenario-out swept onto another GPU resolves it there."""
     int8 = scenario_dict("H100-SXM", parse_serve(f"vllm serve {_checkpoint(tmp_path, W8A8_INT8)}"), Bench())
-    assert (int8["model"]["weight_dtype"], int8["model"]["act_dtype"]) == ("int8", "int8")
+    assert set(int8["model"]) == {"hf_config"}
+    assert _served("H100-SXM", f"vllm serve {_checkpoint(tmp_path, W8A8_INT8, 'i8')}").model.act_dtype == "int8"
     nvfp4 = _checkpoint(tmp_path, NVFP4, "nvfp4")
-    on_h100 = scenario_dict("H100-SXM", parse_serve(f"vllm serve {nvfp4}"), Bench())  # (no FP4 units: W4A16)
-    assert on_h100["model"]["weight_dtype"] == "fp4" and "act_dtype" not in on_h100["model"]
-    on_b200 = scenario_dict("B200", parse_serve(f"vllm serve {nvfp4} --quantization compressed-tensors"), Bench())
-    assert on_b200["model"]["act_dtype"] == "fp4"
+    assert _served("H100-SXM", f"vllm serve {nvfp4}").model.act_dtype == "bf16"  # (no FP4 units: W4A16)
+    assert _served("B200", f"vllm serve {nvfp4} --quantization compressed-tensors").model.act_dtype == "fp4"
+    legacy = tmp_path / "legacy"  # ModelOpt <= 0.29: hf_quant_config.json beside a plain config.json
+    legacy.mkdir()
+    (legacy / "config.json").write_text(json.dumps(CONFIG))
+    quant = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}
+    (legacy / "hf_quant_config.json").write_text(json.dumps(quant))
+    sc = _served("H100-SXM", f"vllm serve {legacy}")
+    assert (sc.model.act_dtype, sc.kv_cache.dtype) == ("fp8", "fp8")
+    assert from_hf_config(legacy / "config.json").weight_dtype == "fp8"
     with pytest.raises(UserError, match="--quantization modelopt, but the checkpoint is compressed-tensors-quantised"):
         scenario_dict("H100-SXM", parse_serve(f"vllm serve {nvfp4} --quantization modelopt"), Bench())
     with pytest.raises(UserError, match="--quantization compressed-tensors reads a checkpoint quantised with it"):
         scenario_dict("H100-SXM", parse_serve("vllm serve llama-3.1-8b --quantization compressed-tensors"), Bench())
+
+
+@pytest.mark.parametrize(
+    "hub_id, model",
+    [
+        (
+            "neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8",
+            {"name": "llama-3.1-8b", "weight_dtype": "fp8", "act_dtype": "fp8"},
+        ),
+        (
+            "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8",
+            {"name": "llama-3.1-8b", "weight_dtype": "int8", "act_dtype": "int8"},
+        ),
+        ("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", {"name": "llama-3.1-8b", "weight_dtype": "int4"}),
+        ("nvidia/Llama-3.3-70B-Instruct-FP4", {"name": "llama-3.1-70b", "weight_dtype": "fp4"}),  # (H100: W4A16)
+        ("Qwen/Qwen3-30B-A3B-FP8", {"name": "qwen3-30b-a3b", "weight_dtype": "fp8", "act_dtype": "fp8"}),
+        ("google/gemma-2-9b-it", "gemma-2-9b"),
+        ("unsloth/Llama-3.2-1B-Instruct", "llama-3.2-1b"),
+    ],
+)
+def test_a_hub_id_names_its_base_model_and_format(hub_id, model):
+    """A quantised checkpoint's hub id, with no config.json to read: the base model by its name
+    (under any organisation), the format by the suffix it is published under."""
+    assert scenario_dict("H100-SXM", parse_serve(f"vllm serve {hub_id}"), Bench())["model"] == model
+
+
+def test_a_flag_beside_a_quantised_hub_id():
+    awq = scenario_dict("H100-SXM", parse_serve("vllm serve Qwen/Qwen2.5-7B-Instruct-AWQ --quantization awq"), Bench())
+    assert awq["model"] == {"name": "qwen2.5-7b", "weight_dtype": "int4"}
+    with pytest.raises(UserError, match="--quantization awq reads a checkpoint quantised with it"):
+        scenario_dict("H100-SXM", parse_serve("vllm serve Qwen/Qwen3-8B --quantization awq"), Bench())

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from script_module import load_script
 
+from llmsim.build import build_model
 from llmsim.cli import main
 from llmsim.commands.bench import check_same_model
 from llmsim.errors import UserError
@@ -229,7 +230,8 @@ def test_a_checkpoint_s_quantization_config_is_read_as_vllm_reads_it(tmp_path):
     (tmp_path / "fp8").mkdir()
     (tmp_path / "fp8" / "config.json").write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "fp8"}}))
     d = scenario_dict("H100-SXM", parse_serve(f"vllm serve {tmp_path / 'fp8'}"), Bench())
-    assert d["model"]["weight_dtype"] == "fp8" and d["model"]["act_dtype"] == "fp8"
+    sc = scenario_from_dict({**d, "name": "q"}, "q", ROOT)  # (the checkpoint's precision, read as it loads)
+    assert sc.model.act_dtype == "fp8" and build_model(sc).weight_dtype == "fp8"
     (tmp_path / "bnb").mkdir()
     (tmp_path / "bnb" / "config.json").write_text(
         json.dumps({**cfg, "quantization_config": {"quant_method": "bitsandbytes"}})
@@ -670,6 +672,7 @@ def test_launch_wrappers_around_vllm_serve():
     vllm serve's flags with --model), read as vllm serve; a container's line is refused by name."""
     for line in (
         "nohup vllm serve llama-3.1-8b -tp 2",
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 nohup vllm serve llama-3.1-8b -tp 2 > serve.log 2>&1 &",
         "VLLM_USE_V1=1 python3 -m vllm.entrypoints.openai.api_server --model llama-3.1-8b --tensor-parallel-size 2",
     ):
         serve = parse_serve(line)

@@ -132,6 +132,12 @@ def test_names_are_text_in_both_formats(tmp_path: Path) -> None:
     w = load_trace(ids, "generic", 16)
     assert w.block_hashes[0][0] != w.block_hashes[1][0] and w.block_hashes[1] == w.block_hashes[2]
     assert w.klass.tolist() == ["chat", "chat", ""]
+    na = tmp_path / "na.csv"  # (R's write.csv marks a missing id NA: two such rows share no prompt)
+    na.write_text(
+        "arrival_s,prompt_tokens,output_tokens,prompt_id,prefix_group,prefix_tokens\n0,64,1,NA,NA,NA\n1,64,1,NA,NA,NA\n"
+    )
+    h = load_trace(na, "generic", 16).block_hashes
+    assert h[0][0] != h[1][0]
     as_json = tmp_path / "ids.jsonl"
     as_json.write_text(json.dumps({"arrival_s": 0, "prompt_tokens": 64, "output_tokens": 1, "class": " chat"}) + "\n")
     assert load_trace(as_json, "generic", 16).klass.tolist() == ["chat"]

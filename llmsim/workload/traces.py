@@ -479,13 +479,18 @@ def _adapters(df: pd.DataFrame, path: Path, lines: np.ndarray | None) -> np.ndar
 
 
 _FLOAT_WRITTEN_INT = re.compile(r"-?\d+\.0+")  # "7.0": an integer id as a float column writes it
+# what spreadsheet and R exports write for a missing cell: no id (two rows with an "NA" id would share
+# a prompt, cache hits no real run has); a class or an adapter may be called so
+MISSING_IDS = frozenset(("NA", "N/A", "n/a", "NaN", "nan", "NULL", "null", "None", "<NA>", "#N/A"))
+ID_COLUMNS = ("prompt_id", "prefix_group")
 
 
 def _labels(df: pd.DataFrame, col: str, path: Path | None = None, lines: np.ndarray | None = None) -> list[str | None]:
     """A name column (``LABEL_COLUMNS``) as text, one rule for CSV and JSONL: a CSV cell as written
-    ("007" is not "7", "NA" is a name, an id of any length exact), a JSONL string as written and a
-    JSONL number as its digits; surrounding spaces dropped; an integer written as a float ("7.0",
-    JSON 7.0: a column with gaps, as pandas writes it) as the integer; a blank cell or null as None.
+    ("007" is not "7", an id of any length exact), a JSONL string as written and a JSONL number as
+    its digits; surrounding spaces dropped; an integer written as a float ("7.0", JSON 7.0: a column
+    with gaps, as pandas writes it) as the integer; a blank cell or null as None, and in the id
+    columns a missing-value mark too (``MISSING_IDS``: "NA" is a class's or an adapter's name).
     A JSONL list, object or true/false is refused, naming the row (its text would be a made-up name)."""
     values = _text_column(path, col) if lines is None and path is not None else df[col].tolist()
     out: list[str | None] = []
@@ -496,12 +501,15 @@ def _labels(df: pd.DataFrame, col: str, path: Path | None = None, lines: np.ndar
         if isinstance(v, bool) or not isinstance(v, str | int | float | np.integer | np.floating):
             where = _where(path, i, lines) if path is not None else f"row {i}"
             raise UserError(f"{where}: {col} must be a name or a number, got {_plain(v)!r}")
+        if isinstance(v, float | np.floating) and not math.isfinite(v):
+            where = _where(path, i, lines) if path is not None else f"row {i}"
+            raise UserError(f"{where}: {col} must be a name or a finite number, got {v!r}")
         if isinstance(v, float | np.floating) and float(v).is_integer():
             v = int(v)
         text = str(v).strip()
         if _FLOAT_WRITTEN_INT.fullmatch(text):
             text = text.split(".")[0]
-        out.append(text or None)
+        out.append(None if not text or (col in ID_COLUMNS and text in MISSING_IDS) else text)
     return out
 
 
