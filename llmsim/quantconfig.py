@@ -50,11 +50,6 @@ class CheckpointQuant:
     scale_bits: float | None = None
     kv_dtype: str = ""
 
-    def describe(self) -> str:
-        act = f"{self.act_dtype} compute" if self.act_dtype else "16-bit compute"
-        kv = f", {self.kv_dtype} KV cache" if self.kv_dtype else ""
-        return f"{self.method}: {self.weight_dtype} weights, {act}{kv}"
-
 
 METHODS = (
     *("awq", "awq_marlin", "compressed-tensors", "fp8", "gptq", "gptq_marlin"),

@@ -489,7 +489,8 @@ def saturation_verdict(
     and drained it (a burst): backlogged; so is one where the requests arriving at some time waited
     a median past TRANSIENT_WAITS of the quietest time's median wait plus the time in service (and
     past TRANSIENT_WAIT_S): a backlog that held for a stretch of the run and drained (a peak of load
-    past capacity), where every latency is mostly a wait and no one stands out against the median. (Not the queue's length: a steady bursty run's queue is long for an instant.)
+    past capacity), where every latency is mostly a wait and no one stands out against the median.
+    (Not the queue's length: a steady bursty run's queue is long for an instant.)
     """
     backlog = max(unfinished - in_flight, 0)
     out = {
@@ -567,19 +568,18 @@ def saturation_verdict(
         explanations["backlogged"] = (
             f"{in_system_not_judged.removeprefix('short: ')}; latencies are a warm-up's, not a steady state's"
         )
-    elif transient:
-        wait, at, w0 = waits.longest_s, waits.longest_arrival_s, waits.latency_s  # type: ignore[union-attr]
+    elif transient and waits is not None:
+        wait, at, w0 = waits.longest_s, waits.longest_arrival_s, waits.latency_s
         explanations["backlogged"] = (
             f"a request that arrived at {at:.4g} s waited {wait:.3g} s in the queue, {wait / w0:.0f}x the median "
             f"request's latency ({w0:.3g} s), and the queue then drained: latencies include that backlog, not a "
             "steady state"
         )
-    elif held:
-        w = waits  # type: ignore[union-attr]
+    elif held and waits is not None:
         explanations["backlogged"] = (
-            f"requests that arrived around {w.peak_at_s:.4g} s waited a median {w.peak_s:.3g} s in the queue "  # type: ignore[union-attr]
-            f"(the quietest time {w.quiet_s:.3g} s; {w.in_service_s:.3g} s in service), and the queue drained: "  # type: ignore[union-attr]
-            "the load passed capacity for a while; latencies describe that backlog, not a steady state"
+            f"requests that arrived around {waits.peak_at_s:.4g} s waited a median {waits.peak_s:.3g} s in the "
+            f"queue (the quietest time {waits.quiet_s:.3g} s; {waits.in_service_s:.3g} s in service), and the queue "
+            "drained: the load passed capacity for a while; latencies describe that backlog, not a steady state"
         )
     elif unsettled:
         explanations["backlogged"] = (

@@ -970,16 +970,16 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
 
     own = checkpoint_quantization(entry)
     flag = serve.quantization
-    # a hub id's name says its format where no config.json was read: a guess, so a flag with a
-    # format of its own (fp8, awq, gptq) wins over it, and none is refused for disagreeing with it
-    named = split_quant_suffix(serve.model.rstrip("/").rsplit("/", 1)[-1])[1] if isinstance(entry, str) else None
-    quantised = named is not None
-    if flag in QUANTIZATION:
-        named = None
     if flag and own and _family(flag) != _family(own.method):
         raise UserError(f"vllm serve: --quantization {flag}, but the checkpoint is {own.method}-quantised")
+    if own is not None:  # the checkpoint's config: build_model reads its weights, and
+        # scenario.apply_checkpoint its compute and KV dtypes for each device a plan or sweep tries
+        return {"act_dtype": serve.dtype} if serve.dtype and not own.act_dtype else {}
+    # no config read: a hub id's name may say its format, a guess that a flag with a format of its
+    # own (fp8, awq, gptq) overrides
+    named = split_quant_suffix(serve.model.rstrip("/").rsplit("/", 1)[-1])[1] if isinstance(entry, str) else None
     checkpoint = isinstance(entry, dict) or "/" in serve.model  # (a config read, or a hub id of the catalog's)
-    if flag and not own and not quantised and (flag not in QUANTIZATION or (flag != "fp8" and checkpoint)):
+    if flag and named is None and (flag not in QUANTIZATION or (flag != "fp8" and checkpoint)):
         # AWQ, GPTQ, compressed-tensors and ModelOpt read weights quantised ahead of time, with the
         # scales their config names (vLLM: "Cannot find the config file for awq"); fp8 alone
         # quantises a 16-bit checkpoint online. (A catalog name, no checkpoint, asks what an
@@ -989,15 +989,11 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
             f"quantization_config in its config.json), and {serve.model} has none; name such a "
             "checkpoint, or quantise this one online with --quantization fp8"
         )
-    if own is not None:  # the checkpoint's config: build_model reads its weights, and
-        # scenario.apply_checkpoint its compute and KV dtypes for each device a plan or sweep tries
-        return {"act_dtype": serve.dtype} if serve.dtype and not own.act_dtype else {}
     out: dict = {"weight_dtype": serve.dtype, "act_dtype": serve.dtype} if serve.dtype else {}
-    own = named
-    if own:
-        weight, act = own.weight_dtype, own.act_dtype or None
-    elif flag:
+    if flag in QUANTIZATION:
         weight, act = QUANTIZATION[flag]
+    elif named is not None:
+        weight, act = named.weight_dtype, named.act_dtype or None
     else:
         return out
     if act is not None and not load_profile(hardware).computes_in(act):
