@@ -1184,9 +1184,9 @@ def _from_hf(cfg: dict, path: Path, name: str) -> ModelSpec:
     experts = _count(cfg, path, "num_local_experts", _count(cfg, path, "num_experts", 0, zero_ok=True), zero_ok=True)
     model_type = cfg.get("model_type") or ARCHITECTURES.get(str((cfg.get("architectures") or [""])[0]))
     if model_type in MOE_TYPES and not experts:  # else priced as the dense model it is not
-        raise UserError(
-            f"{path}: num_local_experts: a {model_type} config needs its expert count (1 or more), got {experts}"
-        )
+        field = EXPERT_COUNT_FIELD[model_type]
+        got = f"got {cfg[field]!r}" if cfg.get(field) is not None else "it is missing"
+        raise UserError(f"{path}: {field}: a {model_type} config needs its expert count (1 or more); {got}")
     if experts:
         inter = _expert_intermediate(cfg, path, inter)
     _check_shapes(cfg, path, hidden, heads, kv_heads, experts)
@@ -1325,6 +1325,7 @@ DEEPSEEK_MOE_REQUIRED = ("first_k_dense_replace", "n_shared_experts")
 # HF torch_dtype -> the weight dtype
 HF_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
 MOE_TYPES = ("mixtral", "qwen3_moe")  # the model types whose configs must give an expert count
+EXPERT_COUNT_FIELD = {"mixtral": "num_local_experts", "qwen3_moe": "num_experts"}  # (their config field)
 
 
 def _hf_dtype(cfg: dict, path: Path, default: str) -> str:
@@ -1370,13 +1371,7 @@ def _deepseek_from_hf(cfg: dict, path: Path, need, name: str | None) -> ModelSpe
     freq = cfg.get("moe_layer_freq", 1)
     if experts and freq != 1:
         raise UserError(f"{path}: moe_layer_freq: {freq!r}: only every layer after first_k_dense_replace MoE (1)")
-    k = 0
-    if experts:
-        k = _count(cfg, path, "num_experts_per_tok", 0, zero_ok=True)
-        if not 0 < k <= experts:
-            raise UserError(
-                f"{path}: num_experts_per_tok: expected 1..{experts} for an MoE of {experts} experts, got {k}"
-            )
+    k = top_k(cfg, path, experts) if experts else 0
     _check_context(cfg, path)
     layers = need("num_hidden_layers")
     dense_layers = _count(cfg, path, "first_k_dense_replace", 0, zero_ok=True) if experts else layers
@@ -1449,7 +1444,22 @@ def _expert_intermediate(cfg: dict, path: Path, inter: int) -> int:
     dense = cfg.get("mlp_only_layers")
     if dense not in (None, []):
         raise UserError(f"{path}: mlp_only_layers: {dense!r}: only every layer MoE (an empty list) is modelled")
+    if cfg.get("model_type") == "qwen3_moe" and cfg.get("moe_intermediate_size") is None:
+        # (transformers' Qwen3MoeConfig default, which vLLM reads: not the dense intermediate_size)
+        return QWEN3_MOE_EXPERT_WIDTH
     return _count(cfg, path, "moe_intermediate_size", inter)
+
+
+QWEN3_MOE_EXPERT_WIDTH = 768  # transformers Qwen3MoeConfig(moe_intermediate_size=768)
+
+
+def top_k(cfg: dict, path: Path, experts: int) -> int:
+    """An MoE config's ``num_experts_per_tok``: 1 to its expert count."""
+    k = _count(cfg, path, "num_experts_per_tok", 0, zero_ok=True)
+    if not 0 < k <= experts:
+        got = f"got {k}" if cfg.get("num_experts_per_tok") is not None else "it is missing"
+        raise UserError(f"{path}: num_experts_per_tok: expected 1..{experts} for an MoE of {experts} experts; {got}")
+    return k
 
 
 def _count(cfg: dict, path: Path, key: str, default: object, zero_ok: bool = False) -> int:
@@ -1473,11 +1483,7 @@ def _check_shapes(cfg: dict, path: Path, hidden: int, heads: int, kv_heads: int,
     if kv_heads > heads or heads % kv_heads:
         raise UserError(f"{path}: num_key_value_heads: {kv_heads} must divide num_attention_heads {heads}")
     if experts:
-        k = _count(cfg, path, "num_experts_per_tok", 0, zero_ok=True)
-        if not 0 < k <= experts:
-            raise UserError(
-                f"{path}: num_experts_per_tok: expected 1..{experts} for an MoE of {experts} experts, got {k}"
-            )
+        top_k(cfg, path, experts)
     window = cfg.get("sliding_window")
     if window is not None and cfg.get("use_sliding_window", True):
         _count(cfg, path, "sliding_window", 0)

@@ -107,9 +107,12 @@ def _group(q: dict, key: str) -> int | None:
     size = _int(q, "group_size", key)
     if size is None:
         return None
-    if size < -1:
-        raise UserError(f"{key}.group_size: expected -1 (per channel) or a positive count, got {size}")
+    if not -1 <= size <= MAX_GROUP:
+        raise UserError(f"{key}.group_size: expected -1 (per channel) or a count up to {MAX_GROUP:,}, got {size}")
     return max(size, 0)
+
+
+MAX_GROUP = 1 << 20  # weights per scale, as a scenario's model.weight_group_size allows
 
 
 def _awq_gptq(q: dict, method: str, key: str) -> CheckpointQuant:
@@ -161,7 +164,7 @@ def _compressed_tensors(q: dict, key: str) -> CheckpointQuant:
         acts = group.get("input_activations")
         act = _ct_dtype(acts, f"{gkey}.input_activations")[0] if acts is not None else ""
         strategy = wargs.get("strategy")
-        size = _int(wargs, "group_size", f"{gkey}.weights") if strategy in ("group", "tensor_group") else 0
+        size = _group(wargs, f"{gkey}.weights") if strategy in ("group", "tensor_group") else 0
         # a symmetric group scale is 16 bits (fp16 / bf16; NVFP4's and MXFP4's are 8-bit: their defaults)
         scale = 16.0 if weight in ("int4", "int8") and size and wargs.get("symmetric", True) else None
         if weight == "fp4":
@@ -178,10 +181,23 @@ def _compressed_tensors(q: dict, key: str) -> CheckpointQuant:
         raise UserError(
             f"{key}: 4-bit integer activations (W4A4 INT) are not modelled; llmsim computes in fp8, int8, fp4"
         )
-    # an llm-compressor FP8 KV scheme: vLLM's Attention takes an fp8 cache under --kv-cache-dtype auto
-    # whenever the config has one (vllm/model_executor/layers/attention/attention.py)
-    kv = "fp8" if isinstance(q.get("kv_cache_scheme"), dict) else ""
-    return CheckpointQuant("compressed-tensors", weight, act, size, scale, kv)
+    return CheckpointQuant("compressed-tensors", weight, act, size, scale, _ct_kv(q.get("kv_cache_scheme"), key))
+
+
+def _ct_kv(scheme: object, key: str) -> str:
+    """An llm-compressor ``kv_cache_scheme``: vLLM's Attention takes an fp8 cache under
+    --kv-cache-dtype auto whenever the config has one (vllm/model_executor/layers/attention/
+    attention.py); llmsim prices the static FP8 scheme llm-compressor writes, and refuses another
+    rather than price it as FP8."""
+    if scheme is None:
+        return ""
+    ok = isinstance(scheme, dict) and scheme.get("type", "float") == "float" and scheme.get("num_bits") == 8
+    if not ok or scheme.get("dynamic") is True:  # type: ignore[union-attr]
+        raise UserError(
+            f"{key}.kv_cache_scheme: {cut(repr(scheme), 80)}: llmsim prices a static FP8 KV cache (type float, "
+            "num_bits 8); set kv_cache.dtype in a scenario for another"
+        )
+    return "fp8"
 
 
 # ModelOpt's quant_algo -> (weights, compute, weights per scale, scale bits)

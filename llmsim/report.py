@@ -123,7 +123,9 @@ def check_run_tables(p: Path, sc: Scenario | None, summary_tables: object = None
 
 def folder_kind(p: Path) -> str:
     """``run``, ``plan`` or ``sweep``, from the files those commands write. A folder that holds both
-    a run and a sweep (the same ``--out`` twice) is reported as whichever was written last."""
+    a run's summary and a sweep's table is refused: `llmsim run` and `llmsim sweep` each refuse the
+    other's folder, so one holding both was put together by hand, and reporting either would
+    overwrite the other's report."""
     if not p.exists():
         raise UserError(f"{p}: no such folder; point `llmsim report` at the output folder of a run, a sweep or a plan")
     if not p.is_dir():
@@ -138,7 +140,10 @@ def folder_kind(p: Path) -> str:
     run = p / "summary.json"
     sweep = next((f for f in (p / "sweep.parquet", p / "sweep.csv") if f.exists()), None)
     if run.exists() and sweep is not None:
-        return "run" if run.stat().st_mtime >= sweep.stat().st_mtime else "sweep"
+        raise UserError(
+            f"{p}: holds both a run's summary.json and a sweep's {sweep.name}, which no llmsim command writes "
+            "together; report the folder of one of them"
+        )
     if run.exists():
         return "run"
     if sweep is not None:

@@ -236,3 +236,13 @@ def test_a_csv_trace_s_class_names_are_read_as_written(tmp_path) -> None:
             '{"arrival_s": 1, "prompt_tokens": 9, "output_tokens": 1, "class": null}']  # fmt: skip
     jsonl.write_text("\n".join(rows) + "\n")
     assert load_trace(jsonl, "generic").klass.tolist() == ["chat", ""]
+
+
+def test_report_refuses_a_folder_of_a_run_and_a_sweep(tmp_path, capsys) -> None:
+    """A run's summary beside a sweep's table (copied in by hand): no command writes both, and
+    reporting either would overwrite the other's report (it chose by modification time)."""
+    (tmp_path / "summary.json").write_text("{}")
+    (tmp_path / "sweep.csv").write_text("a\n1\n")
+    assert main(["report", str(tmp_path)]) == 2
+    assert "holds both a run's summary.json and a sweep's sweep.csv" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json", "sweep.csv"]

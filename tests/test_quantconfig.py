@@ -112,6 +112,8 @@ def test_each_format_reads_as_vllm_runs_it(quant, expected):
         ({"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"}, "quant_algo 'MIXED_PRECISION': llmsim reads"),
         ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"}, "NVFP4 KV cache is not"),
         ("fp8", "quantization_config: expected a mapping"),
+        ({**FP8_DYNAMIC, "kv_cache_scheme": {"num_bits": 4, "type": "float"}}, "kv_cache_scheme: {'num_bits': 4"),
+        ({"quant_method": "awq", "bits": 4, "group_size": 10**15}, "group_size: expected -1 (per channel) or a count"),
     ],
 )
 def test_what_llmsim_cannot_price_is_refused_by_name(quant, fragment):
@@ -237,3 +239,28 @@ def test_a_flag_beside_a_quantised_hub_id():
     assert awq["model"] == {"name": "qwen2.5-7b", "weight_dtype": "int4"}
     with pytest.raises(UserError, match="--quantization awq reads a checkpoint quantised with it"):
         scenario_dict("H100-SXM", parse_serve("vllm serve Qwen/Qwen3-8B --quantization awq"), Bench())
+
+
+def test_roofline_prices_the_checkpoint_s_own_precision(tmp_path, capsys):
+    """`llmsim roofline` of a quantised checkpoint: its compute and KV dtypes unless the flags say
+    otherwise (it priced every checkpoint in bf16), and the header says which."""
+    from llmsim.cli import main
+
+    path = _checkpoint(tmp_path, {**FP8_DYNAMIC, "kv_cache_scheme": {"num_bits": 8, "type": "float"}}) / "config.json"
+    base = ["roofline", "--model", str(path), "--hardware", "H100-SXM", "--decode-batch", "8", "--out", "-"]
+    assert main([*base, "--json"]) == 0
+    own = json.loads(capsys.readouterr().out)
+    assert (own["weight_dtype"], own["act_dtype"], own["kv_dtype"]) == ("fp8", "fp8", "fp8")
+    assert main([*base, "--act-dtype", "bf16", "--kv-dtype", "bf16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_s"] > own["step_s"]
+    assert main([*base[:4], "A100-SXM-80GB", *base[5:]]) == 0  # (no FP8 units: weight-only)
+    assert "(fp8 weights, bf16 compute, fp8 KV)" in capsys.readouterr().out
+
+
+def test_a_qwen3_moe_config_without_its_expert_width_takes_transformers_default(tmp_path):
+    cfg = {k: v for k, v in CONFIG.items() if k != "moe_intermediate_size"}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    assert from_hf_config(tmp_path / "c.json").intermediate_size == 768
+    (tmp_path / "k.json").write_text(json.dumps({k: v for k, v in CONFIG.items() if k != "num_experts_per_tok"}))
+    with pytest.raises(UserError, match="num_experts_per_tok: expected 1..64 for an MoE of 64 experts; it is missing"):
+        from_hf_config(tmp_path / "k.json")

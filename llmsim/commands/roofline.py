@@ -44,8 +44,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--decode-batch", type=int, default=0, help="sequences decoding one token each")
     p.add_argument("--context", type=int, default=1024, help="cached tokens of each decoding sequence")
     p.add_argument("--weight-dtype", default=None, help="weight dtype (default: the model's)")
-    p.add_argument("--kv-dtype", default="bf16")
-    p.add_argument("--act-dtype", default="bf16", help="activation/compute dtype (fp8 for W8A8)")
+    p.add_argument("--kv-dtype", default=None, help="KV cache dtype (default: the checkpoint's, else bf16)")
+    p.add_argument(
+        "--act-dtype",
+        default=None,
+        help="activation/compute dtype (fp8 for W8A8; default: the checkpoint's where the device computes in it, else bf16)",
+    )
     p.add_argument("--attention-kernel", choices=["flash", "naive"], default="flash")
     p.add_argument(
         "--engine",
@@ -70,6 +74,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 # A step's context per sequence: no model llmsim prices reads more than ~10M cached tokens
 MAX_CONTEXT = 2**24
+
+
+def checkpoint_dtypes(args: argparse.Namespace, model: ModelSpec, hw: HardwareProfile) -> None:
+    """--act-dtype and --kv-dtype left unset: a quantised checkpoint's own (its quantization_config,
+    as `llmsim run` takes them: scenario.apply_checkpoint), the compute dtype only where the device
+    has those units and the weights are the checkpoint's; else bf16."""
+    own = args.weight_dtype in (None, model.weight_dtype)
+    if args.act_dtype is None:
+        act = model.checkpoint_act_dtype if own else ""
+        args.act_dtype = act if act and hw.computes_in(act) else "bf16"
+    if args.kv_dtype is None:
+        args.kv_dtype = model.checkpoint_kv_dtype or "bf16"
 
 
 def check_sizes(args: argparse.Namespace) -> None:
@@ -199,6 +215,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         raise UserError("nothing to price: give --prefill-tokens and/or --decode-batch")
     chart_path = check_chart_path(args.out)
     model, hw = model_arg(args.model), load_profile(args.hardware)
+    checkpoint_dtypes(args, model, hw)
     check_step(args, model, hw)
     engine = engine_arg(args.engine, hw)
     cfg = CostConfig(
@@ -228,14 +245,16 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         chart = save_chart(cm, rows, chart_path, f"{model.name} on {hw.name} (tp={args.tp})")
     say = printer(args.quiet)
     if args.json:
-        print(to_json(step_json(args, model.name, hw.name, step, rows, overheads, chart)))
+        print(to_json(step_json(args, model.name, hw.name, step, rows, overheads, chart, model.weight_dtype)))
         return 0
     parts = [f"prefill {args.prefill_tokens} tokens"] if args.prefill_tokens else []
     parts += [f"decode {args.decode_batch} x context {args.context}"] if args.decode_batch else []
     by = f" under {args.engine}" if args.engine != "ideal" else ""  # (the default says nothing, as before)
+    weights = args.weight_dtype or model.weight_dtype
+    dtypes = f"{weights} weights, {args.act_dtype} compute, {args.kv_dtype} KV"
     say(
-        f"{model.name} on {hw.name} tp={args.tp}{f' ep={args.ep}' if args.ep > 1 else ''}{by}: {' + '.join(parts)}; "
-        f"step {step * 1e3:.3f} ms"
+        f"{model.name} on {hw.name} tp={args.tp}{f' ep={args.ep}' if args.ep > 1 else ''}{by} ({dtypes}): "
+        f"{' + '.join(parts)}; step {step * 1e3:.3f} ms"
     )
     say(table([op_cells(r, step) for r in rows], ["op", "calls", "GFLOP", "MB", "FLOP/B", "bound", "time us", "share"]))
     for k, v in overheads.items():
@@ -260,7 +279,14 @@ def op_cells(r: dict, step: float) -> list:
 
 
 def step_json(
-    args: argparse.Namespace, model: str, hw: str, step: float, rows: list[dict], overheads: dict, chart: Path | None
+    args: argparse.Namespace,
+    model: str,
+    hw: str,
+    step: float,
+    rows: list[dict],
+    overheads: dict,
+    chart: Path | None,
+    weight_dtype: str = "",
 ) -> dict:
     """The table's figures, unrounded, in SI units (an op that moves no bytes has intensity null)."""
     ops = [
@@ -287,6 +313,9 @@ def step_json(
         "prefill_tokens": args.prefill_tokens,
         "decode_batch": args.decode_batch,
         "context_tokens": args.context,
+        "weight_dtype": args.weight_dtype or weight_dtype,
+        "act_dtype": args.act_dtype,
+        "kv_dtype": args.kv_dtype,
         "step_s": step,
         "ops": ops,
         "overheads": {k: {"time_s": v, "share": v / step} for k, v in overheads.items()},
