@@ -263,13 +263,50 @@ SUMMARY_TEXT = ("model", "policy", "run_id", "scenario")  # summary.json's top-l
 
 def _check_summary_figures(path: Path, summary: dict) -> None:
     """summary.json's top-level figures are numbers (or null), as llmsim writes them: text such as
-    "fast" where a latency belongs would be printed in the report as if it were one."""
+    "fast" where a latency belongs would be printed in the report as if it were one. And they agree
+    with each other as llmsim computes them (``_check_figures_agree``)."""
     for key, value in summary.items():
         if isinstance(value, dict | list) or key in SUMMARY_TEXT:
             continue
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise UserError(
                 f"{path}: {key}: {value!r}, where llmsim writes a number or a section; not as llmsim wrote it"
+            )
+    _check_figures_agree(path, summary)
+
+
+_PERCENTILE_KEY = re.compile(r"(median|p([\d.]+))_(\w+)_ms")
+
+
+def _check_figures_agree(path: Path, summary: dict) -> None:
+    """An edited summary whose figures contradict each other is refused, naming the key: a metric's
+    percentiles in order (p50 <= p90 <= p99 ...), the throughputs the completed requests and output
+    tokens over the duration (metrics.py computes them so)."""
+    by_metric: dict[str, list[tuple[float, str]]] = {}
+    for key, value in summary.items():
+        m = _PERCENTILE_KEY.fullmatch(key)
+        if m and isinstance(value, int | float) and not isinstance(value, bool):
+            at = 50.0 if m[1] == "median" else float(m[2]) if m[2].count(".") <= 1 else -1.0
+            by_metric.setdefault(m[3], []).append((at, key))
+    for keys in by_metric.values():
+        keys.sort()
+        for (_, low), (_, high) in zip(keys, keys[1:], strict=False):
+            if summary[high] < summary[low] * (1 - 1e-9) - 1e-9:
+                raise UserError(
+                    f"{path}: {high}: {summary[high]!r} is below {low} ({summary[low]!r}); not as llmsim wrote it"
+                )
+    duration = summary.get("duration")
+    if not isinstance(duration, int | float) or isinstance(duration, bool) or not duration > 0:
+        return
+    for rate, count in (("request_throughput", "completed"), ("output_throughput", "total_output_tokens")):
+        r, n = summary.get(rate), summary.get(count)
+        if (
+            isinstance(r, int | float)
+            and isinstance(n, int | float)
+            and not math.isclose(r, n / duration, rel_tol=1e-6)
+        ):
+            raise UserError(
+                f"{path}: {rate}: {r!r}, where {count} / duration is {n / duration:.6g}; not as llmsim wrote it"
             )
 
 

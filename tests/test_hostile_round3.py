@@ -246,3 +246,37 @@ def test_report_refuses_a_folder_of_a_run_and_a_sweep(tmp_path, capsys) -> None:
     assert main(["report", str(tmp_path)]) == 2
     assert "holds both a run's summary.json and a sweep's sweep.csv" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json", "sweep.csv"]
+
+
+def test_report_refuses_a_summary_whose_figures_contradict_each_other(tmp_path, capsys) -> None:
+    """A run's summary.json edited by hand (a throughput its requests and duration do not give, a
+    p99 below its p90) was drawn as it stood."""
+    import json
+    import shutil
+
+    out = tmp_path / "run"
+    assert (
+        main(
+            [
+                "run",
+                str(ROOT / "scenarios" / "quickstart.yaml"),
+                "--set",
+                "workload.num_requests=40",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    for key, value, fragment in (
+        ("request_throughput", 99.0, "request_throughput: 99.0, where completed / duration is"),
+        ("p99_ttft_ms", 0.5, "p99_ttft_ms: 0.5 is below p90_ttft_ms"),
+    ):
+        edited = tmp_path / key
+        shutil.copytree(out, edited)
+        (edited / "summary.json").write_text(json.dumps({**summary, key: value}))
+        assert main(["report", str(edited)]) == 2
+        assert fragment in capsys.readouterr().err
+    assert main(["report", str(out), "--quiet"]) == 0
