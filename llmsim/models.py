@@ -1068,7 +1068,7 @@ def served_model(hf_id: str) -> tuple[str | None, str]:
     if quant is not None:
         name, why = served_model(base)
         if name is not None:
-            return name, "; ".join(w for w in (why, f"the {quant.method} checkpoint of {base}") if w)
+            return name, "; ".join(w for w in (why, f"the {quant.method} checkpoint of {base}, by its name") if w)
     for suffix in TUNE_SUFFIXES:
         if last.lower().endswith(suffix) and last.lower().removesuffix(suffix) in CATALOG:
             return last.lower().removesuffix(suffix), "the fine-tune has the base model's architecture"
