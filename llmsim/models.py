@@ -9,8 +9,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from llmsim.errors import UserError, did_you_mean, load_json_object
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+
+class MatrixUnits(Protocol):
+    """What a device says of its matrix units (HardwareProfile; named so, models.py does not
+    import hardware.py, which imports it)."""
+
+    def computes_in(self, dtype: str) -> bool: ...
+
 
 DTYPE_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
 # weight storage only (no matrix unit computes in it: GEMMs dequantise to act_dtype): OCP MXFP4, a
@@ -514,6 +526,16 @@ class ModelSpec:
                 most = max(most, (start + layers) // every - start // every)
             start += layers
         return most
+
+    def checkpoint_compute(self, weight_dtype: str | None, devices: Iterable[MatrixUnits]) -> str:
+        """The compute dtype its checkpoint asks for (W8A8, W4A4) where the weights are the
+        checkpoint's (``weight_dtype`` None or the model's) and every device has those matrix units;
+        "" else: 16-bit GEMMs over the dequantised weights, as vLLM's Marlin kernels run them
+        (scenario.apply_checkpoint, llmsim roofline)."""
+        act = self.checkpoint_act_dtype
+        if not act or weight_dtype not in (None, self.weight_dtype):
+            return ""
+        return act if all(hw.computes_in(act) for hw in devices) else ""
 
     def with_(self, **changes: object) -> ModelSpec:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -102,13 +102,14 @@ def _int(q: dict, field: str, key: str, default: int | None = None) -> int | Non
     return v
 
 
-def _group(q: dict, key: str) -> int | None:
-    """``group_size``: weights per scale; -1 (AWQ / GPTQ) and 0 mean one scale per channel."""
-    size = _int(q, "group_size", key)
+def _group(q: dict, key: str, field: str = "group_size") -> int | None:
+    """``group_size`` (or AutoAWQ's ``q_group_size``): weights per scale; -1 (AWQ / GPTQ) and 0
+    mean one scale per channel."""
+    size = _int(q, field, key)
     if size is None:
         return None
     if not -1 <= size <= MAX_GROUP:
-        raise UserError(f"{key}.group_size: expected -1 (per channel) or a count up to {MAX_GROUP:,}, got {size}")
+        raise UserError(f"{key}.{field}: expected -1 (per channel) or a count up to {MAX_GROUP:,}, got {size}")
     return max(size, 0)
 
 
@@ -130,7 +131,7 @@ def _awq_gptq(q: dict, method: str, key: str) -> CheckpointQuant:
     # AutoAWQ stores an fp16 scale and a zero point (packed 4-bit) per group: the int4 default's 20
     # bits; AWQ with zero_point false, and GPTQ (symmetric), have the scale alone
     scale = 16.0 if not awq or q.get("zero_point") is False else None
-    group = _group({"group_size": q["q_group_size"]}, key) if awq and "q_group_size" in q else _group(q, key)
+    group = _group(q, key, "q_group_size" if awq and "q_group_size" in q else "group_size")
     return CheckpointQuant(method, f"int{bits}", "", group, scale)
 
 

@@ -1042,11 +1042,11 @@ def apply_checkpoint(sc: Scenario) -> Scenario:
     if sc.model.weight_dtype not in (None, m.weight_dtype):
         return sc
     model, kv, filled = {}, {}, dict(sc._engine_filled)
-    act = m.checkpoint_act_dtype
-    if act and "act_dtype" not in sc.model.model_fields_set:
+    if m.checkpoint_act_dtype and "act_dtype" not in sc.model.model_fields_set:
         c = sc.cluster
         names = [p.hardware or sc.hardware for p in (c.prefill_pool, c.decode_pool) if p is not None] or [sc.hardware]
-        if all(load_profile(h, Path(sc.base_dir)).computes_in(act) for h in names):
+        act = m.checkpoint_compute(sc.model.weight_dtype, (load_profile(h, Path(sc.base_dir)) for h in names))
+        if act:
             model["act_dtype"] = act
             filled["model"] = ["act_dtype"]
     if m.checkpoint_kv_dtype and "dtype" not in sc.kv_cache.model_fields_set:

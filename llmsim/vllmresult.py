@@ -139,12 +139,9 @@ def _percentile(text: str) -> bool:
 
 def _finite(v: object) -> bool:
     """A JSON number that is a finite float (an integer of 400 digits is not: it overflows one)."""
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return False
-    try:
-        return math.isfinite(float(v))
-    except OverflowError:
-        return False
+    from llmsim.workload.limits import as_float
+
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(as_float(v))
 
 
 def _number(path: Path, key: str, value: object, whole: bool = False) -> float | None:

@@ -80,10 +80,8 @@ def checkpoint_dtypes(args: argparse.Namespace, model: ModelSpec, hw: HardwarePr
     """--act-dtype and --kv-dtype left unset: a quantised checkpoint's own (its quantization_config,
     as `llmsim run` takes them: scenario.apply_checkpoint), the compute dtype only where the device
     has those units and the weights are the checkpoint's; else bf16."""
-    own = args.weight_dtype in (None, model.weight_dtype)
     if args.act_dtype is None:
-        act = model.checkpoint_act_dtype if own else ""
-        args.act_dtype = act if act and hw.computes_in(act) else "bf16"
+        args.act_dtype = model.checkpoint_compute(args.weight_dtype, [hw]) or "bf16"
     if args.kv_dtype is None:
         args.kv_dtype = model.checkpoint_kv_dtype or "bf16"
 

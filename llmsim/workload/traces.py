@@ -433,7 +433,7 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
     if path.suffix == ".jsonl":
         df, lines = _read_jsonl(path, columns)
     else:
-        df = _read_csv(path, list(columns))
+        df = _with_text_labels(_read_csv(path, list(columns)), path)
     _check_near_misses(df, path)
     t = _numbers(df["arrival_s"], lines)
     if t.isna().any():
@@ -464,10 +464,16 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
     )
 
 
-def _text_column(path: Path, name: str) -> list[str]:
-    """A CSV column read again as the text its cells hold: pandas would read "007" as 7, "NA" as
-    missing, and an id past 2**53 beside an empty cell as a float that other ids round to."""
-    return pd.read_csv(path, usecols=[name], dtype=str, keep_default_na=False, compression=None)[name].tolist()
+def _with_text_labels(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """A CSV trace with its name columns (``LABEL_COLUMNS``) read again, in one pass, as the text
+    their cells hold: pandas reads "007" as 7, "NA" as missing, and an id past 2**53 beside an empty
+    cell as a float that other ids round to (``_read_jsonl`` keeps JSON's values so)."""
+    present = [c for c in LABEL_COLUMNS if c in df.columns]
+    if present:
+        text = pd.read_csv(path, usecols=present, dtype=str, keep_default_na=False, compression=None)
+        for col in present:
+            df[col] = text[col].astype(object)
+    return df
 
 
 def _adapters(df: pd.DataFrame, path: Path, lines: np.ndarray | None) -> np.ndarray:
@@ -486,15 +492,15 @@ ID_COLUMNS = ("prompt_id", "prefix_group")
 
 
 def _labels(df: pd.DataFrame, col: str, path: Path | None = None, lines: np.ndarray | None = None) -> list[str | None]:
-    """A name column (``LABEL_COLUMNS``) as text, one rule for CSV and JSONL: a CSV cell as written
+    """A name column (``LABEL_COLUMNS``, as the readers keep it: ``_with_text_labels``,
+    ``_read_jsonl``) as text, one rule for CSV and JSONL: a CSV cell as written
     ("007" is not "7", an id of any length exact), a JSONL string as written and a JSONL number as
     its digits; surrounding spaces dropped; an integer written as a float ("7.0", JSON 7.0: a column
     with gaps, as pandas writes it) as the integer; a blank cell or null as None, and in the id
     columns a missing-value mark too (``MISSING_IDS``: "NA" is a class's or an adapter's name).
     A JSONL list, object or true/false is refused, naming the row (its text would be a made-up name)."""
-    values = _text_column(path, col) if lines is None and path is not None else df[col].tolist()
     out: list[str | None] = []
-    for i, v in enumerate(values):
+    for i, v in enumerate(df[col].tolist()):
         if v is None or (isinstance(v, float) and np.isnan(v)):
             out.append(None)
             continue
