@@ -34,8 +34,9 @@ from llmsim.workload.limits import (
 
 def build_model(sc: Scenario) -> ModelSpec:
     m = from_hf_config(sc.hf_config_path(), sc.model.name) if sc.model.hf_config else get_model(sc.model.name or "")
-    if sc.model.weight_dtype:
-        m = m.with_(weight_dtype=sc.model.weight_dtype)
+    if sc.model.weight_dtype and sc.model.weight_dtype != m.weight_dtype:  # (another format: its own groups,
+        # not the checkpoint's: an AWQ checkpoint's 128-weight groups are not NVFP4's 16)
+        m = m.with_(weight_dtype=sc.model.weight_dtype, weight_group_size=None, weight_scale_bits=None)
     return _with_groups(sc, _with_window(sc, m))
 
 
@@ -680,6 +681,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     act = sc.model.act_dtype
     if not hw.computes_in(act):
         raise UserError(f"{key}: model.act_dtype {act} needs {act.upper()} matrix units; {hw.name} has none")
+    sizes = graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, step_budget(sc, p, name), p.pp)
     cfg = CostConfig(
         tp=p.tp,
         pp=p.pp,
@@ -692,8 +694,9 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
         attention_kernel=sc.model.attention_kernel,
         lora_rank=sc.lora.max_lora_rank if sc.lora is not None else 0,
         cuda_graphs=bool(sc.cluster.cuda_graphs if engine.cuda_graphs is None else engine.cuda_graphs)
-        and not graphs_off_for_deepep(all2all, ep, p.tp),
-        cuda_graph_sizes=graph_sizes(engine, p.max_num_seqs or sc.policy.max_num_seqs, step_budget(sc, p, name), p.pp),
+        and not graphs_off_for_deepep(all2all, ep, p.tp)
+        and (not engine.cuda_graph_sizes or bool(sizes)),  # (sizes all past the cap: none captured)
+        cuda_graph_sizes=sizes,
         cuda_graph_padding=engine.cuda_graph_padding,
         cuda_graph_decode_only=engine.cuda_graph_decode_only,
         numa_aware=sc.cluster.numa_aware,
@@ -875,7 +878,9 @@ def graph_sizes(engine: EngineSpec, max_num_seqs: int, max_batched_tokens: int, 
     min(2 x max_num_seqs, 512, max_num_batched_tokens) (vllm/config/vllm.py, 0.32); TensorRT-LLM
     drops those above min(max_batch_size, max_num_tokens) and, padding, captures that cap in
     their place (``_filter_cuda_graph_batch_sizes``, tensorrt_llm/_torch/pyexecutor/model_engine.py);
-    its max_batch_size bounds one micro-batch, a ``pp``-th of the sequences it holds."""
+    its max_batch_size bounds one micro-batch, a ``pp``-th of the sequences it holds. None left
+    (every size past the cap): no graph is captured and every step runs eager (``graphs_captured``);
+    a size kept above the batches would pad each of them up to it."""
     sizes = engine.cuda_graph_sizes
     if not sizes or not (engine.defaults == "vllm" or is_trtllm(engine)):
         return sizes
@@ -884,9 +889,9 @@ def graph_sizes(engine: EngineSpec, max_num_seqs: int, max_batched_tokens: int, 
         kept = tuple(s for s in sizes if s <= cap)
         if engine.cuda_graph_padding and kept != sizes and cap not in kept:
             return (*kept, cap)
-        return kept or sizes[:1]  # (none at or below the cap: one no batch reaches, so all run eager)
+        return kept
     cap = min(2 * max_num_seqs, sizes[-1], max_batched_tokens)
-    return tuple(s for s in sizes if s <= cap) or sizes[:1]
+    return tuple(s for s in sizes if s <= cap)
 
 
 def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str, expert_parallel: bool = False) -> None:

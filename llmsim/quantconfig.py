@@ -30,6 +30,7 @@ would be a different model.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,7 +110,9 @@ def _group(q: dict, key: str, field: str = "group_size") -> int | None:
     if size is None:
         return None
     if not -1 <= size <= MAX_GROUP:
-        raise UserError(f"{key}.{field}: expected -1 (per channel) or a count up to {MAX_GROUP:,}, got {size}")
+        raise UserError(
+            f"{key}.{field}: expected -1 (per channel) or a count up to {MAX_GROUP:,}, got {cut(str(size), 40)}"
+        )
     return max(size, 0)
 
 
@@ -132,6 +135,7 @@ def _awq_gptq(q: dict, method: str, key: str) -> CheckpointQuant:
     # bits; AWQ with zero_point false, and GPTQ (symmetric), have the scale alone
     scale = 16.0 if not awq or q.get("zero_point") is False else None
     group = _group(q, key, "q_group_size" if awq and "q_group_size" in q else "group_size")
+    _check_whole(q.get("modules_to_not_convert"), f"{key}.modules_to_not_convert", exact=False)
     return CheckpointQuant(method, f"int{bits}", "", group, scale)
 
 
@@ -152,6 +156,46 @@ def _ct_dtype(args: object, key: str) -> tuple[str, dict]:
     return _CT_DTYPES[(kind, bits)], args
 
 
+# the activations each weight dtype has a compressed-tensors scheme for in vLLM 0.32
+# (CompressedTensorsConfig._get_scheme_from_parts): W8A16 / W8A8 FP8, W8A16 / W8A8 INT8, W4A16 /
+# W4A8 INT8 (WNA8Int) / W4A8 FP8 (Hopper), NVFP4A16 / NVFP4 / MXFP4 with FP8 activations (groups of 32)
+_CT_SCHEMES = {
+    "fp8": ("", "fp8"),
+    "int8": ("", "int8", "int4"),
+    "int4": ("", "int8", "fp8", "int4"),
+    "fp4": ("", "fp4", "fp8"),
+}
+
+
+# the modules a checkpoint may leave unquantised and still be priced as quantised: the LM head,
+# embeddings, norms, a MoE router, a vision or audio tower (a small share of the decoder's weights),
+# or one layer's module by its path; and what a group's targets must reach: the decoder's linears
+_MINOR = re.compile(
+    r"lm_head|embed|norm|vision|visual|audio|projector|multi_modal|mm_|router|shared_expert_gate"
+    r"|mlp\.gate(?![_a-z])|(^|\.)gate$|layers?\.\d+\.",
+    re.IGNORECASE,
+)
+_LINEARS = re.compile(r"linear|proj|mlp|attn|expert|^re:\.\*$", re.IGNORECASE)
+
+
+def _check_whole(entries: object, key: str, exact: bool) -> None:
+    """Refuse a list of modules left unquantised (compressed-tensors ``ignore``, exact names or
+    ``re:`` patterns; AWQ's ``modules_to_not_convert``, substrings of names) that reaches beyond
+    the minor ones: priced as quantised, those layers' weights would be counted at a quarter of
+    their bytes (a 16 GB model as 5.7 GB)."""
+    if entries is None:
+        return
+    if not isinstance(entries, list):
+        raise UserError(f"{key}: expected a list of module names, got {type(entries).__name__}")
+    major = [e for e in entries if not (isinstance(e, str) and _MINOR.search(e))]
+    if major:
+        how = "exact names or re: patterns" if exact else "substrings of module names"
+        raise UserError(
+            f"{key}: {cut(repr(major), 80)} ({how}) leaves decoder layers unquantised; llmsim prices one "
+            "precision per model: set model.weight_dtype / act_dtype in a scenario for a partly quantised checkpoint"
+        )
+
+
 def _compressed_tensors(q: dict, key: str) -> CheckpointQuant:
     groups = q.get("config_groups")
     if not isinstance(groups, dict) or not groups:
@@ -170,6 +214,12 @@ def _compressed_tensors(q: dict, key: str) -> CheckpointQuant:
         scale = 16.0 if weight in ("int4", "int8") and size and wargs.get("symmetric", True) else None
         if weight == "fp4":
             scale = None if size == 16 else 8.0  # NVFP4: an E4M3 scale per 16; MXFP4: an E8M0 per 32
+        if act not in _CT_SCHEMES[weight] or (weight, act) == ("fp4", "fp8") and size != 32:
+            raise UserError(
+                f"{gkey}: {weight} weights with {act or '16-bit'} activations: vLLM 0.32 has no compressed-tensors "
+                f"scheme for the pair (_get_scheme_from_parts: 'No compressed-tensors compatible scheme was found'); "
+                f"{weight} weights take {', '.join(a or 'none (weight-only)' for a in _CT_SCHEMES[weight])} activations"
+            )
         schemes[name] = (weight, act, size, scale)
     if len(set(schemes.values())) > 1:
         listed = "; ".join(f"{n}: {w} weights, {a or '16-bit'} compute" for n, (w, a, _, _) in schemes.items())
@@ -177,6 +227,15 @@ def _compressed_tensors(q: dict, key: str) -> CheckpointQuant:
             f"{key}.config_groups: the groups quantise layers differently ({listed}); llmsim prices one precision "
             "per model: set model.weight_dtype / act_dtype in a scenario for the layers that dominate"
         )
+    _check_whole(q.get("ignore"), f"{key}.ignore", exact=True)
+    for name, group in groups.items():
+        targets = group.get("targets")
+        if isinstance(targets, list) and targets and not any(_LINEARS.search(str(t)) for t in targets):
+            raise UserError(
+                f"{key}.config_groups.{name}.targets {cut(repr(targets), 60)}: the group quantises none of the "
+                "decoder's linear layers (Linear, or their names): llmsim prices a checkpoint whose layers are all "
+                "quantised; set model.weight_dtype / act_dtype in a scenario for a partly quantised one"
+            )
     weight, act, size, scale = next(iter(schemes.values()))
     if act == "int4":  # (vLLM's W4A4 integer scheme: llmsim has no 4-bit integer matrix units)
         raise UserError(

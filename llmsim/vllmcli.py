@@ -93,6 +93,16 @@ QUANTIZATION: dict[str, tuple[str, str | None]] = {
 # the --quantization values that only name a checkpoint's own format (its quantization_config says
 # the precision, quantconfig.py): accepted with such a checkpoint
 CHECKPOINT_QUANTIZATION = ("compressed-tensors", "modelopt", "modelopt_fp4")
+# the --quantization values that fit a hub id whose name says its format (quantconfig.NAME_SUFFIXES):
+# the methods whose checkpoints carry such names (RedHatAI / neuralmagic: compressed-tensors; NVIDIA:
+# ModelOpt; Qwen, TheBloke: fp8, AWQ, GPTQ)
+NAMED_FLAGS: dict[str, tuple[str, ...]] = {
+    "fp8": ("fp8", "compressed-tensors", "modelopt"),
+    "nvfp4": ("modelopt_fp4", "modelopt", "compressed-tensors"),
+    "awq": ("awq", "awq_marlin"),
+    "gptq": ("gptq", "gptq_marlin"),
+    **dict.fromkeys(("w8a8", "w4a16", "w8a16"), ("compressed-tensors",)),
+}
 DTYPES = {"auto": None, "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}
 KV_DTYPES = {"auto": None, "bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 
@@ -975,8 +985,7 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
     if own is not None:  # the checkpoint's config: build_model reads its weights, and
         # scenario.apply_checkpoint its compute and KV dtypes for each device a plan or sweep tries
         return {"act_dtype": serve.dtype} if serve.dtype and not own.act_dtype else {}
-    # no config read: a hub id's name may say its format, a guess that a flag with a format of its
-    # own (fp8, awq, gptq) overrides
+    # no config read: a hub id's name may say its format (a guess), and a flag must be of its family
     named = split_quant_suffix(serve.model.rstrip("/").rsplit("/", 1)[-1])[1] if isinstance(entry, str) else None
     checkpoint = isinstance(entry, dict) or "/" in serve.model  # (a config read, or a hub id of the catalog's)
     if flag and named is None and (flag not in QUANTIZATION or (flag != "fp8" and checkpoint)):
@@ -989,11 +998,17 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
             f"quantization_config in its config.json), and {serve.model} has none; name such a "
             "checkpoint, or quantise this one online with --quantization fp8"
         )
+    if flag and named is not None and flag not in NAMED_FLAGS[named.method]:
+        raise UserError(
+            f"vllm serve: --quantization {flag}, but {serve.model}'s name says its checkpoint is {named.method}-quantised, "
+            f"which vLLM serves with {' or '.join(NAMED_FLAGS[named.method])} (it refuses a --quantization "
+            "its checkpoint's config does not name); drop the flag or give the matching one"
+        )
     out: dict = {"weight_dtype": serve.dtype, "act_dtype": serve.dtype} if serve.dtype else {}
-    if flag in QUANTIZATION:
-        weight, act = QUANTIZATION[flag]
-    elif named is not None:
+    if named is not None:  # (a flag of its family names no other bits: GPTQ-Int8 stays int8)
         weight, act = named.weight_dtype, named.act_dtype or None
+    elif flag in QUANTIZATION:
+        weight, act = QUANTIZATION[flag]
     else:
         return out
     if act is not None and not load_profile(hardware).computes_in(act):

@@ -44,6 +44,13 @@ _ATTN_TIME = {
 _ATTN_SHAPE_COLS = ("n_embd", "n_q_head", "n_kv_head", "num_tensor_parallel_workers", "batch_size")
 _ATTN_COLS = (*_ATTN_SHAPE_COLS, "prefill_chunk_size", "kv_cache_size", "is_prefill")
 _GENERIC_COLS = ("op", "kind", "seconds")
+# every column the generic CSV names (docs/profile_format.md, section 2): another is a misspelling
+# (``dtpye``) whose rows would be read with the column's default, silently (bf16 for an fp8 GEMM)
+_GENERIC_ALL = (
+    *_GENERIC_COLS,
+    *("dtype", "source", "m", "n", "k", "tp", "batch", "q_len", "kv_len", "n_q_heads", "n_kv_heads"),
+    *("head_dim", "tokens", "hidden", "bytes", "num_workers", "model"),
+)
 
 MAX_PROFILE_BYTES = 256 * 2**20  # Vidur's largest mlp.csv is 1.2 MB; every row is held in memory
 MAX_DIM = 2**24  # a GEMM dimension, token count or head count: the bound on a step's tokens
@@ -99,6 +106,13 @@ def read_profile(path: str | Path) -> list[Measurement]:
             raise UserError(
                 f"{path}: generic profile CSV lacks column(s) {missing}{hints}; it needs op, kind and "
                 f"seconds (docs/profile_format.md), found {_shown(header)}"
+            )
+        unknown = [c for c in header if c not in _GENERIC_ALL]
+        if unknown:
+            hints = "".join(did_you_mean(c, list(_GENERIC_ALL)) for c in unknown)
+            raise UserError(
+                f"{path}: generic profile CSV: column(s) {unknown} are not ones the format names{hints}; "
+                f"its columns are {', '.join(_GENERIC_ALL)} (docs/profile_format.md)"
             )
         return read_generic(path)
     sep = next((s for s in (";", "\t") if len(header) == 1 and s in header[0]), None)

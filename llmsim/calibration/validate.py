@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from llmsim.calibration.fit import attention_op, attention_spec, elementwise_op
+from llmsim.calibration.fit import attention_op, attention_spec, check_possible, elementwise_op
 from llmsim.calibration.readers import Measurement, to_frame
 from llmsim.costmodel.comm import all_reduce_s, tp_link
 from llmsim.costmodel.ops import gemm
@@ -116,6 +116,7 @@ class Report:
 
 
 def validate(hw: HardwareProfile, model: ModelSpec, rows: list[Measurement]) -> Report:
+    check_possible(hw, [r for r in rows if r.kind == "gemm"])  # (as calibrate: a unit mistake, not a miss)
     frame = to_frame(rows)
     frame["predicted_s"] = predict_s(hw, model, rows)
     frame["ape"] = (frame["predicted_s"] - frame["seconds"]).abs() / frame["seconds"]
