@@ -564,7 +564,7 @@ def _gemma(name: str, h: int, i: int, layers: int, heads: int, kv: int, **kw: ob
     return _llama(name, h, i, layers, heads, kv, 256000, 256, tie_embeddings=True, max_position_embeddings=8192, **kw)
 
 
-_REF = "HF config.json, see shared/reference/hardware_models.md B.1-B.3"
+_REF = "HF config.json, see docs/reference/hardware_models.md B.1-B.3"
 
 CATALOG: dict[str, ModelSpec] = {
     m.name: m

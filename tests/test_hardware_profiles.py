@@ -36,7 +36,7 @@ REQUIRED = [
     "EPYC-9654",
 ]
 
-# Dense datasheet peaks, FLOP/s (shared/reference/hardware_models.md, A.1-A.6).
+# Dense datasheet peaks, FLOP/s (docs/reference/hardware_models.md, A.1-A.6).
 DENSE_BF16 = {
     "H100-SXM": 989.4e12,
     "A100-SXM-80GB": 312e12,

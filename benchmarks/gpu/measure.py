@@ -44,7 +44,7 @@ from pathlib import Path
 
 # ---------------------------------------------------------------------------------------------------------
 # Model constants. Source: the models' Hugging Face config.json (meta-llama/Llama-3.1-8B and
-# meta-llama/Llama-3.1-70B), as tabulated in /work/shared/reference/hardware_models.md, section B.1.
+# meta-llama/Llama-3.1-70B), as tabulated in docs/reference/hardware_models.md, section B.1.
 # head_dim is not in those configs: it is hidden_size / num_attention_heads = 128.
 # ---------------------------------------------------------------------------------------------------------
 MODELS: dict[str, dict[str, int]] = {

@@ -395,8 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         src = (
             f"benchmarks/vllm_gpu/bench_runs.py on {len(rows)} real vLLM 0.30 GPU runs (vllm bench serve, random "
             "fixed lengths; A100-40GB, H100, GH200, L4, 2x RTX A6000; data/validation/vllm-gpu-bench/), KV capacity "
-            "as vLLM logged it, requests sent at the times vllm bench serve drew with each run's seed; no parameter fitted to them, but six choices made after seeing them, each from other "
-            "measurements: the A100 and H100/H200 GEMM curves fitted to Vidur's kernels, the vllm-v1 preset's 10 ms "
+            "as vLLM logged it, requests sent at the times vllm bench serve drew with each run's seed; no parameter fitted to them, but ten changes adopted after seeing them (README.md lists them), "
+            "each from other measurements, among them the A100 and H100/H200 GEMM curves fitted to Vidur's kernels, the vllm-v1 preset's 10 ms "
             "client delay (vLLM PR #54628), the L4's GEMM rate fitted to measured prompt passes at its power cap, the "
             "GH200's fitted to measured layer products (these passes run at two trial values first), the H100's (and "
             "GH200's) memory fraction fitted to the records' measured vLLM decode steps (docs/validation.md)"
