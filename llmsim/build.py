@@ -879,8 +879,8 @@ def graph_sizes(engine: EngineSpec, max_num_seqs: int, max_batched_tokens: int, 
     drops those above min(max_batch_size, max_num_tokens) and, padding, captures that cap in
     their place (``_filter_cuda_graph_batch_sizes``, tensorrt_llm/_torch/pyexecutor/model_engine.py);
     its max_batch_size bounds one micro-batch, a ``pp``-th of the sequences it holds. None left
-    (every size past the cap): no graph is captured and every step runs eager (``graphs_captured``);
-    a size kept above the batches would pad each of them up to it."""
+    (every size past the cap): no graph is captured and every step runs eager (``_pool`` turns
+    ``cuda_graphs`` off); a size kept above the batches would pad each of them up to it."""
     sizes = engine.cuda_graph_sizes
     if not sizes or not (engine.defaults == "vllm" or is_trtllm(engine)):
         return sizes

@@ -214,7 +214,7 @@ def _compressed_tensors(q: dict, key: str) -> CheckpointQuant:
         scale = 16.0 if weight in ("int4", "int8") and size and wargs.get("symmetric", True) else None
         if weight == "fp4":
             scale = None if size == 16 else 8.0  # NVFP4: an E4M3 scale per 16; MXFP4: an E8M0 per 32
-        if act not in _CT_SCHEMES[weight] or (weight, act) == ("fp4", "fp8") and size != 32:
+        if act not in _CT_SCHEMES[weight] or ((weight, act) == ("fp4", "fp8") and size != 32):
             raise UserError(
                 f"{gkey}: {weight} weights with {act or '16-bit'} activations: vLLM 0.32 has no compressed-tensors "
                 f"scheme for the pair (_get_scheme_from_parts: 'No compressed-tensors compatible scheme was found'); "

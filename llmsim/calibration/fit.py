@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import OptimizeResult, least_squares
 
 from llmsim.calibration.readers import ATTENTION_OPS, MLP_ELEMENTWISE_OPS, Measurement
 from llmsim.costmodel.comm import tp_link
@@ -153,7 +153,7 @@ def fit_gemm(hw: HardwareProfile, rows: list[Measurement]) -> tuple[dict[str, fl
     def residual(p: np.ndarray) -> np.ndarray:
         return _gemm_predict(p, x, hw, units, tile) / x["seconds"] - 1.0
 
-    def fit_from(shape: list[float]):  # type: ignore[no-untyped-def]
+    def fit_from(shape: list[float]) -> OptimizeResult:
         p0 = np.clip(np.array(fractions + shape), lo, hi - 1e-15)
         scale = np.maximum(np.abs(p0), [0.1] * len(dtypes) + [10, 0.1, 1e-6, 0.1])
         return least_squares(residual, p0, bounds=(lo, hi), x_scale=scale, **_CONVERGED)
