@@ -15,9 +15,9 @@ from llmsim.costmodel.ops import DEEPEP_BACKENDS, deepep_ranks, storage_of
 from llmsim.engine import EngineSpec, for_hardware, for_stages, graph_plan, is_trtllm
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
-from llmsim.models import DTYPE_BYTES, ModelSpec, from_hf_config, get_model, weight_groups
+from llmsim.models import DTYPE_BYTES, ModelSpec, get_model, weight_groups
 from llmsim.moejit import MoeJitSpec, moe_jit_spec
-from llmsim.scenario import PoolConfig, Scenario
+from llmsim.scenario import PoolConfig, Scenario, scenario_model
 from llmsim.schedulers import SchedulerConfig
 from llmsim.schedulers.base import SpecConfig
 from llmsim.workload import generators as gen
@@ -33,7 +33,7 @@ from llmsim.workload.limits import (
 
 
 def build_model(sc: Scenario) -> ModelSpec:
-    m = from_hf_config(sc.hf_config_path(), sc.model.name) if sc.model.hf_config else get_model(sc.model.name or "")
+    m = scenario_model(sc)
     if sc.model.weight_dtype and sc.model.weight_dtype != m.weight_dtype:  # (another format: its own groups,
         # not the checkpoint's: an AWQ checkpoint's 128-weight groups are not NVFP4's 16)
         m = m.with_(weight_dtype=sc.model.weight_dtype, weight_group_size=None, weight_scale_bits=None)

@@ -16,6 +16,8 @@ from llmsim.errors import UserError, did_you_mean, load_json_object
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from llmsim.quantconfig import CheckpointQuant
+
 
 class MatrixUnits(Protocol):
     """What a device says of its matrix units (HardwareProfile; named so, models.py does not
@@ -1250,8 +1252,12 @@ def with_checkpoint_quant(spec: ModelSpec, cfg: dict, path: Path) -> ModelSpec:
     from llmsim.quantconfig import read_quant
 
     q = read_quant(cfg, str(path), Path(path).parent)
-    if q is None:
-        return spec
+    return spec if q is None else with_quant(spec, q)
+
+
+def with_quant(spec: ModelSpec, q: CheckpointQuant) -> ModelSpec:
+    """``spec`` as a checkpoint quantised in format ``q``: its weights' dtype and groups, and the
+    compute and KV cache dtypes it asks for (``scenario.apply_checkpoint`` resolves those per device)."""
     return spec.with_(
         weight_dtype=q.weight_dtype,
         weight_group_size=q.group_size,

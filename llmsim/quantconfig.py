@@ -328,6 +328,18 @@ NAME_SUFFIXES: dict[str, CheckpointQuant] = {
 }
 
 
+# the formats a scenario names with ``model.checkpoint`` (a catalog model's quantised checkpoint
+# without its config.json: what a hub id's suffix says), one per distinct reading of the suffixes
+CHECKPOINT_FORMATS: dict[str, CheckpointQuant] = {
+    key: NAME_SUFFIXES[key] for key in ("fp8", "nvfp4", "awq", "gptq-int4", "gptq-int8", "w8a8", "w4a16", "w8a16")
+}
+
+
+def format_name(q: CheckpointQuant) -> str:
+    """The ``model.checkpoint`` value of a format read from a hub id's name."""
+    return next(key for key, known in CHECKPOINT_FORMATS.items() if known == q)
+
+
 def split_quant_suffix(name: str) -> tuple[str, CheckpointQuant | None]:
     """A hub model name without its quantisation suffix, and the format the suffix names (None:
     no suffix llmsim reads): ``Qwen3-8B-FP8`` -> (``Qwen3-8B``, FP8 W8A8)."""

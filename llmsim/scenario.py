@@ -10,7 +10,7 @@ import copy
 import types
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     AliasChoices,
@@ -27,6 +27,9 @@ from pydantic import (
 )
 
 from llmsim.errors import FLAG_FOR_NUMBER, UNION_TAG, UserError, load_yaml_file, pydantic_message, value_text
+
+if TYPE_CHECKING:
+    from llmsim.models import ModelSpec
 
 PosInt = Annotated[int, Field(gt=0)]
 PosFloat = Annotated[float, Field(gt=0)]
@@ -117,11 +120,20 @@ class ModelConfig(_Strict):
     # GEMMs stay bf16), fp4 = NVFP4 / MXFP4 W4A4 on Blackwell; with int4 weights, int8 is W4A8
     act_dtype: Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4"] = "bf16"
     attention_kernel: Literal["flash", "naive"] = "flash"
+    # a catalog model's quantised checkpoint named by its format (quantconfig.CHECKPOINT_FORMATS:
+    # what a hub id's suffix says), priced as its config.json would be: weights and groups, and
+    # the compute dtype on each device that has those units (apply_checkpoint)
+    checkpoint: Literal["fp8", "nvfp4", "awq", "gptq-int4", "gptq-int8", "w8a8", "w4a16", "w8a16"] | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         if self.name is None and self.hf_config is None:
             raise ValueError("give `name` (catalog) or `hf_config` (path to config.json; `name` then renames it)")
+        if self.checkpoint is not None and self.hf_config is not None:
+            raise ValueError(
+                "`checkpoint` names a catalog model's format; with `hf_config` the config's own quantization_config "
+                "says it: drop one"
+            )
         return self
 
 
@@ -1024,6 +1036,18 @@ def _check_lora(sc: Scenario, origin: str) -> None:
         raise UserError(f"{origin}: lora: multi-LoRA under {where} is not modelled")
 
 
+def scenario_model(sc: Scenario) -> ModelSpec:
+    """The model a scenario names, as released: its config.json read (quantization_config
+    included), or the catalog's entry as ``model.checkpoint`` quantises it."""
+    from llmsim.models import from_hf_config, get_model, with_quant
+    from llmsim.quantconfig import CHECKPOINT_FORMATS
+
+    if sc.model.hf_config:
+        return from_hf_config(sc.hf_config_path(), sc.model.name)
+    m = get_model(sc.model.name or "")
+    return with_quant(m, CHECKPOINT_FORMATS[sc.model.checkpoint]) if sc.model.checkpoint else m
+
+
 def apply_checkpoint(sc: Scenario) -> Scenario:
     """The compute and KV cache dtypes a quantised checkpoint asks for (``model.hf_config``'s
     quantization_config, quantconfig.py; a catalog model's as released), where the file leaves model.act_dtype / kv_cache.dtype unset and keeps the
@@ -1033,10 +1057,9 @@ def apply_checkpoint(sc: Scenario) -> Scenario:
     ``sc._engine_filled`` (a plan's other hardware resolves them again). A model that does not read
     is left to ``build_model``, which names what is wrong."""
     from llmsim.hardware import load_profile
-    from llmsim.models import from_hf_config, get_model
 
     try:
-        m = from_hf_config(sc.hf_config_path(), sc.model.name) if sc.model.hf_config else get_model(sc.model.name or "")
+        m = scenario_model(sc)
     except UserError:
         return sc
     if sc.model.weight_dtype not in (None, m.weight_dtype):
@@ -1212,7 +1235,7 @@ def key_parts(dotted: str) -> list[str]:
 def _check_names(sc: Scenario, origin: str) -> None:
     """Catalog and profile names resolve now, so a typo fails before any work."""
     from llmsim.hardware import load_profile
-    from llmsim.models import from_hf_config, get_model
+    from llmsim.models import get_model
 
     base = Path(sc.base_dir)
     for key, name in [("hardware", sc.hardware), *_pool_hardware(sc)]:
@@ -1226,10 +1249,7 @@ def _check_names(sc: Scenario, origin: str) -> None:
         except UserError as exc:
             raise UserError(f"{origin}: speculative.draft_model: {exc}") from None
     try:
-        if sc.model.hf_config:
-            from_hf_config(sc.hf_config_path(), sc.model.name)
-        else:
-            get_model(sc.model.name or "")
+        scenario_model(sc)
     except UserError as exc:
         msg = str(exc)
         raise UserError(f"{origin}: {msg if msg.startswith('model.') else 'model: ' + msg}") from None

@@ -976,7 +976,7 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
     a GPU with those matrix units: elsewhere vLLM runs the weights through its weight-only kernels
     (Marlin), and the activations stay 16-bit."""
     from llmsim.hardware import load_profile
-    from llmsim.quantconfig import split_quant_suffix
+    from llmsim.quantconfig import format_name, split_quant_suffix
 
     own = checkpoint_quantization(entry)
     flag = serve.quantization
@@ -1004,10 +1004,13 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
             f"which vLLM serves with {' or '.join(NAMED_FLAGS[named.method])} (it refuses a --quantization "
             "its checkpoint's config does not name); drop the flag or give the matching one"
         )
+    if named is not None:  # the format by name (a flag of its family names no other bits: GPTQ-Int8
+        # stays int8), resolved as a folder's config is: its compute dtype on each device of a sweep
+        return {"checkpoint": format_name(named)} | (
+            {"act_dtype": serve.dtype} if serve.dtype and not named.act_dtype else {}
+        )
     out: dict = {"weight_dtype": serve.dtype, "act_dtype": serve.dtype} if serve.dtype else {}
-    if named is not None:  # (a flag of its family names no other bits: GPTQ-Int8 stays int8)
-        weight, act = named.weight_dtype, named.act_dtype or None
-    elif flag in QUANTIZATION:
+    if flag in QUANTIZATION:
         weight, act = QUANTIZATION[flag]
     else:
         return out

@@ -89,11 +89,25 @@ def test_a_hub_ids_format_and_the_quantization_flag_must_agree(tmp_path, capsys)
     serve = "vllm serve Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8 --quantization gptq"
     argv = ["bench", "--hardware", "H100-SXM", "--serve", serve, "--bench", BENCH, "--scenario-out", str(out)]
     assert main(argv) == 0
-    assert yaml.safe_load(out.read_text())["model"]["weight_dtype"] == "int8"
+    assert yaml.safe_load(out.read_text())["model"]["checkpoint"] == "gptq-int8"
     capsys.readouterr()
     serve = "vllm serve RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8 --quantization gptq"
     code, err = _run(["bench", "--hardware", "H100-SXM", "--serve", serve, "--bench", BENCH], capsys)
     assert code == 2 and "name says its checkpoint is fp8-quantised" in err, err
+
+
+def test_a_hub_ids_format_resolves_on_each_device(tmp_path) -> None:
+    """``--scenario-out`` of a hub id named FP8 records the format (``model.checkpoint``), not the
+    compute dtype of the GPU it was written for: the sweep's A100 point ran refused (act fp8 needs
+    FP8 units), and an A100-written file ran the H100 weight-only."""
+    from llmsim.scenario import apply_checkpoint
+
+    for hw, act in [("H100-SXM", "fp8"), ("A100-SXM-80GB", "bf16")]:
+        raw = {**SCENARIO, "hardware": hw, "model": {"name": "llama-3.1-8b", "checkpoint": "fp8"}}
+        sc = apply_checkpoint(scenario_from_dict(raw, "test", tmp_path))
+        assert (build_model(sc).weight_dtype, sc.model.act_dtype) == ("fp8", act)
+    with pytest.raises(UserError, match="drop one"):
+        scenario_from_dict({**SCENARIO, "model": {"hf_config": "x", "checkpoint": "fp8"}}, "test", tmp_path)
 
 
 @pytest.mark.parametrize(

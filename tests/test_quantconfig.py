@@ -215,15 +215,15 @@ def test_vllm_serve_of_a_checkpoint_reads_its_format(tmp_path):
     [
         (
             "neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8",
-            {"name": "llama-3.1-8b", "weight_dtype": "fp8", "act_dtype": "fp8"},
+            {"name": "llama-3.1-8b", "checkpoint": "fp8"},
         ),
         (
             "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8",
-            {"name": "llama-3.1-8b", "weight_dtype": "int8", "act_dtype": "int8"},
+            {"name": "llama-3.1-8b", "checkpoint": "w8a8"},
         ),
-        ("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", {"name": "llama-3.1-8b", "weight_dtype": "int4"}),
-        ("nvidia/Llama-3.3-70B-Instruct-FP4", {"name": "llama-3.1-70b", "weight_dtype": "fp4"}),  # (H100: W4A16)
-        ("Qwen/Qwen3-30B-A3B-FP8", {"name": "qwen3-30b-a3b", "weight_dtype": "fp8", "act_dtype": "fp8"}),
+        ("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", {"name": "llama-3.1-8b", "checkpoint": "awq"}),
+        ("nvidia/Llama-3.3-70B-Instruct-FP4", {"name": "llama-3.1-70b", "checkpoint": "nvfp4"}),
+        ("Qwen/Qwen3-30B-A3B-FP8", {"name": "qwen3-30b-a3b", "checkpoint": "fp8"}),
         ("google/gemma-2-9b-it", "gemma-2-9b"),
         ("unsloth/Llama-3.2-1B-Instruct", "llama-3.2-1b"),
     ],
@@ -236,7 +236,7 @@ def test_a_hub_id_names_its_base_model_and_format(hub_id, model):
 
 def test_a_flag_beside_a_quantised_hub_id():
     awq = scenario_dict("H100-SXM", parse_serve("vllm serve Qwen/Qwen2.5-7B-Instruct-AWQ --quantization awq"), Bench())
-    assert awq["model"] == {"name": "qwen2.5-7b", "weight_dtype": "int4"}
+    assert awq["model"] == {"name": "qwen2.5-7b", "checkpoint": "awq"}
     with pytest.raises(UserError, match="--quantization awq reads a checkpoint quantised with it"):
         scenario_dict("H100-SXM", parse_serve("vllm serve Qwen/Qwen3-8B --quantization awq"), Bench())
 
