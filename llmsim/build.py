@@ -669,6 +669,8 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     key = pool_key(name)
     engine = for_stages(for_hardware(sc.engine_spec, hw, f"{key}.hardware"), p.pp)
     check_parallelism(model, p.tp, p.pp, key, p.expert_parallel)
+    given = sc.model.weight_group_size is not None or not (sc.model.hf_config or sc.model.checkpoint)
+    check_groups(model, p.tp, key, "model.weight_group_size" if given else "the checkpoint's group_size")
     ep = expert_parallel_degree(model, p, key, sc.cluster.redundant_experts if sc.cluster.eplb else 0)
     if ep > 1 and sc.cluster.expert_routing_exponent == 0:
         raise UserError(
@@ -892,6 +894,29 @@ def graph_sizes(engine: EngineSpec, max_num_seqs: int, max_batched_tokens: int, 
         return kept
     cap = min(2 * max_num_seqs, sizes[-1], max_batched_tokens)
     return tuple(s for s in sizes if s <= cap)
+
+
+def check_groups(model: ModelSpec, tp: int, key: str, field: str = "model.weight_group_size") -> None:
+    """Group-quantised weights need each linear's input, on each GPU, to be whole groups: vLLM
+    refuses a checkpoint otherwise (AWQ / GPTQ linear methods: "The input size is not aligned with
+    the quantized weight shape", ``input_size_per_partition % group_size``). The decoder's dense
+    linears are checked (a MoE's experts, and MLA's projections, are not)."""
+    group, _ = weight_groups(model.weight_dtype, model.weight_group_size)
+    if not group:
+        return
+    inputs = [("hidden_size (the QKV and MLP inputs)", model.hidden_size)]
+    if not model.is_moe:
+        inputs.append((f"intermediate_size / tp {tp} (the down projection's input)", model.intermediate_size // tp))
+    if not model.is_mla:
+        inputs.append(
+            (f"heads x head_dim / tp {tp} (the output projection's input)", model.num_heads * model.head_dim // tp)
+        )
+    for what, size in inputs:
+        if size % group:
+            raise UserError(
+                f"{key}: {field} {group}: {model.name}'s {what} is {size:,}, not a whole number "
+                f"of groups; vLLM refuses such a checkpoint (input_size_per_partition % group_size)"
+            )
 
 
 def check_parallelism(model: ModelSpec, tp: int, pp: int, key: str, expert_parallel: bool = False) -> None:

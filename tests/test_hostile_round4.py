@@ -175,3 +175,21 @@ def test_a_scenario_weight_dtype_brings_its_own_groups(tmp_path) -> None:
         scenario_from_dict({**raw, "model": {"hf_config": str(folder), "weight_dtype": "int4"}}, "test", tmp_path)
     )
     assert kept.weight_group_size == 128  # (the checkpoint's own dtype: its own groups)
+
+
+def test_groups_that_do_not_divide_a_layer_are_refused(tmp_path) -> None:
+    """An AWQ group of 7 weights (4,096 is not whole groups of it) was priced; vLLM refuses it. The
+    message names where the size came from."""
+    for model, source in [
+        ({"name": "llama-3.1-8b", "weight_dtype": "int4", "weight_group_size": 7}, "model.weight_group_size 7"),
+        ({"name": "llama-3.1-8b", "checkpoint": "awq", "weight_group_size": 96}, "model.weight_group_size 96"),
+    ]:
+        with pytest.raises(UserError, match=source):
+            llmsim.run({**SCENARIO, "model": model})
+    folder = tmp_path / "awq7"
+    folder.mkdir()
+    q = {"quant_method": "awq", "bits": 4, "group_size": 7}
+    (folder / "config.json").write_text(json.dumps(LLAMA | {"quantization_config": q}))
+    with pytest.raises(UserError, match="the checkpoint's group_size 7: .*hidden_size"):
+        llmsim.run({**SCENARIO, "model": {"hf_config": str(folder)}})
+    llmsim.run({**SCENARIO, "model": {"name": "llama-3.1-8b", "weight_dtype": "int4", "weight_group_size": 64}})
