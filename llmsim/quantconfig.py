@@ -90,9 +90,9 @@ def read_quant(cfg: dict, where: str, folder: Path | None = None) -> CheckpointQ
     if method == "fp8":
         return CheckpointQuant("fp8", "fp8", "fp8")
     if method in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
-        return _awq_gptq(q, str(method), key)
+        return _awq_gptq(q, str(method), key, _layers(cfg))
     if method == "compressed-tensors":
-        return _compressed_tensors(q, key)
+        return _compressed_tensors(q, key, _layers(cfg))
     return _modelopt(q, str(method), key)
 
 
@@ -119,7 +119,13 @@ def _group(q: dict, key: str, field: str = "group_size") -> int | None:
 MAX_GROUP = 1 << 20  # weights per scale, as a scenario's model.weight_group_size allows
 
 
-def _awq_gptq(q: dict, method: str, key: str) -> CheckpointQuant:
+def _layers(cfg: dict) -> int:
+    """The decoder's layer count, where the config says it (0: not said)."""
+    n = cfg.get("num_hidden_layers", cfg.get("n_layer", 0))
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
+def _awq_gptq(q: dict, method: str, key: str, layers: int = 0) -> CheckpointQuant:
     awq = method.startswith("awq")
     # (AutoAWQConfig.from_config reads w_bit or bits, q_group_size or group_size)
     bits = _int(q, "w_bit", key) if awq and "w_bit" in q else _int(q, "bits", key, 4)
@@ -135,7 +141,7 @@ def _awq_gptq(q: dict, method: str, key: str) -> CheckpointQuant:
     # bits; AWQ with zero_point false, and GPTQ (symmetric), have the scale alone
     scale = 16.0 if not awq or q.get("zero_point") is False else None
     group = _group(q, key, "q_group_size" if awq and "q_group_size" in q else "group_size")
-    _check_whole(q.get("modules_to_not_convert"), f"{key}.modules_to_not_convert", exact=False)
+    _check_whole(q.get("modules_to_not_convert"), f"{key}.modules_to_not_convert", False, layers)
     return CheckpointQuant(method, f"int{bits}", "", group, scale)
 
 
@@ -168,26 +174,40 @@ _CT_SCHEMES = {
 
 
 # the modules a checkpoint may leave unquantised and still be priced as quantised: the LM head,
-# embeddings, norms, a MoE router, a vision or audio tower (a small share of the decoder's weights),
-# or one layer's module by its path; and what a group's targets must reach: the decoder's linears
+# embeddings, norms, a MoE router or shared-expert gate, a vision or audio tower (a small share of
+# the decoder's weights), matched on a pattern's plain text (``_plain``); and single layers' modules
+# by their path, in a few layers
 _MINOR = re.compile(
-    r"lm_head|embed|norm|vision|visual|audio|projector|multi_modal|mm_|router|shared_expert_gate"
-    r"|mlp\.gate(?![_a-z])|(^|\.)gate$|layers?\.\d+\.",
+    r"lm_head|embed|norm|vision|visual|audio|projector|multi_modal|mm_|router|gate$",
     re.IGNORECASE,
 )
-_LINEARS = re.compile(r"linear|proj|mlp|attn|expert|^re:\.\*$", re.IGNORECASE)
+_LAYER = re.compile(r"layers?\.(\d+)\.", re.IGNORECASE)
 
 
-def _check_whole(entries: object, key: str, exact: bool) -> None:
+def _plain(entry: str) -> str:
+    """A module name or ``re:`` pattern as plain text: ``re:.*mlp[.]gate$`` -> ``.*mlp.gate``."""
+    text = entry.removeprefix("re:")
+    for end in ("$", "\\b", ".*"):
+        text = text.removesuffix(end)
+    return text.replace("[.]", ".").replace("\\", "")
+
+
+def _check_whole(entries: object, key: str, exact: bool, layers: int = 0) -> None:
     """Refuse a list of modules left unquantised (compressed-tensors ``ignore``, exact names or
     ``re:`` patterns; AWQ's ``modules_to_not_convert``, substrings of names) that reaches beyond
-    the minor ones: priced as quantised, those layers' weights would be counted at a quarter of
-    their bytes (a 16 GB model as 5.7 GB)."""
+    the minor ones, or names modules by path in more than an eighth of the layers (at least two):
+    priced as quantised, those layers' weights would be counted at a quarter of their bytes (a
+    16 GB model as 5.7 GB)."""
     if entries is None:
         return
     if not isinstance(entries, list):
         raise UserError(f"{key}: expected a list of module names, got {type(entries).__name__}")
-    major = [e for e in entries if not (isinstance(e, str) and _MINOR.search(e))]
+    plain = [(e, _plain(e)) for e in entries if isinstance(e, str)]
+    major = [e for e in entries if not isinstance(e, str)]
+    major += [e for e, p in plain if not _MINOR.search(p) and not _LAYER.search(p)]
+    by_layer = {m.group(1) for _, p in plain if not _MINOR.search(p) and (m := _LAYER.search(p))}
+    if len(by_layer) > max(2, layers // 8):
+        major.append(f"modules of {len(by_layer)} layers by path")
     if major:
         how = "exact names or re: patterns" if exact else "substrings of module names"
         raise UserError(
@@ -196,7 +216,7 @@ def _check_whole(entries: object, key: str, exact: bool) -> None:
         )
 
 
-def _compressed_tensors(q: dict, key: str) -> CheckpointQuant:
+def _compressed_tensors(q: dict, key: str, layers: int = 0) -> CheckpointQuant:
     groups = q.get("config_groups")
     if not isinstance(groups, dict) or not groups:
         raise UserError(f"{key}.config_groups: expected a mapping of one or more quantisation groups")
@@ -227,15 +247,14 @@ def _compressed_tensors(q: dict, key: str) -> CheckpointQuant:
             f"{key}.config_groups: the groups quantise layers differently ({listed}); llmsim prices one precision "
             "per model: set model.weight_dtype / act_dtype in a scenario for the layers that dominate"
         )
-    _check_whole(q.get("ignore"), f"{key}.ignore", exact=True)
-    for name, group in groups.items():
-        targets = group.get("targets")
-        if isinstance(targets, list) and targets and not any(_LINEARS.search(str(t)) for t in targets):
-            raise UserError(
-                f"{key}.config_groups.{name}.targets {cut(repr(targets), 60)}: the group quantises none of the "
-                "decoder's linear layers (Linear, or their names): llmsim prices a checkpoint whose layers are all "
-                "quantised; set model.weight_dtype / act_dtype in a scenario for a partly quantised one"
-            )
+    _check_whole(q.get("ignore"), f"{key}.ignore", True, layers)
+    targets = [t for g in groups.values() for t in (g.get("targets") or ["Linear"])]
+    if all(isinstance(t, str) and _MINOR.search(_plain(t)) for t in targets):
+        raise UserError(
+            f"{key}.config_groups: targets {cut(repr(targets), 60)} reach only modules outside the decoder's "
+            "layers (the LM head, embeddings, a router): llmsim prices a checkpoint whose layers are quantised; "
+            "set model.weight_dtype / act_dtype in a scenario for this one"
+        )
     weight, act, size, scale = next(iter(schemes.values()))
     if act == "int4":  # (vLLM's W4A4 integer scheme: llmsim has no 4-bit integer matrix units)
         raise UserError(

@@ -46,7 +46,7 @@ LLAMA = {
 
 
 def test_graph_sizes_all_past_the_budget_run_every_step_eager() -> None:
-    """Sizes above min(2 x max_num_seqs, budget) are dropped; with none left no graph is captured
+    """Sizes above the token budget are dropped; with none left no graph is captured
     (it kept the smallest and padded every decode step up to it: 4x the TPOT, or nothing served
     for a size of millions)."""
 
@@ -56,6 +56,9 @@ def test_graph_sizes_all_past_the_budget_run_every_step_eager() -> None:
     eager = tpot(cluster={"cuda_graphs": False})
     assert tpot(engine={"preset": "vllm-v1", "cuda_graph_sizes": [1024]}) == eager
     assert tpot(engine={"preset": "vllm-v1", "cuda_graph_sizes": [16777216]}) == eager
+    # a list given is filtered by the token budget alone, as vLLM filters it (its 2 x max_num_seqs
+    # cap is its default list's): 256 under a 512-token budget is captured, and 64 sequences pad to it
+    assert tpot(engine={"preset": "vllm-v1", "cuda_graph_sizes": [256]}) > 1.3 * eager
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -149,9 +152,17 @@ def test_a_partly_quantised_checkpoint_is_refused() -> None:
     ]:
         with pytest.raises(UserError, match=field):
             read_quant(cfg, "config.json")
-    # what real checkpoints leave out: the LM head, a MoE router, a vision tower, one layer's module
+    # the same layers named one by one, as llm-compressor writes them: refused past an eighth of the layers
+    by_path = [f"model.layers.{i}.{m}" for i in range(32) for m in ("self_attn.q_proj", "mlp.down_proj")]
+    with pytest.raises(UserError, match="modules of 32 layers by path"):
+        read_quant(_ct(ignore=["lm_head", *by_path]) | {"num_hidden_layers": 32}, "config.json")
+    # what real checkpoints leave out: the LM head, a MoE router however its pattern is written
+    # (llm-compressor's Mixtral and Qwen3-Next examples), a vision tower, a few layers' modules
+    routers = ["re:.*block_sparse_moe.gate$", "re:.*mlp[.]gate$", "re:.*\\.gate$", "re:.*shared_expert_gate$"]
     for cfg in [
         _ct(ignore=["lm_head", "re:.*mlp.gate$", "re:visual.*", "model.layers.0.mlp.down_proj"], targets=["Linear"]),
+        _ct(ignore=["lm_head", *routers, "re:.*vision_tower.*", "model.embed_tokens"]),
+        _ct(targets=["re:.*w1$", "re:.*w2$", "re:.*w3$"]),  # (Mixtral's expert names)
         {"quantization_config": {"quant_method": "awq", "bits": 4, "modules_to_not_convert": ["visual"]}},
     ]:
         assert read_quant(cfg, "config.json") is not None
@@ -186,6 +197,11 @@ def test_groups_that_do_not_divide_a_layer_are_refused(tmp_path) -> None:
     ]:
         with pytest.raises(UserError, match=source):
             llmsim.run({**SCENARIO, "model": model})
+    # a catalog entry's intermediate size is the base model's, which quantised releases pad to split
+    # evenly (Qwen2.5-72B-AWQ's 29,696): not checked, so the published checkpoint runs at TP 4
+    tp4 = {**SCENARIO, "model": {"name": "qwen2.5-72b", "checkpoint": "awq"}, "cluster": {"tp": 4}}
+    tp4["workload"] = {**SCENARIO["workload"], "num_requests": 4}
+    assert llmsim.run(tp4).summary["completed"] == 4
     folder = tmp_path / "awq7"
     folder.mkdir()
     q = {"quant_method": "awq", "bits": 4, "group_size": 7}

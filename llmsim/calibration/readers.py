@@ -107,7 +107,7 @@ def read_profile(path: str | Path) -> list[Measurement]:
                 f"{path}: generic profile CSV lacks column(s) {missing}{hints}; it needs op, kind and "
                 f"seconds (docs/profile_format.md), found {_shown(header)}"
             )
-        unknown = [c for c in header if c not in _GENERIC_ALL]
+        unknown = [c for c in header if c and c not in _GENERIC_ALL]  # (a blank one: an index, a trailing comma)
         if unknown:
             hints = "".join(did_you_mean(c, list(_GENERIC_ALL)) for c in unknown)
             raise UserError(
