@@ -12,15 +12,7 @@ import numpy as np
 
 from llmsim.costmodel import CostConfig, CostModel
 from llmsim.costmodel.ops import DEEPEP_BACKENDS, deepep_ranks, storage_of
-from llmsim.engine import (
-    DEFAULT_CAPTURE_MAX,
-    EngineSpec,
-    for_hardware,
-    for_stages,
-    graph_plan,
-    is_trtllm,
-    vllm_capture_sizes,
-)
+from llmsim.engine import VLLM_DEFAULT_SIZES, EngineSpec, for_hardware, for_stages, graph_plan, is_trtllm
 from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
 from llmsim.models import DTYPE_BYTES, ModelSpec, get_model, weight_groups
@@ -677,7 +669,7 @@ def _pool(sc: Scenario, model: ModelSpec, name: str, p: PoolConfig) -> PoolSpec:
     key = pool_key(name)
     engine = for_stages(for_hardware(sc.engine_spec, hw, f"{key}.hardware"), p.pp)
     check_parallelism(model, p.tp, p.pp, key, p.expert_parallel)
-    check_groups(model, p.tp, key, group_source(sc, model), read=bool(sc.model.hf_config))
+    check_groups(sc, model, p.tp, key)
     ep = expert_parallel_degree(model, p, key, sc.cluster.redundant_experts if sc.cluster.eplb else 0)
     if ep > 1 and sc.cluster.expert_routing_exponent == 0:
         raise UserError(
@@ -903,40 +895,36 @@ def graph_sizes(engine: EngineSpec, max_num_seqs: int, max_batched_tokens: int, 
     # vLLM caps its default list at min(2 x max_num_seqs, 512); sizes a user gives only at the token
     # budget (``_set_cudagraph_sizes``: explicit cudagraph_capture_sizes are filtered by
     # max_num_batched_tokens alone)
-    default = sizes == vllm_capture_sizes(DEFAULT_CAPTURE_MAX)
+    default = sizes == VLLM_DEFAULT_SIZES
     cap = min(2 * max_num_seqs, sizes[-1], max_batched_tokens) if default else max_batched_tokens
     return tuple(s for s in sizes if s <= cap)
 
 
-def group_source(sc: Scenario, model: ModelSpec) -> str:
-    """Where a model's weight group size comes from, for a message: the scenario's key, the
-    checkpoint's config, or the weight dtype's default format."""
-    if sc.model.weight_group_size is not None:
-        return "model.weight_group_size"
-    if model.weight_group_size is not None:
-        return "the checkpoint's group_size"
-    return f"{model.weight_dtype} weights' default group size"
-
-
-def check_groups(
-    model: ModelSpec, tp: int, key: str, field: str = "model.weight_group_size", read: bool = True
-) -> None:
+def check_groups(sc: Scenario, model: ModelSpec, tp: int, key: str) -> None:
     """Group-quantised weights need each linear's input, on each GPU, to be whole groups: vLLM
     refuses a checkpoint otherwise (AWQ / GPTQ linear methods: "The input size is not aligned with
     the quantized weight shape", ``input_size_per_partition % group_size``). The decoder's dense
     linears are checked (a MoE's experts, and MLA's projections, are not); the down projection's
-    only where ``read`` (a config.json's sizes: a catalog entry's intermediate size is the base
-    model's, which quantised releases pad to split evenly, Qwen2.5-72B's 29,568 to 29,696)."""
+    only for a config.json's sizes (a catalog entry's intermediate size is the base model's, which
+    quantised releases pad to split evenly, Qwen2.5-72B's 29,568 to 29,696). The message says
+    where the size comes from: the scenario's key, the checkpoint's config, or the dtype's default."""
     group, _ = weight_groups(model.weight_dtype, model.weight_group_size)
     if not group:
         return
     inputs = [("hidden_size (the QKV and MLP inputs)", model.hidden_size)]
-    if read and not model.is_moe:
+    if sc.model.hf_config and not model.is_moe:
         inputs.append((f"intermediate_size / tp {tp} (the down projection's input)", model.intermediate_size // tp))
     if not model.is_mla:
         inputs.append(
             (f"heads x head_dim / tp {tp} (the output projection's input)", model.num_heads * model.head_dim // tp)
         )
+    field = (
+        "model.weight_group_size"
+        if sc.model.weight_group_size is not None
+        else "the checkpoint's group_size"
+        if model.weight_group_size is not None
+        else f"{model.weight_dtype} weights' default group size"
+    )
     for what, size in inputs:
         if size % group:
             raise UserError(

@@ -176,14 +176,16 @@ class EngineSpec:
         return {f"engine_{k}": getattr(self, k).seconds(seqs, tokens) for k in HOST_TERMS}
 
 
-DEFAULT_CAPTURE_MAX = 512  # vLLM's default largest capture size (1,024 on data-centre Blackwell, not modelled)
-
-
-def vllm_capture_sizes(max_size: int = DEFAULT_CAPTURE_MAX) -> tuple[int, ...]:
+def vllm_capture_sizes(max_size: int = 512) -> tuple[int, ...]:
     """vLLM's default CUDA-graph capture sizes: [1, 2, 4] + range(8, 256, 8) + range(256, max+1, 16)
     (vllm/config/compilation.py, ``max_cudagraph_capture_size`` docstring, 0.19 and 0.32; the
     RTX 4090 run's meta.json lists exactly these up to 512)."""
     return tuple(s for s in [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)] if s <= max_size)
+
+
+# vLLM's default list, up to 512 (1,024 on data-centre Blackwell, not modelled): the one it caps at
+# 2 x max_num_seqs (build.graph_sizes)
+VLLM_DEFAULT_SIZES = vllm_capture_sizes()
 
 
 @dataclass(frozen=True)
@@ -493,7 +495,7 @@ PRESETS: dict[str, EngineSpec] = {
         output_delay_s=_VLLM_FRONTEND_S,
         moe_jit_compile_s=_VLLM_MOE_JIT_S,
         cuda_graphs=True,
-        cuda_graph_sizes=vllm_capture_sizes(),
+        cuda_graph_sizes=VLLM_DEFAULT_SIZES,
         moe_skip_padding=True,
         fp8_query=True,
         defaults="vllm",

@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 from llmsim.errors import UserError, cut
 
@@ -349,9 +350,8 @@ NAME_SUFFIXES: dict[str, CheckpointQuant] = {
 
 # the formats a scenario names with ``model.checkpoint`` (a catalog model's quantised checkpoint
 # without its config.json: what a hub id's suffix says), one per distinct reading of the suffixes
-CHECKPOINT_FORMATS: dict[str, CheckpointQuant] = {
-    key: NAME_SUFFIXES[key] for key in ("fp8", "nvfp4", "awq", "gptq-int4", "gptq-int8", "w8a8", "w4a16", "w8a16")
-}
+CheckpointFormat = Literal["fp8", "nvfp4", "awq", "gptq-int4", "gptq-int8", "w8a8", "w4a16", "w8a16"]
+CHECKPOINT_FORMATS: dict[str, CheckpointQuant] = {key: NAME_SUFFIXES[key] for key in get_args(CheckpointFormat)}
 
 
 def format_name(q: CheckpointQuant) -> str:

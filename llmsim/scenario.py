@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from llmsim.errors import FLAG_FOR_NUMBER, UNION_TAG, UserError, load_yaml_file, pydantic_message, value_text
+from llmsim.quantconfig import CheckpointFormat
 
 if TYPE_CHECKING:
     from llmsim.models import ModelSpec
@@ -123,7 +124,7 @@ class ModelConfig(_Strict):
     # a catalog model's quantised checkpoint named by its format (quantconfig.CHECKPOINT_FORMATS:
     # what a hub id's suffix says), priced as its config.json would be: weights and groups, and
     # the compute dtype on each device that has those units (apply_checkpoint)
-    checkpoint: Literal["fp8", "nvfp4", "awq", "gptq-int4", "gptq-int8", "w8a8", "w4a16", "w8a16"] | None = None
+    checkpoint: CheckpointFormat | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
@@ -991,9 +992,9 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
         sc = Scenario.model_validate(dict(data, base_dir=str(base_dir)))
     except ValidationError as exc:
         raise UserError(pydantic_message(exc, origin, _section_keys(), MOVED_KEYS)) from None
-    _check_names(sc, origin)
+    model = _check_names(sc, origin)
     sc = apply_engine(sc, origin)
-    sc = apply_checkpoint(sc)
+    sc = apply_checkpoint(sc, model)
     if sc.kv_cache.offload and not sc.kv_cache.prefix_caching:  # (the engine may turn the cache on)
         raise UserError(f"{origin}: kv_cache.offload: the tiers serve prefix-cache hits; set prefix_caching: true")
     _check_lora(sc, origin)
@@ -1048,20 +1049,16 @@ def scenario_model(sc: Scenario) -> ModelSpec:
     return with_quant(m, CHECKPOINT_FORMATS[sc.model.checkpoint]) if sc.model.checkpoint else m
 
 
-def apply_checkpoint(sc: Scenario) -> Scenario:
+def apply_checkpoint(sc: Scenario, m: ModelSpec) -> Scenario:
     """The compute and KV cache dtypes a quantised checkpoint asks for (``model.hf_config``'s
     quantization_config, quantconfig.py; a catalog model's as released), where the file leaves model.act_dtype / kv_cache.dtype unset and keeps the
     checkpoint's weights: vLLM runs a checkpoint's quantization_config without a flag. W8A8 / W4A4
     compute only where every device of the scenario has those matrix units; elsewhere vLLM runs the
     weights dequantised in 16-bit GEMMs (Marlin), and so does llmsim. The keys filled join
-    ``sc._engine_filled`` (a plan's other hardware resolves them again). A model that does not read
-    is left to ``build_model``, which names what is wrong."""
+    ``sc._engine_filled`` (a plan's other hardware resolves them again). ``m``: the scenario's
+    model as released (``scenario_model``, read by ``_check_names``)."""
     from llmsim.hardware import load_profile
 
-    try:
-        m = scenario_model(sc)
-    except UserError:
-        return sc
     if sc.model.weight_dtype not in (None, m.weight_dtype):
         return sc
     model, kv, filled = {}, {}, dict(sc._engine_filled)
@@ -1232,8 +1229,8 @@ def key_parts(dotted: str) -> list[str]:
     return parts
 
 
-def _check_names(sc: Scenario, origin: str) -> None:
-    """Catalog and profile names resolve now, so a typo fails before any work."""
+def _check_names(sc: Scenario, origin: str) -> ModelSpec:
+    """Catalog and profile names resolve now, so a typo fails before any work; the model they name."""
     from llmsim.hardware import load_profile
     from llmsim.models import get_model
 
@@ -1249,7 +1246,7 @@ def _check_names(sc: Scenario, origin: str) -> None:
         except UserError as exc:
             raise UserError(f"{origin}: speculative.draft_model: {exc}") from None
     try:
-        scenario_model(sc)
+        model = scenario_model(sc)
     except UserError as exc:
         msg = str(exc)
         raise UserError(f"{origin}: {msg if msg.startswith('model.') else 'model: ' + msg}") from None
@@ -1281,6 +1278,7 @@ def _check_names(sc: Scenario, origin: str) -> None:
         raise UserError(f"{origin}: cluster.kv_link.bandwidth_gbps: a 'custom' link needs its bandwidth in GB/s")
     if sc.workload.classes and sc.workload.kind == "trace":
         raise UserError(f"{origin}: workload.classes: classes mix synthetic requests; a trace brings its own")
+    return model
 
 
 def _check_pools_size_disaggregated(c: ClusterConfig, origin: str) -> None:

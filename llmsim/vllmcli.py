@@ -982,13 +982,25 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
     flag = serve.quantization
     if flag and own and _family(flag) != _family(own.method):
         raise UserError(f"vllm serve: --quantization {flag}, but the checkpoint is {own.method}-quantised")
-    if own is not None:  # the checkpoint's config: build_model reads its weights, and
-        # scenario.apply_checkpoint its compute and KV dtypes for each device a plan or sweep tries
-        return {"act_dtype": serve.dtype} if serve.dtype and not own.act_dtype else {}
     # no config read: a hub id's name may say its format (a guess), and a flag must be of its family
-    named = split_quant_suffix(serve.model.rstrip("/").rsplit("/", 1)[-1])[1] if isinstance(entry, str) else None
+    named = (
+        None if own or isinstance(entry, dict) else split_quant_suffix(serve.model.rstrip("/").rsplit("/", 1)[-1])[1]
+    )
+    if own or named:  # the checkpoint's format, from its config (build_model reads its weights) or its
+        # name (model.checkpoint): scenario.apply_checkpoint resolves its compute and KV dtypes on
+        # each device a plan or sweep tries (a flag of its family names no other bits: GPTQ-Int8 stays int8)
+        if flag and named is not None and flag not in NAMED_FLAGS[named.method]:
+            raise UserError(
+                f"vllm serve: --quantization {flag}, but {serve.model}'s name says its checkpoint is "
+                f"{named.method}-quantised, which vLLM serves with {' or '.join(NAMED_FLAGS[named.method])} (it "
+                "refuses a --quantization its checkpoint's config does not name); drop the flag or give the matching one"
+            )
+        q = own or named
+        return ({"checkpoint": format_name(q)} if named else {}) | (
+            {"act_dtype": serve.dtype} if serve.dtype and not q.act_dtype else {}
+        )
     checkpoint = isinstance(entry, dict) or "/" in serve.model  # (a config read, or a hub id of the catalog's)
-    if flag and named is None and (flag not in QUANTIZATION or (flag != "fp8" and checkpoint)):
+    if flag and (flag not in QUANTIZATION or (flag != "fp8" and checkpoint)):
         # AWQ, GPTQ, compressed-tensors and ModelOpt read weights quantised ahead of time, with the
         # scales their config names (vLLM: "Cannot find the config file for awq"); fp8 alone
         # quantises a 16-bit checkpoint online. (A catalog name, no checkpoint, asks what an
@@ -997,17 +1009,6 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
             f"vllm serve: --quantization {flag} reads a checkpoint quantised with it (a "
             f"quantization_config in its config.json), and {serve.model} has none; name such a "
             "checkpoint, or quantise this one online with --quantization fp8"
-        )
-    if flag and named is not None and flag not in NAMED_FLAGS[named.method]:
-        raise UserError(
-            f"vllm serve: --quantization {flag}, but {serve.model}'s name says its checkpoint is {named.method}-quantised, "
-            f"which vLLM serves with {' or '.join(NAMED_FLAGS[named.method])} (it refuses a --quantization "
-            "its checkpoint's config does not name); drop the flag or give the matching one"
-        )
-    if named is not None:  # the format by name (a flag of its family names no other bits: GPTQ-Int8
-        # stays int8), resolved as a folder's config is: its compute dtype on each device of a sweep
-        return {"checkpoint": format_name(named)} | (
-            {"act_dtype": serve.dtype} if serve.dtype and not named.act_dtype else {}
         )
     out: dict = {"weight_dtype": serve.dtype, "act_dtype": serve.dtype} if serve.dtype else {}
     if flag in QUANTIZATION:

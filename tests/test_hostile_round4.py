@@ -102,12 +102,10 @@ def test_a_hub_ids_format_and_the_quantization_flag_must_agree(tmp_path, capsys)
 def test_a_hub_ids_format_resolves_on_each_device(tmp_path) -> None:
     """``--scenario-out`` of a hub id named FP8 records the format (``model.checkpoint``), not the
     compute dtype of the GPU it was written for: the sweep's A100 point ran refused (act fp8 needs
-    FP8 units), and an A100-written file ran the H100 weight-only."""
-    from llmsim.scenario import apply_checkpoint
-
+    FP8 units), and an A100-written file ran the H100 weight-only. (scenario_from_dict resolves it.)"""
     for hw, act in [("H100-SXM", "fp8"), ("A100-SXM-80GB", "bf16")]:
         raw = {**SCENARIO, "hardware": hw, "model": {"name": "llama-3.1-8b", "checkpoint": "fp8"}}
-        sc = apply_checkpoint(scenario_from_dict(raw, "test", tmp_path))
+        sc = scenario_from_dict(raw, "test", tmp_path)
         assert (build_model(sc).weight_dtype, sc.model.act_dtype) == ("fp8", act)
     with pytest.raises(UserError, match="drop one"):
         scenario_from_dict({**SCENARIO, "model": {"hf_config": "x", "checkpoint": "fp8"}}, "test", tmp_path)
