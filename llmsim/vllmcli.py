@@ -80,15 +80,17 @@ REFUSED = {
     "--no-enable-chunked-prefill": "not modelled: llmsim's vllm policy always chunks prompts, as vLLM v1 does by default",
 }
 HF_OVERRIDES_REFUSAL = "serve a folder holding the config.json as overridden (llmsim reads the model from it)"
-# a quantisation method (--quantization, or a checkpoint's quantization_config.quant_method) ->
-# (weights, compute): vLLM's FP8 is W8A8 with dynamic activation scales where the GPU has FP8
-# units, else weight-only (Marlin); AWQ / GPTQ are weight-only at the checkpoint's bits (4 unless it says)
 # vllm serve's --block-size choices: vllm/config/cache.py `BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]`
 # (256 added after 0.10; the choices 1-128 before)
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
-QUANTIZATION: dict[str, tuple[str, str | None]] = {
-    "fp8": ("fp8", "fp8"),
-    **dict.fromkeys(("awq", "awq_marlin", "gptq", "gptq_marlin"), ("int4", None)),
+# a --quantization flag on a catalog model -> the checkpoint format (``model.checkpoint``) it asks
+# about: vLLM's fp8 quantises a 16-bit checkpoint online into what an FP8 checkpoint holds (W8A8
+# with dynamic activation scales where the GPU has FP8 units, else weight-only: Marlin); AWQ / GPTQ
+# read a 4-bit checkpoint (weight-only). Resolved on each device, as a named checkpoint is.
+QUANTIZATION: dict[str, str] = {
+    "fp8": "fp8",
+    **dict.fromkeys(("awq", "awq_marlin"), "awq"),
+    **dict.fromkeys(("gptq", "gptq_marlin"), "gptq-int4"),
 }
 # the --quantization values that only name a checkpoint's own format (its quantization_config says
 # the precision, quantconfig.py): accepted with such a checkpoint
@@ -970,13 +972,13 @@ def _family(method: str) -> str:
     return method.removesuffix("_marlin").removesuffix("_fp4")
 
 
-def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
-    """model.weight_dtype / act_dtype for --dtype and --quantization or the checkpoint's own
-    quantization_config (vLLM refuses the two disagreeing). Quantised compute (W8A8, W4A4) only on
-    a GPU with those matrix units: elsewhere vLLM runs the weights through its weight-only kernels
-    (Marlin), and the activations stay 16-bit."""
-    from llmsim.hardware import load_profile
-    from llmsim.quantconfig import format_name, split_quant_suffix
+def _precision(serve: Serve, entry: str | dict) -> dict:
+    """The scenario's model keys for --dtype and --quantization or the checkpoint's own
+    quantization_config (vLLM refuses the two disagreeing): a quantised format as
+    ``model.checkpoint`` (or the config itself), which the scenario resolves on each device:
+    quantised compute (W8A8, W4A4) only on a GPU with those matrix units; elsewhere vLLM runs the
+    weights through its weight-only kernels (Marlin), and the activations stay 16-bit."""
+    from llmsim.quantconfig import CHECKPOINT_FORMATS, format_name, split_quant_suffix
 
     own = checkpoint_quantization(entry)
     flag = serve.quantization
@@ -986,21 +988,14 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
     named = (
         None if own or isinstance(entry, dict) else split_quant_suffix(serve.model.rstrip("/").rsplit("/", 1)[-1])[1]
     )
-    if own or named:  # the checkpoint's format, from its config (build_model reads its weights) or its
-        # name (model.checkpoint): scenario.apply_checkpoint resolves its compute and KV dtypes on
-        # each device a plan or sweep tries (a flag of its family names no other bits: GPTQ-Int8 stays int8)
-        if flag and named is not None and flag not in NAMED_FLAGS[named.method]:
-            raise UserError(
-                f"vllm serve: --quantization {flag}, but {serve.model}'s name says its checkpoint is "
-                f"{named.method}-quantised, which vLLM serves with {' or '.join(NAMED_FLAGS[named.method])} (it "
-                "refuses a --quantization its checkpoint's config does not name); drop the flag or give the matching one"
-            )
-        q = own or named
-        return ({"checkpoint": format_name(q)} if named else {}) | (
-            {"act_dtype": serve.dtype} if serve.dtype and not q.act_dtype else {}
+    if flag and named is not None and flag not in NAMED_FLAGS[named.method]:
+        raise UserError(
+            f"vllm serve: --quantization {flag}, but {serve.model}'s name says its checkpoint is "
+            f"{named.method}-quantised, which vLLM serves with {' or '.join(NAMED_FLAGS[named.method])} (it "
+            "refuses a --quantization its checkpoint's config does not name); drop the flag or give the matching one"
         )
     checkpoint = isinstance(entry, dict) or "/" in serve.model  # (a config read, or a hub id of the catalog's)
-    if flag and (flag not in QUANTIZATION or (flag != "fp8" and checkpoint)):
+    if flag and not (own or named) and (flag not in QUANTIZATION or (flag != "fp8" and checkpoint)):
         # AWQ, GPTQ, compressed-tensors and ModelOpt read weights quantised ahead of time, with the
         # scales their config names (vLLM: "Cannot find the config file for awq"); fp8 alone
         # quantises a 16-bit checkpoint online. (A catalog name, no checkpoint, asks what an
@@ -1010,17 +1005,18 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
             f"quantization_config in its config.json), and {serve.model} has none; name such a "
             "checkpoint, or quantise this one online with --quantization fp8"
         )
-    out: dict = {"weight_dtype": serve.dtype, "act_dtype": serve.dtype} if serve.dtype else {}
-    if flag in QUANTIZATION:
-        weight, act = QUANTIZATION[flag]
-    else:
-        return out
-    if act is not None and not load_profile(hardware).computes_in(act):
-        act = None  # (FP8 on an A100, NVFP4 on an H100: vLLM's Marlin kernels, weight-only)
-    out["weight_dtype"] = weight
-    if act is not None:
-        out["act_dtype"] = act
-    return out
+    if flag and not (own or named):  # (a catalog model: the format the flag asks about)
+        named = CHECKPOINT_FORMATS[QUANTIZATION[flag]]
+    q = own or named
+    if q is None:
+        return {"weight_dtype": serve.dtype, "act_dtype": serve.dtype} if serve.dtype else {}
+    # the checkpoint's format, from its config (build_model reads its weights) or by name
+    # (model.checkpoint): scenario.apply_checkpoint resolves its compute and KV dtypes on each
+    # device a plan or sweep tries (a flag of a named format's family names no other bits:
+    # GPTQ-Int8 stays int8); --dtype is the 16-bit compute a weight-only format runs in
+    return ({"checkpoint": format_name(q)} if named else {}) | (
+        {"act_dtype": serve.dtype} if serve.dtype and not q.act_dtype else {}
+    )
 
 
 def dense_ignored(serve: Serve) -> list[str]:
@@ -1262,7 +1258,7 @@ def scenario_dict(
     the random dataset; ``kv_blocks``: the KV capacity the server logged, in vLLM's blocks (its
     null block included, as vLLM counts them)."""
     entry, _ = model_entry(serve.model)
-    precision = _precision(serve, entry, hardware)
+    precision = _precision(serve, entry)
     model = {**({"name": entry} if isinstance(entry, str) else entry), **precision} if precision else entry
     policy: dict = {"kind": "vllm"}
     for key, value in (

@@ -90,15 +90,24 @@ def test_precision_flags():
     fp8 = scenario_dict(
         "H100-SXM", parse_serve("vllm serve meta-llama/Llama-3.1-8B-Instruct --quantization fp8"), Bench()
     )
-    assert fp8["model"] == {"name": "llama-3.1-8b", "weight_dtype": "fp8", "act_dtype": "fp8"}
+    # a flag on a catalog model names the checkpoint format it asks about, resolved per device
+    assert fp8["model"] == {"name": "llama-3.1-8b", "checkpoint": "fp8"}
+    h100 = scenario_from_dict(fp8, "t", ROOT)
+    assert (build_model(h100).weight_dtype, h100.model.act_dtype) == ("fp8", "fp8")
     awq = scenario_dict("H100-SXM", parse_serve("llama-3.1-8b -q awq_marlin"), Bench())
-    assert awq["model"] == {"name": "llama-3.1-8b", "weight_dtype": "int4"}
+    assert awq["model"] == {"name": "llama-3.1-8b", "checkpoint": "awq"}
+    assert build_model(scenario_from_dict(awq, "t", ROOT)).weight_dtype == "int4"
+    gptq = scenario_dict("H100-SXM", parse_serve("llama-3.1-8b -q gptq"), Bench())
+    assert gptq["model"] == {"name": "llama-3.1-8b", "checkpoint": "gptq-int4"}
     awq16 = scenario_dict("H100-SXM", parse_serve("llama-3.1-8b -q awq --dtype float16"), Bench())
-    assert awq16["model"] == {"name": "llama-3.1-8b", "weight_dtype": "int4", "act_dtype": "fp16"}
-    # FP8 weights on a GPU without FP8 units: vLLM's Marlin kernel, weight-only
+    assert awq16["model"] == {"name": "llama-3.1-8b", "checkpoint": "awq", "act_dtype": "fp16"}
+    # FP8 weights on a GPU without FP8 units: vLLM's Marlin kernel, weight-only; the H100's file
+    # swept onto an A100 resolves there the same (it was refused: fp8 compute written in)
     a100 = scenario_dict("A100-SXM-80GB", parse_serve("llama-3.1-8b --quantization fp8"), Bench())
-    assert a100["model"] == {"name": "llama-3.1-8b", "weight_dtype": "fp8"}
-    scenario_from_dict(a100, "t", ROOT)
+    assert a100["model"] == fp8["model"]
+    for d in (a100, {**fp8, "hardware": "A100-SXM-80GB"}):
+        sc = scenario_from_dict(d, "t", ROOT)
+        assert (build_model(sc).weight_dtype, sc.model.act_dtype) == ("fp8", "bf16")
     half = scenario_dict("H100-SXM", parse_serve("llama-3.1-8b --dtype half --enforce-eager"), Bench())
     assert half["model"] == {"name": "llama-3.1-8b", "weight_dtype": "fp16", "act_dtype": "fp16"}
     assert half["cluster"]["cuda_graphs"] is False
