@@ -89,12 +89,15 @@ def read_quant(cfg: dict, where: str, folder: Path | None = None) -> CheckpointQ
             "set model.weight_dtype / act_dtype in a scenario"
         )
     if method == "fp8":
+        # (Fp8Config.from_config: ignored_layers, else modules_to_not_convert; exact module names)
+        field = "ignored_layers" if q.get("ignored_layers") else "modules_to_not_convert"
+        _check_whole(q.get(field), f"{key}.{field}", "exact module names", _layers(cfg))
         return CheckpointQuant("fp8", "fp8", "fp8")
     if method in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
         return _awq_gptq(q, str(method), key, _layers(cfg))
     if method == "compressed-tensors":
         return _compressed_tensors(q, key, _layers(cfg))
-    return _modelopt(q, str(method), key)
+    return _modelopt(q, str(method), key, _layers(cfg))
 
 
 def _int(q: dict, field: str, key: str, default: int | None = None) -> int | None:
@@ -142,7 +145,7 @@ def _awq_gptq(q: dict, method: str, key: str, layers: int = 0) -> CheckpointQuan
     # bits; AWQ with zero_point false, and GPTQ (symmetric), have the scale alone
     scale = 16.0 if not awq or q.get("zero_point") is False else None
     group = _group(q, key, "q_group_size" if awq and "q_group_size" in q else "group_size")
-    _check_whole(q.get("modules_to_not_convert"), f"{key}.modules_to_not_convert", False, layers)
+    _check_whole(q.get("modules_to_not_convert"), f"{key}.modules_to_not_convert", "substrings of module names", layers)
     return CheckpointQuant(method, f"int{bits}", "", group, scale)
 
 
@@ -193,9 +196,11 @@ def _plain(entry: str) -> str:
     return text.replace("[.]", ".").replace("\\", "")
 
 
-def _check_whole(entries: object, key: str, exact: bool, layers: int = 0) -> None:
+def _check_whole(entries: object, key: str, how: str, layers: int = 0) -> None:
     """Refuse a list of modules left unquantised (compressed-tensors ``ignore``, exact names or
-    ``re:`` patterns; AWQ's ``modules_to_not_convert``, substrings of names) that reaches beyond
+    ``re:`` patterns; AWQ's ``modules_to_not_convert``, substrings of names; the fp8 method's
+    ``ignored_layers``, exact names; ModelOpt's ``exclude_modules`` / ``ignore``, wildcards), ``how``
+    says which, that reaches beyond
     the minor ones, or names modules by path in more than an eighth of the layers (at least two):
     priced as quantised, those layers' weights would be counted at a quarter of their bytes (a
     16 GB model as 5.7 GB)."""
@@ -210,7 +215,6 @@ def _check_whole(entries: object, key: str, exact: bool, layers: int = 0) -> Non
     if len(by_layer) > max(2, layers // 8):
         major.append(f"modules of {len(by_layer)} layers by path")
     if major:
-        how = "exact names or re: patterns" if exact else "substrings of module names"
         raise UserError(
             f"{key}: {cut(repr(major), 80)} ({how}) leaves decoder layers unquantised; llmsim prices one "
             "precision per model: set model.weight_dtype / act_dtype in a scenario for a partly quantised checkpoint"
@@ -248,7 +252,7 @@ def _compressed_tensors(q: dict, key: str, layers: int = 0) -> CheckpointQuant:
             f"{key}.config_groups: the groups quantise layers differently ({listed}); llmsim prices one precision "
             "per model: set model.weight_dtype / act_dtype in a scenario for the layers that dominate"
         )
-    _check_whole(q.get("ignore"), f"{key}.ignore", True, layers)
+    _check_whole(q.get("ignore"), f"{key}.ignore", "exact names or re: patterns", layers)
     targets = [t for g in groups.values() for t in (g.get("targets") or ["Linear"])]
     if all(isinstance(t, str) and _MINOR.search(_plain(t)) for t in targets):
         raise UserError(
@@ -291,8 +295,12 @@ _MODELOPT = {
 }
 
 
-def _modelopt(q: dict, method: str, key: str) -> CheckpointQuant:
+def _modelopt(q: dict, method: str, key: str, layers: int = 0) -> CheckpointQuant:
     inner = q.get("quantization") if isinstance(q.get("quantization"), dict) else q
+    # (ModelOptQuantConfigBase.from_config: a legacy file's exclude_modules, else config.json's
+    # ignore; wildcards)
+    field = "exclude_modules" if inner is not q else "ignore"
+    _check_whole(inner.get(field), f"{key}{'.quantization' if inner is not q else ''}.{field}", "wildcards", layers)
     algo = inner.get("quant_algo") or ("MXFP8" if "mxfp8" in method else None)  # (MiniMax's quant_method mxfp8)
     if not isinstance(algo, str) or algo.upper() not in _MODELOPT:
         raise UserError(

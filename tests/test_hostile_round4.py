@@ -207,3 +207,28 @@ def test_groups_that_do_not_divide_a_layer_are_refused(tmp_path) -> None:
     with pytest.raises(UserError, match="the checkpoint's group_size 7: .*hidden_size"):
         llmsim.run({**SCENARIO, "model": {"hf_config": str(folder)}})
     llmsim.run({**SCENARIO, "model": {"name": "llama-3.1-8b", "weight_dtype": "int4", "weight_group_size": 64}})
+
+
+def test_fp8_and_modelopt_exclusion_lists_are_read() -> None:
+    """The fp8 method's ``ignored_layers`` (else ``modules_to_not_convert``: vLLM's
+    Fp8Config.from_config) and ModelOpt's ``exclude_modules`` (legacy hf_quant_config.json) /
+    ``ignore`` (config.json) were not read: every layer left in 16 bits was priced in fp8 / fp4."""
+    attn_all = [f"model.layers.{i}.self_attn.o_proj" for i in range(32)]
+    fp8 = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    legacy = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16}}
+    modelopt = {"quant_method": "modelopt", "quant_algo": "FP8"}
+    for q, field in [
+        (fp8 | {"ignored_layers": ["lm_head", *attn_all]}, "ignored_layers"),
+        (fp8 | {"modules_to_not_convert": ["lm_head", *attn_all]}, "modules_to_not_convert"),
+        (legacy | {"quantization": legacy["quantization"] | {"exclude_modules": ["model.layers.*.mlp*"]}}, "exclude"),
+        (modelopt | {"ignore": ["lm_head", "model.layers.*.self_attn*"]}, "ignore"),
+    ]:
+        with pytest.raises(UserError, match=f"{field}.*leaves decoder layers unquantised"):
+            read_quant({"quantization_config": q, "num_hidden_layers": 32}, "config.json")
+    # what such checkpoints usually leave out: the LM head, a router, a layer or two
+    for q in [
+        fp8 | {"ignored_layers": ["lm_head", "model.layers.0.mlp.gate"]},
+        legacy | {"quantization": legacy["quantization"] | {"exclude_modules": ["lm_head", "*.mlp.gate"]}},
+        modelopt | {"ignore": ["lm_head", "model.layers.0.self_attn*"]},
+    ]:
+        assert read_quant({"quantization_config": q, "num_hidden_layers": 32}, "config.json") is not None
