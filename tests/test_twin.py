@@ -534,3 +534,19 @@ def test_runs_of_two_campaigns_with_one_name_keep_their_campaigns(tmp_path, monk
     assert main(["twin", "--engine", "vllm", "."]) == 0
     row = capsys.readouterr().out.splitlines()[2].split()
     assert row[:2] == ["poisson-light", "validation"]
+
+
+def test_vllm_replay_prices_a_run_in_the_dtype_it_served(tmp_path):
+    """Every replay was priced in fp32 whatever the run's engine_args.dtype (vLLM's CPU backend
+    serves bf16 on AMX machines): a bf16 run read at twice its weight bytes."""
+    from llmsim.calibration.replay import scenario_dict
+    from llmsim.calibration.serving import read_run
+
+    run = _copied_run(tmp_path)
+    meta = json.loads((run / "meta.json").read_text())
+    meta["engine_args"]["dtype"] = "bfloat16"
+    (run / "meta.json").write_text(json.dumps(meta))
+    d = scenario_dict(
+        read_run(run), tmp_path / "t.jsonl", tmp_path / "h.yaml", tmp_path / "e.yaml", tmp_path / "c.json"
+    )
+    assert (d["model"]["weight_dtype"], d["model"]["act_dtype"], d["kv_cache"]["dtype"]) == ("bf16",) * 3

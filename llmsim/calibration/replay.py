@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from llmsim.calibration.serving import ServingRun, meta_flag, read_run
+from llmsim.calibration.serving import ServingRun, meta_flag, read_run, run_dtype
 from llmsim.errors import NUMBER_TOO_LONG, UserError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -161,10 +161,11 @@ def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, mo
     if blocks < 2:
         raise UserError(f"{run.folder}/meta.json: no KV block count (resolved.num_kv_blocks)")
     budget = whole(sch, ".scheduler", "max_num_batched_tokens")
+    dtype = run_dtype(run)  # (as calibrate --serving reads it; the KV cache in it, vLLM's auto)
     return {
         "name": f"replay-{run.name}",
         "seed": 0,
-        "model": {"hf_config": str(model_config), "weight_dtype": "fp32", "act_dtype": "fp32"},
+        "model": {"hf_config": str(model_config), "weight_dtype": dtype, "act_dtype": dtype},
         "hardware": str(hardware),
         "engine": {
             "profile": str(engine),
@@ -186,7 +187,7 @@ def scenario_dict(run: ServingRun, trace: Path, hardware: Path, engine: Path, mo
             "num_blocks": blocks - 1,  # vLLM's block 0 is the null block (v1/core/block_pool.py)
             "prefix_caching": meta_flag(cache, "enable_prefix_caching", False, f"{where}.cache"),
             "watermark": float(watermark),
-            "dtype": "fp32",
+            "dtype": dtype,
         },
         "workload": {"kind": "trace", "trace": {"path": str(trace), "format": "llmservingsim"}},
         "output": {"steps": "none"},
