@@ -105,7 +105,9 @@ NAMED_FLAGS: dict[str, tuple[str, ...]] = {
     "gptq": ("gptq", "gptq_marlin"),
     **dict.fromkeys(("w8a8", "w4a16", "w8a16"), ("compressed-tensors",)),
 }
-DTYPES = {"auto": None, "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}
+# vllm serve's --dtype choices (vllm/config/model.py ModelDType: auto, half, float16, bfloat16, float,
+# float32); fp32 serving on a GPU (no FlashAttention, no tensor-core GEMMs) is not modelled
+DTYPES = {"auto": None, "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float": "fp32", "float32": "fp32"}
 KV_DTYPES = {"auto": None, "bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 
 
@@ -478,6 +480,11 @@ def _check_serve(ns: argparse.Namespace) -> None:
     if util is not None and not 0 < util <= 1:
         raise UserError(
             f"vllm serve: --gpu-memory-utilization {util}: expected a share of the GPU's memory, above 0 and at most 1"
+        )
+    if DTYPES.get(ns.dtype) == "fp32":
+        raise UserError(
+            f"vllm serve: --dtype {ns.dtype}: vLLM takes it, but fp32 serving on a GPU is not modelled "
+            "(llmsim prices bf16 / fp16 GEMMs and attention there); serve in bfloat16 or float16"
         )
     if ns.quantization is not None and ns.quantization not in (*QUANTIZATION, *CHECKPOINT_QUANTIZATION):
         known = sorted((*QUANTIZATION, *CHECKPOINT_QUANTIZATION))

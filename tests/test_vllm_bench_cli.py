@@ -126,6 +126,9 @@ def test_precision_flags():
             "llmsim reads awq, awq_marlin, compressed-tensors, fp8",
         ),
         ("vllm serve llama-3.1-8b -tp 0", "-tp 0: expected 1 or more"),
+        # vLLM's own --dtype choices: fp16 is not one; float32 is, but not modelled on a GPU
+        ("vllm serve llama-3.1-8b --dtype fp16", "invalid choice: 'fp16'"),
+        ("vllm serve llama-3.1-8b --dtype float32", "--dtype float32: vLLM takes it, but fp32 serving"),
         ("vllm serve llama-3.1-8b -pp 0", "-pp 0: expected 1 or more"),
         ("vllm serve llama-3.1-8b --gpu-memory-utilization 0", "above 0 and at most 1"),
         ("vllm serve llama-3.1-8b --num-gpu-blocks-override 1", "--num-gpu-blocks-override 1: expected 2 or more"),
