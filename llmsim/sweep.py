@@ -489,13 +489,29 @@ def _run_local(tasks: list[tuple], workers: int | None, progress: bool, desc: st
                 out[i] = row
                 bar.update()
         else:
-            with ProcessPoolExecutor(max_workers=workers, initializer=_quiet_signals) as pool:
+            pool = ProcessPoolExecutor(max_workers=workers, initializer=_quiet_signals)
+            try:
                 futures = {pool.submit(_indexed, t): t for t in tasks}
                 for fut in as_completed(futures):
                     i, row = _collect(fut, futures[fut])
                     out[i] = row
                     bar.update()
+            except BaseException:  # (Ctrl-C, a kill: stop now; `with` would run every point left first)
+                _stop(pool)
+                raise
+            pool.shutdown()
     return [r for r in out if r is not None]
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel the points not started and end the workers running one (Python 3.14's
+    ``terminate_workers``; before it, the pool's own process table)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # (shutdown forgets them)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(timeout=5)
 
 
 def _quiet_signals() -> None:

@@ -262,3 +262,29 @@ def test_fixed_values_that_need_an_axis_are_validated_with_it(tmp_path, capsys):
     args += ["--set", "cluster.prefill_pool=null", "--set", "cluster.decode_pool=null"]
     assert main([*args, "--workers", "1", "--no-report", "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
     assert pd.read_parquet(out / "sweep.parquet")["error"].isna().all()
+
+
+def _slow_point(task: tuple) -> tuple[int, dict]:
+    import time
+
+    time.sleep(1.0)
+    return task[0], {}
+
+
+def test_an_interrupted_sweep_stops_its_workers_at_once(monkeypatch):
+    """Ctrl-C or SIGTERM reaching the sweep's own process left the pool to finish every point
+    still queued (the executor's `with` waits for them): a 2,000-point sweep ran on for 22 s, and
+    a Ctrl-C to the process group could hang it for good (hostile round 5)."""
+    import _thread
+    import threading
+    import time
+
+    from llmsim import sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "_indexed", _slow_point)  # (the forked workers inherit it)
+    tasks = [(i,) for i in range(40)]  # 20 s of points on two workers
+    threading.Timer(1.5, _thread.interrupt_main).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sweep_module._run_local(tasks, 2, False, "points")
+    assert time.monotonic() - start < 10
