@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 import llmsim
 from llmsim.build import build_workload
@@ -93,6 +94,38 @@ def test_trace_rate_is_scaled_by_speedup_keeping_the_shape(tmp_path):
     np.testing.assert_allclose(w3.arrival_s, w1.arrival_s / 3)
     np.testing.assert_array_equal(w3.prompt_tokens, w1.prompt_tokens)
     assert w3.stats()["mean_rate_rps"] == pytest.approx(target)
+
+
+def test_a_plan_s_rate_counts_requests_not_sessions(tmp_path):
+    """The plan's req/s was rate_rps whatever the workload made of it: 3-turn conversations at 4
+    sessions/s read "4 req/s" (12 were sent a second), a rate profile's quiet stretch was not
+    counted, and a client's max_concurrency let a candidate "meet" a rate it served a hundredth of
+    (hostile round 5)."""
+    p = tmp_path / "synth.yaml"
+    p.write_text(SYNTH)
+    assert rate_knob(Base.from_path(p)) == ("workload.rate_rps", 1.0)
+    for overrides, per_unit in [
+        ({"workload.conversations": {"turns": 3, "think_s": 1}}, 3.0),
+        ({"workload.conversations": {"turns": 3, "closed_loop": True, "fanout": 2}}, 3.0 + 2 * 2),
+        (
+            {"workload.rate_profile": [[0, 1], [2, 0.1]], "workload.duration_s": 20, "workload.num_requests": None},
+            (2 + 18 * 0.1) / 20,
+        ),
+    ]:
+        data = yaml.safe_load(SYNTH)
+        for key, value in overrides.items():
+            data["workload"][key.split(".")[1]] = value
+        p.write_text(yaml.safe_dump(data))
+        assert rate_knob(Base.from_path(p)) == ("workload.rate_rps", pytest.approx(per_unit))
+    for key, value, named in [
+        ("rate_profile", [[0, 1], [2, 0.1]], "rate_profile with num_requests"),
+        ("max_concurrency", 2, "max_concurrency: the plan searches"),
+    ]:
+        data = yaml.safe_load(SYNTH)
+        data["workload"][key] = value
+        p.write_text(yaml.safe_dump(data))
+        with pytest.raises(UserError, match=named):
+            rate_knob(Base.from_path(p))
 
 
 def test_all_at_once_has_no_rate_to_search(tmp_path):

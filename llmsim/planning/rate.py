@@ -12,7 +12,8 @@ from llmsim.planning.base import Base
 
 
 def rate_knob(base: Base) -> tuple[str, float]:
-    """(key to override, rate in req/s per unit of that key). Trace: speedup; synthetic: rate_rps."""
+    """(key to override, rate in req/s per unit of that key). Trace: speedup; synthetic: rate_rps
+    (``requests_per_rate_unit``)."""
     from llmsim.build import build_workload
 
     sc = base.scenario()
@@ -22,8 +23,14 @@ def rate_knob(base: Base) -> tuple[str, float]:
             f"{base.origin}: workload.ramp_up: the plan searches one arrival rate (workload.rate_rps), and a ramp "
             "sets each request's own; give rate_rps in its place"
         )
+    if w.kind in ("poisson", "gamma") and w.max_concurrency:
+        raise UserError(
+            f"{base.origin}: workload.max_concurrency: the plan searches the rate requests arrive at, and a "
+            "client's cap holds them back from it (each one's latency counts from its send), so a candidate "
+            "could meet the SLOs at a rate it never serves; remove the cap (a deployment's traffic is open loop)"
+        )
     if w.kind in ("poisson", "gamma"):
-        return "workload.rate_rps", 1.0
+        return "workload.rate_rps", requests_per_rate_unit(base)
     if w.kind == "trace":
         assert w.trace is not None
         unit = base.scenario({"workload.trace.speedup": 1.0})
@@ -34,6 +41,28 @@ def rate_knob(base: Base) -> tuple[str, float]:
     raise UserError(
         f"{base.origin}: workload.kind {w.kind!r} has no arrival rate to scale; use poisson, gamma or trace"
     )
+
+
+def requests_per_rate_unit(base: Base) -> float:
+    """Requests a second that one unit of ``workload.rate_rps`` offers: every turn of a conversation
+    is a request (and each sub-call of a closed loop's), and a rate profile scales the rate by its
+    mean over the arrivals' window (``duration_s``: with ``num_requests`` the window, and so that
+    mean, moves with the rate; refused). 1 for a plain workload."""
+    from llmsim.workload.generators import profile_integral
+
+    w = base.scenario().workload
+    per = 1.0
+    c = w.conversations
+    if c is not None:
+        per = c.turns + (c.fanout * (c.turns - 1) if c.closed_loop else 0)
+    if w.rate_profile is not None:
+        if not w.duration_s:
+            raise UserError(
+                f"{base.origin}: workload.rate_profile with num_requests: the requests span more or less of the "
+                "profile as the plan moves the rate, so no one rate describes them; give workload.duration_s"
+            )
+        per *= float(profile_integral(w.rate_profile, w.duration_s)) / w.duration_s
+    return per
 
 
 def rate_overrides(base: Base, rate_rps: float, knob: tuple[str, float] | None = None) -> dict[str, object]:
@@ -47,7 +76,7 @@ def offered_rate(base: Base, knob: tuple[str, float] | None = None) -> float:
     key, per_unit = knob or rate_knob(base)
     sc = base.scenario()
     if key == "workload.rate_rps":
-        return float(sc.workload.rate_rps or 0.0)
+        return float(sc.workload.rate_rps or 0.0) * per_unit
     assert sc.workload.trace is not None
     return sc.workload.trace.speedup * per_unit
 
@@ -62,7 +91,8 @@ def check_target(base: Base, target_rps: float | None, flag: str = "--target-rps
         return
     if not (math.isfinite(target_rps) and target_rps > 0):
         raise UserError(f"{flag} {target_rps:g}: expected a positive, finite arrival rate in req/s")
+    knob = rate_knob(base)  # (the workload's own mistakes name its file, not the flag)
     try:
-        build_workload(base.scenario(rate_overrides(base, target_rps)))
+        build_workload(base.scenario(rate_overrides(base, target_rps, knob)))
     except UserError as exc:
         raise UserError(f"{flag} {target_rps:g}: {reason(exc, base.origin)}") from None
