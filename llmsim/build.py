@@ -77,7 +77,7 @@ def _with_groups(sc: Scenario, m: ModelSpec) -> ModelSpec:
     return m.with_(weight_group_size=size, weight_scale_bits=bits)
 
 
-def _trace(path: Path, fmt: str, hash_block_tokens: int) -> Workload:
+def _trace(path: Path, fmt: str, hash_block_tokens: int, window: tuple | None = None) -> Workload:
     """``load_trace``, kept for the next call with the same file version (``hardware.file_version``),
     name (the workload's ``source`` says it), format and hash block: a sweep or plan reads one trace
     at every point (9 ms each for the Azure conversation trace, a tenth of a plan point)."""
@@ -86,17 +86,19 @@ def _trace(path: Path, fmt: str, hash_block_tokens: int) -> Workload:
     try:
         version = file_version(Path(path))
     except (OSError, RuntimeError):
-        return load_trace(path, fmt, hash_block_tokens)  # (it says what is wrong with the file)
-    return _read_trace(str(path), version, fmt, hash_block_tokens)
+        return load_trace(path, fmt, hash_block_tokens, window)  # (it says what is wrong with the file)
+    return _read_trace(str(path), version, fmt, hash_block_tokens, window)
 
 
 @functools.lru_cache(maxsize=1)
-def _read_trace(shown: str, version: tuple[str, int, int, int, int, int], fmt: str, hash_block_tokens: int) -> Workload:
+def _read_trace(
+    shown: str, version: tuple[str, int, int, int, int, int], fmt: str, hash_block_tokens: int, window: tuple | None
+) -> Workload:
     """The last trace read (memory holds one trace at most); ``slice_and_scale`` copies what a run
     uses, so the kept one is never changed."""
     from llmsim.workload.traces import load_trace
 
-    return load_trace(Path(shown), fmt, hash_block_tokens)
+    return load_trace(Path(shown), fmt, hash_block_tokens, window)
 
 
 def build_workload(sc: Scenario) -> Workload:
@@ -106,7 +108,9 @@ def build_workload(sc: Scenario) -> Workload:
     if w.kind == "trace":
         assert w.trace is not None
         t = w.trace
-        wl = _trace(sc.path(t.path), t.format, t.hash_block_tokens or sc.kv_cache.block_tokens)
+        # a generic trace's prompt ids are made for the rows a run keeps only (other formats: kept whole)
+        window = (t.start_s, t.duration_s, t.max_requests) if t.format == "generic" else None
+        wl = _trace(sc.path(t.path), t.format, t.hash_block_tokens or sc.kv_cache.block_tokens, window)
         wl = slice_and_scale(wl, t.start_s, t.duration_s, t.max_requests, t.speedup)
         if wl.lora is not None and (wl.lora >= 0).any() and sc.lora is None:
             raise UserError(

@@ -192,6 +192,19 @@ def _first(mask: np.ndarray) -> int | None:
     return int(idx[0]) if len(idx) else None
 
 
+def window_rows(
+    arrival_s: np.ndarray, start_s: float = 0.0, duration_s: float | None = None, max_requests: int | None = None
+) -> np.ndarray:
+    """The rows ``slice_and_scale`` keeps: arrivals in [start_s, start_s + duration_s) of the
+    trace's own clock (from its first arrival), the first ``max_requests`` of them."""
+    t = arrival_s - (arrival_s[0] if len(arrival_s) else 0.0)
+    keep = t >= start_s
+    if duration_s is not None:
+        keep &= t < start_s + duration_s
+    idx = np.flatnonzero(keep)
+    return idx if max_requests is None else idx[:max_requests]
+
+
 def slice_and_scale(
     w: Workload,
     start_s: float = 0.0,
@@ -202,12 +215,7 @@ def slice_and_scale(
     """Keep arrivals in [start_s, start_s + duration_s) of the trace's own clock, at most
     ``max_requests``, re-based to start at 0 and compressed by ``speedup`` (2 = twice the rate)."""
     t = w.arrival_s - (w.arrival_s[0] if len(w) else 0.0)
-    keep = t >= start_s
-    if duration_s is not None:
-        keep &= t < start_s + duration_s
-    idx = np.flatnonzero(keep)
-    if max_requests is not None:
-        idx = idx[:max_requests]
+    idx = window_rows(w.arrival_s, start_s, duration_s, max_requests)
     if len(idx) == 0:
         raise UserError(f"{w.source}: no requests left after slicing (start_s={start_s}, duration_s={duration_s})")
     arr = (t[idx] - t[idx[0]]) / speedup

@@ -30,9 +30,11 @@ from llmsim.errors import (
     cut,
     no_twice,
 )
-from llmsim.workload.base import Workload
+from llmsim.workload.base import Workload, window_rows
 from llmsim.workload.identity import DEFAULT_HASH_BLOCK_TOKENS, segment_block_ids, segment_key, token_block_ids
 from llmsim.workload.limits import MAX_REQUESTS, MAX_TOKENS_PER_REQUEST, MAX_TRACE_BYTES, as_float, check_prefix_blocks
+
+Window = tuple[float, float | None, int | None]  # a run's (start_s, duration_s, max_requests)
 
 
 def check_trace_file(path: Path) -> None:
@@ -423,11 +425,16 @@ def _check_near_misses(df: pd.DataFrame, path: Path) -> None:
             raise UserError(f"{path}: column {cut(name, 40)!r} is not read (did you mean {close[0]!r}?)")
 
 
-def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS) -> Workload:
+def load_generic(
+    path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS, window: Window | None = None
+) -> Workload:
     """Generic CSV or JSONL with ``arrival_s, prompt_tokens, output_tokens`` and optional ``class``,
     ``prompt_id``, ``prefix_group`` and ``prefix_tokens`` (prompt identity, see ``_identity``) and
     ``lora`` (the LoRA adapter a request names, as vLLM's OpenAI server takes it in ``model``; an
-    empty cell: the base model; adapters numbered in order of first appearance)."""
+    empty cell: the base model; adapters numbered in order of first appearance). ``window``: the
+    (start_s, duration_s, max_requests) a run keeps (``slice_and_scale``): only its rows (and the
+    first, the clock's origin) get prefix ids, so a slice of a long file is not refused for the
+    content ids of rows it drops."""
     columns = ("arrival_s", "prompt_tokens", "output_tokens")
     lines: np.ndarray | None = None  # CSV rows count from the header; JSONL rows are their lines
     if path.suffix == ".jsonl":
@@ -450,7 +457,8 @@ def load_generic(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS)
     empty = np.flatnonzero(prompt < 1)
     if len(empty):  # (named by its row here: the workload's own check counts requests from 0)
         raise UserError(f"{_where(path, int(empty[0]), lines)}: column 'prompt_tokens': must be >= 1, got 0")
-    hashes = _identity(df, prompt, path, hash_block_tokens, lines)
+    rows = None if window is None else np.union1d([0], window_rows(t, *window))
+    hashes = _identity(df, prompt, path, hash_block_tokens, lines, rows)
     lora = _adapters(df, path, lines) if "lora" in df.columns else None
     return Workload(
         t,
@@ -520,7 +528,12 @@ def _labels(df: pd.DataFrame, col: str, path: Path | None = None, lines: np.ndar
 
 
 def _identity(
-    df: pd.DataFrame, prompt: np.ndarray, path: Path, block_tokens: int, lines: np.ndarray | None = None
+    df: pd.DataFrame,
+    prompt: np.ndarray,
+    path: Path,
+    block_tokens: int,
+    lines: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
 ) -> list[list[int]] | None:
     """Prefix ids from the optional identity columns, or None when the trace has neither.
 
@@ -528,7 +541,8 @@ def _identity(
       the first n tokens of that id's text, so a shorter prompt is a prefix of a longer one);
     - ``prefix_group`` with ``prefix_tokens``: rows of one group start with the same
       ``prefix_tokens`` tokens (a shared system prompt); the rest is the row's own, or its
-      ``prompt_id``'s. An empty cell means "none" for that row."""
+      ``prompt_id``'s. An empty cell means "none" for that row.
+    ``rows``: the rows a run keeps (None: all); the others get no ids (a run drops them)."""
     has_prompt, has_group = "prompt_id" in df.columns, "prefix_group" in df.columns
     if not has_prompt and not has_group:
         if "prefix_tokens" in df.columns:
@@ -551,15 +565,20 @@ def _identity(
             raise UserError(
                 f"{_where(path, i, lines)}: prefix_tokens ({pre[i]}) is longer than the prompt ({prompt[i]} tokens)"
             )
-    check_prefix_blocks(prompt, block_tokens, str(path))
-    out = []
-    for i in range(n):
+    kept = np.arange(n) if rows is None else rows
+    check_prefix_blocks(prompt[kept], block_tokens, str(path))
+    out: list[list[int]] = [[] for _ in range(n)] if rows is not None else []
+    for i in kept:
         segments = []
         if groups[i] is not None and pre[i] > 0:
             segments.append((segment_key("group", groups[i]), int(pre[i])))
         rest = segment_key("prompt", prompt_ids[i]) if prompt_ids[i] is not None else segment_key("row", i)
         segments.append((rest, int(prompt[i] - pre[i])))
-        out.append(segment_block_ids(segments, block_tokens))
+        ids = segment_block_ids(segments, block_tokens)
+        if rows is None:
+            out.append(ids)
+        else:
+            out[i] = ids
     return out
 
 
@@ -639,12 +658,17 @@ def _token_ids(ids: object, count: int, where: str) -> np.ndarray:
     return arr
 
 
-def load_trace(path: Path, fmt: str, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS) -> Workload:
+def load_trace(
+    path: Path, fmt: str, hash_block_tokens: int = DEFAULT_HASH_BLOCK_TOKENS, window: Window | None = None
+) -> Workload:
     """Load a trace; formats that carry prompt content (token ids, prompt ids) are hashed into
-    chained ids of ``hash_block_tokens``-token blocks (Mooncake's ids are 512-token, by the format)."""
+    chained ids of ``hash_block_tokens``-token blocks (Mooncake's ids are 512-token, by the format);
+    a generic trace's prompt ids only over the ``window`` a run keeps (``load_generic``)."""
     if fmt not in FORMATS:
         raise UserError(f"unknown trace format {fmt!r}; expected one of {list(FORMATS)}")
-    if fmt in _CONTENT_LOADERS:
+    if fmt == "generic":
+        w = load_generic(Path(path), hash_block_tokens, window)
+    elif fmt in _CONTENT_LOADERS:
         w = _CONTENT_LOADERS[fmt](Path(path), hash_block_tokens)
     else:
         w = _LOADERS[fmt](Path(path))

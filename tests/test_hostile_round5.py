@@ -1,0 +1,39 @@
+"""Findings of the fifth hostile round (2026-12-07) that have no better home."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmsim.build import build_workload
+from llmsim.errors import UserError
+from llmsim.scenario import scenario_from_dict
+
+
+def _trace_scenario(tmp_path, **trace) -> object:
+    rows = [f"{i * 0.1:.1f},160,8,p{i % 50}" for i in range(1000)]
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens,prompt_id\n" + "\n".join(rows) + "\n")
+    data = {
+        "name": "window",
+        "model": "llama-3.1-8b",
+        "hardware": "H100-SXM",
+        "workload": {"kind": "trace", "trace": {"path": "t.csv", "format": "generic", **trace}},
+    }
+    return scenario_from_dict(data, "test", tmp_path)
+
+
+def test_a_trace_slice_counts_only_its_own_prompts_content_ids(tmp_path, monkeypatch) -> None:
+    """A 1M-row generic trace with prompt ids was refused for the content ids of the whole file
+    (66M over the 50M limit) when the run asked for its first 200 requests."""
+    import llmsim.workload.limits as limits
+
+    whole = build_workload(_trace_scenario(tmp_path))  # (under the real limit)
+    monkeypatch.setattr(limits, "MAX_PREFIX_BLOCKS", 5_000)  # the file needs 10,000 (10 per row)
+    with pytest.raises(UserError, match="10,000 content ids"):
+        build_workload(_trace_scenario(tmp_path))
+    for trace in ({"max_requests": 100}, {"start_s": 50.0, "duration_s": 10.0}):
+        w = build_workload(_trace_scenario(tmp_path, **trace))
+        assert len(w) == 100
+        if "max_requests" in trace:  # the same ids as the whole file's first rows carry
+            assert w.block_hashes == whole.block_hashes[:100]
+            np.testing.assert_array_equal(w.arrival_s, whole.arrival_s[:100])
