@@ -1004,7 +1004,9 @@ def expert_parallel_degree(model: ModelSpec, p: PoolConfig, key: str, redundant:
     if not redundant and model.num_experts % ep:
         raise UserError(
             f"{key}.expert_parallel: the expert-parallel degree {ep} (replicas {p.replicas} x tp {p.tp}) does "
-            f"not divide the {model.num_experts} experts of {model.name}"
+            f"not divide the {model.num_experts} experts of {model.name}: vLLM gives the first ranks one expert "
+            "more (determine_expert_map), which llmsim does not model (it prices equal shares); choose a degree "
+            "that divides them"
         )
     return ep
 

@@ -117,7 +117,8 @@ def check_step(args: argparse.Namespace, model: ModelSpec, hw: HardwareProfile) 
         if args.ep < 1 or args.ep % args.tp or model.num_experts % args.ep:
             raise UserError(
                 f"--ep {args.ep}: must be a multiple of --tp {args.tp} (ep = data-parallel ranks x tp) that "
-                f"divides the {model.num_experts} experts of {model.name}"
+                f"divides the {model.num_experts} experts of {model.name} (vLLM gives the first ranks of an uneven "
+                "split one expert more, which llmsim does not model)"
             )
     from llmsim.costmodel.comm import deepep_refusal
 
