@@ -539,16 +539,22 @@ def cpu_subset(hw: HardwareProfile, sockets: int | None, cores: int | None, key:
     return hw.model_copy(update=update)
 
 
-def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> HardwareProfile:
-    """Load a profile by shipped name (e.g. ``H100-SXM``) or by a path to a YAML file."""
+def profile_file(name_or_path: str | Path, base_dir: Path | None = None) -> Path:
+    """The YAML file a profile name (a shipped one, matched as ``load_profile`` matches it: any
+    case) or path names; a relative path from ``base_dir``."""
     text = str(name_or_path)
     path = Path(text)
     if not path.is_absolute() and base_dir is not None and (base_dir / path).suffix in (".yaml", ".yml"):
         path = base_dir / path
     if path.suffix not in (".yaml", ".yml"):
         profiles = available_profiles()
-        key = _match_name(text, list(profiles))
-        path = profiles[key]
+        path = profiles[_match_name(text, list(profiles))]
+    return path
+
+
+def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> HardwareProfile:
+    """Load a profile by shipped name (e.g. ``H100-SXM``) or by a path to a YAML file."""
+    path = profile_file(name_or_path, base_dir)
     try:
         version = file_version(path)
     except (OSError, RuntimeError):  # (missing, unreadable, a symlink loop: load_yaml_file says which)

@@ -158,8 +158,10 @@ def parse_grid(items: list[str]) -> dict[str, list[object]]:
             )
         seen: set[object] = set()
         numeric = any(isinstance(v, int | float) and not isinstance(v, bool) for v in vals)
+        profiles = key.strip().endswith("hardware")
         for value in vals:  # (as typed: a list or a mapping is a value too, and unhashable; a number by its value)
-            same = _same_value(value, numeric)
+            named = profiles and isinstance(value, str) and not value.lower().endswith((".yaml", ".yml"))
+            same = _same_value(value.casefold() if named else value, numeric)  # (a shipped profile: any case)
             if same in seen:  # every point with it would be simulated twice, two rows saying the same
                 shown = shown_value(value)
                 raise UserError(f"--set {cut(item)!r}: the value {cut(shown)} is given twice; list each value once")

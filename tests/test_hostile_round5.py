@@ -37,3 +37,22 @@ def test_a_trace_slice_counts_only_its_own_prompts_content_ids(tmp_path, monkeyp
         if "max_requests" in trace:  # the same ids as the whole file's first rows carry
             assert w.block_hashes == whole.block_hashes[:100]
             np.testing.assert_array_equal(w.arrival_s, whole.arrival_s[:100])
+
+
+def test_one_profile_named_in_two_cases_is_given_twice(tmp_path) -> None:
+    """``H100-SXM`` and ``h100-sxm`` load the same profile: a plan and a sweep ran it twice, as two rows."""
+    from llmsim.planning.base import Base
+    from llmsim.planning.space import checked_space
+    from llmsim.sweep import parse_grid
+
+    with pytest.raises(UserError, match="'H100-SXM' and 'h100-sxm' are the same profile"):
+        p = tmp_path / "plan.yaml"
+        p.write_text(
+            "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\nworkload: {kind: poisson, rate_rps: 1, num_requests: 10,"
+            " prompt_tokens: {dist: fixed, value: 8}, output_tokens: {dist: fixed, value: 8}}\n"
+            "slo: {ttft_s: 1}\nplan: {hardware: [H100-SXM, h100-sxm], replicas: [1]}\n"
+        )
+        checked_space(Base.from_path(p))
+    with pytest.raises(UserError, match="h100-sxm is given twice"):
+        parse_grid(["hardware=H100-SXM,h100-sxm"])
+    assert len(parse_grid(["hardware=a.yaml,A.yaml"])["hardware"]) == 2  # (files: as the file system names them)

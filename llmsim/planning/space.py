@@ -200,14 +200,19 @@ def checked_space(base: Base) -> tuple[PlanConfig, list[Candidate], list[str]]:
     """The ``plan:`` section, its candidates and the hardware-engine pairs left out, every candidate
     validated before any search (a one-line ``UserError`` naming the plan key or candidate): a bad
     plan fails in milliseconds, not after the rounds before it ran."""
-    from llmsim.hardware import load_profile
+    from llmsim.hardware import load_profile, profile_file
 
     cfg = base.plan_config()
+    seen: dict[Path, str] = {}
     for name in cfg.hardware or []:  # named here, before the candidates' scenarios would say `hardware:`
         try:
             load_profile(name, Path(base.base_dir))
         except UserError as exc:
             raise UserError(f"{base.origin}: plan.hardware: {exc}") from None
+        key = profile_file(name, Path(base.base_dir)).resolve()  # (H100-SXM and h100-sxm: one profile)
+        if key in seen:
+            raise UserError(f"{base.origin}: plan.hardware: {seen[key]!r} and {name!r} are the same profile {key}")
+        seen[key] = name
     _check_policy_names(base, cfg)
     cands, left_out = candidates(base, cfg)
     points = len(cands) * len(cfg.replicas)
