@@ -56,3 +56,18 @@ def test_one_profile_named_in_two_cases_is_given_twice(tmp_path) -> None:
     with pytest.raises(UserError, match="h100-sxm is given twice"):
         parse_grid(["hardware=H100-SXM,h100-sxm"])
     assert len(parse_grid(["hardware=a.yaml,A.yaml"])["hardware"]) == 2  # (files: as the file system names them)
+
+
+def test_a_plan_without_latency_slos_says_so(tmp_path) -> None:
+    """With no latency SLO a plan said its winner "meets the SLOs for 100.0% of requests"."""
+    from llmsim.planning.capacity import capacity_plan
+
+    p = tmp_path / "plan.yaml"
+    head = (
+        "name: p\nmodel: llama-3.1-8b\nhardware: H100-SXM\nworkload: {kind: poisson, rate_rps: 1, num_requests: 20,"
+        " prompt_tokens: {dist: fixed, value: 64}, output_tokens: {dist: fixed, value: 8}}\n"
+        "plan: {hardware: [H100-SXM], replicas: [1], sensitivity: 0, goodput_search: false}\n"
+    )
+    for slo, words in [("", "with no latency SLO set"), ("slo: {ttft_s: 1}\n", "it meets the SLOs for 100.0%")]:
+        p.write_text(head + slo)
+        assert words in capacity_plan(p, workers=1, progress=False).recommendation

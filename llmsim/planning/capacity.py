@@ -75,6 +75,9 @@ def capacity_plan(
         infeasible=infeasible_candidates(table, owner),
         best=ranked[0] if ranked else None,
         left_out=left_out,
+        latency_slos=any(
+            getattr(s, k) is not None for s in (sc.slo, *sc.slo.classes.values()) for k in LATENCY_SLO_KEYS
+        ),
     )
     if plan.best is not None and cfg.sensitivity > 0:
         top = winners.head(SENSITIVITY_WINNERS)
@@ -83,6 +86,9 @@ def capacity_plan(
         plan.slo_capacity = goodput_search(base, plan.best.overrides(), start_rps=target_rps)
     plan.recommendation = recommend(plan)
     return plan
+
+
+LATENCY_SLO_KEYS = ("ttft_s", "tpot_s", "tbt_s", "e2e_s")
 
 
 def _power_w(hardware: str, base: Base, sc: Scenario) -> float:

@@ -15,9 +15,13 @@ def recommend(plan: Plan) -> str:
     if plan.winners.empty:
         return _no_winner(plan)
     w = plan.winners.iloc[0]
+    meets = (
+        f"it meets the SLOs for {w['slo_attainment']:.1%} of requests"
+        if plan.latency_slos
+        else "with no latency SLO set (slo.ttft_s, tpot_s, tbt_s, e2e_s), it is the cheapest that keeps up, not overloaded,"
+    )
     lines = [
-        f"Deploy {w['config']} ({_devices(int(w['devices']))}): it meets the SLOs for "
-        f"{w['slo_attainment']:.1%} of requests at {plan.target_rps:.2f} req/s, for ${w['usd_per_hour']:.2f}/hour, "
+        f"Deploy {w['config']} ({_devices(int(w['devices']))}): {meets} at {plan.target_rps:.2f} req/s, for ${w['usd_per_hour']:.2f}/hour, "
         f"${w['usd_per_mtok']:.3f} per million tokens (prompt + output) and {w['j_per_token']:.3f} J per token at TDP."
     ]
     if len(plan.winners) > 1:

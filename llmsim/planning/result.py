@@ -24,3 +24,4 @@ class Plan:
     recommendation: str = ""
     best: Point | None = None  # what winners' first row describes (None: no winner)
     left_out: list[str] = field(default_factory=list)  # plan.engines' pairs with hardware they do not run on
+    latency_slos: bool = True  # False: the scenario sets none, so "meets the SLOs" means "not overloaded"
