@@ -77,10 +77,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for name in ("result", "scenario_out"):
         if getattr(args, name) == "":
             raise UserError(f"--{name.replace('_', '-')} '': expected a path")
-    if load_profile(args.hardware).family != "gpu":  # (named before anything else is read)
+    family = load_profile(args.hardware).family
+    if family != "gpu":  # (named before anything else is read)
+        backend = {"cpu": "vLLM's CPU backend", "tpu": "a TPU"}.get(family, family)
         raise UserError(
-            f"--hardware {args.hardware}: not a GPU; llmsim bench reads vLLM's GPU serving flags (for vLLM's CPU "
-            "backend, write a scenario: docs/scenario.md)"
+            f"--hardware {args.hardware}: not a GPU; llmsim bench reads vLLM's GPU serving flags (for {backend}, "
+            "write a scenario: docs/scenario.md)"
         )
     out = Path(args.scenario_out) if args.scenario_out else None
     if out is not None:
