@@ -57,7 +57,7 @@ BENCH_IGNORED: dict[str, bool | int | str] = {
     **dict.fromkeys(("--label", "--result-dir", "--result-filename"), 1),
     **dict.fromkeys(("--num-warmups", "--temperature", "--top-p", "--top-k", "--min-p"), 1),
     **dict.fromkeys(("--ready-check-timeout-sec", "--request-id-prefix"), 1),
-    **dict.fromkeys(("--served-model-name", "--goodput", "--metadata", "--header"), "+"),
+    **dict.fromkeys(("--served-model-name", "--metadata", "--header"), "+"),
     **dict.fromkeys(("--save-result", "--save-detailed", "--append-result", "--disable-tqdm"), False),
     **dict.fromkeys(("--trust-remote-code", "--ignore-eos", "--insecure"), False),
 }
@@ -615,6 +615,8 @@ class Bench:
     dataset: DatasetFlags = field(default_factory=lambda: DatasetFlags())
     # --ramp-up-strategy, --ramp-up-start-rps, --ramp-up-end-rps (ramp_up_flags): each request's rate
     ramp_up: tuple[str, int, int] | None = None
+    # --goodput KEY:VALUE ... (goodput_flags): the SLOs in ms a request must meet to count as good
+    goodput: dict[str, float] = field(default_factory=dict)
 
 
 # vllm bench serve's prefix_repetition dataset, its flags' defaults (vllm/benchmarks/datasets/
@@ -729,8 +731,39 @@ def _bench_parser(prog: str = "vllm bench serve") -> argparse.ArgumentParser:
     p.add_argument("--ramp-up-strategy", choices=("linear", "exponential"), dest="ramp_up_strategy")
     p.add_argument("--ramp-up-start-rps", type=int, dest="ramp_up_start_rps")  # (vLLM's are whole numbers)
     p.add_argument("--ramp-up-end-rps", type=int, dest="ramp_up_end_rps")
+    p.add_argument("--goodput", nargs="+", dest="goodput")
     _add_ignored(p, BENCH_IGNORED)
     return p
+
+
+# --goodput's metrics and their scenario SLO keys (vllm/benchmarks/serve.py check_goodput_args:
+# ttft, tpot, e2el; a request is good when each is at most its value, a TPOT of one output token 0)
+GOODPUT_SLOS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2e_s"}
+
+
+def goodput_flags(pairs: list[str], prog: str) -> dict[str, float]:
+    """``--goodput ttft:45 e2el:1800`` as vllm bench serve reads it (parse_goodput,
+    check_goodput_args): KEY:VALUE pairs in ms, a key given twice the last; each key one of ttft,
+    tpot, e2el. A value of 0, which vLLM takes (no request is that fast), is refused: llmsim's SLOs
+    are above 0."""
+    out: dict[str, float] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition(":")
+        try:
+            if not sep or ":" in value:
+                raise ValueError
+            out[key] = float(value)
+        except ValueError:
+            raise UserError(
+                f"{prog}: --goodput {cut(pair, 40)!r}: expected KEY:VALUE pairs, a metric name and a number of "
+                "milliseconds (ttft:45)"
+            ) from None
+    for key, value in out.items():
+        if key not in GOODPUT_SLOS:
+            raise UserError(f"{prog}: --goodput {cut(key, 30)}: the metric is one of {', '.join(GOODPUT_SLOS)}")
+        if not (math.isfinite(value) and value > 0):
+            raise UserError(f"{prog}: --goodput {key}:{value:g}: expected milliseconds above 0")
+    return out
 
 
 def ramp_up_flags(ns: argparse.Namespace, bench: Bench, prog: str) -> tuple[str, int, int] | None:
@@ -797,7 +830,10 @@ def parse_bench(text: str, what: str = "--bench") -> tuple[Bench, str | None]:
     ns, ignored = _parse(_bench_parser(prog), words)
     ignored += [f"{k}=... (environment)" for k in env]
     given = settings_of(vars(ns))
-    bench = replace(Bench(), **given, given=frozenset(given), ignored=ignored, dataset=dataset_flags(ns, prog))
+    goodput = goodput_flags(getattr(ns, "goodput", []), prog)
+    bench = replace(
+        Bench(), **given, given=frozenset(given), ignored=ignored, dataset=dataset_flags(ns, prog), goodput=goodput
+    )
     check_bench(bench, prog)
     bench = replace(bench, ramp_up=ramp_up_flags(ns, bench, prog))
     if bench.ramp_up is None:  # (read only with the strategy, as vLLM reads them)
@@ -1331,6 +1367,8 @@ def scenario_dict(
         "workload": _workload(bench, trace_csv, serve.model),
         "output": {"steps": "none", "percentiles": bench.metric_percentiles},
     }
+    if bench.goodput:  # (the summary's request_goodput counts the requests meeting them, as vLLM's)
+        out["slo"] = {GOODPUT_SLOS[k]: v / 1000 for k, v in bench.goodput.items()}
     settle_prompts(out)
     return out
 

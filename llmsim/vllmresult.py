@@ -38,6 +38,7 @@ ROWS = (
     ("Total input tokens", "total_input_tokens", ""),
     ("Total generated tokens", "total_output_tokens", ""),
     ("Request throughput (req/s)", "request_throughput", ".2f"),
+    ("Request goodput (req/s)", "request_goodput", ".2f"),  # (printed with --goodput only)
     ("Output token throughput (tok/s)", "output_throughput", ".2f"),
     ("Peak output token throughput (tok/s)", "max_output_tokens_per_s", ".2f"),
     ("Peak concurrent requests", "max_concurrent_requests", ".2f"),
@@ -443,7 +444,8 @@ def result_block(
         out.append(line("Maximum request concurrency", max_concurrency))
     if rate is not None and not math.isinf(rate):
         out.append(line("Request rate configured (RPS)", rate, ".2f"))
-    out += [line(label, s[key], fmt) for label, key, fmt in ROWS[1:]]
+    shown = [row for row in ROWS[1:] if row[1] != "request_goodput" or s.get("request_goodput") is not None]
+    out += [line(label, s[key], fmt) for label, key, fmt in shown]
     for key in metrics:
         short, title = LATENCIES[key]
         out.append("{s:{c}^{n}}".format(s=title, n=50, c="-"))

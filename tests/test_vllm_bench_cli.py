@@ -595,8 +595,9 @@ def test_the_settings_a_result_records_are_bench_s_fields():
 
     from llmsim.vllmresult import SETTINGS
 
-    # (ramp_up: three Namespace names read as one, settings_of)
-    assert list(SETTINGS) == [f.name for f in fields(Bench) if f.name not in ("given", "ignored", "dataset", "ramp_up")]
+    # (ramp_up: three Namespace names read as one, settings_of; goodput: a result file does not record it)
+    own = ("given", "ignored", "dataset", "ramp_up", "goodput")
+    assert list(SETTINGS) == [f.name for f in fields(Bench) if f.name not in own]
 
 
 def test_the_header_and_block_follow_set(capsys):
@@ -941,3 +942,27 @@ def test_a_result_file_s_ramp_up_is_read(tmp_path) -> None:
     path.write_text(json.dumps(data | {"ramp_up_strategy": "linear", "ramp_up_start_rps": 9, "ramp_up_end_rps": 8}))
     with pytest.raises(UserError, match="--ramp-up-start-rps 9 above --ramp-up-end-rps 8"):
         with_settings(bench_of("--num-prompts 30"), load_result(path).settings, "r")
+
+
+def test_goodput_slos_are_read_printed_and_compared(capsys):
+    """--goodput was ignored: no "Request goodput" line, and a real run's request_goodput was left
+    out of the comparison (hostile round 5). Read as vllm bench serve reads it (ms, ttft / tpot /
+    e2el), it becomes the scenario's SLOs, whose good requests the summary counts."""
+    bench, _ = parse_bench(BENCH + " --goodput ttft:45 e2el:1800 ttft:50")
+    assert bench.goodput == {"ttft": 50.0, "e2el": 1800.0}  # (a key twice: the last, as a dict keeps it)
+    assert "--goodput" not in " ".join(bench.ignored)
+    d = scenario_dict("H100-SXM", parse_serve(SERVE), bench)
+    assert d["slo"] == {"ttft_s": 0.05, "e2e_s": 1.8}
+    assert "slo" not in scenario_dict("H100-SXM", parse_serve(SERVE), parse_bench(BENCH)[0])
+    assert main(["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--bench", BENCH + " --goodput tpot:1000"]) == 0
+    out = capsys.readouterr().out
+    # every request meets a 1 s TPOT: the goodput is the request throughput, printed below it
+    assert re.search(r"Request throughput \(req/s\): +(\S+) +\nRequest goodput \(req/s\): +\1 ", out)
+    for pairs, fragment in [
+        ("ttft=45", "expected KEY:VALUE pairs"),
+        ("itl:5", "--goodput itl: the metric is one of ttft, tpot, e2el"),
+        ("ttft:0", "--goodput ttft:0: expected milliseconds above 0"),
+        ("ttft:fast", "expected KEY:VALUE pairs"),
+    ]:
+        with pytest.raises(UserError, match=fragment):
+            parse_bench(BENCH + f" --goodput {pairs}")
