@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Iterator
 
-from llmsim.errors import InvariantError, Terminated, UserError, forget_outputs, interrupted_message
+from llmsim.errors import InvariantError, Terminated, UserError, forget_outputs, interrupted_message, test_pause
 
 # Command modules, in the order `llmsim --help` lists them.
 COMMANDS = [
@@ -116,7 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     forget_outputs()
     try:
         with sigterm_raises():
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+            if argv is None:  # (the command itself, not main() called in-process: a test, a notebook)
+                _quiet_teardown()
+                test_pause("exit", 2.0)  # (signals ignored: the pause runs its course)
+            return code
     except UserError as exc:
         print(f"llmsim: error: {exc}", file=sys.stderr)
         return 2
@@ -157,6 +161,15 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+def _quiet_teardown() -> None:
+    """The command is done and has said what it wrote: a Ctrl-C or SIGTERM from here on would only
+    cut the interpreter's teardown, which the default handlers it restores there ended with exit
+    130 and no word, after complete results (hostile round 5). Ignored instead."""
+    with contextlib.suppress(ValueError):  # (not the main thread)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
     """SIGTERM raises ``Terminated`` (as SIGINT raises KeyboardInterrupt), so temporary files and
@@ -170,7 +183,8 @@ def sigterm_raises() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if signal.getsignal(signal.SIGTERM) is _raise_terminated:  # (not one _quiet_teardown set since)
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

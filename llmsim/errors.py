@@ -672,14 +672,15 @@ def interrupted_message() -> str:
     return "interrupted"
 
 
-def test_pause(point: str) -> None:
-    """Test hook: with ``LLMSIM_TEST_PAUSE_AT=point``, say so on stderr and sleep, so a test can
-    signal the process exactly there (tests/test_atomic_results.py). Costs one dict lookup."""
+def test_pause(point: str, seconds: float = 60.0) -> None:
+    """Test hook: with ``LLMSIM_TEST_PAUSE_AT=point``, say so on stderr and sleep ``seconds`` (or
+    until a signal's exception cuts it short), so a test can signal the process exactly there
+    (tests/test_atomic_results.py). Costs one dict lookup."""
     if os.environ.get("LLMSIM_TEST_PAUSE_AT") == point:
         print(f"llmsim: test pause at {point}", file=sys.stderr, flush=True)
         # in short sleeps: a process-directed signal may land on another thread (pyarrow's, BLAS's),
         # which does not cut the main thread's sleep short, so its handler would wait for the end
         # of one long sleep (the test's 60 s timeout, once, under load); the interpreter runs it
         # between two short ones
-        for _ in range(1200):
+        for _ in range(round(seconds / 0.05)):
             time.sleep(0.05)

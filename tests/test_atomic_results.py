@@ -247,3 +247,16 @@ def test_modes_follow_the_umask(tmp_path, scenario, umask, file_mode, dir_mode):
     modes = {str(p.relative_to(tmp_path)): p.stat().st_mode & 0o777 for p in [out, *out.rglob("*")]}
     want = {name: dir_mode if (tmp_path / name).is_dir() else file_mode for name in modes}
     assert modes == want and "out/report_plots/00.png" in modes
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_after_the_command_is_done_changes_nothing(tmp_path, scenario, signum):
+    """A Ctrl-C landing after the results were written and said (in the interpreter's teardown)
+    ended the command with 130 and no word: a script read complete results as failed (hostile round 5)."""
+    out = tmp_path / "done"
+    proc = llmsim("run", str(scenario), "--out", str(out), "--quiet", env={"LLMSIM_TEST_PAUSE_AT": "exit"})
+    assert proc.stderr.readline().strip() == "llmsim: test pause at exit"
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err == ""
+    assert (out / "summary.json").exists()
