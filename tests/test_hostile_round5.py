@@ -71,3 +71,23 @@ def test_a_plan_without_latency_slos_says_so(tmp_path) -> None:
     for slo, words in [("", "with no latency SLO set"), ("slo: {ttft_s: 1}\n", "it meets the SLOs for 100.0%")]:
         p.write_text(head + slo)
         assert words in capacity_plan(p, workers=1, progress=False).recommendation
+
+
+def test_trace_unit_and_kind_mistakes_are_named(tmp_path) -> None:
+    """JSON lines under a .json name read as a CSV whose columns were '{"arrival_s":0'; an
+    LLMServingSim arrival_time_ns written in seconds was read as nanoseconds (a burst of 1 ns)."""
+    from llmsim.workload.traces import load_trace
+
+    rows = [f'{{"arrival_s": {i}, "prompt_tokens": 10, "output_tokens": 5}}' for i in range(3)]
+    (tmp_path / "t.json").write_text("\n".join(rows) + "\n")
+    with pytest.raises(UserError, match="holds JSON lines, not CSV"):
+        load_trace(tmp_path / "t.json", "generic")
+    (tmp_path / "t.jsonl").write_text("\n".join(rows) + "\n")
+    assert len(load_trace(tmp_path / "t.jsonl", "generic")) == 3
+    secs = [f'{{"input_toks": 10, "output_toks": 5, "arrival_time_ns": {t}}}' for t in (0, 0.5, 1.25)]
+    (tmp_path / "s.jsonl").write_text("\n".join(secs) + "\n")
+    with pytest.raises(UserError, match="within 1.25 ns, under a millisecond.*seconds"):
+        load_trace(tmp_path / "s.jsonl", "llmservingsim")
+    burst = ['{"input_toks": 10, "output_toks": 5, "arrival_time_ns": 0}' for _ in range(3)]
+    (tmp_path / "b.jsonl").write_text("\n".join(burst) + "\n")
+    assert len(load_trace(tmp_path / "b.jsonl", "llmservingsim")) == 3  # (all at once: one instant)

@@ -137,6 +137,8 @@ def _read_csv(path: Path, required: list[str], skip: str | None = None) -> pd.Da
     if twice:  # pandas would rename the second to "name.1" and the first would rule unannounced
         raise UserError(f"{path}: column(s) {cut(str(twice))} appear more than once in the header")
     missing = [c for c in required if c not in df.columns]
+    if missing and header and header[0].lstrip().startswith("{"):  # (JSON lines read as a CSV)
+        raise UserError(f"{path}: holds JSON lines, not CSV; a generic trace in JSON lines is read under a .jsonl name")
     if missing:
         # (the header cut short: a file of another kind can make it kilobytes long)
         raise UserError(f"{path}: missing column(s) {missing}; found {cut(str(list(df.columns)))}")
@@ -629,6 +631,12 @@ def load_llmservingsim(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_T
         raise UserError(f"{path}: the trace has no rows")
     arr_s = np.asarray(t)
     _check_sorted(arr_s, path, np.asarray(lines))
+    span_ns = (arr_s[-1] - arr_s[0]) * 1e9
+    if 0 < span_ns < 1e6:  # (a real run's arrivals span seconds; all at once, they are all equal)
+        raise UserError(
+            f"{path}: arrival_time_ns: the {len(t):,} requests arrive within {span_ns:.3g} ns, under a "
+            "millisecond; the field is nanoseconds: are the times seconds (x 1e9)?"
+        )
     return Workload(
         arr_s,
         np.asarray(p),
