@@ -79,7 +79,7 @@ def _with_groups(sc: Scenario, m: ModelSpec) -> ModelSpec:
 
 def _trace(path: Path, fmt: str, hash_block_tokens: int, window: tuple | None = None) -> Workload:
     """``load_trace``, kept for the next call with the same file version (``hardware.file_version``),
-    name (the workload's ``source`` says it), format and hash block: a sweep or plan reads one trace
+    name (the workload's ``source`` says it), format, hash block and id window: a sweep or plan reads one trace
     at every point (9 ms each for the Azure conversation trace, a tenth of a plan point)."""
     from llmsim.workload.traces import load_trace  # pandas: only when a trace is read
 
@@ -101,6 +101,19 @@ def _read_trace(
     return load_trace(Path(shown), fmt, hash_block_tokens, window)
 
 
+def _id_window(sc: Scenario) -> tuple | None:
+    """The rows of a generic trace with prompt ids that a run keeps, for which alone its content
+    ids are made (``load_generic``); None (the whole file, one cache entry for every window) where
+    there are none to make."""
+    from llmsim.workload.traces import names_prompts
+
+    t = sc.workload.trace
+    assert t is not None
+    if t.format != "generic" or not names_prompts(sc.path(t.path)):
+        return None
+    return (t.start_s, t.duration_s, t.max_requests)
+
+
 def build_workload(sc: Scenario) -> Workload:
     w = sc.workload
     rng = np.random.default_rng(sc.seed)
@@ -108,9 +121,7 @@ def build_workload(sc: Scenario) -> Workload:
     if w.kind == "trace":
         assert w.trace is not None
         t = w.trace
-        # a generic trace's prompt ids are made for the rows a run keeps only (other formats: kept whole)
-        window = (t.start_s, t.duration_s, t.max_requests) if t.format == "generic" else None
-        wl = _trace(sc.path(t.path), t.format, t.hash_block_tokens or sc.kv_cache.block_tokens, window)
+        wl = _trace(sc.path(t.path), t.format, t.hash_block_tokens or sc.kv_cache.block_tokens, _id_window(sc))
         wl = slice_and_scale(wl, t.start_s, t.duration_s, t.max_requests, t.speedup)
         if wl.lora is not None and (wl.lora >= 0).any() and sc.lora is None:
             raise UserError(
@@ -361,11 +372,10 @@ def _check_sizes(sc: Scenario, origin: str) -> None:
         check_requests(w.system_prompts.count, "workload.system_prompts.count", origin)
     if w.conversations is not None:
         c = w.conversations
-        calls = c.turns + c.fanout * (c.turns - 1)  # a session's calls: its turns and their sub-calls
         key = "workload.num_requests x workload.conversations.turns"
         if c.fanout:
             key = "workload.num_requests x (conversations.turns + fanout x (turns - 1))"
-        check_requests(_request_count(sc) * calls, key, origin)
+        check_requests(_request_count(sc) * c.calls, key, origin)
 
 
 def _check_shared_prefix_prompt(sc: Scenario, n: int, q: np.ndarray, o: np.ndarray, origin: str) -> None:

@@ -145,7 +145,7 @@ def _awq_gptq(q: dict, method: str, key: str, layers: int = 0) -> CheckpointQuan
     # bits; AWQ with zero_point false, and GPTQ (symmetric), have the scale alone
     scale = 16.0 if not awq or q.get("zero_point") is False else None
     group = _group(q, key, "q_group_size" if awq and "q_group_size" in q else "group_size")
-    _check_whole(q.get("modules_to_not_convert"), f"{key}.modules_to_not_convert", "substrings of module names", layers)
+    _check_whole(q.get("modules_to_not_convert"), f"{key}.modules_to_not_convert", SUBSTRINGS, layers)
     return CheckpointQuant(method, f"int{bits}", "", group, scale)
 
 
@@ -196,6 +196,18 @@ def _plain(entry: str) -> str:
     return text.replace("[.]", ".").replace("\\", "")
 
 
+# how a list names modules (``_check_whole``'s ``how``, in its message), where the kinds differ
+SUBSTRINGS, WILDCARDS = "substrings of module names", "wildcards"
+
+
+def _pattern(entry: str, how: str) -> bool:
+    """Whether a list entry may match modules other than the one it names exactly: every substring
+    entry (AWQ), a ``re:`` pattern (compressed-tensors), a wildcard (ModelOpt's fnmatch)."""
+    if how == SUBSTRINGS:
+        return True
+    return entry.startswith("re:") or (how == WILDCARDS and any(c in entry for c in "*?["))
+
+
 def _check_whole(entries: object, key: str, how: str, layers: int = 0) -> None:
     """Refuse a list of modules left unquantised (compressed-tensors ``ignore``, exact names or
     ``re:`` patterns; AWQ's ``modules_to_not_convert``, substrings of names; the fp8 method's
@@ -210,7 +222,9 @@ def _check_whole(entries: object, key: str, how: str, layers: int = 0) -> None:
         raise UserError(f"{key}: expected a list of module names, got {type(entries).__name__}")
     plain = [(e, _plain(e)) for e in entries if isinstance(e, str)]
     major = [e for e in entries if not isinstance(e, str)]
-    major += [e for e, p in plain if not _MINOR.search(p) and not _LAYER.search(p)]
+    # a name matched whole (not a substring or pattern) reaches a decoder layer only by its path:
+    # fp8's "gate" or "e_score_correction_bias" (MiniMax-M2) names no layer's linear
+    major += [e for e, p in plain if not _MINOR.search(p) and not _LAYER.search(p) and _pattern(e, how)]
     by_layer = {m.group(1) for _, p in plain if not _MINOR.search(p) and (m := _LAYER.search(p))}
     if len(by_layer) > max(2, layers // 8):
         major.append(f"modules of {len(by_layer)} layers by path")
@@ -300,7 +314,7 @@ def _modelopt(q: dict, method: str, key: str, layers: int = 0) -> CheckpointQuan
     # (ModelOptQuantConfigBase.from_config: a legacy file's exclude_modules, else config.json's
     # ignore; wildcards)
     field = "exclude_modules" if inner is not q else "ignore"
-    _check_whole(inner.get(field), f"{key}{'.quantization' if inner is not q else ''}.{field}", "wildcards", layers)
+    _check_whole(inner.get(field), f"{key}{'.quantization' if inner is not q else ''}.{field}", WILDCARDS, layers)
     algo = inner.get("quant_algo") or ("MXFP8" if "mxfp8" in method else None)  # (MiniMax's quant_method mxfp8)
     if not isinstance(algo, str) or algo.upper() not in _MODELOPT:
         raise UserError(

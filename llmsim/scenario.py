@@ -528,6 +528,11 @@ class ConversationConfig(_Strict):
     closed_loop: bool = False  # send each turn when the previous one is answered (a user or an agent)
     fanout: Annotated[int, Field(ge=0)] = 0  # closed loop: parallel sub-calls after each turn but the last
 
+    @property
+    def calls(self) -> int:
+        """A session's requests: its turns and, after each but the last, its fanout sub-calls."""
+        return self.turns + self.fanout * (self.turns - 1)
+
     @model_validator(mode="after")
     def _fanout_needs_answers(self) -> ConversationConfig:
         if self.fanout and not self.closed_loop:

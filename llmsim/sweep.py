@@ -125,6 +125,21 @@ NO_FIGURE_KEYS = (
 )
 
 
+def _same_profile(value: str) -> str:
+    """What two hardware values naming one profile have in common: its file (a shipped name in any
+    case, ``hardware.profile_file``; a path as written, normalised), as plan.hardware compares them."""
+    import os
+
+    from llmsim.hardware import profile_file
+
+    if value.lower().endswith((".yaml", ".yml")):
+        return os.path.normpath(value)
+    try:
+        return str(profile_file(value).resolve())
+    except UserError:  # (an unknown name: the point's own run names it)
+        return value
+
+
 def _same_value(value: object, numeric_axis: bool) -> object:
     """What two axis values that make one simulation have in common: a number by its value (1 and
     1.0; a NaN is no repeat of another), on an axis of numbers also one YAML left as text (``01``,
@@ -160,8 +175,7 @@ def parse_grid(items: list[str]) -> dict[str, list[object]]:
         numeric = any(isinstance(v, int | float) and not isinstance(v, bool) for v in vals)
         profiles = key.strip().endswith("hardware")
         for value in vals:  # (as typed: a list or a mapping is a value too, and unhashable; a number by its value)
-            named = profiles and isinstance(value, str) and not value.lower().endswith((".yaml", ".yml"))
-            same = _same_value(value.casefold() if named else value, numeric)  # (a shipped profile: any case)
+            same = _same_profile(value) if profiles and isinstance(value, str) else _same_value(value, numeric)
             if same in seen:  # every point with it would be simulated twice, two rows saying the same
                 shown = shown_value(value)
                 raise UserError(f"--set {cut(item)!r}: the value {cut(shown)} is given twice; list each value once")
@@ -506,8 +520,8 @@ def _run_local(tasks: list[tuple], workers: int | None, progress: bool, desc: st
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
-    """Cancel the points not started and end the workers running one (Python 3.14's
-    ``terminate_workers``; before it, the pool's own process table)."""
+    """Cancel the points not started and end the workers running one (the pool's own process
+    table, ``_processes``, which Python 3.10-3.14 keep; 3.14 also has ``terminate_workers``)."""
     procs = list((getattr(pool, "_processes", None) or {}).values())  # (shutdown forgets them)
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:

@@ -830,10 +830,9 @@ def parse_bench(text: str, what: str = "--bench") -> tuple[Bench, str | None]:
     ns, ignored = _parse(_bench_parser(prog), words)
     ignored += [f"{k}=... (environment)" for k in env]
     given = settings_of(vars(ns))
-    goodput = goodput_flags(getattr(ns, "goodput", []), prog)
-    bench = replace(
-        Bench(), **given, given=frozenset(given), ignored=ignored, dataset=dataset_flags(ns, prog), goodput=goodput
-    )
+    if "goodput" in given:
+        given["goodput"] = goodput_flags(given["goodput"], prog)
+    bench = replace(Bench(), **given, given=frozenset(given), ignored=ignored, dataset=dataset_flags(ns, prog))
     check_bench(bench, prog)
     bench = replace(bench, ramp_up=ramp_up_flags(ns, bench, prog))
     if bench.ramp_up is None:  # (read only with the strategy, as vLLM reads them)
@@ -847,6 +846,8 @@ def with_settings(bench: Bench, settings: dict[str, Any], where: str) -> Bench:
     """``bench`` with ``settings`` (a real run's record of them) where the command line did not
     name them; each checked as the command line's are."""
     out = replace(bench, **{k: v for k, v in settings.items() if k not in bench.given})
+    if "goodput" not in bench.given and "goodput" in settings:  # (a printout's Namespace records it)
+        out = replace(out, goodput=goodput_flags(settings["goodput"], where))
     check_bench(out, where)
     if out.ramp_up is not None and "ramp_up" not in bench.given:
         out = replace(out, ramp_up=check_ramp_up(out.ramp_up, out, where))
@@ -1015,7 +1016,17 @@ def _family(method: str) -> str:
     return method.removesuffix("_marlin").removesuffix("_fp4")
 
 
-def _precision(serve: Serve, entry: str | dict) -> dict:
+def _online_fp8(serve: Serve, hardware: str) -> dict:
+    """``--quantization fp8`` on a served folder's 16-bit checkpoint: its config.json names no
+    format to resolve on each device (``model.checkpoint`` is a catalog model's), so this GPU's
+    FP8 units decide here: W8A8, or weight-only (Marlin) in the 16-bit compute --dtype gives."""
+    from llmsim.hardware import load_profile
+
+    act = "fp8" if load_profile(hardware).computes_in("fp8") else serve.dtype
+    return {"weight_dtype": "fp8"} | ({"act_dtype": act} if act else {})
+
+
+def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
     """The scenario's model keys for --dtype and --quantization or the checkpoint's own
     quantization_config (vLLM refuses the two disagreeing): a quantised format as
     ``model.checkpoint`` (or the config itself), which the scenario resolves on each device:
@@ -1048,6 +1059,8 @@ def _precision(serve: Serve, entry: str | dict) -> dict:
             f"quantization_config in its config.json), and {serve.model} has none; name such a "
             "checkpoint, or quantise this one online with --quantization fp8"
         )
+    if flag and not (own or named) and isinstance(entry, dict):  # a 16-bit folder quantised online (fp8)
+        return _online_fp8(serve, hardware)
     if flag and not (own or named):  # (a catalog model: the format the flag asks about)
         named = CHECKPOINT_FORMATS[QUANTIZATION[flag]]
     q = own or named
@@ -1301,7 +1314,7 @@ def scenario_dict(
     the random dataset; ``kv_blocks``: the KV capacity the server logged, in vLLM's blocks (its
     null block included, as vLLM counts them)."""
     entry, _ = model_entry(serve.model)
-    precision = _precision(serve, entry)
+    precision = _precision(serve, entry, hardware)
     model = {**({"name": entry} if isinstance(entry, str) else entry), **precision} if precision else entry
     policy: dict = {"kind": "vllm"}
     for key, value in (

@@ -414,6 +414,8 @@ def settings_of(values: dict[str, object]) -> dict[str, Any]:
         out["percentile_metrics"] = list(dict.fromkeys(m.strip() for m in out["percentile_metrics"].split(",")))
     if values.get("ramp_up_strategy") is not None:  # (three Namespace names, one setting: vllmcli.ramp_up_flags)
         out["ramp_up"] = ramp_up_of(values)
+    if values.get("goodput"):  # (KEY:VALUE pairs as typed: vllmcli.goodput_flags reads them)
+        out["goodput"] = values["goodput"]
     return out
 
 

@@ -228,6 +228,9 @@ def test_fp8_and_modelopt_exclusion_lists_are_read() -> None:
     # what such checkpoints usually leave out: the LM head, a router, a layer or two
     for q in [
         fp8 | {"ignored_layers": ["lm_head", "model.layers.0.mlp.gate"]},
+        # names matched whole that are no layer's path reach no decoder linear (MiniMax-M2's list)
+        fp8 | {"modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]},
+        modelopt | {"ignore": ["lm_head", "self_attn"]},
         legacy | {"quantization": legacy["quantization"] | {"exclude_modules": ["lm_head", "*.mlp.gate"]}},
         modelopt | {"ignore": ["lm_head", "model.layers.0.self_attn*"]},
     ]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -34,9 +36,9 @@ def test_a_trace_slice_counts_only_its_own_prompts_content_ids(tmp_path, monkeyp
     for trace in ({"max_requests": 100}, {"start_s": 50.0, "duration_s": 10.0}):
         w = build_workload(_trace_scenario(tmp_path, **trace))
         assert len(w) == 100
-        if "max_requests" in trace:  # the same ids as the whole file's first rows carry
-            assert w.block_hashes == whole.block_hashes[:100]
-            np.testing.assert_array_equal(w.arrival_s, whole.arrival_s[:100])
+        rows = slice(0, 100) if "max_requests" in trace else slice(500, 600)  # (0.1 s apart)
+        assert w.block_hashes == whole.block_hashes[rows]  # the ids the whole file's rows carry
+        np.testing.assert_allclose(w.arrival_s, whole.arrival_s[rows] - whole.arrival_s[rows][0])
 
 
 def test_one_profile_named_in_two_cases_is_given_twice(tmp_path) -> None:
@@ -56,6 +58,9 @@ def test_one_profile_named_in_two_cases_is_given_twice(tmp_path) -> None:
     with pytest.raises(UserError, match="h100-sxm is given twice"):
         parse_grid(["hardware=H100-SXM,h100-sxm"])
     assert len(parse_grid(["hardware=a.yaml,A.yaml"])["hardware"]) == 2  # (files: as the file system names them)
+    shipped = Path(__file__).resolve().parents[1] / "hardware_profiles" / "H100-SXM.yaml"
+    with pytest.raises(UserError, match="given twice"):  # (a name and its own file: one profile)
+        parse_grid([f"hardware=H100-SXM,{shipped}"])
 
 
 def test_a_plan_without_latency_slos_says_so(tmp_path) -> None:
@@ -86,8 +91,33 @@ def test_trace_unit_and_kind_mistakes_are_named(tmp_path) -> None:
     assert len(load_trace(tmp_path / "t.jsonl", "generic")) == 3
     secs = [f'{{"input_toks": 10, "output_toks": 5, "arrival_time_ns": {t}}}' for t in (0, 0.5, 1.25)]
     (tmp_path / "s.jsonl").write_text("\n".join(secs) + "\n")
-    with pytest.raises(UserError, match="within 1.25 ns, under a millisecond.*seconds"):
+    with pytest.raises(UserError, match="a fraction of a nanosecond.*seconds"):
         load_trace(tmp_path / "s.jsonl", "llmservingsim")
+    whole = [f'{{"input_toks": 10, "output_toks": 5, "arrival_time_ns": {t}}}' for t in range(30)]
+    (tmp_path / "w.jsonl").write_text("\n".join(whole) + "\n")  # (30 seconds as whole numbers)
+    with pytest.raises(UserError, match="1 ns apart on average.*seconds"):
+        load_trace(tmp_path / "w.jsonl", "llmservingsim")
+    pair = [
+        '{"input_toks": 10, "output_toks": 5, "arrival_time_ns": 0}',
+        '{"input_toks": 10, "output_toks": 5, "arrival_time_ns": 400000}',
+    ]
+    (tmp_path / "p.jsonl").write_text("\n".join(pair) + "\n")
+    assert len(load_trace(tmp_path / "p.jsonl", "llmservingsim")) == 2  # (0.4 ms apart: a burst, not a unit slip)
     burst = ['{"input_toks": 10, "output_toks": 5, "arrival_time_ns": 0}' for _ in range(3)]
     (tmp_path / "b.jsonl").write_text("\n".join(burst) + "\n")
     assert len(load_trace(tmp_path / "b.jsonl", "llmservingsim")) == 3  # (all at once: one instant)
+
+
+def test_a_trace_without_prompt_ids_is_read_once_for_every_window(tmp_path) -> None:
+    """The id window joined the trace cache's key even where there are no ids to make: every
+    window of a sweep read the file again."""
+    from llmsim import build
+
+    (tmp_path / "t.csv").write_text(
+        "arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{i},8,8\n" for i in range(50))
+    )
+    data = {"name": "w", "model": "llama-3.1-8b", "hardware": "H100-SXM"}
+    for n in (10, 20):
+        trace = {"path": "t.csv", "format": "generic", "max_requests": n}
+        sc = scenario_from_dict({**data, "workload": {"kind": "trace", "trace": trace}}, "test", tmp_path)
+        assert build._id_window(sc) is None and len(build_workload(sc)) == n

@@ -126,6 +126,13 @@ def test_a_plan_s_rate_counts_requests_not_sessions(tmp_path):
         p.write_text(yaml.safe_dump(data))
         with pytest.raises(UserError, match=named):
             rate_knob(Base.from_path(p))
+    # a trace replayed under a client's cap: the same refusal
+    p.write_text(
+        f"name: t\nmodel: llama-3.1-8b\nhardware: H100-SXM\n"
+        f"workload: {{kind: trace, max_concurrency: 2, trace: {{path: {TRACE}, duration_s: 60}}}}\n"
+    )
+    with pytest.raises(UserError, match="max_concurrency: the plan searches"):
+        rate_knob(Base.from_path(p))
 
 
 def test_all_at_once_has_no_rate_to_search(tmp_path):

@@ -250,6 +250,16 @@ def test_a_checkpoint_s_quantization_config_is_read_as_vllm_reads_it(tmp_path):
     )
     with pytest.raises(UserError, match="quantization_config.quant_method 'bitsandbytes': llmsim reads"):
         scenario_dict("H100-SXM", parse_serve(f"vllm serve {tmp_path / 'bnb'}"), Bench())
+    # a 16-bit folder quantised online: its config names no format, so the GPU decides here
+    (tmp_path / "bf16").mkdir()
+    (tmp_path / "bf16" / "config.json").write_text(json.dumps(cfg))
+    for gpu, model in [
+        ("H100-SXM", {"weight_dtype": "fp8", "act_dtype": "fp8"}),
+        ("A100-SXM-80GB", {"weight_dtype": "fp8"}),
+    ]:
+        d = scenario_dict(gpu, parse_serve(f"vllm serve {tmp_path / 'bf16'} --quantization fp8"), Bench())
+        assert {k: v for k, v in d["model"].items() if k != "hf_config"} == model
+        scenario_from_dict({**d, "name": "q"}, "q", ROOT)
 
 
 def test_model_entry(tmp_path):
@@ -944,7 +954,7 @@ def test_a_result_file_s_ramp_up_is_read(tmp_path) -> None:
         with_settings(bench_of("--num-prompts 30"), load_result(path).settings, "r")
 
 
-def test_goodput_slos_are_read_printed_and_compared(capsys):
+def test_goodput_slos_are_read_printed_and_compared(tmp_path, capsys):
     """--goodput was ignored: no "Request goodput" line, and a real run's request_goodput was left
     out of the comparison (hostile round 5). Read as vllm bench serve reads it (ms, ttft / tpot /
     e2el), it becomes the scenario's SLOs, whose good requests the summary counts."""
@@ -958,6 +968,20 @@ def test_goodput_slos_are_read_printed_and_compared(capsys):
     out = capsys.readouterr().out
     # every request meets a 1 s TPOT: the goodput is the request throughput, printed below it
     assert re.search(r"Request throughput \(req/s\): +(\S+) +\nRequest goodput \(req/s\): +\1 ", out)
+    # a printout recorded with --goodput: its Namespace gives the SLOs, its block the real goodput,
+    # compared with llmsim's (an SLO some requests miss: a TTFT of the real run's median)
+    log = tmp_path / "goodput.log"
+    log.write_text(
+        PRINTOUT.replace("header=None)", "header=None, goodput=['ttft:20.9'])").replace(
+            "Request throughput (req/s):              7.84\n",
+            "Request throughput (req/s):              7.84\nRequest goodput (req/s):                 3.92\n",
+        )
+    )
+    assert load_result(log).figures["request_goodput"] == 3.92
+    assert main(["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--result", str(log), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    row = next(r for r in summary["compared"] if r["figure"] == "request_goodput")
+    assert row["real"] == 3.92 and 0 <= row["llmsim"] < summary["request_throughput"]
     for pairs, fragment in [
         ("ttft=45", "expected KEY:VALUE pairs"),
         ("itl:5", "--goodput itl: the metric is one of ttft, tpot, e2el"),

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from llmsim.errors import UserError, load_json_object
+from llmsim.vllmcli import DTYPES as _VLLM_DTYPES
 from llmsim.workload.limits import MAX_ARRIVAL_S, MAX_REQUESTS, MAX_TOKENS_PER_REQUEST
 
 STEP_COLUMNS = {
@@ -40,7 +41,9 @@ STEP_COLUMNS = {
     "num_scheduled_tokens",
     "batch",
 }
-DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "auto": "bf16"}
+# a run's engine_args.dtype as llmsim names it: vllm serve's --dtype choices (vllmcli.DTYPES), its
+# auto the bf16 vLLM's CPU backend serves an fp32 config in
+DTYPES = {**_VLLM_DTYPES, "auto": "bf16"}
 BUSY_GAP_S = 2e-3  # a gap between steps longer than this is idle time (waiting for arrivals)
 HW_FIT_KEYS = ("gemm_max_fraction", "memory_fraction", "attention_fraction", "elementwise_memory_fraction")
 # refined too where the profile has them (absent, their ops follow memory_fraction)

@@ -19,6 +19,7 @@ from llmsim.planning.result import Plan
 from llmsim.planning.robustness import sensitivity
 from llmsim.planning.rows import PLAN_COLUMNS, plan_row, worth_more_replicas
 from llmsim.planning.space import Point, checked_space
+from llmsim.results import has_latency_slo
 from llmsim.scenario import Scenario
 from llmsim.sweep import run_points
 
@@ -75,9 +76,7 @@ def capacity_plan(
         infeasible=infeasible_candidates(table, owner),
         best=ranked[0] if ranked else None,
         left_out=left_out,
-        latency_slos=any(
-            getattr(s, k) is not None for s in (sc.slo, *sc.slo.classes.values()) for k in LATENCY_SLO_KEYS
-        ),
+        latency_slos=has_latency_slo(slo, slo.get("classes")),
     )
     if plan.best is not None and cfg.sensitivity > 0:
         top = winners.head(SENSITIVITY_WINNERS)
@@ -86,9 +85,6 @@ def capacity_plan(
         plan.slo_capacity = goodput_search(base, plan.best.overrides(), start_rps=target_rps)
     plan.recommendation = recommend(plan)
     return plan
-
-
-LATENCY_SLO_KEYS = ("ttft_s", "tpot_s", "tbt_s", "e2e_s")
 
 
 def _power_w(hardware: str, base: Base, sc: Scenario) -> float:

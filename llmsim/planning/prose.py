@@ -30,7 +30,7 @@ def recommend(plan: Plan) -> str:
     if plan.slo_capacity is not None:
         lines += _headroom(plan)
     if not plan.sensitivity.empty:
-        lines.append(_robustness(plan.sensitivity[plan.sensitivity["config"] == w["config"]]))
+        lines.append(_robustness(plan.sensitivity[plan.sensitivity["config"] == w["config"]], plan.latency_slos))
     n_bad = len(plan.infeasible)
     if n_bad:
         kinds = plan.infeasible["reason"].str.split(":").str[0].value_counts()
@@ -42,6 +42,11 @@ def recommend(plan: Plan) -> str:
 
 def _no_winner(plan: Plan) -> str:
     reasons = plan.infeasible["reason"].str.split(":").str[0].value_counts()
+    if not plan.latency_slos:
+        return (
+            f"No candidate keeps up with {plan.target_rps:.2f} req/s (no latency SLO is set: each was overloaded "
+            "or could not run). Why: " + ", ".join(f"{n} failed on {k}" for k, n in reasons.items()) + "."
+        )
     return (
         f"No candidate meets the SLOs at {plan.target_rps:.2f} req/s "
         f"(target attainment {plan.target_attainment:.0%}). Why: "
@@ -55,18 +60,27 @@ def _headroom(plan: Plan) -> list[str]:
     assert plan.slo_capacity is not None
     g = plan.slo_capacity
     head = g.rate_rps / plan.target_rps - 1 if plan.target_rps else 0.0
+    what = (
+        "SLO capacity (the highest arrival rate at which it still meets the SLOs, not overloaded)"
+        if plan.latency_slos
+        else "capacity (the highest arrival rate at which it is not overloaded)"
+    )
     lines = [
-        f"Its SLO capacity (the highest arrival rate at which it still meets the SLOs, not overloaded) is {g.rate_rps:.2f} req/s "
-        f"({head:+.0%} headroom over the target; verdict there: {g.verdict})."
+        f"Its {what} is {g.rate_rps:.2f} req/s ({head:+.0%} headroom over the target; verdict there: {g.verdict})."
     ]
     return lines
 
 
-def _robustness(winner_rows: pd.DataFrame) -> str:
-    """Whether the winner still meets the SLOs with every efficiency lower (its sensitivity rows)."""
+def _robustness(winner_rows: pd.DataFrame, latency_slos: bool = True) -> str:
+    """Whether the winner still meets the SLOs (without any: still keeps up) with every efficiency
+    lower (its sensitivity rows)."""
     low = winner_rows[winner_rows["efficiency_factor"] < 1]
     holds = bool(low["meets_slos"].all())
     lower = 1.0 - float(low["efficiency_factor"].iloc[0])  # plan.sensitivity: 0.15 unless set
+    if not latency_slos:
+        return f"With every efficiency {lower:.0%} lower it " + (
+            "still keeps up; the choice holds." if holds else "is OVERLOADED; budget one more replica."
+        )
     return (
         f"With every efficiency {lower:.0%} lower it "
         + ("still meets the SLOs" if holds else "MISSES the SLOs")

@@ -23,7 +23,7 @@ def rate_knob(base: Base) -> tuple[str, float]:
             f"{base.origin}: workload.ramp_up: the plan searches one arrival rate (workload.rate_rps), and a ramp "
             "sets each request's own; give rate_rps in its place"
         )
-    if w.kind in ("poisson", "gamma") and w.max_concurrency:
+    if w.max_concurrency and w.kind in ("poisson", "gamma", "trace"):
         raise UserError(
             f"{base.origin}: workload.max_concurrency: the plan searches the rate requests arrive at, and a "
             "client's cap holds them back from it (each one's latency counts from its send), so a candidate "
@@ -51,10 +51,7 @@ def requests_per_rate_unit(base: Base) -> float:
     from llmsim.workload.generators import profile_integral
 
     w = base.scenario().workload
-    per = 1.0
-    c = w.conversations
-    if c is not None:
-        per = c.turns + (c.fanout * (c.turns - 1) if c.closed_loop else 0)
+    per = 1.0 if w.conversations is None else float(w.conversations.calls)
     if w.rate_profile is not None:
         if not w.duration_s:
             raise UserError(

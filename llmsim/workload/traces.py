@@ -138,7 +138,7 @@ def _read_csv(path: Path, required: list[str], skip: str | None = None) -> pd.Da
         raise UserError(f"{path}: column(s) {cut(str(twice))} appear more than once in the header")
     missing = [c for c in required if c not in df.columns]
     if missing and header and header[0].lstrip().startswith("{"):  # (JSON lines read as a CSV)
-        raise UserError(f"{path}: holds JSON lines, not CSV; a generic trace in JSON lines is read under a .jsonl name")
+        raise UserError(f"{path}: holds JSON lines, not CSV (the generic format reads JSON lines under a .jsonl name)")
     if missing:
         # (the header cut short: a file of another kind can make it kilobytes long)
         raise UserError(f"{path}: missing column(s) {missing}; found {cut(str(list(df.columns)))}")
@@ -474,6 +474,17 @@ def load_generic(
     )
 
 
+def names_prompts(path: Path) -> bool:
+    """Whether a generic trace has prompt identity columns (``ID_COLUMNS``), from its header (a
+    JSONL file's first record); True where the file cannot be read (its loader says why)."""
+    try:
+        with path.open(encoding="utf-8-sig", errors="replace") as fh:
+            first = next((line for line in iter(lambda: fh.readline(1 << 20), "") if line.strip()), "")
+    except OSError:
+        return True
+    return any(f'"{c}"' in first if path.suffix == ".jsonl" else c in first for c in ID_COLUMNS)
+
+
 def _with_text_labels(df: pd.DataFrame, path: Path) -> pd.DataFrame:
     """A CSV trace with its name columns (``LABEL_COLUMNS``) read again, in one pass, as the text
     their cells hold: pandas reads "007" as 7, "NA" as missing, and an id past 2**53 beside an empty
@@ -599,6 +610,7 @@ def load_llmservingsim(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_T
     hashes: list[list[int]] = []
     lines: list[int] = []
     with_ids = 0
+    fractional = False  # (an arrival_time_ns with a fraction: seconds, most likely)
     for line_no, line in _json_lines(path):
         where = f"{path}: line {line_no}"
         row = _json_row(line.strip(), where)
@@ -618,6 +630,7 @@ def load_llmservingsim(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_T
         if isinstance(arr, bool) or not isinstance(arr, int | float) or not math.isfinite(_as_float(arr)) or arr < 0:
             raise UserError(f"{where}: arrival_time_ns must be a number of nanoseconds >= 0, got {_plain(arr)!r}")
         t.append(float(arr) / 1e9)
+        fractional = fractional or arr != int(arr)
         p.append(n_in)
         o.append(n_out)
         lines.append(line_no)
@@ -632,10 +645,11 @@ def load_llmservingsim(path: Path, hash_block_tokens: int = DEFAULT_HASH_BLOCK_T
     arr_s = np.asarray(t)
     _check_sorted(arr_s, path, np.asarray(lines))
     span_ns = (arr_s[-1] - arr_s[0]) * 1e9
-    if 0 < span_ns < 1e6:  # (a real run's arrivals span seconds; all at once, they are all equal)
+    # nanoseconds are whole, and no client sends a request a microsecond (all at once: no gap at all)
+    if fractional or 0 < span_ns < 1e3 * (len(t) - 1):
+        why = "a fraction of a nanosecond" if fractional else f"{span_ns / (len(t) - 1):.3g} ns apart on average"
         raise UserError(
-            f"{path}: arrival_time_ns: the {len(t):,} requests arrive within {span_ns:.3g} ns, under a "
-            "millisecond; the field is nanoseconds: are the times seconds (x 1e9)?"
+            f"{path}: arrival_time_ns: requests arrive {why}; the field is nanoseconds: are the times seconds (x 1e9)?"
         )
     return Workload(
         arr_s,
