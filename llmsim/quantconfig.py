@@ -209,13 +209,13 @@ def _pattern(entry: str, how: str) -> bool:
 
 
 def _check_whole(entries: object, key: str, how: str, layers: int = 0) -> None:
-    """Refuse a list of modules left unquantised (compressed-tensors ``ignore``, exact names or
-    ``re:`` patterns; AWQ's ``modules_to_not_convert``, substrings of names; the fp8 method's
-    ``ignored_layers``, exact names; ModelOpt's ``exclude_modules`` / ``ignore``, wildcards), ``how``
-    says which, that reaches beyond
-    the minor ones, or names modules by path in more than an eighth of the layers (at least two):
-    priced as quantised, those layers' weights would be counted at a quarter of their bytes (a
-    16 GB model as 5.7 GB)."""
+    """Refuse a list of modules left unquantised that reaches beyond the minor ones, or names
+    modules by path in more than an eighth of the layers (at least two): priced as quantised, those
+    layers' weights would be counted at a quarter of their bytes (a 16 GB model as 5.7 GB). ``how``
+    says how the list names modules: compressed-tensors' ``ignore``, exact names or ``re:``
+    patterns; AWQ's ``modules_to_not_convert``, substrings of names (``SUBSTRINGS``); the fp8
+    method's ``ignored_layers``, exact names; ModelOpt's ``exclude_modules`` / ``ignore``,
+    wildcards (``WILDCARDS``)."""
     if entries is None:
         return
     if not isinstance(entries, list):
