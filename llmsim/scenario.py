@@ -423,7 +423,8 @@ class LoraConfig(_Strict):
     LoRAConfig, vllm/config/lora.py); which requests use which adapter: ``workload.lora``."""
 
     max_loras: Annotated[int, Field(ge=1, le=1024)] = 1  # GPU slots: distinct adapters in one batch
-    max_lora_rank: Annotated[int, Field(ge=1, le=1024)] = 16  # the buffers' and kernels' rank
+    # the buffers' and kernels' rank, one of vLLM's (vllm/config/lora.py MaxLoRARanks, 0.32)
+    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = 16
     max_cpu_loras: Annotated[int, Field(ge=1, le=1_000_000)] | None = None  # host cache; default max_loras
     # an adapter not in host memory is read from the model store at this rate (the same store the
     # weights come from: ai-dynamo/aiperf#449, "Model loading took 14.9889 GiB and 18.506763
@@ -1002,13 +1003,51 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
     sc = apply_checkpoint(sc, model)
     if sc.kv_cache.offload and not sc.kv_cache.prefix_caching:  # (the engine may turn the cache on)
         raise UserError(f"{origin}: kv_cache.offload: the tiers serve prefix-cache hits; set prefix_caching: true")
+    if any(t.tier == "cpu" for t in sc.kv_cache.offload):
+        _check_host_tier(sc, origin)
     _check_lora(sc, origin)
     if sc.speculative is not None and sc.policy.kind == "static":  # (its scheduler never verifies drafts)
         raise UserError(
             f"{origin}: speculative: speculative decoding under policy 'static' is not modelled; "
             "remove speculative or pick another policy"
         )
+    _check_speculative(sc, origin)
     return sc
+
+
+def _check_host_tier(sc: Scenario, origin: str) -> None:
+    """A cpu offload tier on a CPU device would be a second KV cache in the DRAM that holds the first."""
+    from llmsim.hardware import load_profile
+
+    c = sc.cluster
+    pool = c.prefill_pool if sc.policy.kind == "disaggregated" and c.prefill_pool is not None else None
+    hw = load_profile((pool.hardware if pool is not None and pool.hardware else None) or sc.hardware, Path(sc.base_dir))
+    if hw.family == "cpu":
+        raise UserError(
+            f"{origin}: kv_cache.offload: a cpu tier on {hw.name}, a CPU, whose KV cache already lives in host "
+            "memory (the tier would be a second cache in the same DRAM); leave it out, or use a disk tier"
+        )
+
+
+def _check_speculative(sc: Scenario, origin: str) -> None:
+    """Speculative decoding where llmsim would price it without its cost: a pipeline's steps
+    (pipeline.py prices each stage's share of the verify step, not the drafting), and requests of
+    several sequences (each verify is priced as one sequence's k + 1 tokens)."""
+    if sc.speculative is None:
+        return
+    pools = [sc.cluster, *(p for p in (sc.cluster.prefill_pool, sc.cluster.decode_pool) if p is not None)]
+    if any(p.pp > 1 for p in pools):
+        raise UserError(
+            f"{origin}: speculative: speculative decoding with pipeline parallelism (pp > 1) is not modelled "
+            "(the drafting would not be priced); use pp 1"
+        )
+    w = sc.workload
+    if w.parallel_samples > 1 or (w.beam_width or 1) > 1:
+        raise UserError(
+            f"{origin}: speculative: speculative decoding of requests with several sequences "
+            "(workload.parallel_samples / beam_width above 1) is not modelled (one sequence's draft and "
+            "verify would be priced per request)"
+        )
 
 
 def _check_lora(sc: Scenario, origin: str) -> None:
@@ -1281,9 +1320,27 @@ def _check_names(sc: Scenario, origin: str) -> ModelSpec:
     link = sc.cluster.kv_link
     if sc.policy.kind == "disaggregated" and link.kind == "custom" and link.bandwidth_gbps is None:
         raise UserError(f"{origin}: cluster.kv_link.bandwidth_gbps: a 'custom' link needs its bandwidth in GB/s")
+    if sc.policy.kind == "disaggregated" and link.kind == "nvlink":
+        _check_one_nvlink_domain(sc, origin)
     if sc.workload.classes and sc.workload.kind == "trace":
         raise UserError(f"{origin}: workload.classes: classes mix synthetic requests; a trace brings its own")
     return model
+
+
+def _check_one_nvlink_domain(sc: Scenario, origin: str) -> None:
+    """An NVLink KV link joins GPUs of one NVLink domain: pools on two kinds of device (an H100 and
+    an A100, a TPU and a GPU) have none between them; their KV moves over the network (the link
+    was priced at the prefill device's scale-up rate, a TPU's ICI to an A100 included)."""
+    from llmsim.hardware import profile_file
+
+    c = sc.cluster
+    names = [(p.hardware if p is not None and p.hardware else sc.hardware) for p in (c.prefill_pool, c.decode_pool)]
+    files = {profile_file(n, Path(sc.base_dir)).resolve() for n in names}
+    if len(files) > 1:
+        raise UserError(
+            f"{origin}: cluster.kv_link.kind: nvlink joins GPUs of one NVLink domain, and the pools run on "
+            f"{names[0]} and {names[1]}; use rdma (or custom, with the link's bandwidth)"
+        )
 
 
 def _check_pools_size_disaggregated(c: ClusterConfig, origin: str) -> None:

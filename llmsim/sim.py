@@ -37,6 +37,7 @@ from llmsim.pipeline import PipelineReplica
 from llmsim.replica import Replica
 from llmsim.request import REJECTED, Request
 from llmsim.router import StaleRouter, route, view_s
+from llmsim.schedulers.base import Scheduler
 from llmsim.steplog import StepLog
 from llmsim.workload.base import Workload
 
@@ -265,7 +266,9 @@ def simulate(
         r = make(i, t)
         if transfer is not None:
             r.prefill_only = True
-            reason = transfer.decode[0].sched.rejection_reason(r)
+            # the decode pool's own checks (max_model_len, KV capacity), not its policy's step
+            # budget: a prompt arrives there computed (vLLM's P/D connectors count it as cached)
+            reason = Scheduler.rejection_reason(transfer.decode[0].sched, r)
             if reason:
                 r.status, r.reject_reason = REJECTED, f"decode pool: {reason}"
                 return r

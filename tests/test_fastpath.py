@@ -408,4 +408,5 @@ def test_a_transfer_landing_during_a_chunk_run_sees_the_runs_blocks() -> None:
     sc = scenario_from_dict(d, "test", Path("."))
     exact, fast = llmsim.run(sc, exact_steps=True), llmsim.run(sc)
     _compare(exact.requests, fast.requests)
-    assert exact.summary["memory"]["kv_peak_blocks"] == fast.summary["memory"]["kv_peak_blocks"] == 829
+    # (829 while the decode pool refused the prompts past its 8,192-token step budget, a third of them)
+    assert exact.summary["memory"]["kv_peak_blocks"] == fast.summary["memory"]["kv_peak_blocks"] == 1153

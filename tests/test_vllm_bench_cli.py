@@ -982,6 +982,10 @@ def test_goodput_slos_are_read_printed_and_compared(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     row = next(r for r in summary["compared"] if r["figure"] == "request_goodput")
     assert row["real"] == 3.92 and 0 <= row["llmsim"] < summary["request_throughput"]
+    # --set's SLOs beside --goodput: the printout's goodput line would be --set's (hostile round 6)
+    line = BENCH + " --goodput ttft:1"
+    assert main(["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--bench", line, "--set", "slo.ttft_s=10"]) == 2
+    assert "--set slo.ttft_s: the run's --goodput sets the SLOs" in capsys.readouterr().err
     for pairs, fragment in [
         ("ttft=45", "expected KEY:VALUE pairs"),
         ("itl:5", "--goodput itl: the metric is one of ttft, tpot, e2el"),

@@ -108,6 +108,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         check_same_model(str(result.path), result.model_id, serve)
         bench = vllmcli.with_settings(bench, result.settings, str(result.path))
         vllmcli.check_lengths(result, bench)
+    slo_keys = [k for k in overrides if k == "slo" or k.startswith("slo.")]
+    if bench.goodput and slo_keys:  # (the printout's goodput line would be --set's, read as vLLM's)
+        raise UserError(
+            f"--set {slo_keys[0]}: the run's --goodput sets the SLOs its request goodput counts; give them there"
+        )
     earlier = [earlier_run(text, serve, after_label(k, len(args.after))) for k, text in enumerate(args.after, 1)]
     if earlier:
         check_history(bench, result, out)
