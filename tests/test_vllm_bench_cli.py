@@ -982,6 +982,10 @@ def test_goodput_slos_are_read_printed_and_compared(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     row = next(r for r in summary["compared"] if r["figure"] == "request_goodput")
     assert row["real"] == 3.92 and 0 <= row["llmsim"] < summary["request_throughput"]
+    # the same figure without its SLOs (a JSON result records none): not compared, and said so
+    log.write_text(log.read_text().replace(", goodput=['ttft:20.9']", ""))
+    assert main(["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--result", str(log)]) == 0
+    assert "request_goodput not compared: its SLOs are not recorded" in capsys.readouterr().out
     # --set's SLOs beside --goodput: the printout's goodput line would be --set's (hostile round 6)
     line = BENCH + " --goodput ttft:1"
     assert main(["bench", "--hardware", "H100-SXM", "--serve", SERVE, "--bench", line, "--set", "slo.ttft_s=10"]) == 2

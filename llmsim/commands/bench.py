@@ -705,4 +705,9 @@ def notes(
         lines.append(f"requests {len(result.sent.index):,} from {result.path} (their lengths; arrivals: {source})")
         if result.sent.empty:
             lines.append(f"         ({result.sent.empty:,} that succeeded with no prompt or output token left out)")
+    if result is not None and "request_goodput" in result.figures and not bench.goodput:
+        lines.append(
+            f"goodput  {result.path}'s request_goodput not compared: its SLOs are not recorded; give the run's "
+            "--goodput in --bench"
+        )
     return "\n".join(lines) + "\n"
