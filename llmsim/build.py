@@ -17,7 +17,7 @@ from llmsim.errors import UserError
 from llmsim.hardware import HardwareProfile, cpu_subset, file_version, load_profile
 from llmsim.models import DTYPE_BYTES, ModelSpec, get_model, weight_groups
 from llmsim.moejit import MoeJitSpec, moe_jit_spec
-from llmsim.scenario import PoolConfig, Scenario, scenario_model
+from llmsim.scenario import PoolConfig, Scenario, pool_configs, scenario_model
 from llmsim.schedulers import SchedulerConfig
 from llmsim.schedulers.base import SpecConfig
 from llmsim.workload import generators as gen
@@ -540,17 +540,6 @@ def check_moe_keys(sc: Scenario, model: ModelSpec) -> None:
     moe_keys += ["expert_routing_exponent"] if c.expert_routing_exponent != 1.0 else []
     if moe_keys and not model.is_moe:
         raise UserError(f"cluster.{moe_keys[0]}: {model.name} is a dense model, with no experts to route to; remove it")
-
-
-def pool_configs(sc: Scenario) -> list[tuple[str, PoolConfig]]:
-    """The pools a scenario asks for, by name: one ("main") when colocated; "prefill" and
-    "decode" when disaggregated."""
-    c = sc.cluster
-    if sc.policy.kind == "disaggregated":
-        # (the colocated sizing keys are refused beside pools: scenario._check_pools_size_disaggregated)
-        assert c.prefill_pool is not None and c.decode_pool is not None
-        return [("prefill", c.prefill_pool), ("decode", c.decode_pool)]
-    return [("main", PoolConfig(replicas=c.replicas, tp=c.tp, pp=c.pp, expert_parallel=c.expert_parallel))]
 
 
 def pool_key(name: str) -> str:

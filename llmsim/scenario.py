@@ -1016,12 +1016,11 @@ def scenario_from_dict(data: object, origin: str, base_dir: Path) -> Scenario:
 
 
 def _check_host_tier(sc: Scenario, origin: str) -> None:
-    """A cpu offload tier on a CPU device would be a second KV cache in the DRAM that holds the first."""
+    """A cpu offload tier on a CPU device would be a second KV cache in the DRAM that holds the
+    first (the tiers serve the first pool: the colocated one, or the prefill pool)."""
     from llmsim.hardware import load_profile
 
-    c = sc.cluster
-    pool = c.prefill_pool if sc.policy.kind == "disaggregated" and c.prefill_pool is not None else None
-    hw = load_profile((pool.hardware if pool is not None and pool.hardware else None) or sc.hardware, Path(sc.base_dir))
+    hw = load_profile(pool_devices(sc)[0], Path(sc.base_dir))
     if hw.family == "cpu":
         raise UserError(
             f"{origin}: kv_cache.offload: a cpu tier on {hw.name}, a CPU, whose KV cache already lives in host "
@@ -1035,8 +1034,7 @@ def _check_speculative(sc: Scenario, origin: str) -> None:
     several sequences (each verify is priced as one sequence's k + 1 tokens)."""
     if sc.speculative is None:
         return
-    pools = [sc.cluster, *(p for p in (sc.cluster.prefill_pool, sc.cluster.decode_pool) if p is not None)]
-    if any(p.pp > 1 for p in pools):
+    if any(p.pp > 1 for _, p in pool_configs(sc)):
         raise UserError(
             f"{origin}: speculative: speculative decoding with pipeline parallelism (pp > 1) is not modelled "
             "(the drafting would not be priced); use pp 1"
@@ -1081,6 +1079,22 @@ def _check_lora(sc: Scenario, origin: str) -> None:
         raise UserError(f"{origin}: lora: multi-LoRA under {where} is not modelled")
 
 
+def pool_configs(sc: Scenario) -> list[tuple[str, PoolConfig]]:
+    """The pools a scenario asks for, by name: one ("main") when colocated; "prefill" and
+    "decode" when disaggregated."""
+    c = sc.cluster
+    if sc.policy.kind == "disaggregated":
+        # (the colocated sizing keys are refused beside pools: _check_pools_size_disaggregated)
+        assert c.prefill_pool is not None and c.decode_pool is not None
+        return [("prefill", c.prefill_pool), ("decode", c.decode_pool)]
+    return [("main", PoolConfig(replicas=c.replicas, tp=c.tp, pp=c.pp, expert_parallel=c.expert_parallel))]
+
+
+def pool_devices(sc: Scenario) -> list[str]:
+    """The hardware each pool runs on, in ``pool_configs``' order: its own, else the scenario's."""
+    return [p.hardware or sc.hardware for _, p in pool_configs(sc)]
+
+
 def scenario_model(sc: Scenario) -> ModelSpec:
     """The model a scenario names, as released: its config.json read (quantization_config
     included), or the catalog's entry as ``model.checkpoint`` quantises it."""
@@ -1107,9 +1121,9 @@ def apply_checkpoint(sc: Scenario, m: ModelSpec) -> Scenario:
         return sc
     model, kv, filled = {}, {}, dict(sc._engine_filled)
     if m.checkpoint_act_dtype and "act_dtype" not in sc.model.model_fields_set:
-        c = sc.cluster
-        names = [p.hardware or sc.hardware for p in (c.prefill_pool, c.decode_pool) if p is not None] or [sc.hardware]
-        act = m.checkpoint_compute(sc.model.weight_dtype, (load_profile(h, Path(sc.base_dir)) for h in names))
+        act = m.checkpoint_compute(
+            sc.model.weight_dtype, (load_profile(h, Path(sc.base_dir)) for h in pool_devices(sc))
+        )
         if act:
             model["act_dtype"] = act
             filled["model"] = ["act_dtype"]
@@ -1333,8 +1347,7 @@ def _check_one_nvlink_domain(sc: Scenario, origin: str) -> None:
     was priced at the prefill device's scale-up rate, a TPU's ICI to an A100 included)."""
     from llmsim.hardware import profile_file
 
-    c = sc.cluster
-    names = [(p.hardware if p is not None and p.hardware else sc.hardware) for p in (c.prefill_pool, c.decode_pool)]
+    names = pool_devices(sc)
     files = {profile_file(n, Path(sc.base_dir)).resolve() for n in names}
     if len(files) > 1:
         raise UserError(

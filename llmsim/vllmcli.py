@@ -1048,21 +1048,21 @@ def _precision(serve: Serve, entry: str | dict, hardware: str) -> dict:
             f"{named.method}-quantised, which vLLM serves with {' or '.join(NAMED_FLAGS[named.method])} (it "
             "refuses a --quantization its checkpoint's config does not name); drop the flag or give the matching one"
         )
-    checkpoint = isinstance(entry, dict) or "/" in serve.model  # (a config read, or a hub id of the catalog's)
-    if flag and not (own or named) and (flag not in QUANTIZATION or (flag != "fp8" and checkpoint)):
-        # AWQ, GPTQ, compressed-tensors and ModelOpt read weights quantised ahead of time, with the
-        # scales their config names (vLLM: "Cannot find the config file for awq"); fp8 alone
-        # quantises a 16-bit checkpoint online. (A catalog name, no checkpoint, asks what an
-        # AWQ/GPTQ checkpoint of it would do: priced.)
-        raise UserError(
-            f"vllm serve: --quantization {flag} reads a checkpoint quantised with it (a "
-            f"quantization_config in its config.json), and {serve.model} has none; name such a "
-            "checkpoint, or quantise this one online with --quantization fp8"
-        )
-    if flag and not (own or named) and isinstance(entry, dict):  # a 16-bit folder quantised online (fp8)
-        return _online_fp8(serve, hardware)
-    if flag and not (own or named):  # (a catalog model: the format the flag asks about)
-        named = CHECKPOINT_FORMATS[QUANTIZATION[flag]]
+    if flag and not (own or named):  # the flag alone names a format: the checkpoint says none
+        checkpoint = isinstance(entry, dict) or "/" in serve.model  # (a config read, or a hub id of the catalog's)
+        if flag not in QUANTIZATION or (flag != "fp8" and checkpoint):
+            # AWQ, GPTQ, compressed-tensors and ModelOpt read weights quantised ahead of time, with
+            # the scales their config names (vLLM: "Cannot find the config file for awq"); fp8 alone
+            # quantises a 16-bit checkpoint online. (A catalog name, no checkpoint, asks what an
+            # AWQ/GPTQ checkpoint of it would do: priced.)
+            raise UserError(
+                f"vllm serve: --quantization {flag} reads a checkpoint quantised with it (a "
+                f"quantization_config in its config.json), and {serve.model} has none; name such a "
+                "checkpoint, or quantise this one online with --quantization fp8"
+            )
+        if isinstance(entry, dict):  # a 16-bit folder quantised online (fp8)
+            return _online_fp8(serve, hardware)
+        named = CHECKPOINT_FORMATS[QUANTIZATION[flag]]  # (a catalog model: the format the flag asks about)
     q = own or named
     if q is None:
         return {"weight_dtype": serve.dtype, "act_dtype": serve.dtype} if serve.dtype else {}
