@@ -19,7 +19,8 @@ _BINS: Final = 4200
 class GapHistogram:
     """Log-binned histogram of inter-token gaps (TBT) across every token, O(1) memory.
 
-    Bins are 0.5% wide in log space from 1 µs to 1000 s, so percentiles are exact to 0.5%.
+    Bins are 0.5% wide in log space from 1 µs to 1000 s, so percentiles are exact to 0.5%; the
+    sum and the sum of squares are kept exactly beside them (the mean and std need no bins).
     Each gap is binned as it comes, in compiled arithmetic (``_bin_of``): a run of decode steps adds
     its gaps from its step end times with no list, box or array made per step.
     """
@@ -33,12 +34,16 @@ class GapHistogram:
         self._scale = self.BINS / math.log(self.HI / self.LO)
         self._last_gap_s = -1.0  # the gap ``add`` binned last, and its bin
         self._last_bin = 0
+        self.sum_s = 0.0  # of every gap, and of their squares (s²)
+        self.sum_sq = 0.0
 
     def add(self, gap_s: float, count: int = 1) -> None:
         if gap_s != self._last_gap_s:  # (a step's decodes mostly share one gap: its bin, once)
             self._last_gap_s = gap_s
             self._last_bin = _bin_of(gap_s, self._scale)
         self._counts[self._last_bin] += count
+        self.sum_s += gap_s * count
+        self.sum_sq += gap_s * gap_s * count
 
     def add_ends(self, ends_s: list[float], lo: int, hi: int, count: int) -> float:
         """The gaps between the successive step ends ``ends_s[lo:hi]``, each seen ``count`` times (a
@@ -54,10 +59,12 @@ class GapHistogram:
         k = 0
         pending = 0  # gaps seen in bin k, not yet counted
         largest = -1.0
+        sq = 0.0
         for i in range(lo + 1, hi):
             end = ends_s[i]
             gap = end - prev
             prev = end
+            sq += gap * gap
             if gap > largest:
                 largest = gap
             if not inside_lo < gap < inside_hi:
@@ -73,6 +80,9 @@ class GapHistogram:
             pending += count
         if pending:
             counts[k] += pending
+        if hi - lo > 1:
+            self.sum_s += (ends_s[hi - 1] - ends_s[lo]) * count  # (the gaps' sum telescopes)
+            self.sum_sq += sq * count
         return largest
 
     @property
@@ -85,6 +95,8 @@ class GapHistogram:
         for i, c in enumerate(other._counts):
             if c:
                 mine[i] += c
+        self.sum_s += other.sum_s
+        self.sum_sq += other.sum_sq
 
     @property
     def total(self) -> int:
@@ -97,14 +109,31 @@ class GapHistogram:
         c[0], c[-1] = self.LO, self.HI
         return c
 
+    def mean_s(self) -> float:
+        return self.sum_s / self.total if self.total else math.nan
+
+    def std_s(self) -> float:
+        """Population std (np.std's), from the exact sums (clipped at 0 against rounding)."""
+        total = self.total
+        if not total:
+            return math.nan
+        mean = self.sum_s / total
+        return math.sqrt(max(self.sum_sq / total - mean * mean, 0.0))
+
     def percentile(self, q: float) -> float:
+        """np.percentile's (linear) over the gaps, each standing at its bin's centre: the ranks
+        below and above q % of (n - 1), interpolated, so two gaps in far bins give their middle."""
         total = self.total
         if total == 0:
             return math.nan
-        # the first bin whose cumulative count reaches q % of the gaps, and at least one gap (P0: the
-        # shortest gap's bin, as np.percentile's minimum, not the empty first bin)
-        idx = int(np.searchsorted(np.cumsum(self.counts), max(q / 100.0 * total, 1), side="left"))
-        return float(self.centres()[min(idx, self.BINS + 1)])
+        rank = q / 100.0 * (total - 1)
+        below = math.floor(rank)
+        cum = np.cumsum(self.counts)
+        # the bin holding each rank (0-based: rank r is in the first bin whose cumulative count > r)
+        lo_bin, hi_bin = np.searchsorted(cum, [below, min(below + 1, total - 1)], side="right")
+        centres = self.centres()
+        lo, hi = float(centres[lo_bin]), float(centres[hi_bin])
+        return lo + (hi - lo) * (rank - below)
 
 
 def _bin_of(gap_s: float, scale: float) -> int:

@@ -11,8 +11,9 @@ benchmark result JSON (vllm/benchmarks/serve.py, 0.32: ``calculate_metrics`` and
 - ``{mean,median,std,p<P>}_{ttft,tpot,itl,e2el}_ms`` for the chosen percentiles ``P``.
 
 Definitions as vLLM's: TTFT = first token − arrival; TPOT per request = (E2EL − TTFT) /
-(output tokens − 1), requests of one token left out; ITL over every inter-token gap of every
-request (so its mean is token-weighted); E2EL = finish − arrival; percentiles by
+(output tokens − 1), requests of one token left out; ITL over every gap between the streamed
+chunks of every request (a chunk is a token, or the tokens one speculative verify step accepted);
+E2EL = finish − arrival; percentiles by
 ``np.percentile`` over completed requests. Where vLLM reports 0 for an empty set, these are
 ``None`` (JSON null). llmsim's extra, the worst gap of each request (``*_tbt_max_ms``), follows
 the same pattern, and so does ``input_throughput`` (tok/s). docs/results.md has the mapping from the older llmsim names.
@@ -20,10 +21,13 @@ the same pattern, and so does ``input_throughput`` (tok/s). docs/results.md has 
 
 from __future__ import annotations
 
-import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from llmsim.gaps import GapHistogram
 
 DEFAULT_PERCENTILES = (90.0, 99.0)
 
@@ -44,17 +48,13 @@ def dist_ms(name: str, values_s: np.ndarray, percentiles: tuple[float, ...]) -> 
     return {f"{k}_{name}_ms": float(f) for k, f in zip(keys, figs, strict=True)}
 
 
-def itl_from_histogram(hist: object, mean_s: float | None, percentiles: tuple[float, ...]) -> dict:
-    """ITL figures of a run from its :class:`llmsim.gaps.GapHistogram` of every gap: the mean is
-    exact (``mean_s``, token-weighted), median, std and percentiles within the histogram's 0.5% bins."""
+def itl_from_histogram(hist: GapHistogram | None, percentiles: tuple[float, ...]) -> dict:
+    """ITL figures of a run from its :class:`llmsim.gaps.GapHistogram` of every gap: mean and std
+    exact (its sums), median and percentiles np.percentile's within the histogram's 0.5% bins."""
     keys = ["mean", "median", "std", *(p_word(p) for p in percentiles)]
-    total = 0 if hist is None else hist.total  # type: ignore[attr-defined]
-    if not total or mean_s is None:
+    if hist is None or not hist.total:
         return {f"{k}_itl_ms": None for k in keys}
-    centres = hist.centres()  # type: ignore[attr-defined]
-    counts = hist.counts  # type: ignore[attr-defined]
-    var = float(np.dot(counts, (centres - mean_s) ** 2) / total)
-    figs = [mean_s, hist.percentile(50), math.sqrt(var), *(hist.percentile(p) for p in percentiles)]  # type: ignore[attr-defined]
+    figs = [hist.mean_s(), hist.percentile(50), hist.std_s(), *(hist.percentile(p) for p in percentiles)]
     return {f"{k}_itl_ms": float(f) * 1e3 for k, f in zip(keys, figs, strict=True)}
 
 
@@ -161,6 +161,7 @@ def bench_metrics(
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
     fin: pd.DataFrame | None = None,
     clock_start_s: float | None = None,
+    horizon_s: float | None = None,
 ) -> dict:
     """vLLM-bench result keys of a run.
 
@@ -171,19 +172,33 @@ def bench_metrics(
     (:func:`itl_from_histogram` or :func:`dist_ms` over every gap); ``fin``: ``finished(req)``
     where the caller has it (a run with rejections copies the frame to make it); ``clock_start_s``:
     where the run's clock starts (None: the first arrival; 0 for ``arrivals: vllm_bench``, as vllm
-    bench serve starts its clock before the first request's own gap)."""
+    bench serve starts its clock before the first request's own gap); ``horizon_s``: where the run
+    stopped (None: it ran until every request was done), requests arriving after it never sent.
+
+    ``duration`` runs, as vLLM's benchmark clock, until every sent request is answered: the last
+    finish, a rejection (answered at its arrival) after it, or the horizon that cut a request off;
+    ``failed`` counts the sent requests not completed. The one-second buckets of the two peaks
+    start at the first completed request's arrival (vLLM's ``min_start_time``)."""
     fin = finished(req) if fin is None else fin
     n_done = len(fin)
-    start = float(req["arrival_s"].min()) if len(req) else 0.0
+    arrival = req["arrival_s"].to_numpy(dtype=float)
+    sent = arrival <= horizon_s if horizon_s is not None else np.ones(len(req), dtype=bool)
+    start = float(arrival.min()) if len(req) else 0.0
     if clock_start_s is not None:
         start = min(start, clock_start_s)
-    end = float(fin["finish_s"].max()) if n_done else start
+    status = req["status"].to_numpy()
+    answers = [fin["finish_s"].to_numpy(dtype=float), arrival[sent & (status == "rejected")]]
+    if horizon_s is not None and (sent & (status == "unfinished")).any():
+        answers.append(np.array([horizon_s]))
+    answered = np.concatenate(answers)
+    end = max(float(answered.max()), start) if len(answered) else start
     dur = max(end - start, 1e-12)
     tin, tout = int(fin["prompt_tokens"].sum()), int(fin["generated_tokens"].sum())
+    first = float(fin["arrival_s"].min()) if n_done else start
     out: dict = {
         "duration": end - start,
         "completed": n_done,
-        "failed": len(req) - n_done,
+        "failed": int(sent.sum()) - n_done,
         "total_input_tokens": tin,
         "total_output_tokens": tout,
         "request_throughput": n_done / dur,
@@ -192,9 +207,9 @@ def bench_metrics(
         "total_token_throughput": (tin + tout) / dur,
         "input_throughput": tin / dur,  # llmsim's extra: vLLM's JSON has the total alone
         "max_output_tokens_per_s": _max_tokens_per_s(
-            start, fin["first_token_s"].to_numpy(), fin["finish_s"].to_numpy(), fin["generated_tokens"].to_numpy()
+            first, fin["first_token_s"].to_numpy(), fin["finish_s"].to_numpy(), fin["generated_tokens"].to_numpy()
         ),
-        "max_concurrent_requests": _max_concurrent(start, fin["arrival_s"].to_numpy(), fin["finish_s"].to_numpy()),
+        "max_concurrent_requests": _max_concurrent(first, fin["arrival_s"].to_numpy(), fin["finish_s"].to_numpy()),
     }
     out.update(dist_ms("ttft", fin["ttft_s"].to_numpy(), percentiles))
     out.update(dist_ms("tpot", fin["tpot_s"].to_numpy(), percentiles))

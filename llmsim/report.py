@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -49,6 +50,9 @@ from llmsim.results import (
 from llmsim.scenario import Scenario
 from llmsim.tables import cells, fmt
 from llmsim.timeline import write_trace
+
+if TYPE_CHECKING:
+    from llmsim.hardware import HardwareProfile
 
 MAX_ROOFLINE_POINTS = 400
 GANTT_WINDOW_S = 5.0
@@ -576,6 +580,21 @@ def table_value(v: object, col: str = "") -> object:
     return v
 
 
+def overhead_rows(hw: HardwareProfile) -> list[list[str]]:
+    """A profile's overheads, each in its unit (seconds as µs, bytes as bytes), one row per figure
+    (``elementwise_op_fixed_s`` holds one per op)."""
+    rows = []
+    for k, f in hw.overheads:
+        figures = sorted(f.items()) if isinstance(f, dict) else [("", f)] if f is not None else []
+        for d, g in figures:
+            if "_bytes" in k:
+                value = f"{g.value:,.0f} bytes" if g.value >= 1000 else f"{g.value:.4g} bytes"
+            else:
+                value = f"{g.value * 1e6:.1f} µs"
+            rows.append([f"overhead {k} {d}".rstrip(), value, g.source])
+    return rows
+
+
 def cell(v: object, col: str = "") -> str:
     """One value on its own, as the CLI's summary lines print it (``llmsim.tables.fmt``), except that
     a float of 1e5 and more is written out (123,456) rather than as 1.23e+05."""
@@ -756,7 +775,7 @@ def assumption_tables(r: ResultsDir) -> list[Table]:
                 # a figure, or one per dtype (gemm_dtype_fraction: {fp8: ..., int8: ...})
                 figures = sorted(f.items()) if isinstance(f, dict) else [("", f)] if f is not None else []
                 rows += [[f"efficiency {k} {d}".rstrip(), cell(g.value), g.source] for d, g in figures]
-            rows += [[f"overhead {k}", f"{f.value * 1e6:.1f} µs", f.source] for k, f in hw.overheads if f is not None]
+            rows += overhead_rows(hw)
             out.append(Table(f"Hardware: {hw.name} (pool {pool.name})", ["figure", "value", "source"], rows))
         m = build_model(sc)
         policy = f"{sc.policy.kind} (chunk {sc.policy.chunk_tokens}, max seqs {sc.policy.max_num_seqs})"

@@ -20,7 +20,7 @@ import pandas as pd
 
 from llmsim.errors import atomic_write, atomic_write_text, test_pause
 from llmsim.gaps import GapHistogram
-from llmsim.metrics import DEFAULT_PERCENTILES, bench_metrics, dist_ms, finished, itl_from_histogram, mean_gap_s
+from llmsim.metrics import DEFAULT_PERCENTILES, bench_metrics, dist_ms, finished, itl_from_histogram
 from llmsim.progress import finite
 from llmsim.tables import fmt
 
@@ -612,13 +612,15 @@ def summarize(
     fin = finished(req)
     n = len(req)
     meets = slo_mask(req, slo, slo_classes)
-    # ITL over every gap the run produced (the histogram's), so its mean too: a request the
-    # horizon cut counts its gaps so far (vLLM's runs have none such, as its benchmark waits)
-    itl_mean_s = mean_gap_s(req["tbt_mean_s"] * (req["generated_tokens"] - 1), req["generated_tokens"])
-    itl = itl_from_histogram(gaps, itl_mean_s, percentiles)
+    # the requests sent: a horizon's cut leaves those after it out of attainment (never offered)
+    horizon_s = meta.get("horizon_s")
+    sent = req["arrival_s"] <= horizon_s if horizon_s is not None else pd.Series(True, index=req.index)
+    # ITL over every gap the run produced (the histogram's): a request the horizon cut counts its
+    # gaps so far (vLLM's runs have none such, as its benchmark waits)
+    itl = itl_from_histogram(gaps, percentiles)
     good = meets if has_latency_slo(slo, slo_classes) else None  # vLLM: no --goodput, no goodput
     summary = {
-        **bench_metrics(req, good, itl, percentiles, fin, clock_start_s),
+        **bench_metrics(req, good, itl, percentiles, fin, clock_start_s, horizon_s),
         "percentiles": list(percentiles),
         **meta,
         "requests": {
@@ -636,15 +638,15 @@ def summarize(
         },
         "slo": {
             **{k: v for k, v in slo.items() if v is not None},
-            "attainment": float(meets.sum() / n) if n else 0.0,
-            "met_target": bool(n and meets.sum() / n >= slo.get("attainment_target", 0.9)),
+            "attainment": float(meets[sent].mean()) if sent.any() else 0.0,
+            "met_target": bool(sent.any() and meets[sent].mean() >= slo.get("attainment_target", 0.9)),
         },
     }
     if "class" in req and req["class"].nunique() > 1:
         summary["classes"] = {
             str(k): {
                 "requests": int(len(g)),
-                "attainment": float(meets[g.index].mean()),
+                "attainment": float(meets[g.index][sent[g.index]].mean()) if sent[g.index].any() else 0.0,
                 **dist_ms("ttft", fin.loc[fin["class"] == k, "ttft_s"].to_numpy(), percentiles),
                 **dist_ms("tpot", fin.loc[fin["class"] == k, "tpot_s"].to_numpy(), percentiles),
             }

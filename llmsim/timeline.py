@@ -29,7 +29,8 @@ again shows as ``recompute`` slices inside ``decode``. What the frames do not ho
 chunk whose step is not in the steps table (``output.steps: sample`` or ``none``) is left out, and
 a preempted request's time back in the queue lies inside its ``prefill`` or ``decode`` slice
 (``args.preemptions`` counts them). An unfinished
-request's last known phase runs to the last instant the frames hold.
+request's last known phase runs to the run's horizon (else the last instant the frames hold);
+requests arriving after the horizon were never sent and are not drawn.
 
 Bounds: step slices are one per steps row, at most ``MAX_STEP_SLICES`` per replica under ``trace:
 sample`` (a longer run keeps every k-th step; ``trace: full`` keeps all, ``output.steps: sample``
@@ -129,7 +130,10 @@ def trace_events(
         # the requests' first token and finish are the client's (engine.output_delay_s after the
         # step that made them); their phases are drawn on the steps' clock, the engine's
         delay = float(((summary or {}).get("engine") or {}).get("output_delay_s") or 0.0)
-        yield from _request_events(len(pools) + 1, requests, steps, out, tids, chunks, delay)
+        horizon = (summary or {}).get("horizon_s")
+        if horizon is not None:  # (requests after it were never sent: not drawn)
+            requests = requests[requests["arrival_s"] <= horizon]
+        yield from _request_events(len(pools) + 1, requests, steps, out, tids, chunks, delay, horizon)
 
 
 # ---------------------------------------------------------------- pools, replicas, steps
@@ -316,6 +320,7 @@ def _request_events(
     tids: _Tids,
     chunks: pd.DataFrame | None = None,
     delay_s: float = 0.0,
+    horizon_s: float | None = None,
 ) -> Iterator[dict]:
     chosen = sample_requests(requests, output)
     spans = _chunk_spans_ns(chunks, steps)
@@ -324,7 +329,8 @@ def _request_events(
     yield from _process_meta(pid, label, 1_000_000)
     rejected = chosen[chosen["status"] == "rejected"]
     served = chosen[chosen["status"] != "rejected"]
-    bounds = _phase_bounds_ns(served, _first_scheduled_s(served, steps), _last_instant_s(requests, steps), delay_s)
+    last_s = _last_instant_s(requests, steps) if horizon_s is None else horizon_s  # (where the run stopped)
+    bounds = _phase_bounds_ns(served, _first_scheduled_s(served, steps), last_s, delay_s)
     lanes = _pack_lanes(bounds[:, 0], bounds[:, -1], np.zeros(len(bounds), np.int64))
     lane_tids = [tids.next() for _ in range(int(lanes.max()) + 1 if len(lanes) else 0)]
     for k, tid in enumerate(lane_tids):
