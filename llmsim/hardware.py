@@ -505,7 +505,10 @@ def cpu_subset(hw: HardwareProfile, sockets: int | None, cores: int | None, key:
     usual benchmark pins one socket: ``numactl -N 0``, ``OMP_NUM_THREADS``). Peak FLOP/s follow the
     cores used; memory bandwidth, capacity, the memcpy host link, power and price follow the
     sockets (each socket has its own memory channels; a core subset keeps its socket's channels,
-    though few cores may not saturate them, which is not modelled); one socket has no NUMA traffic."""
+    though few cores may not saturate them, which is not modelled); one socket has no NUMA traffic.
+    The socket link (UPI, xGMI) joins the devices one node holds (two 1-socket devices of a 2-socket
+    node: tensor parallelism over it, as vLLM's CPU backend runs a rank per socket); more go to
+    scale_out, as whole-node devices do (``comm.tp_link``)."""
     if sockets is None and cores is None:
         return hw
     if hw.cpu is None:
@@ -534,8 +537,10 @@ def cpu_subset(hw: HardwareProfile, sockets: int | None, cores: int | None, key:
         "price_per_hour_usd": scaled(hw.price_per_hour_usd, memory),
         "cpu": hw.cpu.model_copy(update={"sockets": s, "cores_per_socket": c}),
     }
-    if s == 1:
-        update["scale_up"] = None  # no socket-to-socket link inside one socket
+    per_node = total // s
+    if hw.scale_up is not None and per_node > 1:  # the socket link joins the devices one node holds
+        joins = Figure(value=per_node, source=f"the devices of {s} socket(s) one {total}-socket node holds")
+        update["scale_up"] = hw.scale_up.model_copy(update={"max_devices": joins})
     return hw.model_copy(update=update)
 
 

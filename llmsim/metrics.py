@@ -154,6 +154,13 @@ def finished(req: pd.DataFrame) -> pd.DataFrame:
     return req if done.all() else req[done]
 
 
+def sent_mask(arrival_s: np.ndarray, horizon_s: float | None) -> np.ndarray:
+    """The requests a run sent: those arriving by its horizon (a cut run never offered the later
+    ones; None: it ran until every request was done, all sent)."""
+    arrival = np.asarray(arrival_s, dtype=float)
+    return arrival <= horizon_s if horizon_s is not None else np.ones(len(arrival), dtype=bool)
+
+
 def bench_metrics(
     req: pd.DataFrame,
     good: pd.Series | None,
@@ -182,7 +189,7 @@ def bench_metrics(
     fin = finished(req) if fin is None else fin
     n_done = len(fin)
     arrival = req["arrival_s"].to_numpy(dtype=float)
-    sent = arrival <= horizon_s if horizon_s is not None else np.ones(len(req), dtype=bool)
+    sent = sent_mask(arrival, horizon_s)
     start = float(arrival.min()) if len(req) else 0.0
     if clock_start_s is not None:
         start = min(start, clock_start_s)

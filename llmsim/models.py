@@ -419,16 +419,26 @@ class ModelSpec:
         parallelism the experts are split over ep x pp (vLLM: E/ep whole experts per GPU) and the
         rest over tp x pp. With ep = 1 this is ``weight_bytes / (tp * pp)`` exactly, but for MLA
         (``mla_extra_bytes_per_device``: replicated latent projections, 16-bit W_UK / W_UV).
-        ``redundant_experts``: EPLB's extra expert copies, spread over the ep x pp GPUs. Layers
-        that ``pp`` does not divide: the largest stage's share (``stage_layers``), on all of it."""
+        ``redundant_experts``: EPLB's extra expert copies, spread over the ep x pp GPUs. Under
+        pipeline parallelism the heaviest stage's: each holds its layers (``stage_split``), the
+        first the embedding and the last the final norm and the LM head (a tied head loaded there
+        as a copy: vLLM builds them on those ranks alone, ``PPMissingLayer`` elsewhere); vLLM sizes
+        every rank's cache to the fewest blocks any rank affords (kv_cache_utils.get_kv_cache_configs)."""
         total = self.weight_bytes(dtype)
-        if ep <= 1:
-            split = total / (tp * pp)
+        experts = self.expert_weight_bytes(dtype) if ep > 1 else 0.0
+        if pp == 1:
+            split = (total - experts) / tp + experts / ep
         else:
-            experts = self.expert_weight_bytes(dtype)
-            split = (total - experts) / (tp * pp) + experts / (ep * pp)
-        if self.num_layers % pp:
-            split *= self.stage_layers(pp) * pp / self.num_layers
+            per = self.param_bytes(dtype) if DTYPE_BYTES[dtype or self.weight_dtype] >= 2 else 2  # (16-bit ends)
+            emb = self.embedding_params() * per
+            head = (self.norm_params() + self.vocab_size * self.hidden_size) * per  # (a tied one: its copy)
+            ends = emb + self.norm_params() * per + self.lm_head_params() * per  # what weight_bytes counts
+            layer = (total - ends - experts) / (tp * self.num_layers) + experts / (ep * self.num_layers)
+            split_layers = self.stage_split(pp)
+            stages = [n * layer for n in split_layers]
+            stages[0] += emb / tp
+            stages[-1] += head / tp
+            split = max(stages)
         if self.is_mla:
             split += self.mla_extra_bytes_per_device(dtype, tp, pp)
         if redundant_experts:

@@ -25,8 +25,8 @@ class PipelineReplica(Replica):
     def setup(self) -> None:
         pp = self.pool.pp
         self.stages = [simpy.Resource(self.env, capacity=1) for _ in range(pp)]
-        # each stage's time as a share of the largest's, which the cost model prices (all 1.0
-        # when pp divides the layers)
+        # each stage's layers as a share of the largest's, which the cost model prices (all 1.0
+        # when pp divides the layers); the LM head is the last stage's alone
         split = self.cost.model.stage_split(pp)
         self.stage_shares = [layers / max(split) for layers in split]
         self.stage_busy_s = [0.0] * pp
@@ -61,7 +61,8 @@ class PipelineReplica(Replica):
             if self.first_start_s < 0:
                 self.first_start_s = env.now
             shape = plan.shape(self.window, self.local_window, self.spec_as_decode)
-            stage_s = self.cost.stage_time(shape)
+            head_s = self.cost.head_time(shape)
+            stage_s = self.cost.stage_time(shape) - head_s  # (the largest stage's layers)
             send_s = self.cost.pp_send_time(shape)
             # the engine's host work is paid once, at stage 0
             first = self.cost.with_host(
@@ -72,17 +73,19 @@ class PipelineReplica(Replica):
             self.stage_busy_s[0] += first
             self.busy_s += first
             stage0.release(slot)
-            Driven(env, self._land(plan, members, env.now - first, stage_s, send_s))  # (SimPy's Process, compiled)
+            # (Driven: SimPy's Process, compiled)
+            Driven(env, self._land(plan, members, env.now - first, stage_s, send_s, head_s))
 
     def _land(
-        self, plan: BatchPlan, members: list[Request], start_s: float, stage_s: float, send_s: float
+        self, plan: BatchPlan, members: list[Request], start_s: float, stage_s: float, send_s: float, head_s: float
     ) -> Generator[simpy.Event, Any, None]:
-        """The micro-batch's way through stages 1..pp-1, then its outcome."""
+        """The micro-batch's way through stages 1..pp-1 (the last with the LM head), then its outcome."""
         env = self.env
+        last = len(self.stages) - 1
         for i in range(1, len(self.stages)):
             with self.stages[i].request() as slot:
                 yield slot
-                busy = send_s + stage_s * self.stage_shares[i]
+                busy = send_s + stage_s * self.stage_shares[i] + (head_s if i == last else 0.0)
                 yield env.timeout(busy)
                 self.stage_busy_s[i] += busy
         self.in_flight -= 1

@@ -20,7 +20,7 @@ import pandas as pd
 
 from llmsim.errors import atomic_write, atomic_write_text, test_pause
 from llmsim.gaps import GapHistogram
-from llmsim.metrics import DEFAULT_PERCENTILES, bench_metrics, dist_ms, finished, itl_from_histogram
+from llmsim.metrics import DEFAULT_PERCENTILES, bench_metrics, dist_ms, finished, itl_from_histogram, sent_mask
 from llmsim.progress import finite
 from llmsim.tables import fmt
 
@@ -612,9 +612,8 @@ def summarize(
     fin = finished(req)
     n = len(req)
     meets = slo_mask(req, slo, slo_classes)
-    # the requests sent: a horizon's cut leaves those after it out of attainment (never offered)
     horizon_s = meta.get("horizon_s")
-    sent = req["arrival_s"] <= horizon_s if horizon_s is not None else pd.Series(True, index=req.index)
+    sent = pd.Series(sent_mask(req["arrival_s"].to_numpy(), horizon_s), index=req.index)  # (attainment's)
     # ITL over every gap the run produced (the histogram's): a request the horizon cut counts its
     # gaps so far (vLLM's runs have none such, as its benchmark waits)
     itl = itl_from_histogram(gaps, percentiles)
@@ -766,7 +765,7 @@ def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horiz
     requests' mean latency (a backlog past that still counts; the waiting queue's growth is
     judged apart)."""
     arrival = req["arrival_s"].to_numpy()
-    offered = arrival <= horizon_s if horizon_s is not None else np.ones(len(req), dtype=bool)
+    offered = sent_mask(arrival, horizon_s)
     left = int(((req["status"] == "unfinished").to_numpy(dtype=bool) & offered).sum())
     n_offered = int(offered.sum())
     last_arrival = float(arrival[offered].max()) if offered.any() else 0.0

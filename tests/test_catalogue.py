@@ -34,5 +34,11 @@ def test_every_file_is_a_case_or_used_by_one() -> None:
 def test_docs_table_lists_every_case() -> None:
     doc = DOC.read_text()
     assert f"{len(CASES)} cases." in doc
+    rows = {line.split(" | ``")[0]: line for line in doc.splitlines() if line.startswith("| `")}
     for case in CASES:
-        assert f"| `{case.command}` | {case.what} |" in doc, case.id
+        row = rows.get(f"| `{case.command}` | {case.what}")
+        assert row is not None, case.id
+        # its exit code and its message as the case expects them (a stale row read exit 0, no message)
+        assert f"`` | {case.exit} | ``" in row, (case.id, row)
+        for fragment in case.expect:
+            assert fragment in row, (case.id, fragment)

@@ -210,9 +210,26 @@ def test_layers_pp_does_not_divide_are_priced_as_the_largest_stage() -> None:
     uneven, even = CostModel(m, hw, CostConfig(tp=1, pp=8)), CostModel(m, hw, CostConfig(tp=1, pp=7))
     assert uneven.stage_time(shape) / even.stage_time(shape) == pytest.approx(16 / 18, rel=0.02)
     assert m.kv_bytes_per_token_per_device("bf16", 1, 8) == m.kv_bytes_per_token("bf16") * 16 / 126
-    per_device = m.weight_bytes_per_device("bf16", 1, 8)
-    assert per_device == pytest.approx(m.weight_bytes("bf16") / 8 * 128 / 126)
-    assert m.weight_bytes_per_device("bf16", 1, 7) == pytest.approx(m.weight_bytes("bf16") / 7)  # even: unchanged
+    # the stages' weights: their layers, the first the embedding, the last the final norm and LM head
+    ends = (m.embedding_params() + m.norm_params() + m.lm_head_params()) * 2
+    layer = (m.weight_bytes("bf16") - ends) / 126
+    head = (m.norm_params() + m.lm_head_params()) * 2
+    assert m.weight_bytes_per_device("bf16", 1, 8) == pytest.approx(16 * layer)  # (a 16-layer stage: 6.5 GB a layer)
+    assert m.weight_bytes_per_device("bf16", 1, 7) == pytest.approx(18 * layer + head)  # (even: the last stage)
+
+
+def test_a_pipelines_first_and_last_stages_hold_the_embedding_and_the_head() -> None:
+    """vLLM builds the embedding on the first PP rank and the final norm and LM head on the last (a
+    tied head loaded there as a copy), and sizes every rank's cache to the fewest blocks any rank
+    affords: Gemma-2-9B's 256,000 x 3,584 embedding over 4 stages is 1.8 GB more on the first and
+    last (the weights spread evenly read 4.6 GB a GPU where they hold 5.8)."""
+    m = CATALOG["gemma-2-9b"]
+    assert m.tie_embeddings
+    emb = m.embedding_params() * 2
+    layers = (m.weight_bytes("bf16") - emb - m.norm_params() * 2) / m.num_layers
+    want = m.num_layers // 4 * layers + emb + m.norm_params() * 2  # (the last stage: its layers, norm, head copy)
+    assert m.weight_bytes_per_device("bf16", 1, 4) == pytest.approx(want)
+    assert m.weight_bytes_per_device("bf16", 1, 1) == pytest.approx(m.weight_bytes("bf16"))
 
 
 def test_all_reduce_nvlink_faster_than_pcie() -> None:
@@ -467,7 +484,8 @@ def test_a_pass_through_uneven_stages_costs_the_layers_sum() -> None:
     sends = {pp: step[pp].pp_send_time(shape) * (pp - 1) for pp in step}
     for pp in (16, 31, 32):
         device = step[pp].step_time(shape) - sends[pp] - step[pp].with_host(0.0, 8, shape.tokens)
-        assert device == pytest.approx(step[pp].stage_time(shape) * 32 / m.stage_layers(pp), rel=1e-9)
+        head = step[pp].head_time(shape)
+        assert device == pytest.approx((step[pp].stage_time(shape) - head) * 32 / m.stage_layers(pp) + head, rel=1e-9)
     assert step[31].step_time(shape) < step[32].step_time(shape)  # one send fewer, no layer more
 
 
@@ -535,3 +553,18 @@ def test_padded_experts_never_get_faster_with_more_tokens(model, profile, cfg, d
     for shapes in ([batch_shape([], [512] * b) for b in decodes], [batch_shape([(n, 0)], []) for n in prompts]):
         times = [sum(v for k, v in cost.breakdown(s).items() if k in EXPERT_OPS) for s in shapes]
         assert all(b >= a * (1 - 1e-12) for a, b in zip(times, times[1:], strict=False))
+
+
+def test_the_lm_head_runs_once_a_step_under_pipeline_parallelism() -> None:
+    """vLLM builds the LM head, final norm and sampler on the last PP rank alone (PPMissingLayer on
+    the others): a step pays them once, not once a stage (pp 4 read 1.31 ms of LM head for the
+    0.33 ms of one 1 GB read, pp 8 2.63 ms)."""
+    m, hw = CATALOG["llama-3.1-8b"], load_profile("H100-SXM")
+    shape = batch_shape([], [2048])
+    heads = {pp: CostModel(m, hw, CostConfig(pp=pp)).breakdown(shape)["lm_head"] for pp in (1, 4, 8)}
+    assert heads[4] == pytest.approx(heads[1], rel=1e-9) and heads[8] == pytest.approx(heads[1], rel=1e-9)
+    one, four = CostModel(m, hw, CostConfig(pp=1)), CostModel(m, hw, CostConfig(pp=4))
+    layers = one.stage_time(shape) - one.head_time(shape)
+    sends = four.pp_send_time(shape) * 3
+    device = four.step_time(shape) - four.with_host(0.0, 1, shape.tokens)
+    assert device == pytest.approx(layers + one.head_time(shape) + sends, rel=0.02)

@@ -21,7 +21,8 @@ def test_one_socket_is_half_the_node() -> None:
     assert one.peak("bf16") == pytest.approx(NODE.peak("bf16") / 2)
     assert one.bandwidth == pytest.approx(NODE.bandwidth / 2)
     assert one.memory_bytes == pytest.approx(NODE.memory_bytes / 2)
-    assert one.cpu.sockets == 1 and one.scale_up is None
+    # its socket link joins the node's two 1-socket devices (tensor parallelism over UPI), no more
+    assert one.cpu.sockets == 1 and one.scale_up is not None and one.scale_up.max_devices.value == 2
     assert "scaled to 1 of 2 socket(s)" in one.memory_bandwidth_bytes_per_s.source
 
 

@@ -117,3 +117,37 @@ def test_a_calibrated_profiles_overheads_are_listed_in_their_units(tmp_path) -> 
     assert any("overhead elementwise_op_fixed_s add |" in r and " µs |" in r for r in rows)
     nontorch = next(r for r in rows if "engine_non_torch_bytes" in r)
     assert " bytes |" in nontorch and "µs" not in nontorch.split("|")[2]
+
+
+def test_cpu_ranks_of_whole_nodes_talk_over_the_network_and_sockets_over_their_link() -> None:
+    """A CPU profile is a whole 2-socket node: tp 2 of them are two servers (priced as two whole
+    nodes each), which the socket link (UPI) does not join; two 1-socket devices of one node it does."""
+    from llmsim.costmodel.comm import tp_link
+    from llmsim.hardware import cpu_subset, load_profile
+
+    node = load_profile("Xeon-8480+")
+    assert node.scale_out is not None and node.scale_up is not None
+    assert tp_link(node, 2) is node.scale_out
+    socket = cpu_subset(node, 1, None)
+    assert tp_link(socket, 2).name == node.scale_up.name
+    assert tp_link(socket, 4) is socket.scale_out  # (a second node)
+
+
+def test_fp8_compute_at_the_bf16_rate_is_not_slower_than_bf16() -> None:
+    """TPU v5p and v6e run fp8 at their bf16 rate: the small-row loss, which scales with the weight
+    bytes a FLOP streams, read fp8 up to 1.55x slower than bf16 for GPT-OSS's MXFP4 experts."""
+    from llmsim.costmodel.ops import batch_shape
+    from llmsim.costmodel.roofline import CostConfig, CostModel
+    from llmsim.hardware import load_profile
+    from llmsim.models import CATALOG
+
+    m = CATALOG["gpt-oss-20b"]
+    for hw in ("TPU-v5p", "TPU-v6e", "H100-SXM"):
+        prof = load_profile(hw)
+        t = {
+            act: CostModel(m, prof, CostConfig(act_dtype=act, weight_dtype=m.weight_dtype)).step_time(
+                batch_shape([], [1024] * 8)
+            )
+            for act in ("bf16", "fp8")
+        }
+        assert t["fp8"] <= t["bf16"] * 1.0001, (hw, t)

@@ -25,8 +25,13 @@ def tp_link(hw: HardwareProfile, tp: int) -> Link:
     link's ``max_devices``, where the profile gives it) over PCIe peer to peer, one spanning nodes
     over scale-out (RDMA); with neither, the scale-up link; without one, the host link. A group
     across nodes is priced as one ring over the slower link (NCCL's per-GPU NICs bound a ring that
-    leaves the node; its hierarchical variants are not modelled)."""
+    leaves the node; its hierarchical variants are not modelled). A CPU profile is a whole node
+    whose socket link (UPI, xGMI) lies inside the one device: ranks of whole nodes talk over
+    scale-out, and the socket link joins only devices of fewer sockets (``hardware.cpu_subset``
+    gives it their count)."""
     up = hw.scale_up
+    if hw.cpu is not None and up is not None and up.max_devices is None:
+        return hw.scale_out if tp > 1 and hw.scale_out is not None else hw.host_link
     if tp > 1 and up is not None:
         span = up.max_devices
         if span is not None and tp > span.value:

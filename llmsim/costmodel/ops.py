@@ -1199,6 +1199,9 @@ def step_ops(
     return ops
 
 
+HEAD_OPS = frozenset({"final_norm", "lm_head", "logits_all_gather", "sampling"})  # head_ops' names
+
+
 def head_ops(model: ModelSpec, rows: int, cfg: OpConfig) -> list[Op]:
     """Final norm, LM head and sampling over the ``rows`` positions that sample a token (none for
     a step whose chunks all end mid-prompt).

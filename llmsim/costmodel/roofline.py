@@ -18,6 +18,7 @@ from llmsim.costmodel.comm import DEEPEP_HT_SMS, all_gather_s, all_reduce_s, dee
 from llmsim.costmodel.fusedmoe import padded_share, tile_config
 from llmsim.costmodel.gemm import GemmCurve
 from llmsim.costmodel.ops import (
+    HEAD_OPS,
     AttentionDims,
     BatchShape,
     Op,
@@ -342,7 +343,11 @@ class CostModel:
             return self._small_m_at(m)
         dtype, weight_dtype = dtype or self.cfg.act_dtype, weight_dtype or self.cfg.weight_dtype
         curve = self._curve if dtype == self.cfg.act_dtype else self._curve_for(dtype)
-        scale = min(1.0, DTYPE_BYTES[weight_dtype] / DTYPE_BYTES[dtype])
+        a = DTYPE_BYTES[dtype]
+        scale = min(1.0, DTYPE_BYTES[weight_dtype] / a)
+        if a < 2:  # (8- and 4-bit compute streams a weight byte per 2 / a of the 16-bit rate's FLOPs only
+            # where its peak is 2 / a times the 16-bit one: TPU v5p / v6e run fp8 at the bf16 rate)
+            scale *= min(1.0, self.hw.peak(dtype) * a / (2.0 * self.hw.peak("bf16")))
         if tiles > 0:
             return float(curve.efficiency_at(m, tiles, scale))
         if not n:
@@ -527,7 +532,9 @@ class CostModel:
         return [self.price(op, attn_graphed if on_attention_side(op) else body_graphed) for op in self.ops(shape)]
 
     def stage_time(self, shape: BatchShape) -> float:
-        """Device time of one pipeline stage's part of the step (no per-step CPU overhead)."""
+        """Device time of the largest pipeline stage's layers and the LM head (``head_time``, the
+        last stage's alone under pipeline parallelism); no per-step CPU overhead. Without pipeline
+        parallelism, the step's device time."""
         stage = sum(t.total_s for t in self.priced(shape))
         return stage + self.dbo_delta_s(shape, self._stage_s(shape)) if self._dbo else stage
 
@@ -535,7 +542,8 @@ class CostModel:
         """Seconds for one whole step (all stages back to back, plus CPU overhead; ``changed``: the
         running batch changed in the step before, which the engine's ``batch_change`` term prices).
 
-        Equal to ``stage_time(shape) * pp + sends + overhead`` (a test checks it), computed faster:
+        Equal to ``(stage_time(shape) - head_time(shape)) * pp + head_time(shape) + sends +
+        overhead`` (a test checks it), computed faster:
         every op but attention depends only on (tokens, sampled rows), so that part is cached on
         those two numbers, and the attention kernels are priced straight from the aggregates.
         """
@@ -546,7 +554,7 @@ class CostModel:
         if self._dbo:
             stage += self.dbo_delta_s(shape, stage)
         if self.cfg.pp > 1:
-            stage = stage * self._stages + self.pp_send_time(shape) * (self.cfg.pp - 1)
+            stage = float(self._layers_through_stages(stage, shape))
         return self.with_host(stage, shape.prefill_seqs + shape.decode_seqs, tokens, changed)
 
     def _stage_s(self, shape: BatchShape) -> float:
@@ -728,7 +736,7 @@ class CostModel:
         if self.cfg.pp == 1 and isinstance(att, np.ndarray) and not self._async:
             att += stage + host  # in place (and in this order: the sums stay those of step_time's cache)
             return att.tolist()
-        device = (stage + att) * self._stages + self.pp_send_time(shape) * (self.cfg.pp - 1)
+        device = self._layers_through_stages(stage + att, shape) if self.cfg.pp > 1 else stage + att
         out = np.maximum(device, host) if self._async else device + host
         return out.tolist() if isinstance(out, np.ndarray) else [float(out)] * steps
 
@@ -847,23 +855,44 @@ class CostModel:
             if body < 0.0:
                 body = self._body_s(tokens, decode_only, group_tokens)
                 self._body_cache[key] = body
+        return body + self._head_time(lm_rows, decode_only)
+
+    def _head_time(self, lm_rows: int, decode_only: bool) -> float:
+        """Device time of the LM head's ops (``ops.head_ops``) for ``lm_rows`` sampled rows, priced
+        once per value and cached."""
         if lm_rows < _LISTED:
             heads = self._head_decode if decode_only else self._head_mixed
             head = heads[lm_rows] if lm_rows < len(heads) else -1.0
             if head < 0.0:
                 head = self._head_s(lm_rows, decode_only)
                 _store(heads, lm_rows, head)
-        else:
-            head_key = lm_rows << 1 | decode_only
-            head = self._head_cache.get(head_key, -1.0)
-            if head < 0.0:
-                head = self._head_s(lm_rows, decode_only)
-                self._head_cache[head_key] = head
-        return body + head
+            return head
+        head_key = lm_rows << 1 | decode_only
+        head = self._head_cache.get(head_key, -1.0)
+        if head < 0.0:
+            head = self._head_s(lm_rows, decode_only)
+            self._head_cache[head_key] = head
+        return head
 
     def _head_s(self, rows: int, decode_only: bool) -> float:
         """Stage time of the LM head's ops for ``rows`` sampled rows, priced."""
         return sum(self.price(op, decode_only).total_s for op in head_ops(self.model, rows, self.cfg))
+
+    def head_time(self, shape: BatchShape) -> float:
+        """Device time of the step's LM head, final norm and sampling: part of ``stage_time``, and
+        under pipeline parallelism the last stage's alone (vLLM builds them on the last PP rank,
+        ``PPMissingLayer`` elsewhere)."""
+        if not shape.tokens:
+            return 0.0
+        _, body_graphed, _ = self.graph_view(shape.tokens, shape.prefill_tokens == 0)
+        return self._head_time(shape.lm_rows, body_graphed)
+
+    def _layers_through_stages(self, stage_s: float | np.ndarray, shape: BatchShape) -> float | np.ndarray:
+        """A pass through every pipeline stage: the layers of ``stage_s`` (the largest stage's,
+        with the head; an array of them for a run of steps) on each stage, the head once, and the
+        sends between stages."""
+        head = self.head_time(shape)
+        return (stage_s - head) * self._stages + head + self.pp_send_time(shape) * (self.cfg.pp - 1)
 
     def _body_s(self, tokens: int, decode_only: bool, group_tokens: int) -> float:
         """Stage time of the layers' ops except attention (``_dense_stage_time``), priced."""
@@ -900,9 +929,10 @@ class CostModel:
         out: dict[str, float] = {}
         launches = fixed = 0.0
         for t in self.priced(shape):
-            out[t.op.name] = out.get(t.op.name, 0.0) + max(t.compute_s, t.memory_s) * t.op.count * self._stages
-            launches += t.launch_s * t.op.count * self._stages
-            fixed += t.fixed_s * t.op.count * self._stages
+            times = t.op.count * (1.0 if t.op.name in HEAD_OPS else self._stages)  # (the head: the last stage's)
+            out[t.op.name] = out.get(t.op.name, 0.0) + max(t.compute_s, t.memory_s) * times
+            launches += t.launch_s * times
+            fixed += t.fixed_s * times
         out["kernel_launch_overhead"] = launches
         out["kernel_fixed_latency"] = fixed
         out["pp_send"] = self.pp_send_time(shape) * (self.cfg.pp - 1)
