@@ -4,7 +4,8 @@ Both sides are per-request tables with ``id``, ``arrival_s``, ``first_token_s``,
 ``prompt_tokens`` and ``output_tokens`` (seconds on one clock per side). Their figures are
 ``vllm bench serve``'s (llmsim/metrics.py: ``mean_ttft_ms``, ``p99_e2el_ms``, ...), so both
 sides carry the same keys. ITL is its mean alone here (token-weighted: every gap of every
-request), as a request table has no per-token times. Errors are signed relative errors of the
+request), as a request table has no per-token times: vLLM's mean over streamed chunks where a
+chunk is one token, shorter under speculative decoding (a verify step's tokens are one chunk). Errors are signed relative errors of the
 prediction, ``(predicted − measured) / measured``, and the per-request E2E error (median and
 mean of |error|, i.e. MAPE) over requests matched by id.
 """

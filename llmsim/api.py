@@ -237,7 +237,7 @@ def _run(
     summary["steps_total"] = int(sum(reps["steps"].tolist()))
     if every and out.steps_every != every:  # (the log's bound, steplog.MAX_ROWS, sampled a long run's steps)
         summary["steps_table"] = {"kept_every": out.steps_every, "asked_every": every, "rows": len(out.steps)}
-    # busy over first arrival to last finish; over the horizon when nothing finished
+    # busy over the run's duration (first arrival to the last answer); over the horizon when it is 0
     span = summary["duration"] if summary["duration"] > 0 else max(out.horizon_s, 1e-12)
     replica_s = len(out.replicas) * span  # replica-seconds there; with an autoscaler, those billed
     cost_per_s = sum(p["price_per_hour_usd"] for p in meta["pools"]) / 3600.0
@@ -299,7 +299,7 @@ def scaling_spec(sc: Scenario, pool: PoolSpec) -> ScalingSpec | None:
 
 def weights_load_s(sc: Scenario, pool: PoolSpec) -> float:
     assert sc.cluster.autoscaling is not None
-    return pool.memory["weights_bytes"] * pool.tp * pool.pp / (sc.cluster.autoscaling.load_gbps * 1e9)
+    return pool.memory["replica_weights_bytes"] / (sc.cluster.autoscaling.load_gbps * 1e9)
 
 
 def autoscaling_summary(sc: Scenario, pool: PoolSpec, out: SimOutput, start_s: float, end_s: float) -> dict:

@@ -1130,8 +1130,10 @@ def kv_blocks(
     block bytes, usable memory being ``memory_fraction`` of the device (vLLM, SGLang); or, with
     ``memory_fraction_of: free`` (TensorRT-LLM), ``memory_fraction`` of what is left once the rest
     is placed. A speculative draft model on the same devices adds its weights and its KV per token.
-    Under expert parallelism (``ep`` > 1) each device holds the experts / (ep x pp) and the rest of
-    the weights / (tp x pp) (``ModelSpec.weight_bytes_per_device``), which leaves the KV cache more.
+    Under expert parallelism (``ep`` > 1) each device holds the experts / ep and the rest of its
+    stage's weights / tp (``ModelSpec.stage_weight_bytes``), which leaves the KV cache more; under
+    pipeline parallelism the stage that affords the fewest blocks sizes every stage's cache (its
+    weights: the embedding on the first, the LM head on the last; its layers).
     The activation peak is the larger of the forward pass's at the step's tokens and the engine's
     sampler profile run; the engine's memory outside torch is its own (``EngineSpec.reserved_bytes``),
     and so is its estimate of the CUDA graphs it captures at ``graph_sizes`` (none: eager), over the
@@ -1140,7 +1142,7 @@ def kv_blocks(
     devices = tp * pp
     of_free = sc.kv_cache.memory_fraction_of == "free"
     usable = hw.memory_bytes * (1.0 if of_free else sc.kv_cache.memory_fraction)
-    weights = model.weight_bytes_per_device(weight_dtype, tp, pp, ep, redundant_experts)
+    stage_weights = model.stage_weight_bytes(weight_dtype, tp, pp, ep, redundant_experts)
     mem = engine_memory(engine, model, step_tokens, max_seqs, tp, pp, ep, sc.model.act_dtype, graph_sizes)
     act, peak, sampler, moe, non_torch, graphs = mem.forward, mem.peak, mem.sampler, mem.moe, mem.non_torch, mem.graphs
     reserve = sc.kv_cache.reserve_gb * 1e9
@@ -1152,6 +1154,13 @@ def kv_blocks(
         lora = slots_bytes(model, sc.lora.max_loras, sc.lora.max_lora_rank, tp, pp, a)
         reserve += lora
     per_token = model.kv_bytes_per_token_per_device(sc.kv_cache.dtype, tp, pp)  # MLA: the latent on every TP rank
+    weights = stage_weights[0]
+    if pp > 1:  # vLLM sizes every rank's cache to the fewest blocks any rank affords (get_kv_cache_configs)
+        per_layer = per_token / model.stage_layers(pp)
+        room = usable - peak - non_torch - graphs - reserve
+        layers = model.stage_split(pp)
+        tight = min(range(pp), key=lambda i: (room - stage_weights[i]) / layers[i])
+        weights, per_token = stage_weights[tight], per_layer * layers[tight]
     if draft is not None:
         weights += draft.weight_bytes(weight_dtype) / devices
         # its KV heads split over tp as the target's are (MLA: the latent whole on every rank)
@@ -1174,6 +1183,8 @@ def kv_blocks(
         "device_memory_bytes": hw.memory_bytes,
         "usable_bytes": usable,
         "weights_bytes": weights,
+        # every device's, a draft's too (what an autoscaled replica loads)
+        "replica_weights_bytes": sum(stage_weights) * tp + (draft.weight_bytes(weight_dtype) if draft else 0.0),
         "activation_bytes": act,  # the forward pass's
         "sampler_profile_bytes": sampler,  # the engine's sampler profile run (the peak is the larger)
         "moe_workspace_bytes": moe,  # kept by the engine between calls (part of the peak)

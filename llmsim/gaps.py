@@ -1,4 +1,5 @@
-"""Inter-token gaps (TBT) of every token of a run, in a log-binned histogram of O(1) memory.
+"""Inter-token gaps (TBT) of a run, one per streamed chunk (a token; a speculative verify step's
+accepted tokens together), in a log-binned histogram of O(1) memory.
 
 Its own module so that it is compiled with the simulator (llmsim/native.py): the step loop adds
 to it for every step.
@@ -17,7 +18,7 @@ _BINS: Final = 4200
 
 
 class GapHistogram:
-    """Log-binned histogram of inter-token gaps (TBT) across every token, O(1) memory.
+    """Log-binned histogram of inter-token gaps (TBT) across every chunk of every request, O(1) memory.
 
     Bins are 0.5% wide in log space from 1 µs to 1000 s, so percentiles are exact to 0.5%; the
     sum and the sum of squares are kept exactly beside them (the mean and std need no bins).

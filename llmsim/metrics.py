@@ -154,11 +154,22 @@ def finished(req: pd.DataFrame) -> pd.DataFrame:
     return req if done.all() else req[done]
 
 
-def sent_mask(arrival_s: np.ndarray, horizon_s: float | None) -> np.ndarray:
-    """The requests a run sent: those arriving by its horizon (a cut run never offered the later
-    ones; None: it ran until every request was done, all sent)."""
+def arrived_mask(arrival_s: np.ndarray, horizon_s: float | None) -> np.ndarray:
+    """The requests arriving by a run's horizon (a cut run never offered the later ones; None: it
+    ran until every request was done)."""
     arrival = np.asarray(arrival_s, dtype=float)
     return arrival <= horizon_s if horizon_s is not None else np.ones(len(arrival), dtype=bool)
+
+
+def sent_mask(req: pd.DataFrame, horizon_s: float | None) -> np.ndarray:
+    """The requests a run sent: those arriving by its horizon (``arrived_mask``) that reached a
+    replica, not those a client's concurrency cap or a session still held back when the horizon
+    came (unfinished, ``replica`` -1)."""
+    sent = arrived_mask(req["arrival_s"].to_numpy(), horizon_s)
+    if horizon_s is not None and "replica" in req and "status" in req:
+        held = (req["status"].to_numpy() == "unfinished") & (req["replica"].to_numpy(dtype=float) < 0)
+        sent &= ~held
+    return sent
 
 
 def bench_metrics(
@@ -189,7 +200,7 @@ def bench_metrics(
     fin = finished(req) if fin is None else fin
     n_done = len(fin)
     arrival = req["arrival_s"].to_numpy(dtype=float)
-    sent = sent_mask(arrival, horizon_s)
+    sent = sent_mask(req, horizon_s)
     start = float(arrival.min()) if len(req) else 0.0
     if clock_start_s is not None:
         start = min(start, clock_start_s)

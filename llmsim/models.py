@@ -381,7 +381,7 @@ class ModelSpec:
             rest = (total - experts) * per
         else:
             layers = self.decoder_params() - experts
-            rest = layers * per + (total - experts - layers) * 2
+            rest = layers * per + (total - experts - layers) * self.end_param_bytes(dtype)
         return rest + (self.expert_weight_bytes(dtype) if experts else 0.0)
 
     def routed_expert_params(self) -> int:
@@ -415,35 +415,44 @@ class ModelSpec:
     def weight_bytes_per_device(
         self, dtype: str | None, tp: int, pp: int, ep: int = 1, redundant_experts: int = 0
     ) -> float:
-        """Weights one GPU holds: everything split over its tp x pp devices, except that under expert
-        parallelism the experts are split over ep x pp (vLLM: E/ep whole experts per GPU) and the
-        rest over tp x pp. With ep = 1 this is ``weight_bytes / (tp * pp)`` exactly, but for MLA
-        (``mla_extra_bytes_per_device``: replicated latent projections, 16-bit W_UK / W_UV).
-        ``redundant_experts``: EPLB's extra expert copies, spread over the ep x pp GPUs. Under
-        pipeline parallelism the heaviest stage's: each holds its layers (``stage_split``), the
-        first the embedding and the last the final norm and the LM head (a tied head loaded there
-        as a copy: vLLM builds them on those ranks alone, ``PPMissingLayer`` elsewhere); vLLM sizes
-        every rank's cache to the fewest blocks any rank affords (kv_cache_utils.get_kv_cache_configs)."""
+        """Weights the most loaded GPU holds: the heaviest pipeline stage's (``stage_weight_bytes``)."""
+        return max(self.stage_weight_bytes(dtype, tp, pp, ep, redundant_experts))
+
+    def stage_weight_bytes(
+        self, dtype: str | None, tp: int, pp: int, ep: int = 1, redundant_experts: int = 0
+    ) -> list[float]:
+        """Weights one GPU of each pipeline stage holds: everything split over its tp devices,
+        except that under expert parallelism the experts are split over ep (vLLM: E/ep whole experts
+        per GPU), and for MLA the replicated latent projections and 16-bit W_UK / W_UV
+        (``mla_extra_bytes_per_device``). ``redundant_experts``: EPLB's extra expert copies, spread
+        over the ep x pp GPUs. Each stage holds its layers (``stage_split``), the first the
+        embedding and the last the final norm and the LM head (a tied head loaded there as a copy:
+        vLLM builds them on those ranks alone, ``PPMissingLayer`` elsewhere)."""
         total = self.weight_bytes(dtype)
         experts = self.expert_weight_bytes(dtype) if ep > 1 else 0.0
         if pp == 1:
-            split = (total - experts) / tp + experts / ep
+            stages = [(total - experts) / tp + experts / ep]
         else:
-            per = self.param_bytes(dtype) if DTYPE_BYTES[dtype or self.weight_dtype] >= 2 else 2  # (16-bit ends)
+            per = self.end_param_bytes(dtype)
             emb = self.embedding_params() * per
             head = (self.norm_params() + self.vocab_size * self.hidden_size) * per  # (a tied one: its copy)
             ends = emb + self.norm_params() * per + self.lm_head_params() * per  # what weight_bytes counts
             layer = (total - ends - experts) / (tp * self.num_layers) + experts / (ep * self.num_layers)
-            split_layers = self.stage_split(pp)
-            stages = [n * layer for n in split_layers]
+            stages = [n * layer for n in self.stage_split(pp)]
             stages[0] += emb / tp
             stages[-1] += head / tp
-            split = max(stages)
         if self.is_mla:
-            split += self.mla_extra_bytes_per_device(dtype, tp, pp)
+            mla = self.mla_extra_bytes_per_device(dtype, tp, pp)
+            stages = [w + mla for w in stages]
         if redundant_experts:
-            split += self.expert_weight_bytes(dtype) / self.num_experts * redundant_experts / (ep * pp)
-        return split
+            copies = self.expert_weight_bytes(dtype) / self.num_experts * redundant_experts / (ep * pp)
+            stages = [w + copies for w in stages]
+        return stages
+
+    def end_param_bytes(self, dtype: str | None = None) -> float:
+        """Bytes a weight outside the decoder layers takes (the embedding, final norm and LM head):
+        the layers' where they are 16-bit or wider, else 16-bit (a quantised checkpoint leaves them)."""
+        return self.param_bytes(dtype) if DTYPE_BYTES[dtype or self.weight_dtype] >= 2 else 2.0
 
     def mla_replicated_params(self) -> int:
         """MLA weights every TP rank holds whole, per layer: the latent down-projections q_a

@@ -52,7 +52,7 @@ from llmsim.tables import cells, fmt
 from llmsim.timeline import write_trace
 
 if TYPE_CHECKING:
-    from llmsim.hardware import HardwareProfile
+    from llmsim.hardware import Figure, HardwareProfile
 
 MAX_ROOFLINE_POINTS = 400
 GANTT_WINDOW_S = 5.0
@@ -585,14 +585,21 @@ def overhead_rows(hw: HardwareProfile) -> list[list[str]]:
     (``elementwise_op_fixed_s`` holds one per op)."""
     rows = []
     for k, f in hw.overheads:
-        figures = sorted(f.items()) if isinstance(f, dict) else [("", f)] if f is not None else []
-        for d, g in figures:
+        for d, g in _figures(f):
             if "_bytes" in k:
                 value = f"{g.value:,.0f} bytes" if g.value >= 1000 else f"{g.value:.4g} bytes"
             else:
                 value = f"{g.value * 1e6:.1f} µs"
             rows.append([f"overhead {k} {d}".rstrip(), value, g.source])
     return rows
+
+
+def _figures(f: object) -> list[tuple[str, Figure]]:
+    """A profile field's figures: one, or one per key of a mapping (``gemm_dtype_fraction: {fp8:
+    ...}``, ``elementwise_op_fixed_s: {add: ...}``), or none where it is unset."""
+    if isinstance(f, dict):
+        return sorted(f.items())
+    return [("", f)] if f is not None else []  # type: ignore[list-item]
 
 
 def cell(v: object, col: str = "") -> str:
@@ -773,8 +780,7 @@ def assumption_tables(r: ResultsDir) -> list[Table]:
             ]
             for k, f in hw.efficiency:
                 # a figure, or one per dtype (gemm_dtype_fraction: {fp8: ..., int8: ...})
-                figures = sorted(f.items()) if isinstance(f, dict) else [("", f)] if f is not None else []
-                rows += [[f"efficiency {k} {d}".rstrip(), cell(g.value), g.source] for d, g in figures]
+                rows += [[f"efficiency {k} {d}".rstrip(), cell(g.value), g.source] for d, g in _figures(f)]
             rows += overhead_rows(hw)
             out.append(Table(f"Hardware: {hw.name} (pool {pool.name})", ["figure", "value", "source"], rows))
         m = build_model(sc)

@@ -20,7 +20,15 @@ import pandas as pd
 
 from llmsim.errors import atomic_write, atomic_write_text, test_pause
 from llmsim.gaps import GapHistogram
-from llmsim.metrics import DEFAULT_PERCENTILES, bench_metrics, dist_ms, finished, itl_from_histogram, sent_mask
+from llmsim.metrics import (
+    DEFAULT_PERCENTILES,
+    arrived_mask,
+    bench_metrics,
+    dist_ms,
+    finished,
+    itl_from_histogram,
+    sent_mask,
+)
 from llmsim.progress import finite
 from llmsim.tables import fmt
 
@@ -613,7 +621,7 @@ def summarize(
     n = len(req)
     meets = slo_mask(req, slo, slo_classes)
     horizon_s = meta.get("horizon_s")
-    sent = pd.Series(sent_mask(req["arrival_s"].to_numpy(), horizon_s), index=req.index)  # (attainment's)
+    sent = pd.Series(sent_mask(req, horizon_s), index=req.index)  # (attainment's)
     # ITL over every gap the run produced (the histogram's): a request the horizon cut counts its
     # gaps so far (vLLM's runs have none such, as its benchmark waits)
     itl = itl_from_histogram(gaps, percentiles)
@@ -765,7 +773,7 @@ def _saturation(req: pd.DataFrame, fin: pd.DataFrame, queue: pd.DataFrame, horiz
     requests' mean latency (a backlog past that still counts; the waiting queue's growth is
     judged apart)."""
     arrival = req["arrival_s"].to_numpy()
-    offered = sent_mask(arrival, horizon_s)
+    offered = arrived_mask(arrival, horizon_s)
     left = int(((req["status"] == "unfinished").to_numpy(dtype=bool) & offered).sum())
     n_offered = int(offered.sum())
     last_arrival = float(arrival[offered].max()) if offered.any() else 0.0

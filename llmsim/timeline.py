@@ -133,7 +133,7 @@ def trace_events(
         delay = float(((summary or {}).get("engine") or {}).get("output_delay_s") or 0.0)
         horizon = (summary or {}).get("horizon_s")
         if horizon is not None:  # (requests after it were never sent: not drawn)
-            requests = requests[sent_mask(requests["arrival_s"].to_numpy(), horizon)]
+            requests = requests[sent_mask(requests, horizon)]
         yield from _request_events(len(pools) + 1, requests, steps, out, tids, chunks, delay, horizon)
 
 

@@ -857,20 +857,20 @@ class CostModel:
                 self._body_cache[key] = body
         return body + self._head_time(lm_rows, decode_only)
 
-    def _head_time(self, lm_rows: int, decode_only: bool) -> float:
-        """Device time of the LM head's ops (``ops.head_ops``) for ``lm_rows`` sampled rows, priced
-        once per value and cached."""
+    def _head_time(self, lm_rows: int, graphed: bool) -> float:
+        """Device time of the LM head's ops (``ops.head_ops``) for ``lm_rows`` sampled rows, in a
+        CUDA graph or not (``graph_view``), priced once per value and cached."""
         if lm_rows < _LISTED:
-            heads = self._head_decode if decode_only else self._head_mixed
+            heads = self._head_decode if graphed else self._head_mixed
             head = heads[lm_rows] if lm_rows < len(heads) else -1.0
             if head < 0.0:
-                head = self._head_s(lm_rows, decode_only)
+                head = self._head_s(lm_rows, graphed)
                 _store(heads, lm_rows, head)
             return head
-        head_key = lm_rows << 1 | decode_only
+        head_key = lm_rows << 1 | graphed
         head = self._head_cache.get(head_key, -1.0)
         if head < 0.0:
-            head = self._head_s(lm_rows, decode_only)
+            head = self._head_s(lm_rows, graphed)
             self._head_cache[head_key] = head
         return head
 
