@@ -391,8 +391,8 @@ def _device_memory(spec: EngineSpec, hw: HardwareProfile) -> EngineSpec:
 # fit and tests/test_stepmodel.py refits these numbers; docs/validation.md has the errors (TP1 fit
 # 3.2% / 8.0% MAPE per step; held out TP2 and TP4 worse).
 _DS = "DistServe profiler-a100-80g.{}.json (OPT-13B TP1), residual over llmsim's A100 kernels, stepmodel.fit_host_terms"
-_VLLM_2024 = HostTerm(7.6571e-3, 0.0, 3.6450e-5, _DS.format("vllm"))
-_DISTSERVE_2024 = HostTerm(1.6951e-3, 1.0431e-4, 0.0, _DS.format("distserve"))
+_VLLM_2024 = HostTerm(7.7298e-3, 0.0, 3.6484e-5, _DS.format("vllm"))
+_DISTSERVE_2024 = HostTerm(1.7626e-3, 1.0464e-4, 0.0, _DS.format("distserve"))
 
 # vLLM's start-up memory profile on CUDA GPUs. vLLM sizes its KV cache as gpu_memory_utilization x the
 # device, less the weights, the profile's torch peak, the memory outside torch that grew during it and,

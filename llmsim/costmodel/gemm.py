@@ -48,8 +48,21 @@ class GemmCurve:
 
         ``weight_scale`` = weight bytes / activation bytes per element: the small-m loss is the
         time to stream the weight operand into the tensor cores, so 4-bit weights (scale 0.25)
-        shrink it 4x (Marlin-style kernels stay memory-bound up to m ~ 16-32)."""
-        return self.efficiency_at(m, np.ceil(m / self.tile) * np.ceil(n / self.tile), weight_scale)
+        shrink it 4x (Marlin-style kernels stay memory-bound up to m ~ 16-32).
+
+        With a wave term, a GEMM is never priced faster than the one with the whole row tiles below
+        it: one row past a tile boundary adds a row of tiles, which the wave term reads as the launch
+        filling more SMs while the FLOPs grow by one row (129 rows read up to 9 % under 128's time).
+        The kernel computes the padded tile row in the time it takes, so the time stays at least
+        that of ``m_whole`` rows: efficiency at most ``eff(m_whole) * m / m_whole``."""
+        n_tiles = np.ceil(n / self.tile)
+        eff = self.efficiency_at(m, np.ceil(m / self.tile) * n_tiles, weight_scale)
+        if not (self.wave_units and self.wave_exponent):
+            return eff
+        m_whole = np.floor(m / self.tile) * self.tile  # rows in whole tiles (0 under one tile)
+        rows = np.maximum(m_whole, 1.0)
+        floor = self.efficiency_at(rows, (rows / self.tile) * n_tiles, weight_scale) * m / rows
+        return np.where(m_whole > 0, np.minimum(eff, floor), eff)
 
     def efficiency_at(self, m, tiles, weight_scale: float = 1.0):  # noqa: ANN001, ANN201 - float or ndarray
         """``efficiency`` with the launch's ``tiles`` (of ``tile`` x ``tile``) given: a grouped GEMM
