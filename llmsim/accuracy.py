@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from llmsim.metrics import bench_metrics, dist_ms, latencies, mean_gap_s
+
+if TYPE_CHECKING:
+    from llmsim.hardware import HardwareProfile
 
 PERCENTILES = (90.0, 99.0)
 
@@ -133,6 +137,15 @@ def _records(path: Path = RECORD) -> dict[str, dict]:
     except (OSError, json.JSONDecodeError):
         return {}
     return {k: v for k, v in data.items() if isinstance(v, dict) and "errors" in v}
+
+
+def accuracy_family(hw: HardwareProfile) -> str:
+    """The kind of hardware a validation run is tagged with: the profile's family ("gpu", "cpu",
+    "tpu"), a GPU not NVIDIA's named by its vendor ("amd-gpu"): every GPU run replayed so far is on
+    NVIDIA hardware and its software stack (CUDA kernels, CUDA graphs), which do not vouch for ROCm's."""
+    if hw.family == "gpu" and hw.vendor.strip().lower() != "nvidia":
+        return f"{hw.vendor.strip().lower()}-gpu"
+    return hw.family
 
 
 def runs_like(families: set[str], moe: bool) -> dict:

@@ -226,10 +226,10 @@ def _run(
     percentiles = tuple(sc.output.percentiles)
     clock = 0.0 if sc.workload.sends_as_vllm_bench else None  # (the client's clock: bench_metrics)
     summary = summarize(req, out.steps, out.queue, slo, classes, pools[0].kv_blocks, meta, out.gaps, percentiles, clock)
-    from llmsim.accuracy import runs_like, validated
+    from llmsim.accuracy import accuracy_family, runs_like, validated
 
     # prediction intervals (docs/validation.md): the errors of the validation runs like this one
-    like = runs_like({p.hw.family for p in pools}, model.is_moe)
+    like = runs_like({accuracy_family(p.hw) for p in pools}, model.is_moe)
     summary["accuracy"] = validated(sc.engine_spec.name, **like)
     summary["accuracy_like"] = like
     reps = out.replicas

@@ -1085,7 +1085,9 @@ def sweep_summary(r: ResultsDir, keys: list[str]) -> str:
     target = (r.sweep_meta.get("slo") or {}).get("attainment_target", 0.9)
     if "slo_met" in ok:
         verdicts = ok["verdict"] if "verdict" in ok else [None] * len(ok)
-        met = ok[[slos_held(m, v) for m, v in zip(ok["slo_met"].fillna(False), verdicts, strict=True)]]
+        keeps = ok["keeps_up"] if "keeps_up" in ok else [None] * len(ok)  # (a sweep written before it)
+        held = [slos_held(m, v, k) for m, v, k in zip(ok["slo_met"].fillna(False), verdicts, keeps, strict=True)]
+        met = ok[held]
     else:
         met = ok.iloc[0:0]
     points, meet = f"{len(df)} point{'s' if len(df) != 1 else ''}", "meets" if len(met) == 1 else "meet"

@@ -445,11 +445,14 @@ def _fitted_slope(x: np.ndarray, y: np.ndarray) -> float:
         return math.nan
 
 
-def slos_held(slo_met: object, verdict: object) -> bool:
-    """A run's SLOs held in a way a deployment would see: met, and not overloaded. A finite
-    workload offered past capacity can meet them because its requests end before the queue's
-    wait grows; one that kept receiving them would not (plan rows, sensitivity, sweep reports)."""
-    return bool(slo_met) and verdict != "overloaded"
+def slos_held(slo_met: object, verdict: object, keeps_up: object = None) -> bool:
+    """A run's SLOs held in a way a deployment would see: met, not overloaded, and the run kept up
+    with its load (``keeps_up``, the saturation verdict's; None: not known, as in a sweep table
+    written before it). A finite workload offered past capacity, or one too short to settle, can
+    meet them because its requests end before the queue's wait grows; one that kept receiving them
+    would not (plan rows, SLO capacity, sensitivity, sweep reports)."""
+    kept_up = keeps_up is None or bool(pd.isna(keeps_up)) or bool(keeps_up)  # (a CSV's cell: numpy, maybe NaN)
+    return bool(slo_met) and verdict != "overloaded" and kept_up
 
 
 def saturation_verdict(
@@ -533,7 +536,7 @@ def saturation_verdict(
     se_share = out["growth_share_se"]
     grows = se_share is None or share > 3 * se_share
     burst = n_requests > 1 and last_arrival_s <= 0
-    unsettled = few = transient = held = False
+    unsettled = few = transient = held = undetermined = False
     short = in_system_not_judged.startswith("short:") and not burst
     if n_requests and finished == 0:
         verdict = "unserved"
@@ -543,6 +546,8 @@ def saturation_verdict(
         verdict, few = "backlogged", True
     elif _growing(in_system_share, in_system_se) or short:
         verdict, unsettled = "backlogged", True
+    elif in_system_share is not None and in_system_share > IN_SYSTEM_GROWING:
+        verdict, undetermined = "backlogged", True  # (grew past the bar, within the noise of a run this short)
     elif (share > 0.01 and grows) or backlog + shed > 0 or (burst and burst_waited):
         verdict = "backlogged"
     elif waits is not None and waits.longest_s > max(TRANSIENT_WAITS * waits.latency_s, TRANSIENT_WAIT_S):
@@ -554,6 +559,10 @@ def saturation_verdict(
     else:
         verdict = "stable"
     out["verdict"] = verdict
+    # a deployment offered this load keeps up with it: stable, or a burst or peak it drained (its
+    # latencies are the workload's own); not where the queue or the batch grew, requests were left,
+    # or the run was too short to show it settles (plans and SLO capacities count only these)
+    out["keeps_up"] = verdict == "stable" or transient or held
     explanations = {
         "stable": "the queue does not grow while requests arrive; latencies describe steady state",
         "backlogged": "the queue grows slowly or requests were left at the horizon; latencies include a backlog",
@@ -588,6 +597,12 @@ def saturation_verdict(
             f"requests that arrived around {waits.peak_at_s:.4g} s waited a median {waits.peak_s:.3g} s in the "
             f"queue (the quietest time {waits.quiet_s:.3g} s; {waits.in_service_s:.3g} s in service), and the queue "
             "drained: the load passed capacity for a while; latencies describe that backlog, not a steady state"
+        )
+    elif undetermined:
+        explanations["backlogged"] = (
+            f"the requests in the system grew by {in_system_share:.0%} of the offered rate over the second half of "
+            f"the arrivals, past {IN_SYSTEM_GROWING:.0%}, in a run too short to tell that from a settled run's "
+            f"noise (standard error {in_system_se:.0%}): not shown to reach a steady state; a longer run tells"
         )
     elif unsettled:
         explanations["backlogged"] = (
@@ -680,6 +695,9 @@ def summarize(
 # (scenarios/moe_expert_parallel.yaml, which reads 0.19 settled). The waiting queue's own 0.05
 # stays the finer test where the queue is what grows.
 IN_SYSTEM_GROWING = 0.2
+# requests below which a run's in-system growth is not judged (``_in_system_growth``): such a run's
+# steady state rests on the waiting queue alone
+IN_SYSTEM_MIN_REQUESTS = 100
 
 
 # arrivals below which the waiting queue's slope alone cannot call a run overloaded: five
@@ -725,8 +743,8 @@ def _in_system_growth(
     standard error's latency is the median of the requests that arrived before the window: the
     latency a settled run keeps, and one an overload has not yet swollen."""
     arrival = np.sort(req["arrival_s"].to_numpy(dtype=float))
-    if len(arrival) < 100 or len(fin) < 10:
-        return None, None, "fewer than 100 requests or 10 finished: too few to judge"
+    if len(arrival) < IN_SYSTEM_MIN_REQUESTS or len(fin) < 10:
+        return None, None, f"fewer than {IN_SYSTEM_MIN_REQUESTS} requests or 10 finished: too few to judge"
     t0 = float(arrival[0])
     span = last_arrival_s - t0
     fin_arrival = fin["arrival_s"].to_numpy(dtype=float)

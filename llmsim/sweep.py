@@ -50,6 +50,7 @@ METRICS: list[tuple[str, tuple[str, ...]]] = [
     ("slo_attainment", ("slo", "attainment")),
     ("slo_met", ("slo", "met_target")),
     ("verdict", ("saturation", "verdict")),
+    ("keeps_up", ("saturation", "keeps_up")),
     ("queue_growth_share", ("saturation", "growth_share")),
     ("kv_util_mean", ("kv_cache", "utilization_mean")),
     ("kv_util_peak", ("kv_cache", "utilization_peak")),

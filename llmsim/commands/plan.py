@@ -163,11 +163,12 @@ def _table(df: pd.DataFrame, cols: list[str]) -> str:
 
 def plan_like(base: Base, sc: Scenario, hardware: list[str]) -> dict:
     """The kind of run the plan's candidates are, for their prediction intervals (accuracy.validated)."""
-    from llmsim.accuracy import runs_like
+    from llmsim.accuracy import accuracy_family, runs_like
     from llmsim.build import build_model
     from llmsim.hardware import load_profile
 
-    return runs_like({load_profile(h, Path(base.base_dir)).family for h in hardware}, build_model(sc).is_moe)
+    families = {accuracy_family(load_profile(h, Path(base.base_dir))) for h in hardware}
+    return runs_like(families, build_model(sc).is_moe)
 
 
 def engine_likes(base: Base, sc: Scenario, cands: list[Candidate]) -> dict[str, dict]:

@@ -38,6 +38,8 @@ def capacity_plan(
     base = as_base(base)
     check_target(base, target_rps)
     cfg, cands, left_out = checked_space(base)  # the whole space is validated before the first simulation
+    if target_rps is None and cfg.target_rps is not None:  # (the flag's rate was checked above)
+        check_target(base, cfg.target_rps, f"{base.origin}: plan.target_rps")
     sc = base.scenario()
     knob = rate_knob(base)
     target_rps = target_rps or cfg.target_rps or offered_rate(base, knob)

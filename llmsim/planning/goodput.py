@@ -1,6 +1,7 @@
 """Goodput search: the highest arrival rate at which SLO attainment stays at or above the target
-and the system is not overloaded (at an overloaded rate a finite workload can meet the SLOs only
-because it ends before the queue shows: 60 requests met them at 4,096 req/s on a GPU that serves 19).
+and the system keeps up (``llmsim.results.slos_held``: at an overloaded rate, or one the run is too
+short to show settling, a finite workload can meet the SLOs only because it ends before the queue
+shows: 60 requests met them at 4,096 req/s on a GPU that serves 19).
 
 Bracket (doubling or halving from the scenario's own rate), then bisect. Every evaluation is one
 ``llmsim.run`` through ``llmsim.sweep.run_point``, kept as the load curve the report plots.
@@ -22,6 +23,7 @@ import pandas as pd
 from llmsim.errors import UserError
 from llmsim.planning.base import Base, as_base
 from llmsim.planning.rate import offered_rate, rate_knob, rate_overrides
+from llmsim.results import slos_held
 from llmsim.scenario import Scenario
 from llmsim.sweep import run_point
 
@@ -68,7 +70,7 @@ def goodput_search(
             raise UserError(str(row["error"]))
         evals.append({"rate_rps": r, **row})
         met = row["slo_attainment"] is not None and row["slo_attainment"] >= target
-        return bool(met and row["verdict"] != "overloaded")
+        return slos_held(met, row["verdict"], row.get("keeps_up"))
 
     lo, hi = 0.0, None
     if ok(rate):

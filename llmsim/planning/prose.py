@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llmsim.results import IN_SYSTEM_MIN_REQUESTS
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -21,7 +23,7 @@ def recommend(plan: Plan) -> str:
         else "with no latency SLO set (slo.ttft_s, tpot_s, tbt_s, e2e_s), it is the cheapest that keeps up, not overloaded,"
     )
     lines = [
-        f"Deploy {w['config']} ({_devices(int(w['devices']))}): {meets} at {plan.target_rps:.2f} req/s, for ${w['usd_per_hour']:.2f}/hour, "
+        f"Deploy {w['config']} ({_devices(int(w['devices']))}): {meets} at {_rps(plan.target_rps)} req/s, for ${w['usd_per_hour']:.2f}/hour, "
         f"${w['usd_per_mtok']:.3f} per million tokens (prompt + output) and {w['j_per_token']:.3f} J per token at TDP."
     ]
     if len(plan.winners) > 1:
@@ -44,15 +46,27 @@ def _no_winner(plan: Plan) -> str:
     reasons = plan.infeasible["reason"].str.split(":").str[0].value_counts()
     if not plan.latency_slos:
         return (
-            f"No candidate keeps up with {plan.target_rps:.2f} req/s (no latency SLO is set: each was overloaded "
+            f"No candidate keeps up with {_rps(plan.target_rps)} req/s (no latency SLO is set: each was overloaded "
             "or could not run). Why: " + ", ".join(f"{n} failed on {k}" for k, n in reasons.items()) + "."
         )
     return (
-        f"No candidate meets the SLOs at {plan.target_rps:.2f} req/s "
+        f"No candidate meets the SLOs at {_rps(plan.target_rps)} req/s "
         f"(target attainment {plan.target_attainment:.0%}). Why: "
         + ", ".join(f"{n} failed on {k}" for k, n in reasons.items())
-        + ". Widen the search (more replicas, larger tp, other hardware) or relax the SLOs."
+        + ". "
+        + " ".join(dict.fromkeys(_ADVICE.get(k, _ADVICE["latency"]) for k in reasons.index))
     )
+
+
+# what to change, by the kind of failure (a row's reason's first word, planning/rows.py)
+_ADVICE = {
+    "memory": "The model does not fit: a larger tp, devices with more memory or a quantised checkpoint.",
+    "invalid": "Some candidates cannot run as set (each row's reason says why).",
+    "unserved": "Every request was turned away: raise policy.max_model_len or shorten the prompts.",
+    "overload": "Widen the search (more replicas, larger tp, other hardware) or relax the SLOs.",
+    "unsettled": "Widen the search (more replicas, other hardware), or lengthen the workload so a run can settle.",
+    "latency": "Widen the search (more replicas, larger tp, other hardware) or relax the SLOs.",
+}
 
 
 def _headroom(plan: Plan) -> list[str]:
@@ -65,9 +79,17 @@ def _headroom(plan: Plan) -> list[str]:
         if plan.latency_slos
         else "capacity (the highest arrival rate at which it is not overloaded)"
     )
+    at_least = "at least " if g.fail_rps is None else ""  # (every rate up to the search's last doubling held)
     lines = [
-        f"Its {what} is {g.rate_rps:.2f} req/s ({head:+.0%} headroom over the target; verdict there: {g.verdict})."
+        f"Its {what} is {at_least}{_rps(g.rate_rps)} req/s ({head:+.0%} headroom over the target; verdict there: "
+        f"{g.verdict})."
     ]
+    requests = max((e.get("requests") or 0 for e in g.evaluations), default=0)
+    if 0 < requests < IN_SYSTEM_MIN_REQUESTS:
+        lines.append(
+            f"(Each rate ran {requests} requests: too few to show a steady state, so the capacity may be far "
+            f"above what a deployment sustains; give the workload {IN_SYSTEM_MIN_REQUESTS} or more.)"
+        )
     return lines
 
 
@@ -87,6 +109,11 @@ def _robustness(winner_rows: pd.DataFrame, latency_slos: bool = True) -> str:
         + f" (attainment {low['slo_attainment'].iloc[0]:.1%})"
         + ("; the choice holds." if holds else "; budget one more replica or re-check the efficiencies.")
     )
+
+
+def _rps(rate: float) -> str:
+    """A rate for the text: two decimals, or three significant figures below 1 req/s (0.00 says nothing)."""
+    return f"{rate:.2f}" if rate >= 1 else f"{rate:.3g}"
 
 
 def _devices(n: int) -> str:

@@ -77,7 +77,7 @@ def sensitivity(
                 "p99_ttft_ms": r["p99_ttft_ms"],
                 "p99_tbt_max_ms": r["p99_tbt_max_ms"],
                 "verdict": r["verdict"],
-                "meets_slos": slos_held(r["slo_met"], r["verdict"]),
+                "meets_slos": slos_held(r["slo_met"], r["verdict"], r.get("keeps_up")),
             }
             for (w, factor, _), r in zip(runs, results, strict=True)
         ]

@@ -36,6 +36,7 @@ PLAN_COLUMNS = [
     "p99_tbt_max_ms",
     "p99_e2el_ms",
     "verdict",
+    "keeps_up",
     "feasible",
     "reason",
 ]
@@ -76,27 +77,41 @@ def plan_row(point: Point, res: dict, power_w: float, target: float, slo: dict |
 
 
 def _verdict(res: dict, target: float, slo: dict) -> dict[str, object]:
-    """``feasible`` and ``reason``; the reason's first word (memory, invalid, overload, latency) is its kind."""
+    """``feasible`` and ``reason``; the reason's first word (memory, invalid, unserved, overload,
+    unsettled, latency) is its kind."""
     err = res.get("error")
     if err:
         kind = "memory" if "does not fit" in err else "invalid"
         return {"feasible": False, "reason": f"{kind}: {err}"}
-    if slos_held(res.get("slo_met"), res.get("verdict")):
+    if slos_held(res.get("slo_met"), res.get("verdict"), res.get("keeps_up")):
         return {"feasible": True, "reason": "meets SLOs"}
-    if res.get("verdict") == "overloaded":
-        met = (
-            f"attainment {res['slo_attainment']:.1%} only because the workload ends"
-            if res.get("slo_met")
-            else f"attainment {res['slo_attainment']:.1%} < {target:.0%}"
+    attained = f"attainment {res['slo_attainment']:.1%}" if res.get("slo_attainment") is not None else "no attainment"
+    met = f"{attained} only because the workload ends" if res.get("slo_met") else f"{attained} < {target:.0%}"
+    if res.get("verdict") == "unserved":
+        rejected, total = res.get("rejected") or 0, res.get("requests") or 0
+        why = (
+            f"all {total:,} requests were rejected (too long for the model or the KV cache: summary rejected_by)"
+            if total and rejected == total
+            else "none finished before the horizon"
         )
+        return {"feasible": False, "reason": f"unserved: no request finished: {why}"}
+    if res.get("verdict") == "overloaded":
         return {
             "feasible": False,
             "reason": f"overload: the queue grows by {res['queue_growth_share']:.0%} of the offered load; {met}",
         }
+    if res.get("keeps_up") is False or res.get("verdict") == "backlogged":
+        return {
+            "feasible": False,
+            "reason": f"unsettled: backlogged, not shown to keep up with the load (the run's saturation.explanation "
+            f"says why); {met}",
+        }
+    preempted = res.get("preemptions") or 0
+    kv = f"; {preempted:,} preemptions (the KV cache filled)" if preempted else ""
     return {
         "feasible": False,
-        "reason": f"latency: not overloaded ({res['verdict']}) but too slow per step: attainment "
-        f"{res['slo_attainment']:.1%} < {target:.0%} ({_against_slos(res, slo)})",
+        "reason": f"latency: keeps up with the load but too slow: {attained} < {target:.0%} "
+        f"({_against_slos(res, slo)}){kv}",
     }
 
 
@@ -113,10 +128,12 @@ def _against_slos(res: dict, slo: dict) -> str:
 
 
 def worth_more_replicas(row: dict, expert_parallel: bool = False) -> bool:
-    """A point that failed for want of capacity; a memory or invalid error stays whatever the replica
+    """A point that failed for want of capacity. A memory or invalid error stays whatever the replica
     count, except under expert parallelism, where the replicas split the experts (each GPU holds
-    fewer, and the degree must divide them)."""
+    fewer, and the degree must divide them); requests every replica rejects stay rejected."""
     if row["feasible"]:
+        return False
+    if row["reason"].startswith("unserved: no request finished: all"):  # (each replica rejects them alike)
         return False
     return expert_parallel or not row["reason"].startswith(("memory", "invalid"))
 
