@@ -121,5 +121,7 @@ def test_a_plan_is_told_the_errors_of_its_candidates_kind() -> None:
     from llmsim.planning.base import Base
 
     base = Base.from_path(str(ROOT / "scenarios/plan_azure_conv.yaml"), {})
-    assert plan_like(base, base.scenario(), ["H100-SXM", "MI300X"]) == GPU_DENSE
+    assert plan_like(base, base.scenario(), ["H100-SXM", "A100-40GB"]) == GPU_DENSE
+    # (an AMD GPU is its own kind: every replayed GPU run is NVIDIA's, tests/test_hostile_round8.py)
+    assert plan_like(base, base.scenario(), ["H100-SXM", "MI300X"]) == {"devices": ["amd-gpu", "gpu"], "moe": False}
     assert plan_like(base, base.scenario(), ["H100-SXM", "Xeon-8480+"]) == {"devices": ["cpu", "gpu"], "moe": False}
