@@ -70,14 +70,14 @@ _ADVICE = {
 
 
 def _headroom(plan: Plan) -> list[str]:
-    """The winner's SLO capacity over the target (never an overloaded rate: goodput_search)."""
+    """The winner's SLO capacity over the target (never a rate it did not keep up with: goodput_search)."""
     assert plan.slo_capacity is not None
     g = plan.slo_capacity
     head = g.rate_rps / plan.target_rps - 1 if plan.target_rps else 0.0
     what = (
-        "SLO capacity (the highest arrival rate at which it still meets the SLOs, not overloaded)"
+        "SLO capacity (the highest arrival rate at which it still meets the SLOs and keeps up)"
         if plan.latency_slos
-        else "capacity (the highest arrival rate at which it is not overloaded)"
+        else "capacity (the highest arrival rate it keeps up with)"
     )
     at_least = "at least " if g.fail_rps is None else ""  # (every rate up to the search's last doubling held)
     lines = [
