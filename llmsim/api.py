@@ -25,6 +25,7 @@ from llmsim.build import (
     longest_hashed,
     prewarm_prefixes,
 )
+from llmsim.engine import HostTerm
 from llmsim.errors import UserError
 from llmsim.invariants import check_run
 from llmsim.models import ModelSpec
@@ -356,6 +357,10 @@ def session_summary(req: pd.DataFrame, session: np.ndarray) -> dict:
     }
 
 
+def _has(term: HostTerm) -> bool:
+    return term.base_s > 0 or term.per_seq_s > 0 or term.per_token_s > 0
+
+
 def engine_summary(sc: Scenario) -> dict:
     """The engine a run used, as summary.json records it (engine.py)."""
     e = sc.engine_spec
@@ -364,6 +369,11 @@ def engine_summary(sc: Scenario) -> dict:
         "async_scheduling": e.async_scheduling,
         "cuda_graphs": sc.cluster.cuda_graphs if e.cuda_graphs is None else e.cuda_graphs,
         "output_delay_s": e.output_delay_s,
+        **(
+            {"frontend": {"base_s": e.frontend.base_s, "per_token_s": e.frontend.per_token_s}}
+            if _has(e.frontend)
+            else {}
+        ),
         "first_token_at_prefill": e.first_token_at_prefill,  # (disaggregated: where TTFT is stamped)
         "source": e.source,
     }
@@ -470,6 +480,9 @@ def sim_options(
         router_view_s=sc.cluster.router_view_s,
         max_concurrency=sc.workload.max_concurrency,
         answer_delay_s=sc.engine_spec.output_delay_s,
+        # one API server a replica of the pool requests arrive at (its vllm serve), sharing the load
+        frontend_base_s=sc.engine_spec.frontend.base_s / pools[0].replicas,
+        frontend_per_token_s=sc.engine_spec.frontend.per_token_s / pools[0].replicas,
         kv_bytes_per_token=model.kv_bytes_per_token(sc.kv_cache.dtype),
         num_layers=model.num_layers,
         n_seqs=sc.workload.beam_width or sc.workload.parallel_samples,

@@ -63,6 +63,10 @@ class SimOptions:
     # an answer reaches the client this long after the engine's last step (engine.output_delay_s):
     # a closed-loop client's next call and its in-flight slot wait for it (feeder.py)
     answer_delay_s: float = 0.0
+    # the API server's handling of each request before the engine has it (engine.frontend), over the
+    # deployment's frontends: base seconds and seconds a prompt token (sim.engine_reach_s)
+    frontend_base_s: float = 0.0
+    frontend_per_token_s: float = 0.0
     # arrivals wait on answers (feeder.py): no replica may run ahead of SimPy's clock, since an
     # answer can release a request at any instant (set by sim.simulate)
     feedback: bool = False

@@ -115,6 +115,22 @@ def _build(env, pools, policy, block_tokens, watermark, steps, max_queue, opts, 
 _MAX_WALKED_LOOKS = 10_000_000
 
 
+def engine_reach_s(arrival_s: np.ndarray, prompt_tokens: np.ndarray, base_s: float, per_token_s: float) -> list[float]:
+    """When each request reaches the engine through an API server that handles one request at a
+    time, ``base_s + per_token_s x prompt tokens`` each, in arrival order: it starts on a request once
+    the one before is done, so request i starts at ``max(arrival_i, start_{i-1} + service_{i-1})``
+    (Lindley's recursion; in closed form, the running maximum of arrival less the work before it).
+    The request reaches the engine when its handling starts: its own handling is the light-load
+    delay the engine's output_delay_s holds (engine.frontend)."""
+    service = base_s + per_token_s * prompt_tokens.astype(np.float64)
+    before = np.concatenate(([0.0], np.cumsum(service)[:-1]))  # work handled ahead of request i
+    slack = arrival_s - before
+    latest = np.maximum.accumulate(slack)
+    # a request the server was free for starts at its own arrival, exactly (not before + slack)
+    start = np.where(latest == slack, arrival_s, before + latest)
+    return start.tolist()
+
+
 def last_look_before(look_s: float, arrival_s: float, every_s: float) -> float:
     """The last of the views ``look_s``, ``look_s + every_s``, ... strictly before ``arrival_s`` (a view
     at the arrival's instant comes after it: the arrival's timer was queued first), at the times
@@ -261,8 +277,9 @@ def simulate(
         reqs.append(r)
         return r
 
-    def send(i: int, t: float) -> Request:
-        """Request i reaches the cluster at ``t``: routed and submitted (or rejected)."""
+    def send(i: int, t: float, reach: float = -1.0) -> Request:
+        """Request i, sent at ``t``, reaches the cluster now (at ``reach``, past ``t`` where the API
+        server made it wait; -1: at ``t``): routed and submitted (or rejected)."""
         r = make(i, t)
         if transfer is not None:
             r.prefill_only = True
@@ -273,7 +290,7 @@ def simulate(
                 r.status, r.reject_reason = REJECTED, f"decode pool: {reason}"
                 return r
         (stale.pick(r) if stale is not None else route(front, router, i, r)).submit(r)
-        q_time.append(t)
+        q_time.append(t if reach < 0 else reach)
         waiting = 0 if transfer is None else transfer.waiting  # (a prompt done, its KV not yet moved)
         for rep in replicas:
             waiting += rep.num_waiting
@@ -287,15 +304,22 @@ def simulate(
         return r
 
     timer = Timer(env)
+    # when each request reaches the engine: after the API server has handled the ones before it
+    # (engine.frontend; at once where it has none)
+    reach_s = arrival_s
+    if opts.frontend_base_s > 0 or opts.frontend_per_token_s > 0:
+        reach_s = engine_reach_s(
+            workload.arrival_s, workload.prompt_tokens, opts.frontend_base_s, opts.frontend_per_token_s
+        )
 
     def arrivals() -> Generator[Any, Any, None]:
         for i in range(n):
-            t = arrival_s[i]
+            t = reach_s[i]
             inputs.arrival_s = t
             now = timer.now_s()
             if t > now:
                 yield timer.after(t - now)
-            send(i, t)
+            send(i, arrival_s[i], t)
         inputs.arrival_s = math.inf
 
     feeder = Feeder(env, workload, opts.max_concurrency, send, drop, opts.answer_delay_s) if feedback else None
