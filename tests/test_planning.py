@@ -265,8 +265,18 @@ def test_a_disaggregated_base_s_pools_give_the_plan_its_tp_and_expert_parallelis
 def test_the_robustness_sentence_names_the_plan_s_own_sensitivity() -> None:
     from llmsim.planning.prose import _robustness
 
-    rows = pd.DataFrame({"efficiency_factor": [0.6, 1.4], "meets_slos": [False, True], "slo_attainment": [0.5, 1.0]})
-    assert _robustness(rows).startswith("With every efficiency 40% lower it MISSES the SLOs (attainment 50.0%)")
+    rows = pd.DataFrame(
+        {
+            "efficiency_factor": [0.6, 1.4],
+            "meets_slos": [False, True],
+            "slo_attainment": [0.5, 1.0],
+            "verdict": ["stable", "stable"],
+        }
+    )
+    assert _robustness(rows).startswith("With every efficiency 40% lower it MISSES the SLOs (attainment 50.0%")
+    # a met attainment that does not hold: the run did not keep up, and the sentence says so
+    unsettled = rows.assign(slo_attainment=[1.0, 1.0], verdict=["backlogged", "stable"])
+    assert "MISSES the SLOs (attainment 100.0%, verdict backlogged)" in _robustness(unsettled)
 
 
 def test_an_overloaded_point_is_not_feasible_even_where_its_finite_workload_met_the_slos() -> None:

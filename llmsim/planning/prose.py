@@ -99,14 +99,17 @@ def _robustness(winner_rows: pd.DataFrame, latency_slos: bool = True) -> str:
     low = winner_rows[winner_rows["efficiency_factor"] < 1]
     holds = bool(low["meets_slos"].all())
     lower = 1.0 - float(low["efficiency_factor"].iloc[0])  # plan.sensitivity: 0.15 unless set
+    verdict = str(low["verdict"].iloc[0])
     if not latency_slos:
         return f"With every efficiency {lower:.0%} lower it " + (
-            "still keeps up; the choice holds." if holds else "is OVERLOADED; budget one more replica."
+            "still keeps up; the choice holds." if holds else f"does NOT keep up ({verdict}); budget one more replica."
         )
+    # (a met attainment that does not hold is a run that did not keep up: say so, not "misses at 100 %")
+    why = f"attainment {low['slo_attainment'].iloc[0]:.1%}" + ("" if holds else f", verdict {verdict}")
     return (
         f"With every efficiency {lower:.0%} lower it "
         + ("still meets the SLOs" if holds else "MISSES the SLOs")
-        + f" (attainment {low['slo_attainment'].iloc[0]:.1%})"
+        + f" ({why})"
         + ("; the choice holds." if holds else "; budget one more replica or re-check the efficiencies.")
     )
 
