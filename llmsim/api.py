@@ -156,6 +156,11 @@ def _run(
         workload = build_workload(sc)
         check_prewarm(sc, pools, sc.kv_cache.prewarm_block_tokens or workload.tokens_per_id(sc.kv_cache.block_tokens))
         check_slo_classes(sc, workload)
+        if _has(sc.engine_spec.frontend) and (workload.has_dependencies or sc.workload.max_concurrency):
+            raise UserError(
+                "engine.frontend: the API server's queue is priced for open-loop arrivals, not for a client's "
+                "max_concurrency or for calls that wait on answers (conversations, sub-calls); remove one of them"
+            )
     except UserError as exc:  # building knows the key path; name the scenario file too
         msg = str(exc)
         raise UserError(msg if msg.startswith(sc._origin) else f"{sc._origin}: {msg}") from None
@@ -480,7 +485,8 @@ def sim_options(
         router_view_s=sc.cluster.router_view_s,
         max_concurrency=sc.workload.max_concurrency,
         answer_delay_s=sc.engine_spec.output_delay_s,
-        # one API server a replica of the pool requests arrive at (its vllm serve), sharing the load
+        # one API server a replica of the pool requests arrive at (its vllm serve), priced as one server
+        # that many times as fast (a shared queue; an autoscaled pool: its starting count)
         frontend_base_s=sc.engine_spec.frontend.base_s / pools[0].replicas,
         frontend_per_token_s=sc.engine_spec.frontend.per_token_s / pools[0].replicas,
         kv_bytes_per_token=model.kv_bytes_per_token(sc.kv_cache.dtype),

@@ -659,6 +659,10 @@ DEFAULT_TABLES = ("", "vllm", *TRTLLM_TABLES)
 def _field(k: str, v: object, origin: str) -> object:
     """One engine field, checked: a clear error naming it, never a silent coercion."""
     where = f"{origin}: engine.{k}"
+    if k == "frontend" and isinstance(v, dict) and v.get("per_seq_s"):
+        raise UserError(
+            f"{where}.per_seq_s: the API server's work is per request (base_s) and prompt token (per_token_s)"
+        )
     if k in HOST_TERMS or k in ("batch_change", "frontend"):
         return _term(v, k, origin)
     if k == "cuda_graph_sizes":

@@ -451,8 +451,13 @@ def slos_held(slo_met: object, verdict: object, keeps_up: object = None) -> bool
     written before it). A finite workload offered past capacity, or one too short to settle, can
     meet them because its requests end before the queue's wait grows; one that kept receiving them
     would not (plan rows, SLO capacity, sensitivity, sweep reports)."""
-    kept_up = keeps_up is None or bool(pd.isna(keeps_up)) or bool(keeps_up)  # (a CSV's cell: numpy, maybe NaN)
-    return bool(slo_met) and verdict != "overloaded" and kept_up
+    return bool(slo_met) and verdict != "overloaded" and kept_up(keeps_up)
+
+
+def kept_up(keeps_up: object) -> bool:
+    """A run's ``saturation.keeps_up`` as a summary or a table cell holds it (numpy, maybe NaN):
+    unknown (None, NaN: a table written before it) counts as kept up."""
+    return keeps_up is None or bool(pd.isna(keeps_up)) or bool(keeps_up)
 
 
 def saturation_verdict(
@@ -494,7 +499,9 @@ def saturation_verdict(
     and three standard errors a run that would read stable is backlogged instead: it has not
     settled, whether it is overloaded or only warming up (near capacity such a batch takes many
     latencies to settle, so a short run cannot tell the two apart); so is one whose arrivals were
-    too short to warm up ("short: ...").
+    too short to warm up ("short: ..."), and one past ``IN_SYSTEM_GROWING`` within three standard
+    errors (a run too short to tell its growth from noise: not shown to settle; a settled run this
+    short reads so by chance for some seeds).
     ``waits`` (``_waits``): how long requests waited in the queue. A run that would read stable
     but where some request waited past TRANSIENT_WAITS of the median latency went through a backlog
     and drained it (a burst): backlogged; so is one where the requests arriving at some time waited
@@ -560,9 +567,11 @@ def saturation_verdict(
         verdict = "stable"
     out["verdict"] = verdict
     # a deployment offered this load keeps up with it: stable, or a burst or peak it drained (its
-    # latencies are the workload's own); not where the queue or the batch grew, requests were left,
-    # or the run was too short to show it settles (plans and SLO capacities count only these)
-    out["keeps_up"] = verdict == "stable" or transient or held
+    # latencies are the workload's own; an all-at-once batch it served whole); not where the queue or
+    # the batch grew, requests were left, or the run was too short to show it settles (plans and SLO
+    # capacities count only these)
+    drained = burst and verdict == "backlogged" and backlog + shed == 0  # (a batch at once, every one served)
+    out["keeps_up"] = verdict == "stable" or transient or held or drained
     explanations = {
         "stable": "the queue does not grow while requests arrive; latencies describe steady state",
         "backlogged": "the queue grows slowly or requests were left at the horizon; latencies include a backlog",

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import math
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from heapq import heappop
@@ -292,6 +293,8 @@ def simulate(
         (stale.pick(r) if stale is not None else route(front, router, i, r)).submit(r)
         q_time.append(t if reach < 0 else reach)
         waiting = 0 if transfer is None else transfer.waiting  # (a prompt done, its KV not yet moved)
+        if reach >= 0:  # the requests sent but still in the API server's queue wait too (engine.frontend)
+            waiting += bisect_right(arrival_s, reach) - 1 - i
         for rep in replicas:
             waiting += rep.num_waiting
         q_wait.append(waiting)
@@ -307,7 +310,8 @@ def simulate(
     # when each request reaches the engine: after the API server has handled the ones before it
     # (engine.frontend; at once where it has none)
     reach_s = arrival_s
-    if opts.frontend_base_s > 0 or opts.frontend_per_token_s > 0:
+    fronted = opts.frontend_base_s > 0 or opts.frontend_per_token_s > 0
+    if fronted:
         reach_s = engine_reach_s(
             workload.arrival_s, workload.prompt_tokens, opts.frontend_base_s, opts.frontend_per_token_s
         )
@@ -319,7 +323,7 @@ def simulate(
             now = timer.now_s()
             if t > now:
                 yield timer.after(t - now)
-            send(i, arrival_s[i], t)
+            send(i, arrival_s[i], t if fronted else -1.0)
         inputs.arrival_s = math.inf
 
     feeder = Feeder(env, workload, opts.max_concurrency, send, drop, opts.answer_delay_s) if feedback else None

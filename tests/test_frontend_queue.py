@@ -60,6 +60,7 @@ def test_a_burst_through_one_api_server_reaches_the_engine_one_request_at_a_time
     [
         ("fast", "engine.frontend must be a mapping"),
         ({"base_s": -1}, "engine.frontend.base_s must be a number of seconds"),
+        ({"per_seq_s": 0.01}, "engine.frontend.per_seq_s: the API server's work is per request"),
     ],
 )
 def test_a_bad_frontend_term_is_named(tmp_path, capsys, value, fragment) -> None:
@@ -88,3 +89,23 @@ def test_the_engines_figures_are_the_fit_of_the_committed_bursts() -> None:
     base, per_token = fit.fit(table, "text")
     assert VLLM_FRONTEND_INGEST.base_s == pytest.approx(base, abs=5e-6)
     assert VLLM_FRONTEND_INGEST.per_token_s == pytest.approx(per_token, abs=5e-9)
+
+
+def test_an_api_server_past_its_pace_reads_overloaded_and_a_closed_loop_client_is_refused(tmp_path, capsys) -> None:
+    """500 req/s of Poisson arrivals against a server that hands over ~330 a second: its own queue
+    grows, and the verdict said "backlogged ... the running batch, not the queue" (the queue it
+    judges held only the engine's waiting requests). A client's max_concurrency sends through the
+    feeder, where the term was ignored while the summary recorded it."""
+    term = {"base_s": VLLM_FRONTEND_INGEST.base_s, "per_token_s": VLLM_FRONTEND_INGEST.per_token_s}
+    wl = {"kind": "poisson", "rate_rps": 500, "num_requests": 3000}
+    over = llmsim.run(
+        {**BURST, "workload": {**BURST["workload"], **wl}, "engine": {"preset": "vllm-v1", "frontend": term}}
+    )
+    assert over.summary["saturation"]["verdict"] == "overloaded"
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    capped = {**BURST, "workload": {**BURST["workload"], **wl, "max_concurrency": 64}}
+    path.write_text(yaml.safe_dump({**capped, "engine": {"preset": "vllm-v1", "frontend": term}}))
+    assert main(["run", str(path), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "engine.frontend: the API server's queue is priced for open-loop arrivals" in capsys.readouterr().err

@@ -88,6 +88,24 @@ def test_a_candidate_that_served_nothing_is_not_blamed_on_latency() -> None:
     assert cut["reason"].startswith("unserved") and worth_more_replicas(cut)
 
 
+def test_a_candidate_that_drained_a_burst_but_missed_is_slow_not_unsettled() -> None:
+    row = _row(verdict="backlogged", keeps_up=True, slo_attainment=0.8)
+    assert row["reason"].startswith("latency: keeps up with the load but too slow")
+
+
+def test_an_all_at_once_batch_served_whole_keeps_up() -> None:
+    """Every request at t = 0, some admitted after others: backlogged (no steady state), but the
+    batch was served whole, so a sweep counts its met SLOs (it did not keep up before)."""
+    wl = {
+        "kind": "all_at_once",
+        "num_requests": 400,
+        "prompt_tokens": {"dist": "fixed", "value": 200},
+        "output_tokens": {"dist": "fixed", "value": 20},
+    }
+    sat = llmsim.run({**QUICK, "workload": wl, "slo": {"ttft_s": 5.0}}).summary["saturation"]
+    assert sat["verdict"] == "backlogged" and sat["keeps_up"] is True
+
+
 def test_a_backlogged_candidate_is_unsettled_and_a_slow_one_names_its_preemptions() -> None:
     unsettled = _row(verdict="backlogged", keeps_up=False, slo_met=True, slo_attainment=0.93)
     assert not unsettled["feasible"] and unsettled["reason"].startswith("unsettled: backlogged")

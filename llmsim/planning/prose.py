@@ -46,8 +46,11 @@ def _no_winner(plan: Plan) -> str:
     reasons = plan.infeasible["reason"].str.split(":").str[0].value_counts()
     if not plan.latency_slos:
         return (
-            f"No candidate keeps up with {_rps(plan.target_rps)} req/s (no latency SLO is set: each was overloaded "
-            "or could not run). Why: " + ", ".join(f"{n} failed on {k}" for k, n in reasons.items()) + "."
+            f"No candidate keeps up with {_rps(plan.target_rps)} req/s (no latency SLO is set: each did not keep "
+            "up or could not run). Why: "
+            + ", ".join(f"{n} failed on {k}" for k, n in reasons.items())
+            + ". "
+            + " ".join(dict.fromkeys(_ADVICE.get(k, _ADVICE["overload"]) for k in reasons.index))
         )
     return (
         f"No candidate meets the SLOs at {_rps(plan.target_rps)} req/s "
@@ -62,7 +65,8 @@ def _no_winner(plan: Plan) -> str:
 _ADVICE = {
     "memory": "The model does not fit: a larger tp, devices with more memory or a quantised checkpoint.",
     "invalid": "Some candidates cannot run as set (each row's reason says why).",
-    "unserved": "Every request was turned away: raise policy.max_model_len or shorten the prompts.",
+    "unserved": "No request finished: where they were turned away (rejected_by), raise policy.max_model_len or "
+    "shorten the prompts; where the horizon cut them, lengthen workload.horizon_s.",
     "overload": "Widen the search (more replicas, larger tp, other hardware) or relax the SLOs.",
     "unsettled": "Widen the search (more replicas, other hardware), or lengthen the workload so a run can settle.",
     "latency": "Widen the search (more replicas, larger tp, other hardware) or relax the SLOs.",
@@ -84,7 +88,7 @@ def _headroom(plan: Plan) -> list[str]:
         f"Its {what} is {at_least}{_rps(g.rate_rps)} req/s ({head:+.0%} headroom over the target; verdict there: "
         f"{g.verdict})."
     ]
-    requests = max((e.get("requests") or 0 for e in g.evaluations), default=0)
+    requests = next((e.get("requests") or 0 for e in g.evaluations if e["rate_rps"] == g.rate_rps), 0)
     if 0 < requests < IN_SYSTEM_MIN_REQUESTS:
         lines.append(
             f"(Each rate ran {requests} requests: too few to show a steady state, so the capacity may be far "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from llmsim.planning.space import Point
-from llmsim.results import slos_held
+from llmsim.results import kept_up, slos_held
 
 PLAN_COLUMNS = [
     "config",
@@ -100,7 +100,8 @@ def _verdict(res: dict, target: float, slo: dict) -> dict[str, object]:
             "feasible": False,
             "reason": f"overload: the queue grows by {res['queue_growth_share']:.0%} of the offered load; {met}",
         }
-    if res.get("keeps_up") is False or res.get("verdict") == "backlogged":
+    keeps_up = res.get("keeps_up")
+    if not kept_up(keeps_up) or (keeps_up is None and res.get("verdict") == "backlogged"):
         return {
             "feasible": False,
             "reason": f"unsettled: backlogged, not shown to keep up with the load (the run's saturation.explanation "
