@@ -25,7 +25,6 @@ from llmsim.build import (
     longest_hashed,
     prewarm_prefixes,
 )
-from llmsim.engine import HostTerm
 from llmsim.errors import UserError
 from llmsim.invariants import check_run
 from llmsim.models import ModelSpec
@@ -156,7 +155,7 @@ def _run(
         workload = build_workload(sc)
         check_prewarm(sc, pools, sc.kv_cache.prewarm_block_tokens or workload.tokens_per_id(sc.kv_cache.block_tokens))
         check_slo_classes(sc, workload)
-        if _has(sc.engine_spec.frontend) and (workload.has_dependencies or sc.workload.max_concurrency):
+        if sc.engine_spec.frontend.priced and (workload.has_dependencies or sc.workload.max_concurrency):
             raise UserError(
                 "engine.frontend: the API server's queue is priced for open-loop arrivals, not for a client's "
                 "max_concurrency or for calls that wait on answers (conversations, sub-calls); remove one of them"
@@ -362,10 +361,6 @@ def session_summary(req: pd.DataFrame, session: np.ndarray) -> dict:
     }
 
 
-def _has(term: HostTerm) -> bool:
-    return term.base_s > 0 or term.per_seq_s > 0 or term.per_token_s > 0
-
-
 def engine_summary(sc: Scenario) -> dict:
     """The engine a run used, as summary.json records it (engine.py)."""
     e = sc.engine_spec
@@ -376,7 +371,7 @@ def engine_summary(sc: Scenario) -> dict:
         "output_delay_s": e.output_delay_s,
         **(
             {"frontend": {"base_s": e.frontend.base_s, "per_token_s": e.frontend.per_token_s}}
-            if _has(e.frontend)
+            if e.frontend.priced
             else {}
         ),
         "first_token_at_prefill": e.first_token_at_prefill,  # (disaggregated: where TTFT is stamped)

@@ -48,6 +48,11 @@ class HostTerm:
     def seconds(self, seqs: int, tokens: int) -> float:
         return self.base_s + self.per_seq_s * seqs + self.per_token_s * tokens
 
+    @property
+    def priced(self) -> bool:
+        """Whether the term costs anything (a preset's unset term is all zeros)."""
+        return self.base_s > 0 or self.per_seq_s > 0 or self.per_token_s > 0
+
 
 HOST_TERMS = ("schedule", "prepare", "output")  # the named host parts of a step, in order
 

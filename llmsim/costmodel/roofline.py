@@ -297,7 +297,7 @@ class CostModel:
         self._host_seq = e.schedule.per_seq_s + e.prepare.per_seq_s + e.output.per_seq_s
         self._host_tok = e.schedule.per_token_s + e.prepare.per_token_s + e.output.per_token_s
         ch = e.batch_change  # (paid by a step whose batch changed in the step before: ``changed``)
-        self.prices_batch_change = not self._host_const and (ch.base_s > 0 or ch.per_seq_s > 0 or ch.per_token_s > 0)
+        self.prices_batch_change = not self._host_const and ch.priced
         self._link = tp_link(self.hw, self.cfg.tp)
         self._ep_link = tp_link(self.hw, self.cfg.ep)  # the MoE dispatch / combine's (expert parallelism)
         # a pipeline stage's activations to the next: over NVLink while all tp x pp GPUs share a node

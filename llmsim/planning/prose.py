@@ -45,20 +45,12 @@ def recommend(plan: Plan) -> str:
 def _no_winner(plan: Plan) -> str:
     reasons = plan.infeasible["reason"].str.split(":").str[0].value_counts()
     if not plan.latency_slos:
-        return (
-            f"No candidate keeps up with {_rps(plan.target_rps)} req/s (no latency SLO is set: each did not keep "
-            "up or could not run). Why: "
-            + ", ".join(f"{n} failed on {k}" for k, n in reasons.items())
-            + ". "
-            + " ".join(dict.fromkeys(_ADVICE.get(k, _ADVICE["overload"]) for k in reasons.index))
-        )
-    return (
-        f"No candidate meets the SLOs at {_rps(plan.target_rps)} req/s "
-        f"(target attainment {plan.target_attainment:.0%}). Why: "
-        + ", ".join(f"{n} failed on {k}" for k, n in reasons.items())
-        + ". "
-        + " ".join(dict.fromkeys(_ADVICE.get(k, _ADVICE["latency"]) for k in reasons.index))
-    )
+        head = f"No candidate keeps up with {_rps(plan.target_rps)} req/s (no latency SLO is set: each did not keep up or could not run)"
+    else:
+        head = f"No candidate meets the SLOs at {_rps(plan.target_rps)} req/s (target attainment {plan.target_attainment:.0%})"
+    why = ", ".join(f"{n} failed on {k}" for k, n in reasons.items())
+    advice = " ".join(dict.fromkeys(_ADVICE.get(k, _ADVICE["overload"]) for k in reasons.index))
+    return f"{head}. Why: {why}. {advice}"
 
 
 # what to change, by the kind of failure (a row's reason's first word, planning/rows.py)
